@@ -1,0 +1,35 @@
+# Two entry points that work on a fresh machine (Python 3.11, Java 17, pip):
+#   make run   - set up .venv, then run the main job
+#   make test  - set up .venv, then run the whole test suite (slow, Spark and load included)
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup run test lint bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev,spark]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m workers.demo_run
+
+test: $(STAMP)
+	$(PY) -m pytest tests --ignore=tests/load
+	$(PY) -m pytest -n 4 tests/load
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+bench: $(STAMP)
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) data build *.egg-info
