@@ -1,0 +1,272 @@
+"""The one door to the disk.
+
+Every syscall that touches store files (open, ftruncate, fallocate, pwrite, pread,
+fsync, fdatasync, msync, mmap, rename, unlink, directory fsync) passes through this
+module. An `OSError` comes out as `StoreIOError`, which names the operation and the
+path and keeps the errno. Callers never catch it to log and go on: a failed fsync or
+pwrite means the store can no longer promise durability, and whoever owns the store's
+running flags marks it read-only (the flusher does, in the runtime).
+
+Fault seam: `set_fault(op, factory)` makes the named operation raise whatever
+`factory()` returns (e.g. `OSError(errno.EIO, ...)`), so tests inject EIO or ENOSPC
+in exactly one place. `MQSTORE_FAULTS="fsync:EIO,pwrite:ENOSPC"` in the environment
+installs the same faults at import, for tests that need them inside a worker process;
+`MQSTORE_FAULTS_AFTER=N` lets the first N calls of each faulted operation succeed.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+StrPath = str | os.PathLike[str]
+
+OPS = (
+    "open", "close", "ftruncate", "fallocate", "pwrite", "pread", "fsync", "fdatasync",
+    "msync", "mmap", "rename", "unlink", "fsync_dir", "mkdir",
+)  # fmt: skip
+
+
+class StoreIOError(OSError):
+    """An I/O operation on a store file failed. `op` and `path` say which."""
+
+    def __init__(self, op: str, path: StrPath, cause: OSError) -> None:
+        code = cause.errno if cause.errno is not None else errno.EIO
+        super().__init__(code, f"{op} {os.fspath(path)}: {cause.strerror or cause}")
+        self.op = op
+        self.path = os.fspath(path)
+
+
+_faults: dict[str, Callable[[], BaseException]] = {}
+_fault_skips: dict[str, int] = {}
+
+
+def set_fault(op: str, factory: Callable[[], BaseException] | None, *, after: int = 0) -> None:
+    """Make `op` raise `factory()` (after `after` successful calls); None removes it."""
+    if op not in OPS:
+        raise ValueError(f"unknown operation {op!r}; one of {', '.join(OPS)}")
+    if factory is None:
+        _faults.pop(op, None)
+        _fault_skips.pop(op, None)
+    else:
+        _faults[op] = factory
+        _fault_skips[op] = after
+
+
+def clear_faults() -> None:
+    _faults.clear()
+    _fault_skips.clear()
+
+
+def _install_env_faults() -> None:
+    spec = os.environ.get("MQSTORE_FAULTS", "")
+    after = int(os.environ.get("MQSTORE_FAULTS_AFTER", "0") or 0)
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        op, _, name = item.partition(":")
+        code = getattr(errno, name or "EIO")
+
+        def factory(code: int = code, op: str = op) -> BaseException:
+            return OSError(code, f"injected {errno.errorcode[code]} in {op}")
+
+        set_fault(op, factory, after=after)
+
+
+def _check_fault(op: str) -> None:
+    factory = _faults.get(op)
+    if factory is None:
+        return
+    left = _fault_skips.get(op, 0)
+    if left > 0:
+        _fault_skips[op] = left - 1
+        return
+    raise factory()
+
+
+def _wrap(op: str, path: StrPath, cause: OSError) -> StoreIOError:
+    return StoreIOError(op, path, cause)
+
+
+def open_file(path: StrPath, *, create: bool, read_only: bool = False, mode: int = 0o600) -> int:
+    """Open a store file and return its fd (O_CLOEXEC)."""
+    flags = os.O_RDONLY if read_only else os.O_RDWR
+    if create:
+        flags |= os.O_CREAT
+    try:
+        _check_fault("open")
+        return os.open(path, flags | os.O_CLOEXEC, mode)
+    except OSError as e:
+        raise _wrap("open", path, e) from e
+
+
+def close(fd: int, path: StrPath = "?") -> None:
+    try:
+        _check_fault("close")
+        os.close(fd)
+    except OSError as e:
+        raise _wrap("close", path, e) from e
+
+
+def ftruncate(fd: int, size: int, path: StrPath = "?") -> None:
+    try:
+        _check_fault("ftruncate")
+        os.ftruncate(fd, size)
+    except OSError as e:
+        raise _wrap("ftruncate", path, e) from e
+
+
+def fallocate(fd: int, size: int, path: StrPath = "?") -> None:
+    """Reserve `size` bytes of real blocks (so a full disk fails here, not on a write)."""
+    try:
+        _check_fault("fallocate")
+        os.posix_fallocate(fd, 0, size)
+    except OSError as e:
+        if e.errno in (errno.EOPNOTSUPP, errno.EINVAL):  # e.g. some tmpfs/overlay setups
+            try:
+                os.ftruncate(fd, size)
+                return
+            except OSError as e2:
+                raise _wrap("fallocate", path, e2) from e2
+        raise _wrap("fallocate", path, e) from e
+
+
+def pwrite(fd: int, data: bytes | bytearray | memoryview, offset: int, path: StrPath = "?") -> int:
+    """Write all of `data` at `offset` (loops over short writes); return bytes written."""
+    view = memoryview(data)
+    done = 0
+    try:
+        _check_fault("pwrite")
+        while done < len(view):
+            n = os.pwrite(fd, view[done:], offset + done)
+            if n == 0:
+                raise OSError(errno.EIO, "pwrite wrote nothing")
+            done += n
+    except OSError as e:
+        raise _wrap("pwrite", path, e) from e
+    finally:
+        view.release()
+    return done
+
+
+def pread(fd: int, n: int, offset: int, path: StrPath = "?") -> bytes:
+    try:
+        _check_fault("pread")
+        return os.pread(fd, n, offset)
+    except OSError as e:
+        raise _wrap("pread", path, e) from e
+
+
+def fsync(fd: int, path: StrPath = "?") -> None:
+    try:
+        _check_fault("fsync")
+        os.fsync(fd)
+    except OSError as e:
+        raise _wrap("fsync", path, e) from e
+
+
+def fdatasync(fd: int, path: StrPath = "?") -> None:
+    try:
+        _check_fault("fdatasync")
+        os.fdatasync(fd)
+    except OSError as e:
+        raise _wrap("fdatasync", path, e) from e
+
+
+def msync(mm: mmap.mmap, offset: int, length: int, path: StrPath = "?") -> None:
+    """Force a range of a writable mapping to disk (offset rounded down to a page)."""
+    start = offset - offset % mmap.PAGESIZE
+    try:
+        _check_fault("msync")
+        if length > 0:
+            mm.flush(start, length + (offset - start))
+    except OSError as e:
+        raise _wrap("msync", path, e) from e
+
+
+def mmap_file(fd: int, size: int, *, writable: bool, path: StrPath = "?") -> mmap.mmap:
+    access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
+    try:
+        _check_fault("mmap")
+        return mmap.mmap(fd, size, access=access)
+    except OSError as e:
+        raise _wrap("mmap", path, e) from e
+
+
+def rename(src: StrPath, dst: StrPath) -> None:
+    try:
+        _check_fault("rename")
+        os.rename(src, dst)
+    except OSError as e:
+        raise _wrap("rename", src, e) from e
+
+
+def unlink(path: StrPath, *, missing_ok: bool = False) -> None:
+    try:
+        _check_fault("unlink")
+        os.unlink(path)
+    except FileNotFoundError:
+        if not missing_ok:
+            raise
+    except OSError as e:
+        raise _wrap("unlink", path, e) from e
+
+
+def fsync_dir(path: StrPath) -> None:
+    """fsync a directory so that a new, renamed or removed entry survives a power loss."""
+    try:
+        _check_fault("fsync_dir")
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise _wrap("fsync_dir", path, e) from e
+
+
+def makedirs(path: StrPath, mode: int = 0o700) -> None:
+    """Create a directory (and parents) and fsync the parent of each new one."""
+    p = Path(path)
+    missing = []
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    try:
+        _check_fault("mkdir")
+        for d in reversed(missing):
+            os.mkdir(d, mode)
+            fsync_dir(d.parent)
+    except FileExistsError:
+        pass
+    except StoreIOError:
+        raise
+    except OSError as e:
+        raise _wrap("mkdir", path, e) from e
+
+
+def write_file_atomic(
+    path: StrPath, data: bytes, *, mode: int = 0o600, keep_backup: bool = False
+) -> None:
+    """Replace `path` with `data` durably: write X.tmp, fsync, (X -> X.bak), rename, fsync dir."""
+    p = Path(path)
+    tmp = p.with_name(p.name + ".tmp")
+    fd = open_file(tmp, create=True, mode=mode)
+    try:
+        ftruncate(fd, 0, tmp)
+        pwrite(fd, data, 0, tmp)
+        fsync(fd, tmp)
+    finally:
+        close(fd, tmp)
+    if keep_backup and p.exists():
+        bak = p.with_name(p.name + ".bak")
+        try:
+            os.replace(p, bak)
+        except OSError as e:
+            raise _wrap("rename", p, e) from e
+    rename(tmp, p)
+    fsync_dir(p.parent)
+
+
+_install_env_faults()
