@@ -195,15 +195,18 @@ def delivery_time_ms(store_timestamp: int, delay_level: int) -> int:
 
 
 def encode_properties(props: Mapping[str, str]) -> bytes:
-    """`messageProperties2String` of 4.9.8: name 0x01 value 0x02 ..., last 0x02 removed.
+    """`messageProperties2String`: name 0x01 value 0x02 for each property.
 
-    Entries whose value is None are skipped, as RocketMQ skips null values. Callers that
-    take user input validate first with `properties_problem()`.
+    Every property ends with 0x02, the last one too. That is what RocketMQ 5.2+ writes
+    and what every real broker store in `shared/testdata` holds (the 4.2 and 4.9-era
+    Java stores and rocketmq-rust), so re-encoding a broker's record reproduces its bytes;
+    the 4.9.x form without the last 0x02 parses identically. Entries whose value is
+    None are skipped, as RocketMQ skips null values. Callers that take user input
+    validate first with `properties_problem()`.
     """
     if not props:
         return b""
-    parts = [f"{k}\x01{v}" for k, v in props.items() if v is not None]
-    return "\x02".join(parts).encode("utf-8")
+    return "".join([f"{k}\x01{v}\x02" for k, v in props.items() if v is not None]).encode("utf-8")
 
 
 def decode_properties(raw: Buffer) -> dict[str, str]:
