@@ -133,7 +133,7 @@ def test_java_hash() -> None:
 
 
 def test_properties_parser_is_lenient_as_rocketmq() -> None:
-    raw = "a\x011\x02\x01x\x02b\x01\x02\x02cc\x012\x02zz".encode()
+    raw = b"a\x011\x02\x01x\x02b\x01\x02\x02cc\x012\x02zz"
     assert r.decode_properties(raw) == {"a": "1", "cc": "2"}
     assert r.decode_properties(b"k\x01v=\x01w") == {"k": "v=\x01w"}
 

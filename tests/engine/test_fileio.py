@@ -1,0 +1,107 @@
+"""The one door to the disk: typed errors, the fault seam, atomic replacement."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engine import fileio
+
+
+@pytest.fixture(autouse=True)
+def _no_faults() -> Iterator[None]:
+    fileio.clear_faults()
+    yield
+    fileio.clear_faults()
+
+
+def test_pwrite_fsync_pread_round_trip(tmp_path: Path) -> None:
+    p = tmp_path / "seg"
+    fd = fileio.open_file(p, create=True)
+    try:
+        fileio.fallocate(fd, 8192, p)
+        assert os.fstat(fd).st_size == 8192
+        assert fileio.pwrite(fd, b"abc" * 1000, 100, p) == 3000
+        fileio.fdatasync(fd, p)
+        fileio.fsync(fd, p)
+        assert fileio.pread(fd, 6, 100, p) == b"abcabc"
+        mm = fileio.mmap_file(fd, 8192, writable=True, path=p)
+        mm[5000:5003] = b"xyz"
+        fileio.msync(mm, 5000, 3, p)
+        mm.close()
+    finally:
+        fileio.close(fd, p)
+    assert (p.stat().st_mode & 0o777) == 0o600
+    assert p.read_bytes()[5000:5003] == b"xyz"
+
+
+def test_errors_are_typed_and_name_op_and_path(tmp_path: Path) -> None:
+    missing = tmp_path / "nope" / "seg"
+    with pytest.raises(fileio.StoreIOError) as ei:
+        fileio.open_file(missing, create=False)
+    assert ei.value.op == "open" and ei.value.path == str(missing)
+    assert ei.value.errno == errno.ENOENT
+
+
+@pytest.mark.parametrize("code", [errno.EIO, errno.ENOSPC])
+def test_fault_seam_makes_fsync_fail(tmp_path: Path, code: int) -> None:
+    p = tmp_path / "f"
+    fd = fileio.open_file(p, create=True)
+    fileio.set_fault("fdatasync", lambda: OSError(code, "injected"), after=1)
+    try:
+        fileio.fdatasync(fd, p)  # the first call is let through
+        with pytest.raises(fileio.StoreIOError) as ei:
+            fileio.fdatasync(fd, p)
+        assert ei.value.errno == code and ei.value.op == "fdatasync"
+    finally:
+        fileio.close(fd, p)
+    with pytest.raises(ValueError, match="unknown operation"):
+        fileio.set_fault("fsink", None)
+
+
+def test_faults_from_the_environment_reach_a_child_process(tmp_path: Path) -> None:
+    code = (
+        "from engine import fileio; import sys\n"
+        "fd = fileio.open_file(sys.argv[1], create=True)\n"
+        "try:\n    fileio.fsync(fd)\nexcept fileio.StoreIOError as e:\n    print(e.errno, e.op)\n"
+    )
+    env = dict(os.environ, MQSTORE_FAULTS="fsync:ENOSPC")
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "x")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out.split() == [str(errno.ENOSPC), "fsync"]
+
+
+def test_write_file_atomic_keeps_a_backup(tmp_path: Path) -> None:
+    p = tmp_path / "topics.json"
+    fileio.write_file_atomic(p, b"one")
+    fileio.write_file_atomic(p, b"two", keep_backup=True)
+    assert p.read_bytes() == b"two"
+    assert (tmp_path / "topics.json.bak").read_bytes() == b"one"
+    assert not (tmp_path / "topics.json.tmp").exists()
+
+
+def test_failed_atomic_write_leaves_the_old_file(tmp_path: Path) -> None:
+    p = tmp_path / "consumerOffset.json"
+    fileio.write_file_atomic(p, b"old")
+    fileio.set_fault("fsync", lambda: OSError(errno.EIO, "injected"))
+    with pytest.raises(fileio.StoreIOError):
+        fileio.write_file_atomic(p, b"new")
+    assert p.read_bytes() == b"old"
+
+
+def test_makedirs_creates_owner_only_dirs(tmp_path: Path) -> None:
+    d = tmp_path / "a" / "b"
+    fileio.makedirs(d)
+    assert d.is_dir() and (d.stat().st_mode & 0o777) == 0o700
+    fileio.makedirs(d)  # idempotent
