@@ -2,8 +2,8 @@
 
 Defaults are RocketMQ 4.9.8's `MessageStoreConfig` values, with one deliberate
 exception: sizes are small enough for a laptop (commit-log segment 64 MiB
-instead of 1 GiB, transient pool 5 buffers instead of 5, index 500_000 slots x
-2_000_000 entries as RocketMQ). Each field's metadata carries its RocketMQ key,
+instead of 1 GiB; transient pool 5 buffers of segment size, as RocketMQ; index
+500_000 slots x 2_000_000 entries instead of 5_000_000 x 20_000_000). Each field's metadata carries its RocketMQ key,
 unit, whether it is reloadable on SIGHUP, and a description.
 
 Pure data: no I/O. Loading lives in `conf.load`. Anyone may import this.
@@ -40,27 +40,43 @@ class StoreSettings:
         FlushDiskType.ASYNC_FLUSH, "flushDiskType", "enum", "ASYNC_FLUSH or SYNC_FLUSH"
     )
     segment_size_bytes: int = _f(
-        64 * MIB, "mappedFileSizeCommitLog", "bytes",
+        64 * MIB,
+        "mappedFileSizeCommitLog",
+        "bytes",
         "Commit-log segment size. LAPTOP EXCEPTION: RocketMQ default is 1 GiB.",
     )
     consume_queue_file_size_bytes: int = _f(
-        300_000 * 20, "mappedFileSizeConsumeQueue", "bytes",
+        300_000 * 20,
+        "mappedFileSizeConsumeQueue",
+        "bytes",
         "Consume-queue file size, rounded up to a multiple of 20.",
     )
-    sync_flush_timeout_ms: int = _f(5000, "syncFlushTimeout", "ms", "Sync flush wait", reloadable=True)
-    flush_interval_ms: int = _f(500, "flushIntervalCommitLog", "ms", "Flush period", reloadable=True)
-    flush_least_pages: int = _f(4, "flushCommitLogLeastPages", "pages", "Min dirty pages", reloadable=True)
+    sync_flush_timeout_ms: int = _f(
+        5000, "syncFlushTimeout", "ms", "Sync flush wait", reloadable=True
+    )
+    flush_interval_ms: int = _f(
+        500, "flushIntervalCommitLog", "ms", "Flush period", reloadable=True
+    )
+    flush_least_pages: int = _f(
+        4, "flushCommitLogLeastPages", "pages", "Min dirty pages", reloadable=True
+    )
     flush_thorough_interval_ms: int = _f(
         10_000, "flushCommitLogThoroughInterval", "ms", "Forced full flush period", reloadable=True
     )
     flush_timed: bool = _f(False, "flushCommitLogTimed", "bool", "Sleep vs wait", reloadable=True)
-    commit_interval_ms: int = _f(200, "commitIntervalCommitLog", "ms", "Commit period", reloadable=True)
-    commit_least_pages: int = _f(4, "commitCommitLogLeastPages", "pages", "Min pages", reloadable=True)
+    commit_interval_ms: int = _f(
+        200, "commitIntervalCommitLog", "ms", "Commit period", reloadable=True
+    )
+    commit_least_pages: int = _f(
+        4, "commitCommitLogLeastPages", "pages", "Min pages", reloadable=True
+    )
     commit_thorough_interval_ms: int = _f(
         200, "commitCommitLogThoroughInterval", "ms", "Forced commit period", reloadable=True
     )
     transient_store_pool_enable: bool = _f(
-        True, "transientStorePoolEnable", "bool",
+        True,
+        "transientStorePoolEnable",
+        "bool",
         "Write to pooled buffers then commit. mqstore default True (RocketMQ False).",
     )
     transient_store_pool_size: int = _f(5, "transientStorePoolSize", "buffers", "Pool buffers")
@@ -74,9 +90,15 @@ class StoreSettings:
     flush_least_pages_when_warm: int = _f(
         4096, "flushLeastPagesWhenWarmMapedFile", "pages", "Flush stride when warming"
     )
-    max_message_size_bytes: int = _f(4 * MIB, "maxMessageSize", "bytes", "Max message", reloadable=True)
-    check_crc_on_recover: bool = _f(True, "checkCRCOnRecover", "bool", "Verify body CRC on recovery")
-    file_reserved_time_hours: int = _f(72, "fileReservedTime", "hours", "Retention", reloadable=True)
+    max_message_size_bytes: int = _f(
+        4 * MIB, "maxMessageSize", "bytes", "Max message", reloadable=True
+    )
+    check_crc_on_recover: bool = _f(
+        True, "checkCRCOnRecover", "bool", "Verify body CRC on recovery"
+    )
+    file_reserved_time_hours: int = _f(
+        72, "fileReservedTime", "hours", "Retention", reloadable=True
+    )
     delete_when: tuple[int, ...] = _f((4,), "deleteWhen", "hours", "Delete hours", reloadable=True)
     disk_max_used_space_ratio_pct: int = _f(
         75, "diskMaxUsedSpaceRatio", "percent", "Clamped to [10,95]", reloadable=True
@@ -113,8 +135,12 @@ class StoreSettings:
     )
     message_index_enable: bool = _f(True, "messageIndexEnable", "bool", "Build index")
     message_index_safe: bool = _f(False, "messageIndexSafe", "bool", "Safe index recovery")
-    max_hash_slot_num: int = _f(5_000_000, "maxHashSlotNum", "slots", "Index slots")
-    max_index_num: int = _f(5_000_000 * 4, "maxIndexNum", "entries", "Index entries")
+    max_hash_slot_num: int = _f(
+        500_000, "maxHashSlotNum", "slots", "Index slots. LAPTOP: RocketMQ 5_000_000"
+    )
+    max_index_num: int = _f(
+        2_000_000, "maxIndexNum", "entries", "Index entries. LAPTOP: RocketMQ 20_000_000"
+    )
     max_msgs_num_batch: int = _f(64, "maxMsgsNumBatch", "messages", "Query batch", reloadable=True)
     default_query_max_num: int = _f(32, "defaultQueryMaxNum", "messages", "Query max")
     default_topic_queue_nums: int = _f(4, "defaultTopicQueueNums", "queues", "Queues per topic")
