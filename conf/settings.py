@@ -3,12 +3,14 @@
 Defaults are RocketMQ 4.9.8's `MessageStoreConfig` values, with one deliberate
 exception: sizes are small enough for a laptop (commit-log segment 64 MiB
 instead of 1 GiB; transient pool 5 buffers of segment size, as RocketMQ; index
-500_000 slots x 2_000_000 entries instead of 5_000_000 x 20_000_000). Each field's metadata carries its RocketMQ key,
-unit, whether it is reloadable on SIGHUP, and a description.
+500_000 slots x 2_000_000 entries instead of 5_000_000 x 20_000_000).
+Each field's metadata carries its RocketMQ key, unit, whether it is
+reloadable on SIGHUP, and a description.
 
 Pure data: no I/O. Loading lives in `conf.load`. Anyone may import this.
 """
 
+# ruff: noqa: RUF009  (`_f` returns dataclasses.field with metadata)
 from __future__ import annotations
 
 import dataclasses
