@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import struct
+from dataclasses import dataclass
 
 from engine import fileio
 
@@ -54,3 +55,29 @@ def write_flushed_offset(fd: int, offset: int, path: str = "?") -> None:
     if offset < 0:
         raise ValueError(f"flushed offset must be >= 0, got {offset}")
     fileio.pwrite(fd, _LAYOUT.pack(FLUSHED_OFFSET_MAGIC, offset), 0, path)
+
+
+@dataclass(frozen=True)
+class SegmentFile:
+    """One commit-log file: its path, the offset its 20-digit name gives, and its size on disk."""
+
+    path: str
+    start_offset: int
+    size_bytes: int
+
+
+def list_segments(store_dir: str | os.PathLike[str]) -> list[SegmentFile]:
+    """The commit-log files under `<store>/commitlog`, ordered by start offset; stat only, no reads.
+
+    Files whose name is not 20 digits are skipped (a future `check` reports them).
+    Empty or short files are listed as they are; judging them is the caller's job.
+    """
+    log_dir = os.path.join(store_dir, "commitlog")
+    if not os.path.isdir(log_dir):
+        return []
+    found = []
+    for name in os.listdir(log_dir):
+        if len(name) == 20 and name.isdigit():
+            path = os.path.join(log_dir, name)
+            found.append(SegmentFile(path, int(name), os.stat(path).st_size))
+    return sorted(found, key=lambda s: s.start_offset)

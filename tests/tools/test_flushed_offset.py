@@ -1,9 +1,15 @@
 """The live-store flushed-offset file: round trip through a real file, absent and invalid cases."""
 
+from collections.abc import Callable
 from pathlib import Path
 
 from engine import fileio
-from engine.storedir import FLUSHED_OFFSET_FILE, read_flushed_offset, write_flushed_offset
+from engine.storedir import (
+    FLUSHED_OFFSET_FILE,
+    list_segments,
+    read_flushed_offset,
+    write_flushed_offset,
+)
 
 
 def test_round_trip_and_in_place_update(tmp_path: Path) -> None:
@@ -25,3 +31,11 @@ def test_absent_or_invalid_is_none(tmp_path: Path) -> None:
     assert read_flushed_offset(tmp_path) is None
     (tmp_path / FLUSHED_OFFSET_FILE).write_bytes(b"MQFLUSH1")
     assert read_flushed_offset(tmp_path) is None
+
+
+def test_list_segments_of_real_store(real_store_copy: Callable[[str], Path]) -> None:
+    store = real_store_copy("broker-4.2-unit-store")
+    segs = list_segments(store)
+    assert segs, "the 4.2 unit store has commit-log files"
+    assert [s.start_offset for s in segs] == sorted(s.start_offset for s in segs)
+    assert segs[0].start_offset == 0
