@@ -149,5 +149,29 @@ class StoreSettings:
     store_host: str = _f("127.0.0.1:10911", None, "ip:port", "Store host for records/msg ids")
     metrics_port: int = _f(0, "metricsPromExporterPort", "port", "0 = off")
 
+    ipc_allow_group: bool = _f(
+        False, None, "bool", "Shared memory/sockets 0o660 instead of owner-only 0o600"
+    )
+    heartbeat_interval_ms: int = _f(500, None, "ms", "Worker heartbeat period")
+    heartbeat_timeout_ms: int = _f(5000, None, "ms", "Worker presumed dead after this")
+    restart_backoff_initial_ms: int = _f(100, None, "ms", "Supervisor first restart delay")
+    restart_backoff_max_ms: int = _f(10_000, None, "ms", "Supervisor restart delay cap")
+
     def replace(self, **changes: Any) -> StoreSettings:
         return dataclasses.replace(self, **changes)
+
+
+def settings_reference_markdown() -> str:
+    """Every setting as a Markdown table, for the generated docs page."""
+    lines = [
+        "| setting | RocketMQ key | default | unit | reloadable | description |",
+        "|---|---|---|---|---|---|",
+    ]
+    for f in dataclasses.fields(StoreSettings):
+        m = f.metadata
+        d = f.default.value if isinstance(f.default, Enum) else f.default
+        lines.append(
+            f"| `{f.name}` | {m['rocketmq_key'] or '-'} | `{d}` | {m['unit']} | "
+            f"{'yes' if m['reloadable'] else 'no'} | {m['description']} |"
+        )
+    return "\n".join(lines) + "\n"
