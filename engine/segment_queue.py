@@ -1,0 +1,575 @@
+"""The ordered chain of segments of one log: RocketMQ's MappedFileQueue (spec §8.3).
+
+Segments are kept in a `sortedcontainers.SortedDict` keyed by start offset, so finding
+the segment of an offset is O(log n) and the chain's ends are O(1). Adjacent segments
+start exactly `segment_size_bytes` apart (`check()` says when they do not).
+
+Global positions, like RocketMQ's:
+
+| name             | meaning                                        | written only by      |
+| ---------------- | ---------------------------------------------- | -------------------- |
+| `committed_where`| log offset up to which segments are committed  | `commit()`           |
+| `flushed_where`  | log offset up to which segments are flushed    | `flush()`            |
+| `store_timestamp`| store time of the last record covered by a     | `flush(0)`           |
+|                  | thorough flush (feeds the checkpoint)          |                      |
+
+**commit / flush return values.** RocketMQ's `commit(leastPages)` and `flush(leastPages)`
+return `true` when *nothing advanced*. Here both return the number of bytes the global
+position advanced: `0` is RocketMQ's `true` ("no progress"), anything else is its
+`false`. Like RocketMQ, one call touches at most one segment; a segment that becomes
+fully flushed moves the position to the next segment's start, so the next call goes on
+there. `commit_all()` / `flush_all()` repeat until no progress.
+
+**Load.** Files are listed in ascending name order; names that are not 20 digits are
+ignored, except leftovers `<20 digits>.tmp` of an interrupted pre-allocation, which a
+writable queue deletes. Every segment must be exactly `segment_size_bytes` bytes, else
+`SegmentSizeError` names the file, with one exception, decided here for the case RocketMQ
+5.x also handles: a **zero-length last file** is an allocation that never finished and
+holds no data. A writable queue deletes it (as 5.x does) and records an INFO finding; a
+read-only queue leaves it on disk, skips it and reports a WARNING from `check()`. A
+zero-length file that is not the last is a hole in the log: `SegmentSizeError`.
+Loaded segments start with all positions at the segment size; recovery then cuts the
+tail with `truncate_dirty()`.
+
+**New segments** come from `allocator(start_offset) -> Segment`, a fresh segment with
+positions (0, 0, 0) and this queue's size. The default creates the file in place
+(`Segment.create`); the runtime passes one that takes a file its allocator process
+pre-allocated, and one that attaches a pool buffer. An allocator that cannot deliver
+(no pool buffer, timeout) raises `SegmentAllocationError`, which the commit log turns
+into `CREATE_MAPPED_FILE_FAILED`.
+
+Not thread-safe: one appender, and commit/flush from the thread that owns the queue.
+In the runtime each process has its own queue over the same files.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from sortedcontainers import SortedDict
+
+from engine import fileio
+from engine.findings import Finding, Severity
+from engine.record import END_FILE_MIN_BLANK_LENGTH, write_blank
+from engine.segment import (
+    DEFAULT_MMAP_SYNC,
+    ClockMs,
+    ReadStatus,
+    Segment,
+    SegmentSizeError,
+    SyncMethod,
+    now_ms,
+    parse_segment_file_name,
+    segment_file_name,
+)
+
+Allocator = Callable[[int], Segment]
+SleepMs = Callable[[int], None]
+
+DELETE_FILES_BATCH_MAX = 10  # RocketMQ's DELETE_FILES_BATCH_MAX (5.x deleteFileBatchMax)
+TRUNCATE_DESTROY_INTERVAL_MS = 1000
+_TMP_LEFTOVER = re.compile(r"^\d{20}\.tmp$")
+
+
+class SegmentAllocationError(Exception):
+    """An allocator could not deliver the next segment (an expected outcome, e.g. the
+    write pool is empty and fast-fail is on). The commit log reports it as a status."""
+
+
+def _sleep_ms(ms: int) -> None:
+    time.sleep(ms / 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class TruncateResult:
+    offset: int  # where the log now ends
+    segments_deleted: int
+    bytes_zeroed: int
+
+
+class SegmentQueue:
+    """An ordered chain of equal-sized segments in one directory. See the module doc."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        segment_size_bytes: int,
+        *,
+        read_only: bool = False,
+        allocator: Allocator | None = None,
+        mmap_sync: SyncMethod = DEFAULT_MMAP_SYNC,
+        clock_ms: ClockMs = now_ms,
+    ) -> None:
+        """An empty queue over `directory` (created if writable); call `load()` next."""
+        if segment_size_bytes <= END_FILE_MIN_BLANK_LENGTH:
+            raise ValueError(f"segment size must exceed 8 bytes, got {segment_size_bytes}")
+        self.directory = os.fspath(directory)
+        self.segment_size_bytes = segment_size_bytes
+        self.read_only = read_only
+        self.mmap_sync = mmap_sync
+        self._clock_ms = clock_ms
+        self._allocator: Allocator = allocator or self._create_in_place
+        self._segments: SortedDict = SortedDict()  # start offset -> Segment
+        self.committed_where = 0
+        self.flushed_where = 0
+        self.store_timestamp = 0
+        self._load_findings: list[Finding] = []
+        self._skipped_empty_last: str | None = None
+        if not read_only:
+            fileio.makedirs(self.directory)
+
+    # --- loading ----------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Open every segment file (see the module doc for the rules).
+
+        Raises SegmentSizeError naming the first file of the wrong size, StoreIOError.
+        O(files). Call once, before anything else.
+        """
+        if self._segments:
+            raise RuntimeError("load() on a queue that already holds segments")
+        names = sorted(os.listdir(self.directory)) if os.path.isdir(self.directory) else []
+        found: list[tuple[int, str, int]] = []
+        for name in names:
+            path = os.path.join(self.directory, name)
+            if _TMP_LEFTOVER.match(name) and not self.read_only:
+                fileio.unlink(path, missing_ok=True)
+                self._load_findings.append(
+                    Finding(Severity.INFO, "deleted an unfinished pre-allocation", path)
+                )
+                continue
+            if len(name) != 20 or not name.isdigit() or not os.path.isfile(path):
+                continue
+            found.append((parse_segment_file_name(name), path, os.stat(path).st_size))
+        found.sort()
+        if found and found[-1][2] == 0:
+            _, path, _ = found.pop()
+            if self.read_only:
+                self._skipped_empty_last = path
+            else:
+                fileio.unlink(path)
+                fileio.fsync_dir(self.directory)
+                self._load_findings.append(
+                    Finding(Severity.INFO, "deleted an empty last segment file", path)
+                )
+        for _, path, size in found:
+            if size != self.segment_size_bytes:
+                raise SegmentSizeError(path, size, self.segment_size_bytes)
+        opened: list[Segment] = []
+        try:
+            for _, path, _ in found:
+                opened.append(
+                    Segment.open(
+                        path,
+                        self.segment_size_bytes,
+                        read_only=self.read_only,
+                        mmap_sync=self.mmap_sync,
+                        clock_ms=self._clock_ms,
+                    )
+                )
+        except BaseException:
+            for seg in opened:
+                seg.close()
+            raise
+        for seg in opened:
+            self._segments[seg.start_offset] = seg
+
+    def _create_in_place(self, start_offset: int) -> Segment:
+        return Segment.create(
+            self.directory,
+            start_offset,
+            self.segment_size_bytes,
+            mmap_sync=self.mmap_sync,
+            clock_ms=self._clock_ms,
+        )
+
+    # --- looking up -------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._segments)
+
+    def __iter__(self) -> Iterator[Segment]:
+        return iter(list(self._segments.values()))
+
+    @property
+    def segments(self) -> list[Segment]:
+        """A snapshot of the chain, oldest first."""
+        return list(self._segments.values())
+
+    def first(self) -> Segment | None:
+        """The oldest segment; None when the queue is empty."""
+        if not self._segments:
+            return None
+        seg: Segment = self._segments.peekitem(0)[1]
+        return seg
+
+    def last(self) -> Segment | None:
+        """The newest segment; None when the queue is empty."""
+        if not self._segments:
+            return None
+        seg: Segment = self._segments.peekitem(-1)[1]
+        return seg
+
+    def find(self, offset: int, *, first_if_not_found: bool = False) -> Segment | None:
+        """The segment whose `[start, start + size)` holds `offset`; O(log n).
+
+        None when no segment holds it (or the first one, with `first_if_not_found`).
+        """
+        sd = self._segments
+        i = sd.bisect_right(offset) - 1
+        if i >= 0:
+            seg: Segment = sd.peekitem(i)[1]
+            if offset < seg.start_offset + seg.size_bytes:
+                return seg
+        if first_if_not_found:
+            return self.first()
+        return None
+
+    def find_by_time(self, timestamp_ms: int) -> Segment | None:
+        """First segment whose mtime >= timestamp_ms, else the last (None if empty)."""
+        for seg in self.segments:
+            if seg.last_modified_ms() >= timestamp_ms:
+                return seg
+        return self.last()
+
+    # --- growing ----------------------------------------------------------------------
+
+    def get_last(self, start_offset: int = 0, *, create: bool = True) -> Segment | None:
+        """RocketMQ's getLastMappedFile(startOffset, needCreate).
+
+        Empty queue: create the segment holding `start_offset` (rounded down to the
+        segment size). Full last segment: create the next one. Otherwise the last
+        segment. None only when a segment is needed and `create` is False. Raises
+        SegmentAllocationError from the allocator, StoreIOError.
+        """
+        last = self.last()
+        if last is None:
+            create_offset = start_offset - start_offset % self.segment_size_bytes
+        elif last.is_full():
+            create_offset = last.start_offset + self.segment_size_bytes
+        else:
+            return last
+        if not create:
+            return None
+        return self._add(create_offset, first=last is None)
+
+    def _add(self, start_offset: int, *, first: bool) -> Segment:
+        if self.read_only:
+            raise PermissionError(f"{self.directory}: the queue is read-only")
+        seg = self._allocator(start_offset)
+        if seg.start_offset != start_offset or seg.size_bytes != self.segment_size_bytes:
+            seg.close()
+            raise ValueError(
+                f"allocator returned {seg!r}; expected start {start_offset}, "
+                f"size {self.segment_size_bytes}"
+            )
+        seg.first_in_queue = first
+        self._segments[start_offset] = seg
+        return seg
+
+    def roll(self) -> Segment:
+        """End the last segment with a BLANK record and start the next one.
+
+        The BLANK header (TOTALSIZE = bytes left, BLANK magic) goes where the next record
+        would have gone, into the write buffer or the mapping, and the segment is marked
+        full. A last segment with fewer than 8 bytes left is just marked full. Appender
+        only. Returns the new last segment. Raises SegmentAllocationError, StoreIOError.
+        """
+        last = self.last()
+        if last is None:
+            return self.get_last(0)  # type: ignore[return-value]  # create=True never None
+        if not last.is_full():
+            left = last.size_bytes - last.wrote_position
+            if left >= END_FILE_MIN_BLANK_LENGTH:
+                write_blank(last.target, last.wrote_position, left)
+            last.wrote_position = last.size_bytes
+            if not last.has_write_buffer:
+                last.committed_position = last.size_bytes
+        return self._add(last.start_offset + self.segment_size_bytes, first=False)
+
+    # --- commit and flush -------------------------------------------------------------
+
+    def commit(self, least_pages: int) -> int:
+        """Commit the segment at `committed_where`; return bytes advanced (0 = none).
+
+        Committer only. RocketMQ's `commit()` returning true <=> this returning 0.
+        """
+        seg = self.find(self.committed_where, first_if_not_found=self.committed_where == 0)
+        if seg is None:
+            return 0
+        where = seg.start_offset + seg.commit(least_pages)
+        advanced = where - self.committed_where
+        self.committed_where = where
+        return advanced
+
+    def flush(self, least_pages: int) -> int:
+        """Flush the segment at `flushed_where`; return bytes advanced (0 = none).
+
+        Flusher only. With least_pages 0 the store timestamp of the last record the
+        segment held before the flush becomes `store_timestamp` (the checkpoint's physic
+        timestamp). RocketMQ's `flush()` returning true <=> this returning 0.
+        Raises StoreIOError: the store must then stay read-only.
+        """
+        seg = self.find(self.flushed_where, first_if_not_found=self.flushed_where == 0)
+        if seg is None:
+            return 0
+        ts = seg.store_timestamp
+        where = seg.start_offset + seg.flush(least_pages)
+        advanced = where - self.flushed_where
+        self.flushed_where = where
+        if least_pages == 0 and ts > 0:
+            self.store_timestamp = ts
+        return advanced
+
+    def commit_all(self, *, max_rounds: int = 1_000_000) -> int:
+        """`commit(0)` until nothing advances; return total bytes advanced."""
+        total = 0
+        for _ in range(max_rounds):
+            n = self.commit(0)
+            if n == 0:
+                break
+            total += n
+        return total
+
+    def flush_all(self, *, max_rounds: int = 1_000_000) -> int:
+        """`flush(0)` until nothing advances; return total bytes advanced."""
+        total = 0
+        for _ in range(max_rounds):
+            n = self.flush(0)
+            if n == 0:
+                break
+            total += n
+        return total
+
+    # --- offsets ----------------------------------------------------------------------
+
+    def min_offset(self) -> int:
+        """Start of the first readable segment; -1 if there is none (CommitLog.getMinOffset:
+        a first segment that is being destroyed gives the next one's start)."""
+        first = self.first()
+        if first is None:
+            return -1
+        if first.available:
+            return first.start_offset
+        return first.start_offset + self.segment_size_bytes
+
+    def max_offset(self) -> int:
+        """Log offset one past the last readable byte (0 if empty)."""
+        last = self.last()
+        return 0 if last is None else last.start_offset + last.read_position
+
+    def max_wrote_offset(self) -> int:
+        """Log offset one past the last appended byte (0 if empty)."""
+        last = self.last()
+        return 0 if last is None else last.start_offset + last.wrote_position
+
+    def remain_to_commit(self) -> int:
+        return self.max_wrote_offset() - self.committed_where
+
+    def remain_to_flush(self) -> int:
+        return self.max_offset() - self.flushed_where
+
+    # --- cutting the tail -------------------------------------------------------------
+
+    def truncate_dirty(self, offset: int) -> TruncateResult:
+        """Cut the log at `offset` (recovery: the end of the last valid record).
+
+        The segment holding `offset` gets all positions set to `offset - start`, and its
+        bytes from there to its end are overwritten with zeros (pwrite + fdatasync), so
+        no stale record past the cut can look valid to a later scan (RocketMQ leaves them;
+        a later crash could then resurrect them). Segments that start past `offset` are
+        destroyed. `committed_where` / `flushed_where` are clamped to `offset`.
+        Recovery only, before anything is appended. O(bytes zeroed).
+        """
+        deleted = 0
+        zeroed = 0
+        for seg in list(self._segments.values()):
+            if seg.start_offset + seg.size_bytes <= offset:
+                continue
+            if offset >= seg.start_offset:
+                pos = offset - seg.start_offset
+                zeroed += seg.zero_tail(pos)
+                seg.adopt_positions(pos, pos, pos)
+            else:
+                self._destroy_now(seg)
+                del self._segments[seg.start_offset]
+                deleted += 1
+        if deleted:
+            fileio.fsync_dir(self.directory)
+        self.committed_where = min(self.committed_where, offset)
+        self.flushed_where = min(self.flushed_where, offset)
+        return TruncateResult(offset, deleted, zeroed)
+
+    def _destroy_now(self, seg: Segment) -> None:
+        if not seg.destroy(TRUNCATE_DESTROY_INTERVAL_MS) and not seg.destroy(0):
+            raise RuntimeError(f"{seg.path}: could not be destroyed")
+
+    def delete_last(self) -> None:
+        """Destroy the last segment and drop it (RocketMQ's deleteLastMappedFile)."""
+        last = self.last()
+        if last is not None:
+            self._destroy_now(last)
+            del self._segments[last.start_offset]
+
+    # --- retention --------------------------------------------------------------------
+
+    def delete_expired_by_time(
+        self,
+        expired_ms: int,
+        *,
+        delete_files_interval_ms: int,
+        interval_forcibly_ms: int,
+        clean_immediately: bool,
+        max_files: int = DELETE_FILES_BATCH_MAX,
+        sleep_ms: SleepMs = _sleep_ms,
+    ) -> int:
+        """RocketMQ's deleteExpiredFileByTime; returns how many segments were deleted.
+
+        Considers every segment but the last, oldest first: one whose mtime +
+        `expired_ms` <= now (the injected clock), or any with `clean_immediately`, is
+        destroyed; at most `max_files` per call; `delete_files_interval_ms` is slept
+        between deletions; the first segment that is not expired, or whose destroy
+        fails (still held), stops the scan ("never delete in the middle").
+        Cleaner only. Raises StoreIOError.
+        """
+        candidates = self.segments[:-1]
+        deleted: list[Segment] = []
+        for i, seg in enumerate(candidates):
+            if not (self._clock_ms() >= seg.last_modified_ms() + expired_ms or clean_immediately):
+                break
+            if not seg.destroy(interval_forcibly_ms):
+                break
+            deleted.append(seg)
+            if len(deleted) >= max_files:
+                break
+            if delete_files_interval_ms > 0 and i + 1 < len(candidates):
+                sleep_ms(delete_files_interval_ms)
+        for seg in deleted:
+            del self._segments[seg.start_offset]
+        return len(deleted)
+
+    def delete_expired_by_offset(
+        self, offset: int, unit_size_bytes: int, *, max_files: int = DELETE_FILES_BATCH_MAX
+    ) -> int:
+        """RocketMQ's deleteExpiredFileByOffset (consume queues); returns segments deleted.
+
+        For every segment but the last, oldest first: read the first 8 bytes of its
+        last unit (at `size - unit_size_bytes`); the segment goes if that long is below
+        `offset`. A segment whose last unit is not readable goes only if it is already
+        unavailable (an earlier destroy hung); otherwise the scan stops. At most
+        `max_files` per call. Cleaner only.
+        """
+        deleted: list[Segment] = []
+        for seg in self.segments[:-1]:
+            unit_pos = seg.size_bytes - unit_size_bytes
+            sl = seg.select(unit_pos, 8)
+            if sl.status is ReadStatus.OK:
+                with sl:
+                    destroy = int.from_bytes(sl.view, "big", signed=True) < offset
+            elif not seg.available:
+                destroy = True
+            else:
+                break
+            if not destroy or not seg.destroy(60_000):
+                break
+            deleted.append(seg)
+            if len(deleted) >= max_files:
+                break
+        for seg in deleted:
+            del self._segments[seg.start_offset]
+        return len(deleted)
+
+    def retry_delete_first(self, interval_forcibly_ms: int) -> bool:
+        """Destroy a first segment whose earlier destroy hung; True if it is gone now."""
+        first = self.first()
+        if first is None or first.available:
+            return False
+        if first.destroy(interval_forcibly_ms):
+            del self._segments[first.start_offset]
+            return True
+        return False
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    def shutdown(self, interval_forcibly_ms: int) -> None:
+        """Shut every segment down (unmap once no reader holds it)."""
+        for seg in self._segments.values():
+            seg.shutdown(interval_forcibly_ms)
+
+    def close(self) -> None:
+        """Unmap and close every segment now, keeping the files. Process exit, tests."""
+        for seg in self._segments.values():
+            seg.close()
+        self._segments.clear()
+
+    def destroy(self) -> None:
+        """Delete every segment and, if it is then empty, the directory. Tests only."""
+        for seg in list(self._segments.values()):
+            self._destroy_now(seg)
+        self._segments.clear()
+        self.flushed_where = 0
+        self.committed_where = 0
+        if os.path.isdir(self.directory) and not os.listdir(self.directory):
+            os.rmdir(self.directory)
+
+    # --- self-check -------------------------------------------------------------------
+
+    def check(self, *, deep: bool = False) -> list[Finding]:
+        """The chain (adjacency, names, sizes), positions, and every segment's check()."""
+        out = list(self._load_findings)
+        if self._skipped_empty_last is not None:
+            out.append(
+                Finding(
+                    Severity.WARNING,
+                    "empty last segment file (an unfinished pre-allocation); skipped",
+                    self._skipped_empty_last,
+                )
+            )
+        segs = self.segments
+        for prev, seg in itertools.pairwise(segs):
+            if seg.start_offset - prev.start_offset != self.segment_size_bytes:
+                out.append(
+                    Finding(
+                        Severity.ERROR,
+                        f"segment starts {seg.start_offset - prev.start_offset} bytes after "
+                        f"the previous one; expected {self.segment_size_bytes}",
+                        seg.path,
+                        seg.start_offset,
+                    )
+                )
+            if not prev.is_full():
+                out.append(
+                    Finding(
+                        Severity.ERROR,
+                        f"segment is not full (wrote {prev.wrote_position}) but is not the last",
+                        prev.path,
+                        prev.start_offset + prev.wrote_position,
+                    )
+                )
+        for seg in segs:
+            if seg.file_name != segment_file_name(seg.start_offset):
+                out.append(Finding(Severity.ERROR, "name does not match start offset", seg.path))
+            out.extend(seg.check(deep=deep))
+        if segs:
+            if self.committed_where > self.max_wrote_offset():
+                out.append(
+                    Finding(
+                        Severity.ERROR,
+                        f"committed_where {self.committed_where} is past the last byte "
+                        f"appended ({self.max_wrote_offset()})",
+                    )
+                )
+            if self.flushed_where > self.max_offset():
+                out.append(
+                    Finding(
+                        Severity.ERROR,
+                        f"flushed_where {self.flushed_where} is past the readable end "
+                        f"({self.max_offset()})",
+                    )
+                )
+        return out
