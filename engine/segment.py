@@ -16,8 +16,9 @@ is `committed` when a write buffer is attached and `wrote` otherwise (RocketMQ 4
 Two write paths, as RocketMQ's:
 
 * **mmap path** (no write buffer): records are copied straight into the file's shared
-  mapping. `committed_position` simply follows `wrote_position` (there is nothing to
-  copy); `commit()` says so.
+  mapping; the bytes are in the file as soon as they are written, so the read position
+  is `wrote_position`. `committed_position` only catches up with it when `commit()` is
+  called (RocketMQ's commit returns the wrote position and does nothing else).
 * **write-buffer path** (RocketMQ's TransientStorePool): records are copied into an
   external buffer of at least `size_bytes` bytes whose byte *i* mirrors byte *i* of the
   file. Any writable buffer will do: a `bytearray`, an anonymous `mmap`, or a
@@ -734,8 +735,6 @@ class Segment(ReferenceCounted):
             err(f"wrote position {w} outside [0, {self.size_bytes}]")
         if not c <= w:
             err(f"committed position {c} is past the wrote position {w}")
-        if self._write_buffer is None and self._available and c != w:
-            err(f"no write buffer, yet committed ({c}) differs from wrote ({w})")
         if not 0 <= f <= self.read_position:
             err(f"flushed position {f} outside [0, read position {self.read_position}]")
         if self._available:

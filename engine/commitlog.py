@@ -1,0 +1,768 @@
+"""The commit log: RocketMQ records appended to a chain of segments (spec §1.7, §3.3, §8.7).
+
+`CommitLog` owns a `SegmentQueue` and is its only appender. It encodes a `Message`
+(`engine.record`), assigns the physical offset, the per-(topic, queue) queue offset and
+the store timestamp (from an injectable clock), and copies the record into the last
+segment: into its mapping, or into its write buffer when one is attached.
+
+Rules carried over from RocketMQ 4.9.8:
+
+* A record goes into a segment only if at least 8 bytes would remain after it. If not,
+  the segment is ended with a BLANK record (`SegmentQueue.roll`) and the record is
+  appended at the start of the next segment (`END_OF_FILE` internally; the caller sees
+  the final outcome). A record that cannot fit even an empty segment is
+  `MESSAGE_SIZE_EXCEEDED`.
+* Queue offsets: NOT and COMMIT transaction types take the next offset of their
+  (topic, queue); PREPARED and ROLLBACK write 0 and take none. The BLANK takes none.
+* A batch is all or nothing: every message is encoded first (one bad message fails the
+  whole batch with its status, nothing is written), the batch goes into one segment
+  (never spans two), shares one store timestamp, and members of the same (topic, queue)
+  get consecutive offsets.
+
+Outcomes a caller should expect are `AppendStatus` values; I/O failures raise
+`engine.fileio.StoreIOError`.
+
+**The fast path.** `engine.record.encode` is the reference encoder: it validates
+everything and costs tens of microseconds (host parsing, property checks). The
+appender keeps a small cache keyed by (topic, properties, born host, store host): the
+first message with a given key goes through `encode`; if it is valid with IPv4 hosts,
+its topic-and-properties tail and its host bytes are cached, and later messages with
+the same key are packed straight into the segment with one `struct.pack_into` (header
+with the three appender fields already in place), one body copy and one tail copy.
+Anything the cache does not vouch for (new key, non-`bytes` body, body over the limit,
+negative queue id, a numeric field out of range) falls back to `encode`, so statuses
+and bytes are exactly the reference encoder's (a test compares both). One caveat: a
+numeric field out of range is only noticed when packing, after a roll may have
+happened; the log stays valid (a BLANK and a fresh segment), the message is refused.
+
+**Reading.** `read(offset)` decodes one record. `scan(from_offset)` walks records,
+validating each (CRC optional) as RocketMQ's `checkMessageAndReturnSize`, hopping
+BLANKs to the next segment, and says where valid data ends and why it stopped; recovery
+uses it. `iter_records()` decodes as it goes. Reads see bytes below each segment's
+read position only.
+
+Not thread-safe: one appender thread; readers in the same thread.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import struct
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final, NamedTuple
+
+from engine import record
+from engine.findings import Finding, Severity
+from engine.record import (
+    END_FILE_MIN_BLANK_LENGTH,
+    MESSAGE_MAGIC_CODE,
+    CheckStatus,
+    DecodedRecord,
+    EncodedRecord,
+    EncodeStatus,
+    Message,
+    RecordError,
+    RecordHeader,
+    check_record,
+    decode,
+    encode,
+    make_msg_id,
+)
+from engine.segment import DEFAULT_MMAP_SYNC, ClockMs, ReadStatus, Segment, SyncMethod, now_ms
+from engine.segment_queue import Allocator, SegmentAllocationError, SegmentQueue
+
+# The whole fixed part of a V1 record with IPv4 born and store hosts (88 bytes), with the
+# appender's three fields in place: TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET
+# PHYSICALOFFSET SYSFLAG BORNTIMESTAMP BORNHOST(4s i) STORETIMESTAMP STOREHOST(4s i)
+# RECONSUMETIMES PREPAREDOFFSET BODYLEN. Same layout as engine.record's table.
+_HEAD_V4V4: Final = struct.Struct(">iIiiiqqiq4siq4siiqi")
+_HEAD_LEN: Final = _HEAD_V4V4.size  # 88
+_V6_BITS: Final = 0x30
+_TX_MASK: Final = 0xC
+_TX_COMMIT: Final = 0x8
+_TX_PREPARED: Final = 0x4
+_I32: Final = struct.Struct(">i")
+_I64: Final = struct.Struct(">q")
+_QO_PO: Final = struct.Struct(">qq")
+_TAIL_CACHE_MAX: Final = 4096
+
+QueueKey = tuple[str, int]
+
+
+class AppendStatus(enum.Enum):
+    """RocketMQ's AppendMessageStatus, plus the encoder's and the allocator's outcomes."""
+
+    PUT_OK = "PUT_OK"
+    END_OF_FILE = "END_OF_FILE"  # segment ended with a BLANK; retried in the next one
+    MESSAGE_SIZE_EXCEEDED = "MESSAGE_SIZE_EXCEEDED"  # does not fit an empty segment
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+
+class AppendResult(NamedTuple):
+    """What an append did. For PUT_OK: where the record went (`wrote_offset`, its
+    `wrote_bytes`), its queue offset (0 for PREPARED/ROLLBACK) and store timestamp.
+    Otherwise `reason` says why nothing was written."""
+
+    status: AppendStatus
+    wrote_offset: int = 0
+    wrote_bytes: int = 0
+    queue_offset: int = 0
+    store_timestamp: int = 0
+    reason: str = ""
+    store_addr: bytes = b""
+    store_port: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.status is AppendStatus.PUT_OK
+
+    @property
+    def msg_id(self) -> str:
+        """RocketMQ's message id (store host + physical offset); "" unless PUT_OK."""
+        if self.status is not AppendStatus.PUT_OK:
+            return ""
+        return make_msg_id(self.store_addr, self.store_port, self.wrote_offset)
+
+
+_ENCODE_TO_APPEND: Final = {
+    EncodeStatus.MESSAGE_ILLEGAL: AppendStatus.MESSAGE_ILLEGAL,
+    EncodeStatus.PROPERTIES_SIZE_EXCEEDED: AppendStatus.PROPERTIES_SIZE_EXCEEDED,
+}
+
+
+class LookupStatus(enum.Enum):
+    FOUND = "FOUND"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"  # below the log's first segment
+    OFFSET_OVERFLOW = "OFFSET_OVERFLOW"  # at or past the readable end
+    NOT_A_RECORD = "NOT_A_RECORD"  # a BLANK, zeros or a corrupt record there
+
+
+class LookupResult(NamedTuple):
+    status: LookupStatus
+    record: DecodedRecord | None = None
+    reason: str = ""
+
+
+class ScanStop(enum.Enum):
+    """Why a scan stopped; `end_offset` is then where valid data ends."""
+
+    END_OF_DATA = "END_OF_DATA"  # zeros, or the readable end of the last segment
+    BLANK_IN_LAST_SEGMENT = "BLANK_IN_LAST_SEGMENT"  # RocketMQ: ends at the BLANK itself
+    CORRUPT = "CORRUPT"  # invalid bytes (reason says what)
+    OFFSET_NOT_FOUND = "OFFSET_NOT_FOUND"  # from_offset is in no segment
+    LIMIT = "LIMIT"  # reached to_offset
+
+
+class ScannedRecord(NamedTuple):
+    offset: int  # where the record starts in the log
+    header: RecordHeader
+
+
+class _Tail(NamedTuple):
+    tail: bytes  # topic length, topic, properties length, properties
+    fixed_bytes: int  # record length minus body length
+    born_addr: bytes
+    born_port: int
+    store_addr: bytes
+    store_port: int
+
+
+class _Prepared(NamedTuple):
+    data: bytes
+    store_ts_pos: int
+    qkey: QueueKey
+    takes_offset: bool
+    store_addr: bytes
+    store_port: int
+
+
+def _takes_offset(sys_flag: int) -> bool:
+    tx = sys_flag & _TX_MASK
+    return tx == 0 or tx == _TX_COMMIT
+
+
+def _store_host_of(data: bytes, ts_pos: int) -> tuple[bytes, int]:
+    sys_flag = _I32.unpack_from(data, record.POS_SYSFLAG)[0]
+    sh = 20 if sys_flag & record.SysFlag.STOREHOST_V6 else 8
+    p = ts_pos + 8
+    return bytes(data[p : p + sh - 4]), _I32.unpack_from(data, p + sh - 4)[0]
+
+
+class RecordScan:
+    """A validating walk over the log; iterate it, then read `end_offset` / `stop`.
+
+    Yields a `ScannedRecord` per valid message record (BLANKs are hopped, not yielded).
+    After iteration: `end_offset` is where valid data ends, `stop` why it stopped,
+    `reason` the corrupt record's fault, `records` how many were yielded. Holds one
+    segment reference while suspended; abandon it with `close()` or by exhausting it.
+    """
+
+    def __init__(
+        self,
+        log: CommitLog,
+        from_offset: int,
+        *,
+        check_crc: bool,
+        read_body: bool,
+        to_offset: int,
+    ) -> None:
+        self._log = log
+        self.from_offset = from_offset
+        self.check_crc = check_crc
+        self.read_body = read_body
+        self.to_offset = to_offset
+        self.end_offset = from_offset
+        self.stop = ScanStop.END_OF_DATA
+        self.reason = ""
+        self.records = 0
+        self._gen: Iterator[tuple[int, RecordHeader, memoryview, int]] | None = None
+
+    def __iter__(self) -> Iterator[ScannedRecord]:
+        for offset, header, _view, _pos in self._walk():
+            yield ScannedRecord(offset, header)
+
+    def _walk(self) -> Iterator[tuple[int, RecordHeader, memoryview, int]]:
+        queue = self._log.queue
+        offset = self.from_offset
+        seg = queue.find(offset)
+        if seg is None:
+            self.end_offset = offset
+            at_end = offset == queue.max_offset() or (len(queue) == 0 and offset == 0)
+            self.stop = ScanStop.END_OF_DATA if at_end else ScanStop.OFFSET_NOT_FOUND
+            return
+        pos = offset - seg.start_offset
+        while True:
+            read = seg.read_position
+            with seg.select(0, read) as sl:
+                if sl.status is not ReadStatus.OK:
+                    self._end(seg.start_offset + pos, ScanStop.CORRUPT, f"segment {sl.status}")
+                    return
+                view = sl.view
+                next_seg: Segment | None = None
+                while next_seg is None:
+                    here = seg.start_offset + pos
+                    if here >= self.to_offset:
+                        self._end(here, ScanStop.LIMIT)
+                        return
+                    if pos >= read:
+                        nxt = queue.find(seg.start_offset + seg.size_bytes)
+                        if pos < seg.size_bytes or nxt is None:
+                            self._end(here, ScanStop.END_OF_DATA)
+                            return
+                        next_seg = nxt
+                        break
+                    h = check_record(
+                        view, pos, check_crc=self.check_crc, read_body=self.read_body, limit=read
+                    )
+                    if h.status is CheckStatus.OK:
+                        self.records += 1
+                        yield here, h, view, pos
+                        pos += h.size
+                    elif h.status is CheckStatus.BLANK:
+                        nxt = queue.find(seg.start_offset + seg.size_bytes)
+                        if nxt is None:
+                            self._end(here, ScanStop.BLANK_IN_LAST_SEGMENT)
+                            return
+                        next_seg = nxt
+                    else:
+                        head = bytes(view[pos : pos + 8])
+                        if head == bytes(len(head)):
+                            self._end(here, ScanStop.END_OF_DATA)
+                        else:
+                            self._end(here, ScanStop.CORRUPT, h.reason)
+                        return
+            seg, pos = next_seg, 0
+
+    def _end(self, offset: int, stop: ScanStop, reason: str = "") -> None:
+        self.end_offset = offset
+        self.stop = stop
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class TailRecovery:
+    """What `recover_tail` found and did."""
+
+    end_offset: int
+    stop: ScanStop
+    reason: str
+    records: int
+    segments_deleted: int
+    bytes_zeroed: int
+
+
+class CommitLog:
+    """Append, read and scan RocketMQ records over a SegmentQueue. See the module doc."""
+
+    def __init__(
+        self,
+        queue: SegmentQueue,
+        *,
+        clock_ms: ClockMs = now_ms,
+        max_message_size: int = record.DEFAULT_MAX_MESSAGE_SIZE,
+        queue_offsets: Mapping[QueueKey, int] | None = None,
+    ) -> None:
+        """Wrap a loaded queue. `queue_offsets` is the next offset per (topic, queue)
+        (recovery rebuilds it from the consume queues, or `rebuild_queue_offsets()`)."""
+        self.queue = queue
+        self._clock_ms = clock_ms
+        self.max_message_size = max_message_size
+        self._offsets: dict[QueueKey, int] = dict(queue_offsets or {})
+        self._tails: dict[tuple[object, ...], _Tail] = {}
+        self._last: Segment | None = queue.last()
+
+    @classmethod
+    def open(
+        cls,
+        directory: str | os.PathLike[str],
+        segment_size_bytes: int,
+        *,
+        read_only: bool = False,
+        allocator: Allocator | None = None,
+        mmap_sync: SyncMethod = DEFAULT_MMAP_SYNC,
+        clock_ms: ClockMs = now_ms,
+        max_message_size: int = record.DEFAULT_MAX_MESSAGE_SIZE,
+    ) -> CommitLog:
+        """Load the segments of `directory` (the store's `commitlog/`) and wrap them.
+
+        Positions start full, as RocketMQ's load; run `recover_tail()` (or the store's
+        recovery) before appending. Raises SegmentSizeError, StoreIOError.
+        """
+        queue = SegmentQueue(
+            directory,
+            segment_size_bytes,
+            read_only=read_only,
+            allocator=allocator,
+            mmap_sync=mmap_sync,
+            clock_ms=clock_ms,
+        )
+        queue.load()
+        return cls(queue, clock_ms=clock_ms, max_message_size=max_message_size)
+
+    # --- queue offsets ----------------------------------------------------------------
+
+    @property
+    def queue_offsets(self) -> dict[QueueKey, int]:
+        """A copy of the next queue offset per (topic, queue id)."""
+        return dict(self._offsets)
+
+    def set_queue_offset(self, topic: str, queue_id: int, next_offset: int) -> None:
+        self._offsets[(topic, queue_id)] = next_offset
+
+    def rebuild_queue_offsets(self) -> None:
+        """Rebuild the table from the records themselves: O(log size). For tools and
+        tests; the store rebuilds it from the consume queues (spec §3.3)."""
+        table: dict[QueueKey, int] = {}
+        for rec in self.scan(self.queue.min_offset() if len(self.queue) else 0, check_crc=False):
+            h = rec.header
+            if _takes_offset(h.sys_flag):
+                key = (h.topic, h.queue_id)
+                table[key] = max(table.get(key, 0), h.queue_offset + 1)
+        self._offsets = table
+
+    # --- appending --------------------------------------------------------------------
+
+    def append(self, msg: Message) -> AppendResult:
+        """Encode and append one message; return where it went or why it did not.
+
+        Appender only. Cost on the fast path (see module doc): one CRC of the body, one
+        pack, two copies. Raises StoreIOError (allocation of a new segment).
+        """
+        props = msg.properties
+        body = msg.body
+        try:
+            ent = self._tails.get(
+                (msg.topic, tuple(props.items()) if props else (), msg.born_host, msg.store_host)
+            )
+            if (
+                ent is None
+                or type(body) is not bytes
+                or len(body) > self.max_message_size
+                or msg.queue_id < 0
+            ):
+                return self._append_slow(msg)
+        except TypeError:  # unhashable or odd-typed fields: the encoder says what is wrong
+            return self._append_slow(msg)
+        blen = len(body)
+        total = ent.fixed_bytes + blen
+        seg = self._last
+        if (
+            seg is None
+            or seg.wrote_position + total + END_FILE_MIN_BLANK_LENGTH > seg.size_bytes
+            or not seg.available
+        ):
+            got = self._segment_for(total)
+            if type(got) is AppendResult:
+                return got
+            seg = got  # type: ignore[assignment]
+            assert seg is not None
+        pos = seg.wrote_position
+        target = seg.target
+        sys_flag = msg.sys_flag
+        now = self._clock_ms()
+        phys = seg.start_offset + pos
+        tx = sys_flag & _TX_MASK
+        takes = tx == 0 or tx == _TX_COMMIT
+        qkey = (msg.topic, msg.queue_id)
+        qo = self._offsets.get(qkey, 0) if takes else 0
+        try:
+            _HEAD_V4V4.pack_into(
+                target, pos, total, MESSAGE_MAGIC_CODE,
+                zlib.crc32(body) & 0x7FFFFFFF if blen else 0,
+                msg.queue_id, msg.flag, qo, phys, sys_flag & ~_V6_BITS, msg.born_timestamp,
+                ent.born_addr, ent.born_port, now, ent.store_addr, ent.store_port,
+                msg.reconsume_times, msg.prepared_transaction_offset, blen,
+            )  # fmt: skip
+        except (struct.error, TypeError):
+            return self._append_slow(msg)
+        p = pos + _HEAD_LEN
+        target[p : p + blen] = body
+        target[p + blen : pos + total] = ent.tail
+        seg.wrote_position = pos + total
+        seg.store_timestamp = now
+        if takes:
+            self._offsets[qkey] = qo + 1
+        return AppendResult(
+            AppendStatus.PUT_OK, phys, total, qo, now, "", ent.store_addr, ent.store_port
+        )
+
+    def _append_slow(self, msg: Message) -> AppendResult:
+        prep = self._prepare(msg)
+        if type(prep) is AppendResult:
+            return prep
+        assert isinstance(prep, _Prepared)
+        return self._append_prepared([prep])[0]
+
+    def append_encoded(self, rec: EncodedRecord, topic: str, queue_id: int) -> AppendResult:
+        """Append a record encoded elsewhere (`engine.record.encode`, status OK).
+
+        The transaction type is read from the record's SYSFLAG. Appender only.
+        """
+        if rec.status is not EncodeStatus.OK:
+            return AppendResult(_ENCODE_TO_APPEND[rec.status], reason=rec.reason)
+        sys_flag = _I32.unpack_from(rec.data, record.POS_SYSFLAG)[0]
+        addr, port = _store_host_of(rec.data, rec.store_ts_pos)
+        prep = _Prepared(
+            rec.data, rec.store_ts_pos, (topic, queue_id), _takes_offset(sys_flag), addr, port
+        )
+        return self._append_prepared([prep])[0]
+
+    def append_batch(self, msgs: Sequence[Message]) -> list[AppendResult]:
+        """Append messages as one all-or-nothing batch in one segment (see module doc).
+
+        On a bad message every result carries its status and a reason naming it.
+        Appender only. Raises StoreIOError.
+        """
+        preps: list[_Prepared] = []
+        for i, msg in enumerate(msgs):
+            prep = self._prepare(msg)
+            if type(prep) is AppendResult:
+                reason = f"message {i} of the batch: {prep.reason}"
+                return [AppendResult(prep.status, reason=reason) for _ in msgs]
+            assert isinstance(prep, _Prepared)
+            preps.append(prep)
+        if not preps:
+            return []
+        return self._append_prepared(preps)
+
+    def _prepare(self, msg: Message) -> _Prepared | AppendResult:
+        """Encode one message (through the tail cache when it can)."""
+        props = msg.properties
+        body = msg.body
+        key: tuple[object, ...] | None
+        try:
+            key = (msg.topic, tuple(props.items()) if props else (), msg.born_host, msg.store_host)
+            ent = self._tails.get(key)
+        except TypeError:
+            key, ent = None, None
+        if (
+            ent is not None
+            and type(body) is bytes
+            and len(body) <= self.max_message_size
+            and isinstance(msg.queue_id, int)
+            and msg.queue_id >= 0
+        ):
+            blen = len(body)
+            try:
+                head = _HEAD_V4V4.pack(
+                    ent.fixed_bytes + blen, MESSAGE_MAGIC_CODE,
+                    zlib.crc32(body) & 0x7FFFFFFF if blen else 0,
+                    msg.queue_id, msg.flag, 0, 0, msg.sys_flag & ~_V6_BITS, msg.born_timestamp,
+                    ent.born_addr, ent.born_port, 0, ent.store_addr, ent.store_port,
+                    msg.reconsume_times, msg.prepared_transaction_offset, blen,
+                )  # fmt: skip
+            except (struct.error, TypeError):
+                pass
+            else:
+                return _Prepared(
+                    b"".join((head, body, ent.tail)),
+                    56,
+                    (msg.topic, msg.queue_id),
+                    _takes_offset(msg.sys_flag),
+                    ent.store_addr,
+                    ent.store_port,
+                )
+        rec = encode(msg, max_message_size=self.max_message_size)
+        if rec.status is not EncodeStatus.OK:
+            return AppendResult(_ENCODE_TO_APPEND[rec.status], reason=rec.reason)
+        data = rec.data
+        addr, port = _store_host_of(data, rec.store_ts_pos)
+        if key is not None and rec.store_ts_pos == 56 and type(body) is bytes:
+            sys_flag = _I32.unpack_from(data, record.POS_SYSFLAG)[0]
+            if not sys_flag & _V6_BITS:
+                if len(self._tails) >= _TAIL_CACHE_MAX:
+                    self._tails.clear()
+                self._tails[key] = _Tail(
+                    data[_HEAD_LEN + len(body) :],
+                    len(data) - len(body),
+                    data[48:52],
+                    _I32.unpack_from(data, 52)[0],
+                    addr,
+                    port,
+                )
+        return _Prepared(
+            data, rec.store_ts_pos, (msg.topic, msg.queue_id), _takes_offset(msg.sys_flag),
+            addr, port,
+        )  # fmt: skip
+
+    def _append_prepared(self, preps: list[_Prepared]) -> list[AppendResult]:
+        total = 0
+        for p in preps:
+            total += len(p.data)
+        got = self._segment_for(total)
+        if type(got) is AppendResult:
+            return [got for _ in preps]
+        seg = got
+        assert isinstance(seg, Segment)
+        target = seg.target
+        pos = seg.wrote_position
+        now = self._clock_ms()
+        offsets = self._offsets
+        out: list[AppendResult] = []
+        for p in preps:
+            qo = offsets.get(p.qkey, 0) if p.takes_offset else 0
+            phys = seg.start_offset + pos
+            data = p.data
+            n = len(data)
+            target[pos : pos + n] = data
+            _QO_PO.pack_into(target, pos + record.POS_QUEUEOFFSET, qo, phys)
+            _I64.pack_into(target, pos + p.store_ts_pos, now)
+            if p.takes_offset:
+                offsets[p.qkey] = qo + 1
+            out.append(
+                AppendResult(AppendStatus.PUT_OK, phys, n, qo, now, "", p.store_addr, p.store_port)
+            )
+            pos += n
+        seg.wrote_position = pos
+        seg.store_timestamp = now
+        return out
+
+    def _segment_for(self, total: int) -> Segment | AppendResult:
+        """The segment the next `total` bytes go into, rolling with a BLANK if needed."""
+        size = self.queue.segment_size_bytes
+        if total + END_FILE_MIN_BLANK_LENGTH > size:
+            return AppendResult(
+                AppendStatus.MESSAGE_SIZE_EXCEEDED,
+                reason=f"{total} bytes (+8 for the BLANK) do not fit a {size}-byte segment",
+            )
+        try:
+            seg = self.queue.get_last(self.queue.max_wrote_offset())
+            assert seg is not None
+            if seg.wrote_position + total + END_FILE_MIN_BLANK_LENGTH > seg.size_bytes:
+                seg = self.queue.roll()  # END_OF_FILE: BLANK, then the next segment
+        except SegmentAllocationError as e:
+            self._last = self.queue.last()
+            return AppendResult(AppendStatus.CREATE_MAPPED_FILE_FAILED, reason=str(e))
+        self._last = seg
+        return seg
+
+    # --- reading ----------------------------------------------------------------------
+
+    def min_offset(self) -> int:
+        return self.queue.min_offset()
+
+    def max_offset(self) -> int:
+        """One past the last readable byte (committed, with a write buffer)."""
+        return self.queue.max_offset()
+
+    def read(self, physical_offset: int) -> LookupResult:
+        """Decode the record at `physical_offset`. Any reader. O(record)."""
+        queue = self.queue
+        if len(queue) == 0 or physical_offset >= queue.max_offset():
+            return LookupResult(LookupStatus.OFFSET_OVERFLOW, reason="at or past the end")
+        seg = queue.find(physical_offset)
+        if seg is None or physical_offset < queue.min_offset():
+            return LookupResult(LookupStatus.OFFSET_TOO_SMALL, reason="before the first segment")
+        with seg.select(physical_offset - seg.start_offset) as sl:
+            if sl.status is not ReadStatus.OK:
+                return LookupResult(LookupStatus.OFFSET_OVERFLOW, reason=sl.status.value)
+            try:
+                return LookupResult(LookupStatus.FOUND, decode(sl.view, 0))
+            except RecordError as e:
+                return LookupResult(LookupStatus.NOT_A_RECORD, reason=e.reason)
+
+    def read_bytes(self, physical_offset: int, size: int) -> bytes:
+        """Up to `size` readable bytes from one segment (b"" if none)."""
+        seg = self.queue.find(physical_offset)
+        if seg is None:
+            return b""
+        return seg.read_bytes(physical_offset - seg.start_offset, size)
+
+    def scan(
+        self,
+        from_offset: int | None = None,
+        *,
+        check_crc: bool = True,
+        read_body: bool = True,
+        to_offset: int | None = None,
+    ) -> RecordScan:
+        """A validating walk from `from_offset` (default: the first segment's start).
+
+        Recovery calls it with check_crc=True (RocketMQ's checkCRCOnRecover);
+        dispatch with check_crc=False, read_body=False. Stops at `to_offset` if given.
+        """
+        start = from_offset if from_offset is not None else max(self.queue.min_offset(), 0)
+        return RecordScan(
+            self,
+            start,
+            check_crc=check_crc,
+            read_body=read_body,
+            to_offset=to_offset if to_offset is not None else 1 << 62,
+        )
+
+    def iter_records(
+        self, from_offset: int | None = None, *, to_offset: int | None = None
+    ) -> Iterator[DecodedRecord]:
+        """Decode every message record from `from_offset`, hopping BLANKs; stops where a
+        scan without CRC check stops (CRC faults show as `crc_ok=False`)."""
+        sc = self.scan(from_offset, check_crc=False, to_offset=to_offset)
+        for _offset, _h, view, pos in sc._walk():
+            yield decode(view, pos)
+
+    # --- recovery helper ----------------------------------------------------------------
+
+    def recover_tail(self, from_offset: int | None = None) -> TailRecovery:
+        """Scan (CRC on) from `from_offset` and cut the log where valid data ends.
+
+        The simple recovery of a single process: the store's recovery (checkpoint,
+        consume queues) builds on `scan()` and `SegmentQueue.truncate_dirty()` itself.
+        Also rebuilds the queue-offset table from the log. O(bytes scanned).
+        """
+        sc = self.scan(from_offset)
+        for _ in sc:
+            pass
+        cut = self.queue.truncate_dirty(sc.end_offset)
+        self.queue.committed_where = sc.end_offset
+        self.queue.flushed_where = sc.end_offset
+        self._last = self.queue.last()
+        self.rebuild_queue_offsets()
+        return TailRecovery(
+            sc.end_offset, sc.stop, sc.reason, sc.records, cut.segments_deleted, cut.bytes_zeroed
+        )
+
+    # --- commit / flush pass-through ---------------------------------------------------
+
+    def commit(self, least_pages: int) -> int:
+        """SegmentQueue.commit: bytes advanced, 0 = no progress."""
+        return self.queue.commit(least_pages)
+
+    def flush(self, least_pages: int) -> int:
+        """SegmentQueue.flush: bytes advanced, 0 = no progress. Raises StoreIOError."""
+        return self.queue.flush(least_pages)
+
+    def close(self) -> None:
+        """Unmap and close every segment, keeping the files."""
+        self.queue.close()
+        self._last = None
+
+    # --- self-check -------------------------------------------------------------------
+
+    def check(self, *, deep: bool = False) -> list[Finding]:
+        """The queue's check, then every record (CRC on): stored physical offsets, queue
+        offsets rising by one per (topic, queue), the table ahead of them, and where
+        valid data ends against the readable end. O(log size)."""
+        out = self.queue.check(deep=deep)
+        queue = self.queue
+        if len(queue) == 0:
+            return out
+        sc = self.scan(max(queue.min_offset(), 0))
+        seen: dict[QueueKey, int] = {}
+        for rec in sc:
+            h = rec.header
+            first = queue.find(rec.offset)
+            path = first.path if first is not None else None
+            if h.physical_offset != rec.offset:
+                out.append(
+                    Finding(
+                        Severity.ERROR,
+                        f"record says physical offset {h.physical_offset}",
+                        path,
+                        rec.offset,
+                    )
+                )
+            if _takes_offset(h.sys_flag):
+                key = (h.topic, h.queue_id)
+                prev = seen.get(key)
+                if prev is not None and h.queue_offset != prev + 1:
+                    out.append(
+                        Finding(
+                            Severity.ERROR,
+                            f"{key}: queue offset {h.queue_offset} follows {prev}",
+                            path,
+                            rec.offset,
+                        )
+                    )
+                seen[key] = h.queue_offset
+        if sc.stop is ScanStop.CORRUPT:
+            seg = queue.find(sc.end_offset)
+            out.append(
+                Finding(
+                    Severity.ERROR,
+                    f"corrupt record: {sc.reason}",
+                    seg.path if seg else None,
+                    sc.end_offset,
+                )
+            )
+        elif sc.stop is ScanStop.OFFSET_NOT_FOUND:
+            out.append(Finding(Severity.ERROR, "the log's first offset is in no segment"))
+        elif sc.end_offset < queue.max_offset() and sc.stop is not ScanStop.BLANK_IN_LAST_SEGMENT:
+            seg = queue.find(sc.end_offset)
+            rest = b""
+            if seg is not None:
+                rest = seg.read_bytes(sc.end_offset - seg.start_offset, seg.size_bytes)
+            if rest.count(0) == len(rest):
+                out.append(
+                    Finding(
+                        Severity.INFO,
+                        f"valid data ends at {sc.end_offset}; the remaining {len(rest)} "
+                        "readable bytes of the segment are zeros",
+                        seg.path if seg else None,
+                        sc.end_offset,
+                    )
+                )
+            else:
+                out.append(
+                    Finding(
+                        Severity.ERROR,
+                        f"dirty tail: {queue.max_offset() - sc.end_offset} readable bytes "
+                        "after the last valid record",
+                        seg.path if seg else None,
+                        sc.end_offset,
+                    )
+                )
+        for key, last_qo in seen.items():
+            nxt = self._offsets.get(key)
+            if nxt is not None and nxt <= last_qo:
+                out.append(
+                    Finding(
+                        Severity.ERROR,
+                        f"{key}: next queue offset {nxt} is not past {last_qo} in the log",
+                    )
+                )
+        return out
