@@ -49,6 +49,7 @@ from __future__ import annotations
 import enum
 import os
 import struct
+import time
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -86,8 +87,14 @@ _TX_COMMIT: Final = 0x8
 _TX_PREPARED: Final = 0x4
 _I32: Final = struct.Struct(">i")
 _I64: Final = struct.Struct(">q")
+_I16: Final = struct.Struct(">h")
 _QO_PO: Final = struct.Struct(">qq")
 _TAIL_CACHE_MAX: Final = 4096
+_FIXED_V4V4_BYTES: Final = record.record_length(0, 0, 0)  # 91
+_pack_head: Final = _HEAD_V4V4.pack_into
+_crc32: Final = zlib.crc32
+_time_ns: Final = time.time_ns
+_tuple_new: Final = tuple.__new__
 
 QueueKey = tuple[str, int]
 
@@ -129,6 +136,8 @@ class AppendResult(NamedTuple):
             return ""
         return make_msg_id(self.store_addr, self.store_port, self.wrote_offset)
 
+
+_PUT_OK: Final = AppendStatus.PUT_OK
 
 _ENCODE_TO_APPEND: Final = {
     EncodeStatus.MESSAGE_ILLEGAL: AppendStatus.MESSAGE_ILLEGAL,
@@ -180,6 +189,26 @@ class _Prepared(NamedTuple):
     takes_offset: bool
     store_addr: bytes
     store_port: int
+
+
+def _make_tail(topic: object, props: Mapping[str, str]) -> tuple[bytes, int] | None:
+    """(topic-and-properties tail, record length without the body) for IPv4 hosts, as
+    `engine.record.encode` lays them out; None unless encode would accept them."""
+    try:
+        if not isinstance(topic, str):
+            return None
+        topic_b = topic.encode("utf-8")
+        if not 0 < len(topic_b) <= record.MAX_TOPIC_BYTES_V1:
+            return None
+        if record.properties_problem(props) is not None:
+            return None
+        props_b = record.encode_properties(props)
+    except (TypeError, AttributeError, UnicodeError):
+        return None
+    if len(props_b) > record.MAX_PROPERTIES_BYTES:
+        return None
+    tail = b"".join((bytes((len(topic_b),)), topic_b, _I16.pack(len(props_b)), props_b))
+    return tail, _FIXED_V4V4_BYTES + len(topic_b) + len(props_b)
 
 
 def _takes_offset(sys_flag: int) -> bool:
@@ -314,8 +343,11 @@ class CommitLog:
         self._clock_ms = clock_ms
         self.max_message_size = max_message_size
         self._offsets: dict[QueueKey, int] = dict(queue_offsets or {})
+        # (topic, properties, born host, store host) -> parts; (born, store) -> host parts
         self._tails: dict[tuple[object, ...], _Tail] = {}
+        self._hosts: dict[tuple[object, object], tuple[bytes, int, bytes, int]] = {}
         self._last: Segment | None = queue.last()
+        self._wall_clock = clock_ms is now_ms  # the hot path inlines the default clock
 
     @classmethod
     def open(
@@ -377,9 +409,10 @@ class CommitLog:
         props = msg.properties
         body = msg.body
         try:
-            ent = self._tails.get(
-                (msg.topic, tuple(props.items()) if props else (), msg.born_host, msg.store_host)
-            )
+            key = (msg.topic, tuple(props.items()) if props else (), msg.born_host, msg.store_host)
+            ent = self._tails.get(key)
+            if ent is None:
+                ent = self._tail_for(msg, key)
             if (
                 ent is None
                 or type(body) is not bytes
@@ -389,14 +422,13 @@ class CommitLog:
                 return self._append_slow(msg)
         except TypeError:  # unhashable or odd-typed fields: the encoder says what is wrong
             return self._append_slow(msg)
+        tail, fixed_bytes, born_addr, born_port, store_addr, store_port = ent
         blen = len(body)
-        total = ent.fixed_bytes + blen
+        total = fixed_bytes + blen
         seg = self._last
-        if (
-            seg is None
-            or seg.wrote_position + total + END_FILE_MIN_BLANK_LENGTH > seg.size_bytes
-            or not seg.available
-        ):
+        # A cached segment that was destroyed meanwhile has an empty, read-only target:
+        # the pack below fails and the slow path finds the real last segment.
+        if seg is None or seg.wrote_position + total + END_FILE_MIN_BLANK_LENGTH > seg.size_bytes:
             got = self._segment_for(total)
             if type(got) is AppendResult:
                 return got
@@ -405,32 +437,32 @@ class CommitLog:
         pos = seg.wrote_position
         target = seg.target
         sys_flag = msg.sys_flag
-        now = self._clock_ms()
+        now = _time_ns() // 1_000_000 if self._wall_clock else self._clock_ms()
         phys = seg.start_offset + pos
         tx = sys_flag & _TX_MASK
         takes = tx == 0 or tx == _TX_COMMIT
-        qkey = (msg.topic, msg.queue_id)
+        queue_id = msg.queue_id
+        qkey = (msg.topic, queue_id)
         qo = self._offsets.get(qkey, 0) if takes else 0
         try:
-            _HEAD_V4V4.pack_into(
+            _pack_head(
                 target, pos, total, MESSAGE_MAGIC_CODE,
-                zlib.crc32(body) & 0x7FFFFFFF if blen else 0,
-                msg.queue_id, msg.flag, qo, phys, sys_flag & ~_V6_BITS, msg.born_timestamp,
-                ent.born_addr, ent.born_port, now, ent.store_addr, ent.store_port,
+                _crc32(body) & 0x7FFFFFFF if blen else 0,
+                queue_id, msg.flag, qo, phys, sys_flag & ~_V6_BITS, msg.born_timestamp,
+                born_addr, born_port, now, store_addr, store_port,
                 msg.reconsume_times, msg.prepared_transaction_offset, blen,
             )  # fmt: skip
         except (struct.error, TypeError):
             return self._append_slow(msg)
         p = pos + _HEAD_LEN
         target[p : p + blen] = body
-        target[p + blen : pos + total] = ent.tail
+        target[p + blen : pos + total] = tail
         seg.wrote_position = pos + total
         seg.store_timestamp = now
         if takes:
             self._offsets[qkey] = qo + 1
-        return AppendResult(
-            AppendStatus.PUT_OK, phys, total, qo, now, "", ent.store_addr, ent.store_port
-        )
+        # tuple.__new__ directly: NamedTuple's generated __new__ costs ~1 us here.
+        return _tuple_new(AppendResult, (_PUT_OK, phys, total, qo, now, "", store_addr, store_port))
 
     def _append_slow(self, msg: Message) -> AppendResult:
         prep = self._prepare(msg)
@@ -479,6 +511,8 @@ class CommitLog:
         try:
             key = (msg.topic, tuple(props.items()) if props else (), msg.born_host, msg.store_host)
             ent = self._tails.get(key)
+            if ent is None:
+                ent = self._tail_for(msg, key)
         except TypeError:
             key, ent = None, None
         if (
@@ -513,23 +547,31 @@ class CommitLog:
             return AppendResult(_ENCODE_TO_APPEND[rec.status], reason=rec.reason)
         data = rec.data
         addr, port = _store_host_of(data, rec.store_ts_pos)
-        if key is not None and rec.store_ts_pos == 56 and type(body) is bytes:
-            sys_flag = _I32.unpack_from(data, record.POS_SYSFLAG)[0]
-            if not sys_flag & _V6_BITS:
-                if len(self._tails) >= _TAIL_CACHE_MAX:
-                    self._tails.clear()
-                self._tails[key] = _Tail(
-                    data[_HEAD_LEN + len(body) :],
-                    len(data) - len(body),
-                    data[48:52],
-                    _I32.unpack_from(data, 52)[0],
-                    addr,
-                    port,
-                )
+        if rec.store_ts_pos == 56 and not _I32.unpack_from(data, record.POS_SYSFLAG)[0] & _V6_BITS:
+            try:
+                hosts = (data[48:52], _I32.unpack_from(data, 52)[0], addr, port)
+                self._hosts[(msg.born_host, msg.store_host)] = hosts
+            except TypeError:
+                pass
         return _Prepared(
             data, rec.store_ts_pos, (msg.topic, msg.queue_id), _takes_offset(msg.sys_flag),
             addr, port,
         )  # fmt: skip
+
+    def _tail_for(self, msg: Message, key: tuple[object, ...]) -> _Tail | None:
+        """Build (and cache) the fast-path parts of a message whose hosts were seen in a
+        valid IPv4 record; None when anything needs the reference encoder's judgement."""
+        hosts = self._hosts.get((msg.born_host, msg.store_host))
+        if hosts is None:
+            return None
+        made = _make_tail(msg.topic, msg.properties)
+        if made is None:
+            return None
+        if len(self._tails) >= _TAIL_CACHE_MAX:
+            self._tails.clear()
+        ent: _Tail = _tuple_new(_Tail, (*made, *hosts))
+        self._tails[key] = ent
+        return ent
 
     def _append_prepared(self, preps: list[_Prepared]) -> list[AppendResult]:
         total = 0
