@@ -1,0 +1,252 @@
+"""Read one split of a commit-log segment into Arrow record batches.
+
+A split is a byte range `[begin, end)` of one segment file. It owns the records that
+START inside it; the last of them may run past `end`, so the split reads up to one
+maximal record beyond it.
+
+Finding the first record. The segment's first byte always starts a record. Elsewhere a
+split looks for a *sync point*: a message magic code at +4 whose own PHYSICALOFFSET (at
++28) equals its position and which passes the engine's structural check; or a BLANK
+magic at +4 whose TOTALSIZE is exactly the rest of the file (the end of the segment).
+Then it walks the chain (`pos += TOTALSIZE`), checking every record.
+
+Bytes after a BLANK are stale (RocketMQ leaves old pool data there) and may hold whole
+old records whose offsets look right. A BLANK is shorter than one maximal record plus 8
+bytes (`blank_bound`), so it lies in the last `blank_bound` bytes of the file. A split
+that begins there therefore does not trust a sync point it finds: it walks from the
+first sync point at or after `file_size - blank_bound`, which is still before any BLANK.
+
+Damage. A record that fails its checks ends the chain; the walk resumes at the next sync
+point (so a split that begins inside a damaged range finds the same next record as a
+whole-file read). Under `include_corrupt`, the split that owns the first bad byte also
+yields one row for the unreadable range, up to the next sync point, or to the end of the
+readable bytes unless they are all zeros (the unwritten end of the last segment is not
+damage). A record cut by a live store's flushed offset is not damage: it is not there yet.
+
+Who may call: `pipeline.source` on executors, tests and the benchmark. Cost: one ranged
+read of the split plus one maximal record, a Python loop of two integer reads per record
+(the walk), then bulk decoding (`pipeline.columnar`).
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from engine import record as rec
+from pipeline import columnar, storefs
+from pipeline.columnar import NO_FILTER, RecordFilter
+
+DEFAULT_MAX_RECORD_BYTES = rec.DEFAULT_MAX_MESSAGE_SIZE + rec.RECORD_SIZE_SLACK
+DEFAULT_BATCH_ROWS = 16384
+_TAIL_CHUNK_BYTES = 8 * 1024 * 1024
+
+_II = struct.Struct(">iI")
+_I64 = struct.Struct(">q")
+_SYNC = re.compile(rb"\xda\xa3\x20[\xa7\xab]|\xcb\xd4\x31\x94", re.DOTALL)
+_BLANK_FIRST_BYTE = 0xCB
+
+
+@dataclass(frozen=True, slots=True)
+class SplitSpec:
+    """The bytes `[begin, end)` (file positions) of one segment that a task owns."""
+
+    path: str
+    segment_start: int
+    file_size_bytes: int
+    readable_bytes: int
+    begin: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScanOptions:
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    batch_rows: int = DEFAULT_BATCH_ROWS
+    include_corrupt: bool = False
+
+    @property
+    def blank_bound(self) -> int:
+        """A BLANK (and the stale bytes after it) fits in this many bytes at a file's end."""
+        return self.max_record_bytes + rec.END_FILE_MIN_BLANK_LENGTH
+
+
+class Stop(enum.Enum):
+    OWNED_END = "owned end"  # the next record starts at or after the split's end
+    BLANK = "blank"  # the segment's end-of-file record
+    CUT = "cut"  # a record runs past the readable bytes
+    BROKEN = "broken"  # the bytes here are not a sound record
+
+
+@dataclass(frozen=True, slots=True)
+class SyncPoint:
+    pos: int  # buffer position
+    blank: bool
+
+
+class Window:
+    """A buffer of file bytes `[file_pos, file_pos + len(buf))` of one segment."""
+
+    def __init__(self, spec: SplitSpec, file_pos: int, buf: bytes) -> None:
+        self.spec = spec
+        self.file_pos = file_pos
+        self.buf = buf
+        self.base = spec.segment_start + file_pos  # commit-log offset of buf[0]
+        self.rest_of_file = spec.file_size_bytes - file_pos  # a BLANK here has this size
+
+    def find_sync(self, frm: int, stop: int) -> SyncPoint | None:
+        """The first sync point at buffer position p, frm <= p < stop."""
+        buf = self.buf
+        end = min(stop + 8, len(buf))
+        for m in _SYNC.finditer(buf, max(frm, 0) + 4, end):
+            q = m.start() - 4
+            if buf[m.start()] == _BLANK_FIRST_BYTE:
+                if _II.unpack_from(buf, q)[0] == self.rest_of_file - q:
+                    return SyncPoint(q, True)
+                continue
+            if q + 36 > len(buf) or _I64.unpack_from(buf, q + 28)[0] != self.base + q:
+                continue
+            h = rec.check_record(buf, q, check_crc=False, read_body=False)
+            if h.status is rec.CheckStatus.OK:
+                return SyncPoint(q, False)
+        return None
+
+
+def walk(buf: bytes, pos: int, stop: int, max_record: int) -> tuple[list[int], int, Stop]:
+    """Follow TOTALSIZE from `pos` while records start before `stop`.
+
+    Checks only the magic code and that TOTALSIZE is in range and fits the buffer; the
+    rest is checked in bulk (`columnar.check_structure`). Returns the starts, where it
+    stopped and why.
+    """
+    starts: list[int] = []
+    append = starts.append
+    unpack = _II.unpack_from
+    limit = len(buf)
+    v1, v2 = rec.MESSAGE_MAGIC_CODE, rec.MESSAGE_MAGIC_CODE_V2
+    lo = columnar.MIN_RECORD_BYTES
+    while pos < stop:
+        if pos + 8 > limit:
+            return starts, pos, Stop.CUT
+        total, magic = unpack(buf, pos)
+        if magic in (v1, v2):
+            if lo <= total <= max_record:
+                if pos + total > limit:
+                    return starts, pos, Stop.CUT
+                append(pos)
+                pos += total
+                continue
+            return starts, pos, Stop.BROKEN
+        if magic == rec.BLANK_MAGIC_CODE:
+            return starts, pos, Stop.BLANK
+        return starts, pos, Stop.BROKEN
+    return starts, pos, Stop.OWNED_END
+
+
+def _why_broken(w: Window, pos: int) -> tuple[int | None, str]:
+    buf = w.buf
+    magic = _II.unpack_from(buf, pos)[1] if pos + 8 <= len(buf) else None
+    h = rec.check_record(buf, pos, check_crc=False, read_body=False)
+    if h.status is rec.CheckStatus.CORRUPT:
+        return magic, h.reason
+    if h.status is rec.CheckStatus.BLANK:
+        return magic, f"BLANK record of {h.size} bytes does not end the file"
+    if h.physical_offset != w.base + pos:
+        return magic, f"PHYSICALOFFSET field is {h.physical_offset}, not {w.base + pos}"
+    return magic, "TOTALSIZE out of range"
+
+
+def _scan_tail(fs: pafs.FileSystem, spec: SplitSpec, opts: ScanOptions, file_pos: int) -> int:
+    """End of the damaged range starting at `file_pos`: the next sync point's file position,
+    or the readable end, or `file_pos` itself when everything up to there is zeros."""
+    pos = file_pos
+    all_zero = True
+    while pos < spec.readable_bytes:
+        length = min(_TAIL_CHUNK_BYTES + opts.blank_bound, spec.readable_bytes - pos)
+        w = Window(spec, pos, storefs.read_range(fs, spec.path, pos, length))
+        frm = 1 if pos == file_pos else 0
+        found = w.find_sync(frm, min(_TAIL_CHUNK_BYTES, len(w.buf)))
+        chunk_end = found.pos if found else min(_TAIL_CHUNK_BYTES, len(w.buf))
+        if all_zero and w.buf[:chunk_end].count(0) != chunk_end:
+            all_zero = False
+        if found:
+            return pos + found.pos
+        pos += _TAIL_CHUNK_BYTES
+    return file_pos if all_zero else spec.readable_bytes
+
+
+def scan_split(
+    fs: pafs.FileSystem,
+    spec: SplitSpec,
+    flt: RecordFilter = NO_FILTER,
+    opts: ScanOptions = ScanOptions(),
+) -> Iterator[pa.RecordBatch]:
+    """Batches of the records the split owns that pass `flt` (and their checks)."""
+    bound = opts.blank_bound
+    if spec.begin == 0:
+        read_from, trust_start = 0, True
+    elif spec.begin < spec.file_size_bytes - bound:
+        read_from, trust_start = spec.begin, False
+    else:
+        read_from = max(0, spec.file_size_bytes - bound)
+        trust_start = read_from == 0
+    read_to = min(spec.readable_bytes, spec.end + bound)
+    if read_to <= read_from:
+        return
+    w = Window(spec, read_from, storefs.read_range(fs, spec.path, read_from, read_to - read_from))
+    buf = w.buf
+    nb = columnar.as_bytes_array(buf)
+    data = pa.py_buffer(buf)
+    begin, end = spec.begin - read_from, spec.end - read_from
+    live_cut = spec.readable_bytes < spec.file_size_bytes
+    if trust_start:
+        pos = 0
+    else:
+        first = w.find_sync(0, end)
+        if first is None or first.blank:
+            return
+        pos = first.pos
+    while True:
+        found, stopped_at, why = walk(buf, pos, end, opts.max_record_bytes)
+        starts = np.array(found, dtype=np.int64)
+        sound, headers = columnar.check_structure(buf, nb, w.base, starts, len(buf))
+        if sound < len(starts):
+            stopped_at, why = int(starts[sound]), Stop.BROKEN
+            starts, headers = starts[:sound], headers[:sound]
+        if len(starts) and starts[0] < begin:
+            owned = starts >= begin
+            starts, headers = starts[owned], headers[owned]
+        if not flt.is_empty():
+            for i in range(0, len(starts), opts.batch_rows):
+                batch = columnar.decode_run(
+                    buf, nb, data, starts[i : i + opts.batch_rows],
+                    headers[i : i + opts.batch_rows], flt, opts.include_corrupt,
+                )  # fmt: skip
+                if batch.num_rows:
+                    yield batch
+        if why in (Stop.OWNED_END, Stop.BLANK):
+            return
+        at_readable_end = read_from + len(buf) >= spec.readable_bytes
+        if why is Stop.CUT and live_cut and at_readable_end:
+            return  # the rest of this record is not flushed yet
+        nxt = w.find_sync(stopped_at + 1, end)
+        if opts.include_corrupt and stopped_at >= begin and not flt.active:
+            gap_end = _scan_tail(fs, spec, opts, read_from + stopped_at)
+            if gap_end > read_from + stopped_at:
+                magic, reason = _why_broken(w, stopped_at)
+                if why is Stop.CUT:
+                    reason = "record runs past the end of the readable bytes"
+                row = columnar.gap_row(
+                    w.base + stopped_at, gap_end - read_from - stopped_at, magic, reason
+                )
+                yield columnar.rows_to_batch([row])
+        if nxt is None or nxt.blank:
+            return
+        pos = nxt.pos
