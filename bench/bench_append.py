@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.commitlog import CommitLog
-from engine.record import Message, encode
+from engine.record import Message, WritableBuffer, encode
 from engine.segment import Segment
 from engine.segment_queue import SegmentQueue
 
@@ -107,16 +107,16 @@ def _commitlog(
     d = work / "commitlog"
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True)
-    free: list[bytearray] = []
+    free: list[WritableBuffer] = []
     if pool:
         for _ in range(total_bytes // SEGMENT_SIZE_BYTES + 2):
-            buf = bytearray(SEGMENT_SIZE_BYTES)
-            buf[:: mmap.PAGESIZE] = b"\1" * len(range(0, SEGMENT_SIZE_BYTES, mmap.PAGESIZE))
-            free.append(buf)
+            fresh = bytearray(SEGMENT_SIZE_BYTES)
+            fresh[:: mmap.PAGESIZE] = b"\1" * len(range(0, SEGMENT_SIZE_BYTES, mmap.PAGESIZE))
+            free.append(fresh)
     ready: dict[int, Segment] = {}
     for i in range(total_bytes // SEGMENT_SIZE_BYTES + 2):
         start = i * SEGMENT_SIZE_BYTES
-        buf = None
+        buf: WritableBuffer | None = None
         if pool:
             buf = free.pop() if free else bytearray(SEGMENT_SIZE_BYTES)
         seg = Segment.create(
@@ -153,7 +153,11 @@ def _append_run(
 
     secs = _timed(run)
     total = log.queue.max_wrote_offset()
-    commit_secs = _timed(lambda: log.queue.commit_all() and None) if pool else 0.0
+
+    def commit() -> None:
+        log.queue.commit_all()
+
+    commit_secs = _timed(commit) if pool else 0.0
     problems = [f for f in log.check() if f.severity.name == "ERROR"]
     log.close()
     for seg in unused.values():

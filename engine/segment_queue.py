@@ -393,6 +393,8 @@ class SegmentQueue:
                 continue
             if offset >= seg.start_offset:
                 pos = offset - seg.start_offset
+                if seg.has_write_buffer:
+                    seg.commit(0)  # bytes below the cut that are still only in the buffer
                 zeroed += seg.zero_tail(pos)
                 seg.adopt_positions(pos, pos, pos)
             else:
