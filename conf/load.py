@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
 import tomllib
 from collections.abc import Mapping
@@ -19,6 +20,41 @@ FIELDS = {f.name: f for f in dataclasses.fields(StoreSettings)}
 RMQ_TO_FIELD = {
     f.metadata["rocketmq_key"]: n for n, f in FIELDS.items() if f.metadata["rocketmq_key"]
 }
+# RocketMQ 4.0-4.2 spelled the size keys "maped"; broker.conf files of that age still do.
+for _old, _new in (
+    ("mapedFileSizeCommitLog", "mappedFileSizeCommitLog"),
+    ("mapedFileSizeConsumeQueue", "mappedFileSizeConsumeQueue"),
+):
+    if _new in RMQ_TO_FIELD:
+        RMQ_TO_FIELD.setdefault(_old, RMQ_TO_FIELD[_new])
+
+_INT32_MAX = 2**31 - 1
+# Allowed ranges, inclusive. Fields not named here: by unit suffix (see `_bounds`).
+_RANGES: dict[str, tuple[float, float]] = {
+    "segment_size_bytes": (1024, _INT32_MAX),
+    "consume_queue_file_size_bytes": (20, _INT32_MAX),
+    "max_message_size_bytes": (1, _INT32_MAX),
+    "sync_flush_timeout_ms": (1, _INT32_MAX),
+    "flush_interval_ms": (1, _INT32_MAX),
+    "commit_interval_ms": (1, _INT32_MAX),
+    "transient_store_pool_size": (1, 1024),
+    "disk_space_warning_level_ratio": (0.01, 1.0),
+    "disk_space_clean_forcibly_ratio": (0.01, 1.0),
+    "delete_file_batch_max": (1, 10_000),
+    "max_hash_slot_num": (1, _INT32_MAX),
+    "max_index_num": (1, _INT32_MAX),
+    "max_msgs_num_batch": (1, 1_000_000),
+    "default_query_max_num": (1, 1_000_000),
+    "default_topic_queue_nums": (1, 1024),
+    "metrics_port": (0, 65_535),
+    "heartbeat_interval_ms": (1, _INT32_MAX),
+    "heartbeat_timeout_ms": (1, _INT32_MAX),
+}
+# RocketMQ 5.x also reads the two disk ratios as plain config keys, in percent (90, 85).
+RMQ_TO_FIELD.update(
+    diskSpaceWarningLevelRatio="disk_space_warning_level_ratio",
+    diskSpaceCleanForciblyRatio="disk_space_clean_forcibly_ratio",
+)
 
 
 class ConfigError(ValueError):
@@ -73,6 +109,36 @@ def _coerce(name: str, raw: Any, source: str) -> Any:
         raise ConfigError(f"{name}: bad value {raw!r} from {source}; allowed: {allowed}") from None
 
 
+def _bounds(name: str) -> tuple[float, float] | None:
+    if name in _RANGES:
+        return _RANGES[name]
+    if isinstance(FIELDS[name].default, bool):
+        return None
+    if isinstance(FIELDS[name].default, int):
+        return (0, 2**63 - 1)  # counts, pages, hours and intervals are never negative
+    return None
+
+
+def _validate(name: str, value: Any, source: str) -> None:
+    """Raise ConfigError naming key, value, source and what is allowed."""
+    bounds = _bounds(name)
+    if bounds is not None and not bounds[0] <= value <= bounds[1]:
+        lo, hi = bounds
+        allowed = f">= {lo}" if hi >= 2**62 else f"{lo} to {hi}"
+        raise ConfigError(f"{name}: bad value {value!r} from {source}; allowed: {allowed}")
+    if name == "store_host":
+        host, sep, port = str(value).rpartition(":")
+        ok = bool(sep) and port.isdigit() and 0 < int(port) < 65_536
+        try:
+            ipaddress.ip_address(host.strip("[]"))
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ConfigError(
+                f"{name}: bad value {value!r} from {source}; allowed: ip:port or [ipv6]:port"
+            )
+
+
 def _parse_properties(path: Path) -> list[tuple[str, str, int]]:
     out = []
     for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
@@ -93,6 +159,9 @@ def _normalise(values: dict[str, Any]) -> dict[str, Any]:
         values["disk_max_used_space_ratio_pct"] = min(
             95, max(10, values["disk_max_used_space_ratio_pct"])
         )
+    for name in ("disk_space_warning_level_ratio", "disk_space_clean_forcibly_ratio"):
+        if name in values and values[name] > 1:  # given in percent (5.x config keys)
+            values[name] = values[name] / 100
     return values
 
 
@@ -135,5 +204,8 @@ def load_settings(
         if env is not None and var in env:
             values[name] = _coerce(name, env[var], f"env {var}")
             sources[name] = f"env {var}"
-    settings = StoreSettings(**_normalise(values))
+    values = _normalise(values)
+    for name, value in values.items():
+        _validate(name, value, sources.get(name, "default"))
+    settings = StoreSettings(**values)
     return LoadedSettings(settings, sources, tuple(ignored))
