@@ -1,0 +1,106 @@
+"""Validation names the key, the value, the source and what is allowed; aliases; the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conf.load import ConfigError, load_settings
+
+BROKER_CONFS = Path(__file__).resolve().parent.parent / "data" / "broker-conf"
+
+
+@pytest.mark.parametrize(
+    ("var", "raw", "allowed"),
+    [
+        ("MQSTORE_SEGMENT_SIZE_BYTES", "10", "1024 to"),
+        ("MQSTORE_FLUSH_INTERVAL_MS", "0", "1 to"),
+        ("MQSTORE_FLUSH_LEAST_PAGES", "-1", ">= 0"),
+        ("MQSTORE_TRANSIENT_STORE_POOL_SIZE", "0", "1 to 1024"),
+        ("MQSTORE_DISK_SPACE_WARNING_LEVEL_RATIO", "-0.5", "0.01 to 1.0"),
+        ("MQSTORE_METRICS_PORT", "70000", "0 to 65535"),
+        ("MQSTORE_STORE_HOST", "localhost", "ip:port"),
+        ("MQSTORE_STORE_HOST", "10.0.0.1:0", "ip:port"),
+    ],
+)
+def test_out_of_range_values_are_refused_with_key_value_source_and_allowed(
+    var: str, raw: str, allowed: str
+) -> None:
+    with pytest.raises(ConfigError) as e:
+        load_settings(env={var: raw})
+    msg = str(e.value)
+    name = var.removeprefix("MQSTORE_").lower()
+    assert msg.startswith(f"{name}: bad value")
+    assert raw in msg
+    assert f"env {var}" in msg
+    assert allowed in msg
+
+
+def test_broker_conf_error_names_file_and_line(tmp_path: Path) -> None:
+    p = tmp_path / "broker.conf"
+    p.write_text("brokerName=x\nflushDiskType=SOMETIMES\n")
+    with pytest.raises(ConfigError, match=r"flush_disk_type.*SOMETIMES.*broker.conf:2.*SYNC_FLUSH"):
+        load_settings(config_path=p)
+
+
+def test_old_maped_spelling_and_the_real_store_geometry_files() -> None:
+    s42 = load_settings(config_path=BROKER_CONFS / "broker-4.2-unit-store.conf").settings
+    assert s42.segment_size_bytes == 8192
+    assert s42.consume_queue_file_size_bytes == 200
+    rust = load_settings(config_path=BROKER_CONFS / "rocketmq-rust-0.9-store.conf")
+    assert rust.settings.segment_size_bytes == 4096
+    assert (rust.settings.max_hash_slot_num, rust.settings.max_index_num) == (32, 128)
+    assert rust.source_of("max_index_num").endswith("rocketmq-rust-0.9-store.conf:5")
+
+
+def test_system_property_names_for_disk_ratios(tmp_path: Path) -> None:
+    p = tmp_path / "broker.conf"
+    p.write_text(
+        "rocketmq.broker.diskSpaceWarningLevelRatio=0.8\n"
+        "rocketmq.broker.diskSpaceCleanForciblyRatio=0.7\n"
+    )
+    s = load_settings(config_path=p).settings
+    assert (s.disk_space_warning_level_ratio, s.disk_space_clean_forcibly_ratio) == (0.8, 0.7)
+
+
+@given(st.integers(min_value=1024, max_value=2**31 - 1))
+def test_any_in_range_segment_size_loads_as_given(size: int) -> None:
+    loaded = load_settings(env={"MQSTORE_SEGMENT_SIZE_BYTES": str(size)})
+    assert loaded.settings.segment_size_bytes == size
+    assert loaded.source_of("segment_size_bytes") == "env MQSTORE_SEGMENT_SIZE_BYTES"
+
+
+@given(st.integers(max_value=1023) | st.integers(min_value=2**31))
+def test_any_out_of_range_segment_size_is_refused(size: int) -> None:
+    with pytest.raises(ConfigError, match="segment_size_bytes"):
+        load_settings(env={"MQSTORE_SEGMENT_SIZE_BYTES": str(size)})
+
+
+def test_config_show_prints_values_and_sources(tmp_path: Path) -> None:
+    conf = BROKER_CONFS / "broker-4.9-commitlog.conf"
+    out = subprocess.run(
+        [sys.executable, "-m", "workers.cli", "config", "show", str(tmp_path), "--config",
+         str(conf), "--json"],
+        capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    doc = json.loads(out.stdout)
+    assert doc["segment_size_bytes"]["value"] == 8192
+    assert doc["segment_size_bytes"]["source"].endswith("broker-4.9-commitlog.conf:2")
+    assert doc["flush_interval_ms"] == {"value": 500, "source": "default"}
+
+
+def test_config_show_refuses_a_bad_file_with_exit_2(tmp_path: Path) -> None:
+    p = tmp_path / "bad.toml"
+    p.write_text("[store]\nflush_interval_ms = -5\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "workers.cli", "config", "show", str(tmp_path), "--config", str(p)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 2
+    assert "flush_interval_ms: bad value -5" in out.stderr
