@@ -109,6 +109,7 @@ class AppendStatus(enum.Enum):
     MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
     CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"  # writes refused (`refuse_writes`)
 
 
 class AppendResult(NamedTuple):
@@ -348,6 +349,8 @@ class CommitLog:
         self._hosts: dict[tuple[object, object], tuple[bytes, int, bytes, int]] = {}
         self._last: Segment | None = queue.last()
         self._wall_clock = clock_ms is now_ms  # the hot path inlines the default clock
+        # Non-empty while writes are refused (RocketMQ's !isWriteable(), e.g. DISK_FULL).
+        self.refused_reason = ""
 
     @classmethod
     def open(
@@ -400,12 +403,27 @@ class CommitLog:
 
     # --- appending --------------------------------------------------------------------
 
+    def refuse_writes(self, reason: str) -> None:
+        """Refuse every append with SERVICE_NOT_AVAILABLE and `reason` until
+        `allow_writes()` (the disk guard's DISK_FULL). Nothing is written meanwhile."""
+        if not reason:
+            raise ValueError("a refusal needs a reason")
+        self.refused_reason = reason
+
+    def allow_writes(self) -> None:
+        self.refused_reason = ""
+
+    def _refused(self) -> AppendResult:
+        return AppendResult(AppendStatus.SERVICE_NOT_AVAILABLE, reason=self.refused_reason)
+
     def append(self, msg: Message) -> AppendResult:
         """Encode and append one message; return where it went or why it did not.
 
         Appender only. Cost on the fast path (see module doc): one CRC of the body, one
         pack, two copies. Raises StoreIOError (allocation of a new segment).
         """
+        if self.refused_reason:
+            return self._refused()
         props = msg.properties
         body = msg.body
         try:
@@ -476,6 +494,8 @@ class CommitLog:
 
         The transaction type is read from the record's SYSFLAG. Appender only.
         """
+        if self.refused_reason:
+            return self._refused()
         if rec.status is not EncodeStatus.OK:
             return AppendResult(_ENCODE_TO_APPEND[rec.status], reason=rec.reason)
         sys_flag = _I32.unpack_from(rec.data, record.POS_SYSFLAG)[0]
@@ -491,6 +511,8 @@ class CommitLog:
         On a bad message every result carries its status and a reason naming it.
         Appender only. Raises StoreIOError.
         """
+        if self.refused_reason:
+            return [self._refused() for _ in msgs]
         preps: list[_Prepared] = []
         for i, msg in enumerate(msgs):
             prep = self._prepare(msg)

@@ -429,6 +429,7 @@ class SegmentQueue:
         clean_immediately: bool,
         max_files: int = DELETE_FILES_BATCH_MAX,
         sleep_ms: SleepMs = _sleep_ms,
+        keep_from_offset: int | None = None,
     ) -> int:
         """RocketMQ's deleteExpiredFileByTime; returns how many segments were deleted.
 
@@ -437,9 +438,15 @@ class SegmentQueue:
         destroyed; at most `max_files` per call; `delete_files_interval_ms` is slept
         between deletions; the first segment that is not expired, or whose destroy
         fails (still held), stops the scan ("never delete in the middle").
+        With `keep_from_offset`, only segments that end at or below it are considered
+        (the cleaner passes min(flushed, dispatched, checkpointed)).
         Cleaner only. Raises StoreIOError.
         """
         candidates = self.segments[:-1]
+        if keep_from_offset is not None:
+            candidates = [
+                s for s in candidates if s.start_offset + s.size_bytes <= keep_from_offset
+            ]
         deleted: list[Segment] = []
         for i, seg in enumerate(candidates):
             if not (self._clock_ms() >= seg.last_modified_ms() + expired_ms or clean_immediately):
