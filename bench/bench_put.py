@@ -1,0 +1,726 @@
+"""mqstore's put, through the public client, against the peers of the same run.
+
+    python -m bench put [--quick] [--duration S] [--producers 1,2,4,16,64]
+
+For each configuration a fresh store is started (`mqstore start DIR --config F`, a
+foreground process) under the bench's temporary directory, measured, stopped with
+SIGTERM, and removed:
+
+* `sync` (SYNC_FLUSH, `wait_store=True`) and `async` (ASYNC_FLUSH), each with the write
+  pool on and off, at 1, 2, 4, 16 and 64 producer processes;
+* `batch`: `put_batch` of `BATCH` messages from one producer (async, pool on and off).
+
+Every put goes through `StoreClient.put(topic, body, tags=..., keys=...)`: the client
+encodes the record (a 1 KiB body, tag `TagA`, a key unique to each message) and returns
+a `PutResult`; a status other than PUT_OK counts as an error, not as a message.
+Messages per fsync come from the flusher's counters (`mqstore status --json`), read
+before and after each sync run.
+
+Memory, measured in the same run:
+* `client_rss`: a fresh interpreter imports `mqstore`, notes its RSS, attaches, puts
+  1000 messages, notes its RSS again (USS too: RSS counts the pool pages it touched);
+* `server_rss`: the supervisor's and its workers' RSS (and USS) after 0.25 GiB and
+  after 2 GiB appended (quick: 16 and 64 MiB);
+* `shm`: every /dev/shm file that appeared after `mqstore start`, against the pool size
+  (buffers x segment size) plus the control block.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from bench.options import Options
+from bench.peers import (
+    FULL_PLAN,
+    QUICK_PLAN,
+    PeerPlan,
+    best,
+    peer_rows,
+    run_peers,
+)
+from bench.procs import BenchError, FnProducer, Producer, RunResult, run_producers
+from bench.report import Column, Goal, Report
+
+BODY_BYTES = 1024
+TOPIC = "BenchTopic"
+TAGS = "TagA"
+BATCH = 128
+PRODUCERS = (1, 2, 4, 16, 64)
+REPO = Path(__file__).resolve().parent.parent
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 120.0
+GOAL_PEERS = ("sqlite_full", "fdatasync_append", "lmdb_writemap")
+
+
+def runtime_available() -> bool:
+    """True when the public client exists (`from mqstore import StoreClient`)."""
+    try:
+        import mqstore
+    except ImportError:
+        return False
+    return hasattr(mqstore, "StoreClient")
+
+
+def _api() -> tuple[Any, Any]:
+    """(StoreClient, PutMessageStatus), looked up when used: the bench imports without
+    the runtime, and says so when asked to measure it."""
+    mod = importlib.import_module("mqstore")
+    try:
+        return mod.StoreClient, mod.PutMessageStatus
+    except AttributeError as e:
+        raise BenchError(f"the runtime's public client is not there: {e}") from e
+
+
+# --- the store under test ---------------------------------------------------------------
+
+
+@dataclass
+class StoreRun:
+    """One running store: its directory, supervisor process and the shm it created."""
+
+    store_dir: Path
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    shm_before: frozenset[str]
+
+
+def _mqstore(*args: str) -> list[str]:
+    return [sys.executable, "-m", "workers.cli", *args]
+
+
+def _shm_names() -> frozenset[str]:
+    try:
+        return frozenset(os.listdir("/dev/shm"))
+    except FileNotFoundError:
+        return frozenset()
+
+
+def write_config(path: Path, *, sync: bool, pool: bool, extra: Mapping[str, Any]) -> None:
+    lines = [
+        "[store]",
+        f'flush_disk_type = "{"SYNC_FLUSH" if sync else "ASYNC_FLUSH"}"',
+        f"transient_store_pool_enable = {'true' if pool else 'false'}",
+    ]
+    for k, v in extra.items():
+        lines.append(f"{k} = {json.dumps(v)}")
+    path.write_text("\n".join(lines) + "\n")
+
+
+@contextlib.contextmanager
+def running_store(
+    root: Path, name: str, *, sync: bool, pool: bool, extra: Mapping[str, Any] | None = None
+) -> Iterator[StoreRun]:
+    """Start a fresh store under `root/name`, yield it, stop it (SIGTERM) and remove it.
+
+    Raises BenchError if the store does not come up, or does not stop cleanly; any
+    /dev/shm file it left behind is removed and reported.
+    """
+    StoreClient, _ = _api()
+    base = root / name
+    shutil.rmtree(base, ignore_errors=True)
+    store_dir = base / "store"
+    store_dir.mkdir(parents=True)
+    cfg = base / "bench.toml"
+    write_config(cfg, sync=sync, pool=pool, extra=extra or {})
+    log_path = base / "supervisor.log"
+    shm_before = _shm_names()
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            _mqstore("start", str(store_dir), "--config", str(cfg)),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
+    run = StoreRun(store_dir, proc, log_path, shm_before)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                raise BenchError(
+                    f"mqstore start exited with {proc.returncode}:\n{log_path.read_text()}"
+                )
+            try:
+                with StoreClient.attach(store_dir):
+                    break
+            except Exception as e:
+                if time.monotonic() > deadline:
+                    raise BenchError(f"store did not come up in {START_TIMEOUT_S} s: {e}") from e
+                time.sleep(0.05)
+        yield run
+    finally:
+        problems = _stop(run)
+        shutil.rmtree(base, ignore_errors=True)
+    if problems:
+        raise BenchError(f"{name}: {problems}")
+
+
+def _stop(run: StoreRun) -> str:
+    """SIGTERM the supervisor, wait for it, kill it (by pid) if it overstays; clean shm."""
+    problems = []
+    proc = run.proc
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            problems.append(f"supervisor {proc.pid} did not stop in {STOP_TIMEOUT_S} s; killed")
+            _kill_tree(proc.pid)
+            proc.wait(timeout=30)
+    if proc.returncode not in (0, None) and not problems:
+        tail = run.log_path.read_text(errors="replace")[-2000:] if run.log_path.exists() else ""
+        problems.append(f"supervisor exited with {proc.returncode}:\n{tail}")
+    left = sorted(_shm_names() - run.shm_before)
+    for n in left:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join("/dev/shm", n))
+    if left:
+        problems.append(f"/dev/shm left behind (removed): {left}")
+    return "; ".join(problems)
+
+
+def _kill_tree(pid: int) -> None:
+    try:
+        parent = psutil.Process(pid)
+        procs = [*parent.children(recursive=True), parent]
+    except psutil.NoSuchProcess:
+        return
+    for p in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+
+
+def status(store_dir: Path) -> dict[str, Any]:
+    """`mqstore status DIR --json`, parsed ({} if the command is not there or fails)."""
+    out = subprocess.run(
+        _mqstore("status", str(store_dir), "--json"),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    if out.returncode != 0:
+        return {}
+    try:
+        doc: dict[str, Any] = json.loads(out.stdout)
+    except json.JSONDecodeError:
+        return {}
+    return doc
+
+
+def fsync_counters(doc: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(fsyncs, messages covered by them) from a status document, wherever it keeps them."""
+    found: dict[str, int] = {}
+
+    def walk(d: Any) -> None:
+        if isinstance(d, Mapping):
+            for k, v in d.items():
+                if k in ("fsync_count", "fsync_msgs") and isinstance(v, int):
+                    found.setdefault(k, v)
+                else:
+                    walk(v)
+
+    walk(doc)
+    if "fsync_count" in found and "fsync_msgs" in found:
+        return found["fsync_count"], found["fsync_msgs"]
+    return None
+
+
+def tree_memory(pid: int) -> dict[str, int]:
+    """RSS and USS (bytes) summed over the process `pid` and all its descendants."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return {"rss": 0, "uss": 0, "processes": 0}
+    rss = uss = n = 0
+    for p in procs:
+        try:
+            info = p.memory_full_info()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        rss += info.rss
+        uss += info.uss
+        n += 1
+    return {"rss": rss, "uss": uss, "processes": n}
+
+
+# --- producers (run in the forked children) ---------------------------------------------
+
+
+def _put_producer(index: int, params: Mapping[str, Any]) -> Producer:
+    StoreClient, PutMessageStatus = _api()
+    stack = contextlib.ExitStack()
+    client = stack.enter_context(StoreClient.attach(params["store_dir"]))
+    body = os.urandom(BODY_BYTES)
+    wait_store = bool(params["wait_store"])
+    put = client.put
+    ok = PutMessageStatus.PUT_OK
+    errors: dict[str, int] = {}
+    first_error: list[str] = []
+    seq = 0
+
+    def step() -> int:
+        nonlocal seq
+        r = put(TOPIC, body, tags=TAGS, keys=f"k{index}-{seq}", wait_store=wait_store)
+        seq += 1
+        if r.status is ok:
+            return 1
+        errors[r.status.name] = errors.get(r.status.name, 0) + 1
+        if not first_error:
+            first_error.append(f"{r.status.name}: {r.reason}")
+        return 0
+
+    def close() -> None:
+        stack.close()
+        if errors:
+            (Path(params["errors_dir"]) / f"put-errors-{index}.json").write_text(
+                json.dumps({"errors": errors, "first": first_error})
+            )
+
+    return FnProducer(step, close)
+
+
+def _batch_producer(index: int, params: Mapping[str, Any]) -> Producer:
+    StoreClient, PutMessageStatus = _api()
+    stack = contextlib.ExitStack()
+    client = stack.enter_context(StoreClient.attach(params["store_dir"]))
+    body = os.urandom(BODY_BYTES)
+    size = int(params["batch"])
+    put_batch = client.put_batch
+    ok = PutMessageStatus.PUT_OK
+    errors: dict[str, int] = {}
+    first_error: list[str] = []
+    seq = 0
+
+    def step() -> int:
+        nonlocal seq
+        msgs = [
+            {"topic": TOPIC, "body": body, "tags": TAGS, "keys": f"k{index}-{seq + i}"}
+            for i in range(size)
+        ]
+        seq += size
+        done = 0
+        for r in put_batch(msgs):
+            if r.status is ok:
+                done += 1
+            else:
+                errors[r.status.name] = errors.get(r.status.name, 0) + 1
+                if not first_error:
+                    first_error.append(f"{r.status.name}: {r.reason}")
+        return done
+
+    def close() -> None:
+        stack.close()
+        if errors:
+            (Path(params["errors_dir"]) / f"put-errors-{index}.json").write_text(
+                json.dumps({"errors": errors, "first": first_error})
+            )
+
+    return FnProducer(step, close)
+
+
+def _collect_errors(errors_dir: Path) -> dict[str, Any]:
+    total: dict[str, int] = {}
+    first: list[str] = []
+    for p in sorted(errors_dir.glob("put-errors-*.json")):
+        doc = json.loads(p.read_text())
+        for k, v in doc["errors"].items():
+            total[k] = total.get(k, 0) + int(v)
+        first += doc["first"]
+        p.unlink()
+    return {"errors": total, "first_error": first[0] if first else ""} if total else {}
+
+
+# --- runs -------------------------------------------------------------------------------
+
+
+def put_run(
+    root: Path,
+    *,
+    sync: bool,
+    pool: bool,
+    producers: int,
+    duration_s: float,
+    batch: int = 0,
+) -> RunResult:
+    """One configuration on a fresh store."""
+    mode = "sync" if sync else "async"
+    name = f"{'batch' if batch else mode}_{'pool' if pool else 'nopool'}"
+    with running_store(root, f"{name}-{producers}", sync=sync, pool=pool) as store:
+        before = fsync_counters(status(store.store_dir)) if sync else None
+        work = store.store_dir.parent / "procs"
+        params = {
+            "store_dir": str(store.store_dir),
+            "wait_store": True,
+            "batch": batch,
+            "errors_dir": str(work),
+        }
+        r = run_producers(
+            name,
+            _batch_producer if batch else _put_producer,
+            params,
+            producers=producers,
+            duration_s=duration_s,
+            work_dir=work,
+            body_bytes=BODY_BYTES,
+        )
+        r.extra.update(_collect_errors(work))
+        if sync:
+            after = fsync_counters(status(store.store_dir))
+            if before is not None and after is not None and after[0] > before[0]:
+                fsyncs = after[0] - before[0]
+                r.extra["fsyncs"] = fsyncs
+                r.extra["msgs_per_fsync"] = round((after[1] - before[1]) / fsyncs, 2)
+                r.extra["fsyncs_per_s"] = round(fsyncs / r.seconds, 1)
+        r.extra.update({"mode": mode, "pool": pool, "batch": batch})
+    return r
+
+
+_CLIENT_RSS_SCRIPT = textwrap.dedent(
+    """
+    import json, os, sys
+    import psutil
+    me = psutil.Process()
+    from mqstore import StoreClient
+    bare = me.memory_full_info()
+    body = os.urandom(1024)
+    with StoreClient.attach(sys.argv[1]) as c:
+        attached = me.memory_full_info()
+        for i in range(int(sys.argv[2])):
+            c.put("BenchTopic", body, tags="TagA", keys=f"k{i}")
+        used = me.memory_full_info()
+    print(json.dumps({
+        "bare_rss": bare.rss, "bare_uss": bare.uss,
+        "attached_rss": attached.rss, "attached_uss": attached.uss,
+        "after_puts_rss": used.rss, "after_puts_uss": used.uss,
+    }))
+    """
+)
+
+
+def client_memory(store_dir: Path, puts: int = 1000) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, "-c", _CLIENT_RSS_SCRIPT, str(store_dir), str(puts)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    if out.returncode != 0:
+        raise BenchError(f"client memory probe failed:\n{out.stderr[-2000:]}")
+    doc: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    doc["puts"] = puts
+    doc["rss_above_bare"] = doc["after_puts_rss"] - doc["bare_rss"]
+    doc["uss_above_bare"] = doc["after_puts_uss"] - doc["bare_uss"]
+    doc["attach_rss_above_bare"] = doc["attached_rss"] - doc["bare_rss"]
+    return doc
+
+
+def server_memory(root: Path, marks_bytes: Sequence[int], *, pool: bool) -> dict[str, Any]:
+    """Supervisor + workers memory after each mark of bytes appended; shm in use."""
+    out: dict[str, Any] = {"marks": []}
+    with running_store(root, f"memory-{'pool' if pool else 'nopool'}", sync=False, pool=pool) as s:
+        new_shm = sorted(_shm_names() - s.shm_before)
+        sizes = {n: os.stat(os.path.join("/dev/shm", n)).st_size for n in new_shm}
+        ctl = sum(v for n, v in sizes.items() if n.endswith("-ctl"))
+        pool_bytes = sum(v for n, v in sizes.items() if n.endswith("-pool"))
+        out["shm"] = {
+            "files": sizes,
+            "total_bytes": sum(sizes.values()),
+            "control_block_bytes": ctl,
+            "pool_bytes": pool_bytes,
+            "other_bytes": sum(sizes.values()) - ctl - pool_bytes,
+        }
+        out["shm"]["allocated_bytes"] = sum(
+            os.stat(os.path.join("/dev/shm", n)).st_blocks * 512 for n in new_shm
+        )
+        out["client"] = client_memory(s.store_dir)
+        work = s.store_dir.parent / "procs"
+        record = BODY_BYTES + 150  # a little more than the encoded size: marks are minimums
+        written = 0
+        for mark in marks_bytes:
+            todo = max(0, -(-(mark - written) // record))
+            r = run_producers(
+                "memory-fill",
+                _batch_producer,
+                {
+                    "store_dir": str(s.store_dir),
+                    "batch": BATCH,
+                    "errors_dir": str(work),
+                },
+                producers=1,
+                duration_s=3600.0,
+                work_dir=work,
+                body_bytes=BODY_BYTES,
+                max_messages=todo,
+            )
+            errs = _collect_errors(work)
+            if errs:
+                raise BenchError(f"memory fill: puts failed: {errs}")
+            written += r.messages * record
+            mem = tree_memory(s.proc.pid)
+            out["marks"].append({"appended_bytes_at_least": written, **mem})
+    return out
+
+
+# --- the `put` benchmark of `python -m bench` -------------------------------------------
+
+
+PUT_COLUMNS = [
+    Column("label", "run", "{}"),
+    Column("producers", "producers", "{}"),
+    Column("msgs_per_s", "msgs/s"),
+    Column("mb_per_s", "MB/s", "{:,.1f}"),
+    Column("lat_p50_us", "p50 µs", "{:,.1f}"),
+    Column("lat_p99_us", "p99 µs", "{:,.1f}"),
+    Column("lat_max_us", "max µs", "{:,.0f}"),
+    Column("msgs_per_fsync", "msgs/fsync", "{:,.1f}"),
+    Column("fsyncs_per_s", "fsyncs/s", "{:,.0f}"),
+    Column("errors", "errors", "{}"),
+    Column("messages", "messages"),
+]
+
+
+def _row(r: RunResult) -> dict[str, Any]:
+    d = r.to_dict()
+    d.update(r.extra)
+    mode = "batch" if r.extra.get("batch") else str(r.extra.get("mode"))
+    d["label"] = f"mqstore {mode} {'pool' if r.extra.get('pool') else 'no pool'}"
+    if r.extra.get("batch"):
+        d["label"] += f" ({r.extra['batch']}/call)"
+    d["errors"] = sum(r.extra.get("errors", {}).values()) or ""
+    d["color"] = {"sync": "tab:red", "async": "tab:blue", "batch": "tab:purple"}[mode]
+    return d
+
+
+def _find(rs: Sequence[RunResult], mode: str, pool: bool, n: int) -> RunResult | None:
+    for r in rs:
+        same = r.extra.get("mode") == mode and r.extra.get("pool") == pool
+        if same and r.producers == n and not r.extra.get("batch"):
+            return r
+    return None
+
+
+def goals(
+    runs: Sequence[RunResult], peer_results: Sequence[RunResult], mem: Mapping[str, Any] | None
+) -> list[Goal]:
+    """The issue's goals; each peer reference is that peer's best rate in this run."""
+    out: list[Goal] = []
+    fd = best(peer_results, "fdatasync_append")
+    sq = best(peer_results, "sqlite_full")
+    lw = best(peer_results, "lmdb_writemap")
+
+    def basis(p: RunResult | None) -> str:
+        if p is None:
+            return "peer not measured"
+        return f"{p.name} x{p.producers} = {p.msgs_per_s:,.0f} msgs/s (its best)"
+
+    def rate(r: RunResult | None) -> float | None:
+        return None if r is None else r.msgs_per_s
+
+    def times(p: RunResult | None, k: float) -> float | None:
+        return None if p is None else k * p.msgs_per_s
+
+    for pool in (True, False):
+        tag = "pool on" if pool else "pool off"
+        s16 = _find(runs, "sync", pool, 16)
+        s64 = _find(runs, "sync", pool, 64)
+        a1 = _find(runs, "async", pool, 1)
+        a4 = _find(runs, "async", pool, 4)
+        out += [
+            Goal(
+                f"sync 16 ({tag}) >= 2.5x fdatasync appends",
+                rate(s16),
+                times(fd, 2.5),
+                "msgs/s",
+                basis=basis(fd),
+            ),
+            Goal(
+                f"sync 16 ({tag}) >= 10x SQLite FULL",
+                rate(s16),
+                times(sq, 10),
+                "msgs/s",
+                basis=basis(sq),
+            ),
+            Goal(
+                f"sync 16 ({tag}) p99 <= 2 ms",
+                None if s16 is None else s16.lat_p99_us,
+                2000.0,
+                "µs",
+                higher_is_better=False,
+            ),
+            Goal(
+                f"sync 64 ({tag}) >= 5x fdatasync appends",
+                rate(s64),
+                times(fd, 5),
+                "msgs/s",
+                basis=basis(fd),
+            ),
+            Goal(
+                f"async 1 ({tag}) >= LMDB writemap",
+                rate(a1),
+                times(lw, 1),
+                "msgs/s",
+                basis=basis(lw),
+            ),
+            Goal(
+                f"async 4 ({tag}) >= 1.5x LMDB writemap",
+                rate(a4),
+                times(lw, 1.5),
+                "msgs/s",
+                basis=basis(lw),
+            ),
+        ]
+    for r in runs:
+        if r.extra.get("batch"):
+            tag = "pool on" if r.extra.get("pool") else "pool off"
+            out.append(Goal(f"batch, 1 producer ({tag}) >= 1M msgs/s", r.msgs_per_s, 1e6, "msgs/s"))
+    if mem is not None:
+        mib = 1024 * 1024
+        c = mem["client"]
+        out.append(
+            Goal(
+                "client RSS above bare import <= 15 MiB",
+                c["rss_above_bare"] / mib,
+                15.0,
+                "MiB",
+                higher_is_better=False,
+                basis=f"after attach + {c['puts']} puts; USS above bare "
+                f"{c['uss_above_bare'] / mib:.1f} MiB",
+            )
+        )
+        marks = mem["marks"]
+        if len(marks) >= 2:
+            lo, hi = marks[0], marks[-1]
+            at = (
+                f"at {hi['appended_bytes_at_least'] / 2**30:.2f} GiB vs 1.1x at "
+                f"{lo['appended_bytes_at_least'] / 2**30:.2f} GiB appended"
+            )
+            for kind in ("rss", "uss"):
+                out.append(
+                    Goal(
+                        f"supervisor+workers {kind.upper()} does not grow with data",
+                        hi[kind] / mib,
+                        1.1 * lo[kind] / mib,
+                        "MiB",
+                        higher_is_better=False,
+                        basis=f"{at} (10% allowed for noise)",
+                    )
+                )
+        shm = mem["shm"]
+        out.append(
+            Goal(
+                "/dev/shm in use <= pool + control block",
+                shm["total_bytes"] / mib,
+                (shm["pool_bytes"] + shm["control_block_bytes"]) / mib,
+                "MiB",
+                higher_is_better=False,
+                basis=f"pool {shm['pool_bytes'] / mib:.0f} MiB + control block "
+                f"{shm['control_block_bytes'] / mib:.2f} MiB; other files "
+                f"{shm['other_bytes']} B",
+            )
+        )
+    return out
+
+
+def benchmark(opts: Options) -> Report:
+    """Peers (unless `peers` ran first in this run), puts, memory; see the module doc."""
+    if not runtime_available():
+        raise BenchError("the runtime is not there yet (`from mqstore import StoreClient`)")
+    quick = opts.quick
+    duration = opts.duration_s if opts.duration_s is not None else (0.5 if quick else 5.0)
+    counts = opts.producers or ((1, 2) if quick else PRODUCERS)
+    root = opts.work_root / "put"
+    root.mkdir(parents=True, exist_ok=True)
+    peer_results: list[RunResult] = list(opts.shared.get("peers", []))
+    if not peer_results:
+        plan = QUICK_PLAN if quick else FULL_PLAN
+        plan = PeerPlan(
+            opts.duration_s or plan.duration_s,
+            {k: v for k, v in plan.producers.items() if k in GOAL_PEERS},
+            plan.seq_write_mib,
+        )
+        opts.log("  (peers for the goals)")
+        peer_results = run_peers(plan, root / "peers", only=GOAL_PEERS, log=opts.log)
+    runs: list[RunResult] = []
+    for sync in (True, False):
+        for pool in (True, False):
+            for n in counts:
+                r = put_run(root, sync=sync, pool=pool, producers=n, duration_s=duration)
+                opts.log(
+                    f"  {'sync' if sync else 'async':5} {'pool' if pool else 'nopool':6} "
+                    f"x{n:<3} {r.msgs_per_s:12,.0f} msgs/s  p99 {r.lat_p99_us:9.1f} µs  "
+                    f"msgs/fsync {r.extra.get('msgs_per_fsync', '-')}  "
+                    f"errors {r.extra.get('errors', {})}"
+                )
+                runs.append(r)
+    for pool in (True, False):
+        r = put_run(root, sync=False, pool=pool, producers=1, duration_s=duration, batch=BATCH)
+        opts.log(f"  batch {'pool' if pool else 'nopool':6} x1   {r.msgs_per_s:12,.0f} msgs/s")
+        runs.append(r)
+    mib = 1024 * 1024
+    marks = (16 * mib, 64 * mib) if quick else (256 * mib, 2048 * mib)
+    mem = server_memory(root, marks, pool=True)
+    opts.log(f"  memory: {json.dumps(mem)[:400]}")
+    goal_list = goals(runs, peer_results, mem)
+    rows = [_row(r) for r in runs]
+    for pr in peer_rows([p for p in peer_results if p.name in GOAL_PEERS]):
+        pr["label"] = f"peer {pr['name']}"
+        rows.append(pr)
+    mem_rows = [
+        {
+            "label": f"server RSS after >= {m['appended_bytes_at_least'] / 2**30:.2f} GiB",
+            "rss_mib": round(m["rss"] / mib, 1),
+            "uss_mib": round(m["uss"] / mib, 1),
+            "processes": m["processes"],
+        }
+        for m in mem["marks"]
+    ]
+    return Report(
+        name="put",
+        title="mqstore put through the public client (1 KiB bodies)",
+        method=[
+            f"{duration:g} s per configuration, a fresh store each (mqstore start, SIGTERM).",
+            "Producers are processes (fork), each attached with StoreClient.attach; every put "
+            "encodes from topic, body (1 KiB), tags, a unique key; only PUT_OK counts.",
+            "sync = SYNC_FLUSH with wait_store=True; async = ASYNC_FLUSH; pool = "
+            "transient_store_pool_enable; batch = put_batch of "
+            f"{BATCH} messages per call, latency per call.",
+            "msgs/fsync and fsyncs/s: the flusher's counters (mqstore status --json) "
+            "before and after the run.",
+            "Goals take each peer's best rate over its producer counts in this run "
+            "(the strictest reading).",
+            "Memory: RSS/USS via psutil; server = supervisor + all its descendants.",
+        ],
+        columns=PUT_COLUMNS,
+        rows=rows,
+        goals=goal_list,
+        notes=[
+            "Peers in full: peers.md. Memory rows: "
+            + "; ".join(
+                f"{m['label']}: RSS {m['rss_mib']} MiB, USS {m['uss_mib']} MiB" for m in mem_rows
+            )
+        ],
+        extra={
+            "duration_s": duration,
+            "producers": list(counts),
+            "batch": BATCH,
+            "memory": mem,
+            "peers": [p.to_dict() for p in peer_results],
+        },
+    )

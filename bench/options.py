@@ -1,0 +1,27 @@
+"""What `python -m bench` passes to every benchmark."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Options:
+    """Settings of one harness run.
+
+    `work_root` is the temporary directory every benchmark writes under (removed by the
+    harness); `duration_s` overrides each benchmark's time per configuration; `shared`
+    carries results between benchmarks of the same run (the put benchmark reuses the
+    peers' figures when `peers` ran first).
+    """
+
+    quick: bool
+    work_root: Path
+    duration_s: float | None = None
+    producers: tuple[int, ...] | None = None
+    shared: dict[str, Any] = field(default_factory=dict)
+
+    def log(self, msg: str) -> None:
+        print(msg, flush=True)

@@ -1,0 +1,179 @@
+"""Smoke tests of the benchmarks: each peer, the producer runner, the report writer and
+the harness run for a tiny duration, and their output has the promised structure.
+Nothing here checks speed."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from bench import bench_put, peers
+from bench.__main__ import main as bench_main
+from bench.procs import BenchError, FnProducer, Producer, run_producers
+from bench.report import Column, Goal, Report, write
+
+RUN_FIELDS = {
+    "name",
+    "producers",
+    "messages",
+    "operations",
+    "seconds",
+    "msgs_per_s",
+    "mb_per_s",
+    "lat_p50_us",
+    "lat_p99_us",
+    "lat_max_us",
+    "body_bytes",
+}
+
+
+def _no_children() -> list[psutil.Process]:
+    return [p for p in psutil.Process().children(recursive=True) if p.is_running()]
+
+
+def _count_producer(index: int, params: Mapping[str, Any]) -> Producer:
+    return FnProducer(lambda: int(params["per_op"]))
+
+
+def _failing_producer(index: int, params: Mapping[str, Any]) -> Producer:
+    if index == 1:
+        raise RuntimeError("setup failed on purpose")
+    return FnProducer(lambda: 1)
+
+
+def test_run_producers_counts_every_producer(tmp_path: Path) -> None:
+    r = run_producers(
+        "count",
+        _count_producer,
+        {"per_op": 3},
+        producers=3,
+        duration_s=0.05,
+        work_dir=tmp_path / "w",
+        body_bytes=10,
+        max_messages=300,
+    )
+    assert r.producers == 3
+    assert r.messages == 900  # capped: 300 per producer, 3 per operation
+    assert r.operations == 300
+    assert r.msgs_per_s > 0
+    assert 0 <= r.lat_p50_us <= r.lat_p99_us <= r.lat_max_us
+    assert list((tmp_path / "w").iterdir()) == []
+    assert _no_children() == []
+
+
+def test_run_producers_reports_a_failed_producer(tmp_path: Path) -> None:
+    with pytest.raises(BenchError, match="setup failed on purpose"):
+        run_producers(
+            "fail",
+            _failing_producer,
+            {},
+            producers=2,
+            duration_s=0.05,
+            work_dir=tmp_path / "w",
+            body_bytes=1,
+        )
+    assert _no_children() == []
+
+
+@pytest.mark.parametrize("peer", list(peers.QUICK_PLAN.producers))
+def test_each_peer_runs_and_cleans_up(tmp_path: Path, peer: str) -> None:
+    r = peers.run_peer(peer, 2, 0.1, tmp_path)
+    d = r.to_dict()
+    assert d.keys() >= RUN_FIELDS
+    assert d["name"] == peer
+    assert d["producers"] == 2
+    assert d["messages"] > 0
+    assert d["operations"] == d["messages"]  # one message per operation
+    assert d["lat_p50_us"] > 0
+    assert list(tmp_path.iterdir()) == []  # database, log and latency files removed
+    assert _no_children() == []
+
+
+def test_disk_seq_write(tmp_path: Path) -> None:
+    r = peers.disk_seq_write(tmp_path, 4)
+    assert r.messages == 4
+    assert r.mb_per_s > 0
+    assert set(r.extra) == {"write_s", "fdatasync_s"}
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_report_writer(tmp_path: Path) -> None:
+    rep = Report(
+        name="demo",
+        title="Demo",
+        method=["a method line"],
+        columns=[Column("label", "run", "{}"), Column("msgs_per_s", "msgs/s")],
+        rows=[
+            {"label": "fast", "msgs_per_s": 1234.5},
+            {"label": "slow", "msgs_per_s": 10.0},
+            {"label": "not drawn", "msgs_per_s": 1.0, "plot": False},
+        ],
+        goals=[
+            Goal("fast >= 1000", 1234.5, 1000.0, "msgs/s"),
+            Goal("latency <= 2 ms", 4000.0, 2000.0, "µs", higher_is_better=False),
+            Goal("not measured", None, 5.0, "msgs/s"),
+        ],
+    )
+    paths = write(rep, command="python -m bench demo", bench_dir=tmp_path, out_dir=tmp_path)
+    doc = json.loads(paths["json"].read_text())
+    assert doc["name"] == "demo"
+    assert doc["command"] == "python -m bench demo"
+    assert doc["git_commit"]
+    for key in ("cpu_model", "cores", "ram_gib", "kernel", "filesystem", "python"):
+        assert doc["machine"][key], key
+    assert doc["machine"]["filesystem"] != "unknown"
+    assert [g["met"] for g in doc["goals"]] == [True, False, None]
+    assert [g["ratio"] for g in doc["goals"]] == [1.234, 0.5, None]
+    md = paths["md"].read_text()
+    assert "| run | msgs/s |" in md
+    assert "| fast | 1,234 |" in md or "| fast | 1,235 |" in md
+    assert "| fast >= 1000 |" in md and "**no**" in md
+    assert "python -m bench demo" in md and doc["git_commit"] in md
+    assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_harness_runs_peers_quick(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    work = tmp_path / "work"
+    work.mkdir()
+    code = bench_main(
+        ["peers", "--quick", "--duration", "0.05", "--out", str(out), "--dir", str(work)]
+    )
+    assert code == 0
+    assert sorted(p.name for p in out.iterdir()) == ["peers.json", "peers.md", "peers.png"]
+    doc = json.loads((out / "peers.json").read_text())
+    names = {r["name"] for r in doc["rows"]}
+    assert names == set(peers.PEER_NAMES)
+    for row in doc["rows"]:
+        assert row.keys() >= RUN_FIELDS
+    assert list(work.iterdir()) == []  # the temporary bench directory is gone
+    assert _no_children() == []
+
+
+def test_harness_rejects_unknown_names(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit):
+        bench_main(["nonesuch", "--out", str(tmp_path)])
+
+
+@pytest.mark.skipif(not bench_put.runtime_available(), reason="the runtime has not landed")
+def test_put_two_producers(tmp_path: Path) -> None:
+    shm_before = set(os.listdir("/dev/shm"))
+    for sync in (True, False):
+        r = bench_put.put_run(tmp_path, sync=sync, pool=True, producers=2, duration_s=0.3)
+        assert r.producers == 2
+        assert r.messages > 0
+        assert r.extra.get("errors") is None, r.extra
+        assert r.extra["mode"] == ("sync" if sync else "async")
+        if sync:
+            assert r.extra["msgs_per_fsync"] >= 1.0
+    b = bench_put.put_run(tmp_path, sync=False, pool=False, producers=1, duration_s=0.2, batch=8)
+    assert b.messages == 8 * b.operations
+    assert set(os.listdir("/dev/shm")) == shm_before
+    assert list(tmp_path.iterdir()) == []
+    assert _no_children() == []
