@@ -257,6 +257,12 @@ class RecordScan:
         for offset, header, _view, _pos in self._walk():
             yield ScannedRecord(offset, header)
 
+    def decoded(self) -> Iterator[DecodedRecord]:
+        """Iterate decoded records instead (`engine.record.decode`); same walk, same
+        `end_offset` / `stop` afterwards."""
+        for _offset, _header, view, pos in self._walk():
+            yield decode(view, pos)
+
     def _walk(self) -> Iterator[tuple[int, RecordHeader, memoryview, int]]:
         queue = self._log.queue
         offset = self.from_offset
@@ -705,9 +711,7 @@ class CommitLog:
     ) -> Iterator[DecodedRecord]:
         """Decode every message record from `from_offset`, hopping BLANKs; stops where a
         scan without CRC check stops (CRC faults show as `crc_ok=False`)."""
-        sc = self.scan(from_offset, check_crc=False, to_offset=to_offset)
-        for _offset, _h, view, pos in sc._walk():
-            yield decode(view, pos)
+        yield from self.scan(from_offset, check_crc=False, to_offset=to_offset).decoded()
 
     # --- recovery helper ----------------------------------------------------------------
 

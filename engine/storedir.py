@@ -1,7 +1,15 @@
-"""Read side of any store directory, and the live-store flushed offset.
+"""Read side of any store directory (mqstore's or RocketMQ's), and the live-store flushed offset.
 
-Only the flushed-offset helpers exist so far; segment listing, record iteration and
-`StoreDir` are not written yet (see issue 2).
+`StoreDir` opens a store read-only: it works out the commit-log geometry (from the files,
+or from settings when the files cannot tell), opens the commit log without writing a
+byte, and checks the whole directory (`check()`): the file chain, every record (CRC on),
+the checkpoint against the log, and the abort file. `mqstore dump` and `mqstore check`
+are thin shells over it.
+
+Geometry: a store does not record its segment size. Every segment is pre-allocated at
+full size, so the largest commit-log file tells it; with one file only, its size; when
+the files disagree with a configured size, the configured one is used and the
+disagreement is an ERROR finding.
 
 `<store>/flushed_offset`, written in place by the runtime's flusher, read by every reader of a
 live store (readers stop at this offset; stopped stores are read to their last valid record):
@@ -16,11 +24,19 @@ from __future__ import annotations
 
 import os
 import struct
+from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 
 from engine import fileio
+from engine.checkpoint import CHECKPOINT_FILE, CheckpointError, CheckpointFields
+from engine.commitlog import CommitLog
+from engine.findings import Finding, Severity
+from engine.segment import SegmentSizeError
 
 FLUSHED_OFFSET_FILE = "flushed_offset"
+ABORT_FILE = "abort"
+COMMITLOG_DIR = "commitlog"
 FLUSHED_OFFSET_MAGIC = b"MQFLUSH1"
 _LAYOUT = struct.Struct(">8sq")
 
@@ -81,3 +97,181 @@ def list_segments(store_dir: str | os.PathLike[str]) -> list[SegmentFile]:
             path = os.path.join(log_dir, name)
             found.append(SegmentFile(path, int(name), os.stat(path).st_size))
     return sorted(found, key=lambda s: s.start_offset)
+
+
+class StoreDirError(ValueError):
+    """The directory is not a store that can be opened (no commit log, no geometry)."""
+
+
+def infer_segment_size(
+    segments: list[SegmentFile], configured: int | None
+) -> tuple[int, list[Finding]]:
+    """The commit-log segment size, and findings where files and configuration disagree.
+
+    Raises StoreDirError when nothing tells the size (no non-empty file, no setting).
+    """
+    sizes = Counter(s.size_bytes for s in segments if s.size_bytes > 0)
+    findings: list[Finding] = []
+    from_files = max(sizes) if sizes else None
+    if configured is not None:
+        for seg in segments:
+            if seg.size_bytes not in (0, configured):
+                findings.append(
+                    Finding(
+                        Severity.ERROR,
+                        f"file is {seg.size_bytes} bytes; the configured segment size is "
+                        f"{configured}",
+                        seg.path,
+                    )
+                )
+        return configured, findings
+    if from_files is None:
+        raise StoreDirError(
+            "no non-empty commit-log file tells the segment size; give it with --config"
+        )
+    for seg in segments:
+        if seg.size_bytes not in (0, from_files):
+            findings.append(
+                Finding(
+                    Severity.ERROR,
+                    f"file is {seg.size_bytes} bytes; the other segments are {from_files}",
+                    seg.path,
+                )
+            )
+    return from_files, findings
+
+
+@dataclass(frozen=True)
+class CheckSummary:
+    """What `StoreDir.check` looked at, for the report's last line."""
+
+    segments: int
+    records: int
+    min_offset: int
+    end_offset: int
+    segment_size_bytes: int
+
+
+class StoreDir:
+    """A store directory opened for reading only. Close it (or use `with`)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, segment_size_bytes: int | None = None):
+        """`segment_size_bytes`: the configured size, if any (see the module doc).
+
+        Raises StoreDirError (not a store, no geometry), StoreIOError.
+        """
+        self.path = Path(path)
+        if not self.path.is_dir():
+            raise StoreDirError(f"{self.path}: not a directory")
+        if not (self.path / COMMITLOG_DIR).is_dir():
+            raise StoreDirError(f"{self.path}: no {COMMITLOG_DIR}/ directory: not a store")
+        self.segment_files = list_segments(self.path)
+        self.segment_size_bytes, self._geometry_findings = infer_segment_size(
+            self.segment_files, segment_size_bytes
+        )
+        self._log: CommitLog | None = None
+        self._open_error: Finding | None = None
+        try:
+            self._log = CommitLog.open(
+                self.path / COMMITLOG_DIR, self.segment_size_bytes, read_only=True
+            )
+        except SegmentSizeError as e:
+            self._open_error = Finding(Severity.ERROR, f"cannot open the commit log: {e}")
+
+    @property
+    def commitlog(self) -> CommitLog:
+        """The read-only commit log. Raises StoreDirError if it could not be opened."""
+        if self._log is None:
+            assert self._open_error is not None
+            raise StoreDirError(self._open_error.what)
+        return self._log
+
+    @property
+    def abort_present(self) -> bool:
+        return (self.path / ABORT_FILE).exists()
+
+    def read_checkpoint(self) -> CheckpointFields | None:
+        """The checkpoint's fields, or None if there is no checkpoint file.
+
+        Raises CheckpointError if the file is too short.
+        """
+        p = self.path / CHECKPOINT_FILE
+        if not p.exists():
+            return None
+        return CheckpointFields.from_bytes(p.read_bytes())
+
+    def check(self) -> tuple[list[Finding], CheckSummary]:
+        """Every finding about the directory, and a summary. O(log size)."""
+        out = list(self._geometry_findings)
+        if self._log is None:
+            assert self._open_error is not None
+            out.append(self._open_error)
+            return out, CheckSummary(len(self.segment_files), 0, 0, 0, self.segment_size_bytes)
+        log = self._log
+        out.extend(log.check())
+        records = 0
+        last_store_ts = 0
+        end = 0
+        if len(log.queue):
+            sc = log.scan(check_crc=False, read_body=False)
+            for rec in sc:
+                records += 1
+                last_store_ts = max(last_store_ts, rec.header.store_timestamp)
+            end = sc.end_offset
+        out.extend(self._check_checkpoint(last_store_ts, records))
+        if self.abort_present:
+            out.append(
+                Finding(
+                    Severity.INFO,
+                    "abort file present: the last run did not shut down cleanly "
+                    "(recovery will validate the log from the checkpoint)",
+                    str(self.path / ABORT_FILE),
+                )
+            )
+        summary = CheckSummary(
+            segments=len(log.queue),
+            records=records,
+            min_offset=log.min_offset() if len(log.queue) else 0,
+            end_offset=end,
+            segment_size_bytes=self.segment_size_bytes,
+        )
+        return out, summary
+
+    def _check_checkpoint(self, last_store_ts: int, records: int) -> list[Finding]:
+        path = str(self.path / CHECKPOINT_FILE)
+        try:
+            cp = self.read_checkpoint()
+        except CheckpointError as e:
+            return [Finding(Severity.ERROR, f"checkpoint unreadable: {e}", path)]
+        if cp is None:
+            return [Finding(Severity.INFO, "no checkpoint file", path)]
+        out = []
+        size = os.path.getsize(path)
+        if size != 4096:
+            out.append(Finding(Severity.WARNING, f"checkpoint is {size} bytes, not 4096", path))
+        if cp.physic_msg_timestamp == 0:
+            out.append(Finding(Severity.INFO, "checkpoint is zero: nothing was checkpointed", path))
+        elif records and cp.physic_msg_timestamp > last_store_ts:
+            out.append(
+                Finding(
+                    Severity.ERROR,
+                    f"checkpoint says messages stored up to {cp.physic_msg_timestamp} ms were "
+                    f"flushed, but the log's last record was stored at {last_store_ts} ms",
+                    path,
+                )
+            )
+        for name in ("physic_msg_timestamp", "logics_msg_timestamp", "index_msg_timestamp"):
+            if getattr(cp, name) < 0:
+                out.append(Finding(Severity.ERROR, f"checkpoint {name} is negative", path))
+        return out
+
+    def close(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> StoreDir:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,65 @@
+"""`mqstore dump DIR [--from-offset N] [--limit N]`: one JSON object per message record.
+
+BLANK end-of-file records are not printed. Reads any store directory, never writing.
+Exit 0 when the walk reached the end of valid data, 1 when it stopped at a corrupt record
+(what was printed up to there is valid; the reason goes to stderr), 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from engine.commitlog import ScanStop
+from workers.commands._common import add_store_arguments, open_store
+
+NAME = "dump"
+HELP = "print every message record of a store as one JSON object per line"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_store_arguments(p)
+    p.add_argument(
+        "--from-offset",
+        type=int,
+        default=None,
+        metavar="N",
+        help="physical offset of the first record (default: the log's first)",
+    )
+    p.add_argument("--limit", type=int, default=None, metavar="N", help="print at most N records")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.limit is not None and args.limit < 0:
+        print("mqstore dump: --limit must be >= 0", file=sys.stderr)
+        return 2
+    if args.from_offset is not None and args.from_offset < 0:
+        print("mqstore dump: --from-offset must be >= 0", file=sys.stderr)
+        return 2
+    store = open_store(NAME, args)
+    if store is None:
+        return 2
+    with store:
+        log = store.commitlog
+        if len(log.queue) == 0:
+            return 0
+        sc = log.scan(args.from_offset, check_crc=False)
+        out = sys.stdout
+        printed = 0
+        if args.limit != 0:
+            for rec in sc.decoded():
+                out.write(json.dumps(rec.to_json_dict(), ensure_ascii=False))
+                out.write("\n")
+                printed += 1
+                if args.limit is not None and printed >= args.limit:
+                    break
+        out.flush()
+        if sc.stop is ScanStop.OFFSET_NOT_FOUND:
+            print(f"mqstore dump: offset {sc.from_offset} is in no segment", file=sys.stderr)
+            return 2
+        if sc.stop is ScanStop.CORRUPT:
+            what = "no record starts at" if printed == 0 else "stopped at a corrupt record at"
+            print(f"mqstore dump: {what} offset {sc.end_offset}: {sc.reason}", file=sys.stderr)
+            return 1
+    return 0
