@@ -247,3 +247,15 @@ def test_console_script_dump_piped_to_head_exits_cleanly(real_store_copy: StoreC
     lines = proc.stdout.splitlines()
     assert len(lines) == 2 and json.loads(lines[1])["queue_offset"] == 1
     assert "Traceback" not in proc.stderr
+
+
+def test_make_run_demo_writes_a_store_that_checks_out(tmp_path: Path) -> None:
+    store = tmp_path / "demo"
+    proc = subprocess.run(
+        [sys.executable, "-m", "workers.demo_run", str(store), "--messages", "500"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "wrote 500 messages" in proc.stdout
+    assert "ok: 500 records" in proc.stdout
+    assert len(list((store / "commitlog").iterdir())) >= 2  # it rolled
