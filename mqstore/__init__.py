@@ -5,5 +5,7 @@ implementation lives in `engine/`, `ipc/` and `workers/`.
 """
 
 from engine.record import DecodedRecord, Message
+from ipc.client import StoreClient
+from ipc.results import PutMessageStatus, PutResult
 
-__all__ = ["DecodedRecord", "Message"]
+__all__ = ["DecodedRecord", "Message", "PutMessageStatus", "PutResult", "StoreClient"]

@@ -1,0 +1,742 @@
+"""`StoreClient`: append to a running store from any process.
+
+    with StoreClient.attach("/var/lib/mqstore") as client:
+        r = client.put("orders", b"...", tags="new", keys=["o-17"])
+        assert r.status is PutMessageStatus.PUT_OK
+
+Attaching asks the supervisor (Unix socket) for the shared-memory names and layout and
+maps them; from then on a put asks nobody, except a sync put's one round trip to the
+flusher. A put runs in the caller's process:
+
+1. **Encode, outside any lock**: validate topic and properties (cached per
+   (topic, properties), the reference encoder decides on a miss), CRC the body.
+2. **Reserve, under the reservation lock** (`fcntl`, so a producer killed while holding
+   it never wedges the store): read the flags, pick the position (rolling the segment
+   with a BLANK when the record and 8 bytes do not fit), check the pool buffer of that
+   segment is free and its file exists, take the queue offset and the store timestamp,
+   and write a RESERVED slot. Nothing else.
+3. **Copy, outside the lock**: header with the final fields, body and tail straight into
+   the pool buffer (pool on) or the segment's mapping (pool off); then the slot is DONE.
+   The committer publishes contiguous DONE slots; a slot whose producer died gets a
+   filler record, so a dead producer never stalls the log.
+4. **SYNC_FLUSH with wait_store**: one datagram to the flusher, one reply once the
+   group-committed fsync covers the record (or FLUSH_DISK_TIMEOUT / FLUSH_DISK_FAILED).
+
+Thread-safe: one `threading.Lock` per client serialises puts of its threads (fcntl locks
+belong to the process). Fork-safe: a forked child re-attaches on its first call. If the
+supervisor stops or dies, the next call re-attaches or returns SERVICE_NOT_AVAILABLE;
+it never writes into a stale pool.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import select
+import socket
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+from engine import fileio, record
+from engine.record import END_FILE_MIN_BLANK_LENGTH, MESSAGE_MAGIC_CODE, Message
+from engine.segment import segment_file_name
+from ipc import channel
+from ipc import control as c
+from ipc.locks import RESERVE_LOCK, FileLock
+from ipc.results import PutMessageStatus, PutResult
+
+_HEAD: Final = struct.Struct(">iIiiiqqiq4siq4siiqi")  # V1 fixed part, IPv4 hosts (88 B)
+_HEAD_LEN: Final = _HEAD.size
+_I16: Final = struct.Struct(">h")
+_BLANK: Final = struct.Struct(">iI")
+_SLOT_PACK: Final = c.SLOT.pack_into
+_I64_PACK: Final = c.I64.pack_into
+_I64_UNPACK: Final = c.I64.unpack_from
+_I32_PACK: Final = c.I32.pack_into
+_PAIR_PACK: Final = c.PAIR.pack_into
+_PAIR_UNPACK: Final = c.PAIR.unpack_from
+_crc32: Final = zlib.crc32
+_time_ns: Final = time.time_ns
+_perf_ns: Final = time.perf_counter_ns
+_TX_MASK: Final = 0xC
+_TX_COMMIT: Final = 0x8
+_V6_BITS: Final = 0x30
+_STATS_EVERY: Final = 256
+_STALE_CHECK_S: Final = 0.01
+_INT32_MAX: Final = 2**31 - 1
+
+OK: Final = PutMessageStatus.PUT_OK
+
+
+class _Busy(Exception):
+    def __init__(self, status: PutMessageStatus, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+class _Refused(Exception):
+    pass
+
+
+# A prepared message: (size, crc, queue_id, flag, sys_flag, born_ts, body, tail, topic_b,
+# takes_offset, reconsume_times, prepared_offset)
+_Prep = tuple[int, int, int, int, int, int, bytes, bytes, bytes, bool, int, int]
+
+
+class StoreClient:
+    """A producer attached to one running store. Create with `StoreClient.attach`."""
+
+    def __init__(
+        self,
+        store_dir: str | os.PathLike[str],
+        *,
+        topic_queue_nums: Mapping[str, int] | None = None,
+        timeout_s: float = 10.0,
+    ) -> None:
+        self.store_dir = os.path.realpath(os.fspath(store_dir))
+        self.topic_queue_nums: dict[str, int] = dict(topic_queue_nums or {})
+        self._timeout_s = timeout_s
+        self._tlock = threading.Lock()
+        self._closed = False
+        self._attached = False
+        self._tails: dict[object, tuple[bytes, int, bytes] | PutResult] = {}
+        self._rr: dict[str, int] = {}
+        self._attach()
+
+    @classmethod
+    def attach(
+        cls,
+        store_dir: str | os.PathLike[str],
+        *,
+        topic_queue_nums: Mapping[str, int] | None = None,
+        timeout_s: float = 10.0,
+    ) -> StoreClient:
+        """Attach to the supervisor of `store_dir`. Raises channel.SupervisorUnavailable
+        when none runs. `topic_queue_nums` overrides the queue count per topic used to
+        spread puts with `queue_id=None` (default: `default_topic_queue_nums`)."""
+        return cls(store_dir, topic_queue_nums=topic_queue_nums, timeout_s=timeout_s)
+
+    # --- attach / detach --------------------------------------------------------------
+
+    def _attach(self) -> None:
+        sock = channel.connect(self.store_dir, self._timeout_s)
+        try:
+            channel.send_json(sock, {"op": "attach", "pid": os.getpid()})
+            info = channel.recv_json(sock)
+            if "error" in info:
+                raise channel.SupervisorUnavailable(str(info["error"]))
+            cb = c.ControlBlock.attach(info["ctl"], info["pool"])
+        except BaseException:
+            sock.close()
+            raise
+        self._sock = sock
+        self._cb = cb
+        self._buf = cb.buf
+        self._pid = os.getpid()
+        self._client_index = int(info["client_index"])
+        self._generation = cb.generation
+        self._seg_size = cb.segment_size
+        self._pool_n = cb.pool_buffers
+        self._slot_count = cb.slot_count
+        self._qtable_off = cb.qtable_off
+        self._sync = info["flush_disk_type"] == "SYNC_FLUSH"
+        self._sync_timeout_s = int(info["sync_flush_timeout_ms"]) / 1000
+        self._busy_timeout_s = int(info["os_page_cache_busy_timeout_ms"]) / 1000
+        self._fast_fail = bool(info["fast_fail_if_no_buffer_in_store_pool"])
+        self._max_body = int(info["max_message_size_bytes"])
+        self._default_queues = int(info["default_topic_queue_nums"])
+        self._store_host = str(info["store_host"])
+        self._flusher_addr = channel.flusher_address(self.store_dir, self._generation)
+        addr, port, v6 = record.parse_host(self._store_host)
+        if v6:
+            raise ValueError("the client's fast path needs an IPv4 store_host")
+        self._store_addr, self._store_port = addr, port
+        self._born_addr, self._born_port = b"\x7f\x00\x00\x01", 0
+        self._rlock = FileLock(os.path.join(self.store_dir, RESERVE_LOCK))
+        self._fsock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+        self._fsock.bind("")  # autobind: an abstract address of our own
+        self._req_id = 0
+        self._qslots: dict[tuple[bytes, int], int] = {}
+        self._pviews: list[memoryview] = []
+        if self._pool_n:
+            assert cb.pool_buf is not None
+            s = self._seg_size
+            self._pviews = [cb.pool_buf[k * s : (k + 1) * s] for k in range(self._pool_n)]
+        self._maps: dict[int, tuple[int, mmap.mmap]] = {}
+        self._last_stale_check = time.monotonic()
+        self._stats = [0] * c.CLIENT_FIELDS
+        self._stats[0] = self._pid
+        self._since_stats = 0
+        self._attached = True
+
+    def _detach(self) -> None:
+        if not self._attached:
+            return
+        self._attached = False
+        with contextlib.suppress(ValueError, TypeError):
+            self._publish_stats()
+        for v in self._pviews:
+            v.release()
+        self._pviews = []
+        for fd, mm in self._maps.values():
+            mm.close()
+            fileio.close(fd)
+        self._maps.clear()
+        del self._buf
+        self._cb.close()
+        self._rlock.close()
+        self._fsock.close()
+        self._sock.close()
+
+    def close(self) -> None:
+        """Detach: nothing of this client stays in the supervisor or in /dev/shm."""
+        with self._tlock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._pid == os.getpid():
+                self._detach()
+
+    def __enter__(self) -> StoreClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True) and getattr(self, "_attached", False):
+            with contextlib.suppress(Exception):
+                self.close()
+
+    # --- staleness ----------------------------------------------------------------------
+
+    def _ensure_live(self) -> str:
+        """ "" when attached to a live supervisor (re-attaching if needed), else why not."""
+        if self._closed:
+            return "the client is closed"
+        if self._pid != os.getpid():  # forked child: start over with our own handles
+            self._attached = False
+            self._pviews = []
+            self._maps = {}
+            try:
+                self._attach()
+            except (OSError, ValueError) as e:
+                return f"re-attach after fork failed: {e}"
+            return ""
+        now = time.monotonic()
+        if self._attached and now - self._last_stale_check < _STALE_CHECK_S:
+            return ""
+        self._last_stale_check = now
+        if self._attached:
+            stale = self._cb.flags & c.FLAG_STOPPED
+            if not stale:
+                r, _, _ = select.select([self._sock], [], [], 0)
+                stale = bool(r)  # the supervisor closed our connection: it is gone
+            if not stale:
+                return ""
+            self._detach()
+        try:
+            self._attach()
+        except (OSError, ValueError) as e:
+            return f"the supervisor of {self.store_dir} is not running ({e})"
+        return ""
+
+    # --- encoding ---------------------------------------------------------------------
+
+    def _tail(self, topic: str, props: Mapping[str, str]) -> tuple[bytes, int, bytes] | PutResult:
+        """(topic-and-properties tail, record length without body, topic bytes)."""
+        rec = record.encode(
+            Message(topic, b"", props, store_host=self._store_host),
+            max_message_size=self._max_body,
+        )
+        if rec.status is not record.EncodeStatus.OK:
+            return PutResult(PutMessageStatus[rec.status.value], rec.reason)
+        topic_b = topic.encode("utf-8")
+        props_b = record.encode_properties(props)
+        tail = b"".join((bytes((len(topic_b),)), topic_b, _I16.pack(len(props_b)), props_b))
+        return tail, record.record_length(0, len(topic_b), len(props_b)), topic_b
+
+    def _prepare(
+        self,
+        topic: str,
+        body: Any,
+        tags: str | None,
+        keys: str | Sequence[str] | None,
+        properties: Mapping[str, str] | None,
+        queue_id: int | None,
+        flag: int = 0,
+        sys_flag: int = 0,
+        reconsume_times: int = 0,
+        prepared_offset: int = 0,
+    ) -> _Prep | PutResult:
+        if tags is None and keys is None and not properties:
+            props: Mapping[str, str] = {}
+            pkey: object = topic
+        else:
+            d = dict(properties) if properties else {}
+            if tags is not None:
+                d[record.PROPERTY_TAGS] = tags
+            if keys is not None:
+                d[record.PROPERTY_KEYS] = (
+                    keys if isinstance(keys, str) else record.KEY_SEPARATOR.join(keys)
+                )
+            props = d
+            try:
+                pkey = (topic, tuple(d.items()))
+                hash(pkey)
+            except TypeError:
+                pkey = None
+        ent = self._tails.get(pkey) if pkey is not None else None
+        if ent is None:
+            try:
+                ent = self._tail(topic, props)
+            except (TypeError, AttributeError, ValueError) as e:
+                return PutResult(PutMessageStatus.MESSAGE_ILLEGAL, f"bad message: {e}")
+            if pkey is not None:
+                if len(self._tails) > 4096:
+                    self._tails.clear()
+                self._tails[pkey] = ent
+        if type(ent) is PutResult:
+            return ent
+        tail, fixed, topic_b = ent  # type: ignore[misc]
+        if type(body) is not bytes:
+            if isinstance(body, bytearray | memoryview):
+                body = bytes(body)
+            else:
+                return PutResult(PutMessageStatus.MESSAGE_ILLEGAL, "body must be bytes")
+        blen = len(body)
+        if blen > self._max_body:
+            return PutResult(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                f"body is {blen} bytes; maxMessageSize is {self._max_body}",
+            )
+        if queue_id is None:
+            n = self.topic_queue_nums.get(topic, self._default_queues)
+            k = self._rr.get(topic, 0)
+            self._rr[topic] = k + 1
+            queue_id = k % n if n > 0 else 0
+        elif type(queue_id) is not int or not 0 <= queue_id <= _INT32_MAX:
+            return PutResult(
+                PutMessageStatus.MESSAGE_ILLEGAL, f"queue id {queue_id!r} is not in [0, 2^31)"
+            )
+        size = fixed + blen
+        if size + END_FILE_MIN_BLANK_LENGTH > self._seg_size:
+            return PutResult(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                f"record of {size} bytes does not fit a {self._seg_size}-byte segment",
+            )
+        tx = sys_flag & _TX_MASK
+        return (
+            size, _crc32(body) & 0x7FFFFFFF if blen else 0, queue_id, flag,
+            sys_flag & ~_V6_BITS, _time_ns() // 1_000_000, body, tail, topic_b,
+            tx == 0 or tx == _TX_COMMIT, reconsume_times, prepared_offset,
+        )  # fmt: skip
+
+    # --- targets ----------------------------------------------------------------------
+
+    def _target(self, index: int) -> memoryview | mmap.mmap:
+        if self._pool_n:
+            return self._pviews[index % self._pool_n]
+        got = self._maps.get(index)
+        if got is None:
+            path = os.path.join(
+                self.store_dir, "commitlog", segment_file_name(index * self._seg_size)
+            )
+            fd = fileio.open_file(path, create=False)
+            mm = fileio.mmap_file(fd, self._seg_size, writable=True, path=path)
+            got = (fd, mm)
+            self._maps[index] = got
+            for old in [i for i in self._maps if i < index - 1]:
+                ofd, omm = self._maps.pop(old)
+                omm.close()
+                fileio.close(ofd)
+        return got[1]
+
+    # --- reservation ------------------------------------------------------------------
+
+    def _repair(self, buf: memoryview) -> None:
+        """The last holder died inside the critical section: redo its queue offsets."""
+        seq_now = _I64_UNPACK(buf, c.OFF_SEQ)[0]
+        start = _I64_UNPACK(buf, c.OFF_CS_SEQ)[0]
+        cb = self._cb
+        for s in range(start, seq_now):
+            _off, qo, _ts, _size, _pid, qslot, _st = cb.slot(s)
+            if qslot >= 0:
+                p = self._qtable_off + qslot * c.QROW + 8
+                if _I64_UNPACK(buf, p)[0] < qo + 1:
+                    _I64_PACK(buf, p, qo + 1)
+        _I64_PACK(buf, c.OFF_CS_PID, 0)
+
+    def _reserve(self, preps: list[_Prep]) -> tuple[int, int, int, int, list[int]]:
+        """Reserve space for `preps` (one segment). Returns (first seq, start offset,
+        blank size before it (0: none), store timestamp, queue offsets). Raises _Busy,
+        _Refused. Caller holds the thread lock, not the file lock."""
+        total = 0
+        for p in preps:
+            total += p[0]
+        buf = self._buf
+        seg_size = self._seg_size
+        deadline = 0.0
+        pause = 0.00005
+        rlock = self._rlock
+        pid = self._pid
+        while True:
+            rlock.acquire()
+            try:
+                flags = _I64_UNPACK(buf, c.OFF_FLAGS)[0]
+                if flags & (c.FLAG_REFUSE_WRITES | c.FLAG_READ_ONLY | c.FLAG_STOPPED) or not (
+                    flags & c.FLAG_RUNNING
+                ):
+                    raise _Refused(
+                        "the store is read-only after a failed fsync"
+                        if flags & c.FLAG_READ_ONLY
+                        else "the store is stopping or not running; writes are refused"
+                    )
+                if _I64_UNPACK(buf, c.OFF_CS_PID)[0]:
+                    self._repair(buf)
+                reserved, seq = _PAIR_UNPACK(buf, c.OFF_RESERVED)
+                index = reserved // seg_size
+                pos = reserved - index * seg_size
+                if pos + total + END_FILE_MIN_BLANK_LENGTH > seg_size:
+                    blank = seg_size - pos
+                    index += 1
+                    start = index * seg_size
+                    nslots = len(preps) + 1
+                else:
+                    blank = 0
+                    start = reserved
+                    nslots = len(preps)
+                end = start + total
+                why = ""
+                if end > _I64_UNPACK(buf, c.OFF_ALLOCATED)[0]:
+                    why = "file"
+                elif (
+                    self._pool_n
+                    and _I64_UNPACK(buf, c.OFF_COMMITTED)[0] < (index - self._pool_n + 1) * seg_size
+                ):
+                    why = "pool"
+                elif seq + nslots - _I64_UNPACK(buf, c.OFF_PUBLISHED_SEQ)[0] > self._slot_count:
+                    why = "slots"
+                if not why:
+                    _PAIR_PACK(buf, c.OFF_CS_PID, pid, seq)
+                    now = _time_ns() // 1_000_000
+                    first = seq
+                    slot_off = c.SLOTS_OFF
+                    slot_row = c.SLOT_ROW
+                    count = self._slot_count
+                    if blank:
+                        _SLOT_PACK(
+                            buf, slot_off + (seq % count) * slot_row,
+                            reserved, 0, now, blank, pid, -1, c.STATE_RESERVED,
+                        )  # fmt: skip
+                        seq += 1
+                    qoffs: list[int] = []
+                    qupd: dict[int, int] = {}
+                    at = start
+                    qslots = self._qslots
+                    qtable_off = self._qtable_off
+                    for p in preps:
+                        key = (p[8], p[2])
+                        qs = qslots.get(key)
+                        if qs is None:
+                            qs = self._cb.find_or_add_queue(p[8], p[2])
+                            if qs < 0:
+                                raise _Busy(
+                                    PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                                    "the queue table of the control block is full",
+                                )
+                            qslots[key] = qs
+                        if p[9]:
+                            qo = qupd.get(qs)
+                            if qo is None:
+                                qo = _I64_UNPACK(buf, qtable_off + qs * c.QROW + 8)[0]
+                            qupd[qs] = qo + 1
+                        else:
+                            qo = 0
+                        qoffs.append(qo)
+                        _SLOT_PACK(
+                            buf, slot_off + (seq % count) * slot_row,
+                            at, qo, now, p[0], pid, qs if p[9] else -2, c.STATE_RESERVED,
+                        )  # fmt: skip
+                        seq += 1
+                        at += p[0]
+                    _PAIR_PACK(buf, c.OFF_RESERVED, end, seq)  # the commit point
+                    for qs, nxt in qupd.items():
+                        _I64_PACK(buf, qtable_off + qs * c.QROW + 8, nxt)
+                    _I64_PACK(buf, c.OFF_CS_PID, 0)
+                    return first, start, blank, now, qoffs
+            finally:
+                rlock.release()
+            # Not enough room: the pool buffer, the next file or the slot ring is busy.
+            now_s = time.monotonic()
+            if deadline == 0.0:
+                if why == "pool" and self._fast_fail:
+                    raise _Busy(PutMessageStatus.OS_PAGECACHE_BUSY, "no free write-pool buffer")
+                deadline = now_s + self._busy_timeout_s
+                self._cb.add(c.OFF_BUSY, 1)
+            elif now_s >= deadline:
+                if why == "file":
+                    raise _Busy(
+                        PutMessageStatus.CREATE_MAPPED_FILE_FAILED,
+                        "the allocator did not have the next segment file ready in "
+                        f"{self._busy_timeout_s * 1000:.0f} ms",
+                    )
+                raise _Busy(
+                    PutMessageStatus.OS_PAGECACHE_BUSY,
+                    f"no free {'write-pool buffer' if why == 'pool' else 'reservation slot'} "
+                    f"within {self._busy_timeout_s * 1000:.0f} ms",
+                )
+            time.sleep(pause)
+            pause = min(pause * 2, 0.002)
+
+    # --- copying ----------------------------------------------------------------------
+
+    def _copy(
+        self, preps: list[_Prep], first: int, start: int, blank: int, now: int, qoffs: list[int]
+    ) -> None:
+        seg_size = self._seg_size
+        buf = self._buf
+        seq = first
+        state_off = c.SLOTS_OFF + c.SLOT_STATE_OFF
+        count = self._slot_count
+        row = c.SLOT_ROW
+        index = start // seg_size
+        if blank:
+            prev = self._target(index - 1)
+            _BLANK.pack_into(prev, seg_size - blank, blank, record.BLANK_MAGIC_CODE)
+            _I32_PACK(buf, state_off + (seq % count) * row, c.STATE_DONE)
+            seq += 1
+        target = self._target(index)
+        pos = start - index * seg_size
+        sa, sp, ba, bp = self._store_addr, self._store_port, self._born_addr, self._born_port
+        for i, p in enumerate(preps):
+            size, crc, qid, flag, sysf, born, body, tail, _tb, _tk, rt, po = p
+            blen = len(body)
+            _HEAD.pack_into(
+                target, pos, size, MESSAGE_MAGIC_CODE, crc, qid, flag, qoffs[i],
+                start, sysf, born, ba, bp, now, sa, sp, rt, po, blen,
+            )  # fmt: skip
+            b0 = pos + _HEAD_LEN
+            target[b0 : b0 + blen] = body
+            target[b0 + blen : pos + size] = tail
+            _I32_PACK(buf, state_off + (seq % count) * row, c.STATE_DONE)
+            seq += 1
+            pos += size
+            start += size
+
+    # --- flush wait -------------------------------------------------------------------
+
+    def _wait_flushed(self, end: int) -> tuple[PutMessageStatus, str]:
+        buf = self._buf
+        if _I64_UNPACK(buf, c.OFF_FLUSHED)[0] >= end:
+            return OK, ""
+        self._req_id += 1
+        rid = self._req_id
+        deadline = time.monotonic() + self._sync_timeout_s
+        sock = self._fsock
+        req = channel.FLUSH_REQ.pack(rid, end)
+        sent = False
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return (
+                    PutMessageStatus.FLUSH_DISK_TIMEOUT,
+                    f"not flushed within syncFlushTimeout ({self._sync_timeout_s * 1000:.0f} ms)",
+                )
+            if not sent:
+                try:
+                    sock.sendto(req, self._flusher_addr)
+                    sent = True
+                except OSError:  # the flusher is restarting: try again shortly
+                    time.sleep(min(0.01, left))
+                    continue
+            sock.settimeout(min(left, 0.5))
+            try:
+                data = sock.recv(64)
+            except TimeoutError:
+                if _I64_UNPACK(buf, c.OFF_FLAGS)[0] & c.FLAG_READ_ONLY:
+                    return PutMessageStatus.FLUSH_DISK_FAILED, "fsync failed: store is read-only"
+                if _I64_UNPACK(buf, c.OFF_FLUSHED)[0] >= end:
+                    return OK, ""
+                sent = False  # the flusher may have restarted and lost the request
+                continue
+            got, _flushed, status = channel.FLUSH_REP.unpack_from(data)
+            if got != rid:
+                continue  # a late answer to an earlier request
+            if status == channel.REPLY_OK:
+                return OK, ""
+            return PutMessageStatus.FLUSH_DISK_FAILED, "fsync failed: the store is read-only"
+
+    # --- statistics ---------------------------------------------------------------------
+
+    def _record(self, t0: int, n: int, nbytes: int, ok: bool, sync: bool) -> None:
+        st = self._stats
+        lat = _perf_ns() - t0
+        if ok:
+            st[1] += n
+            st[3] += nbytes
+        else:
+            st[2] += n
+        if lat > st[4]:
+            st[4] = lat
+        if sync:
+            st[5] += n
+        b = (lat // 1000).bit_length()
+        st[6 + (b if b < c.HIST_BUCKETS else c.HIST_BUCKETS - 1)] += 1
+        self._since_stats += 1
+        if self._since_stats >= _STATS_EVERY:
+            self._publish_stats()
+
+    def _publish_stats(self) -> None:
+        self._since_stats = 0
+        self._cb.write_client(self._client_index, self._stats)
+
+    # --- the public puts ----------------------------------------------------------------
+
+    def put(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        tags: str | None = None,
+        keys: str | Sequence[str] | None = None,
+        properties: Mapping[str, str] | None = None,
+        queue_id: int | None = None,
+        wait_store: bool = True,
+    ) -> PutResult:
+        """Append one message. Returns PUT_OK with where it went, or why not.
+
+        Under SYNC_FLUSH with `wait_store` it returns once the record is on disk
+        (group commit); with `wait_store=False` or ASYNC_FLUSH it returns once the record
+        is in the pool or page cache. Never raises for expected outcomes.
+        """
+        t0 = _perf_ns()
+        with self._tlock:
+            why = self._ensure_live()
+            if why:
+                return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, why)
+            prep = self._prepare(topic, body, tags, keys, properties, queue_id)
+            if type(prep) is PutResult:
+                self._record(t0, 1, 0, False, False)
+                return prep
+            preps: list[_Prep] = [prep]  # type: ignore[list-item]
+            try:
+                first, start, blank, now, qoffs = self._reserve(preps)
+            except _Busy as e:
+                self._record(t0, 1, 0, False, False)
+                return PutResult(e.status, e.reason)
+            except _Refused as e:
+                self._record(t0, 1, 0, False, False)
+                return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, str(e))
+            self._copy(preps, first, start, blank, now, qoffs)
+            size = preps[0][0]
+            status, reason = OK, ""
+            sync = self._sync and wait_store
+            if sync:
+                status, reason = self._wait_flushed(start + size)
+            self._record(t0, 1, size, status is OK, sync)
+            return PutResult(
+                status, reason, record.make_msg_id(self._store_addr, self._store_port, start),
+                start, size, preps[0][2], qoffs[0], now,
+            )  # fmt: skip
+
+    def put_batch(
+        self, messages: Iterable[Mapping[str, Any] | Message], *, wait_store: bool = True
+    ) -> list[PutResult]:
+        """Append messages all or nothing, in one segment, under one reservation.
+
+        Each item is a dict of `put`'s keyword arguments (plus `topic` and `body`) or an
+        `engine.record.Message` (its topic, body, properties, queue id, flag, sys flag).
+        A bad message fails the whole batch with its status; nothing is written.
+        """
+        t0 = _perf_ns()
+        msgs = list(messages)
+        with self._tlock:
+            why = self._ensure_live()
+            if why:
+                return [PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, why) for _ in msgs]
+            if not msgs:
+                return []
+            preps: list[_Prep] = []
+            for i, m in enumerate(msgs):
+                if isinstance(m, Message):
+                    prep = self._prepare(
+                        m.topic, m.body, None, None, m.properties, m.queue_id, m.flag,
+                        m.sys_flag, m.reconsume_times, m.prepared_transaction_offset,
+                    )  # fmt: skip
+                else:
+                    try:
+                        kw = dict(m)
+                        prep = self._prepare(
+                            kw.pop("topic"), kw.pop("body"), kw.pop("tags", None),
+                            kw.pop("keys", None), kw.pop("properties", None),
+                            kw.pop("queue_id", None),
+                        )  # fmt: skip
+                        if kw:
+                            prep = PutResult(
+                                PutMessageStatus.MESSAGE_ILLEGAL, f"unknown fields {sorted(kw)}"
+                            )
+                    except (KeyError, TypeError, ValueError) as e:
+                        prep = PutResult(PutMessageStatus.MESSAGE_ILLEGAL, f"bad message: {e}")
+                if type(prep) is PutResult:
+                    self._record(t0, len(msgs), 0, False, False)
+                    bad = PutResult(prep.status, f"message {i} of the batch: {prep.reason}")
+                    return [bad for _ in msgs]
+                preps.append(prep)  # type: ignore[arg-type]
+            total = sum(p[0] for p in preps)
+            if total + END_FILE_MIN_BLANK_LENGTH > self._seg_size:
+                bad = PutResult(
+                    PutMessageStatus.MESSAGE_ILLEGAL,
+                    f"batch of {total} bytes does not fit a {self._seg_size}-byte segment",
+                )
+                return [bad for _ in msgs]
+            try:
+                first, start, blank, now, qoffs = self._reserve(preps)
+            except _Busy as e:
+                self._record(t0, len(msgs), 0, False, False)
+                return [PutResult(e.status, e.reason) for _ in msgs]
+            except _Refused as e:
+                self._record(t0, len(msgs), 0, False, False)
+                return [PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, str(e)) for _ in msgs]
+            self._copy(preps, first, start, blank, now, qoffs)
+            status, reason = OK, ""
+            sync = self._sync and wait_store
+            if sync:
+                status, reason = self._wait_flushed(start + total)
+            self._record(t0, len(msgs), total, status is OK, sync)
+            out = []
+            at = start
+            sa, sp = self._store_addr, self._store_port
+            for i, p in enumerate(preps):
+                out.append(
+                    PutResult(
+                        status,
+                        reason,
+                        record.make_msg_id(sa, sp, at),
+                        at,
+                        p[0],
+                        p[2],
+                        qoffs[i],
+                        now,
+                    )
+                )
+                at += p[0]
+            return out
+
+    # --- introspection ------------------------------------------------------------------
+
+    def positions(self) -> dict[str, int]:
+        """The control block's positions (reserved, published, committed, flushed)."""
+        cb = self._cb
+        return {
+            "reserved": cb.get(c.OFF_RESERVED),
+            "published": cb.get(c.OFF_PUBLISHED),
+            "committed": cb.get(c.OFF_COMMITTED),
+            "flushed": cb.get(c.OFF_FLUSHED),
+        }

@@ -1,0 +1,429 @@
+"""The control block: one shared-memory segment every runtime process maps.
+
+Created by the supervisor (`ControlBlock.create`), mapped by workers, clients and
+`mqstore status` (`ControlBlock.attach`). Names are tied to the store: `mqs-<h>-<gen>-ctl`
+and `mqs-<h>-<gen>-pool`, where `<h>` hashes the store's real path and `<gen>` is the
+supervisor's generation, so leftovers of a crashed run are found by prefix and removed.
+
+Header, layout version 1 (little-endian int64 unless said):
+
+| off | field            | written only by                                          |
+| --- | ---------------- | -------------------------------------------------------- |
+| 0   | magic_version    | supervisor, once at create                               |
+| 8   | reserved_pos     | producers, under the reservation lock (with `seq`)       |
+| 16  | seq              | producers: next reservation slot sequence number         |
+| 24  | published_pos    | the publisher (commit step, under the commit lock)       |
+| 32  | published_seq    | the publisher                                            |
+| 40  | committed_pos    | the commit step (committer, or flusher on demand)        |
+| 48  | flushed_pos      | flusher (supervisor at drain)                            |
+| 56  | flags            | supervisor; flusher sets READ_ONLY                       |
+| 64  | generation       | supervisor, once                                         |
+| 72  | supervisor_pid   | supervisor, once                                         |
+| 80  | allocated_upto   | allocator (and supervisor at boot): end of ready files   |
+| 88  | cs_pid           | producers: pid inside the reservation critical section   |
+| 96  | cs_seq_start     | producers: `seq` when that section began                 |
+| 104 | segment_size     | supervisor, once                                         |
+| 112 | pool_buffers     | supervisor, once (0 = pool off, direct mmap writes)      |
+| 120 | slot_count       | supervisor, once                                         |
+| 128 | qtable_capacity  | supervisor, once                                         |
+| 136 | fsync_count      | flusher                                                  |
+| 144 | fsync_msgs       | flusher: reservation slots covered by its fsyncs         |
+| 152 | published_ts     | publisher: store timestamp of the last published slot    |
+| 160 | committed_ts     | commit step                                              |
+| 168 | flushed_ts       | flusher (checkpoint's physic_msg_timestamp)              |
+| 176 | busy_count       | producers (racy counter, statistics only)                |
+| 184 | fillers          | publisher: slots filled for dead producers               |
+| 192 | retired_puts     | supervisor: puts of detached clients                     |
+| 200 | retired_bytes    | supervisor                                               |
+| 208 | flushed_seq      | flusher                                                  |
+| 216 | fsync_ns_total   | flusher                                                  |
+| 224 | flush_failures   | flusher                                                  |
+| 232 | committed_seq    | commit step: `published_seq` its commit covered          |
+
+Workers table at 512: 8 rows of 64 bytes (pid, heartbeat_ms, restarts, state, name 32s),
+written by the worker (heartbeat) and the supervisor (pid, restarts, state).
+
+Client statistics at 1024: 64 rows of 48 int64 (pid, puts, errors, bytes, lat_max_ns,
+sync_puts, 42 log2-µs latency buckets); row owned by one client, assigned at attach.
+
+Reservation slots at 32768: `slot_count` rows of 40 bytes (offset q, queue_offset q,
+store_ts q, size i, pid i, qslot i, state i), row `seq % slot_count`. A producer writes
+its rows RESERVED under the lock and sets DONE after its copy; the publisher advances
+`published_pos` over contiguous DONE rows.
+
+Queue table after the slots: `qtable_capacity` rows of 160 bytes (hash q, next_offset
+q, queue_id i, topic_len i, topic 128s), open addressing, rows only ever added, all
+writes under the reservation lock.
+
+Positions are plain aligned int64 stores; each has one writer, readers tolerate reading
+an older value. On x86-64 (TSO) a reader that sees a slot DONE sees the bytes copied
+before it.
+"""
+
+from __future__ import annotations
+
+import _posixshmem  # type: ignore[import-not-found]
+import contextlib
+import hashlib
+import os
+import struct
+from dataclasses import dataclass
+from multiprocessing import resource_tracker, shared_memory
+from typing import Final
+
+MAGIC_VERSION: Final = 0x4D51_4354_4C00_0001  # "MQCTL", version 1
+
+OFF_RESERVED: Final = 8
+OFF_SEQ: Final = 16
+OFF_PUBLISHED: Final = 24
+OFF_PUBLISHED_SEQ: Final = 32
+OFF_COMMITTED: Final = 40
+OFF_FLUSHED: Final = 48
+OFF_FLAGS: Final = 56
+OFF_GENERATION: Final = 64
+OFF_SUP_PID: Final = 72
+OFF_ALLOCATED: Final = 80
+OFF_CS_PID: Final = 88
+OFF_CS_SEQ: Final = 96
+OFF_SEGMENT_SIZE: Final = 104
+OFF_POOL_BUFFERS: Final = 112
+OFF_SLOT_COUNT: Final = 120
+OFF_QCAP: Final = 128
+OFF_FSYNC_COUNT: Final = 136
+OFF_FSYNC_MSGS: Final = 144
+OFF_PUBLISHED_TS: Final = 152
+OFF_COMMITTED_TS: Final = 160
+OFF_FLUSHED_TS: Final = 168
+OFF_BUSY: Final = 176
+OFF_FILLERS: Final = 184
+OFF_RETIRED_PUTS: Final = 192
+OFF_RETIRED_BYTES: Final = 200
+OFF_FLUSHED_SEQ: Final = 208
+OFF_FSYNC_NS: Final = 216
+OFF_FLUSH_FAILURES: Final = 224
+OFF_COMMITTED_SEQ: Final = 232
+
+FLAG_RUNNING: Final = 1
+FLAG_REFUSE_WRITES: Final = 2
+FLAG_READ_ONLY: Final = 4
+FLAG_STOPPED: Final = 8
+FLAG_NAMES: Final = {
+    FLAG_RUNNING: "running",
+    FLAG_REFUSE_WRITES: "refuse_writes",
+    FLAG_READ_ONLY: "read_only",
+    FLAG_STOPPED: "stopped",
+}
+
+WORKERS_OFF: Final = 512
+WORKER_ROW: Final = 64
+MAX_WORKERS: Final = 8
+_WORKER = struct.Struct("<qqqq32s")
+
+CLIENTS_OFF: Final = 1024
+MAX_CLIENTS: Final = 64
+HIST_BUCKETS: Final = 42
+CLIENT_FIELDS: Final = 6 + HIST_BUCKETS
+CLIENT_ROW: Final = CLIENT_FIELDS * 8
+_CLIENT = struct.Struct(f"<{CLIENT_FIELDS}q")
+
+SLOTS_OFF: Final = 32768
+SLOT_ROW: Final = 40
+SLOT = struct.Struct("<qqqiiii")  # offset, queue_offset, store_ts, size, pid, qslot, state
+SLOT_STATE_OFF: Final = 36
+STATE_FREE: Final = 0
+STATE_RESERVED: Final = 1
+STATE_DONE: Final = 2
+
+QROW: Final = 160
+QROW_HEAD = struct.Struct("<qqii")  # hash, next_offset, queue_id, topic_len
+QTOPIC_MAX: Final = 128
+
+I64 = struct.Struct("<q")
+I32 = struct.Struct("<i")
+PAIR = struct.Struct("<qq")
+
+WORKER_STATE_NAMES: Final = {0: "-", 1: "starting", 2: "running", 3: "exited", 4: "halted"}
+
+
+def store_hash(store_dir: str | os.PathLike[str]) -> str:
+    """Ten hex digits of the store's real path: the stem of every runtime name."""
+    real = os.path.realpath(os.fspath(store_dir))
+    return hashlib.sha1(real.encode("utf-8", "surrogateescape")).hexdigest()[:10]
+
+
+def shm_names(store_dir: str | os.PathLike[str], generation: int) -> tuple[str, str]:
+    stem = f"mqs-{store_hash(store_dir)}-{generation}"
+    return f"{stem}-ctl", f"{stem}-pool"
+
+
+def leftover_shm(store_dir: str | os.PathLike[str]) -> list[str]:
+    """Names in /dev/shm that belong to this store (any generation)."""
+    prefix = f"mqs-{store_hash(store_dir)}-"
+    try:
+        return sorted(n for n in os.listdir("/dev/shm") if n.startswith(prefix))
+    except FileNotFoundError:
+        return []
+
+
+def remove_leftovers(store_dir: str | os.PathLike[str]) -> list[str]:
+    """Unlink every shared-memory segment of this store; supervisor only, before create."""
+    removed = []
+    for name in leftover_shm(store_dir):
+        try:
+            os.unlink(os.path.join("/dev/shm", name))
+            removed.append(name)
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+def _untrack(shm: shared_memory.SharedMemory) -> None:
+    # Python 3.11: the resource tracker would unlink the segment when this process
+    # exits. Nobody but the supervisor unlinks, and it does so explicitly.
+    with contextlib.suppress(Exception):  # the tracker may not be running
+        resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class Geometry:
+    segment_size: int
+    pool_buffers: int
+    slot_count: int = 8192
+    qtable_capacity: int = 16384
+
+    @property
+    def qtable_off(self) -> int:
+        return SLOTS_OFF + self.slot_count * SLOT_ROW
+
+    @property
+    def size(self) -> int:
+        return self.qtable_off + self.qtable_capacity * QROW
+
+
+class ControlBlock:
+    """A mapped control block (and the pool, when on). See the module docstring."""
+
+    def __init__(
+        self,
+        ctl: shared_memory.SharedMemory,
+        pool: shared_memory.SharedMemory | None,
+        *,
+        owner: bool,
+    ) -> None:
+        self._ctl = ctl
+        self._pool = pool
+        self.owner = owner
+        self._closed = False
+        assert ctl.buf is not None
+        self.buf: memoryview = ctl.buf
+        self.pool_buf: memoryview | None = pool.buf if pool is not None else None
+        if I64.unpack_from(self.buf, 0)[0] != MAGIC_VERSION:
+            raise ValueError(f"{ctl.name}: not an mqstore control block (layout version 1)")
+        self.segment_size = self.get(OFF_SEGMENT_SIZE)
+        self.pool_buffers = self.get(OFF_POOL_BUFFERS)
+        self.slot_count = self.get(OFF_SLOT_COUNT)
+        self.qtable_capacity = self.get(OFF_QCAP)
+        self.qtable_off = SLOTS_OFF + self.slot_count * SLOT_ROW
+        self.generation = self.get(OFF_GENERATION)
+        self.ctl_name = ctl.name
+        self.pool_name = pool.name if pool is not None else ""
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls, store_dir: str | os.PathLike[str], generation: int, geo: Geometry
+    ) -> ControlBlock:
+        """Supervisor only: create the control block and the pool (zeroed by the OS)."""
+        ctl_name, pool_name = shm_names(store_dir, generation)
+        try:
+            ctl = shared_memory.SharedMemory(ctl_name, create=True, size=geo.size)
+        except OSError as e:
+            raise OSError(
+                e.errno, f"cannot create shared memory {ctl_name} ({geo.size} bytes): {e}"
+            ) from e
+        _untrack(ctl)
+        pool = None
+        if geo.pool_buffers > 0:
+            size = geo.pool_buffers * geo.segment_size
+            try:
+                pool = shared_memory.SharedMemory(pool_name, create=True, size=size)
+            except OSError as e:
+                ctl.close()
+                ctl.unlink()
+                raise OSError(
+                    e.errno,
+                    f"cannot create the write pool {pool_name} ({size} bytes): {e}; "
+                    "/dev/shm is often 64 MiB in containers: lower transient_store_pool_size "
+                    "or segment_size_bytes, or turn the pool off",
+                ) from e
+            _untrack(pool)
+        b = ctl.buf
+        assert b is not None
+        for off, v in (
+            (OFF_SEGMENT_SIZE, geo.segment_size),
+            (OFF_POOL_BUFFERS, geo.pool_buffers),
+            (OFF_SLOT_COUNT, geo.slot_count),
+            (OFF_QCAP, geo.qtable_capacity),
+            (OFF_GENERATION, generation),
+            (OFF_SUP_PID, os.getpid()),
+            (0, MAGIC_VERSION),
+        ):
+            I64.pack_into(b, off, v)
+        return cls(ctl, pool, owner=True)
+
+    @classmethod
+    def attach(cls, ctl_name: str, pool_name: str) -> ControlBlock:
+        """Map an existing control block (and pool). Raises FileNotFoundError."""
+        ctl = shared_memory.SharedMemory(ctl_name)
+        _untrack(ctl)
+        pool = None
+        if pool_name:
+            try:
+                pool = shared_memory.SharedMemory(pool_name)
+            except BaseException:
+                ctl.close()
+                raise
+            _untrack(pool)
+        return cls(ctl, pool, owner=False)
+
+    def close(self) -> None:
+        """Unmap (and, for the owner, unlink). Idempotent."""
+        if self._closed:
+            return
+        self.buf.release()
+        if self.pool_buf is not None:
+            self.pool_buf.release()
+        self._ctl.close()
+        if self._pool is not None:
+            self._pool.close()
+        if self.owner:
+            for shm in (self._ctl, self._pool):
+                if shm is not None:
+                    # Not shm.unlink(): it would tell the resource tracker, which no
+                    # longer tracks the name (see _untrack) and would complain.
+                    with contextlib.suppress(FileNotFoundError):
+                        _posixshmem.shm_unlink(shm._name)  # type: ignore[attr-defined]
+        self._closed = True
+
+    # --- fields -------------------------------------------------------------------------
+
+    def get(self, off: int) -> int:
+        return int(I64.unpack_from(self.buf, off)[0])
+
+    def set(self, off: int, value: int) -> None:
+        I64.pack_into(self.buf, off, value)
+
+    def add(self, off: int, delta: int) -> None:
+        """Not atomic: for counters with one writer, or statistics that may lose a count."""
+        I64.pack_into(self.buf, off, I64.unpack_from(self.buf, off)[0] + delta)
+
+    @property
+    def flags(self) -> int:
+        return self.get(OFF_FLAGS)
+
+    def set_flag(self, flag: int, on: bool = True) -> None:
+        f = self.flags
+        self.set(OFF_FLAGS, (f | flag) if on else (f & ~flag))
+
+    def flag_names(self) -> list[str]:
+        f = self.flags
+        return [n for bit, n in FLAG_NAMES.items() if f & bit]
+
+    def pool_view(self, segment_index: int) -> memoryview:
+        """The pool buffer of a segment (segment i uses buffer i % pool_buffers)."""
+        assert self.pool_buf is not None
+        k = segment_index % self.pool_buffers
+        s = self.segment_size
+        return self.pool_buf[k * s : (k + 1) * s]
+
+    # --- slots ----------------------------------------------------------------------------
+
+    def slot(self, seq: int) -> tuple[int, int, int, int, int, int, int]:
+        off = SLOTS_OFF + (seq % self.slot_count) * SLOT_ROW
+        return SLOT.unpack_from(self.buf, off)
+
+    def slot_state(self, seq: int) -> int:
+        off = SLOTS_OFF + (seq % self.slot_count) * SLOT_ROW + SLOT_STATE_OFF
+        return int(I32.unpack_from(self.buf, off)[0])
+
+    def set_slot_state(self, seq: int, state: int) -> None:
+        off = SLOTS_OFF + (seq % self.slot_count) * SLOT_ROW + SLOT_STATE_OFF
+        I32.pack_into(self.buf, off, state)
+
+    # --- queue table ------------------------------------------------------------------
+
+    def qrow_off(self, qslot: int) -> int:
+        return self.qtable_off + qslot * QROW
+
+    def qrow(self, qslot: int) -> tuple[str, int, int]:
+        """(topic, queue_id, next_offset) of a queue-table row."""
+        _h, nxt, qid, tlen = QROW_HEAD.unpack_from(self.buf, self.qrow_off(qslot))
+        off = self.qrow_off(qslot) + QROW_HEAD.size
+        topic = bytes(self.buf[off : off + tlen]).decode("utf-8", "surrogateescape")
+        return topic, int(qid), int(nxt)
+
+    def find_or_add_queue(self, topic_b: bytes, queue_id: int) -> int:
+        """The row of (topic, queue id), adding it if absent; -1 when the table is full.
+
+        Caller holds the reservation lock (or is the supervisor at boot). O(1) expected.
+        """
+        key = topic_b + I32.pack(queue_id)
+        h = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
+        cap = self.qtable_capacity
+        buf = self.buf
+        for i in range(cap):
+            slot = (h + i) % cap
+            off = self.qtable_off + slot * QROW
+            rh, _nxt, qid, tlen = QROW_HEAD.unpack_from(buf, off)
+            if tlen == 0:
+                t0 = off + QROW_HEAD.size
+                buf[t0 : t0 + len(topic_b)] = topic_b
+                QROW_HEAD.pack_into(buf, off, h, 0, queue_id, len(topic_b))
+                return slot
+            if rh == h and qid == queue_id and tlen == len(topic_b):
+                t0 = off + QROW_HEAD.size
+                if bytes(buf[t0 : t0 + tlen]) == topic_b:
+                    return slot
+        return -1
+
+    def queue_rows(self) -> list[tuple[str, int, int]]:
+        out = []
+        for slot in range(self.qtable_capacity):
+            off = self.qtable_off + slot * QROW
+            if I32.unpack_from(self.buf, off + 20)[0]:
+                out.append(self.qrow(slot))
+        return out
+
+    # --- workers ----------------------------------------------------------------------
+
+    def worker_off(self, index: int) -> int:
+        return WORKERS_OFF + index * WORKER_ROW
+
+    def set_worker(self, index: int, name: str, pid: int, restarts: int, state: int) -> None:
+        _WORKER.pack_into(
+            self.buf, self.worker_off(index), pid, 0, restarts, state, name.encode()[:32]
+        )
+
+    def beat(self, index: int, now_ms: int) -> None:
+        I64.pack_into(self.buf, self.worker_off(index) + 8, now_ms)
+
+    def worker(self, index: int) -> tuple[str, int, int, int, int]:
+        """(name, pid, heartbeat_ms, restarts, state)."""
+        pid, hb, restarts, state, name = _WORKER.unpack_from(self.buf, self.worker_off(index))
+        return name.rstrip(b"\0").decode(), int(pid), int(hb), int(restarts), int(state)
+
+    # --- clients ----------------------------------------------------------------------
+
+    def client_off(self, index: int) -> int:
+        return CLIENTS_OFF + index * CLIENT_ROW
+
+    def client_row(self, index: int) -> tuple[int, ...]:
+        return tuple(int(v) for v in _CLIENT.unpack_from(self.buf, self.client_off(index)))
+
+    def clear_client(self, index: int) -> None:
+        off = self.client_off(index)
+        self.buf[off : off + CLIENT_ROW] = bytes(CLIENT_ROW)
+
+    def write_client(self, index: int, values: list[int]) -> None:
+        _CLIENT.pack_into(self.buf, self.client_off(index), *values)

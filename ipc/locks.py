@@ -1,0 +1,104 @@
+"""Locks that survive the death of their holder: `fcntl` record locks on files.
+
+The kernel drops an `fcntl` lock when its holder dies (SIGKILL included), so a killed
+producer never wedges the store; a POSIX semaphore or `multiprocessing.Lock` would.
+fcntl locks belong to the process, not the thread: callers that share one
+`FileLock` between threads add a `threading.Lock` in front (the client does).
+
+| file in the store dir      | what it serialises                                     |
+| -------------------------- | ------------------------------------------------------ |
+| `lock`                     | the supervisor's exclusive hold on the store (its pid) |
+| `.mqstore-reserve.lock`    | producers' reservation step (offsets, slots)           |
+| `.mqstore-commit.lock`     | the commit step (committer, or the flusher on demand)  |
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from typing import Final
+
+STORE_LOCK: Final = "lock"
+RESERVE_LOCK: Final = ".mqstore-reserve.lock"
+COMMIT_LOCK: Final = ".mqstore-commit.lock"
+
+
+class FileLock:
+    """An exclusive fcntl lock on one file; `acquire` blocks. Cost: one syscall each way."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+    def acquire(self) -> None:
+        fcntl.lockf(self.fd, fcntl.LOCK_EX)
+
+    def try_acquire(self) -> bool:
+        try:
+            fcntl.lockf(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except (BlockingIOError, PermissionError):
+            return False
+        return True
+
+    def release(self) -> None:
+        fcntl.lockf(self.fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> FileLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class StoreLockHeld(Exception):
+    """Another supervisor holds the store."""
+
+    def __init__(self, store_dir: str, holder: str) -> None:
+        super().__init__(
+            f"{store_dir} is locked by another supervisor (pid {holder or 'unknown'}); "
+            "stop it first with `mqstore stop`"
+        )
+        self.holder = holder
+
+
+def take_store_lock(store_dir: str) -> int:
+    """Supervisor only: take `<store>/lock` exclusively and write our pid into it.
+
+    Returns the fd (keep it open for the supervisor's life). Raises StoreLockHeld.
+    """
+    path = os.path.join(store_dir, STORE_LOCK)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        os.close(fd)
+        raise StoreLockHeld(store_dir, holder) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def store_lock_holder(store_dir: str) -> int | None:
+    """The pid of the supervisor holding the store, or None when nobody holds it."""
+    path = os.path.join(store_dir, STORE_LOCK)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raw = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            return int(raw) if raw.isdigit() else -1
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)

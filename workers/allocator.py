@@ -1,0 +1,58 @@
+"""The allocator process: keeps the next segment files ready (RocketMQ's
+AllocateMappedFileService), so a writer never creates a file on the hot path.
+
+It watches `reserved_pos` and makes sure the segment being written and the next
+`AHEAD` ones exist (pre-allocated with fallocate; warmed when `warm_mapped_file_enable`),
+then publishes `allocated_upto`, the end of the last ready file. Producers never reserve
+past it (they wait, then fail with CREATE_MAPPED_FILE_FAILED).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Final
+
+from conf.settings import FlushDiskType, StoreSettings
+from engine import fileio
+from engine.segment import Segment, segment_file_name
+from ipc import control as c
+from workers.base import ExitCode, WorkerContext
+
+AHEAD: Final = 2
+TICK_S: Final = 0.005
+
+
+def ensure_segments(store_dir: str, cb: c.ControlBlock, settings: StoreSettings) -> int:
+    """Create missing files for the current segment and the next AHEAD; publish and
+    return `allocated_upto`. Allocator (and supervisor at boot) only. Raises StoreIOError."""
+    size = cb.segment_size
+    log_dir = os.path.join(store_dir, "commitlog")
+    fileio.makedirs(log_dir)
+    first = cb.get(c.OFF_RESERVED) // size
+    for index in range(first, first + AHEAD + 1):
+        path = os.path.join(log_dir, segment_file_name(index * size))
+        if os.path.exists(path):
+            continue
+        seg = Segment.create(log_dir, index * size, size)
+        try:
+            if settings.warm_mapped_file_enable:
+                sync = settings.flush_disk_type is FlushDiskType.SYNC_FLUSH
+                seg.warm(sync_every_pages=settings.flush_least_pages_when_warm if sync else 0)
+        finally:
+            seg.close()
+    upto = (first + AHEAD + 1) * size
+    if upto > cb.get(c.OFF_ALLOCATED):
+        cb.set(c.OFF_ALLOCATED, upto)
+    return upto
+
+
+def main(ctx: WorkerContext) -> int:
+    cb = ctx.cb
+    size = cb.segment_size
+    while not ctx.stopping:
+        ctx.beat()
+        need = cb.get(c.OFF_RESERVED) // size + AHEAD + 1
+        if need * size > cb.get(c.OFF_ALLOCATED):
+            ensure_segments(ctx.store_dir, cb, ctx.settings)
+        ctx.wait(TICK_S)
+    return ExitCode.OK

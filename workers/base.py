@@ -1,0 +1,85 @@
+"""What every worker process shares: exit codes, its context, and the loop's shape.
+
+A worker is started by the supervisor as `python -m workers.worker_main NAME INDEX DIR
+CTL POOL [CONFIG]`; `worker_main` loads the settings, maps the control block, builds a
+`WorkerContext` and calls the spec's target `main(ctx) -> int`. Exit codes are the
+protocol back to the supervisor (gunicorn's arbiter style):
+
+| code | meaning                                   | supervisor does                    |
+| ---- | ----------------------------------------- | ---------------------------------- |
+| 0    | stopped when asked                        | nothing                            |
+| 3    | CONFIG_ERROR: settings cannot be used     | halts (no restart loop)            |
+| 4    | BOOT_ERROR: cannot start at all           | halts                              |
+| 5    | FLUSH_FAILED: an fsync failed             | keeps the store read-only          |
+| else | a crash                                   | restarts with backoff              |
+
+Every loop: beat, wait (interval or wakeup), tick; after the loop, a bounded drain.
+Signal handlers only record (SIGTERM/SIGINT set `stopping` and poke the wakeup fd).
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import select
+import signal
+import time
+from dataclasses import dataclass, field
+from types import FrameType
+
+from conf.settings import StoreSettings
+from ipc.control import ControlBlock
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0
+    CRASH = 1
+    CONFIG_ERROR = 3
+    BOOT_ERROR = 4
+    FLUSH_FAILED = 5
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class WorkerContext:
+    name: str
+    index: int
+    store_dir: str
+    settings: StoreSettings
+    cb: ControlBlock
+    stopping: bool = False
+    _wake_r: int = -1
+    _wake_w: int = -1
+    extra_fds: list[int] = field(default_factory=list)
+
+    def install_signals(self) -> None:
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(self._wake_w)
+
+        def on_stop(_sig: int, _frame: FrameType | None) -> None:
+            self.stopping = True
+
+        signal.signal(signal.SIGTERM, on_stop)
+        signal.signal(signal.SIGINT, on_stop)
+
+    def beat(self) -> None:
+        self.cb.beat(self.index, now_ms())
+
+    def wait(self, timeout_s: float, fds: list[int] | None = None) -> list[int]:
+        """Sleep up to `timeout_s`, waking early on a signal or a readable fd; returns the
+        readable fds among `fds`."""
+        watch = [self._wake_r, *(fds or [])] if self._wake_r >= 0 else list(fds or [])
+        try:
+            ready, _, _ = select.select(watch, [], [], max(timeout_s, 0.0))
+        except InterruptedError:
+            return []
+        if self._wake_r in ready:
+            try:
+                while os.read(self._wake_r, 512):
+                    pass
+            except BlockingIOError:
+                pass
+        return [fd for fd in ready if fd != self._wake_r]

@@ -1,0 +1,20 @@
+"""`mqstore start DIR [--config F]`: run the supervisor in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+NAME = "start"
+HELP = "run the store's supervisor in the foreground (stop it with SIGTERM or `mqstore stop`)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("store_dir", type=Path)
+    p.add_argument("--config", type=Path, default=None, help="mqstore.toml or broker.conf")
+
+
+def run(args: argparse.Namespace) -> int:
+    from workers.supervisor import run_supervisor
+
+    return run_supervisor(args.store_dir, args.config)

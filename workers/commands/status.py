@@ -1,0 +1,100 @@
+"""`mqstore status DIR [--json] [--watch]`: what the running store is doing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ipc import channel
+
+NAME = "status"
+HELP = "show positions, lags, pool, flags, workers, put rates and latency, fsyncs"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("store_dir", type=Path)
+    p.add_argument("--json", action="store_true", help="one JSON document")
+    p.add_argument("--watch", action="store_true", help="refresh every second until Ctrl-C")
+
+
+def render(doc: dict[str, Any]) -> Any:
+    from rich.console import Group
+    from rich.table import Table
+
+    pos = doc["positions"]
+    t1 = Table(title=f"mqstore {doc['store_dir']} (supervisor {doc['supervisor_pid']})")
+    t1.add_column("what")
+    t1.add_column("value", justify="right")
+    for k in ("reserved", "published", "committed", "flushed", "allocated_upto"):
+        t1.add_row(f"{k} offset", f"{pos[k]:,}")
+    t1.add_row("commit lag", f"{doc['commit_lag_bytes']:,} B")
+    t1.add_row("flush lag", f"{doc['flush_lag_bytes']:,} B")
+    pool = doc["pool"]
+    t1.add_row(
+        "pool buffers free",
+        f"{pool['free']} / {pool['buffers']}" if pool["enabled"] else "pool off",
+    )
+    t1.add_row("flags", ", ".join(doc["flags"]) or "-")
+    t1.add_row("flush mode", doc["settings"]["flush_disk_type"])
+    puts = doc["puts"]
+    t1.add_row("puts", f"{puts['total']:,} ({puts['errors']:,} failed)")
+    t1.add_row(
+        "put rate", f"{puts['puts_per_s']:,.0f} msg/s, {puts['bytes_per_s'] / 1e6:,.1f} MB/s"
+    )
+    lat = doc["latency_us"]
+    t1.add_row(
+        "put latency p50 / p99 / max", f"{lat['p50']:g} / {lat['p99']:g} / {lat['max']:g} µs"
+    )
+    fs = doc["fsync"]
+    t1.add_row("fsyncs", f"{fs['total']:,} ({fs['per_s']:,.0f}/s, mean {fs['mean_us']} µs)")
+    t1.add_row("messages per fsync", f"{fs['msgs_per_fsync']}")
+    t1.add_row("fillers / busy waits", f"{doc['fillers']} / {doc['busy_waits']}")
+    t1.add_row("clients attached", str(doc["clients"]))
+    t2 = Table(title="workers")
+    for col in ("name", "pid", "state", "restarts", "heartbeat age"):
+        t2.add_column(col)
+    for w in doc["workers"]:
+        age = w["heartbeat_age_ms"]
+        t2.add_row(
+            w["name"], str(w["pid"] or "-"), w["state"], str(w["restarts"]),
+            "-" if age is None else f"{age} ms",
+        )  # fmt: skip
+    return Group(t1, t2)
+
+
+def run(args: argparse.Namespace) -> int:
+    store = str(args.store_dir)
+    try:
+        doc = channel.request(store, {"op": "status"})
+    except channel.SupervisorUnavailable as e:
+        print(f"mqstore status: {e}", file=sys.stderr)
+        return 1
+    if args.json and not args.watch:
+        print(json.dumps(doc, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.live import Live
+
+    console = Console()
+    if not args.watch:
+        console.print(render(doc))
+        return 0
+    try:
+        with Live(render(doc), console=console, refresh_per_second=2) as live:
+            while True:
+                time.sleep(1.0)
+                try:
+                    doc = channel.request(store, {"op": "status"})
+                except channel.SupervisorUnavailable as e:
+                    console.print(f"supervisor gone: {e}")
+                    return 1
+                if args.json:
+                    console.print_json(json.dumps(doc))
+                else:
+                    live.update(render(doc))
+    except KeyboardInterrupt:
+        return 0

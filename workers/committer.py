@@ -1,0 +1,68 @@
+"""The committer process: RocketMQ's CommitRealTimeService over the shared pool.
+
+Each tick (every `commit_interval_ms`, or at once when producers are about to run out
+of pool buffers): publish the finished reservations, then commit with
+`commit_least_pages`, or with 0 once `commit_thorough_interval_ms` has passed since the
+last thorough commit. After a commit that moved data it wakes the flusher. A pool buffer
+is free again as soon as its segment is fully committed (producers check that).
+Drain on stop: commit everything published, bounded in time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from typing import Final
+
+from ipc import channel
+from ipc import control as c
+from ipc.commit import LogFiles
+from workers.base import ExitCode, WorkerContext
+
+POLL_S: Final = 0.002
+DRAIN_S: Final = 2.0
+
+
+def main(ctx: WorkerContext) -> int:
+    cb = ctx.cb
+    files = LogFiles(ctx.store_dir, cb, ctx.settings.store_host)
+    wake = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+    wake.setblocking(False)
+    flusher = channel.flusher_address(ctx.store_dir, cb.generation)
+    wake_msg = channel.FLUSH_REQ.pack(channel.WAKE_ID, 0)
+    size = cb.segment_size
+    last = last_thorough = time.monotonic()
+    try:
+        while not ctx.stopping:
+            ctx.beat()
+            ctx.wait(POLL_S)
+            s = ctx.settings
+            now = time.monotonic()
+            pressure = cb.pool_buffers > 0 and (
+                cb.get(c.OFF_RESERVED) // size - cb.get(c.OFF_COMMITTED) // size
+                >= cb.pool_buffers - 1
+            )
+            if now - last_thorough >= s.commit_thorough_interval_ms / 1000:
+                least = 0
+                last_thorough = now
+            elif pressure or now - last >= s.commit_interval_ms / 1000:
+                least = s.commit_least_pages
+            else:
+                files.publish_locked()
+                continue
+            last = now
+            if files.commit(0 if pressure else least):
+                # OSError: the flusher is restarting; it flushes on its own interval.
+                with contextlib.suppress(OSError):
+                    wake.sendto(wake_msg, flusher)
+        deadline = time.monotonic() + DRAIN_S
+        while time.monotonic() < deadline:
+            files.commit(0)
+            if cb.get(c.OFF_PUBLISHED) >= cb.get(c.OFF_RESERVED):
+                break
+            time.sleep(0.005)
+        return ExitCode.OK
+    finally:
+        wake.close()
+        files.close()

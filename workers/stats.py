@@ -1,0 +1,157 @@
+"""The status document `mqstore status` shows, built by the supervisor from the control
+block (positions, flags, pool, workers, clients' counters and latency histograms).
+
+Rates come from two samples the supervisor takes about a second apart. Latency
+percentiles come from log2 buckets of microseconds (a bucket's upper bound is reported,
+so p50/p99 are within a factor of two); max is exact.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ipc import control as c
+
+
+@dataclass
+class Totals:
+    puts: int = 0
+    errors: int = 0
+    bytes: int = 0
+    sync_puts: int = 0
+    lat_max_ns: int = 0
+    hist: list[int] = field(default_factory=lambda: [0] * c.HIST_BUCKETS)
+
+    def add_row(self, row: tuple[int, ...]) -> None:
+        self.puts += row[1]
+        self.errors += row[2]
+        self.bytes += row[3]
+        self.lat_max_ns = max(self.lat_max_ns, row[4])
+        self.sync_puts += row[5]
+        for i in range(c.HIST_BUCKETS):
+            self.hist[i] += row[6 + i]
+
+    def merged(self, other: Totals) -> Totals:
+        t = Totals(
+            self.puts + other.puts,
+            self.errors + other.errors,
+            self.bytes + other.bytes,
+            self.sync_puts + other.sync_puts,
+            max(self.lat_max_ns, other.lat_max_ns),
+            [a + b for a, b in zip(self.hist, other.hist, strict=True)],
+        )
+        return t
+
+
+def percentile_us(hist: list[int], q: float) -> float:
+    total = sum(hist)
+    if total == 0:
+        return 0.0
+    want = q * total
+    seen = 0
+    for b, n in enumerate(hist):
+        seen += n
+        if seen >= want:
+            return float(1 << b) if b else 1.0
+    return float(1 << (len(hist) - 1))
+
+
+@dataclass
+class Sample:
+    t: float
+    puts: int
+    fsyncs: int
+    fsync_msgs: int
+    bytes: int
+
+
+def live_totals(cb: c.ControlBlock, rows: dict[int, int]) -> Totals:
+    t = Totals()
+    for index in rows:
+        t.add_row(cb.client_row(index))
+    return t
+
+
+def sample(cb: c.ControlBlock, totals: Totals) -> Sample:
+    return Sample(
+        time.monotonic(),
+        totals.puts,
+        cb.get(c.OFF_FSYNC_COUNT),
+        cb.get(c.OFF_FSYNC_MSGS),
+        totals.bytes,
+    )
+
+
+def build(
+    cb: c.ControlBlock,
+    store_dir: str,
+    totals: Totals,
+    prev: Sample | None,
+    workers: list[dict[str, Any]],
+    clients: int,
+    settings: dict[str, Any],
+) -> dict[str, Any]:
+    now = sample(cb, totals)
+    reserved = cb.get(c.OFF_RESERVED)
+    published = cb.get(c.OFF_PUBLISHED)
+    committed = cb.get(c.OFF_COMMITTED)
+    flushed = cb.get(c.OFF_FLUSHED)
+    size = cb.segment_size
+    pool = cb.pool_buffers
+    in_use = (reserved // size - committed // size + 1) if pool else 0
+    rates: dict[str, float] = {"puts_per_s": 0.0, "bytes_per_s": 0.0, "fsyncs_per_s": 0.0}
+    if prev is not None and now.t > prev.t:
+        dt = now.t - prev.t
+        rates = {
+            "puts_per_s": round((now.puts - prev.puts) / dt, 1),
+            "bytes_per_s": round((now.bytes - prev.bytes) / dt, 1),
+            "fsyncs_per_s": round((now.fsyncs - prev.fsyncs) / dt, 1),
+        }
+    fsyncs = cb.get(c.OFF_FSYNC_COUNT)
+    return {
+        "store_dir": store_dir,
+        "generation": cb.generation,
+        "supervisor_pid": cb.get(c.OFF_SUP_PID),
+        "flags": cb.flag_names(),
+        "settings": settings,
+        "positions": {
+            "reserved": reserved,
+            "published": published,
+            "committed": committed,
+            "flushed": flushed,
+            "allocated_upto": cb.get(c.OFF_ALLOCATED),
+        },
+        "commit_lag_bytes": published - committed,
+        "flush_lag_bytes": committed - flushed,
+        "pool": {
+            "enabled": pool > 0,
+            "buffers": pool,
+            "buffer_bytes": size if pool else 0,
+            "free": max(0, min(pool, pool - in_use)) if pool else 0,
+        },
+        "workers": workers,
+        "clients": clients,
+        "puts": {
+            "total": totals.puts,
+            "errors": totals.errors,
+            "bytes": totals.bytes,
+            "sync": totals.sync_puts,
+            **rates,
+        },
+        "latency_us": {
+            "p50": percentile_us(totals.hist, 0.50),
+            "p99": percentile_us(totals.hist, 0.99),
+            "max": round(totals.lat_max_ns / 1000, 1),
+        },
+        "fsync": {
+            "total": fsyncs,
+            "per_s": rates["fsyncs_per_s"],
+            "msgs_per_fsync": round(cb.get(c.OFF_FSYNC_MSGS) / fsyncs, 2) if fsyncs else 0.0,
+            "mean_us": round(cb.get(c.OFF_FSYNC_NS) / fsyncs / 1000, 1) if fsyncs else 0.0,
+            "failures": cb.get(c.OFF_FLUSH_FAILURES),
+        },
+        "fillers": cb.get(c.OFF_FILLERS),
+        "busy_waits": cb.get(c.OFF_BUSY),
+    }

@@ -1,0 +1,548 @@
+"""The supervisor: `mqstore start DIR` runs one in the foreground.
+
+Boot, in order (any failure halts with a message and a non-zero exit, never a loop):
+1. load the settings (CONFIG_ERROR on a bad one);
+2. take `<store>/lock` exclusively (a second supervisor is refused, naming the holder);
+3. write `abort`; check the log's tail (CRC on): a corrupt tail is refused rather than
+   guessed at (full recovery belongs to `engine.recovery`), a clean one is cut where
+   valid data ends and the queue offsets are rebuilt from it;
+4. remove shared memory left by a crashed run of this store, create the control block
+   and the pool, seed positions and queue offsets, make the first files ready;
+5. listen on the supervisor socket (`ipc.channel`) and spawn one process per
+   `WORKERS` spec.
+
+Then it loops: accept attaches and status requests, watch worker exits and heartbeats,
+restart a crashed worker with exponential backoff, halt on a worker's CONFIG_ERROR or
+BOOT_ERROR, and never restart into false durability (READ_ONLY stays once set).
+
+On SIGTERM / SIGINT (or `mqstore stop`): refuse writes, fence the reservation lock,
+stop the workers (each drains), then its own final drain with bounded retries (fillers
+for reservations nobody finished, commit, flush), the checkpoint, `abort` removed only
+if everything reserved is on disk, shared memory unlinked. Exit 0, or FLUSH_FAILED (5)
+when something could not be flushed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from types import FrameType
+from typing import Any, Final
+
+from conf.load import ConfigError, load_settings
+from conf.settings import StoreSettings
+from engine import fileio
+from engine.checkpoint import StoreCheckpoint
+from engine.commitlog import CommitLog, ScanStop
+from engine.fileio import StoreIOError
+from engine.segment import SegmentNameError, SegmentSizeError
+from ipc import channel
+from ipc import control as c
+from ipc.commit import LogFiles
+from ipc.locks import RESERVE_LOCK, FileLock, StoreLockHeld, take_store_lock
+from workers import stats
+from workers.allocator import ensure_segments
+from workers.base import ExitCode
+
+log = logging.getLogger("mqstore.supervisor")
+
+ABORT_FILE: Final = "abort"
+STOP_WORKER_S: Final = 10.0
+DRAIN_S: Final = 3.0
+FLUSH_RETRIES: Final = 3
+TICK_S: Final = 0.05
+# Fault injection for tests: with MQSTORE_FAULTS_FOR="flusher", the MQSTORE_FAULTS of the
+# environment apply to the named workers only (not to the supervisor or the others).
+FAULTS_FOR_ENV: Final = "MQSTORE_FAULTS_FOR"
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """One service process: its name and `module:function` target (`main(ctx) -> int`)."""
+
+    name: str
+    target: str
+
+
+# The services, one process each. A later issue adds one line each:
+#   WorkerSpec("dispatcher", "workers.dispatcher:main"),
+#   WorkerSpec("cleaner", "workers.cleaner:main"),
+WORKERS: list[WorkerSpec] = [
+    WorkerSpec("allocator", "workers.allocator:main"),
+    WorkerSpec("committer", "workers.committer:main"),
+    WorkerSpec("flusher", "workers.flusher:main"),
+]
+
+
+@dataclass
+class _Worker:
+    spec: WorkerSpec
+    index: int
+    proc: subprocess.Popen[bytes] | None = None
+    started: float = 0.0
+    restarts: int = 0
+    restart_at: float = 0.0
+    last_exit: int | None = None
+    halted: bool = False
+
+
+class BootError(Exception):
+    def __init__(self, code: ExitCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _settings_doc(s: StoreSettings) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(s):
+        v = getattr(s, f.name)
+        out[f.name] = v.value if isinstance(v, Enum) else list(v) if isinstance(v, tuple) else v
+    return out
+
+
+class Supervisor:
+    def __init__(self, store_dir: str | os.PathLike[str], config: Path | None = None) -> None:
+        self.store_dir = os.path.realpath(os.fspath(store_dir))
+        self.config = config
+        self.stopping = False
+        self.exit_code: int = ExitCode.OK
+        self.cb: c.ControlBlock | None = None
+        self.workers: list[_Worker] = []
+        self.clients: dict[int, int] = {}  # client row -> pid
+        self.conns: dict[socket.socket, tuple[bytearray, int]] = {}  # conn -> (buf, row)
+        self.retired = stats.Totals()
+        self.prev_sample: stats.Sample | None = None
+        self.last_sample: stats.Sample | None = None
+        self._lock_fd = -1
+
+    # --- boot ---------------------------------------------------------------------------
+
+    def _say(self, msg: str) -> None:
+        print(f"mqstore start: {msg}", file=sys.stderr, flush=True)
+
+    def boot(self) -> None:
+        try:
+            self.settings = load_settings(Path(self.store_dir), self.config, os.environ).settings
+        except ConfigError as e:
+            raise BootError(ExitCode.CONFIG_ERROR, f"configuration error: {e}") from e
+        s = self.settings
+        if s.segment_size_bytes % 4096:
+            raise BootError(ExitCode.CONFIG_ERROR, "segment_size_bytes must be a multiple of 4096")
+        fileio.makedirs(self.store_dir)
+        try:
+            self._lock_fd = take_store_lock(self.store_dir)
+        except StoreLockHeld as e:
+            raise BootError(ExitCode.BOOT_ERROR, str(e)) from e
+        abort = os.path.join(self.store_dir, ABORT_FILE)
+        was_dirty = os.path.exists(abort)
+        fileio.write_file_atomic(abort, b"")
+        end, offsets = self._check_tail(was_dirty)
+        for name in c.remove_leftovers(self.store_dir):
+            self._say(f"removed shared memory left by a crashed run: {name}")
+        generation = time.time_ns() // 1000 % 10**12
+        pool_n = s.transient_store_pool_size if s.transient_store_pool_enable else 0
+        geo = c.Geometry(s.segment_size_bytes, pool_n)
+        try:
+            cb = c.ControlBlock.create(self.store_dir, generation, geo)
+        except OSError as e:
+            raise BootError(ExitCode.BOOT_ERROR, str(e)) from e
+        self.cb = cb
+        for off in (c.OFF_RESERVED, c.OFF_PUBLISHED, c.OFF_COMMITTED, c.OFF_FLUSHED):
+            cb.set(off, end)
+        for (topic, qid), nxt in offsets.items():
+            row = cb.find_or_add_queue(topic.encode("utf-8"), qid)
+            if row < 0:
+                raise BootError(ExitCode.BOOT_ERROR, "too many queues for the control block")
+            cb.set(cb.qrow_off(row) + 8, nxt)
+        ensure_segments(self.store_dir, cb, s)
+        files = LogFiles(self.store_dir, cb, s.store_host)
+        files.write_flushed_offset(end)
+        files.close()
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            self.listener.bind(channel.supervisor_address(self.store_dir))
+        except OSError as e:
+            raise BootError(ExitCode.BOOT_ERROR, f"cannot bind the supervisor socket: {e}") from e
+        self.listener.listen(128)
+        self.listener.setblocking(False)
+        cb.set_flag(c.FLAG_RUNNING)
+        self.workers = [_Worker(spec, i) for i, spec in enumerate(WORKERS)]
+        for w in self.workers:
+            self._spawn(w)
+        self._say(
+            f"pid {os.getpid()} serving {self.store_dir} from offset {end} "
+            f"({s.flush_disk_type.value}, pool {'off' if not pool_n else f'{pool_n} buffers'})"
+        )
+
+    def _check_tail(self, was_dirty: bool) -> tuple[int, dict[tuple[str, int], int]]:
+        s = self.settings
+        log_dir = os.path.join(self.store_dir, "commitlog")
+        try:
+            cl = CommitLog.open(
+                log_dir, s.segment_size_bytes, max_message_size=s.max_message_size_bytes
+            )
+        except (SegmentSizeError, SegmentNameError) as e:
+            raise BootError(ExitCode.BOOT_ERROR, f"cannot load the commit log: {e}") from e
+        try:
+            if len(cl.queue) == 0:
+                return 0, {}
+            sc = cl.scan(check_crc=s.check_crc_on_recover)
+            for _ in sc:
+                pass
+            if sc.stop in (ScanStop.CORRUPT, ScanStop.OFFSET_NOT_FOUND):
+                raise BootError(
+                    ExitCode.BOOT_ERROR,
+                    f"the commit log has a dirty tail at offset {sc.end_offset} "
+                    f"({sc.stop.value}: {sc.reason}); refusing to start "
+                    f"({'abort file present: ' if was_dirty else ''}run recovery first)",
+                )
+            cl.queue.truncate_dirty(sc.end_offset)
+            cl.rebuild_queue_offsets()
+            return sc.end_offset, cl.queue_offsets
+        finally:
+            cl.close()
+
+    # --- workers ------------------------------------------------------------------------
+
+    def _spawn(self, w: _Worker) -> None:
+        cb = self.cb
+        assert cb is not None
+        argv = [
+            sys.executable, "-m", "workers.worker_main", w.spec.name, str(w.index),
+            self.store_dir, cb.ctl_name, cb.pool_name, w.spec.target,
+            str(self.config) if self.config else "",
+        ]  # fmt: skip
+        env = dict(os.environ)
+        faults_for = env.get(FAULTS_FOR_ENV)
+        if faults_for is not None and w.spec.name not in faults_for.split(","):
+            env.pop("MQSTORE_FAULTS", None)
+        w.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, close_fds=True, env=env)
+        w.started = time.monotonic()
+        cb.set_worker(w.index, w.spec.name, w.proc.pid, w.restarts, 2)
+        cb.beat(w.index, time.time_ns() // 1_000_000)
+
+    def _watch_workers(self) -> None:
+        cb = self.cb
+        assert cb is not None
+        now = time.monotonic()
+        hb_timeout = self.settings.heartbeat_timeout_ms / 1000
+        for w in self.workers:
+            if w.halted:
+                continue
+            if w.proc is None:
+                if now >= w.restart_at and not self.stopping:
+                    self._spawn(w)
+                continue
+            code = w.proc.poll()
+            if code is None:
+                _name, _pid, hb, _r, _st = cb.worker(w.index)
+                age = time.time_ns() // 1_000_000 - hb
+                if now - w.started > hb_timeout and age > hb_timeout * 1000:
+                    self._say(f"{w.spec.name} (pid {w.proc.pid}) missed heartbeats; killing it")
+                    w.proc.kill()
+                continue
+            w.proc = None
+            w.last_exit = code
+            if code in (ExitCode.CONFIG_ERROR, ExitCode.BOOT_ERROR):
+                self._say(f"{w.spec.name} cannot start (exit {code}); halting")
+                w.halted = True
+                cb.set_worker(w.index, w.spec.name, 0, w.restarts, 4)
+                self.exit_code = ExitCode.BOOT_ERROR
+                self.stopping = True
+                continue
+            if code == ExitCode.FLUSH_FAILED:
+                cb.set_flag(c.FLAG_READ_ONLY)
+            w.restarts += 1
+            s = self.settings
+            delay = min(
+                s.restart_backoff_initial_ms * 2 ** (w.restarts - 1), s.restart_backoff_max_ms
+            )
+            w.restart_at = now + delay / 1000
+            cb.set_worker(w.index, w.spec.name, 0, w.restarts, 3)
+            self._say(f"{w.spec.name} exited with {code}; restart {w.restarts} in {delay} ms")
+
+    def _worker_docs(self) -> list[dict[str, Any]]:
+        cb = self.cb
+        assert cb is not None
+        out = []
+        for w in self.workers:
+            _n, pid, hb, restarts, state = cb.worker(w.index)
+            out.append(
+                {
+                    "name": w.spec.name,
+                    "pid": pid,
+                    "restarts": restarts,
+                    "state": c.WORKER_STATE_NAMES.get(state, str(state)),
+                    "heartbeat_age_ms": max(0, time.time_ns() // 1_000_000 - hb) if pid else None,
+                    "last_exit": w.last_exit,
+                }
+            )
+        return out
+
+    # --- clients ------------------------------------------------------------------------
+
+    def _accept(self, sel: selectors.BaseSelector) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except BlockingIOError:
+                return
+            conn.setblocking(False)
+            self.conns[conn] = (bytearray(), -1)
+            sel.register(conn, selectors.EVENT_READ)
+
+    def _drop(self, sel: selectors.BaseSelector, conn: socket.socket) -> None:
+        _buf, row = self.conns.pop(conn)
+        sel.unregister(conn)
+        conn.close()
+        if row >= 0 and self.cb is not None:
+            self.retired.add_row(self.cb.client_row(row))
+            self.cb.clear_client(row)
+            self.clients.pop(row, None)
+
+    def _on_conn(self, sel: selectors.BaseSelector, conn: socket.socket) -> None:
+        buf, _row = self.conns[conn]
+        try:
+            data = conn.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(sel, conn)
+            return
+        buf += data
+        while b"\n" in buf:
+            line, _, rest = bytes(buf).partition(b"\n")
+            buf[:] = rest
+            try:
+                req = json.loads(line)
+                reply = self._handle(req, conn)
+            except (ValueError, KeyError, TypeError) as e:
+                reply = {"error": f"bad request: {e}"}
+            try:
+                conn.setblocking(True)
+                conn.sendall(json.dumps(reply).encode() + b"\n")
+                conn.setblocking(False)
+            except OSError:
+                self._drop(sel, conn)
+                return
+
+    def _handle(self, req: dict[str, Any], conn: socket.socket) -> dict[str, Any]:
+        cb = self.cb
+        assert cb is not None
+        op = req.get("op")
+        if op == "attach":
+            if self.stopping:
+                return {"error": "the supervisor is stopping"}
+            free = [i for i in range(c.MAX_CLIENTS) if i not in self.clients]
+            if not free:
+                return {"error": f"too many clients attached (max {c.MAX_CLIENTS})"}
+            row = free[0]
+            pid = int(req.get("pid", 0))
+            self.clients[row] = pid
+            cb.clear_client(row)
+            self.conns[conn] = (self.conns[conn][0], row)
+            s = self.settings
+            return {
+                "ctl": cb.ctl_name,
+                "pool": cb.pool_name,
+                "generation": cb.generation,
+                "client_index": row,
+                "flush_disk_type": s.flush_disk_type.value,
+                "sync_flush_timeout_ms": s.sync_flush_timeout_ms,
+                "os_page_cache_busy_timeout_ms": s.os_page_cache_busy_timeout_ms,
+                "fast_fail_if_no_buffer_in_store_pool": s.fast_fail_if_no_buffer_in_store_pool,
+                "max_message_size_bytes": s.max_message_size_bytes,
+                "default_topic_queue_nums": s.default_topic_queue_nums,
+                "store_host": s.store_host,
+            }
+        if op == "status":
+            return self.status()
+        if op == "stop":
+            self.stopping = True
+            return {"ok": True, "pid": os.getpid()}
+        return {"error": f"unknown op {op!r}"}
+
+    def status(self) -> dict[str, Any]:
+        cb = self.cb
+        assert cb is not None
+        totals = stats.live_totals(cb, self.clients).merged(self.retired)
+        prev = self.prev_sample
+        return stats.build(
+            cb, self.store_dir, totals, prev, self._worker_docs(), len(self.clients),
+            {
+                "flush_disk_type": self.settings.flush_disk_type.value,
+                "transient_store_pool_enable": self.settings.transient_store_pool_enable,
+                "segment_size_bytes": self.settings.segment_size_bytes,
+            },
+        )  # fmt: skip
+
+    def _take_sample(self) -> None:
+        cb = self.cb
+        assert cb is not None
+        totals = stats.live_totals(cb, self.clients).merged(self.retired)
+        smp = stats.sample(cb, totals)
+        if self.last_sample is None or smp.t - self.last_sample.t >= 1.0:
+            self.prev_sample = self.last_sample or smp
+            self.last_sample = smp
+
+    # --- main loop ----------------------------------------------------------------------
+
+    def run(self) -> int:
+        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        old_wakeup = signal.set_wakeup_fd(wake_w)
+
+        def on_stop(_sig: int, _frame: FrameType | None) -> None:
+            self.stopping = True
+
+        signal.signal(signal.SIGTERM, on_stop)
+        signal.signal(signal.SIGINT, on_stop)
+        if os.environ.get(FAULTS_FOR_ENV) is not None:
+            fileio.clear_faults()
+        try:
+            try:
+                self.boot()
+            except BootError as e:
+                self._say(str(e))
+                self._teardown_after_boot_failure()
+                return int(e.code)
+            except StoreIOError as e:
+                self._say(f"I/O error at boot: {e}")
+                self._teardown_after_boot_failure()
+                return int(ExitCode.BOOT_ERROR)
+            sel = selectors.DefaultSelector()
+            sel.register(self.listener, selectors.EVENT_READ)
+            sel.register(wake_r, selectors.EVENT_READ)
+            while not self.stopping:
+                for key, _ in sel.select(TICK_S):
+                    if key.fileobj is self.listener:
+                        self._accept(sel)
+                    elif key.fd == wake_r:
+                        try:
+                            while os.read(wake_r, 512):
+                                pass
+                        except BlockingIOError:
+                            pass
+                    else:
+                        self._on_conn(sel, key.fileobj)  # type: ignore[arg-type]
+                self._watch_workers()
+                self._take_sample()
+            code = self.shutdown()
+            for conn in list(self.conns):
+                self._drop(sel, conn)
+            sel.close()
+            return code if self.exit_code == ExitCode.OK else int(self.exit_code)
+        finally:
+            signal.set_wakeup_fd(old_wakeup)
+            os.close(wake_r)
+            os.close(wake_w)
+
+    def _teardown_after_boot_failure(self) -> None:
+        for w in self.workers:
+            if w.proc is not None:
+                w.proc.kill()
+                w.proc.wait()
+        if self.cb is not None:
+            self.cb.close()
+            self.cb = None
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def shutdown(self) -> int:
+        """Refuse writes, stop workers, drain, checkpoint, clean up. Returns the exit code."""
+        cb = self.cb
+        assert cb is not None
+        s = self.settings
+        cb.set_flag(c.FLAG_REFUSE_WRITES)
+        fence = FileLock(os.path.join(self.store_dir, RESERVE_LOCK))
+        fence.acquire()  # no producer is inside the reservation step after this
+        fence.release()
+        fence.close()
+        for w in self.workers:
+            if w.proc is not None:
+                w.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_WORKER_S
+        for w in self.workers:
+            if w.proc is None:
+                continue
+            try:
+                code = w.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self._say(f"{w.spec.name} did not stop in time; killing it")
+                w.proc.kill()
+                code = w.proc.wait()
+            if code == ExitCode.FLUSH_FAILED:
+                cb.set_flag(c.FLAG_READ_ONLY)
+            cb.set_worker(w.index, w.spec.name, 0, w.restarts, 3)
+            w.proc = None
+        code = int(ExitCode.OK)
+        files = LogFiles(self.store_dir, cb, s.store_host)
+        try:
+            deadline = time.monotonic() + DRAIN_S
+            while True:
+                files.publish_locked()
+                if cb.get(c.OFF_PUBLISHED) >= cb.get(c.OFF_RESERVED):
+                    break
+                if time.monotonic() >= deadline:
+                    n = files.publish_locked(force=True)
+                    self._say(f"filled {n} reservations nobody finished (none acknowledged)")
+                    break
+                time.sleep(0.005)
+            clean = False
+            if cb.flags & c.FLAG_READ_ONLY:
+                self._say("the store is read-only after a failed fsync; not flushing")
+            else:
+                for attempt in range(FLUSH_RETRIES):
+                    try:
+                        files.commit(0)
+                        files.flush(0)
+                        clean = cb.get(c.OFF_FLUSHED) >= cb.get(c.OFF_RESERVED)
+                        break
+                    except StoreIOError as e:
+                        self._say(f"final flush failed (attempt {attempt + 1}): {e}")
+            if not clean:
+                code = int(ExitCode.FLUSH_FAILED)
+            else:
+                cp = StoreCheckpoint.open_in(self.store_dir)
+                try:
+                    ts = cb.get(c.OFF_FLUSHED_TS)
+                    if ts:
+                        cp.physic_msg_timestamp = ts
+                    cp.flush()
+                finally:
+                    cp.close()
+                fileio.unlink(os.path.join(self.store_dir, ABORT_FILE), missing_ok=True)
+                fileio.fsync_dir(self.store_dir)
+        except StoreIOError as e:
+            self._say(f"shutdown I/O error: {e}")
+            code = int(ExitCode.FLUSH_FAILED)
+        finally:
+            files.close()
+            cb.set_flag(c.FLAG_STOPPED)
+            cb.set_flag(c.FLAG_RUNNING, False)
+            self.listener.close()
+            cb.close()
+            self.cb = None
+            if self._lock_fd >= 0:
+                os.close(self._lock_fd)
+                self._lock_fd = -1
+        self._say(f"stopped (exit {code})")
+        return code
+
+
+def run_supervisor(store_dir: str | os.PathLike[str], config: Path | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="mqstore: %(message)s")
+    return Supervisor(store_dir, config).run()

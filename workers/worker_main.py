@@ -1,0 +1,48 @@
+"""Entry point of one worker process (see `workers.base`). Started by the supervisor."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+from conf.load import ConfigError, load_settings
+from ipc.control import ControlBlock
+from workers.base import ExitCode, WorkerContext
+
+
+def main(argv: list[str]) -> int:
+    name, index_s, store_dir, ctl, pool, target = argv[:6]
+    config = Path(argv[6]) if len(argv) > 6 and argv[6] else None
+    logging.basicConfig(level=logging.WARNING, format=f"mqstore {name}: %(message)s")
+    try:
+        settings = load_settings(Path(store_dir), config, os.environ).settings
+    except ConfigError as e:
+        print(f"mqstore {name}: {e}", file=sys.stderr)
+        return ExitCode.CONFIG_ERROR
+    try:
+        mod_name, _, fn_name = target.partition(":")
+        fn: Callable[[WorkerContext], int] = getattr(importlib.import_module(mod_name), fn_name)
+        cb = ControlBlock.attach(ctl, pool)
+    except (ImportError, AttributeError, OSError, ValueError) as e:
+        print(f"mqstore {name}: cannot boot: {e}", file=sys.stderr)
+        return ExitCode.BOOT_ERROR
+    ctx = WorkerContext(name, int(index_s), store_dir, settings, cb)
+    ctx.install_signals()
+    try:
+        return int(fn(ctx))
+    except Exception:
+        traceback.print_exc()
+        return ExitCode.CRASH
+    finally:
+        with contextlib.suppress(BufferError):
+            cb.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
