@@ -36,7 +36,7 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import psutil
 
@@ -92,6 +92,15 @@ def psutil_usage(path: str) -> DiskUsage:
     Raises OSError when it cannot be read."""
     u = psutil.disk_usage(existing_ancestor(path))
     return DiskUsage(path, int(u.total), int(u.used), int(u.free))
+
+
+class WriteGate(Protocol):
+    """What the guard drives: `engine.commitlog.CommitLog` (the runtime's control-block
+    flag plays the same part across processes)."""
+
+    def refuse_writes(self, reason: str) -> None: ...
+
+    def allow_writes(self) -> None: ...
 
 
 class DiskState(enum.Enum):
@@ -229,6 +238,13 @@ class DiskGuard:
         )
         self.last = verdict
         return verdict
+
+    def apply(self, gate: WriteGate) -> None:
+        """Refuse writes on `gate` while DISK_FULL, allow them otherwise."""
+        if self.disk_full:
+            gate.refuse_writes(self.refusal_reason())
+        else:
+            gate.allow_writes()
 
     def refusal_reason(self) -> str:
         """The reason puts are refused with while DISK_FULL ("" when writable)."""
