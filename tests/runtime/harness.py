@@ -1,0 +1,149 @@
+"""A real supervisor in a subprocess on a temporary store, for the runtime and load suites.
+
+`Store.start()` runs `python -m workers.cli start DIR` and waits (polling, generous
+timeout) until it answers a status request; `stop()` sends SIGTERM and returns the exit
+code. `shm_leftovers()` lists this store's shared-memory names. Reading helpers decode
+the whole log with the engine's read side.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from engine.commitlog import CommitLog
+from engine.record import DecodedRecord
+from ipc import channel
+from ipc.control import leftover_shm
+from ipc.filler import is_filler
+
+REPO = Path(__file__).resolve().parent.parent.parent
+DEFAULT_CONFIG: dict[str, Any] = {
+    "segment_size_bytes": 1 << 20,
+    "transient_store_pool_size": 3,
+    "flush_disk_type": "SYNC_FLUSH",
+    "sync_flush_timeout_ms": 5000,
+    "heartbeat_interval_ms": 100,
+    "restart_backoff_initial_ms": 50,
+}
+
+
+def wait_for(cond: Callable[[], Any], timeout_s: float = 30.0, what: str = "condition") -> Any:
+    """Poll `cond` until it returns something truthy; fail after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = cond()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.01)
+
+
+def write_config(store_dir: Path, config: Mapping[str, Any]) -> None:
+    lines = ["[store]"]
+    for k, v in config.items():
+        if isinstance(v, bool):
+            lines.append(f"{k} = {'true' if v else 'false'}")
+        elif isinstance(v, str):
+            lines.append(f'{k} = "{v}"')
+        else:
+            lines.append(f"{k} = {v}")
+    (store_dir / "mqstore.toml").write_text("\n".join(lines) + "\n")
+
+
+class Store:
+    def __init__(self, path: Path, config: Mapping[str, Any] | None = None) -> None:
+        self.path = path
+        self.config = {**DEFAULT_CONFIG, **(config or {})}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = path.parent / f"{path.name}-supervisor.log"
+        path.mkdir(parents=True, exist_ok=True)
+        write_config(path, self.config)
+
+    def start(self, env: Mapping[str, str] | None = None, *, wait: bool = True) -> None:
+        full_env = {**os.environ, **(env or {})}
+        full_env["PYTHONPATH"] = str(REPO) + os.pathsep + full_env.get("PYTHONPATH", "")
+        self._log = open(self.log_path, "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "workers.cli", "start", str(self.path)],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=full_env,
+            cwd=str(REPO),
+        )
+        if wait:
+            wait_for(self._up, 60, "the supervisor to answer")
+
+    def _up(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"supervisor exited with {self.proc.returncode}: {self.output()}")
+        try:
+            self.status()
+        except channel.SupervisorUnavailable:
+            return False
+        return True
+
+    def status(self) -> dict[str, Any]:
+        return channel.request(self.path, {"op": "status"})
+
+    def output(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def stop(self, timeout_s: float = 60.0) -> int:
+        """SIGTERM the supervisor and return its exit code (None-safe, idempotent)."""
+        proc = self.proc
+        if proc is None:
+            return 0
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise AssertionError(f"supervisor did not stop in {timeout_s} s") from None
+        self.proc = None
+        self._log.close()
+        return code
+
+    def shm_leftovers(self) -> list[str]:
+        return leftover_shm(self.path)
+
+    def read_log(self, *, keep_fillers: bool = False) -> list[DecodedRecord]:
+        cl = CommitLog.open(
+            self.path / "commitlog", int(self.config["segment_size_bytes"]), read_only=True
+        )
+        try:
+            recs = list(cl.iter_records())
+        finally:
+            cl.close()
+        return recs if keep_fillers else [r for r in recs if not is_filler(r)]
+
+
+def check_chain(records: list[DecodedRecord], segment_size: int) -> None:
+    """Physical offsets chain without gaps (a BLANK may end a segment) and queue
+    offsets are dense from 0 per (topic, queue)."""
+    expect = None
+    seen: dict[tuple[str, int], int] = {}
+    for r in records:
+        if expect is not None and r.physical_offset != expect:
+            seg_end = (expect // segment_size + 1) * segment_size
+            assert r.physical_offset == seg_end, (
+                f"gap: record at {r.physical_offset}, expected {expect} or {seg_end}"
+            )
+        expect = r.physical_offset + r.size
+        key = (r.topic, r.queue_id)
+        want = seen.get(key, 0)
+        assert r.queue_offset == want, f"{key}: queue offset {r.queue_offset}, expected {want}"
+        seen[key] = want + 1

@@ -1,0 +1,160 @@
+"""Puts through the public client against a real supervisor: sync, async, batches,
+statuses for bad input, segment rolls, and what lands on disk."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from engine.record import Message
+from mqstore import PutMessageStatus, PutResult, StoreClient
+from tests.runtime.conftest import StoreFactory
+from tests.runtime.harness import Store, check_chain, wait_for
+
+OK = PutMessageStatus.PUT_OK
+
+
+def test_sync_put_is_flushed_when_acknowledged(store: Store) -> None:
+    with StoreClient.attach(store.path) as client:
+        r = client.put("orders", b"hello", tags="new", keys=["k1", "k2"], properties={"a": "b"})
+        assert isinstance(r, PutResult)
+        assert r.status is OK, r.reason
+        assert (r.physical_offset, r.queue_offset, r.reason) == (0, 0, "")
+        assert r.size > 91 and r.store_timestamp > 0 and len(r.msg_id) == 32
+        assert client.positions()["flushed"] >= r.physical_offset + r.size
+        r2 = client.put("orders", b"second", queue_id=r.queue_id)
+        assert r2.status is OK and r2.queue_offset == 1
+        assert r2.physical_offset == r.physical_offset + r.size
+    assert store.stop() == 0
+    recs = store.read_log()
+    assert [x.body for x in recs] == [b"hello", b"second"]
+    first = recs[0]
+    assert first.topic == "orders" and first.tags == "new" and first.keys == "k1 k2"
+    assert first.properties["a"] == "b" and first.msg_id == r.msg_id
+    assert first.store_timestamp == r.store_timestamp
+
+
+def test_async_put_and_wait_store_false(make_store: StoreFactory) -> None:
+    st = make_store({"flush_disk_type": "ASYNC_FLUSH", "flush_interval_ms": 50})
+    with StoreClient.attach(st.path) as client:
+        results = [client.put("t", b"x" * 100, queue_id=0) for _ in range(500)]
+        assert all(r.status is OK for r in results)
+        assert [r.queue_offset for r in results] == list(range(500))
+        end = results[-1].physical_offset + results[-1].size
+        wait_for(lambda: client.positions()["flushed"] >= end, 30, "the async flush")
+    sync = make_store()
+    with StoreClient.attach(sync.path) as client:
+        r = client.put("t", b"no wait", wait_store=False)
+        assert r.status is OK
+    assert st.stop() == 0 and sync.stop() == 0
+    assert len(st.read_log()) == 500 and len(sync.read_log()) == 1
+
+
+def test_queue_id_none_spreads_over_topic_queues(store: Store) -> None:
+    with StoreClient.attach(store.path, topic_queue_nums={"two": 2}) as client:
+        four = [client.put("four", b"x").queue_id for _ in range(8)]
+        two = [client.put("two", b"x").queue_id for _ in range(4)]
+    assert sorted(set(four)) == [0, 1, 2, 3] and sorted(set(two)) == [0, 1]
+
+
+def test_put_batch_dicts_and_messages(store: Store) -> None:
+    with StoreClient.attach(store.path) as client:
+        out = client.put_batch(
+            [
+                {"topic": "a", "body": b"1", "queue_id": 0, "tags": "t"},
+                {"topic": "a", "body": b"2", "queue_id": 0},
+                Message("b", b"3", {"k": "v"}, queue_id=2),
+            ]
+        )
+        assert [r.status for r in out] == [OK] * 3
+        assert [r.queue_offset for r in out] == [0, 1, 0]
+        assert out[1].physical_offset == out[0].physical_offset + out[0].size
+        assert len({r.store_timestamp for r in out}) == 1
+        assert client.put_batch([]) == []
+    assert store.stop() == 0
+    assert [r.body for r in store.read_log()] == [b"1", b"2", b"3"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "status"),
+    [
+        ({"topic": "", "body": b"x"}, PutMessageStatus.MESSAGE_ILLEGAL),
+        ({"topic": "t" * 128, "body": b"x"}, PutMessageStatus.MESSAGE_ILLEGAL),
+        ({"topic": "t", "body": "text"}, PutMessageStatus.MESSAGE_ILLEGAL),
+        ({"topic": "t", "body": b"x", "queue_id": -1}, PutMessageStatus.MESSAGE_ILLEGAL),
+        ({"topic": "t", "body": b"x" * (4 * 1024 * 1024 + 1)}, PutMessageStatus.MESSAGE_ILLEGAL),
+        ({"topic": "t", "body": b"x", "properties": {"k": "v" * 40000}},
+         PutMessageStatus.PROPERTIES_SIZE_EXCEEDED),
+        ({"topic": "t", "body": b"x", "properties": {"k\x01": "v"}},
+         PutMessageStatus.MESSAGE_ILLEGAL),
+        ({"topic": "t", "body": b"x" * (1 << 20)}, PutMessageStatus.MESSAGE_ILLEGAL),
+    ],
+)  # fmt: skip
+def test_bad_input_gets_a_status_and_writes_nothing(
+    store: Store, kwargs: dict[str, object], status: PutMessageStatus
+) -> None:
+    with StoreClient.attach(store.path) as client:
+        topic = kwargs.pop("topic")
+        body = kwargs.pop("body")
+        r = client.put(topic, body, **kwargs)  # type: ignore[arg-type]
+        assert r.status is status and r.reason
+        bad_batch = client.put_batch(
+            [{"topic": "ok", "body": b"fine"}, {"topic": topic, "body": body, **kwargs}]
+        )
+        assert all(x.status is status for x in bad_batch)
+        assert "message 1 of the batch" in bad_batch[0].reason
+        assert client.positions()["reserved"] == 0
+        assert client.put("ok", b"after").status is OK
+
+
+def test_rolls_segments_with_blank_and_recycles_pool(make_store: StoreFactory) -> None:
+    st = make_store({"segment_size_bytes": 65536, "transient_store_pool_size": 2})
+    with StoreClient.attach(st.path) as client:
+        rs = [client.put("roll", os.urandom(700), queue_id=1, wait_store=False) for _ in range(600)]
+        assert all(r.status is OK for r in rs), {r.reason for r in rs if r.status is not OK}
+        assert rs[-1].physical_offset > 5 * 65536  # went through more segments than buffers
+        for r in rs:
+            assert r.physical_offset // 65536 == (r.physical_offset + r.size - 1) // 65536
+        batch = client.put_batch([{"topic": "roll", "body": b"y" * 700}] * 20)
+        assert [r.status for r in batch] == [OK] * 20
+    assert st.stop() == 0
+    recs = st.read_log(keep_fillers=True)
+    assert len(recs) == 620
+    check_chain(recs, 65536)
+
+
+def test_pool_exhausted_returns_os_pagecache_busy(make_store: StoreFactory) -> None:
+    import signal
+
+    st = make_store(
+        {
+            "segment_size_bytes": 65536,
+            "transient_store_pool_size": 2,
+            "flush_disk_type": "ASYNC_FLUSH",
+            "os_page_cache_busy_timeout_ms": 200,
+        }
+    )
+    committer = next(w for w in st.status()["workers"] if w["name"] == "committer")
+    os.kill(committer["pid"], signal.SIGSTOP)
+    try:
+        with StoreClient.attach(st.path) as client:
+            statuses = []
+            for _ in range(300):
+                r = client.put("busy", b"z" * 1000, wait_store=False)
+                statuses.append(r.status)
+                if r.status is not OK:
+                    break
+            assert statuses[-1] is PutMessageStatus.OS_PAGECACHE_BUSY
+            assert statuses.count(OK) < 140  # two 64 KiB buffers hold about 120 of these
+    finally:
+        os.kill(committer["pid"], signal.SIGCONT)
+    with StoreClient.attach(st.path) as client:
+        r = wait_for(
+            lambda: (x := client.put("busy", b"again", wait_store=False)).status is OK and x,
+            30,
+            "the pool to drain",
+        )
+        assert r.status is OK
+    assert st.stop() == 0
+    check_chain(st.read_log(keep_fillers=True), 65536)
