@@ -39,6 +39,8 @@ Header, layout version 1 (little-endian int64 unless said):
 | 216 | fsync_ns_total   | flusher                                                  |
 | 224 | flush_failures   | flusher                                                  |
 | 232 | committed_seq    | commit step: `published_seq` its commit covered          |
+| 240 | disk_state       | cleaner: bit 0 DISK_FULL, bit 1 CLEAN_IMMEDIATELY, bits  |
+|     |                  | 16.. the disk usage in per mille (`workers.cleaner`)     |
 
 Workers table at 512: 8 rows of 64 bytes (pid, heartbeat_ms, restarts, state, name 32s),
 written by the worker (heartbeat) and the supervisor (pid, restarts, state).
@@ -102,6 +104,7 @@ OFF_FLUSHED_SEQ: Final = 208
 OFF_FSYNC_NS: Final = 216
 OFF_FLUSH_FAILURES: Final = 224
 OFF_COMMITTED_SEQ: Final = 232
+OFF_DISK_STATE: Final = 240
 
 FLAG_RUNNING: Final = 1
 FLAG_REFUSE_WRITES: Final = 2
