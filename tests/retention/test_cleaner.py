@@ -1,0 +1,195 @@
+"""The cleaner: `mqstore clean` offline, the request file of a running store, and the
+worker process on a real control block."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conf.settings import StoreSettings
+from engine import fileio
+from engine.checkpoint import StoreCheckpoint
+from engine.diskguard import DiskState, DiskVerdict
+from engine.storedir import FLUSHED_OFFSET_FILE, write_flushed_offset
+from ipc import control as c
+from tests.retention.helpers import HOUR_MS, SEG, Clock, Probe, build_log, set_mtime
+from workers.cleaner import (
+    REQUEST_FILE,
+    STATUS_FILE,
+    Cleaner,
+    Protection,
+    clean_once,
+    decode_disk_state,
+    encode_disk_state,
+    read_status,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+S = StoreSettings(segment_size_bytes=SEG)
+
+
+def _old_store(store: Path, segments: int = 5) -> list[str]:
+    clock = Clock()
+    log = build_log(store, clock, segments)
+    paths = [s.path for s in log.queue.segments]
+    log.close()
+    for p in paths:
+        set_mtime(p, clock.ms - 100 * HOUR_MS)
+    (store / "mqstore.toml").write_text(f"[store]\nsegment_size_bytes = {SEG}\n")
+    return paths
+
+
+def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "workers.cli", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_cli_clean_now_offline(tmp_path: Path) -> None:
+    paths = _old_store(tmp_path)
+    res = _cli("clean", str(tmp_path), "--now", "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["trigger"]["manual"] is True
+    assert [d["path"] for d in doc["deleted"]] == paths[:-1]
+    assert all(d["reason"] == "EXPIRED" for d in doc["deleted"])
+    assert doc["bytes_deleted"] == SEG * (len(paths) - 1)
+    assert [os.path.exists(p) for p in paths] == [False] * (len(paths) - 1) + [True]
+    st = read_status(str(tmp_path))
+    assert st is not None and st["totals"]["files_deleted"] == len(paths) - 1
+    text = _cli("clean", str(tmp_path), "--now")
+    assert text.returncode == 0 and "0 files, 0 bytes deleted" in text.stdout
+    assert _cli("clean", str(tmp_path / "nope")).returncode == 2
+
+
+def test_offline_clean_respects_flushed_offset_and_checkpoint(tmp_path: Path) -> None:
+    paths = _old_store(tmp_path, 6)
+    path = tmp_path / FLUSHED_OFFSET_FILE
+    fd = fileio.open_file(path, create=True)
+    write_flushed_offset(fd, 3 * SEG + 10, str(path))
+    fileio.close(fd, str(path))
+    r = clean_once(tmp_path, S, now=True, sleep_ms=lambda ms: None)
+    assert [d.path for d in r.deleted] == paths[:3]
+    assert r.keep_from_offset == 3 * SEG + 10
+    # A checkpoint whose timestamps are older than segment 4's first record: abnormal
+    # recovery would start at segment 3, so segment 3 stays although it is flushed.
+    os.unlink(path)
+    with StoreCheckpoint(tmp_path / "checkpoint") as cp:
+        cp.physic_msg_timestamp = cp.logics_msg_timestamp = 1  # before every record
+        cp.flush()
+    r = clean_once(tmp_path, S, now=True, sleep_ms=lambda ms: None)
+    assert r.files_deleted == 0 and r.keep_from_offset == 3 * SEG
+    with StoreCheckpoint(tmp_path / "checkpoint") as cp:
+        cp.physic_msg_timestamp = cp.logics_msg_timestamp = time.time_ns() // 1_000_000 + 10**6
+        cp.flush()
+    r = clean_once(tmp_path, S, now=True, sleep_ms=lambda ms: None)
+    assert [d.path for d in r.deleted] == paths[3:5]
+
+
+def test_not_manual_and_not_due_deletes_nothing(tmp_path: Path) -> None:
+    paths = _old_store(tmp_path)
+    hour = (time.localtime().tm_hour + 12) % 24
+    r = clean_once(tmp_path, S.replace(delete_when=(hour,)), probe=Probe(0.5))
+    assert r.files_deleted == 0 and all(os.path.exists(p) for p in paths)
+    r = clean_once(tmp_path, S.replace(delete_when=(hour,)), probe=Probe(0.8))
+    assert r.files_deleted == len(paths) - 1  # disk over 75 %
+
+
+def test_running_store_is_not_cleaned_offline_and_answers_a_request(tmp_path: Path) -> None:
+    paths = _old_store(tmp_path)
+    fd = os.open(tmp_path / "lock", os.O_CREAT | os.O_RDWR, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        with pytest.raises(RuntimeError, match="running"):
+            clean_once(tmp_path, S, now=True)
+        cleaner = Cleaner(
+            str(tmp_path),
+            S,
+            protection=lambda q: Protection(None, None, None),
+            sleep_ms=lambda ms: None,
+        )
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "workers.cli", "clean", str(tmp_path), "--now", "--json"],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while proc.poll() is None and time.monotonic() < deadline:
+                cleaner.tick()
+                time.sleep(0.05)
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == 0, err
+        assert [d["path"] for d in json.loads(out)["deleted"]] == paths[:-1]
+        assert not (tmp_path / REQUEST_FILE).exists()
+    finally:
+        os.close(fd)
+
+
+def test_disk_state_word_round_trips() -> None:
+    v = DiskVerdict(DiskState.DISK_FULL, 0.934, True, True, True, True, "x")
+    assert decode_disk_state(encode_disk_state(v)) == (True, True, 0.934)
+    v = DiskVerdict(DiskState.OK, -1.0, False, False, True, False, "unknown")
+    assert decode_disk_state(encode_disk_state(v)) == (False, False, 0.0)
+
+
+def test_worker_process_publishes_disk_state_cleans_on_request_and_stops(
+    tmp_path: Path,
+) -> None:
+    paths = _old_store(tmp_path, 4)
+    cb = c.ControlBlock.create(
+        tmp_path, os.getpid() % 100000, c.Geometry(SEG, 0, slot_count=64, qtable_capacity=64)
+    )
+    proc = None
+    try:
+        cb.set(c.OFF_FLUSHED, 2 * SEG)  # segments 0 and 1 are flushed
+        (tmp_path / REQUEST_FILE).touch()
+        argv = [sys.executable, "-m", "workers.worker_main", "cleaner", "0", str(tmp_path)]
+        argv += [cb.ctl_name, cb.pool_name, "workers.cleaner:main"]
+        proc = subprocess.Popen(
+            argv,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 30
+        st = None
+        while time.monotonic() < deadline:
+            st = read_status(str(tmp_path))
+            if st and st.get("last_clean") and cb.get(c.OFF_DISK_STATE):
+                break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        assert st is not None and st["last_clean"] is not None, "the cleaner never reported"
+        assert [d["path"] for d in st["last_clean"]["deleted"]] == paths[:2]
+        full, _, ratio = decode_disk_state(cb.get(c.OFF_DISK_STATE))
+        assert not full and 0 < ratio < 1
+        assert os.path.exists(tmp_path / STATUS_FILE)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc is not None:
+            proc.communicate()
+        cb.close()
