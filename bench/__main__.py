@@ -83,6 +83,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="producer counts for the put benchmark, comma separated (default 1,2,4,16,64)",
     )
+    ap.add_argument(
+        "--keys",
+        choices=("unique", "fixed"),
+        default="unique",
+        help="put: a KEYS value per message (default) or one per producer",
+    )
     ap.add_argument("--dir", default=None, help="parent of the temporary bench directory")
     ap.add_argument("--out", default=str(RESULTS), help="where results are written")
     args = ap.parse_args(args_list)
@@ -99,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         work_root=work_root,
         duration_s=args.duration,
         producers=tuple(int(x) for x in args.producers.split(",")) if args.producers else None,
+        unique_keys=args.keys == "unique",
     )
     opts.shared["out_dir"] = out_dir
     failed: list[str] = []

@@ -103,11 +103,25 @@ def _mqstore(*args: str) -> list[str]:
     return [sys.executable, "-m", "workers.cli", *args]
 
 
-def _shm_names() -> frozenset[str]:
+def _shm_names(store_dir: Path | None = None) -> frozenset[str]:
+    """Names in /dev/shm; with `store_dir`, only that store's (the runtime names every
+    segment `mqs-<hash of the store's real path>-...`), so that other stores running on
+    the machine are neither counted nor touched."""
     try:
-        return frozenset(os.listdir("/dev/shm"))
+        names = os.listdir("/dev/shm")
     except FileNotFoundError:
         return frozenset()
+    if store_dir is None:
+        return frozenset(names)
+    prefix = f"mqs-{store_hash(store_dir)}-"
+    return frozenset(n for n in names if n.startswith(prefix))
+
+
+def store_hash(store_dir: Path) -> str:
+    """The runtime's stem for this store's shared memory (`ipc.control.store_hash`)."""
+    control = importlib.import_module("ipc.control")
+    h: str = control.store_hash(store_dir)
+    return h
 
 
 def write_config(path: Path, *, sync: bool, pool: bool, extra: Mapping[str, Any]) -> None:
@@ -138,7 +152,7 @@ def running_store(
     cfg = base / "bench.toml"
     write_config(cfg, sync=sync, pool=pool, extra=extra or {})
     log_path = base / "supervisor.log"
-    shm_before = _shm_names()
+    shm_before = _shm_names(store_dir)
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             _mqstore("start", str(store_dir), "--config", str(cfg)),
@@ -184,7 +198,7 @@ def _stop(run: StoreRun) -> str:
     if proc.returncode not in (0, None) and not problems:
         tail = run.log_path.read_text(errors="replace")[-2000:] if run.log_path.exists() else ""
         problems.append(f"supervisor exited with {proc.returncode}:\n{tail}")
-    left = sorted(_shm_names() - run.shm_before)
+    left = sorted(_shm_names(run.store_dir) - run.shm_before)
     for n in left:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join("/dev/shm", n))
@@ -237,6 +251,11 @@ def fsync_counters(doc: Mapping[str, Any]) -> tuple[int, int] | None:
     walk(doc)
     if "fsync_count" in found and "fsync_msgs" in found:
         return found["fsync_count"], found["fsync_msgs"]
+    fs = doc.get("fsync")
+    if isinstance(fs, Mapping) and isinstance(fs.get("total"), int):
+        # `mqstore status --json`: {"fsync": {"total": n, "msgs_per_fsync": m, ...}}
+        n = int(fs["total"])
+        return n, round(n * float(fs.get("msgs_per_fsync", 0.0)))
     return None
 
 
@@ -268,6 +287,7 @@ def _put_producer(index: int, params: Mapping[str, Any]) -> Producer:
     client = stack.enter_context(StoreClient.attach(params["store_dir"]))
     body = os.urandom(BODY_BYTES)
     wait_store = bool(params["wait_store"])
+    unique = bool(params.get("unique_keys", True))
     put = client.put
     ok = PutMessageStatus.PUT_OK
     errors: dict[str, int] = {}
@@ -276,7 +296,8 @@ def _put_producer(index: int, params: Mapping[str, Any]) -> Producer:
 
     def step() -> int:
         nonlocal seq
-        r = put(TOPIC, body, tags=TAGS, keys=f"k{index}-{seq}", wait_store=wait_store)
+        key = f"k{index}-{seq}" if unique else f"k{index}"
+        r = put(TOPIC, body, tags=TAGS, keys=key, wait_store=wait_store)
         seq += 1
         if r.status is ok:
             return 1
@@ -301,6 +322,7 @@ def _batch_producer(index: int, params: Mapping[str, Any]) -> Producer:
     client = stack.enter_context(StoreClient.attach(params["store_dir"]))
     body = os.urandom(BODY_BYTES)
     size = int(params["batch"])
+    unique = bool(params.get("unique_keys", True))
     put_batch = client.put_batch
     ok = PutMessageStatus.PUT_OK
     errors: dict[str, int] = {}
@@ -310,7 +332,12 @@ def _batch_producer(index: int, params: Mapping[str, Any]) -> Producer:
     def step() -> int:
         nonlocal seq
         msgs = [
-            {"topic": TOPIC, "body": body, "tags": TAGS, "keys": f"k{index}-{seq + i}"}
+            {
+                "topic": TOPIC,
+                "body": body,
+                "tags": TAGS,
+                "keys": f"k{index}-{seq + i}" if unique else f"k{index}",
+            }
             for i in range(size)
         ]
         seq += size
@@ -357,6 +384,7 @@ def put_run(
     producers: int,
     duration_s: float,
     batch: int = 0,
+    unique_keys: bool = True,
 ) -> RunResult:
     """One configuration on a fresh store."""
     mode = "sync" if sync else "async"
@@ -369,6 +397,7 @@ def put_run(
             "wait_store": True,
             "batch": batch,
             "errors_dir": str(work),
+            "unique_keys": unique_keys,
         }
         r = run_producers(
             name,
@@ -387,7 +416,7 @@ def put_run(
                 r.extra["fsyncs"] = fsyncs
                 r.extra["msgs_per_fsync"] = round((after[1] - before[1]) / fsyncs, 2)
                 r.extra["fsyncs_per_s"] = round(fsyncs / r.seconds, 1)
-        r.extra.update({"mode": mode, "pool": pool, "batch": batch})
+        r.extra.update({"mode": mode, "pool": pool, "batch": batch, "unique_keys": unique_keys})
     return r
 
 
@@ -435,7 +464,7 @@ def server_memory(root: Path, marks_bytes: Sequence[int], *, pool: bool) -> dict
     """Supervisor + workers memory after each mark of bytes appended; shm in use."""
     out: dict[str, Any] = {"marks": []}
     with running_store(root, f"memory-{'pool' if pool else 'nopool'}", sync=False, pool=pool) as s:
-        new_shm = sorted(_shm_names() - s.shm_before)
+        new_shm = sorted(_shm_names(s.store_dir) - s.shm_before)
         sizes = {n: os.stat(os.path.join("/dev/shm", n)).st_size for n in new_shm}
         ctl = sum(v for n, v in sizes.items() if n.endswith("-ctl"))
         pool_bytes = sum(v for n, v in sizes.items() if n.endswith("-pool"))
@@ -462,6 +491,7 @@ def server_memory(root: Path, marks_bytes: Sequence[int], *, pool: bool) -> dict
                     "store_dir": str(s.store_dir),
                     "batch": BATCH,
                     "errors_dir": str(work),
+                    "unique_keys": False,  # the fill only needs bytes in the log
                 },
                 producers=1,
                 duration_s=3600.0,
@@ -661,7 +691,14 @@ def benchmark(opts: Options) -> Report:
     for sync in (True, False):
         for pool in (True, False):
             for n in counts:
-                r = put_run(root, sync=sync, pool=pool, producers=n, duration_s=duration)
+                r = put_run(
+                    root,
+                    sync=sync,
+                    pool=pool,
+                    producers=n,
+                    duration_s=duration,
+                    unique_keys=opts.unique_keys,
+                )
                 opts.log(
                     f"  {'sync' if sync else 'async':5} {'pool' if pool else 'nopool':6} "
                     f"x{n:<3} {r.msgs_per_s:12,.0f} msgs/s  p99 {r.lat_p99_us:9.1f} µs  "
@@ -670,7 +707,15 @@ def benchmark(opts: Options) -> Report:
                 )
                 runs.append(r)
     for pool in (True, False):
-        r = put_run(root, sync=False, pool=pool, producers=1, duration_s=duration, batch=BATCH)
+        r = put_run(
+            root,
+            sync=False,
+            pool=pool,
+            producers=1,
+            duration_s=duration,
+            batch=BATCH,
+            unique_keys=opts.unique_keys,
+        )
         opts.log(f"  batch {'pool' if pool else 'nopool':6} x1   {r.msgs_per_s:12,.0f} msgs/s")
         runs.append(r)
     mib = 1024 * 1024
@@ -697,7 +742,9 @@ def benchmark(opts: Options) -> Report:
         method=[
             f"{duration:g} s per configuration, a fresh store each (mqstore start, SIGTERM).",
             "Producers are processes (fork), each attached with StoreClient.attach; every put "
-            "encodes from topic, body (1 KiB), tags, a unique key; only PUT_OK counts.",
+            "encodes from topic, body (1 KiB), tags and keys "
+            f"({'a key unique to each message' if opts.unique_keys else 'one key per producer'}"
+            "); only PUT_OK counts.",
             "sync = SYNC_FLUSH with wait_store=True; async = ASYNC_FLUSH; pool = "
             "transient_store_pool_enable; batch = put_batch of "
             f"{BATCH} messages per call, latency per call.",

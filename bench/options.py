@@ -14,13 +14,15 @@ class Options:
     `work_root` is the temporary directory every benchmark writes under (removed by the
     harness); `duration_s` overrides each benchmark's time per configuration; `shared`
     carries results between benchmarks of the same run (the put benchmark reuses the
-    peers' figures when `peers` ran first).
+    peers' figures when `peers` ran first). `unique_keys` gives every put its own KEYS
+    value (the default, as real producers do); off, each producer reuses one key.
     """
 
     quick: bool
     work_root: Path
     duration_s: float | None = None
     producers: tuple[int, ...] | None = None
+    unique_keys: bool = True
     shared: dict[str, Any] = field(default_factory=dict)
 
     def log(self, msg: str) -> None:
