@@ -233,6 +233,8 @@ class StoreClient:
         if self._attached and now - self._last_stale_check < _STALE_CHECK_S:
             return ""
         self._last_stale_check = now
+        if self._attached and self._since_stats:
+            self._publish_stats()
         if self._attached:
             stale = self._cb.flags & c.FLAG_STOPPED
             if not stale:

@@ -28,7 +28,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "segment_size_bytes": 1 << 20,
     "transient_store_pool_size": 3,
     "flush_disk_type": "SYNC_FLUSH",
-    "sync_flush_timeout_ms": 5000,
+    "sync_flush_timeout_ms": 20000,  # the disk is shared with other jobs: be generous
     "heartbeat_interval_ms": 100,
     "restart_backoff_initial_ms": 50,
 }

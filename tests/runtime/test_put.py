@@ -94,6 +94,7 @@ def test_put_batch_dicts_and_messages(store: Store) -> None:
 def test_bad_input_gets_a_status_and_writes_nothing(
     store: Store, kwargs: dict[str, object], status: PutMessageStatus
 ) -> None:
+    kwargs = dict(kwargs)
     with StoreClient.attach(store.path) as client:
         topic = kwargs.pop("topic")
         body = kwargs.pop("body")
@@ -105,7 +106,8 @@ def test_bad_input_gets_a_status_and_writes_nothing(
         assert all(x.status is status for x in bad_batch)
         assert "message 1 of the batch" in bad_batch[0].reason
         assert client.positions()["reserved"] == 0
-        assert client.put("ok", b"after").status is OK
+        after = client.put("ok", b"after")
+        assert after.status is OK, after
 
 
 def test_rolls_segments_with_blank_and_recycles_pool(make_store: StoreFactory) -> None:

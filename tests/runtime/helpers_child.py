@@ -1,0 +1,61 @@
+"""Child-process scripts for the crash tests (run as `python -m tests.runtime.helpers_child`).
+
+`hold-lock DIR`: attach, then stop inside the reservation critical section after the
+commit point (slot RESERVED, `seq` advanced, queue offset not yet written back), print
+"ready" and sleep, to be killed with SIGKILL.
+`reserve-only DIR`: attach, then put with the copy step replaced by a sleep: the space is
+reserved, the slot never becomes DONE. Prints "ready" from inside the copy step.
+`attach-exit DIR`: attach, put one message, exit without closing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from ipc import control as c
+from ipc.client import StoreClient
+
+
+def hold_lock(store_dir: str) -> None:
+    client = StoreClient.attach(store_dir)
+    cb = client._cb
+    buf = cb.buf
+    client._rlock.acquire()
+    reserved, seq = c.PAIR.unpack_from(buf, c.OFF_RESERVED)
+    c.PAIR.pack_into(buf, c.OFF_CS_PID, os.getpid(), seq)
+    qs = cb.find_or_add_queue(b"crash", 0)
+    qo = cb.get(cb.qrow_off(qs) + 8)
+    size = 200
+    c.SLOT.pack_into(
+        buf, c.SLOTS_OFF + (seq % cb.slot_count) * c.SLOT_ROW,
+        reserved, qo, int(time.time() * 1000), size, os.getpid(), qs, c.STATE_RESERVED,
+    )  # fmt: skip
+    c.PAIR.pack_into(buf, c.OFF_RESERVED, reserved + size, seq + 1)
+    print("ready", flush=True)
+    time.sleep(600)
+
+
+def reserve_only(store_dir: str) -> None:
+    client = StoreClient.attach(store_dir)
+
+    def stuck(*_a: object, **_k: object) -> None:
+        print("ready", flush=True)
+        time.sleep(600)
+
+    client._copy = stuck  # type: ignore[method-assign]
+    client.put("crash", b"never copied", queue_id=0, wait_store=False)
+
+
+def attach_exit(store_dir: str) -> None:
+    client = StoreClient.attach(store_dir)
+    r = client.put("exit", b"bye")
+    print(r.status.value, flush=True)
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    {"hold-lock": hold_lock, "reserve-only": reserve_only, "attach-exit": attach_exit}[sys.argv[1]](
+        sys.argv[2]
+    )

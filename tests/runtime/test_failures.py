@@ -1,0 +1,219 @@
+"""Crashes and faults with real processes: killed producers, killed workers, a second
+supervisor, a failed fsync, graceful stop, restarts, dirty tails."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from engine.checkpoint import StoreCheckpoint
+from engine.storedir import read_flushed_offset
+from ipc.filler import is_filler
+from mqstore import PutMessageStatus, StoreClient
+from tests.runtime.conftest import StoreFactory
+from tests.runtime.harness import REPO, Store, check_chain, wait_for
+
+OK = PutMessageStatus.PUT_OK
+
+
+def _child(mode: str, store: Store, expect: str = "ready") -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.runtime.helpers_child", mode, str(store.path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=str(REPO),
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    assert line == expect, line
+    return proc
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    proc.kill()
+    proc.wait()  # reaped: no zombie whose pid still looks alive
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+def test_client_killed_inside_the_lock_does_not_wedge_the_store(store: Store) -> None:
+    with StoreClient.attach(store.path) as client:
+        assert client.put("crash", b"before", queue_id=0).status is OK
+        child = _child("hold-lock", store)
+        _kill(child)
+        r = client.put("crash", b"after", queue_id=0)
+        assert r.status is OK, r.reason
+        assert r.queue_offset == 2  # the dead reservation kept offset 1
+    assert store.stop() == 0
+    recs = store.read_log(keep_fillers=True)
+    check_chain(recs, store.config["segment_size_bytes"])
+    assert [is_filler(x) for x in recs] == [False, True, False]
+    assert [x.body for x in store.read_log()] == [b"before", b"after"]
+
+
+def test_client_killed_after_reserving_gets_a_filler_and_no_stall(store: Store) -> None:
+    with StoreClient.attach(store.path) as client:
+        child = _child("reserve-only", store)
+        _kill(child)
+        rs = [client.put("crash", b"x%d" % i, queue_id=0) for i in range(3)]
+        assert [r.status for r in rs] == [OK] * 3, [r.reason for r in rs]
+        assert [r.queue_offset for r in rs] == [1, 2, 3]
+        assert store.status()["fillers"] == 1
+    assert store.stop() == 0
+    recs = store.read_log(keep_fillers=True)
+    check_chain(recs, store.config["segment_size_bytes"])
+    assert is_filler(recs[0]) and recs[0].topic == "crash" and recs[0].queue_offset == 0
+    assert [x.body for x in recs[1:]] == [b"x0", b"x1", b"x2"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["committer", "flusher", "allocator"])
+def test_worker_killed_is_restarted(store: Store, name: str) -> None:
+    before = next(w for w in store.status()["workers"] if w["name"] == name)
+    os.kill(before["pid"], signal.SIGKILL)
+
+    def restarted() -> bool:
+        w = next(w for w in store.status()["workers"] if w["name"] == name)
+        return bool(w["restarts"] == 1 and w["pid"] and w["pid"] != before["pid"])
+
+    wait_for(restarted, 30, f"{name} to be restarted")
+    with StoreClient.attach(store.path) as client:
+        rs = [client.put("after-restart", b"x" * 500) for _ in range(50)]
+        assert all(r.status is OK for r in rs), {r.reason for r in rs}
+    assert store.stop() == 0
+    assert len(store.read_log()) == 50
+
+
+def test_second_supervisor_is_refused_naming_the_holder(store: Store) -> None:
+    assert store.proc is not None
+    out = subprocess.run(
+        [sys.executable, "-m", "workers.cli", "start", str(store.path)],
+        capture_output=True,
+        text=True,
+        cwd=str(REPO),
+        timeout=60,
+    )
+    assert out.returncode == 4
+    assert f"pid {store.proc.pid}" in out.stderr
+    assert store.status()["flags"] == ["running"]
+
+
+def test_failed_fsync_fails_waiters_and_makes_the_store_read_only(
+    make_store: StoreFactory,
+) -> None:
+    st = make_store(env={"MQSTORE_FAULTS": "fdatasync:EIO", "MQSTORE_FAULTS_FOR": "flusher"})
+    with StoreClient.attach(st.path) as client:
+        r = client.put("t", b"never durable")
+        assert r.status is PutMessageStatus.FLUSH_DISK_FAILED, r
+        assert "read_only" in st.status()["flags"]
+        r2 = client.put("t", b"refused")
+        assert r2.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+        assert "read-only" in r2.reason
+    flusher = next(w for w in st.status()["workers"] if w["name"] == "flusher")
+    assert flusher["restarts"] == 0
+    assert st.stop() == 5  # FLUSH_FAILED: acknowledged-or-not, something was not flushed
+    assert (st.path / "abort").exists()
+
+
+def test_graceful_stop_writes_checkpoint_and_removes_abort(store: Store) -> None:
+    assert (store.path / "abort").exists()
+    with StoreClient.attach(store.path) as client:
+        rs = [client.put("t", b"x" * 100, wait_store=False) for _ in range(100)]
+    end = rs[-1].physical_offset + rs[-1].size
+    assert store.stop() == 0
+    assert not (store.path / "abort").exists()
+    assert read_flushed_offset(store.path) == end
+    with StoreCheckpoint.open_in(store.path, read_only=True) as cp:
+        assert cp.physic_msg_timestamp == rs[-1].store_timestamp
+    assert store.shm_leftovers() == []
+
+
+def test_mqstore_stop_command(store: Store) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "workers.cli", "stop", str(store.path)],
+        capture_output=True,
+        text=True,
+        cwd=str(REPO),
+        timeout=90,
+    )
+    assert out.returncode == 0, out.stderr
+    assert store.stop() == 0
+    again = subprocess.run(
+        [sys.executable, "-m", "workers.cli", "stop", str(store.path)],
+        capture_output=True,
+        text=True,
+        cwd=str(REPO),
+        timeout=60,
+    )
+    assert again.returncode == 1 and "no supervisor" in again.stderr
+
+
+def test_detach_leaves_nothing_behind(store: Store) -> None:
+    shm_before = store.shm_leftovers()
+    assert len(shm_before) == 2  # the control block and the pool
+    with StoreClient.attach(store.path) as client:
+        assert client.put("t", b"x").status is OK
+        assert store.status()["clients"] == 1
+    wait_for(lambda: store.status()["clients"] == 0, 10, "the supervisor to drop the client")
+    child = _child("attach-exit", store, expect="PUT_OK")
+    assert child.stdout is not None
+    child.wait()
+    child.stdout.close()
+    wait_for(lambda: store.status()["clients"] == 0, 10, "the exited client to be dropped")
+    assert store.shm_leftovers() == shm_before  # an exiting client unlinks nothing
+    # The closed client's counters were retired into the totals; the one that called
+    # os._exit had no chance to publish its last (partial) batch of counters.
+    assert store.status()["puts"]["total"] >= 1
+
+
+def test_client_survives_a_supervisor_restart(store: Store) -> None:
+    with StoreClient.attach(store.path) as client:
+        assert client.put("t", b"one").status is OK
+        assert store.stop() == 0
+        r = client.put("t", b"two")
+        assert r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE and r.reason
+        store.start()
+        r = client.put("t", b"three", queue_id=0)
+        assert r.status is OK, r.reason
+    assert store.stop() == 0
+    assert [x.body for x in store.read_log()] == [b"one", b"three"]
+
+
+def test_dirty_tail_is_refused(make_store: StoreFactory) -> None:
+    st = make_store()
+    with StoreClient.attach(st.path) as client:
+        r = client.put("t", b"x" * 100)
+    assert st.stop() == 0
+    end = r.physical_offset + r.size
+    seg = st.path / "commitlog" / f"{0:020d}"
+    with open(seg, "r+b") as f:
+        f.seek(end)
+        f.write(b"\x00\x00\x01\x00garbage-that-is-not-a-record")
+    proc = subprocess.run(
+        [sys.executable, "-m", "workers.cli", "start", str(st.path)],
+        capture_output=True,
+        text=True,
+        cwd=str(REPO),
+        timeout=60,
+    )
+    assert proc.returncode == 4
+    assert "dirty tail" in proc.stderr
+    assert st.shm_leftovers() == []
+
+
+def test_bad_config_halts(make_store: StoreFactory) -> None:
+    st = make_store({"flush_disk_type": "SOMETIMES"}, start=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "workers.cli", "start", str(st.path)],
+        capture_output=True,
+        text=True,
+        cwd=str(REPO),
+        timeout=60,
+    )
+    assert proc.returncode == 3 and "configuration error" in proc.stderr
