@@ -179,6 +179,45 @@ class SegmentQueue:
         for seg in opened:
             self._segments[seg.start_offset] = seg
 
+    def refresh(self) -> int:
+        """Read-only queues in another process than the writer: open segment files that
+        appeared past the last one since `load()` (the writer rolled), with positions
+        full, and drop leading segments whose files were deleted (retention). Returns
+        how many segments were added. O(files); a reader calls it when it runs out of
+        data, not per read.
+        """
+        if not self.read_only:
+            raise RuntimeError("refresh() is for read-only queues; the writer knows its files")
+        for seg in self.segments:
+            if os.path.exists(seg.path):
+                break
+            seg.close()
+            del self._segments[seg.start_offset]
+        last = self.last()
+        after = -1 if last is None else last.start_offset
+        names = sorted(os.listdir(self.directory)) if os.path.isdir(self.directory) else []
+        added = 0
+        for name in names:
+            if len(name) != 20 or not name.isdigit() or int(name) <= after:
+                continue
+            path = os.path.join(self.directory, name)
+            try:
+                size = os.stat(path).st_size
+            except FileNotFoundError:
+                continue
+            if size != self.segment_size_bytes:
+                break  # a pre-allocation still being built: next time
+            seg = Segment.open(
+                path,
+                self.segment_size_bytes,
+                read_only=True,
+                mmap_sync=self.mmap_sync,
+                clock_ms=self._clock_ms,
+            )
+            self._segments[seg.start_offset] = seg
+            added += 1
+        return added
+
     def _create_in_place(self, start_offset: int) -> Segment:
         return Segment.create(
             self.directory,

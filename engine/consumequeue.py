@@ -1,0 +1,768 @@
+"""Consume queues: RocketMQ's ConsumeQueue, one per (topic, queue id) (spec §3).
+
+A consume queue is a chain of equal-sized files under `consumequeue/<topic>/<queueId>/`,
+named by their first logical byte offset (20 digits, like commit-log segments), over a
+`SegmentQueue`. It holds one 20-byte unit per message of the queue, big-endian:
+
+| off | size | field                                   | written by              |
+| --- | ---- | --------------------------------------- | ----------------------- |
+| 0   | 8    | commit-log physical offset (int64)      | the dispatcher (`put`)  |
+| 8   | 4    | message TOTALSIZE (int32)               | the dispatcher          |
+| 12  | 8    | tags code (int64; spec §3.2)            | the dispatcher          |
+
+(The table's third row starts at byte 12: 8 + 4.) Unit *n* (the message with queue
+offset *n*) lives at logical byte offset `n * 20`, in file `floor(n*20 / file_size)`.
+The file size is RocketMQ's `mappedFileSizeConsumeQueue` rounded up to a multiple of 20
+(`cq_file_size`). A valid unit has offset >= 0 and size > 0; an all-zero unit marks the
+end of the written data. A **pre-blank** unit `(0, 2147483647, 0)` stands for a queue
+offset that holds no message: RocketMQ writes them from the start of a queue's first
+file up to the first unit when a queue starts at an offset other than 0; mqstore also
+writes them over a gap (a unit whose queue offset is past the queue's end), where
+RocketMQ 4.9.8 logs "[BUG]" and appends the unit at the wrong place. Readers skip
+pre-blanks; they count in `max_offset()`, as RocketMQ's.
+
+Who calls what: the dispatcher `put()`s and `flush()`es; recovery calls `recover()`,
+`truncate_dirty()` and `correct_min_offset()`; the cleaner `delete_expired()`. Readers
+open queues read-only in their own process and call `refresh()` before reading, which
+picks up files another process created and finds where the written units end.
+
+Not thread-safe: one writer process (the dispatcher) per store.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import struct
+from collections.abc import Callable, Iterator
+from typing import Final, NamedTuple
+
+from engine import fileio
+from engine.findings import Finding, Severity
+from engine.segment import DEFAULT_MMAP_SYNC, ClockMs, ReadStatus, Segment, SyncMethod, now_ms
+from engine.segment_queue import SegmentQueue
+
+CQ_STORE_UNIT_SIZE: Final = 20
+PRE_BLANK_SIZE: Final = 2_147_483_647  # Integer.MAX_VALUE
+CONSUME_QUEUE_DIR: Final = "consumequeue"
+MAX_GAP_FILES: Final = 4  # a gap wider than this many files is refused, not filled
+_UNIT: Final = struct.Struct(">qiq")
+_PRE_BLANK_BYTES: Final = _UNIT.pack(0, PRE_BLANK_SIZE, 0)
+
+QueueKey = tuple[str, int]
+StoreTimeOf = Callable[[int, int], int]  # (physical offset, size) -> store time, -1 if gone
+
+
+def cq_file_size(configured_bytes: int) -> int:
+    """RocketMQ's getter: round up to a multiple of 20 (128 -> 140, 4096 -> 4100)."""
+    if configured_bytes <= 0:
+        raise ValueError(f"consume-queue file size must be positive, got {configured_bytes}")
+    return -(-configured_bytes // CQ_STORE_UNIT_SIZE) * CQ_STORE_UNIT_SIZE
+
+
+class CqUnit(NamedTuple):
+    """One consume-queue unit."""
+
+    physical_offset: int
+    size: int
+    tags_code: int
+
+    @property
+    def is_pre_blank(self) -> bool:
+        return self.size == PRE_BLANK_SIZE
+
+    @property
+    def is_valid(self) -> bool:
+        return self.physical_offset >= 0 and self.size > 0
+
+    @property
+    def end(self) -> int:
+        """Commit-log offset one past the message."""
+        return self.physical_offset + self.size
+
+
+def pack_unit(physical_offset: int, size: int, tags_code: int) -> bytes:
+    return _UNIT.pack(physical_offset, size, tags_code)
+
+
+class PutStatus(enum.Enum):
+    """What `ConsumeQueue.put` did; only REFUSED_GAP leaves the message out."""
+
+    OK = "OK"
+    ALREADY_BUILT = "ALREADY_BUILT"  # its commit-log end is not past the queue's (re-dispatch)
+    DUPLICATE = "DUPLICATE"  # the queue already holds a unit at that queue offset
+    GAP_FILLED = "GAP_FILLED"  # written, after pre-blanks over missing queue offsets
+    REFUSED_GAP = "REFUSED_GAP"  # queue offset far past the end (corrupt record?)
+
+
+def valid_topic_dir(topic: str) -> bool:
+    """A topic name that is safe as one directory name."""
+    return bool(topic) and topic not in (".", "..") and "/" not in topic and "\0" not in topic
+
+
+class ConsumeQueue:
+    """One (topic, queue id) consume queue. See the module docstring."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        topic: str,
+        queue_id: int,
+        file_size_bytes: int,
+        *,
+        read_only: bool = False,
+        mmap_sync: SyncMethod = DEFAULT_MMAP_SYNC,
+        clock_ms: ClockMs = now_ms,
+    ) -> None:
+        """An empty queue over `directory` (`consumequeue/<topic>/<queueId>`); `load()` next."""
+        self.topic = topic
+        self.queue_id = queue_id
+        self.file_size_bytes = cq_file_size(file_size_bytes)
+        self.read_only = read_only
+        self.queue = SegmentQueue(
+            directory,
+            self.file_size_bytes,
+            read_only=read_only,
+            mmap_sync=mmap_sync,
+            clock_ms=clock_ms,
+        )
+        self.min_logic_offset = 0  # bytes; min_offset() = this // 20
+        self.max_physical_offset = -1  # commit-log end of the newest real unit (-1: none)
+
+    @classmethod
+    def open(
+        cls,
+        directory: str | os.PathLike[str],
+        topic: str,
+        queue_id: int,
+        file_size_bytes: int,
+        *,
+        read_only: bool = False,
+        mmap_sync: SyncMethod = DEFAULT_MMAP_SYNC,
+        clock_ms: ClockMs = now_ms,
+    ) -> ConsumeQueue:
+        """Construct and load. Writable queues must be `recover()`ed before `put()`;
+        read-only ones find their end in `load()`. Raises SegmentSizeError, StoreIOError."""
+        cq = cls(
+            directory,
+            topic,
+            queue_id,
+            file_size_bytes,
+            read_only=read_only,
+            mmap_sync=mmap_sync,
+            clock_ms=clock_ms,
+        )
+        cq.load()
+        return cq
+
+    @property
+    def directory(self) -> str:
+        return self.queue.directory
+
+    @property
+    def key(self) -> QueueKey:
+        return (self.topic, self.queue_id)
+
+    # --- loading and recovery ---------------------------------------------------------
+
+    def load(self) -> None:
+        """Open the files (positions full, as RocketMQ's load). Read-only: also `refresh()`."""
+        self.queue.load()
+        if self.read_only:
+            self.refresh(list_files=False)
+        else:
+            self._init_min_logic_offset()
+
+    def _init_min_logic_offset(self) -> None:
+        first = self.queue.first()
+        if first is None:
+            self.min_logic_offset = 0
+            return
+        pos = 0
+        with first.select(0, first.read_position) as sl:
+            if sl.status is ReadStatus.OK:
+                view = sl.view
+                while pos + 20 <= len(view) and view[pos : pos + 20] == _PRE_BLANK_BYTES:
+                    pos += 20
+        self.min_logic_offset = first.start_offset + pos
+
+    def refresh(self, *, list_files: bool = True) -> None:
+        """Read-only queues: pick up new files (when the last is full, or `list_files`
+        and it is empty) and set the last file's position to the end of its written
+        units (binary search: units are written in order). O(log units per file)."""
+        q = self.queue
+        last = q.last()
+        if last is not None:
+            last.adopt_positions(last.size_bytes, last.size_bytes, 0)
+        if list_files and (last is None or self._written_end(last) >= last.size_bytes):
+            q.refresh()
+        segs = q.segments
+        for i, seg in enumerate(segs):
+            seg.adopt_positions(seg.size_bytes, seg.size_bytes, 0)
+            end = seg.size_bytes if i < len(segs) - 1 else self._written_end(seg)
+            seg.adopt_positions(end, end, 0)
+        self._init_min_logic_offset_read_only()
+        tail = self._last_real_unit()
+        self.max_physical_offset = -1 if tail is None else tail.end
+
+    def _init_min_logic_offset_read_only(self) -> None:
+        first = self.queue.first()
+        if first is not None and self.min_logic_offset < first.start_offset:
+            self._init_min_logic_offset()
+
+    def _written_end(self, seg: Segment) -> int:
+        """Position after the last valid unit of `seg`, by binary search over units."""
+        n = seg.size_bytes // 20
+        with seg.select(0, seg.size_bytes) as sl:
+            if sl.status is not ReadStatus.OK:
+                return 0
+            view = sl.view
+            lo, hi = 0, n  # units [0, lo) valid, [hi, n) not
+            while lo < hi:
+                mid = (lo + hi) // 2
+                off, size, _t = _UNIT.unpack_from(view, mid * 20)
+                if off >= 0 and size > 0:
+                    lo = mid + 1
+                else:
+                    hi = mid
+        return lo * 20
+
+    def recover(self) -> int:
+        """RocketMQ's ConsumeQueue.recover (spec §3.5): scan the last 3 files from their
+        start while units are valid; the end found becomes every position, and bytes and
+        files past it are cut. Returns `max_physical_offset` (-1 when empty).
+        Recovery only. O(units in the last 3 files)."""
+        segs = self.queue.segments
+        if not segs:
+            self.max_physical_offset = -1
+            self._init_min_logic_offset()
+            return -1
+        start = max(0, len(segs) - 3)
+        max_phys = -1
+        end = segs[start].start_offset
+        for seg in segs[start:]:
+            pos = 0
+            with seg.select(0, seg.size_bytes) as sl:
+                if sl.status is not ReadStatus.OK:
+                    break
+                for off, size, _t in _UNIT.iter_unpack(sl.view):
+                    if off < 0 or size <= 0:
+                        break
+                    if size != PRE_BLANK_SIZE:
+                        max_phys = off + size
+                    pos += 20
+            end = seg.start_offset + pos
+            if pos < seg.size_bytes:
+                break
+        if max_phys < 0 and start > 0:
+            tail = self._last_real_unit(before=segs[start].start_offset)
+            max_phys = -1 if tail is None else tail.end
+        self._cut(end)
+        self.max_physical_offset = max_phys
+        self._init_min_logic_offset()
+        return max_phys
+
+    def _cut(self, end: int) -> None:
+        """Make `end` the end of the queue: positions there, later files gone, and the
+        bytes past it zero (only written when they are not zero already)."""
+        q = self.queue
+        seg = q.find(end)
+        dirty = False
+        if seg is not None:
+            pos = end - seg.start_offset
+            with seg.select(0, seg.size_bytes) as sl:
+                dirty = sl.status is ReadStatus.OK and any(sl.view[pos:])
+        later = [s for s in q.segments if s.start_offset > end]
+        if dirty or later:
+            q.truncate_dirty(end)
+        elif seg is not None:
+            pos = end - seg.start_offset
+            seg.adopt_positions(pos, pos, min(seg.flushed_position, pos))
+            q.committed_where = min(q.committed_where, end)
+            q.flushed_where = min(q.flushed_where, end)
+        # RocketMQ deletes a file that ends up empty behind a full one.
+        while len(q) > 1:
+            last = q.last()
+            assert last is not None
+            if last.wrote_position != 0:
+                break
+            q.delete_last()
+        if end == 0 and len(q) == 1:
+            only = q.last()
+            assert only is not None
+            if only.start_offset == 0 and only.wrote_position == 0:
+                q.delete_last()
+
+    def truncate_dirty(self, physical_offset: int) -> int:
+        """Drop units that point at or past commit-log `physical_offset` (spec §3.5,
+        truncateDirtyLogicFiles). Pre-blanks after the last kept unit go too. Returns
+        how many units were dropped. Recovery only. O(units in the files cut)."""
+        q = self.queue
+        before = q.max_wrote_offset()
+        while True:
+            last = q.last()
+            if last is None:
+                break
+            keep = 0
+            max_phys = -1
+            with last.select(0, last.wrote_position) as sl:
+                view = sl.view if sl.status is ReadStatus.OK else memoryview(b"")
+                pos = 0
+                if last is q.first():
+                    while pos + 20 <= len(view) and view[pos : pos + 20] == _PRE_BLANK_BYTES:
+                        pos += 20
+                    keep = pos
+                for off, size, _t in _UNIT.iter_unpack(view[pos:]):
+                    if off < 0 or size <= 0:
+                        break
+                    if size == PRE_BLANK_SIZE:
+                        pos += 20
+                        continue
+                    if off >= physical_offset:
+                        break
+                    pos += 20
+                    keep = pos
+                    max_phys = off + size
+            if keep == 0:
+                q.delete_last()
+                continue
+            self._cut(last.start_offset + keep)
+            if max_phys < 0:
+                tail = self._last_real_unit()
+                max_phys = -1 if tail is None else tail.end
+            self.max_physical_offset = max_phys
+            break
+        if len(q) == 0:
+            self.max_physical_offset = -1
+            self.min_logic_offset = 0
+        return (before - q.max_wrote_offset()) // 20
+
+    def _last_real_unit(self, before: int | None = None) -> CqUnit | None:
+        """The newest unit that is not a pre-blank, below logical offset `before`."""
+        q = self.queue
+        end = q.max_offset() if before is None else before
+        first = q.first()
+        lo_bound = max(self.min_logic_offset, first.start_offset if first is not None else 0)
+        at = end - 20
+        while at >= lo_bound:
+            u = self._unit_at(at)
+            if u is None:
+                return None
+            if u.is_valid and not u.is_pre_blank:
+                return u
+            at -= 20
+        return None
+
+    def correct_min_offset(self, log_min_offset: int) -> None:
+        """RocketMQ's correctMinOffset: the min becomes the first unit of the first file
+        that points at or past `log_min_offset`; if none does, the end of that file's
+        units. Pre-blanks never count. Recovery and cleaner. O(units of the first file)."""
+        first = self.queue.first()
+        if first is None:
+            self.min_logic_offset = 0
+            return
+        end = first.read_position
+        with first.select(0, end) as sl:
+            if sl.status is not ReadStatus.OK:
+                return
+            pos = 0
+            for off, size, _t in _UNIT.iter_unpack(sl.view):
+                if off >= 0 and 0 < size != PRE_BLANK_SIZE and off >= log_min_offset:
+                    self.min_logic_offset = first.start_offset + pos
+                    return
+                pos += 20
+        self.min_logic_offset = max(self.min_logic_offset, first.start_offset + end)
+
+    # --- writing ----------------------------------------------------------------------
+
+    def put(self, physical_offset: int, size: int, tags_code: int, queue_offset: int) -> PutStatus:
+        """Write the unit of queue offset `queue_offset` (RocketMQ's
+        putMessagePositionInfo, spec §3.4, with gaps filled by pre-blanks).
+
+        Dispatcher only. O(1) (plus the gap). Raises StoreIOError (file creation).
+        """
+        if physical_offset + size <= self.max_physical_offset:
+            return PutStatus.ALREADY_BUILT
+        q = self.queue
+        expect = queue_offset * 20
+        status = PutStatus.OK
+        if len(q) == 0:
+            seg = q.get_last(expect)
+            assert seg is not None
+            if expect > seg.start_offset:
+                # first-created file of a queue that starts past 0: pre-blanks up to it
+                seg.append_bytes(_PRE_BLANK_BYTES * ((expect - seg.start_offset) // 20))
+            self.min_logic_offset = expect
+        current = q.max_wrote_offset()
+        if expect < current:
+            return PutStatus.DUPLICATE
+        if expect > current:
+            if expect - current > MAX_GAP_FILES * self.file_size_bytes:
+                return PutStatus.REFUSED_GAP
+            self._fill(current, expect)
+            status = PutStatus.GAP_FILLED
+        seg = q.get_last(expect)
+        assert seg is not None
+        seg.append_bytes(_UNIT.pack(physical_offset, size, tags_code))
+        self.max_physical_offset = physical_offset + size
+        return status
+
+    def put_pre_blank(self, queue_offset: int) -> PutStatus:
+        """Write a pre-blank at `queue_offset`: the dispatcher's unit for a record that
+        holds a queue offset but no message (mqstore's filler). Idempotent like `put`."""
+        q = self.queue
+        expect = queue_offset * 20
+        if len(q) == 0:
+            seg = q.get_last(expect)
+            assert seg is not None
+            seg.append_bytes(_PRE_BLANK_BYTES * ((expect - seg.start_offset) // 20 + 1))
+            self.min_logic_offset = expect + 20
+            return PutStatus.OK
+        current = q.max_wrote_offset()
+        if expect < current:
+            return PutStatus.DUPLICATE
+        if expect - current > MAX_GAP_FILES * self.file_size_bytes:
+            return PutStatus.REFUSED_GAP
+        self._fill(current, expect + 20)
+        return PutStatus.OK if expect == current else PutStatus.GAP_FILLED
+
+    def _fill(self, current: int, expect: int) -> None:
+        q = self.queue
+        while current < expect:
+            seg = q.get_last(current)
+            assert seg is not None
+            room = seg.size_bytes - seg.wrote_position
+            n = min(room, expect - current) // 20
+            seg.append_bytes(_PRE_BLANK_BYTES * n)
+            current += n * 20
+
+    def flush(self, least_pages: int) -> int:
+        """Flush one file's dirty units; bytes advanced (0: nothing). Raises StoreIOError."""
+        return self.queue.flush(least_pages)
+
+    def flush_all(self) -> int:
+        return self.queue.flush_all()
+
+    def delete_expired(self, log_min_offset: int) -> int:
+        """Cleaner: drop files whose last unit is below `log_min_offset`, then
+        `correct_min_offset`. Returns files deleted."""
+        n = self.queue.delete_expired_by_offset(log_min_offset, CQ_STORE_UNIT_SIZE)
+        self.correct_min_offset(log_min_offset)
+        return n
+
+    # --- reading ----------------------------------------------------------------------
+
+    def min_offset(self) -> int:
+        """The first queue offset a reader may ask for."""
+        return self.min_logic_offset // 20
+
+    def max_offset(self) -> int:
+        """One past the last queue offset written (pre-blanks count)."""
+        return self.queue.max_offset() // 20
+
+    def _unit_at(self, logical: int) -> CqUnit | None:
+        seg = self.queue.find(logical)
+        if seg is None:
+            return None
+        with seg.select(logical - seg.start_offset, 20) as sl:
+            if sl.status is not ReadStatus.OK:
+                return None
+            return CqUnit._make(_UNIT.unpack_from(sl.view, 0))
+
+    def get(self, queue_offset: int) -> CqUnit | None:
+        """The unit at `queue_offset`; None below min, at/after max, or unavailable."""
+        lo = queue_offset * 20
+        if queue_offset < 0 or lo < self.min_logic_offset or lo + 20 > self.queue.max_offset():
+            return None
+        return self._unit_at(lo)
+
+    def units(self, from_queue_offset: int, max_count: int) -> Iterator[tuple[int, CqUnit]]:
+        """(queue offset, unit) from `from_queue_offset` up to the end, at most
+        `max_count` of them, pre-blanks included. One held slice per file."""
+        qo = max(from_queue_offset, self.min_offset())
+        left = max_count
+        while left > 0:
+            lo = qo * 20
+            seg = self.queue.find(lo)
+            if seg is None:
+                return
+            pos = lo - seg.start_offset
+            read = seg.read_position
+            if pos >= read:
+                return
+            n = min(left, (read - pos) // 20)
+            with seg.select(pos, n * 20) as sl:
+                if sl.status is not ReadStatus.OK:
+                    return
+                out = [CqUnit._make(t) for t in _UNIT.iter_unpack(sl.view)]
+            for u in out:
+                yield qo, u
+                qo += 1
+            left -= n
+            if pos + n * 20 < seg.size_bytes:
+                return
+
+    def offset_for_time(self, timestamp_ms: int, store_time_of: StoreTimeOf, log_min: int) -> int:
+        """RocketMQ's getOffsetInQueueByTime (spec §3.6), over the whole queue.
+
+        Binary search on store time (read from the commit log by `store_time_of`); units
+        below commit-log offset `log_min` and pre-blanks count as older. An exact match
+        gives the first unit with that store time; otherwise the closer of the last
+        older and the first newer unit (ties: the older). Deviation: RocketMQ first picks
+        a file by its mtime, which copying a store changes; this searches every file.
+        Returns min_offset() for an empty queue. O(log units) commit-log reads.
+        """
+        lo, hi = self.min_offset(), self.max_offset()
+        if lo >= hi:
+            return lo
+        first_ok = lo
+        times: dict[int, int] = {}
+
+        def time_at(qo: int) -> int:
+            """Store time, or -1 for a unit that counts as older than anything."""
+            if qo in times:
+                return times[qo]
+            u = self._unit_at(qo * 20)
+            t = -1
+            if u is not None and u.is_valid and not u.is_pre_blank and u.physical_offset >= log_min:
+                t = store_time_of(u.physical_offset, u.size)
+            times[qo] = t
+            return t
+
+        a, b = lo, hi  # first unit with time >= target lies in [a, b]
+        while a < b:
+            mid = (a + b) // 2
+            if time_at(mid) < timestamp_ms:
+                a = mid + 1
+            else:
+                b = mid
+        right = a if a < hi else None
+        if right is not None and time_at(right) == timestamp_ms:
+            return right
+        left = a - 1 if a - 1 >= first_ok and time_at(a - 1) >= 0 else None
+        if left is None:
+            return right if right is not None else lo
+        if right is None:
+            return left
+        return left if timestamp_ms - time_at(left) <= time_at(right) - timestamp_ms else right
+
+    # --- lifecycle and checks ---------------------------------------------------------
+
+    def close(self) -> None:
+        self.queue.close()
+
+    def destroy(self) -> None:
+        self.queue.destroy()
+        self.max_physical_offset = -1
+        self.min_logic_offset = 0
+
+    def check(self) -> list[Finding]:
+        """The file chain, then the units: commit-log offsets never go back, and no
+        valid unit lies past the end (a unit the queue would overwrite)."""
+        out = self.queue.check()
+        prev = -1
+        for qo, u in self.units(self.min_offset(), self.max_offset() - self.min_offset()):
+            if u.is_pre_blank:
+                continue
+            if not u.is_valid:
+                out.append(
+                    Finding(Severity.ERROR, f"{self.key}: invalid unit {u} at queue offset {qo}")
+                )
+                continue
+            if u.physical_offset < prev:
+                out.append(
+                    Finding(
+                        Severity.ERROR,
+                        f"{self.key}: unit at queue offset {qo} points back to "
+                        f"{u.physical_offset} after {prev}",
+                        self.directory,
+                    )
+                )
+            prev = u.physical_offset
+        last = self.queue.last()
+        if last is not None and last.wrote_position + 20 <= last.size_bytes:
+            nxt = last.read_bytes(last.wrote_position, 20)
+            if len(nxt) == 20 and any(nxt):
+                out.append(
+                    Finding(
+                        Severity.ERROR,
+                        f"{self.key}: bytes past the end of the queue are not zero",
+                        last.path,
+                        last.wrote_position,
+                    )
+                )
+        if self.min_offset() > self.max_offset():
+            out.append(Finding(Severity.ERROR, f"{self.key}: min {self.min_offset()} > max"))
+        return out
+
+    def __repr__(self) -> str:
+        return (
+            f"ConsumeQueue({self.topic!r}, {self.queue_id}, min={self.min_offset()}, "
+            f"max={self.max_offset()}, max_phys={self.max_physical_offset})"
+        )
+
+
+def detect_file_size(store_dir: str | os.PathLike[str]) -> int | None:
+    """The size of the consume-queue files already in a store (the first non-empty one
+    found), or None when there are none. Stores do not record their geometry."""
+    root = os.path.join(store_dir, CONSUME_QUEUE_DIR)
+    if not os.path.isdir(root):
+        return None
+    for topic in sorted(os.listdir(root)):
+        tdir = os.path.join(root, topic)
+        if not os.path.isdir(tdir):
+            continue
+        for qid in sorted(os.listdir(tdir)):
+            qdir = os.path.join(tdir, qid)
+            if not os.path.isdir(qdir):
+                continue
+            for name in sorted(os.listdir(qdir)):
+                path = os.path.join(qdir, name)
+                if len(name) == 20 and name.isdigit() and os.path.isfile(path):
+                    size = os.stat(path).st_size
+                    if size > 0:
+                        return size
+    return None
+
+
+class ConsumeQueueStore:
+    """Every consume queue of a store directory, keyed by (topic, queue id)."""
+
+    def __init__(
+        self,
+        store_dir: str | os.PathLike[str],
+        file_size_bytes: int,
+        *,
+        read_only: bool = False,
+        mmap_sync: SyncMethod = DEFAULT_MMAP_SYNC,
+        clock_ms: ClockMs = now_ms,
+    ) -> None:
+        self.store_dir = os.fspath(store_dir)
+        self.root = os.path.join(self.store_dir, CONSUME_QUEUE_DIR)
+        self.file_size_bytes = cq_file_size(file_size_bytes)
+        self.read_only = read_only
+        self._mmap_sync = mmap_sync
+        self._clock_ms = clock_ms
+        self._queues: dict[QueueKey, ConsumeQueue] = {}
+
+    @classmethod
+    def open(
+        cls,
+        store_dir: str | os.PathLike[str],
+        file_size_bytes: int,
+        *,
+        read_only: bool = False,
+        mmap_sync: SyncMethod = DEFAULT_MMAP_SYNC,
+        clock_ms: ClockMs = now_ms,
+    ) -> ConsumeQueueStore:
+        s = cls(
+            store_dir, file_size_bytes, read_only=read_only, mmap_sync=mmap_sync, clock_ms=clock_ms
+        )
+        s.load()
+        return s
+
+    def load(self) -> None:
+        """Open every `consumequeue/<topic>/<int queueId>/` (others are skipped, as
+        RocketMQ's load). Raises SegmentSizeError, StoreIOError."""
+        if not os.path.isdir(self.root):
+            return
+        for topic in sorted(os.listdir(self.root)):
+            tdir = os.path.join(self.root, topic)
+            if not os.path.isdir(tdir) or not valid_topic_dir(topic):
+                continue
+            for name in sorted(os.listdir(tdir)):
+                try:
+                    qid = int(name)
+                except ValueError:
+                    continue
+                if str(qid) != name or not os.path.isdir(os.path.join(tdir, name)):
+                    continue
+                self._open_queue(topic, qid)
+
+    def _open_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = ConsumeQueue.open(
+            os.path.join(self.root, topic, str(queue_id)),
+            topic,
+            queue_id,
+            self.file_size_bytes,
+            read_only=self.read_only,
+            mmap_sync=self._mmap_sync,
+            clock_ms=self._clock_ms,
+        )
+        self._queues[(topic, queue_id)] = cq
+        return cq
+
+    def __len__(self) -> int:
+        return len(self._queues)
+
+    def __iter__(self) -> Iterator[ConsumeQueue]:
+        return iter(list(self._queues.values()))
+
+    def keys(self) -> list[QueueKey]:
+        return sorted(self._queues)
+
+    def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        """The queue, opening it if another process created it since (read-only)."""
+        cq = self._queues.get((topic, queue_id))
+        if cq is None and self.read_only and valid_topic_dir(topic) and queue_id >= 0:
+            qdir = os.path.join(self.root, topic, str(queue_id))
+            if os.path.isdir(qdir):
+                cq = self._open_queue(topic, queue_id)
+        return cq
+
+    def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """The queue of (topic, queue id), created empty if new. Writer only.
+        Raises ValueError for a topic that cannot be a directory name."""
+        cq = self._queues.get((topic, queue_id))
+        if cq is not None:
+            return cq
+        if self.read_only:
+            raise PermissionError(f"{self.root}: opened read-only")
+        if not valid_topic_dir(topic) or queue_id < 0:
+            raise ValueError(f"({topic!r}, {queue_id}) cannot name a consume queue")
+        fileio.makedirs(os.path.join(self.root, topic, str(queue_id)))
+        return self._open_queue(topic, queue_id)
+
+    def recover(self) -> int:
+        """`recover()` every queue; the max of their `max_physical_offset` (-1: none)."""
+        return max((cq.recover() for cq in self._queues.values()), default=-1)
+
+    def max_physical_offset(self) -> int:
+        return max((cq.max_physical_offset for cq in self._queues.values()), default=-1)
+
+    def truncate_dirty(self, physical_offset: int) -> dict[QueueKey, int]:
+        """`truncate_dirty` on every queue; units dropped per queue that lost any."""
+        out: dict[QueueKey, int] = {}
+        for key, cq in self._queues.items():
+            if cq.max_physical_offset > physical_offset or cq.max_physical_offset < 0:
+                n = cq.truncate_dirty(physical_offset)
+                if n:
+                    out[key] = n
+        return out
+
+    def correct_min_offsets(self, log_min_offset: int) -> None:
+        for cq in self._queues.values():
+            cq.correct_min_offset(log_min_offset)
+
+    def queue_offset_table(self) -> dict[QueueKey, int]:
+        """(topic, queue id) -> next queue offset (`max_offset()`), RocketMQ's
+        recoverTopicQueueTable: what the appender continues from after recovery."""
+        return {k: cq.max_offset() for k, cq in sorted(self._queues.items())}
+
+    def flush(self, least_pages: int) -> int:
+        """One `flush(least_pages)` per queue; total bytes advanced. Raises StoreIOError."""
+        return sum(cq.flush(least_pages) for cq in self._queues.values())
+
+    def flush_all(self) -> int:
+        return sum(cq.flush_all() for cq in self._queues.values())
+
+    def close(self) -> None:
+        for cq in self._queues.values():
+            cq.close()
+        self._queues.clear()
+
+    def check(self) -> list[Finding]:
+        out: list[Finding] = []
+        for cq in self._queues.values():
+            out.extend(cq.check())
+        return out

@@ -1,0 +1,225 @@
+"""Dispatch: commit log -> consume queues and index (RocketMQ's ReputMessageService,
+spec §8.16, with `CommitLogDispatcherBuildConsumeQueue` and `...BuildIndex`).
+
+`Dispatcher.dispatch(from_offset, limit)` walks the message records of the commit log
+from `from_offset` and stops before any record that does not end at or below `limit`.
+The caller chooses the limit: the committed offset under ASYNC_FLUSH, the flushed
+offset under SYNC_FLUSH, so nothing a crash can take back is ever dispatched. It returns
+how far it got (`DispatchResult.next_offset`); a process loop calls it again from there.
+
+For every record:
+
+* BLANK (end of segment): hop to the next segment (the walk does it);
+* a record for which `skip(header)` is true (mqstore's filler, see `ipc.filler`): no
+  index entries; if it holds a queue offset, that offset gets a pre-blank unit, so the
+  queue stays dense, its max offset is right after recovery, and readers skip it without
+  knowing about fillers;
+* NOT / COMMIT transaction types: a consume-queue unit at the record's queue offset
+  (checked against the queue's own end: duplicates are ignored, gaps are filled with
+  pre-blanks and counted, as `ConsumeQueue.put` says); PREPARED / ROLLBACK: none;
+* every type but ROLLBACK: index entries (`topic#UNIQ_KEY`, `topic#key` per KEYS token),
+  when an `IndexService` is given.
+
+After each unit written the checkpoint's `logics_msg_timestamp` becomes the record's
+store time (in memory; whoever flushes consume queues persists it, spec §5).
+
+Re-dispatching what is already there is harmless (RocketMQ's rule: a queue ignores units
+whose commit-log end is not past its own; the index ignores offsets before its end), which
+is what abnormal recovery relies on.
+
+Called by the dispatcher process (its own read-only view of the log) and by recovery.
+Not thread-safe.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from engine.checkpoint import CheckpointFields
+from engine.commitlog import CommitLog, ScanStop
+from engine.consumequeue import ConsumeQueueStore, PutStatus, QueueKey, valid_topic_dir
+from engine.indexfile import IndexService
+from engine.record import RecordHeader, takes_queue_offset
+
+SkipPredicate = Callable[[RecordHeader], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchRequest:
+    """What a record tells its consume queue and the index (RocketMQ's DispatchRequest)."""
+
+    topic: str
+    queue_id: int
+    physical_offset: int
+    size: int
+    tags_code: int
+    store_timestamp: int
+    queue_offset: int
+    keys: str | None
+    uniq_key: str | None
+    sys_flag: int
+    prepared_transaction_offset: int
+
+    @classmethod
+    def from_header(cls, offset: int, h: RecordHeader) -> DispatchRequest:
+        """From a checked record at log `offset` (the position, not the stored field)."""
+        return cls(
+            h.topic,
+            h.queue_id,
+            offset,
+            h.size,
+            h.tags_code,
+            h.store_timestamp,
+            h.queue_offset,
+            h.keys,
+            h.uniq_key,
+            h.sys_flag,
+            h.prepared_transaction_offset,
+        )
+
+
+class DispatchStop(enum.Enum):
+    """Why `dispatch` stopped; `next_offset` is where the next call starts."""
+
+    LIMIT = "LIMIT"  # the next record does not end at or below the limit
+    END_OF_DATA = "END_OF_DATA"  # zeros: nothing more written yet
+    WAIT_NEXT_SEGMENT = "WAIT_NEXT_SEGMENT"  # a BLANK ends the last segment known
+    MAX_RECORDS = "MAX_RECORDS"  # `max_records` reached
+    CORRUPT = "CORRUPT"  # an invalid record (reason says why); recovery's business
+    OFFSET_NOT_FOUND = "OFFSET_NOT_FOUND"  # from_offset is in no segment
+
+
+@dataclass(slots=True)
+class DispatchResult:
+    from_offset: int
+    next_offset: int
+    stop: DispatchStop
+    reason: str = ""
+    records: int = 0  # message records walked (skipped ones included)
+    units_written: int = 0
+    skipped: int = 0  # records the skip predicate took out
+    index_keys: int = 0
+    last_store_timestamp: int = 0
+    put_statuses: Counter[PutStatus] = field(default_factory=Counter)
+    refused: list[tuple[QueueKey, int, int]] = field(default_factory=list)  # key, qo, phys
+    seconds: float = 0.0
+
+
+_SCAN_TO_STOP = {
+    ScanStop.END_OF_DATA: DispatchStop.END_OF_DATA,
+    ScanStop.BLANK_IN_LAST_SEGMENT: DispatchStop.WAIT_NEXT_SEGMENT,
+    ScanStop.CORRUPT: DispatchStop.CORRUPT,
+    ScanStop.OFFSET_NOT_FOUND: DispatchStop.OFFSET_NOT_FOUND,
+    ScanStop.LIMIT: DispatchStop.LIMIT,
+}
+
+
+class Dispatcher:
+    """Builds consume queues and the index from the commit log. See the module doc."""
+
+    def __init__(
+        self,
+        log: CommitLog,
+        queues: ConsumeQueueStore,
+        index: IndexService | None = None,
+        *,
+        skip: SkipPredicate | None = None,
+        checkpoint: CheckpointFields | None = None,
+    ) -> None:
+        self.log = log
+        self.queues = queues
+        self.index = index
+        self.skip = skip
+        self.checkpoint = checkpoint
+
+    def dispatch(
+        self, from_offset: int, limit: int, *, max_records: int | None = None
+    ) -> DispatchResult:
+        """Dispatch records from `from_offset` while they end at or below `limit`.
+
+        A read-only log (another process appends) is refreshed once when the walk runs
+        off its last known segment. Raises StoreIOError (consume-queue or index files).
+        O(records + bytes of their properties).
+        """
+        t0 = time.perf_counter()
+        res = self._walk(from_offset, limit, max_records)
+        if res.stop in (DispatchStop.WAIT_NEXT_SEGMENT, DispatchStop.OFFSET_NOT_FOUND) and (
+            self.log.queue.read_only and self.log.queue.refresh()
+        ):
+            more = self._walk(res.next_offset, limit, max_records)
+            more.from_offset = res.from_offset
+            more.records += res.records
+            more.units_written += res.units_written
+            more.skipped += res.skipped
+            more.index_keys += res.index_keys
+            more.put_statuses.update(res.put_statuses)
+            more.refused[:0] = res.refused
+            more.last_store_timestamp = more.last_store_timestamp or res.last_store_timestamp
+            res = more
+        res.seconds = time.perf_counter() - t0
+        return res
+
+    def _walk(self, from_offset: int, limit: int, max_records: int | None) -> DispatchResult:
+        res = DispatchResult(from_offset, from_offset, DispatchStop.END_OF_DATA)
+        if from_offset >= limit:
+            res.stop = DispatchStop.LIMIT
+            return res
+        sc = self.log.scan(from_offset, check_crc=False, read_body=False, to_offset=limit)
+        it = iter(sc)
+        stopped_early: DispatchStop | None = None
+        try:
+            for rec in it:
+                h = rec.header
+                if rec.offset + h.size > limit:
+                    stopped_early = DispatchStop.LIMIT
+                    res.next_offset = rec.offset
+                    break
+                self._one(rec.offset, h, res)
+                res.next_offset = rec.offset + h.size
+                if max_records is not None and res.records >= max_records:
+                    stopped_early = DispatchStop.MAX_RECORDS
+                    break
+        finally:
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
+        if stopped_early is not None:
+            res.stop = stopped_early
+            return res
+        res.stop = _SCAN_TO_STOP[sc.stop]
+        res.reason = sc.reason
+        res.next_offset = sc.end_offset
+        return res
+
+    def _one(self, offset: int, h: RecordHeader, res: DispatchResult) -> None:
+        res.records += 1
+        takes = takes_queue_offset(h.sys_flag)
+        if self.skip is not None and self.skip(h):
+            res.skipped += 1
+            if takes and valid_topic_dir(h.topic) and h.queue_id >= 0:
+                cq = self.queues.find_or_create(h.topic, h.queue_id)
+                st = cq.put_pre_blank(h.queue_offset)
+                res.put_statuses[st] += 1
+            return
+        if takes:
+            if not valid_topic_dir(h.topic) or h.queue_id < 0:
+                res.refused.append(((h.topic, h.queue_id), h.queue_offset, offset))
+            else:
+                cq = self.queues.find_or_create(h.topic, h.queue_id)
+                st = cq.put(offset, h.size, h.tags_code, h.queue_offset)
+                res.put_statuses[st] += 1
+                if st is PutStatus.REFUSED_GAP:
+                    res.refused.append(((h.topic, h.queue_id), h.queue_offset, offset))
+                elif st in (PutStatus.OK, PutStatus.GAP_FILLED):
+                    res.units_written += 1
+                    res.last_store_timestamp = h.store_timestamp
+                    if self.checkpoint is not None:
+                        self.checkpoint.logics_msg_timestamp = h.store_timestamp
+        if self.index is not None:
+            res.index_keys += self.index.build_index(
+                h.topic, h.keys, h.uniq_key, offset, h.store_timestamp, h.sys_flag
+            )

@@ -1,0 +1,551 @@
+"""Index files: RocketMQ's IndexFile and IndexService (spec §4).
+
+An index file maps message keys (`topic#key`) to commit-log physical offsets through a
+hash-slot table with chained entries. File size = 40 + slots*4 + entries*20, big-endian:
+
+Header (40 bytes), written through at every put by the dispatcher:
+
+| off | size | field                | meaning                                          |
+| --- | ---- | -------------------- | ------------------------------------------------ |
+| 0   | 8    | begin_timestamp      | store time of the first key (ms)                 |
+| 8   | 8    | end_timestamp        | store time of the last key                       |
+| 16  | 8    | begin_phy_offset     | commit-log offset of the first key's message     |
+| 24  | 8    | end_phy_offset       | commit-log offset of the last key's message      |
+| 32  | 4    | hash_slot_count      | slots ever used                                  |
+| 36  | 4    | index_count          | next entry number; starts at 1 (0 means "none")  |
+
+Slot table: `slots` int32 at byte 40; slot *s* holds the number of the newest entry whose
+key hash falls in *s* (0: empty). Entry *k* (1-based) at `40 + slots*4 + k*20`:
+
+| off | size | field      | meaning                                                     |
+| --- | ---- | ---------- | ----------------------------------------------------------- |
+| 0   | 4    | key_hash   | abs(Java hashCode of the key); Integer.MIN_VALUE gives 0    |
+| 4   | 8    | phy_offset | commit-log offset of the message                            |
+| 12  | 4    | time_diff  | (store time - begin_timestamp) / 1000, clamped to [0, 2^31) |
+| 16  | 4    | prev       | previous entry number in the same slot (0: end of chain)    |
+
+A file is full when `index_count >= entries` (it holds `entries - 1` keys). Files are
+named by their creation time `yyyyMMddHHmmssSSS` (local time) and loaded in name order.
+Lookups compare only the 32-bit hash, as RocketMQ's; callers that care re-check keys.
+
+Geometry is not stored in the file. `IndexFile.open` takes the configured slots and
+entries; a file of another size is read with slots = (size - 40) / 84 and entries =
+4 * slots when that divides (RocketMQ's 5M x 20M, mqstore's 500k x 2M and rocketmq-rust's
+32 x 128 all have that ratio), else `IndexGeometryError`.
+
+Beyond RocketMQ: `IndexFile.truncate(phy)` drops entries of messages at or past a
+commit-log offset (abnormal recovery cuts the log; RocketMQ instead destroys whole files
+newer than the checkpoint's index timestamp, which it also does here at load).
+
+One writer (the dispatcher); readers open files read-only in their own process.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Final
+
+from engine import fileio
+from engine.findings import Finding, Severity
+from engine.record import java_string_hash, transaction_type
+from engine.segment import ClockMs, now_ms
+
+INDEX_HEADER_SIZE: Final = 40
+HASH_SLOT_SIZE: Final = 4
+INDEX_ENTRY_SIZE: Final = 20
+INDEX_DIR: Final = "index"
+_HEADER: Final = struct.Struct(">qqqqii")
+_ENTRY: Final = struct.Struct(">iqii")
+_I32: Final = struct.Struct(">i")
+_INT_MAX: Final = 2_147_483_647
+_TX_ROLLBACK: Final = 0xC
+
+
+class IndexGeometryError(ValueError):
+    """An index file's size fits neither the configured geometry nor the 1:4 ratio."""
+
+
+def index_file_size(hash_slot_num: int, index_num: int) -> int:
+    return INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
+
+
+def key_hash(key: str) -> int:
+    """RocketMQ's indexKeyHashMethod: abs(hashCode), with abs(MIN_VALUE) replaced by 0."""
+    h = abs(java_string_hash(key))
+    return 0 if h > _INT_MAX else h
+
+
+def build_key(topic: str, key: str) -> str:
+    return f"{topic}#{key}"
+
+
+def index_file_name(ms: int) -> str:
+    """`yyyyMMddHHmmssSSS` of `ms` in local time (RocketMQ's UtilAll.timeMillisToHumanString)."""
+    t = time.localtime(ms / 1000)
+    return time.strftime("%Y%m%d%H%M%S", t) + f"{ms % 1000:03d}"
+
+
+@dataclass(frozen=True, slots=True)
+class IndexHeader:
+    begin_timestamp: int
+    end_timestamp: int
+    begin_phy_offset: int
+    end_phy_offset: int
+    hash_slot_count: int
+    index_count: int
+
+
+class IndexFile:
+    """One index file, mapped. See the module docstring."""
+
+    def __init__(
+        self, path: str, hash_slot_num: int, index_num: int, *, read_only: bool = False
+    ) -> None:
+        """Map an existing file of exactly `index_file_size(...)` bytes. Prefer `open`."""
+        self.path = path
+        self.file_name = os.path.basename(path)
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self.read_only = read_only
+        self.size_bytes = index_file_size(hash_slot_num, index_num)
+        self._entries_at = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
+        self._fd = fileio.open_file(path, create=False, read_only=read_only)
+        try:
+            self._mm: mmap.mmap = fileio.mmap_file(
+                self._fd, self.size_bytes, writable=not read_only, path=path
+            )
+        except BaseException:
+            fileio.close(self._fd, path)
+            raise
+        self._closed = False
+        if not read_only and self.index_count <= 0:
+            self._set_header(index_count=1)  # RocketMQ's load treats <= 0 as 1
+
+    @classmethod
+    def open(
+        cls, path: str | os.PathLike[str], hash_slot_num: int, index_num: int, *, read_only: bool
+    ) -> IndexFile:
+        """Open an index file, inferring its geometry when its size is not the
+        configured one (module doc). Raises IndexGeometryError, StoreIOError."""
+        path = os.fspath(path)
+        size = os.stat(path).st_size
+        if size != index_file_size(hash_slot_num, index_num):
+            rest = size - INDEX_HEADER_SIZE
+            if rest <= 0 or rest % 84:
+                raise IndexGeometryError(
+                    f"index file {path} is {size} bytes: neither {hash_slot_num} slots x "
+                    f"{index_num} entries nor a 1:4 geometry; set maxHashSlotNum/maxIndexNum"
+                )
+            hash_slot_num, index_num = rest // 84, 4 * (rest // 84)
+        return cls(path, hash_slot_num, index_num, read_only=read_only)
+
+    @classmethod
+    def create(
+        cls,
+        directory: str | os.PathLike[str],
+        hash_slot_num: int,
+        index_num: int,
+        *,
+        now_ms_value: int,
+        prev_end_phy_offset: int = 0,
+        prev_end_timestamp: int = 0,
+    ) -> IndexFile:
+        """A new, zeroed (sparse) file named by `now_ms_value` (bumped by 1 ms while the
+        name is taken), its header begin/end set to the previous file's end values when
+        they are > 0, as RocketMQ's getAndCreateLastIndexFile does. Raises StoreIOError."""
+        directory = os.fspath(directory)
+        fileio.makedirs(directory)
+        ms = now_ms_value
+        while os.path.exists(os.path.join(directory, index_file_name(ms))):
+            ms += 1
+        path = os.path.join(directory, index_file_name(ms))
+        fd = fileio.open_file(path, create=True)
+        try:
+            fileio.ftruncate(fd, index_file_size(hash_slot_num, index_num), path)
+        finally:
+            fileio.close(fd, path)
+        fileio.fsync_dir(directory)
+        f = cls(path, hash_slot_num, index_num)
+        if prev_end_phy_offset > 0:
+            f._set_header(begin_phy_offset=prev_end_phy_offset, end_phy_offset=prev_end_phy_offset)
+        if prev_end_timestamp > 0:
+            f._set_header(begin_timestamp=prev_end_timestamp, end_timestamp=prev_end_timestamp)
+        return f
+
+    # --- header -----------------------------------------------------------------------
+
+    def header(self) -> IndexHeader:
+        return IndexHeader(*_HEADER.unpack_from(self._mm, 0))
+
+    @property
+    def begin_timestamp(self) -> int:
+        return int(struct.unpack_from(">q", self._mm, 0)[0])
+
+    @property
+    def end_timestamp(self) -> int:
+        return int(struct.unpack_from(">q", self._mm, 8)[0])
+
+    @property
+    def begin_phy_offset(self) -> int:
+        return int(struct.unpack_from(">q", self._mm, 16)[0])
+
+    @property
+    def end_phy_offset(self) -> int:
+        return int(struct.unpack_from(">q", self._mm, 24)[0])
+
+    @property
+    def index_count(self) -> int:
+        return int(_I32.unpack_from(self._mm, 36)[0])
+
+    def _set_header(self, **fields: int) -> None:
+        h = self.header()
+        vals = {
+            "begin_timestamp": h.begin_timestamp,
+            "end_timestamp": h.end_timestamp,
+            "begin_phy_offset": h.begin_phy_offset,
+            "end_phy_offset": h.end_phy_offset,
+            "hash_slot_count": h.hash_slot_count,
+            "index_count": h.index_count,
+        }
+        vals.update(fields)
+        _HEADER.pack_into(self._mm, 0, *vals.values())
+
+    def is_write_full(self) -> bool:
+        return self.index_count >= self.index_num
+
+    def is_time_matched(self, begin: int, end: int) -> bool:
+        """RocketMQ's isTimeMatched: the file's time span meets [begin, end]."""
+        fb, fe = self.begin_timestamp, self.end_timestamp
+        return (begin < fb and end > fe) or fb <= begin <= fe or fb <= end <= fe
+
+    # --- put and lookup ---------------------------------------------------------------
+
+    def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
+        """RocketMQ's putKey (spec §4.3); False when the file is full. O(1)."""
+        mm = self._mm
+        begin_ts, _e, _bp, _ep, slot_count, count = _HEADER.unpack_from(mm, 0)
+        if count >= self.index_num:
+            return False
+        h = key_hash(key)
+        slot_pos = INDEX_HEADER_SIZE + (h % self.hash_slot_num) * HASH_SLOT_SIZE
+        slot_value = _I32.unpack_from(mm, slot_pos)[0]
+        if slot_value <= 0 or slot_value > count:
+            slot_value = 0
+        diff = 0
+        if begin_ts > 0:
+            diff = min(max((store_timestamp - begin_ts) // 1000, 0), _INT_MAX)
+        _ENTRY.pack_into(
+            mm, self._entries_at + count * INDEX_ENTRY_SIZE, h, phy_offset, diff, slot_value
+        )
+        _I32.pack_into(mm, slot_pos, count)
+        if count <= 1:
+            begin_ts = store_timestamp
+            struct.pack_into(">q", mm, 0, store_timestamp)
+            struct.pack_into(">q", mm, 16, phy_offset)
+        if slot_value == 0:
+            slot_count += 1
+        struct.pack_into(">q", mm, 8, store_timestamp)
+        struct.pack_into(">qii", mm, 24, phy_offset, slot_count, count + 1)
+        return True
+
+    def select_phy_offsets(self, key: str, max_num: int, begin: int, end: int) -> list[int]:
+        """RocketMQ's selectPhyOffset (spec §4.4): newest first, hash compared only."""
+        out: list[int] = []
+        mm = self._mm
+        begin_ts, _e, _bp, _ep, _sc, count = _HEADER.unpack_from(mm, 0)
+        h = key_hash(key)
+        slot_value = _I32.unpack_from(mm, INDEX_HEADER_SIZE + (h % self.hash_slot_num) * 4)[0]
+        if slot_value <= 0 or slot_value > count or count <= 1:
+            return out
+        nxt = slot_value
+        while len(out) < max_num:
+            kh, phy, diff, prev = _ENTRY.unpack_from(mm, self._entries_at + nxt * INDEX_ENTRY_SIZE)
+            if diff < 0:
+                break
+            t = begin_ts + diff * 1000
+            if kh == h and begin <= t <= end:
+                out.append(phy)
+            if prev <= 0 or prev > count or prev == nxt or t < begin:
+                break
+            nxt = prev
+        return out
+
+    def entries(self) -> Iterable[tuple[int, int, int, int, int]]:
+        """(entry number, key hash, phy offset, time diff, prev) of every entry written."""
+        count = self.index_count
+        for k in range(1, max(count, 1)):
+            yield (k, *_ENTRY.unpack_from(self._mm, self._entries_at + k * INDEX_ENTRY_SIZE))
+
+    # --- truncation, flush, lifecycle -------------------------------------------------
+
+    def truncate(self, phy_offset: int) -> int:
+        """Drop the entries of messages at or past commit-log `phy_offset` (entries are
+        in log order): chains are re-pointed past them, their bytes zeroed and the
+        header rewound. Returns entries dropped. Recovery only. O(entries dropped)."""
+        mm = self._mm
+        begin_ts, _e, begin_phy, _ep, slot_count, count = _HEADER.unpack_from(mm, 0)
+        k = count
+        while k > 1:
+            _h, phy, _d, _p = _ENTRY.unpack_from(mm, self._entries_at + (k - 1) * 20)
+            if phy < phy_offset:
+                break
+            k -= 1
+        dropped: int = count - k
+        if dropped == 0:
+            return 0
+        slots = {
+            _ENTRY.unpack_from(mm, self._entries_at + j * 20)[0] % self.hash_slot_num
+            for j in range(k, count)
+        }
+        for s in slots:
+            pos = INDEX_HEADER_SIZE + s * 4
+            v = _I32.unpack_from(mm, pos)[0]
+            while v >= k:
+                v = _ENTRY.unpack_from(mm, self._entries_at + v * 20)[3]
+            _I32.pack_into(mm, pos, v)
+            if v == 0:
+                slot_count -= 1
+        start = self._entries_at + k * 20
+        mm[start : self._entries_at + count * 20] = bytes((count - k) * 20)
+        if k > 1:
+            _h, last_phy, last_diff, _p = _ENTRY.unpack_from(mm, self._entries_at + (k - 1) * 20)
+            self._set_header(
+                end_phy_offset=last_phy,
+                end_timestamp=begin_ts + last_diff * 1000,
+                hash_slot_count=max(slot_count, 0),
+                index_count=k,
+            )
+        else:
+            self._set_header(end_phy_offset=begin_phy, hash_slot_count=0, index_count=1)
+        return dropped
+
+    def flush(self) -> None:
+        """Force the whole mapping (header included). Raises StoreIOError."""
+        fileio.msync(self._mm, 0, self.size_bytes, self.path)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            try:
+                self._mm.close()
+            finally:
+                fileio.close(self._fd, self.path)
+
+    def destroy(self) -> None:
+        self.close()
+        fileio.unlink(self.path, missing_ok=True)
+
+    def __repr__(self) -> str:
+        return f"IndexFile({self.file_name}, {self.header()})"
+
+
+@dataclass(frozen=True, slots=True)
+class QueryOffsetResult:
+    """What `IndexService.query_offsets` found: physical offsets (newest file first,
+    newest first within a file) and the newest file's end values."""
+
+    phy_offsets: list[int]
+    index_last_update_timestamp: int
+    index_last_update_phy_offset: int
+
+
+class IndexService:
+    """Every index file of a store, oldest first; the newest takes new keys."""
+
+    def __init__(
+        self,
+        store_dir: str | os.PathLike[str],
+        hash_slot_num: int,
+        index_num: int,
+        *,
+        read_only: bool = False,
+        max_msgs_num_batch: int = 64,
+        clock_ms: ClockMs = now_ms,
+        on_roll: Callable[[int], None] | None = None,
+    ) -> None:
+        """`on_roll(end_timestamp)` runs after a full file was flushed on a roll: the
+        dispatcher stores it as the checkpoint's index timestamp and flushes the
+        checkpoint (RocketMQ's IndexService.flush)."""
+        self.directory = os.path.join(os.fspath(store_dir), INDEX_DIR)
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self.read_only = read_only
+        self.max_msgs_num_batch = max_msgs_num_batch
+        self._clock_ms = clock_ms
+        self._on_roll = on_roll
+        self.files: list[IndexFile] = []
+
+    def load(self, *, last_exit_ok: bool = True, index_msg_timestamp: int = 0) -> list[str]:
+        """Open every file in name order. After an abnormal exit, destroy files whose
+        end timestamp is past the checkpoint's `index_msg_timestamp` (RocketMQ's load)
+        and return their names. Raises IndexGeometryError, StoreIOError."""
+        destroyed: list[str] = []
+        if not os.path.isdir(self.directory):
+            return destroyed
+        for name in sorted(os.listdir(self.directory)):
+            path = os.path.join(self.directory, name)
+            if not name.isdigit() or not os.path.isfile(path):
+                continue
+            if os.stat(path).st_size == 0:
+                continue
+            f = IndexFile.open(path, self.hash_slot_num, self.index_num, read_only=self.read_only)
+            if (
+                not last_exit_ok
+                and not self.read_only
+                and f.end_timestamp > index_msg_timestamp
+                and index_msg_timestamp > 0
+            ):
+                f.destroy()
+                destroyed.append(name)
+                continue
+            self.files.append(f)
+        return destroyed
+
+    def refresh(self) -> None:
+        """Read-only: open files another process created since."""
+        known = {f.file_name for f in self.files}
+        if not os.path.isdir(self.directory):
+            return
+        for name in sorted(os.listdir(self.directory)):
+            path = os.path.join(self.directory, name)
+            if name in known or not name.isdigit() or not os.path.isfile(path):
+                continue
+            if os.stat(path).st_size == 0:
+                continue
+            self.files.append(
+                IndexFile.open(path, self.hash_slot_num, self.index_num, read_only=True)
+            )
+        self.files.sort(key=lambda f: f.file_name)
+
+    def _last_file(self) -> IndexFile:
+        last = self.files[-1] if self.files else None
+        if last is not None and not last.is_write_full():
+            return last
+        prev_phy = last.end_phy_offset if last is not None else 0
+        prev_ts = last.end_timestamp if last is not None else 0
+        f = IndexFile.create(
+            self.directory,
+            self.hash_slot_num,
+            self.index_num,
+            now_ms_value=self._clock_ms(),
+            prev_end_phy_offset=prev_phy,
+            prev_end_timestamp=prev_ts,
+        )
+        self.files.append(f)
+        if last is not None:
+            last.flush()
+            if self._on_roll is not None and last.end_timestamp > 0:
+                self._on_roll(last.end_timestamp)
+        return f
+
+    def build_index(
+        self,
+        topic: str,
+        keys: str | None,
+        uniq_key: str | None,
+        physical_offset: int,
+        store_timestamp: int,
+        sys_flag: int,
+    ) -> int:
+        """Index one message (RocketMQ's buildIndex): `topic#UNIQ_KEY`, then
+        `topic#key` for every non-empty space-separated KEYS token. Skips ROLLBACK
+        messages and messages already indexed (at or before the newest file's end).
+        Returns keys written. Dispatcher only. Raises StoreIOError."""
+        if transaction_type(sys_flag) == _TX_ROLLBACK:
+            return 0
+        if not uniq_key and not keys:
+            return 0
+        f = self._last_file()
+        end_phy = f.end_phy_offset
+        if physical_offset < end_phy or (physical_offset == end_phy and f.end_timestamp > 0):
+            return 0
+        todo: list[str] = []
+        if uniq_key:
+            todo.append(build_key(topic, uniq_key))
+        if keys:
+            todo.extend(build_key(topic, k) for k in keys.split(" ") if k)
+        for k in todo:
+            while not f.put_key(k, physical_offset, store_timestamp):
+                f = self._last_file()
+        return len(todo)
+
+    def query_offsets(
+        self, topic: str, key: str, max_num: int, begin: int, end: int
+    ) -> QueryOffsetResult:
+        """RocketMQ's queryOffset (spec §4.5): files newest to oldest, at most
+        min(max_num, max_msgs_num_batch) offsets."""
+        max_num = min(max_num, self.max_msgs_num_batch)
+        out: list[int] = []
+        last_ts = last_phy = 0
+        full_key = build_key(topic, key)
+        for i in range(len(self.files), 0, -1):
+            f = self.files[i - 1]
+            if i == len(self.files):
+                last_ts, last_phy = f.end_timestamp, f.end_phy_offset
+            if f.is_time_matched(begin, end):
+                out.extend(f.select_phy_offsets(full_key, max_num - len(out), begin, end))
+            if f.begin_timestamp < begin or len(out) >= max_num:
+                break
+        return QueryOffsetResult(out, last_ts, last_phy)
+
+    def truncate_dirty(self, phy_offset: int) -> int:
+        """Drop entries at or past commit-log `phy_offset`: newer files whose entries
+        all are go, the newest remaining one is truncated. Returns entries dropped."""
+        dropped = 0
+        while self.files:
+            f = self.files[-1]
+            n = f.truncate(phy_offset)
+            dropped += n
+            if f.index_count <= 1 and (n or len(self.files) > 1):
+                self.files.pop()
+                f.destroy()
+                continue
+            if n:
+                f.flush()
+            break
+        if dropped:
+            fileio.fsync_dir(self.directory)
+        return dropped
+
+    def delete_expired(self, log_min_offset: int) -> int:
+        """Cleaner: destroy every file but the newest whose end offset is below
+        `log_min_offset`, oldest first, stopping at the first that is not."""
+        n = 0
+        while len(self.files) > 1 and self.files[0].end_phy_offset < log_min_offset:
+            self.files.pop(0).destroy()
+            n += 1
+        return n
+
+    def flush(self) -> None:
+        """Force every file (shutdown, 5.x). Raises StoreIOError."""
+        for f in self.files:
+            f.flush()
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()
+        self.files = []
+
+    def check(self) -> list[Finding]:
+        """Per file: entry numbers in range, chains pointing backwards, offsets in order."""
+        out: list[Finding] = []
+        for f in self.files:
+            count = f.index_count
+            if not 1 <= count <= f.index_num:
+                out.append(Finding(Severity.ERROR, f"index count {count} out of range", f.path))
+                continue
+            prev_phy = -1
+            for k, _h, phy, _d, prev in f.entries():
+                if not 0 <= prev < k:
+                    out.append(Finding(Severity.ERROR, f"entry {k} chains to {prev}", f.path))
+                if phy < prev_phy:
+                    out.append(
+                        Finding(Severity.WARNING, f"entry {k} offset {phy} < {prev_phy}", f.path)
+                    )
+                prev_phy = phy
+        return out

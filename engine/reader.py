@@ -1,0 +1,407 @@
+"""The read API: messages by queue offset, physical offset, message id, key and time
+(spec §8.17, §4.5 queryMessage, §3.6), in the reader's own process.
+
+`StoreReader` maps the commit log, the consume queues and the index files read-only.
+Nothing is copied through another process; nothing is written. It never returns a
+record that does not end at or below its **limit**: `max_offset_fn()` when given (the
+runtime passes the committed offset under ASYNC_FLUSH, the flushed one under
+SYNC_FLUSH), else the end of the valid data found when the reader opened (a stopped
+store; `refresh()` finds it again).
+
+Files another process creates later (a new commit-log segment, consume-queue file,
+queue, index file) are picked up when a read runs off what the reader knows.
+
+Statuses are RocketMQ's GetMessageStatus. Pre-blank units and records for which
+`is_filler(record)` is true (mqstore's fillers) are skipped like filtered-out messages.
+
+Cost: one consume-queue refresh (a binary search in the last file) per `get_messages`,
+then one record decode per message. Not thread-safe: one reader per thread.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from conf.settings import StoreSettings
+from engine.commitlog import CommitLog, LookupStatus
+from engine.consumequeue import ConsumeQueue, ConsumeQueueStore, CqUnit, detect_file_size
+from engine.indexfile import IndexService
+from engine.record import (
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    DecodedRecord,
+    SysFlag,
+    parse_msg_id,
+    tags_code,
+)
+from engine.segment_queue import SegmentQueue
+from engine.storedir import list_segments
+
+MAX_TIMESTAMP_MS = (1 << 63) - 1
+DEFAULT_MAX_BYTES = 256 * 1024  # maxTransferBytesOnMessageInMemory
+MIN_SCAN_UNITS = 16000 // 20  # RocketMQ scans at least 16000 bytes of units per pull
+QUERY_ROUNDS = 3
+
+MaxOffsetFn = Callable[[], int]
+FillerPredicate = Callable[[DecodedRecord], bool]
+
+
+class GetStatus(enum.Enum):
+    """RocketMQ's GetMessageStatus (spec §7.3)."""
+
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+@dataclass(slots=True)
+class GetResult:
+    status: GetStatus
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[DecodedRecord] = field(default_factory=list)
+
+
+def parse_tag_filter(tags: str | None) -> set[str] | None:
+    """`"a || b"` -> {"a", "b"}; None, "" and "*" mean every message."""
+    if tags is None:
+        return None
+    items = {t.strip() for t in tags.split("||") if t.strip()}
+    if not items or "*" in items:
+        return None
+    return items
+
+
+def record_has_key(rec: DecodedRecord, topic: str, key: str) -> bool:
+    """The message really carries `key` (as UNIQ_KEY or a KEYS token) in `topic`."""
+    if rec.topic != topic:
+        return False
+    if rec.properties.get(PROPERTY_UNIQ_KEY) == key:
+        return True
+    keys = rec.properties.get(PROPERTY_KEYS)
+    return keys is not None and key in keys.split(" ")
+
+
+def _detect_segment_size(store_dir: str) -> int | None:
+    for seg in list_segments(store_dir):
+        if seg.size_bytes > 0:
+            return seg.size_bytes
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Geometry:
+    """File sizes of a store: what its files say, else the settings."""
+
+    segment_size_bytes: int
+    cq_file_size_bytes: int
+    hash_slot_num: int
+    index_num: int
+
+    @classmethod
+    def of(cls, store_dir: str | os.PathLike[str], settings: StoreSettings) -> Geometry:
+        d = os.fspath(store_dir)
+        return cls(
+            _detect_segment_size(d) or settings.segment_size_bytes,
+            detect_file_size(d) or settings.consume_queue_file_size_bytes,
+            settings.max_hash_slot_num,
+            settings.max_index_num,
+        )
+
+
+class StoreReader:
+    """Read-only access to one store directory. See the module docstring."""
+
+    def __init__(
+        self,
+        store_dir: str | os.PathLike[str],
+        geometry: Geometry,
+        *,
+        max_offset_fn: MaxOffsetFn | None = None,
+        is_filler: FillerPredicate | None = None,
+        max_msgs_num_batch: int = 64,
+    ) -> None:
+        """Open everything read-only. Raises SegmentSizeError, IndexGeometryError,
+        StoreIOError."""
+        self.store_dir = os.fspath(store_dir)
+        self.geometry = geometry
+        self.is_filler = is_filler
+        self._max_offset_fn = max_offset_fn
+        queue = SegmentQueue(
+            os.path.join(self.store_dir, "commitlog"), geometry.segment_size_bytes, read_only=True
+        )
+        queue.load()
+        self.log = CommitLog(queue)
+        try:
+            self.queues = ConsumeQueueStore.open(
+                self.store_dir, geometry.cq_file_size_bytes, read_only=True
+            )
+            self.index = IndexService(
+                self.store_dir,
+                geometry.hash_slot_num,
+                geometry.index_num,
+                read_only=True,
+                max_msgs_num_batch=max_msgs_num_batch,
+            )
+            self.index.load()
+        except BaseException:
+            self.log.close()
+            raise
+        self._static_limit = self._valid_end()
+
+    @classmethod
+    def open(
+        cls,
+        store_dir: str | os.PathLike[str],
+        settings: StoreSettings | None = None,
+        *,
+        max_offset_fn: MaxOffsetFn | None = None,
+        is_filler: FillerPredicate | None = None,
+    ) -> StoreReader:
+        """A reader with the store's own geometry (`Geometry.of`)."""
+        s = settings or StoreSettings()
+        return cls(
+            store_dir,
+            Geometry.of(store_dir, s),
+            max_offset_fn=max_offset_fn,
+            is_filler=is_filler,
+            max_msgs_num_batch=s.max_msgs_num_batch,
+        )
+
+    def _valid_end(self) -> int:
+        """Where valid records end: a walk (no CRC) over the last segment only."""
+        last = self.log.queue.last()
+        if last is None:
+            return 0
+        sc = self.log.scan(last.start_offset, check_crc=False, read_body=False)
+        for _ in sc:
+            pass
+        return sc.end_offset
+
+    def refresh(self) -> None:
+        """Pick up new commit-log segments and index files; recompute the static limit."""
+        self.log.queue.refresh()
+        self.index.refresh()
+        self._static_limit = self._valid_end()
+
+    def limit(self) -> int:
+        """Records must end at or below this offset to be returned."""
+        if self._max_offset_fn is not None:
+            return self._max_offset_fn()
+        return self._static_limit
+
+    def close(self) -> None:
+        self.log.close()
+        self.queues.close()
+        self.index.close()
+
+    def __enter__(self) -> StoreReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- single records ---------------------------------------------------------------
+
+    def min_log_offset(self) -> int:
+        return self.log.min_offset()
+
+    def get_by_offset(self, physical_offset: int) -> DecodedRecord | None:
+        """The record starting at `physical_offset`; None when there is none (or it is
+        past the limit, or not a valid record)."""
+        limit = self.limit()
+        if physical_offset < 0 or physical_offset >= limit:
+            return None
+        if self.log.queue.find(physical_offset) is None:
+            self.log.queue.refresh()
+        res = self.log.read(physical_offset)
+        if res.status is not LookupStatus.FOUND or res.record is None:
+            return None
+        rec = res.record
+        if physical_offset + rec.size > limit:
+            return None
+        return rec
+
+    def get_by_msg_id(self, msg_id: str) -> DecodedRecord | None:
+        """Through the physical offset inside the id (`engine.record.parse_msg_id`); the
+        record's own id must match. Raises ValueError for a malformed id."""
+        _addr, _port, offset = parse_msg_id(msg_id)
+        rec = self.get_by_offset(offset)
+        if rec is None or rec.msg_id != msg_id.upper():
+            return None
+        return rec
+
+    def store_time_of(self, physical_offset: int, size: int = 0) -> int:
+        """RocketMQ's pickupStoreTimestamp: the record's store time, -1 if gone."""
+        if physical_offset < self.log.min_offset():
+            return -1
+        raw = self.log.read_bytes(physical_offset, 76)
+        if len(raw) < 64:
+            return -1
+        sys_flag = struct.unpack_from(">i", raw, 36)[0]
+        bh = 20 if sys_flag & SysFlag.BORNHOST_V6 else 8
+        return int(struct.unpack_from(">q", raw, 48 + bh)[0])
+
+    # --- consume queues ---------------------------------------------------------------
+
+    def _queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        cq = self.queues.get(topic, queue_id)
+        if cq is not None:
+            cq.refresh()
+        return cq
+
+    def _visible_max(self, cq: ConsumeQueue, limit: int) -> int:
+        """The queue's max offset, less the units at its end not yet readable."""
+        mx = cq.max_offset()
+        lo = cq.min_offset()
+        at = mx
+        while at > lo:
+            u = cq.get(at - 1)
+            if u is None:
+                break
+            if u.is_pre_blank:
+                at -= 1
+                continue
+            if u.end <= limit:
+                break
+            at -= 1
+            mx = at
+        return mx
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        cq = self._queue(topic, queue_id)
+        if cq is None:
+            return 0
+        cq.correct_min_offset(max(self.log.min_offset(), 0))
+        return cq.min_offset()
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        cq = self._queue(topic, queue_id)
+        return 0 if cq is None else self._visible_max(cq, self.limit())
+
+    def get_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int = 32,
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        tags: str | None = None,
+    ) -> GetResult:
+        """RocketMQ's getMessage (spec §8.17): up to `max_count` messages (and about
+        `max_bytes`; at least one) from queue offset `offset`. `tags` ("a || b")
+        filters on the unit's tag code, then on the record's TAGS."""
+        cq = self._queue(topic, queue_id)
+        if cq is None:
+            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        limit = self.limit()
+        cq.correct_min_offset(max(self.log.min_offset(), 0))
+        lo, hi = cq.min_offset(), self._visible_max(cq, limit)
+        if hi == 0:
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi)
+        if offset < lo:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, lo, lo, hi)
+        if offset == hi:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
+        if offset > hi:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, lo if lo == 0 else hi, lo, hi)
+        wanted = parse_tag_filter(tags)
+        codes = None if wanted is None else {tags_code(t) for t in wanted}
+        res = GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, lo, hi)
+        scan = min(max(MIN_SCAN_UNITS, max_count), hi - offset)
+        got_bytes = 0
+        nxt = offset
+        units = list(cq.units(offset, scan))
+        if not units:
+            per = cq.file_size_bytes // 20
+            return GetResult(GetStatus.OFFSET_FOUND_NULL, offset + per - offset % per, lo, hi)
+        for qo, u in units:
+            if res.messages and (len(res.messages) >= max_count or got_bytes + u.size > max_bytes):
+                break
+            nxt = qo + 1
+            if u.is_pre_blank or not u.is_valid:
+                continue
+            if codes is not None and u.tags_code not in codes:
+                continue
+            rec = self._record_of(u)
+            if rec is None:
+                if not res.messages:
+                    res.status = GetStatus.MESSAGE_WAS_REMOVING
+                continue
+            if self.is_filler is not None and self.is_filler(rec):
+                continue
+            if wanted is not None and rec.properties.get(PROPERTY_TAGS) not in wanted:
+                continue
+            res.messages.append(rec)
+            got_bytes += u.size
+            res.status = GetStatus.FOUND
+        res.next_offset = nxt
+        return res
+
+    def _record_of(self, u: CqUnit) -> DecodedRecord | None:
+        rec = self.get_by_offset(u.physical_offset)
+        if rec is None or rec.size != u.size:
+            return None
+        return rec
+
+    def offset_for_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """RocketMQ's getOffsetInQueueByTime (see `ConsumeQueue.offset_for_time`)."""
+        cq = self._queue(topic, queue_id)
+        if cq is None:
+            return 0
+        return cq.offset_for_time(timestamp_ms, self.store_time_of, max(self.log.min_offset(), 0))
+
+    # --- index ------------------------------------------------------------------------
+
+    def query_by_key(
+        self,
+        topic: str,
+        key: str,
+        max_count: int = 32,
+        begin_ms: int = 0,
+        end_ms: int = MAX_TIMESTAMP_MS,
+    ) -> list[DecodedRecord]:
+        """RocketMQ's queryMessage (spec §4.5): up to 3 rounds through the index, offsets
+        ascending, each round ending at the first found message's store time. Unlike
+        RocketMQ, every record is re-checked to really carry the key (hash collisions)."""
+        self.index.refresh()
+        out: list[DecodedRecord] = []
+        seen: set[int] = set()
+        end = end_ms
+        for _ in range(QUERY_ROUNDS):
+            found = self.index.query_offsets(topic, key, max_count, begin_ms, end)
+            offsets = sorted(set(found.phy_offsets) - seen)
+            if not offsets:
+                break
+            first_ts = -1
+            for off in offsets:
+                seen.add(off)
+                rec = self.get_by_offset(off)
+                if rec is None:
+                    continue
+                if first_ts < 0:
+                    first_ts = rec.store_timestamp
+                if record_has_key(rec, topic, key) and not (
+                    self.is_filler is not None and self.is_filler(rec)
+                ):
+                    out.append(rec)
+            if out or first_ts < 0:
+                break
+            end = first_ts
+            if end < begin_ms:
+                break
+        out.sort(key=lambda r: r.physical_offset)
+        return out[:max_count]
