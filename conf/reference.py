@@ -1,0 +1,31 @@
+"""The settings reference page, `docs/settings.md`, generated from `conf.settings`.
+
+    python -m conf.reference > docs/settings.md
+
+A test fails when the committed page and the settings part ways.
+"""
+
+from __future__ import annotations
+
+from conf.settings import settings_reference_markdown
+
+HEADER = """# Settings reference
+
+Generated from `conf/settings.py` (`python -m conf.reference > docs/settings.md`); a test
+keeps it in step. Names carry their unit. Defaults are RocketMQ 4.9.8's, except the sizes
+marked LAPTOP, which are small enough for a laptop. A setting comes from, lowest precedence
+first: its default; a TOML file (`[store]` table, these names) or a RocketMQ `broker.conf`
+(the RocketMQ key; 4.x's `maped` spelling is accepted); the environment
+(`MQSTORE_<NAME>`, upper case). `mqstore config show DIR` prints the effective values and
+where each came from. Values out of range are refused with the key, the value, its source
+and what is allowed.
+
+"""
+
+
+def page() -> str:
+    return HEADER + settings_reference_markdown()
+
+
+if __name__ == "__main__":
+    print(page(), end="")
