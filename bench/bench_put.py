@@ -668,6 +668,89 @@ def goals(
     return out
 
 
+def plot_put(report: Report, path: Path) -> None:
+    """Left: msgs/s against producers per mode, with the peers' best rates as lines and
+    batch as points. Right: p99 latency against producers, with the 2 ms goal."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in report.rows if str(r.get("label", "")).startswith("mqstore")]
+    series: dict[str, list[tuple[int, float, float]]] = {}
+    for r in rows:
+        if r.get("batch"):
+            continue
+        series.setdefault(str(r["label"]), []).append(
+            (int(r["producers"]), float(r["msgs_per_s"]), float(r["lat_p99_us"]))
+        )
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 5.5))
+    styles = {
+        "mqstore sync pool": ("tab:red", "-"),
+        "mqstore sync no pool": ("tab:red", "--"),
+        "mqstore async pool": ("tab:blue", "-"),
+        "mqstore async no pool": ("tab:blue", "--"),
+    }
+    for label, pts in series.items():
+        pts.sort()
+        color, ls = styles.get(label, ("black", ":"))
+        xs = [p[0] for p in pts]
+        ax.plot(xs, [p[1] for p in pts], marker="o", color=color, ls=ls, label=label)
+        ax2.plot(xs, [p[2] / 1000 for p in pts], marker="o", color=color, ls=ls, label=label)
+    batches = [r for r in rows if r.get("batch")]
+    for i, r in enumerate(batches):
+        y = float(r["msgs_per_s"])
+        ax.scatter([1], [y], marker="*", s=120, color="tab:purple", zorder=5)
+        ax.annotate(
+            f"{r['label'][8:]} {y:,.0f}",
+            (1, y),
+            xytext=(8, 10 - 12 * i),
+            textcoords="offset points",
+            fontsize=7,
+            color="tab:purple",
+        )
+    counts = sorted({p[0] for pts in series.values() for p in pts})
+    peer_colors = {"sqlite_full": "tab:orange", "fdatasync_append": "tab:gray"}
+    peer_colors["lmdb_writemap"] = "tab:green"
+    best_peer: dict[str, dict[str, Any]] = {}
+    for r in report.rows:
+        name = str(r.get("name", ""))
+        if name in peer_colors and (
+            name not in best_peer or r["msgs_per_s"] > best_peer[name]["msgs_per_s"]
+        ):
+            best_peer[name] = r
+    for name, r in best_peer.items():
+        ax.axhline(r["msgs_per_s"], color=peer_colors[name], ls=":", lw=1.2)
+        ax.annotate(
+            f"{name} (best, x{r['producers']}) {r['msgs_per_s']:,.0f}",
+            (1, r["msgs_per_s"]),
+            fontsize=7,
+            color=peer_colors[name],
+            va="bottom",
+        )
+    ax.axhline(1e6, color="tab:purple", ls=":", lw=1)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(counts, [str(n) for n in counts])
+    ax.set_xlabel("producer processes")
+    ax.set_ylabel("messages per second (PUT_OK)")
+    ax.set_title("put throughput, 1 KiB bodies", fontsize=10)
+    ax.legend(fontsize=7, loc="lower right")
+    ax2.axhline(2.0, color="black", ls=":", lw=1)
+    ax2.annotate("goal: sync 16 p99 <= 2 ms", (1, 2.0), fontsize=7, va="bottom")
+    ax2.set_xscale("log", base=2)
+    ax2.set_yscale("log")
+    ax2.set_xticks(counts, [str(n) for n in counts])
+    ax2.set_xlabel("producer processes")
+    ax2.set_ylabel("p99 latency per put (ms)")
+    ax2.set_title("put latency p99", fontsize=10)
+    met = sum(1 for g in report.goals if g.met)
+    fig.suptitle(f"{report.title} — goals met: {met}/{len(report.goals)}", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
 def benchmark(opts: Options) -> Report:
     """Peers (unless `peers` ran first in this run), puts, memory; see the module doc."""
     if not runtime_available():
@@ -757,6 +840,7 @@ def benchmark(opts: Options) -> Report:
         columns=PUT_COLUMNS,
         rows=rows,
         goals=goal_list,
+        plotter=plot_put,
         notes=[
             "Peers in full: peers.md. Memory rows: "
             + "; ".join(

@@ -15,7 +15,7 @@ import platform
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,6 +77,7 @@ class Report:
     extra: dict[str, Any] = field(default_factory=dict)
     plot_key: str = "msgs_per_s"
     plot_label: str = "messages per second"
+    plotter: Callable[[Report, Path], None] | None = None  # default: `plot`
 
 
 def machine(bench_dir: Path | None = None) -> dict[str, Any]:
@@ -261,7 +262,7 @@ def write(
     }
     paths["json"].write_text(json.dumps(doc, indent=2, default=str) + "\n")
     paths["md"].write_text(markdown(report, meta))
-    plot(report, paths["png"])
+    (report.plotter or plot)(report, paths["png"])
     return paths
 
 
