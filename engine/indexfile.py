@@ -379,6 +379,7 @@ class IndexService:
         self._clock_ms = clock_ms
         self._on_roll = on_roll
         self.files: list[IndexFile] = []
+        self.min_destroyed_begin_phy: int | None = None  # set by load() when it destroys
 
     def load(self, *, last_exit_ok: bool = True, index_msg_timestamp: int = 0) -> list[str]:
         """Open every file in name order. After an abnormal exit, destroy files whose
@@ -400,6 +401,9 @@ class IndexService:
                 and f.end_timestamp > index_msg_timestamp
                 and index_msg_timestamp > 0
             ):
+                begin = f.begin_phy_offset
+                if self.min_destroyed_begin_phy is None or begin < self.min_destroyed_begin_phy:
+                    self.min_destroyed_begin_phy = begin
                 f.destroy()
                 destroyed.append(name)
                 continue
