@@ -31,6 +31,7 @@ it never writes into a stale pool.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import mmap
 import os
 import select
@@ -61,6 +62,10 @@ _I32_PACK: Final = c.I32.pack_into
 _PAIR_PACK: Final = c.PAIR.pack_into
 _PAIR_UNPACK: Final = c.PAIR.unpack_from
 _crc32: Final = zlib.crc32
+_lockf: Final = fcntl.lockf
+_LOCK_EX: Final = fcntl.LOCK_EX
+_LOCK_UN: Final = fcntl.LOCK_UN
+_tuple_new: Final = tuple.__new__
 _time_ns: Final = time.time_ns
 _perf_ns: Final = time.perf_counter_ns
 _TX_MASK: Final = 0xC
@@ -159,6 +164,8 @@ class StoreClient:
         self._store_addr, self._store_port = addr, port
         self._born_addr, self._born_port = b"\x7f\x00\x00\x01", 0
         self._rlock = FileLock(os.path.join(self.store_dir, RESERVE_LOCK))
+        self._rlock_fd = self._rlock.fd
+        self._msg_id_prefix = (addr + struct.pack(">i", port)).hex().upper()
         self._fsock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
         self._fsock.bind("")  # autobind: an abstract address of our own
         self._req_id = 0
@@ -497,6 +504,81 @@ class StoreClient:
             time.sleep(pause)
             pause = min(pause * 2, 0.002)
 
+    def _reserve_one(self, p: _Prep) -> tuple[int, int, int, int] | None:
+        """The common case in one try: one record, no roll, no wait, a known queue, no
+        repair. Returns (seq, start, store timestamp, queue offset), or None and the
+        caller takes the general path (`_reserve`). Same steps and order as `_reserve`."""
+        buf = self._buf
+        qs = self._qslots.get((p[8], p[2]))
+        if qs is None:
+            return None
+        size = p[0]
+        fd = self._rlock_fd
+        _lockf(fd, _LOCK_EX)
+        try:
+            if (
+                _I64_UNPACK(buf, c.OFF_FLAGS)[0] != c.FLAG_RUNNING
+                or _I64_UNPACK(buf, c.OFF_CS_PID)[0]
+            ):
+                return None
+            reserved, seq = _PAIR_UNPACK(buf, c.OFF_RESERVED)
+            seg_size = self._seg_size
+            index = reserved // seg_size
+            end = reserved + size
+            if (
+                end + END_FILE_MIN_BLANK_LENGTH > (index + 1) * seg_size
+                or end > _I64_UNPACK(buf, c.OFF_ALLOCATED)[0]
+                or (
+                    self._pool_n
+                    and _I64_UNPACK(buf, c.OFF_COMMITTED)[0] < (index - self._pool_n + 1) * seg_size
+                )
+                or seq + 1 - _I64_UNPACK(buf, c.OFF_PUBLISHED_SEQ)[0] > self._slot_count
+            ):
+                return None
+            pid = self._pid
+            _PAIR_PACK(buf, c.OFF_CS_PID, pid, seq)
+            now = _time_ns() // 1_000_000
+            if p[9]:
+                qpos = self._qtable_off + qs * c.QROW + 8
+                qo = _I64_UNPACK(buf, qpos)[0]
+                _SLOT_PACK(
+                    buf, c.SLOTS_OFF + (seq % self._slot_count) * c.SLOT_ROW,
+                    reserved, qo, now, size, pid, qs, c.STATE_RESERVED,
+                )  # fmt: skip
+                _PAIR_PACK(buf, c.OFF_RESERVED, end, seq + 1)  # the commit point
+                _I64_PACK(buf, qpos, qo + 1)
+            else:
+                qo = 0
+                _SLOT_PACK(
+                    buf, c.SLOTS_OFF + (seq % self._slot_count) * c.SLOT_ROW,
+                    reserved, 0, now, size, pid, -2, c.STATE_RESERVED,
+                )  # fmt: skip
+                _PAIR_PACK(buf, c.OFF_RESERVED, end, seq + 1)
+            _I64_PACK(buf, c.OFF_CS_PID, 0)
+            return seq, reserved, now, qo
+        finally:
+            _lockf(fd, _LOCK_UN)
+
+    def _copy_one(self, p: _Prep, seq: int, start: int, now: int, qo: int) -> None:
+        seg_size = self._seg_size
+        index = start // seg_size
+        target = self._pviews[index % self._pool_n] if self._pool_n else self._target(index)
+        pos = start - index * seg_size
+        size, crc, qid, flag, sysf, born, body, tail, _tb, _tk, rt, po = p
+        blen = len(body)
+        _HEAD.pack_into(
+            target, pos, size, MESSAGE_MAGIC_CODE, crc, qid, flag, qo, start, sysf, born,
+            self._born_addr, self._born_port, now, self._store_addr, self._store_port, rt, po,
+            blen,
+        )  # fmt: skip
+        b0 = pos + _HEAD_LEN
+        target[b0 : b0 + blen] = body
+        target[b0 + blen : pos + size] = tail
+        _I32_PACK(
+            self._buf, c.SLOTS_OFF + (seq % self._slot_count) * c.SLOT_ROW + c.SLOT_STATE_OFF,
+            c.STATE_DONE,
+        )  # fmt: skip
+
     # --- copying ----------------------------------------------------------------------
 
     def _copy(
@@ -627,26 +709,33 @@ class StoreClient:
             if type(prep) is PutResult:
                 self._record(t0, 1, 0, False, False)
                 return prep
-            preps: list[_Prep] = [prep]  # type: ignore[list-item]
-            try:
-                first, start, blank, now, qoffs = self._reserve(preps)
-            except _Busy as e:
-                self._record(t0, 1, 0, False, False)
-                return PutResult(e.status, e.reason)
-            except _Refused as e:
-                self._record(t0, 1, 0, False, False)
-                return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, str(e))
-            self._copy(preps, first, start, blank, now, qoffs)
-            size = preps[0][0]
+            p: _Prep = prep  # type: ignore[assignment]
+            size = p[0]
+            fast = self._reserve_one(p)
+            if fast is not None:
+                seq, start, now, qo = fast
+                self._copy_one(p, seq, start, now, qo)
+            else:
+                preps = [p]
+                try:
+                    first, start, blank, now, qoffs = self._reserve(preps)
+                except _Busy as e:
+                    self._record(t0, 1, 0, False, False)
+                    return PutResult(e.status, e.reason)
+                except _Refused as e:
+                    self._record(t0, 1, 0, False, False)
+                    return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, str(e))
+                self._copy(preps, first, start, blank, now, qoffs)
+                qo = qoffs[0]
             status, reason = OK, ""
             sync = self._sync and wait_store
             if sync:
                 status, reason = self._wait_flushed(start + size)
             self._record(t0, 1, size, status is OK, sync)
-            return PutResult(
-                status, reason, record.make_msg_id(self._store_addr, self._store_port, start),
-                start, size, preps[0][2], qoffs[0], now,
-            )  # fmt: skip
+            return _tuple_new(
+                PutResult,
+                (status, reason, f"{self._msg_id_prefix}{start:016X}", start, size, p[2], qo, now),
+            )
 
     def put_batch(
         self, messages: Iterable[Mapping[str, Any] | Message], *, wait_store: bool = True

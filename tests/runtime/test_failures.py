@@ -143,6 +143,8 @@ def test_mqstore_stop_command(store: Store) -> None:
         timeout=90,
     )
     assert out.returncode == 0, out.stderr
+    assert store.proc is not None
+    assert store.proc.wait(60) == 0  # it stopped by itself: no second signal
     assert store.stop() == 0
     again = subprocess.run(
         [sys.executable, "-m", "workers.cli", "stop", str(store.path)],
