@@ -241,6 +241,9 @@ class ConsumeQueue:
         max_phys = -1
         end = segs[start].start_offset
         for seg in segs[start:]:
+            # positions are unknown here (a second recover() must rescan too)
+            seg.adopt_positions(seg.size_bytes, seg.size_bytes, seg.flushed_position)
+        for seg in segs[start:]:
             pos = 0
             with seg.select(0, seg.size_bytes) as sl:
                 if sl.status is not ReadStatus.OK:
@@ -270,8 +273,10 @@ class ConsumeQueue:
         dirty = False
         if seg is not None:
             pos = end - seg.start_offset
-            with seg.select(0, seg.size_bytes) as sl:
-                dirty = sl.status is ReadStatus.OK and any(sl.view[pos:])
+            read = seg.read_position
+            if pos < read:
+                with seg.select(0, read) as sl:
+                    dirty = sl.status is ReadStatus.OK and any(sl.view[pos:])
         later = [s for s in q.segments if s.start_offset > end]
         if dirty or later:
             q.truncate_dirty(end)
@@ -381,6 +386,8 @@ class ConsumeQueue:
 
         Dispatcher only. O(1) (plus the gap). Raises StoreIOError (file creation).
         """
+        if self.read_only:
+            raise PermissionError(f"{self.directory}: opened read-only")
         if physical_offset + size <= self.max_physical_offset:
             return PutStatus.ALREADY_BUILT
         q = self.queue

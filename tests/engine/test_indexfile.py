@@ -1,0 +1,199 @@
+"""IndexFile and IndexService: golden bytes, hashing, capacity, chains and collisions,
+time ranges, rolling, truncation, read-only views, the real rocketmq-rust index, faults."""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from engine import fileio
+from engine.indexfile import (
+    IndexFile,
+    IndexGeometryError,
+    IndexService,
+    index_file_name,
+    index_file_size,
+    key_hash,
+)
+from engine.record import SysFlag, java_string_hash
+from tests.engine import cq_index_golden as golden
+
+StoreCopy = Callable[[str], Path]
+ALL = (0, (1 << 63) - 1)
+T0 = 1_700_000_000_000
+
+
+@pytest.fixture(autouse=True)
+def _no_faults() -> Iterator[None]:
+    fileio.clear_faults()
+    yield
+    fileio.clear_faults()
+
+
+class Clock:
+    def __init__(self, ms: int = T0) -> None:
+        self.ms = ms
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+def test_golden_bytes(tmp_path: Path) -> None:
+    f = golden.build_index(tmp_path)
+    assert Path(f.path).read_bytes() == golden.INDEX_GOLDEN.read_bytes()
+    assert f.file_name == index_file_name(T0) and len(f.file_name) == 17
+    h = f.header()
+    assert (h.begin_phy_offset, h.end_phy_offset, h.index_count) == (0, 750, 7)
+    assert (h.begin_timestamp, h.end_timestamp) == (T0, T0 + 11_000)
+    f.close()
+
+
+def test_golden_file_reads_back(tmp_path: Path) -> None:
+    p = tmp_path / "20231114221320000"
+    p.write_bytes(golden.INDEX_GOLDEN.read_bytes())
+    f = IndexFile.open(p, golden.INDEX_SLOTS, golden.INDEX_ENTRIES, read_only=True)
+    assert f.select_phy_offsets("T#k1", 10, *ALL) == [600, 0]
+    # "Aa" and "BB" share a Java hash: the index cannot tell them apart (RocketMQ neither)
+    assert f.select_phy_offsets("T#Aa", 10, *ALL) == [450, 300]
+    assert f.select_phy_offsets("T#nope", 10, *ALL) == []
+    f.close()
+
+
+def test_key_hash_is_javas_abs_hash() -> None:
+    assert java_string_hash("Aa") == java_string_hash("BB") == 2112
+    assert java_string_hash("polygenelubricants") == -(2**31)
+    assert key_hash("polygenelubricants") == 0
+    assert key_hash("T#k1") == abs(java_string_hash("T#k1"))
+
+
+def test_capacity_is_entries_minus_one(tmp_path: Path) -> None:
+    f = IndexFile.create(tmp_path, 4, 10, now_ms_value=T0)
+    assert os.path.getsize(f.path) == index_file_size(4, 10) == 40 + 16 + 200
+    for i in range(9):
+        assert f.put_key(f"T#k{i}", i, T0 + i)
+    assert f.is_write_full() and not f.put_key("T#k9", 9, T0 + 9)
+    f.close()
+
+
+def test_time_range_and_max_num(tmp_path: Path) -> None:
+    f = IndexFile.create(tmp_path, 4, 64, now_ms_value=T0)
+    for i in range(10):
+        f.put_key("T#k", i * 100, T0 + i * 1000)
+    assert f.select_phy_offsets("T#k", 3, *ALL) == [900, 800, 700]
+    assert f.select_phy_offsets("T#k", 64, T0 + 2000, T0 + 4000) == [400, 300, 200]
+    # time is kept in seconds: a message stored at +4.5 s reads as +4 s
+    f.put_key("T#j", 1000, T0 + 4500)
+    assert f.select_phy_offsets("T#j", 64, T0 + 4001, T0 + 9000) == []
+    assert f.is_time_matched(T0 + 1, T0 + 2) and not f.is_time_matched(T0 + 20_000, T0 + 30_000)
+    f.close()
+
+
+def test_service_builds_keys_and_rolls(tmp_path: Path) -> None:
+    rolled: list[int] = []
+    svc = IndexService(tmp_path, 4, 10, clock_ms=Clock(), on_roll=rolled.append)
+    for i in range(20):  # 2 keys per message, 9 per file
+        assert svc.build_index("T", f"k{i % 3}", f"U{i}", i * 100, T0 + i * 1000, 0) == 2
+    assert len(svc.files) == 5 and len({f.file_name for f in svc.files}) == 5
+    assert rolled == [f.end_timestamp for f in svc.files[:-1]]
+    res = svc.query_offsets("T", "k1", 64, *ALL)
+    assert res.phy_offsets == [1900, 1600, 1300, 1000, 700, 400, 100]
+    assert res.index_last_update_phy_offset == 1900
+    assert svc.query_offsets("T", "U7", 64, *ALL).phy_offsets == [700]
+    assert svc.query_offsets("T", "k1", 2, *ALL).phy_offsets == [1900, 1600]
+    # already indexed: nothing is written twice
+    assert svc.build_index("T", "k1", "U19", 1900, T0 + 19_000, 0) == 0
+    assert svc.query_offsets("T", "U19", 64, *ALL).phy_offsets == [1900]
+    assert svc.check() == []
+    svc.close()
+
+
+def test_keys_rules_and_rollback(tmp_path: Path) -> None:
+    svc = IndexService(tmp_path, 16, 64, clock_ms=Clock())
+    assert svc.build_index("T", "a  b", None, 0, T0, 0) == 2  # empty tokens skipped
+    assert svc.build_index("T", "c", None, 100, T0, int(SysFlag.TRANSACTION_ROLLBACK)) == 0
+    assert svc.build_index("T", "d", None, 200, T0, int(SysFlag.TRANSACTION_PREPARED)) == 1
+    assert svc.build_index("T", None, None, 300, T0, 0) == 0
+    assert svc.query_offsets("T", "b", 64, *ALL).phy_offsets == [0]
+    assert svc.query_offsets("Other", "b", 64, *ALL).phy_offsets == []
+    svc.close()
+
+
+def test_truncate_repairs_chains(tmp_path: Path) -> None:
+    svc = IndexService(tmp_path, 4, 10, clock_ms=Clock())
+    for i in range(20):
+        svc.build_index("T", f"k{i % 3}", None, i * 100, T0 + i * 1000, 0)
+    assert svc.truncate_dirty(1050) == 9  # messages 11..19
+    assert svc.query_offsets("T", "k1", 64, *ALL).phy_offsets == [1000, 700, 400, 100]
+    assert svc.check() == []
+    # re-dispatching the rest rebuilds the same answers
+    for i in range(20):
+        svc.build_index("T", f"k{i % 3}", None, i * 100, T0 + i * 1000, 0)
+    assert svc.query_offsets("T", "k1", 64, *ALL).phy_offsets == [
+        1900, 1600, 1300, 1000, 700, 400, 100
+    ]  # fmt: skip
+    assert svc.truncate_dirty(0) == 20 and svc.files == []
+    svc.close()
+
+
+def test_load_after_abnormal_exit_destroys_newer_files(tmp_path: Path) -> None:
+    svc = IndexService(tmp_path, 4, 4, clock_ms=Clock())
+    for i in range(9):
+        svc.build_index("T", "k", None, i * 100, T0 + i * 1000, 0)
+    ends = [f.end_timestamp for f in svc.files]
+    begins = [f.begin_phy_offset for f in svc.files]
+    svc.close()
+    again = IndexService(tmp_path, 4, 4)
+    destroyed = again.load(last_exit_ok=False, index_msg_timestamp=ends[0])
+    assert len(destroyed) == len(ends) - 1 and len(again.files) == 1
+    assert again.min_destroyed_begin_phy == begins[1]
+    again.close()
+
+
+def test_read_only_view_and_geometry(tmp_path: Path) -> None:
+    w = IndexService(tmp_path, 32, 128, clock_ms=Clock())
+    w.build_index("T", "k", None, 0, T0, 0)
+    ro = IndexService(tmp_path, 500_000, 2_000_000, read_only=True)  # geometry inferred
+    ro.load()
+    assert ro.files[0].hash_slot_num == 32
+    assert ro.query_offsets("T", "k", 64, *ALL).phy_offsets == [0]
+    w.build_index("T", "k", None, 100, T0 + 1, 0)
+    assert ro.query_offsets("T", "k", 64, *ALL).phy_offsets == [100, 0]  # same mapping
+    bad = tmp_path / "index" / "20990101000000000"
+    bad.write_bytes(bytes(1000))
+    with pytest.raises(IndexGeometryError):
+        ro.refresh()
+    ro.close()
+    w.close()
+
+
+def test_real_rust_index(real_store_copy: StoreCopy) -> None:
+    d = real_store_copy("rocketmq-rust-0.9-store")
+    svc = IndexService(d, 32, 128, read_only=True)
+    svc.load()
+    assert svc.query_offsets("V1UpgradeTopic", "v1-upgrade-key", 32, *ALL).phy_offsets == [141, 0]
+    f = svc.files[0]
+    assert f.select_phy_offsets("V1UpgradeTopic#v1-upgrade-key", 32, *ALL) == [141, 0]
+    assert svc.check() == []
+    svc.close()
+
+
+def test_create_failure_is_a_store_io_error(tmp_path: Path) -> None:
+    svc = IndexService(tmp_path, 4, 10, clock_ms=Clock())
+    fileio.set_fault("ftruncate", lambda: OSError(errno.ENOSPC, "injected"))
+    with pytest.raises(fileio.StoreIOError) as ei:
+        svc.build_index("T", "k", None, 0, T0, 0)
+    assert ei.value.errno == errno.ENOSPC
+    svc.close()
+
+
+def test_flush_failure_is_a_store_io_error(tmp_path: Path) -> None:
+    svc = IndexService(tmp_path, 4, 10, clock_ms=Clock())
+    svc.build_index("T", "k", None, 0, T0, 0)
+    fileio.set_fault("msync", lambda: OSError(errno.EIO, "injected"))
+    with pytest.raises(fileio.StoreIOError):
+        svc.flush()
+    svc.close()
