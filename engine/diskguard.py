@@ -254,6 +254,46 @@ class DiskGuard:
         return f"DISK_FULL: {detail}; writes resume once the cleaner frees space"
 
 
+# --- the state word shared between processes ----------------------------------------------
+
+DISK_FULL_BIT = 1
+CLEAN_IMMEDIATELY_BIT = 2
+
+
+def encode_state(v: DiskVerdict) -> int:
+    """The int64 the cleaner publishes (the control block's `disk_state`):
+
+    | bits   | meaning                                       |
+    | ------ | --------------------------------------------- |
+    | 0      | DISK_FULL: producers must refuse puts          |
+    | 1      | CLEAN_IMMEDIATELY: usage over the force ratio  |
+    | 16..31 | disk usage in per mille (0 when unknown)       |
+    """
+    bits = (DISK_FULL_BIT if v.disk_full else 0) | (
+        CLEAN_IMMEDIATELY_BIT if v.clean_immediately else 0
+    )
+    permille = max(0, min(1000, round(v.ratio * 1000))) if v.ratio >= 0 else 0
+    return bits | (permille << 16)
+
+
+def decode_state(word: int) -> tuple[bool, bool, float]:
+    """(disk_full, clean_immediately, ratio) from a state word."""
+    return bool(word & DISK_FULL_BIT), bool(word & CLEAN_IMMEDIATELY_BIT), (word >> 16) / 1000
+
+
+def refusal_from_state(word: int, settings: StoreSettings) -> str:
+    """What a producer tells its caller while the state word says DISK_FULL ("" if not):
+    the reason of SERVICE_NOT_AVAILABLE."""
+    full, _, ratio = decode_state(word)
+    if not full:
+        return ""
+    r = Ratios.of(settings)
+    return (
+        f"DISK_FULL: the disk is {ratio:.1%} used (warning ratio {r.warning:.0%}); "
+        f"writes resume once the cleaner brings it to {r.clean_forcibly:.0%} or below"
+    )
+
+
 # --- space for a new segment ------------------------------------------------------------
 
 

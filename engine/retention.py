@@ -40,8 +40,10 @@ guard's usage probe. Not thread-safe: the owner of the segment queue runs it.
 from __future__ import annotations
 
 import enum
+import json
 import logging
 import os
+import re
 import struct
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -303,6 +305,30 @@ def unconsumed_bytes(
             total += h.size
             records += 1
     return total, records
+
+
+def load_consumer_offsets(store_dir: str | os.PathLike[str]) -> ConsumedOffsets | None:
+    """Committed consumer offsets from `<store>/config/consumerOffset.json`, RocketMQ's
+    ConsumerOffsetManager file (`{"offsetTable": {"topic@group": {queueId: offset}}}`;
+    fastjson writes the queue ids unquoted, which is accepted). None when the file is
+    missing or unreadable; the unconsumed bytes are then reported as unknown."""
+    path = os.path.join(os.fspath(store_dir), "config", "consumerOffset.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return None
+    text = re.sub(r"([{,]\s*)(-?\d+)(\s*:)", r'\1"\2"\3', text)
+    try:
+        table = json.loads(text).get("offsetTable", {})
+        out: dict[str, dict[tuple[str, int], int]] = {}
+        for key, queues in table.items():
+            topic, _, group = str(key).rpartition("@")
+            for qid, off in queues.items():
+                out.setdefault(group, {})[(topic, int(qid))] = int(off)
+    except (ValueError, AttributeError, TypeError):
+        return None
+    return out
 
 
 # --- consume queues and index, on the files -----------------------------------------------

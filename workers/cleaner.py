@@ -12,13 +12,13 @@ The rules are `engine.retention` and `engine.diskguard`; this module only runs t
 * Each run's `CleanReport` and the totals since start go to `<store>/.mqstore-clean.json`
   (atomic replace) for `mqstore status` and `mqstore clean`.
 
-`disk_state` (int64 at `ipc.control.OFF_DISK_STATE`):
+`disk_state` (int64 at `ipc.control.OFF_DISK_STATE`) is `engine.diskguard.encode_state`:
+bit 0 DISK_FULL, bit 1 CLEAN_IMMEDIATELY, bits 16.. the usage in per mille. Producers
+refuse puts while bit 0 is set, with `engine.diskguard.refusal_from_state` as reason.
 
-| bits   | meaning                                       |
-| ------ | --------------------------------------------- |
-| 0      | DISK_FULL: producers must refuse puts          |
-| 1      | CLEAN_IMMEDIATELY: usage over the force ratio  |
-| 16..31 | disk usage in per mille (0 when unknown)       |
+Unconsumed bytes: the committed consumer offsets are read from
+`<store>/config/consumerOffset.json` (RocketMQ's ConsumerOffsetManager file) at each
+clean, when it exists.
 
 Where the protection comes from: `flushed` is the control block's flushed position (or
 the `flushed_offset` file offline); `dispatched` comes from the dispatcher once it
@@ -43,7 +43,15 @@ from typing import Any, Final
 from conf.settings import StoreSettings
 from engine import fileio
 from engine.checkpoint import StoreCheckpoint
-from engine.diskguard import DiskGuard, DiskState, DiskVerdict, UsageProbe, psutil_usage
+from engine.diskguard import (
+    DiskGuard,
+    DiskState,
+    DiskVerdict,
+    UsageProbe,
+    decode_state,
+    encode_state,
+    psutil_usage,
+)
 from engine.retention import (
     CleanReport,
     ConsumedOffsets,
@@ -51,6 +59,7 @@ from engine.retention import (
     RetentionTotals,
     checkpointed_offset,
     keep_from,
+    load_consumer_offsets,
 )
 from engine.segment import ClockMs, now_ms
 from engine.segment_queue import SegmentQueue, SleepMs
@@ -66,22 +75,9 @@ STORE_LOCK_FILE: Final = "lock"  # ipc.locks.STORE_LOCK
 DISK_CHECK_S: Final = 1.0
 FIRST_CLEAN_S: Final = 60.0  # RocketMQ's first cleanFilesPeriodically
 
-DISK_FULL_BIT: Final = 1
-CLEAN_IMMEDIATELY_BIT: Final = 2
-
-
-def encode_disk_state(v: DiskVerdict) -> int:
-    """The control block's `disk_state` word for a verdict (see the module doc)."""
-    bits = (DISK_FULL_BIT if v.disk_full else 0) | (
-        CLEAN_IMMEDIATELY_BIT if v.clean_immediately else 0
-    )
-    permille = max(0, min(1000, round(v.ratio * 1000))) if v.ratio >= 0 else 0
-    return bits | (permille << 16)
-
-
-def decode_disk_state(word: int) -> tuple[bool, bool, float]:
-    """(disk_full, clean_immediately, ratio) from a `disk_state` word."""
-    return bool(word & DISK_FULL_BIT), bool(word & CLEAN_IMMEDIATELY_BIT), (word >> 16) / 1000
+# The word's layout lives with the guard (engine.diskguard.encode_state); ipc reads it.
+encode_disk_state = encode_state
+decode_disk_state = decode_state
 
 
 @dataclass(frozen=True)
@@ -299,7 +295,7 @@ def clean_once(
         d,
         settings,
         protection=protection,
-        consumed=lambda: consumed,
+        consumed=lambda: consumed if consumed is not None else load_consumer_offsets(d),
         probe=probe,
         clock_ms=clock_ms,
         sleep_ms=sleep_ms,
@@ -314,6 +310,17 @@ def clean_once(
     return cleaner.clean()
 
 
+def status_doc(store_dir: str, disk_state_word: int | None = None) -> dict[str, Any]:
+    """The cleaner's part of `mqstore status`: the disk as the cleaner last published it
+    (`disk_state_word` from the control block) and its status file (last clean, totals).
+    """
+    doc: dict[str, Any] = {"status_file": read_status(store_dir)}
+    if disk_state_word is not None:
+        full, clean_now, ratio = decode_state(disk_state_word)
+        doc["disk"] = {"disk_full": full, "clean_immediately": clean_now, "ratio": ratio}
+    return doc
+
+
 def main(ctx: WorkerContext) -> int:
     """The worker: `WorkerSpec("cleaner", "workers.cleaner:main")` in the supervisor."""
     cb = ctx.cb
@@ -326,7 +333,12 @@ def main(ctx: WorkerContext) -> int:
 
     was_full, _, _ = decode_disk_state(cb.get(c.OFF_DISK_STATE))
     cleaner = Cleaner(
-        ctx.store_dir, ctx.settings, protection=protection, publish=publish, disk_full=was_full
+        ctx.store_dir,
+        ctx.settings,
+        protection=protection,
+        publish=publish,
+        consumed=lambda: load_consumer_offsets(ctx.store_dir),
+        disk_full=was_full,
     )
     while not ctx.stopping:
         ctx.beat()

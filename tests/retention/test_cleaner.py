@@ -17,7 +17,8 @@ import pytest
 from conf.settings import StoreSettings
 from engine import fileio
 from engine.checkpoint import StoreCheckpoint
-from engine.diskguard import DiskState, DiskVerdict
+from engine.diskguard import DiskState, DiskVerdict, refusal_from_state
+from engine.retention import load_consumer_offsets
 from engine.storedir import FLUSHED_OFFSET_FILE, write_flushed_offset
 from ipc import control as c
 from tests.retention.helpers import HOUR_MS, SEG, Clock, Probe, build_log, set_mtime
@@ -30,6 +31,7 @@ from workers.cleaner import (
     decode_disk_state,
     encode_disk_state,
     read_status,
+    status_doc,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -193,3 +195,32 @@ def test_worker_process_publishes_disk_state_cleans_on_request_and_stops(
         if proc is not None:
             proc.communicate()
         cb.close()
+
+
+def test_refusal_reason_from_the_shared_state_word() -> None:
+    v = DiskVerdict(DiskState.DISK_FULL, 0.934, True, True, True, True, "x")
+    why = refusal_from_state(encode_disk_state(v), S)
+    assert "DISK_FULL" in why and "93.4%" in why and "85%" in why
+    ok = DiskVerdict(DiskState.OK, 0.5, False, False, False, True, "x")
+    assert refusal_from_state(encode_disk_state(ok), S) == ""
+    doc = status_doc("/nonexistent", encode_disk_state(v))
+    assert doc["disk"] == {"disk_full": True, "clean_immediately": True, "ratio": 0.934}
+    assert doc["status_file"] is None
+
+
+def test_unconsumed_bytes_from_rocketmqs_consumer_offset_file(tmp_path: Path) -> None:
+    paths = _old_store(tmp_path, 4)
+    (tmp_path / "config").mkdir()
+    # fastjson's form: queue ids unquoted. Group G consumed T/0 up to offset 3.
+    (tmp_path / "config" / "consumerOffset.json").write_text(
+        '{\n\t"offsetTable":{\n\t\t"T@G":{0:3,1:0},\n\t\t"Other@G":{0:9}\n\t}\n}'
+    )
+    offsets = load_consumer_offsets(tmp_path)
+    assert offsets == {"G": {("T", 0): 3, ("T", 1): 0, ("Other", 0): 9}}
+    r = clean_once(tmp_path, S, now=True, sleep_ms=lambda ms: None)
+    assert [d.path for d in r.deleted] == paths[:3]
+    rec = 1000 + 91 + 1
+    total_records = 3 * ((SEG - 8) // rec)
+    assert r.unconsumed_bytes_deleted == (total_records - 3) * rec
+    (tmp_path / "config" / "consumerOffset.json").write_text("not json")
+    assert load_consumer_offsets(tmp_path) is None
