@@ -85,7 +85,7 @@ class DispatchRequest:
 class DispatchStop(enum.Enum):
     """Why `dispatch` stopped; `next_offset` is where the next call starts."""
 
-    LIMIT = "LIMIT"  # the next record does not end at or below the limit
+    LIMIT = "LIMIT"  # reached the limit, or the next record ends past it
     END_OF_DATA = "END_OF_DATA"  # zeros: nothing more written yet
     WAIT_NEXT_SEGMENT = "WAIT_NEXT_SEGMENT"  # a BLANK ends the last segment known
     MAX_RECORDS = "MAX_RECORDS"  # `max_records` reached

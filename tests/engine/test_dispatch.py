@@ -1,0 +1,246 @@
+"""Dispatcher: consume-queue units and index keys from the commit log, limits, restarts,
+transactions, fillers, a log appended by another handle, and the real RocketMQ stores
+(re-dispatch must rebuild what the brokers wrote)."""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from engine import fileio
+from engine.checkpoint import CheckpointFields
+from engine.commitlog import CommitLog
+from engine.consumequeue import PRE_BLANK_SIZE, ConsumeQueueStore, PutStatus
+from engine.dispatch import Dispatcher, DispatchStop
+from engine.indexfile import IndexService
+from engine.record import SysFlag, tags_code
+from engine.segment_queue import SegmentQueue
+from tests.engine.storebuild import (
+    CQ_FILE,
+    ENTRIES,
+    SLOTS,
+    message,
+    open_log,
+    write_messages,
+)
+
+StoreCopy = Callable[[str], Path]
+ALL = (0, (1 << 63) - 1)
+
+
+@pytest.fixture(autouse=True)
+def _no_faults() -> Iterator[None]:
+    fileio.clear_faults()
+    yield
+    fileio.clear_faults()
+
+
+def _parts(store: Path) -> tuple[ConsumeQueueStore, IndexService]:
+    return ConsumeQueueStore(store, CQ_FILE), IndexService(store, SLOTS, ENTRIES)
+
+
+def test_units_and_keys_match_the_records(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    results = write_messages(log, 60, queues=3)
+    cqs, idx = _parts(tmp_path)
+    cp = CheckpointFields()
+    res = Dispatcher(log, cqs, idx, checkpoint=cp).dispatch(0, log.max_offset())
+    assert (res.stop, res.next_offset) == (DispatchStop.LIMIT, log.max_offset())
+    assert (res.records, res.units_written, res.index_keys) == (60, 60, 180)
+    assert res.put_statuses == {PutStatus.OK: 60}
+    assert cp.logics_msg_timestamp == results[-1].store_timestamp
+    for q in range(3):
+        cq = cqs.get("T", q)
+        assert cq is not None and cq.max_offset() == 20
+        mine = [r for i, r in enumerate(results) if i % 3 == q]
+        got = [u for _, u in cq.units(0, 100)]
+        assert [(u.physical_offset, u.size) for u in got] == [
+            (r.wrote_offset, r.wrote_bytes) for r in mine
+        ]
+        assert [u.tags_code for u in got] == [
+            tags_code(f"tag{i % 3}") for i in range(60) if i % 3 == q
+        ]
+    assert idx.query_offsets("T", "key7", 64, *ALL).phy_offsets == [results[7].wrote_offset]
+    assert idx.query_offsets("T", "U00000007", 64, *ALL).phy_offsets == [results[7].wrote_offset]
+    assert len(idx.query_offsets("T", "common", 64, *ALL).phy_offsets) == 60
+    assert len(log.queue) > 1  # the walk hopped BLANKs
+    assert cqs.check() == [] and idx.check() == []
+    for c in (log, cqs, idx):
+        c.close()
+
+
+def test_limit_and_restart_and_idempotence(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    results = write_messages(log, 30)
+    cqs, idx = _parts(tmp_path)
+    d = Dispatcher(log, cqs, idx)
+    mid = results[10].wrote_offset + 5  # inside record 10: it must wait
+    r1 = d.dispatch(0, mid)
+    assert (r1.stop, r1.next_offset, r1.units_written) == (
+        DispatchStop.LIMIT,
+        results[10].wrote_offset,
+        10,
+    )
+    r2 = d.dispatch(r1.next_offset, log.max_offset(), max_records=7)
+    assert (r2.stop, r2.units_written) == (DispatchStop.MAX_RECORDS, 7)
+    assert r2.next_offset == results[17].wrote_offset
+    r3 = d.dispatch(r2.next_offset, log.max_offset())
+    assert r3.next_offset == log.max_offset() and r3.units_written == 13
+    again = d.dispatch(0, log.max_offset())  # re-dispatch writes nothing new
+    assert again.units_written == 0 and again.index_keys == 0
+    assert again.put_statuses == {PutStatus.ALREADY_BUILT: 30}
+    assert d.dispatch(log.max_offset(), log.max_offset()).stop is DispatchStop.LIMIT
+    assert cqs.queue_offset_table() == {("T", 0): 15, ("T", 1): 15}
+    for c in (log, cqs, idx):
+        c.close()
+
+
+def test_transactions_and_filler_skip(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    log.append(message(0))
+    log.append(message(1, sys_flag=int(SysFlag.TRANSACTION_PREPARED)))
+    log.append(message(2, sys_flag=int(SysFlag.TRANSACTION_ROLLBACK)))
+    log.append(message(3, flag=0x4D514649))  # a "filler": takes queue offset 1
+    log.append(message(4, sys_flag=int(SysFlag.TRANSACTION_COMMIT)))
+    cqs, idx = _parts(tmp_path)
+
+    def skip(h: object) -> bool:
+        return getattr(h, "flag", 0) == 0x4D514649
+
+    res = Dispatcher(log, cqs, idx, skip=skip).dispatch(0, log.max_offset())
+    assert (res.records, res.skipped, res.units_written) == (5, 1, 2)
+    cq = cqs.get("T", 0)
+    assert cq is not None and cq.max_offset() == 3
+    units = [u for _, u in cq.units(0, 10)]
+    assert units[1].size == PRE_BLANK_SIZE  # the filler's slot
+    assert idx.query_offsets("T", "key1", 64, *ALL).phy_offsets != []  # PREPARED: indexed
+    assert idx.query_offsets("T", "key2", 64, *ALL).phy_offsets == []  # ROLLBACK: not
+    assert idx.query_offsets("T", "key3", 64, *ALL).phy_offsets == []  # filler: not
+    for c in (log, cqs, idx):
+        c.close()
+
+
+def test_read_only_log_follows_the_appender(tmp_path: Path) -> None:
+    writer = open_log(tmp_path)
+    write_messages(writer, 5)
+    q = SegmentQueue(tmp_path / "commitlog", writer.queue.segment_size_bytes, read_only=True)
+    q.load()
+    ro = CommitLog(q)
+    cqs, idx = _parts(tmp_path)
+    d = Dispatcher(ro, cqs, idx)
+    r = d.dispatch(0, writer.max_offset())
+    assert r.units_written == 5 and r.stop is DispatchStop.LIMIT
+    write_messages(writer, 60, start=5)  # rolls into new segments
+    total = 5
+    at = r.next_offset
+    for _ in range(10):
+        r = d.dispatch(at, writer.max_offset())
+        total += r.units_written
+        at = r.next_offset
+        if at == writer.max_offset():
+            break
+    assert total == 65 and at == writer.max_offset()
+    for c in (writer, ro, cqs, idx):
+        c.close()
+
+
+def test_corrupt_record_stops_dispatch(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    results = write_messages(log, 5)
+    seg = log.queue.segments[0]
+    seg.target[results[3].wrote_offset + 4] ^= 0xFF  # break the magic
+    cqs, idx = _parts(tmp_path)
+    r = Dispatcher(log, cqs, idx).dispatch(0, log.max_offset())
+    assert (r.stop, r.next_offset, r.units_written) == (
+        DispatchStop.CORRUPT,
+        results[3].wrote_offset,
+        3,
+    )
+    assert "magic" in r.reason
+    for c in (log, cqs, idx):
+        c.close()
+
+
+def test_queue_file_failure_is_a_store_io_error(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    write_messages(log, 3)
+    cqs, idx = _parts(tmp_path)
+    fileio.set_fault("fallocate", lambda: OSError(errno.ENOSPC, "injected"))
+    with pytest.raises(fileio.StoreIOError):
+        Dispatcher(log, cqs, idx).dispatch(0, log.max_offset())
+    fileio.clear_faults()
+    r = Dispatcher(log, cqs, idx).dispatch(0, log.max_offset())
+    assert r.units_written == 3
+    for c in (log, cqs, idx):
+        c.close()
+
+
+def _real_units(path: Path) -> list[tuple[int, int, int]]:
+    out = []
+    for name in sorted(os.listdir(path)):
+        raw = (path / name).read_bytes()
+        for i in range(0, len(raw), 20):
+            off = int.from_bytes(raw[i : i + 8], "big", signed=True)
+            size = int.from_bytes(raw[i + 8 : i + 12], "big", signed=True)
+            tag = int.from_bytes(raw[i + 12 : i + 20], "big", signed=True)
+            if off < 0 or size <= 0:
+                return out
+            out.append((off, size, tag))
+    return out
+
+
+def test_redispatch_of_real_rust_store_is_byte_identical(
+    real_store_copy: StoreCopy, tmp_path: Path
+) -> None:
+    d = real_store_copy("rocketmq-rust-0.9-store")
+    log = CommitLog.open(d / "commitlog", 4096, read_only=True)
+    fresh = tmp_path / "fresh"
+    cqs = ConsumeQueueStore(fresh, 200)
+    idx = IndexService(fresh, 32, 128)
+    Dispatcher(log, cqs, idx).dispatch(0, log.max_offset())
+    cqs.flush_all()
+    name = "00000000000000000000"
+    real = (d / "consumequeue" / "V1UpgradeTopic" / "0" / name).read_bytes()
+    mine = (fresh / "consumequeue" / "V1UpgradeTopic" / "0" / name).read_bytes()
+    assert mine == real
+    assert idx.query_offsets("V1UpgradeTopic", "v1-upgrade-key", 32, *ALL).phy_offsets == [
+        141,
+        0,
+    ]
+    for c in (log, cqs, idx):
+        c.close()
+
+
+def test_redispatch_of_real_42_store_matches_its_queue(
+    real_store_copy: StoreCopy, tmp_path: Path
+) -> None:
+    d = real_store_copy("broker-4.2-unit-store")
+    log = CommitLog.open(d / "commitlog", 8192, read_only=True)
+    cqs = ConsumeQueueStore(tmp_path / "fresh", 200)
+    res = Dispatcher(log, cqs).dispatch(0, log.max_offset())
+    assert res.units_written == 179
+    cq = cqs.get("abc", 0)
+    assert cq is not None and cq.max_offset() == 179
+    mine = [(u.physical_offset, u.size) for _, u in cq.units(0, 1000)]
+    real = _real_units(d / "consumequeue" / "abc" / "0")
+    assert len(real) == 56
+    # offsets and sizes are the broker's; its tag codes are consume-queue-ext addresses
+    assert mine[:56] == [(o, s) for o, s, _t in real]
+    log.close()
+    cqs.close()
+
+
+def test_redispatch_of_real_49_log(real_store_copy: StoreCopy, tmp_path: Path) -> None:
+    d = real_store_copy("broker-4.9-commitlog")
+    log = CommitLog.open(d / "commitlog", 8192, read_only=True)
+    cqs = ConsumeQueueStore(tmp_path / "fresh", 6_000_000)
+    res = Dispatcher(log, cqs).dispatch(0, log.max_offset())
+    assert (res.units_written, res.stop) == (47, DispatchStop.WAIT_NEXT_SEGMENT)
+    assert res.next_offset == 47 * 172
+    assert cqs.queue_offset_table() == {("abc", 0): 47}
+    log.close()
+    cqs.close()
