@@ -329,11 +329,12 @@ class StoreReader:
             per = cq.file_size_bytes // 20
             return GetResult(GetStatus.OFFSET_FOUND_NULL, offset + per - offset % per, lo, hi)
         for qo, u in units:
+            if u.is_pre_blank or not u.is_valid:
+                nxt = qo + 1
+                continue
             if res.messages and (len(res.messages) >= max_count or got_bytes + u.size > max_bytes):
                 break
             nxt = qo + 1
-            if u.is_pre_blank or not u.is_valid:
-                continue
             if codes is not None and u.tags_code not in codes:
                 continue
             rec = self._record_of(u)

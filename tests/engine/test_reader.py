@@ -1,0 +1,222 @@
+"""StoreReader: pulls and their statuses, batch caps, tag filters, the readable limit,
+lookups by offset, id, key (collisions re-checked) and time, fillers, a live writer,
+and the real RocketMQ stores."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from engine.commitlog import CommitLog
+from engine.consumequeue import ConsumeQueueStore
+from engine.dispatch import Dispatcher
+from engine.indexfile import IndexService
+from engine.reader import Geometry, GetStatus, StoreReader, parse_tag_filter
+from engine.record import DecodedRecord, Message
+from engine.recovery import recover_store
+from tests.engine.storebuild import (
+    CQ_FILE,
+    ENTRIES,
+    SEGMENT,
+    SLOTS,
+    T0,
+    StepClock,
+    build_store,
+    message,
+    open_log,
+    write_messages,
+)
+
+StoreCopy = Callable[[str], Path]
+GEO = Geometry(SEGMENT, CQ_FILE, SLOTS, ENTRIES)
+
+
+def _reader(store: Path, **kw: object) -> StoreReader:
+    return StoreReader(store, GEO, **kw)  # type: ignore[arg-type]
+
+
+def test_pull_statuses_and_batches(tmp_path: Path) -> None:
+    results, _end = build_store(tmp_path, 40)
+    with _reader(tmp_path) as r:
+        g = r.get_messages("T", 0, 0, 5)
+        assert (g.status, g.next_offset, g.min_offset, g.max_offset) == (GetStatus.FOUND, 5, 0, 20)
+        assert [m.queue_offset for m in g.messages] == [0, 1, 2, 3, 4]
+        assert [m.physical_offset for m in g.messages] == [
+            results[i].wrote_offset for i in (0, 2, 4, 6, 8)
+        ]
+        assert isinstance(g.messages[0], DecodedRecord) and g.messages[0].body == b"body-0" * 5
+        g = r.get_messages("T", 0, 15, 100)
+        assert (g.status, len(g.messages), g.next_offset) == (GetStatus.FOUND, 5, 20)
+        size = results[0].wrote_bytes
+        g = r.get_messages("T", 1, 0, 100, max_bytes=3 * size)
+        assert len(g.messages) == 3 and g.next_offset == 3
+        g = r.get_messages("T", 1, 0, 100, max_bytes=1)  # at least one
+        assert len(g.messages) == 1
+        assert r.get_messages("T", 0, 20, 5).status is GetStatus.OFFSET_OVERFLOW_ONE
+        g = r.get_messages("T", 0, 25, 5)
+        assert (g.status, g.next_offset) == (GetStatus.OFFSET_OVERFLOW_BADLY, 0)
+        assert r.get_messages("T", 7, 0, 5).status is GetStatus.NO_MATCHED_LOGIC_QUEUE
+        assert r.get_messages("Nope", 0, 0, 5).status is GetStatus.NO_MATCHED_LOGIC_QUEUE
+        assert (r.min_offset("T", 1), r.max_offset("T", 1)) == (0, 20)
+
+
+def test_offset_too_small_after_retention(tmp_path: Path) -> None:
+    build_store(tmp_path, 40)
+    cqs = ConsumeQueueStore.open(tmp_path, CQ_FILE)
+    cqs.recover()
+    cq = cqs.get("T", 0)
+    assert cq is not None
+    cq.correct_min_offset(10**9)  # as if the log's first files were gone
+    cq.queue.delete_expired_by_offset(10**9, 20)
+    cqs.close()
+    with _reader(tmp_path) as r:
+        g = r.get_messages("T", 0, 0, 5)
+        assert g.status is GetStatus.OFFSET_TOO_SMALL and g.next_offset == g.min_offset == 10
+
+
+def test_tag_filter(tmp_path: Path) -> None:
+    build_store(tmp_path, 30, queues=1)
+    assert parse_tag_filter("a || b") == {"a", "b"} and parse_tag_filter("*") is None
+    with _reader(tmp_path) as r:
+        g = r.get_messages("T", 0, 0, 100, tags="tag1 || tag2")
+        assert [m.queue_offset % 3 for m in g.messages] == [1, 2] * 10
+        g = r.get_messages("T", 0, 0, 100, tags="nothing")
+        assert (g.status, g.next_offset, g.messages) == (GetStatus.NO_MATCHED_MESSAGE, 30, [])
+
+
+def test_reads_stop_at_the_limit(tmp_path: Path) -> None:
+    results, _end = build_store(tmp_path, 20, queues=1)
+    limit = [results[10].wrote_offset + 3]
+    with _reader(tmp_path, max_offset_fn=lambda: limit[0]) as r:
+        assert r.max_offset("T", 0) == 10
+        g = r.get_messages("T", 0, 0, 100)
+        assert len(g.messages) == 10 and g.max_offset == 10
+        assert r.get_messages("T", 0, 10, 5).status is GetStatus.OFFSET_OVERFLOW_ONE
+        assert r.get_by_offset(results[10].wrote_offset) is None
+        limit[0] = results[12].wrote_offset
+        assert len(r.get_messages("T", 0, 10, 100).messages) == 2
+
+
+def test_lookups_by_offset_id_key_and_time(tmp_path: Path) -> None:
+    results, _end = build_store(tmp_path, 30)
+    with _reader(tmp_path) as r:
+        rec = r.get_by_offset(results[7].wrote_offset)
+        assert rec is not None and rec.properties["UNIQ_KEY"] == "U00000007"
+        assert r.get_by_offset(results[7].wrote_offset + 1) is None
+        assert r.get_by_offset(10**9) is None
+        got = r.get_by_msg_id(results[7].msg_id)
+        assert got is not None and got.physical_offset == results[7].wrote_offset
+        assert r.get_by_msg_id(results[7].msg_id.lower()) is not None
+        wrong_host = "0A000003" + results[7].msg_id[8:]
+        assert r.get_by_msg_id(wrong_host) is None
+        with pytest.raises(ValueError):
+            r.get_by_msg_id("zz")
+        hits = r.query_by_key("T", "key7")
+        assert [h.physical_offset for h in hits] == [results[7].wrote_offset]
+        assert [h.properties["UNIQ_KEY"] for h in r.query_by_key("T", "U00000009")] == ["U00000009"]
+        common = r.query_by_key("T", "common", max_count=64)
+        assert [h.physical_offset for h in common] == [x.wrote_offset for x in results]
+        assert len(r.query_by_key("T", "common", max_count=5)) == 5
+        assert r.query_by_key("Other", "key7") == []
+        # store times are T0 + 10 ms * i; queue 0 holds the even messages
+        ts = results[8].store_timestamp
+        assert r.offset_for_time("T", 0, ts) == 4
+        assert r.offset_for_time("T", 0, ts + 2) == 4
+        assert r.offset_for_time("T", 0, T0 + 20_000) == 14
+        assert r.offset_for_time("T", 0, T0 - 20_000) == 0
+        assert r.store_time_of(results[3].wrote_offset) == results[3].store_timestamp
+
+
+def test_key_collisions_are_rechecked(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    # "Aa" and "BB" have the same Java hash: the index returns both for either key
+    a = log.append(Message("T", b"a", {"KEYS": "Aa"}))
+    b = log.append(Message("T", b"b", {"KEYS": "BB"}))
+    cqs, idx = ConsumeQueueStore(tmp_path, CQ_FILE), IndexService(tmp_path, SLOTS, ENTRIES)
+    Dispatcher(log, cqs, idx).dispatch(0, log.max_offset())
+    assert sorted(idx.query_offsets("T", "Aa", 10, 0, 1 << 62).phy_offsets) == [0, b.wrote_offset]
+    for c in (log, cqs, idx):
+        c.close()
+    with _reader(tmp_path) as r:
+        assert [m.physical_offset for m in r.query_by_key("T", "Aa")] == [a.wrote_offset]
+        assert [m.physical_offset for m in r.query_by_key("T", "BB")] == [b.wrote_offset]
+
+
+def test_fillers_and_pre_blanks_are_skipped(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    log.append(message(0))
+    log.append(message(1, flag=0x4D514649))
+    log.append(message(2))
+    cqs, idx = ConsumeQueueStore(tmp_path, CQ_FILE), IndexService(tmp_path, SLOTS, ENTRIES)
+
+    def skip_h(h: object) -> bool:
+        return getattr(h, "flag", 0) == 0x4D514649
+
+    Dispatcher(log, cqs, idx, skip=skip_h).dispatch(0, log.max_offset())
+    for c in (log, cqs, idx):
+        c.close()
+    with _reader(tmp_path, is_filler=lambda rec: rec.flag == 0x4D514649) as r:
+        g = r.get_messages("T", 0, 0, 10)
+        assert [m.queue_offset for m in g.messages] == [0, 2] and g.next_offset == 3
+        assert r.get_messages("T", 0, 1, 1).messages[0].queue_offset == 2
+
+
+def test_reader_follows_a_live_writer(tmp_path: Path) -> None:
+    log = open_log(tmp_path, StepClock())
+    cqs, idx = ConsumeQueueStore(tmp_path, CQ_FILE), IndexService(tmp_path, SLOTS, ENTRIES)
+    d = Dispatcher(log, cqs, idx)
+    write_messages(log, 3, queues=1)
+    d.dispatch(0, log.max_offset())
+    with _reader(tmp_path, max_offset_fn=log.max_offset) as r:
+        assert r.max_offset("T", 0) == 3
+        write_messages(log, 60, queues=1, start=3)  # new segments, files, index keys
+        d.dispatch(0, log.max_offset())
+        g = r.get_messages("T", 0, 0, 100)
+        assert len(g.messages) == 63 and [m.queue_offset for m in g.messages] == list(range(63))
+        assert len(r.query_by_key("T", "key62")) == 1
+    for c in (log, cqs, idx):
+        c.close()
+
+
+def test_real_stores(real_store_copy: StoreCopy) -> None:
+    rust = real_store_copy("rocketmq-rust-0.9-store")
+    with StoreReader.open(rust) as r:
+        assert r.geometry.cq_file_size_bytes == 200 and r.geometry.segment_size_bytes == 4096
+        assert [m.physical_offset for m in r.query_by_key("V1UpgradeTopic", "v1-upgrade-key")] == [
+            0,
+            141,
+        ]
+        g = r.get_messages("V1UpgradeTopic", 0, 0, 10)
+        assert g.status is GetStatus.FOUND and [m.size for m in g.messages] == [141, 141]
+    old = real_store_copy("broker-4.2-unit-store")
+    report = recover_store(old)
+    assert report.mode == "abnormal" and report.records_redispatched == 123
+    with StoreReader.open(old) as r:
+        got: list[DecodedRecord] = []
+        nxt = 0
+        while True:
+            g = r.get_messages("abc", 0, nxt, 32)
+            if g.status is not GetStatus.FOUND:
+                break
+            got.extend(g.messages)
+            nxt = g.next_offset
+        assert [m.queue_offset for m in got] == list(range(179))
+        assert g.status is GetStatus.OFFSET_OVERFLOW_ONE
+        assert all(m.crc_ok and m.topic == "abc" for m in got)
+
+
+def test_reader_opens_nothing_for_writing(tmp_path: Path) -> None:
+    build_store(tmp_path, 5)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    with _reader(tmp_path) as r:
+        r.get_messages("T", 0, 0, 10)
+        r.query_by_key("T", "key1")
+    after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert before == after
+    # a read-only commit log cannot be appended to
+    log = CommitLog.open(tmp_path / "commitlog", SEGMENT, read_only=True)
+    with pytest.raises((PermissionError, TypeError)):
+        log.append(message(99))
+    log.close()
