@@ -259,23 +259,42 @@ def fsync_counters(doc: Mapping[str, Any]) -> tuple[int, int] | None:
     return None
 
 
-def tree_memory(pid: int) -> dict[str, int]:
-    """RSS and USS (bytes) summed over the process `pid` and all its descendants."""
+def tree_memory(pid: int, store_dir: Path | None = None) -> dict[str, int]:
+    """Memory (bytes) summed over the process `pid` and all its descendants.
+
+    `rss` and `uss` as psutil gives them; `rss` split by mapping into `rss_shm` (this
+    store's shared memory: the pool and the control block, bounded by the pool size and
+    resident once first touched), `rss_store_files` (mapped files under `store_dir`) and
+    `rss_other` (heap, interpreter, libraries: what would show a leak).
+    """
+    out = {"rss": 0, "uss": 0, "rss_shm": 0, "rss_store_files": 0, "rss_other": 0}
+    out["processes"] = 0
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
-        return {"rss": 0, "uss": 0, "processes": 0}
-    rss = uss = n = 0
+        return out
+    shm_prefix = f"/dev/shm/mqs-{store_hash(store_dir)}-" if store_dir else "/dev/shm/mqs-"
+    store_prefix = os.path.realpath(store_dir) + "/" if store_dir else None
     for p in procs:
         try:
             info = p.memory_full_info()
+            maps = p.memory_maps(grouped=True)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        rss += info.rss
-        uss += info.uss
-        n += 1
-    return {"rss": rss, "uss": uss, "processes": n}
+        out["rss"] += info.rss
+        out["uss"] += info.uss
+        out["processes"] += 1
+        shm = files = 0
+        for m in maps:
+            if m.path.startswith(shm_prefix):
+                shm += m.rss
+            elif store_prefix and m.path.startswith(store_prefix):
+                files += m.rss
+        out["rss_shm"] += shm
+        out["rss_store_files"] += files
+        out["rss_other"] += info.rss - shm - files
+    return out
 
 
 # --- producers (run in the forked children) ---------------------------------------------
@@ -503,7 +522,7 @@ def server_memory(root: Path, marks_bytes: Sequence[int], *, pool: bool) -> dict
             if errs:
                 raise BenchError(f"memory fill: puts failed: {errs}")
             written += r.messages * record
-            mem = tree_memory(s.proc.pid)
+            mem = tree_memory(s.proc.pid, s.store_dir)
             out["marks"].append({"appended_bytes_at_least": written, **mem})
     return out
 
@@ -641,15 +660,21 @@ def goals(
                 f"at {hi['appended_bytes_at_least'] / 2**30:.2f} GiB vs 1.1x at "
                 f"{lo['appended_bytes_at_least'] / 2**30:.2f} GiB appended"
             )
-            for kind in ("rss", "uss"):
+            for kind, what in (
+                ("rss", "RSS"),
+                ("rss_other", "RSS outside the pool's shm and the store's mapped files"),
+            ):
                 out.append(
                     Goal(
-                        f"supervisor+workers {kind.upper()} does not grow with data",
+                        f"supervisor+workers {what} does not grow with data",
                         hi[kind] / mib,
                         1.1 * lo[kind] / mib,
                         "MiB",
                         higher_is_better=False,
-                        basis=f"{at} (10% allowed for noise)",
+                        basis=f"{at} (10% allowed for noise); shm "
+                        f"{lo['rss_shm'] / mib:.0f} -> {hi['rss_shm'] / mib:.0f} MiB, mapped "
+                        f"store files {lo['rss_store_files'] / mib:.0f} -> "
+                        f"{hi['rss_store_files'] / mib:.0f} MiB",
                     )
                 )
         shm = mem["shm"]
@@ -802,7 +827,7 @@ def benchmark(opts: Options) -> Report:
         opts.log(f"  batch {'pool' if pool else 'nopool':6} x1   {r.msgs_per_s:12,.0f} msgs/s")
         runs.append(r)
     mib = 1024 * 1024
-    marks = (16 * mib, 64 * mib) if quick else (256 * mib, 2048 * mib)
+    marks = (16 * mib, 64 * mib) if quick else (256 * mib, 1024 * mib, 2048 * mib)
     mem = server_memory(root, marks, pool=True)
     opts.log(f"  memory: {json.dumps(mem)[:400]}")
     goal_list = goals(runs, peer_results, mem)
@@ -812,9 +837,8 @@ def benchmark(opts: Options) -> Report:
         rows.append(pr)
     mem_rows = [
         {
-            "label": f"server RSS after >= {m['appended_bytes_at_least'] / 2**30:.2f} GiB",
-            "rss_mib": round(m["rss"] / mib, 1),
-            "uss_mib": round(m["uss"] / mib, 1),
+            "label": f"server after >= {m['appended_bytes_at_least'] / 2**30:.2f} GiB",
+            **{k: round(m[k] / mib, 1) for k in m if k.startswith(("rss", "uss"))},
             "processes": m["processes"],
         }
         for m in mem["marks"]
@@ -842,10 +866,18 @@ def benchmark(opts: Options) -> Report:
         goals=goal_list,
         plotter=plot_put,
         notes=[
-            "Peers in full: peers.md. Memory rows: "
-            + "; ".join(
-                f"{m['label']}: RSS {m['rss_mib']} MiB, USS {m['uss_mib']} MiB" for m in mem_rows
-            )
+            "Peers in full: peers.md.",
+            *(
+                f"{m['label']} ({m['processes']} processes): RSS {m['rss']} MiB = shm "
+                f"{m['rss_shm']} + mapped store files {m['rss_store_files']} + other "
+                f"{m['rss_other']}; USS {m['uss']} MiB"
+                for m in mem_rows
+            ),
+            f"client: RSS above a bare interpreter that imported mqstore "
+            f"{mem['client']['rss_above_bare'] / mib:.1f} MiB after attach and "
+            f"{mem['client']['puts']} puts ({mem['client']['attach_rss_above_bare'] / mib:.1f}"
+            f" MiB after attach alone; USS {mem['client']['uss_above_bare'] / mib:.1f} MiB).",
+            f"shm: {json.dumps(mem['shm']['files'])}",
         ],
         extra={
             "duration_s": duration,
