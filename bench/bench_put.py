@@ -542,6 +542,7 @@ PUT_COLUMNS = [
     Column("fsyncs_per_s", "fsyncs/s", "{:,.0f}"),
     Column("errors", "errors", "{}"),
     Column("messages", "messages"),
+    Column("load_1m", "load 1m", "{:.1f}"),
 ]
 
 

@@ -238,7 +238,11 @@ def disk_seq_write(run_dir: Path, total_mib: int) -> RunResult:
         lat_max_us=0.0,
         lat_mean_us=secs / total_mib * 1e6,
         body_bytes=SEQ_BLOCK_BYTES,
-        extra={"write_s": round(t1 - t0, 4), "fdatasync_s": round(t2 - t1, 4)},
+        extra={
+            "write_s": round(t1 - t0, 4),
+            "fdatasync_s": round(t2 - t1, 4),
+            "load_1m": round(os.getloadavg()[0], 2),
+        },
     )
 
 
@@ -308,12 +312,14 @@ PEER_COLUMNS = [
     Column("lat_max_us", "max µs", "{:,.0f}"),
     Column("messages", "messages"),
     Column("seconds", "s", "{:.2f}"),
+    Column("load_1m", "load 1m", "{:.1f}"),
 ]
 
 PEER_METHOD = [
     "1 KiB bodies; each producer is its own process (fork), set up before a start barrier; "
     "every operation timed with perf_counter_ns.",
-    "msgs/s = messages of all producers / (last end - first start).",
+    "msgs/s = messages of all producers / (last end - first start); load 1m = the "
+    "machine's 1-minute load average at the end of the run (other work adds noise).",
     "sqlite_*: WAL, one autocommit INSERT (key, body) per message, busy_timeout 60 s.",
     "lmdb_*: one write transaction per message; sync=True / sync=False / "
     "writemap=True with sync=False.",
@@ -327,6 +333,7 @@ def peer_rows(results: Sequence[RunResult]) -> list[dict[str, Any]]:
     rows = []
     for r in results:
         d = r.to_dict()
+        d.update(r.extra)
         d["label"] = f"{r.name} x{r.producers}"
         d["color"] = (
             "tab:orange"

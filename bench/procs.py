@@ -235,4 +235,5 @@ def run_producers(
         lat_max_us=lat_max,
         lat_mean_us=lat_mean,
         body_bytes=body_bytes,
+        extra={"load_1m": round(os.getloadavg()[0], 2)},
     )

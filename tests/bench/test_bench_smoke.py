@@ -73,6 +73,7 @@ def test_run_producers_counts_every_producer(tmp_path: Path) -> None:
     assert r.operations == 300
     assert r.msgs_per_s > 0
     assert 0 <= r.lat_p50_us <= r.lat_p99_us <= r.lat_max_us
+    assert r.extra["load_1m"] >= 0
     assert list((tmp_path / "w").iterdir()) == []
     assert _no_children() == []
 
@@ -109,7 +110,7 @@ def test_disk_seq_write(tmp_path: Path) -> None:
     r = peers.disk_seq_write(tmp_path, 4)
     assert r.messages == 4
     assert r.mb_per_s > 0
-    assert set(r.extra) == {"write_s", "fdatasync_s"}
+    assert set(r.extra) == {"write_s", "fdatasync_s", "load_1m"}
     assert list(tmp_path.iterdir()) == []
 
 
