@@ -1,0 +1,107 @@
+"""Where a put's time goes: cProfile of one producer's puts through the public client.
+
+    python -m bench.profile_put [--mode async|sync] [--pool on|off] [--keys unique|fixed]
+                                [--puts N] [--batch K] [--top 25] [--save]
+
+Starts a fresh store (as the put benchmark does), warms the client with 1000 puts, then
+profiles `--puts` puts (or `put_batch` calls of `--batch` messages) and prints the
+functions by own time, with the rate measured without the profiler first. `--save`
+writes `bench/results/profile_put_<mode>_<pool>_<keys>.txt` (the command, commit and
+machine in its head), the evidence behind a goal that pure Python cannot reach.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.bench_put import BODY_BYTES, TAGS, TOPIC, _api, running_store
+from bench.report import RESULTS, git_commit, machine
+
+
+def _puts(client: Any, n: int, batch: int, unique: bool, start: int) -> int:
+    body = os.urandom(BODY_BYTES)
+    if batch:
+        done = 0
+        for call in range(max(1, n // batch)):
+            base = start + call * batch
+            msgs = [
+                {
+                    "topic": TOPIC,
+                    "body": body,
+                    "tags": TAGS,
+                    "keys": f"k{base + i}" if unique else "k",
+                }
+                for i in range(batch)
+            ]
+            done += len(client.put_batch(msgs))
+        return done
+    put = client.put
+    for i in range(start, start + n):
+        put(TOPIC, body, tags=TAGS, keys=f"k{i}" if unique else "k")
+    return n
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.profile_put", description=__doc__)
+    ap.add_argument("--mode", choices=("async", "sync"), default="async")
+    ap.add_argument("--pool", choices=("on", "off"), default="on")
+    ap.add_argument("--keys", choices=("unique", "fixed"), default="unique")
+    ap.add_argument("--puts", type=int, default=20000)
+    ap.add_argument("--batch", type=int, default=0)
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--dir", default=None)
+    ap.add_argument("--save", action="store_true")
+    args = ap.parse_args(argv)
+    store_client, _ = _api()
+    sync = args.mode == "sync"
+    unique = args.keys == "unique"
+    root = Path(tempfile.mkdtemp(prefix="mqstore-profile-", dir=args.dir))
+    try:
+        with (
+            running_store(root, "profile", sync=sync, pool=args.pool == "on") as store,
+            store_client.attach(store.store_dir) as client,
+        ):
+            _puts(client, 1000, args.batch, unique, 0)
+            t0 = time.perf_counter()
+            n = _puts(client, args.puts, args.batch, unique, 10**6)
+            rate = n / (time.perf_counter() - t0)
+            prof = cProfile.Profile()
+            prof.enable()
+            _puts(client, args.puts, args.batch, unique, 2 * 10**6)
+            prof.disable()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(args.top)
+    m = machine(None)
+    head = [
+        f"# python -m bench.profile_put {' '.join(sys.argv[1:] if argv is None else argv)}",
+        f"# commit {git_commit()}, {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}",
+        f"# {m['cpu_model']}, {m['cores']} cores, Python {m['python']}, "
+        f"load {m['load_avg_1_5_15']}",
+        f"# mode {args.mode}, pool {args.pool}, keys {args.keys}, batch {args.batch or '-'}: "
+        f"{rate:,.0f} msgs/s without the profiler ({1e6 / rate:.1f} µs per message)",
+        "",
+    ]
+    text = "\n".join(head) + out.getvalue()
+    print(text)
+    if args.save:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        path = RESULTS / f"profile_put_{args.mode}_{args.pool}_{args.keys}.txt"
+        path.write_text(text.replace(str(Path.cwd()) + "/", ""))
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
