@@ -1,0 +1,330 @@
+"""Recovery: the real RocketMQ stores, clean and crashed mqstore stores built on disk
+phase by phase (torn tail, flipped body byte, seeded garbage, lagging or leading
+consume queues, a roll cut short), the checkpoint's choice of start file, idempotence,
+dry runs, the report, and I/O faults."""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from conf.settings import StoreSettings
+from engine import fileio
+from engine.checkpoint import StoreCheckpoint
+from engine.commitlog import AppendResult, CommitLog
+from engine.consumequeue import ConsumeQueueStore
+from engine.dispatch import Dispatcher
+from engine.findings import errors
+from engine.indexfile import IndexService
+from engine.reader import Geometry, GetStatus, StoreReader
+from engine.record import decode
+from engine.recovery import RecoveryReport, read_report, recover_store, write_report
+from tests.engine.storebuild import (
+    CQ_FILE,
+    ENTRIES,
+    SEGMENT,
+    SLOTS,
+    build_store,
+    message,
+    open_log,
+    write_messages,
+)
+
+StoreCopy = Callable[[str], Path]
+GEO = Geometry(SEGMENT, CQ_FILE, SLOTS, ENTRIES)
+ALL = (0, (1 << 63) - 1)
+
+
+@pytest.fixture(autouse=True)
+def _no_faults() -> Iterator[None]:
+    fileio.clear_faults()
+    yield
+    fileio.clear_faults()
+
+
+def _recover(store: Path, **kw: object) -> RecoveryReport:
+    return recover_store(store, StoreSettings(), geometry=GEO, **kw)  # type: ignore[arg-type]
+
+
+def _snapshot(store: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(store)): p.read_bytes()
+        for p in sorted(store.rglob("*"))
+        if p.is_file() and p.name != "recovery.json"
+    }
+
+
+def _crash(store: Path) -> None:
+    (store / "abort").write_bytes(b"")
+
+
+def _write_at(store: Path, offset: int, data: bytes) -> None:
+    seg = offset - offset % SEGMENT
+    with open(store / "commitlog" / f"{seg:020d}", "r+b") as f:
+        f.seek(offset - seg)
+        f.write(data)
+
+
+def _zero_from(store: Path, offset: int) -> None:
+    seg = offset - offset % SEGMENT
+    _write_at(store, offset, bytes(SEGMENT - offset % SEGMENT))
+    for name in os.listdir(store / "commitlog"):
+        if int(name) > seg:
+            (store / "commitlog" / name).write_bytes(bytes(SEGMENT))
+
+
+def _pull_all(store: Path, topic: str = "T", queues: int = 2) -> list[int]:
+    """Physical offsets of every message pullable, queue by queue."""
+    out = []
+    with StoreReader(store, GEO) as r:
+        for q in range(queues):
+            g = r.get_messages(topic, q, 0, 1000, max_bytes=1 << 30)
+            out.extend(m.physical_offset for m in g.messages)
+    return sorted(out)
+
+
+def _assert_consistent(store: Path) -> None:
+    log = CommitLog.open(store / "commitlog", SEGMENT, read_only=True)
+    assert not errors(log.check())
+    log.close()
+    cqs = ConsumeQueueStore.open(store, CQ_FILE, read_only=True)
+    assert not errors(cqs.check())
+    cqs.close()
+
+
+# --- the real RocketMQ stores -------------------------------------------------------------
+
+
+def test_real_42_store_abnormal_recovery_is_idempotent(real_store_copy: StoreCopy) -> None:
+    d = real_store_copy("broker-4.2-unit-store")
+    cq_dir = d / "consumequeue" / "abc" / "0"
+    broker_units = b"".join((cq_dir / n).read_bytes() for n in sorted(os.listdir(cq_dir)))
+    rep = recover_store(d)
+    assert (rep.mode, rep.start_file, rep.end_offset) == ("abnormal", f"{0:020d}", 31112)
+    assert (rep.records_validated, rep.records_redispatched) == (179, 123)
+    assert rep.bytes_truncated == 0 and rep.queues_truncated == {}
+    assert rep.queue_offsets == {"abc/0": 179}
+    assert not (d / "commitlog" / f"{4 * 8192:020d}").exists()  # the empty pre-allocation
+    mine = b"".join((cq_dir / n).read_bytes() for n in sorted(os.listdir(cq_dir)))
+    assert mine[: 56 * 20] == broker_units[: 56 * 20]  # the broker's units are kept
+    before = _snapshot(d)
+    again = recover_store(d)
+    assert (again.records_redispatched, again.index_keys_redispatched) == (0, 0)
+    assert _snapshot(d) == before
+    assert RecoveryReport.from_json(again.to_json()) == again
+
+
+def test_real_49_and_rust_stores(real_store_copy: StoreCopy) -> None:
+    d = real_store_copy("broker-4.9-commitlog")
+    rep = recover_store(d)
+    assert (rep.mode, rep.end_offset, rep.records_validated) == ("normal", 47 * 172, 47)
+    assert rep.bytes_truncated == 8  # the BLANK of the last segment, as RocketMQ cuts it
+    assert rep.records_redispatched == 47 and rep.queue_offsets == {"abc/0": 47}
+    rust = real_store_copy("rocketmq-rust-0.9-store")
+    cq_file = rust / "consumequeue" / "V1UpgradeTopic" / "0" / f"{0:020d}"
+    broker = cq_file.read_bytes()
+    rep = recover_store(rust)
+    assert (rep.mode, rep.end_offset, rep.records_redispatched) == ("normal", 282, 0)
+    assert cq_file.read_bytes() == broker
+    with StoreReader.open(rust) as r:
+        hits = r.query_by_key("V1UpgradeTopic", "v1-upgrade-key")
+        assert [h.physical_offset for h in hits] == [0, 141]
+
+
+# --- mqstore stores, crash phases built on disk -------------------------------------------
+
+
+def test_clean_store_normal_recovery_changes_nothing(tmp_path: Path) -> None:
+    _results, end = build_store(tmp_path, 40)
+    before = _snapshot(tmp_path)
+    rep = _recover(tmp_path)
+    assert (rep.mode, rep.end_offset, rep.records_redispatched) == ("normal", end, 0)
+    assert rep.queue_offsets == {"T/0": 20, "T/1": 20}
+    assert rep.queue_offset_table() == {("T", 0): 20, ("T", 1): 20}
+    after = _snapshot(tmp_path)
+    assert {k: v for k, v in after.items() if k != "checkpoint"} == {
+        k: v for k, v in before.items() if k != "checkpoint"
+    }
+
+
+def test_torn_tail_is_cut_at_the_record_and_queues_follow(tmp_path: Path) -> None:
+    results, _end = build_store(tmp_path, 30)
+    cut = results[25].wrote_offset
+    _zero_from(tmp_path, cut + results[25].wrote_bytes // 2)  # half of record 25 written
+    _crash(tmp_path)
+    rep = _recover(tmp_path)
+    assert (rep.end_offset, rep.stop) == (cut, "CORRUPT")
+    assert 0 < rep.bytes_truncated <= results[25].wrote_bytes // 2  # up to its last non-zero
+    assert sum(rep.queues_truncated.values()) == 5
+    assert rep.index_entries_truncated == 5 * 3
+    assert rep.queue_offsets == {"T/0": 13, "T/1": 12}
+    assert _pull_all(tmp_path) == [r.wrote_offset for r in results[:25]]
+    with StoreReader(tmp_path, GEO) as r:
+        assert r.query_by_key("T", "key27") == []
+        assert len(r.query_by_key("T", "key24")) == 1
+    _assert_consistent(tmp_path)
+    # the appender continues from the rebuilt table, the dispatcher from the end
+    q = open_log(tmp_path).queue
+    q.truncate_dirty(rep.end_offset)  # a fresh load starts full; the runtime sets positions
+    log = CommitLog(q, queue_offsets=rep.queue_offset_table())
+    res = log.append(message(99, queue_id=1))
+    assert (res.wrote_offset, res.queue_offset) == (cut, 12)
+    cqs, idx = ConsumeQueueStore.open(tmp_path, CQ_FILE), IndexService(tmp_path, SLOTS, ENTRIES)
+    cqs.recover()
+    idx.load()
+    assert Dispatcher(log, cqs, idx).dispatch(cut, log.max_offset()).units_written == 1
+    for c in (log, cqs, idx):
+        c.close()
+    assert len(_pull_all(tmp_path)) == 26
+
+
+def test_flipped_body_byte_fails_the_crc(tmp_path: Path) -> None:
+    results, _end = build_store(tmp_path, 30)
+    body_at = results[12].wrote_offset + 88 + 3
+    rec_bytes = (tmp_path / "commitlog" / f"{0:020d}").read_bytes()
+    assert (
+        decode(rec_bytes, results[12].wrote_offset - 0).physical_offset == results[12].wrote_offset
+    )
+    _write_at(tmp_path, body_at, bytes([0xFF]))
+    _crash(tmp_path)
+    rep = _recover(tmp_path)
+    assert (rep.end_offset, rep.stop, rep.stop_reason) == (
+        results[12].wrote_offset,
+        "CORRUPT",
+        "body CRC mismatch",
+    )
+    assert rep.records_validated == 12
+    assert _pull_all(tmp_path) == [r.wrote_offset for r in results[:12]]
+    _assert_consistent(tmp_path)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_seeded_garbage_in_a_body_cuts_exactly_there(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    results, _end = build_store(tmp_path, 40)
+    k = rng.randrange(5, 40)
+    body_len = len(message(k).body)
+    at = results[k].wrote_offset + 88 + rng.randrange(body_len)
+    log_bytes = b"".join(
+        (tmp_path / "commitlog" / n).read_bytes()
+        for n in sorted(os.listdir(tmp_path / "commitlog"))
+    )
+    old = log_bytes[at]
+    _write_at(tmp_path, at, bytes([(old + rng.randrange(1, 256)) % 256]))
+    _crash(tmp_path)
+    rep = _recover(tmp_path)
+    assert rep.end_offset == results[k].wrote_offset, f"seed {seed}: record {k}, byte {at}"
+    assert _pull_all(tmp_path) == [r.wrote_offset for r in results[:k]], f"seed {seed}"
+
+
+def test_queues_lagging_behind_the_log_are_caught_up(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    results = write_messages(log, 30)
+    cqs, idx = ConsumeQueueStore(tmp_path, CQ_FILE), IndexService(tmp_path, SLOTS, ENTRIES)
+    Dispatcher(log, cqs, idx).dispatch(0, results[10].wrote_offset)  # died mid-dispatch
+    log.queue.flush_all()
+    for c in (log, cqs, idx):
+        c.close()
+    rep = _recover(tmp_path)  # no abort: normal recovery still catches the queues up
+    assert rep.mode == "normal" and rep.records_redispatched == 20
+    assert rep.dispatch_from == results[9].wrote_offset + results[9].wrote_bytes
+    assert _pull_all(tmp_path) == [r.wrote_offset for r in results]
+    _crash(tmp_path)
+    assert _recover(tmp_path).records_redispatched == 0
+
+
+def test_queues_ahead_of_the_log_are_truncated(tmp_path: Path) -> None:
+    results, _end = build_store(tmp_path, 30)
+    # the log lost its last 6 records (never flushed), the consume queues did not
+    _zero_from(tmp_path, results[24].wrote_offset)
+    rep = _recover(tmp_path)  # even without abort: RocketMQ truncates past the log's end
+    assert sum(rep.queues_truncated.values()) == 6
+    assert rep.queue_offsets == {"T/0": 12, "T/1": 12}
+    assert _pull_all(tmp_path) == [r.wrote_offset for r in results[:24]]
+
+
+def test_roll_cut_short_leaves_an_empty_next_segment(tmp_path: Path) -> None:
+    _results, end = build_store(tmp_path, 30)
+    last = end - end % SEGMENT
+    nxt = tmp_path / "commitlog" / f"{last + SEGMENT:020d}"
+    nxt.write_bytes(bytes(SEGMENT))  # pre-allocated, nothing written yet
+    _crash(tmp_path)
+    rep = _recover(tmp_path)
+    assert rep.end_offset == end and rep.records_redispatched == 0
+    assert not nxt.exists()  # past the end: the next append goes on in the current segment
+    _assert_consistent(tmp_path)
+    assert len(_pull_all(tmp_path)) == 30
+
+
+def test_checkpoint_picks_the_start_file(tmp_path: Path) -> None:
+    results, end = build_store(tmp_path, 60)
+    by_seg: dict[int, AppendResult] = {}
+    for r in results:
+        by_seg.setdefault(r.wrote_offset - r.wrote_offset % SEGMENT, r)
+    segs = sorted(by_seg)
+    assert len(segs) >= 3
+    with StoreCheckpoint.open_in(tmp_path) as cp:
+        # everything up to the third segment's first record is known to be flushed
+        t = by_seg[segs[2]].store_timestamp + 3000
+        cp.physic_msg_timestamp = cp.logics_msg_timestamp = t
+        cp.flush()
+    _crash(tmp_path)
+    rep = _recover(tmp_path)
+    assert (rep.start_file, rep.start_offset) == (f"{segs[2]:020d}", segs[2])
+    assert rep.end_offset == end and rep.records_redispatched == 0
+    assert rep.dispatch_from == segs[2]
+
+
+def test_dry_run_writes_nothing_and_predicts(tmp_path: Path) -> None:
+    results, _end = build_store(tmp_path, 30)
+    _zero_from(tmp_path, results[20].wrote_offset + 10)
+    _crash(tmp_path)
+    before = _snapshot(tmp_path)
+    dry = _recover(tmp_path, dry_run=True)
+    assert _snapshot(tmp_path) == before
+    real = _recover(tmp_path)
+    for field in ("end_offset", "bytes_truncated", "queues_truncated", "stop", "start_file"):
+        assert getattr(dry, field) == getattr(real, field), field
+
+
+def test_report_is_kept_as_json(tmp_path: Path) -> None:
+    build_store(tmp_path, 5)
+    rep = _recover(tmp_path, clear_abort=True)
+    write_report(tmp_path, rep)
+    assert read_report(tmp_path) == rep
+    assert "normal recovery" in rep.summary()
+    assert read_report(tmp_path / "nope") is None
+
+
+def test_clear_abort_and_progress(tmp_path: Path) -> None:
+    build_store(tmp_path, 60)
+    _crash(tmp_path)
+    seen: list[tuple[int, int]] = []
+    rep = _recover(tmp_path, clear_abort=True, progress=lambda a, b: seen.append((a, b)))
+    assert rep.mode == "abnormal" and not (tmp_path / "abort").exists()
+    assert seen and seen[-1][0] == rep.bytes_validated
+    assert [a for a, _ in seen] == sorted(a for a, _ in seen)
+
+
+def test_empty_store(tmp_path: Path) -> None:
+    rep = _recover(tmp_path)
+    assert (rep.mode, rep.end_offset, rep.queue_offsets) == ("empty", 0, {})
+
+
+def test_fsync_failure_surfaces(tmp_path: Path) -> None:
+    build_store(tmp_path, 10)
+    _crash(tmp_path)
+    fileio.set_fault("fdatasync", lambda: OSError(errno.EIO, "injected"))
+    with pytest.raises(fileio.StoreIOError) as ei:
+        _recover(tmp_path)
+    assert ei.value.errno == errno.EIO
+    fileio.clear_faults()
+    rep = _recover(tmp_path)
+    assert rep.end_offset > 0
+    with StoreReader(tmp_path, GEO) as r:
+        assert r.get_messages("T", 0, 0, 100).status is GetStatus.FOUND
