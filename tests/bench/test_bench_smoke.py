@@ -15,7 +15,7 @@ import pytest
 
 from bench import bench_put, peers
 from bench.__main__ import main as bench_main
-from bench.procs import BenchError, FnProducer, Producer, run_producers
+from bench.procs import BenchError, FnProducer, Producer, RunResult, run_producers
 from bench.report import Column, Goal, Report, write
 
 RUN_FIELDS = {
@@ -191,3 +191,42 @@ def test_put_two_producers(tmp_path: Path) -> None:
     assert [n for n in os.listdir("/dev/shm") if n.startswith(prefixes)] == []
     assert list(tmp_path.iterdir()) == []
     assert _no_children() == []
+
+
+def _run(name: str, n: int, rate: float, p99: float = 100.0, **extra: Any) -> RunResult:
+    return RunResult(name, n, int(rate), int(rate), 1.0, rate, rate / 1000, 1.0, p99, p99, 1.0,
+                     1024, dict(extra))  # fmt: skip
+
+
+def test_goals_take_each_peers_best_rate() -> None:
+    peer_results = [
+        _run("fdatasync_append", 1, 1000.0),
+        _run("fdatasync_append", 16, 4000.0),
+        _run("sqlite_full", 1, 500.0),
+        _run("lmdb_writemap", 1, 100_000.0),
+    ]
+    runs = [
+        _run("sync_pool", 16, 12_000.0, p99=1500.0, mode="sync", pool=True, batch=0),
+        _run("sync_pool", 64, 19_000.0, mode="sync", pool=True, batch=0),
+        _run("async_pool", 1, 150_000.0, mode="async", pool=True, batch=0),
+        _run("async_pool", 4, 140_000.0, mode="async", pool=True, batch=0),
+        _run("batch_pool", 1, 2e6, mode="async", pool=True, batch=128),
+    ]
+    goals = {g.name: g for g in bench_put.goals(runs, peer_results, None)}
+    g = goals["sync 16 (pool on) >= 2.5x fdatasync appends"]
+    assert (g.measured, g.required, g.met) == (12_000.0, 10_000.0, True)
+    assert "x16" in g.basis  # the best of the peer's producer counts
+    assert goals["sync 16 (pool on) >= 10x SQLite FULL"].met is True
+    assert goals["sync 16 (pool on) p99 <= 2 ms"].met is True
+    assert goals["sync 64 (pool on) >= 5x fdatasync appends"].met is False
+    assert goals["async 1 (pool on) >= LMDB writemap"].ratio == 1.5
+    assert goals["async 4 (pool on) >= 1.5x LMDB writemap"].met is False
+    assert goals["batch, 1 producer (pool on) >= 1M msgs/s"].met is True
+    assert goals["sync 16 (pool off) >= 2.5x fdatasync appends"].met is None  # not measured
+
+
+def test_fsync_counters_from_status_json() -> None:
+    doc = {"fsync": {"total": 200, "msgs_per_fsync": 4.5, "per_s": 1.0}}
+    assert bench_put.fsync_counters(doc) == (200, 900)
+    assert bench_put.fsync_counters({"x": {"fsync_count": 3, "fsync_msgs": 7}}) == (3, 7)
+    assert bench_put.fsync_counters({}) is None
