@@ -54,6 +54,7 @@ class WorkerContext:
     _wake_r: int = -1
     _wake_w: int = -1
     extra_fds: list[int] = field(default_factory=list)
+    parent_pid: int = field(default_factory=os.getppid)
 
     def install_signals(self) -> None:
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -66,7 +67,10 @@ class WorkerContext:
         signal.signal(signal.SIGINT, on_stop)
 
     def beat(self) -> None:
+        """Heartbeat; a worker whose supervisor died (re-parented) stops and drains."""
         self.cb.beat(self.index, now_ms())
+        if os.getppid() != self.parent_pid:
+            self.stopping = True
 
     def wait(self, timeout_s: float, fds: list[int] | None = None) -> list[int]:
         """Sleep up to `timeout_s`, waking early on a signal or a readable fd; returns the

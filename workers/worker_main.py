@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from conf.load import ConfigError, load_settings
+from ipc import control as c
 from ipc.control import ControlBlock
 from workers.base import ExitCode, WorkerContext
 
@@ -32,7 +33,11 @@ def main(argv: list[str]) -> int:
     except (ImportError, AttributeError, OSError, ValueError) as e:
         print(f"mqstore {name}: cannot boot: {e}", file=sys.stderr)
         return ExitCode.BOOT_ERROR
-    ctx = WorkerContext(name, int(index_s), store_dir, settings, cb)
+    # The supervisor's pid from the control block, not getppid(): if the supervisor died
+    # while this process was still booting, getppid() would already be init's.
+    ctx = WorkerContext(
+        name, int(index_s), store_dir, settings, cb, parent_pid=cb.get(c.OFF_SUP_PID)
+    )
     ctx.install_signals()
     try:
         return int(fn(ctx))

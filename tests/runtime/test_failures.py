@@ -3,6 +3,7 @@ supervisor, a failed fsync, graceful stop, restarts, dirty tails."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -12,6 +13,7 @@ import pytest
 
 from engine.checkpoint import StoreCheckpoint
 from engine.storedir import read_flushed_offset
+from ipc.commit import pid_alive
 from ipc.filler import is_filler
 from mqstore import PutMessageStatus, StoreClient
 from tests.runtime.conftest import StoreFactory
@@ -219,3 +221,77 @@ def test_bad_config_halts(make_store: StoreFactory) -> None:
         timeout=60,
     )
     assert proc.returncode == 3 and "configuration error" in proc.stderr
+
+
+@pytest.mark.slow
+def test_silent_worker_is_killed_and_restarted(make_store: StoreFactory) -> None:
+    st = make_store({"heartbeat_timeout_ms": 1000})
+    before = next(w for w in st.status()["workers"] if w["name"] == "allocator")
+    os.kill(before["pid"], signal.SIGSTOP)  # alive but silent: no heartbeats
+
+    def replaced() -> bool:
+        w = next(w for w in st.status()["workers"] if w["name"] == "allocator")
+        return bool(w["restarts"] >= 1 and w["pid"] not in (0, before["pid"]))
+
+    wait_for(replaced, 30, "the silent allocator to be replaced")
+    assert st.stop() == 0
+
+
+@pytest.mark.slow
+def test_supervisor_killed_then_restarted(make_store: StoreFactory) -> None:
+    st = make_store()
+    assert st.proc is not None
+    workers = [w["pid"] for w in st.status()["workers"]]
+    with StoreClient.attach(st.path) as client:
+        acked = [client.put("k", b"%d" % i, queue_id=0) for i in range(20)]
+        assert all(r.status is OK for r in acked)
+        st.proc.kill()
+        st.proc.wait()
+        st.proc = None
+        st._log.close()
+
+        def workers_gone() -> bool:
+            return not any(pid_alive(pid) for pid in workers)  # zombies count as gone
+
+        wait_for(workers_gone, 30, "orphaned workers to exit")
+        r = client.put("k", b"while down", queue_id=0)
+        assert r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+        leftovers = st.shm_leftovers()
+        assert leftovers  # a crashed run leaves its shared memory...
+        st.start()
+        assert "removed shared memory left by a crashed run" in st.output()
+        assert not set(leftovers) & set(st.shm_leftovers())  # ...and the next run removes it
+        r = client.put("k", b"after", queue_id=0)
+        assert r.status is OK and r.queue_offset == 20
+    assert st.stop() == 0
+    assert [x.body for x in st.read_log()] == [b"%d" % i for i in range(20)] + [b"after"]
+
+
+def test_status_command_json_and_table(store: Store) -> None:
+    with StoreClient.attach(store.path) as client:
+        for _ in range(10):
+            assert client.put("t", b"x" * 64).status is OK
+        out = subprocess.run(
+            [sys.executable, "-m", "workers.cli", "status", str(store.path), "--json"],
+            capture_output=True, text=True, cwd=str(REPO), timeout=60,
+        )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["flags"] == ["running"]
+    assert doc["positions"]["flushed"] == doc["positions"]["reserved"] > 0
+    assert doc["commit_lag_bytes"] == 0 and doc["flush_lag_bytes"] == 0
+    assert doc["pool"] == {"enabled": True, "buffers": 3, "buffer_bytes": 1 << 20, "free": 2}
+    assert {w["name"] for w in doc["workers"]} == {"allocator", "committer", "flusher"}
+    assert all(w["pid"] > 0 and w["restarts"] == 0 for w in doc["workers"])
+    assert doc["clients"] == 1 and doc["puts"]["total"] <= 10
+    assert doc["fsync"]["total"] >= 1 and doc["fsync"]["msgs_per_fsync"] > 0
+    assert 0 < doc["latency_us"]["p50"] <= doc["latency_us"]["p99"]
+    table = subprocess.run(
+        [sys.executable, "-m", "workers.cli", "status", str(store.path)],
+        capture_output=True, text=True, cwd=str(REPO), timeout=60,
+        env={**os.environ, "COLUMNS": "120"},
+    )  # fmt: skip
+    assert table.returncode == 0, table.stderr
+    assert "messages per fsync" in table.stdout and "committer" in table.stdout
+    # A detached client's counters are retired into the totals.
+    wait_for(lambda: store.status()["puts"]["total"] == 10, 10, "the put count")

@@ -160,3 +160,17 @@ def test_pool_exhausted_returns_os_pagecache_busy(make_store: StoreFactory) -> N
         assert r.status is OK
     assert st.stop() == 0
     check_chain(st.read_log(keep_fillers=True), 65536)
+
+
+def test_pool_off_writes_through_the_mapping(make_store: StoreFactory) -> None:
+    st = make_store({"transient_store_pool_enable": False, "segment_size_bytes": 65536})
+    assert len(st.shm_leftovers()) == 1  # the control block only
+    with StoreClient.attach(st.path) as client:
+        rs = [client.put("nopool", b"m" * 900, queue_id=0) for _ in range(150)]
+        assert all(r.status is OK for r in rs)
+        rs += [client.put("nopool", b"a" * 900, queue_id=0, wait_store=False) for _ in range(50)]
+        assert st.status()["pool"]["enabled"] is False
+    assert st.stop() == 0
+    recs = st.read_log(keep_fillers=True)
+    assert len(recs) == 200
+    check_chain(recs, 65536)
