@@ -287,6 +287,17 @@ def _markdown(doc: dict[str, Any]) -> str:
     for r in doc["rows"]:
         loads = ", ".join(str(x) for x in r["load_avg_1m"])
         lines.append(f"- {r['path']} / {r['mode']}: {loads}")
+    lines += ["", "Deletion against none, same write path:", ""]
+    by = {(r["path"], r["mode"]): r for r in doc["rows"]}
+    for (path, mode), r in by.items():
+        off = by.get((path, "off"))
+        if mode == "off" or off is None or not off["p99_us"]:
+            continue
+        lines.append(
+            f"- {path}, cleaner {mode}: p99 x{r['p99_us'] / off['p99_us']:.2f}, "
+            f"p99.9 x{r['p999_us'] / off['p999_us']:.2f}, appends over 1 ms "
+            f"{r['over_1ms']} vs {off['over_1ms']}, max {r['max_us']:,} vs {off['max_us']:,} µs"
+        )
     lines += ["", *doc.get("notes", [])]
     return "\n".join(lines) + "\n"
 
