@@ -55,6 +55,7 @@ from engine.diskguard import (
 from engine.retention import (
     CleanReport,
     ConsumedOffsets,
+    DeletedFile,
     Retention,
     RetentionTotals,
     checkpointed_offset,
@@ -177,6 +178,7 @@ class Cleaner:
         sleep_ms: SleepMs | None = None,
         disk_full: bool = False,
         first_clean_s: float = FIRST_CLEAN_S,
+        on_deleted: Callable[[DeletedFile], None] | None = None,
     ) -> None:
         self.store_dir = store_dir
         self.settings = settings
@@ -186,6 +188,7 @@ class Cleaner:
         self.consumed = consumed
         self.clock_ms = clock_ms
         self.sleep_ms = sleep_ms
+        self.on_deleted = on_deleted
         self.totals = RetentionTotals()
         self.last_report: CleanReport | None = None
         self._manual = 0
@@ -212,7 +215,7 @@ class Cleaner:
         try:
             ret = self._retention
             if ret is None:
-                kwargs: dict[str, Any] = {"clock_ms": self.clock_ms}
+                kwargs: dict[str, Any] = {"clock_ms": self.clock_ms, "on_deleted": self.on_deleted}
                 if self.sleep_ms is not None:
                     kwargs["sleep_ms"] = self.sleep_ms
                 ret = Retention(self.store_dir, queue, self.guard, self.settings, **kwargs)
@@ -321,6 +324,15 @@ def status_doc(store_dir: str, disk_state_word: int | None = None) -> dict[str, 
     return doc
 
 
+def _say_deleted(d: DeletedFile) -> None:
+    # The supervisor shows workers' stderr; every deletion is logged with its reason.
+    print(
+        f"mqstore cleaner: deleted {d.path} ({d.size_bytes} bytes, {d.reason.value}): {d.detail}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def main(ctx: WorkerContext) -> int:
     """The worker: `WorkerSpec("cleaner", "workers.cleaner:main")` in the supervisor."""
     cb = ctx.cb
@@ -339,6 +351,7 @@ def main(ctx: WorkerContext) -> int:
         publish=publish,
         consumed=lambda: load_consumer_offsets(ctx.store_dir),
         disk_full=was_full,
+        on_deleted=_say_deleted,
     )
     while not ctx.stopping:
         ctx.beat()

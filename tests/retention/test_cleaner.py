@@ -187,7 +187,10 @@ def test_worker_process_publishes_disk_state_cleans_on_request_and_stops(
         assert not full and 0 < ratio < 1
         assert os.path.exists(tmp_path / STATUS_FILE)
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err
+        assert err.decode().count("mqstore cleaner: deleted ") == 2
+        assert "EXPIRED" in err.decode()
     finally:
         if proc is not None and proc.poll() is None:
             proc.kill()
