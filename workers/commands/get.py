@@ -1,0 +1,142 @@
+"""`mqstore get DIR ...`: read messages through the consume queues, the index or ids.
+
+    mqstore get DIR --topic T --queue Q --offset N [--count K] [--tags "a || b"]
+    mqstore get DIR --msg-id ID
+    mqstore get DIR --physical-offset N
+    mqstore get DIR --topic T --key K [--count K] [--begin T1] [--end T2]
+    mqstore get DIR --topic T --queue Q --time T     (the queue offset for a time, and its message)
+
+Prints one JSON object per message, as `mqstore dump` does; a summary (status, next
+offset) goes to stderr. Times are epoch milliseconds or ISO 8601. Reads any store,
+never writing; a running store is read only up to its flushed offset.
+Exit 0 when something was found, 1 when nothing was, 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from datetime import datetime
+from pathlib import Path
+
+from conf.load import ConfigError, load_settings
+from engine import fileio
+from engine.indexfile import IndexGeometryError
+from engine.reader import MAX_TIMESTAMP_MS, GetStatus, MaxOffsetFn, StoreReader
+from engine.record import DecodedRecord
+from engine.segment import SegmentNameError, SegmentSizeError
+from engine.storedir import read_flushed_offset
+from ipc.filler import is_filler
+from ipc.locks import store_lock_holder
+
+NAME = "get"
+HELP = "read messages by queue offset, message id, physical offset, key or time"
+
+
+def parse_time_ms(text: str) -> int:
+    """Epoch milliseconds, or an ISO 8601 time (local time when it has no zone)."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return int(datetime.fromisoformat(text).timestamp() * 1000)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither epoch ms nor ISO 8601") from None
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("store_dir", type=Path, help="the store directory (mqstore's or RocketMQ's)")
+    p.add_argument("--config", type=Path, default=None, help="settings (TOML or broker.conf)")
+    p.add_argument("--topic", default=None)
+    p.add_argument("--queue", type=int, default=None, metavar="Q")
+    p.add_argument("--offset", type=int, default=None, metavar="N", help="queue offset")
+    p.add_argument("--count", type=int, default=1, metavar="K", help="at most K messages")
+    p.add_argument("--tags", default=None, help='tag filter, e.g. "a || b"')
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--msg-id", default=None)
+    what.add_argument("--physical-offset", type=int, default=None, metavar="N")
+    what.add_argument("--key", default=None)
+    what.add_argument("--time", type=parse_time_ms, default=None, metavar="T")
+    p.add_argument("--begin", type=parse_time_ms, default=0, metavar="T", help="with --key")
+    p.add_argument("--end", type=parse_time_ms, default=MAX_TIMESTAMP_MS, metavar="T")
+
+
+def _print(recs: list[DecodedRecord]) -> None:
+    for rec in recs:
+        sys.stdout.write(json.dumps(rec.to_json_dict(), ensure_ascii=False))
+        sys.stdout.write("\n")
+    sys.stdout.flush()
+
+
+def _bad(msg: str) -> int:
+    print(f"mqstore get: {msg}", file=sys.stderr)
+    return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    store = str(args.store_dir)
+    if not os.path.isdir(os.path.join(store, "commitlog")):
+        return _bad(f"{store} is not a store (no commitlog/)")
+    if args.count < 1:
+        return _bad("--count must be >= 1")
+    try:
+        settings = load_settings(args.store_dir, args.config, os.environ).settings
+    except ConfigError as e:
+        return _bad(str(e))
+    limit: MaxOffsetFn | None = None
+    if store_lock_holder(store) is not None:
+        flushed = read_flushed_offset(store)
+        if flushed is not None:
+
+            def limit() -> int:
+                return read_flushed_offset(store) or 0
+
+    try:
+        reader = StoreReader.open(store, settings, max_offset_fn=limit, is_filler=is_filler)
+    except (SegmentSizeError, SegmentNameError, IndexGeometryError, fileio.StoreIOError) as e:
+        return _bad(str(e))
+    with reader:
+        return _run(reader, args)
+
+
+def _run(r: StoreReader, args: argparse.Namespace) -> int:
+    recs: list[DecodedRecord] = []
+    if args.msg_id is not None:
+        try:
+            rec = r.get_by_msg_id(args.msg_id)
+        except ValueError as e:
+            return _bad(str(e))
+        recs = [rec] if rec is not None else []
+    elif args.physical_offset is not None:
+        rec = r.get_by_offset(args.physical_offset)
+        recs = [rec] if rec is not None else []
+    elif args.key is not None:
+        if args.topic is None:
+            return _bad("--key needs --topic")
+        recs = r.query_by_key(args.topic, args.key, args.count, args.begin, args.end)
+    elif args.time is not None:
+        if args.topic is None or args.queue is None:
+            return _bad("--time needs --topic and --queue")
+        qo = r.offset_for_time(args.topic, args.queue, args.time)
+        g = r.get_messages(args.topic, args.queue, qo, args.count, tags=args.tags)
+        print(f"queue offset {qo} for time {args.time}", file=sys.stderr)
+        recs = g.messages
+    else:
+        if args.topic is None or args.queue is None or args.offset is None:
+            return _bad(
+                "give --msg-id, --physical-offset, --key, --time or --topic/--queue/--offset"
+            )
+        g = r.get_messages(args.topic, args.queue, args.offset, args.count, tags=args.tags)
+        print(
+            f"{g.status.value}: next offset {g.next_offset} (queue holds {g.min_offset}.."
+            f"{g.max_offset})",
+            file=sys.stderr,
+        )
+        recs = g.messages
+        if g.status is not GetStatus.FOUND:
+            return 1
+    _print(recs)
+    return 0 if recs else 1
