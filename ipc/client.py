@@ -579,6 +579,12 @@ class StoreClient:
             c.STATE_DONE,
         )  # fmt: skip
 
+    def _abandon(self, first: int, count: int) -> None:
+        """Hand reservations this process will not finish to the publisher's filler."""
+        for seq in range(first, first + count):
+            if self._cb.slot_state(seq) == c.STATE_RESERVED:
+                self._cb.set_slot_state(seq, c.STATE_ABANDONED)
+
     # --- copying ----------------------------------------------------------------------
 
     def _copy(
@@ -714,7 +720,11 @@ class StoreClient:
             fast = self._reserve_one(p)
             if fast is not None:
                 seq, start, now, qo = fast
-                self._copy_one(p, seq, start, now, qo)
+                try:
+                    self._copy_one(p, seq, start, now, qo)
+                except BaseException:  # e.g. KeyboardInterrupt mid-copy: never stall the log
+                    self._abandon(seq, 1)
+                    raise
             else:
                 preps = [p]
                 try:
@@ -725,7 +735,11 @@ class StoreClient:
                 except _Refused as e:
                     self._record(t0, 1, 0, False, False)
                     return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, str(e))
-                self._copy(preps, first, start, blank, now, qoffs)
+                try:
+                    self._copy(preps, first, start, blank, now, qoffs)
+                except BaseException:
+                    self._abandon(first, 1 + (1 if blank else 0))
+                    raise
                 qo = qoffs[0]
             status, reason = OK, ""
             sync = self._sync and wait_store
@@ -795,7 +809,11 @@ class StoreClient:
             except _Refused as e:
                 self._record(t0, len(msgs), 0, False, False)
                 return [PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, str(e)) for _ in msgs]
-            self._copy(preps, first, start, blank, now, qoffs)
+            try:
+                self._copy(preps, first, start, blank, now, qoffs)
+            except BaseException:
+                self._abandon(first, len(preps) + (1 if blank else 0))
+                raise
             status, reason = OK, ""
             sync = self._sync and wait_store
             if sync:

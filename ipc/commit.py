@@ -126,7 +126,10 @@ class LogFiles:
         while ps < seq:
             off, qo, sts, size, pid, qslot, state = cb.slot(ps)
             if state != c.STATE_DONE:
-                if not (state == c.STATE_RESERVED and (force or self._dead(ps, pid))):
+                abandoned = state == c.STATE_ABANDONED
+                if not (
+                    abandoned or (state == c.STATE_RESERVED and (force or self._dead(ps, pid)))
+                ):
                     break
                 self._fill(off, size, qslot, qo, sts)
                 cb.set_slot_state(ps, c.STATE_DONE)

@@ -136,6 +136,7 @@ SLOT_STATE_OFF: Final = 36
 STATE_FREE: Final = 0
 STATE_RESERVED: Final = 1
 STATE_DONE: Final = 2
+STATE_ABANDONED: Final = 3  # its producer gave up mid-copy (an exception): fill it now
 
 QROW: Final = 160
 QROW_HEAD = struct.Struct("<qqii")  # hash, next_offset, queue_id, topic_len

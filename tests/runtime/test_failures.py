@@ -295,3 +295,23 @@ def test_status_command_json_and_table(store: Store) -> None:
     assert "messages per fsync" in table.stdout and "committer" in table.stdout
     # A detached client's counters are retired into the totals.
     wait_for(lambda: store.status()["puts"]["total"] == 10, 10, "the put count")
+
+
+def test_exception_mid_copy_abandons_the_reservation(store: Store) -> None:
+    with StoreClient.attach(store.path) as client:
+        assert client.put("ab", b"first", queue_id=0).status is OK
+        real = client._copy_one
+
+        def boom(*_a: object) -> None:
+            raise KeyboardInterrupt
+
+        client._copy_one = boom  # type: ignore[assignment,method-assign]
+        with pytest.raises(KeyboardInterrupt):
+            client.put("ab", b"lost", queue_id=0)
+        client._copy_one = real  # type: ignore[method-assign]
+        r = client.put("ab", b"third", queue_id=0)  # a stalled log would time out here
+        assert r.status is OK and r.queue_offset == 2
+    assert store.stop() == 0
+    recs = store.read_log(keep_fillers=True)
+    check_chain(recs, store.config["segment_size_bytes"])
+    assert [is_filler(x) for x in recs] == [False, True, False]
