@@ -45,10 +45,10 @@ Header, layout version 1 (little-endian int64 unless said):
 Workers table at 512: 8 rows of 64 bytes (pid, heartbeat_ms, restarts, state, name 32s),
 written by the worker (heartbeat) and the supervisor (pid, restarts, state).
 
-Client statistics at 1024: 64 rows of 48 int64 (pid, puts, errors, bytes, lat_max_ns,
+Client statistics at 4096: 256 rows of 48 int64 (pid, puts, errors, bytes, lat_max_ns,
 sync_puts, 42 log2-µs latency buckets); row owned by one client, assigned at attach.
 
-Reservation slots at 32768: `slot_count` rows of 40 bytes (offset q, queue_offset q,
+Reservation slots at 131072: `slot_count` rows of 40 bytes (offset q, queue_offset q,
 store_ts q, size i, pid i, qslot i, state i), row `seq % slot_count`. A producer writes
 its rows RESERVED under the lock and sets DONE after its copy; the publisher advances
 `published_pos` over contiguous DONE rows.
@@ -72,6 +72,8 @@ import struct
 from dataclasses import dataclass
 from multiprocessing import resource_tracker, shared_memory
 from typing import Final
+
+from engine.findings import Finding, Severity
 
 MAGIC_VERSION: Final = 0x4D51_4354_4C00_0001  # "MQCTL", version 1
 
@@ -122,14 +124,14 @@ WORKER_ROW: Final = 64
 MAX_WORKERS: Final = 8
 _WORKER = struct.Struct("<qqqq32s")
 
-CLIENTS_OFF: Final = 1024
-MAX_CLIENTS: Final = 64
+CLIENTS_OFF: Final = 4096
+MAX_CLIENTS: Final = 256
 HIST_BUCKETS: Final = 42
 CLIENT_FIELDS: Final = 6 + HIST_BUCKETS
 CLIENT_ROW: Final = CLIENT_FIELDS * 8
 _CLIENT = struct.Struct(f"<{CLIENT_FIELDS}q")
 
-SLOTS_OFF: Final = 32768
+SLOTS_OFF: Final = 131072
 SLOT_ROW: Final = 40
 SLOT = struct.Struct("<qqqiiii")  # offset, queue_offset, store_ts, size, pid, qslot, state
 SLOT_STATE_OFF: Final = 36
@@ -416,6 +418,39 @@ class ControlBlock:
         """(name, pid, heartbeat_ms, restarts, state)."""
         pid, hb, restarts, state, name = _WORKER.unpack_from(self.buf, self.worker_off(index))
         return name.rstrip(b"\0").decode(), int(pid), int(hb), int(restarts), int(state)
+
+    # --- self-check -------------------------------------------------------------------
+
+    def check(self) -> list[Finding]:
+        """Position and ring invariants (a snapshot: positions move while it reads, so
+        it reads them from the last writer to the first). O(1)."""
+        out: list[Finding] = []
+        flushed = self.get(OFF_FLUSHED)
+        committed = self.get(OFF_COMMITTED)
+        published = self.get(OFF_PUBLISHED)
+        pseq = self.get(OFF_PUBLISHED_SEQ)
+        reserved, seq = PAIR.unpack_from(self.buf, OFF_RESERVED)
+        where = self.ctl_name
+        if not flushed <= committed <= published <= reserved:
+            out.append(
+                Finding(
+                    Severity.ERROR,
+                    f"positions out of order: flushed {flushed}, committed {committed}, "
+                    f"published {published}, reserved {reserved}",
+                    where,
+                )
+            )
+        if not 0 <= seq - pseq <= self.slot_count:
+            out.append(
+                Finding(Severity.ERROR, f"slot ring: seq {seq}, published seq {pseq}", where)
+            )
+        if self.get(OFF_ALLOCATED) < reserved:
+            out.append(Finding(Severity.ERROR, "reserved past the allocated files", where))
+        if self.pool_buffers and (
+            reserved // self.segment_size - committed // self.segment_size >= self.pool_buffers
+        ):
+            out.append(Finding(Severity.ERROR, "more segments in flight than pool buffers", where))
+        return out
 
     # --- clients ----------------------------------------------------------------------
 

@@ -153,5 +153,6 @@ def build(
             "failures": cb.get(c.OFF_FLUSH_FAILURES),
         },
         "fillers": cb.get(c.OFF_FILLERS),
+        "findings": [str(f) for f in cb.check()],
         "busy_waits": cb.get(c.OFF_BUSY),
     }

@@ -1,0 +1,110 @@
+"""The control block and the locks, in-process with real shared memory and real files."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from ipc import control as c
+from ipc.locks import FileLock, StoreLockHeld, store_lock_holder, take_store_lock
+
+
+@pytest.fixture
+def cb(tmp_path: Path) -> c.ControlBlock:
+    block = c.ControlBlock.create(tmp_path, 1, c.Geometry(65536, 2, slot_count=64))
+    yield block  # type: ignore[misc]
+    block.close()
+    assert c.leftover_shm(tmp_path) == []
+
+
+def test_layout_regions_do_not_overlap() -> None:
+    assert c.OFF_COMMITTED_SEQ + 8 <= c.WORKERS_OFF
+    assert c.WORKERS_OFF + c.MAX_WORKERS * c.WORKER_ROW <= c.CLIENTS_OFF
+    assert c.CLIENTS_OFF + c.MAX_CLIENTS * c.CLIENT_ROW <= c.SLOTS_OFF
+    assert c.OFF_SEQ == c.OFF_RESERVED + 8  # written together, one pack: the commit point
+    assert c.OFF_CS_SEQ == c.OFF_CS_PID + 8
+
+
+def test_create_attach_and_fields(cb: c.ControlBlock, tmp_path: Path) -> None:
+    assert sorted(c.leftover_shm(tmp_path)) == sorted([cb.ctl_name, cb.pool_name])
+    other = c.ControlBlock.attach(cb.ctl_name, cb.pool_name)
+    try:
+        cb.set(c.OFF_RESERVED, 123)
+        assert other.get(c.OFF_RESERVED) == 123
+        assert (other.segment_size, other.pool_buffers, other.slot_count) == (65536, 2, 64)
+        v = other.pool_view(3)  # segment 3 uses buffer 1
+        v[:3] = b"abc"
+        v.release()
+        assert cb.pool_buf is not None and bytes(cb.pool_buf[65536 : 65536 + 3]) == b"abc"
+        cb.set_flag(c.FLAG_RUNNING)
+        cb.set_flag(c.FLAG_READ_ONLY)
+        assert other.flag_names() == ["running", "read_only"]
+    finally:
+        other.close()
+    assert len(c.leftover_shm(tmp_path)) == 2  # a non-owner's close unlinks nothing
+
+
+def test_queue_table_rows_are_found_again(cb: c.ControlBlock) -> None:
+    rows = {(t, q): cb.find_or_add_queue(t.encode(), q) for t in ("a", "b", "é") for q in range(5)}
+    assert len(set(rows.values())) == 15
+    for (t, q), row in rows.items():
+        assert cb.find_or_add_queue(t.encode(), q) == row
+        assert cb.qrow(row) == (t, q, 0)
+    assert sorted(cb.queue_rows()) == sorted((t, q, 0) for t, q in rows)
+
+
+def test_check_reports_positions_out_of_order(cb: c.ControlBlock) -> None:
+    cb.set(c.OFF_ALLOCATED, 1 << 20)
+    assert cb.check() == []
+    cb.set(c.OFF_FLUSHED, 10)
+    assert any("out of order" in f.what for f in cb.check())
+
+
+def test_remove_leftovers(tmp_path: Path) -> None:
+    block = c.ControlBlock.create(tmp_path, 7, c.Geometry(65536, 1, slot_count=8))
+    names = c.leftover_shm(tmp_path)
+    assert len(names) == 2
+    # A crash: the mapping goes away without unlinking.
+    block.owner = False
+    block.close()
+    assert c.remove_leftovers(tmp_path) == names
+    assert c.leftover_shm(tmp_path) == []
+
+
+def _hold_and_die(path: str, ready: multiprocessing.synchronize.Event) -> None:
+    lock = FileLock(path)
+    lock.acquire()
+    ready.set()
+    time.sleep(600)
+
+
+def test_file_lock_is_released_when_its_holder_is_killed(tmp_path: Path) -> None:
+    path = str(tmp_path / "l")
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Event()
+    p = ctx.Process(target=_hold_and_die, args=(path, ready))
+    p.start()
+    assert ready.wait(60)
+    lock = FileLock(path)
+    assert not lock.try_acquire()
+    p.kill()
+    p.join()
+    lock.acquire()  # would block forever if death did not release it
+    lock.release()
+    lock.close()
+
+
+def test_store_lock_names_its_holder(tmp_path: Path) -> None:
+    assert store_lock_holder(str(tmp_path)) is None
+    fd = take_store_lock(str(tmp_path))
+    try:
+        assert store_lock_holder(str(tmp_path)) == os.getpid()
+        with pytest.raises(StoreLockHeld, match=f"pid {os.getpid()}"):
+            take_store_lock(str(tmp_path))
+    finally:
+        os.close(fd)
+    assert store_lock_holder(str(tmp_path)) is None
