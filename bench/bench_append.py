@@ -14,6 +14,8 @@ For bodies of 128 B, 1 KiB and 16 KiB it measures, in one run:
   the commit to the file is the committer's job and is timed apart, as `commit`).
 * `mmap_warm_unique_keys`: as `mmap_warm`, but every message carries its own `KEYS` value, so the
   appender's tail cache misses and properties are encoded per message.
+* `mmap_warm_batch32`: as `mmap_warm`, through `CommitLog.append_batch` with 32 messages per
+  call (one segment check and one store timestamp per batch, as RocketMQ's batch put).
 
 Every appended record is a full RocketMQ record: encoded from the `Message` (CRC,
 header, topic, properties), with physical offset, queue offset and store timestamp
@@ -140,7 +142,13 @@ def _commitlog(
 
 
 def _append_run(
-    work: Path, msgs: list[Message], total_bytes: int, *, pool: bool, warm: bool = False
+    work: Path,
+    msgs: list[Message],
+    total_bytes: int,
+    *,
+    pool: bool,
+    warm: bool = False,
+    batch: int = 0,
 ) -> tuple[float, int, float]:
     log, unused = _commitlog(work, total_bytes, pool=pool, warm=warm)
     log.append(msgs[0])  # warms the encoder's cache outside the clock
@@ -150,6 +158,14 @@ def _append_run(
     def run() -> None:
         for m in rest:
             append(m)
+
+    if batch:
+        chunks = [rest[i : i + batch] for i in range(0, len(rest), batch)]
+        append_batch = log.append_batch
+
+        def run() -> None:
+            for chunk in chunks:
+                append_batch(chunk)
 
     secs = _timed(run)
     total = log.queue.max_wrote_offset()
@@ -238,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
                 commit.append(c)
                 s, b, _c = _append_run(work_root, uniq, nbytes, pool=False, warm=True)
                 runs.setdefault("mmap_warm_unique_keys", []).append((s, b))
+                s, b, _c = _append_run(work_root, msgs, nbytes, pool=False, warm=True, batch=32)
+                runs.setdefault("mmap_warm_batch32", []).append((s, b))
             floor_rate = count / statistics.median(s for s, _ in runs["floor"])
             for path, results in runs.items():
                 secs = statistics.median(s for s, _ in results)

@@ -24,7 +24,9 @@ Outcomes a caller should expect are `AppendStatus` values; I/O failures raise
 
 **The fast path.** `engine.record.encode` is the reference encoder: it validates
 everything and costs tens of microseconds (host parsing, property checks). The
-appender keeps a small cache keyed by (topic, properties, born host, store host): the
+appender keeps a small cache keyed by (topic, properties, born host, store host), in
+front of it a memo of the last message's shape (properties compared as maps, since
+RocketMQ's properties are an unordered map: equal maps share one encoded tail): the
 first message with a given key goes through `encode`; if it is valid with IPv4 hosts,
 its topic-and-properties tail and its host bytes are cached, and later messages with
 the same key are packed straight into the segment with one `struct.pack_into` (header
@@ -139,6 +141,7 @@ class AppendResult(NamedTuple):
 
 
 _PUT_OK: Final = AppendStatus.PUT_OK
+_POS_QUEUEOFFSET: Final = record.POS_QUEUEOFFSET
 
 _ENCODE_TO_APPEND: Final = {
     EncodeStatus.MESSAGE_ILLEGAL: AppendStatus.MESSAGE_ILLEGAL,
@@ -352,6 +355,9 @@ class CommitLog:
         self._offsets: dict[QueueKey, int] = dict(queue_offsets or {})
         # (topic, properties, born host, store host) -> parts; (born, store) -> host parts
         self._tails: dict[tuple[object, ...], _Tail] = {}
+        # The last message's shape (topic, properties, hosts) and its tail: a producer
+        # usually sends runs of alike messages, and comparing is cheaper than hashing a key.
+        self._memo: tuple[object, dict[str, str], object, object, _Tail] | None = None
         self._hosts: dict[tuple[object, object], tuple[bytes, int, bytes, int]] = {}
         self._last: Segment | None = queue.last()
         self._wall_clock = clock_ms is now_ms  # the hot path inlines the default clock
@@ -432,11 +438,28 @@ class CommitLog:
             return self._refused()
         props = msg.properties
         body = msg.body
+        ent: _Tail | None
         try:
-            key = (msg.topic, tuple(props.items()) if props else (), msg.born_host, msg.store_host)
-            ent = self._tails.get(key)
-            if ent is None:
-                ent = self._tail_for(msg, key)
+            memo = self._memo
+            if (
+                memo is not None
+                and msg.topic == memo[0]
+                and props == memo[1]
+                and msg.born_host == memo[2]
+                and msg.store_host == memo[3]
+            ):
+                ent = memo[4]
+            else:
+                key = (
+                    msg.topic, tuple(props.items()) if props else (), msg.born_host,
+                    msg.store_host,
+                )  # fmt: skip
+                ent = self._tails.get(key)
+                if ent is None:
+                    ent = self._tail_for(msg, key)
+                if ent is not None:
+                    snapshot = dict(props) if props else {}
+                    self._memo = (msg.topic, snapshot, msg.born_host, msg.store_host, ent)
             if (
                 ent is None
                 or type(body) is not bytes
@@ -562,13 +585,17 @@ class CommitLog:
             except (struct.error, TypeError):
                 pass
             else:
-                return _Prepared(
-                    b"".join((head, body, ent.tail)),
-                    56,
-                    (msg.topic, msg.queue_id),
-                    _takes_offset(msg.sys_flag),
-                    ent.store_addr,
-                    ent.store_port,
+                tx = msg.sys_flag & _TX_MASK
+                return _tuple_new(
+                    _Prepared,
+                    (
+                        b"".join((head, body, ent.tail)),
+                        56,
+                        (msg.topic, msg.queue_id),
+                        tx == 0 or tx == _TX_COMMIT,
+                        ent.store_addr,
+                        ent.store_port,
+                    ),
                 )
         rec = encode(msg, max_message_size=self.max_message_size)
         if rec.status is not EncodeStatus.OK:
@@ -615,19 +642,20 @@ class CommitLog:
         now = self._clock_ms()
         offsets = self._offsets
         out: list[AppendResult] = []
-        for p in preps:
-            qo = offsets.get(p.qkey, 0) if p.takes_offset else 0
-            phys = seg.start_offset + pos
-            data = p.data
+        start = seg.start_offset
+        append = out.append
+        pack_qo_po = _QO_PO.pack_into
+        pack_ts = _I64.pack_into
+        for data, ts_pos, qkey, takes, addr, port in preps:
+            qo = offsets.get(qkey, 0) if takes else 0
+            phys = start + pos
             n = len(data)
             target[pos : pos + n] = data
-            _QO_PO.pack_into(target, pos + record.POS_QUEUEOFFSET, qo, phys)
-            _I64.pack_into(target, pos + p.store_ts_pos, now)
-            if p.takes_offset:
-                offsets[p.qkey] = qo + 1
-            out.append(
-                AppendResult(AppendStatus.PUT_OK, phys, n, qo, now, "", p.store_addr, p.store_port)
-            )
+            pack_qo_po(target, pos + _POS_QUEUEOFFSET, qo, phys)
+            pack_ts(target, pos + ts_pos, now)
+            if takes:
+                offsets[qkey] = qo + 1
+            append(_tuple_new(AppendResult, (_PUT_OK, phys, n, qo, now, "", addr, port)))
             pos += n
         seg.wrote_position = pos
         seg.store_timestamp = now
