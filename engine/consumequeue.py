@@ -276,7 +276,7 @@ class ConsumeQueue:
             read = seg.read_position
             if pos < read:
                 with seg.select(0, read) as sl:
-                    dirty = sl.status is ReadStatus.OK and any(sl.view[pos:])
+                    dirty = sl.status is ReadStatus.OK and sl.view[pos:] != bytes(read - pos)
         later = [s for s in q.segments if s.start_offset > end]
         if dirty or later:
             q.truncate_dirty(end)

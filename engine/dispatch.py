@@ -178,7 +178,7 @@ class Dispatcher:
                     stopped_early = DispatchStop.LIMIT
                     res.next_offset = rec.offset
                     break
-                self._one(rec.offset, h, res)
+                self.dispatch_record(rec.offset, h, res)
                 res.next_offset = rec.offset + h.size
                 if max_records is not None and res.records >= max_records:
                     stopped_early = DispatchStop.MAX_RECORDS
@@ -195,7 +195,9 @@ class Dispatcher:
         res.next_offset = sc.end_offset
         return res
 
-    def _one(self, offset: int, h: RecordHeader, res: DispatchResult) -> None:
+    def dispatch_record(self, offset: int, h: RecordHeader, res: DispatchResult) -> None:
+        """Dispatch one checked message record at log `offset` into `res` (recovery
+        drives its own validating walk and calls this). Raises StoreIOError."""
         res.records += 1
         takes = takes_queue_offset(h.sys_flag)
         if self.skip is not None and self.skip(h):
