@@ -15,11 +15,15 @@ the runtime can serve from, and says what it did in a `RecoveryReport`:
 3. Validate every record from there, CRC included (`check_crc_on_recover`), hopping
    BLANKs; valid data ends at the first zero, corrupt or torn record.
 4. Cut the log there (`SegmentQueue.truncate_dirty`: later segments destroyed, the tail
-   of the last zeroed), and fdatasync the validated segments.
-5. Drop consume-queue units and index entries at or past the end.
-6. Dispatch what the consume queues and index lack (`Dispatcher`): abnormal, from the
-   validation start (re-dispatch is idempotent); normal, from the consume queues' max
-   physical offset (RocketMQ's reput catch-up at start, usually nothing).
+   of the last zeroed; nothing is written when the tail is zeros already), and
+   fdatasync the validated segments.
+5. Drop consume-queue units and index entries at or past the end (after 6: units of
+   records below the end are never touched by it).
+6. Dispatch what the consume queues and index lack, during the same validating pass
+   (`Dispatcher.dispatch_record`; a record is parsed in full only when a queue or the
+   index lacks it): abnormal, from the validation start (RocketMQ), or from the queues'
+   max physical offset when that is earlier; normal, from the queues' max physical
+   offset (RocketMQ's reput catch-up at start, usually nothing).
 7. Correct every queue's min offset to the log's first offset, flush queues, index and
    checkpoint, and rebuild the queue-offset table (next queue offset per (topic, queue),
    `RecoveryReport.queue_offsets`) that the appender continues from.
@@ -245,7 +249,9 @@ def recover_store(
             report.start_file = start.file_name
             report.start_offset = start.start_offset
             if abnormal:
-                dispatch_from = start.start_offset
+                # RocketMQ trusts the checkpoint; queues lagging behind it are caught up too
+                caught_up = max(cqs.max_physical_offset(), log.min_offset(), 0)
+                dispatch_from = min(start.start_offset, caught_up)
             else:
                 dispatch_from = max(cqs.max_physical_offset(), log.min_offset(), 0)
             if index.min_destroyed_begin_phy is not None:

@@ -352,3 +352,22 @@ def test_garbage_anywhere_cuts_where_the_reference_scan_stops(tmp_path: Path, se
     cqs = ConsumeQueueStore.open(tmp_path, CQ_FILE, read_only=True)
     assert not errors(cqs.check()), f"seed {seed}"
     cqs.close()
+
+
+def test_abnormal_recovery_catches_up_queues_behind_the_checkpoint(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    results = write_messages(log, 60)
+    cqs, idx = ConsumeQueueStore(tmp_path, CQ_FILE), IndexService(tmp_path, SLOTS, ENTRIES)
+    Dispatcher(log, cqs, idx).dispatch(0, results[5].wrote_offset)
+    log.queue.flush_all()
+    for c in (log, cqs, idx):
+        c.close()
+    with StoreCheckpoint.open_in(tmp_path) as cp:  # claims far more than the queues hold
+        cp.physic_msg_timestamp = cp.logics_msg_timestamp = results[-1].store_timestamp + 5000
+        cp.flush()
+    _crash(tmp_path)
+    rep = _recover(tmp_path)
+    assert rep.start_offset > results[5].wrote_offset  # the checkpoint's choice...
+    assert rep.dispatch_from == results[5].wrote_offset  # ...but the queues are caught up
+    assert rep.records_redispatched == 55
+    assert _pull_all(tmp_path) == [r.wrote_offset for r in results]
