@@ -46,6 +46,7 @@ MAX_TIMESTAMP_MS = (1 << 63) - 1
 DEFAULT_MAX_BYTES = 256 * 1024  # maxTransferBytesOnMessageInMemory
 MIN_SCAN_UNITS = 16000 // 20  # RocketMQ scans at least 16000 bytes of units per pull
 QUERY_ROUNDS = 3
+MAX_EXT_ADDR = -2_147_483_649  # ConsumeQueueExt addresses are <= this (spec §3.2)
 
 MaxOffsetFn = Callable[[], int]
 FillerPredicate = Callable[[DecodedRecord], bool]
@@ -335,7 +336,8 @@ class StoreReader:
             if res.messages and (len(res.messages) >= max_count or got_bytes + u.size > max_bytes):
                 break
             nxt = qo + 1
-            if codes is not None and u.tags_code not in codes:
+            if codes is not None and u.tags_code > MAX_EXT_ADDR and u.tags_code not in codes:
+                # (a consume-queue-ext address is no tag code: the record's TAGS decide)
                 continue
             rec = self._record_of(u)
             if rec is None:

@@ -205,6 +205,10 @@ def test_real_stores(real_store_copy: StoreCopy) -> None:
         assert [m.queue_offset for m in got] == list(range(179))
         assert g.status is GetStatus.OFFSET_OVERFLOW_ONE
         assert all(m.crc_ok and m.topic == "abc" for m in got)
+        # the broker's units hold consume-queue-ext addresses: tags are checked on records
+        g = r.get_messages("abc", 0, 0, 500, tags="TAG1", max_bytes=1 << 30)
+        assert len(g.messages) == 179
+        assert r.get_messages("abc", 0, 0, 500, tags="TAG2").messages == []
 
 
 def test_reader_opens_nothing_for_writing(tmp_path: Path) -> None:
