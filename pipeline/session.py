@@ -1,0 +1,104 @@
+"""A SparkSession for the pipeline jobs that works on a fresh machine without setup.
+
+What a first run would otherwise trip on, and what is done about it:
+
+- Python workers run `python3` from PATH, not this interpreter: `PYSPARK_PYTHON` (and the
+  driver's) default to `sys.executable`.
+- Spark binds the machine's external address: `SPARK_LOCAL_IP` defaults to 127.0.0.1 when
+  the master is local or on the loopback (a real cluster must reach the driver, so it is
+  left alone then).
+- Executors must import `engine` and `pipeline`: a zip of both packages, built from the
+  modules this process imported, is added with `addPyFile`. An executor that runs the
+  same installed environment would find them anyway; the zip makes a bare one work too
+  (it still needs pyarrow and numpy, as any PySpark executor running Arrow does).
+- A reader that filters for itself needs `spark.sql.python.filterPushdown.enabled`.
+- A master set in code overrides `spark-submit --master`: under spark-submit (its
+  gateway is already running) no master is set here unless one is given.
+
+Who may call: the CLI jobs and tests. Cost: starting a JVM (~5 s, ~640 MiB).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import sys
+import tempfile
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import engine
+import pipeline
+from pipeline.source import register
+
+DEFAULT_MASTER = "local[*]"
+SHIPPED_PACKAGES = (engine, pipeline)
+BASE_CONF: dict[str, str] = {
+    "spark.sql.python.filterPushdown.enabled": "true",
+    "spark.ui.showConsoleProgress": "true",
+    "spark.sql.session.timeZone": "UTC",
+}
+
+
+def _is_loopback(master: str | None) -> bool:
+    if master is None or master.startswith("local"):
+        return True
+    return any(h in master for h in ("127.0.0.1", "localhost", "[::1]"))
+
+
+def prepare_environment(master: str | None) -> None:
+    """Set the variables a fresh machine lacks; values already set are kept."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if _is_loopback(master):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+def build_module_zip(dest_dir: Path) -> Path:
+    """A zip holding the `engine` and `pipeline` packages (their .py files), for executors."""
+    out = dest_dir / "mqstore-pipeline-modules.zip"
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        for pkg in SHIPPED_PACKAGES:
+            pkg_dir = Path(pkg.__file__ or "").parent
+            for src in sorted(pkg_dir.rglob("*.py")):
+                z.write(src, Path(pkg.__name__) / src.relative_to(pkg_dir))
+    return out
+
+
+def launched_by_spark_submit() -> bool:
+    """True when spark-submit started this process (its JVM gateway is already up)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def start_session(
+    app_name: str,
+    master: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    *,
+    ship_modules: bool = True,
+) -> Any:
+    """Start (or join) a SparkSession ready for `format("mqstore")`.
+
+    `master` None means `local[*]`, or whatever spark-submit was given when launched by it.
+    """
+    prepare_environment(master)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
+    elif not launched_by_spark_submit():
+        builder = builder.master(DEFAULT_MASTER)
+    for key, value in {**BASE_CONF, **(conf or {})}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    if ship_modules:
+        tmp = Path(tempfile.mkdtemp(prefix="mqstore-pipeline-"))
+        atexit.register(shutil.rmtree, tmp, True)  # executors fetch it until the job ends
+        spark.sparkContext.addPyFile(str(build_module_zip(tmp)))
+    register(spark)
+    return spark

@@ -1,0 +1,245 @@
+"""`mqstore pipeline JOB DIR ...`: Spark jobs over a store directory (or a store URI).
+
+    mqstore pipeline stats  DIR [--window 1m] [--json]
+    mqstore pipeline query  DIR [--topic T] [--key K] [--from T0] [--to T1] [--limit N]
+    mqstore pipeline audit  DIR [--json]          exit 1 when anything is corrupt
+    mqstore pipeline export DIR --to OUT [--mode errorifexists|overwrite|append]
+
+Every job runs in local mode (`local[*]`) unless `--master` names a cluster (say
+`spark://127.0.0.1:7077`); under spark-submit, its master is used. Spark's console
+progress bar shows on stderr; results go to stdout. Times are ISO 8601 (UTC unless
+they carry an offset) or epoch milliseconds. DIR may be a local path or a URI that
+`pyarrow.fs` understands (`file://`, `s3://`, `hdfs://`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import re
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+NAME = "pipeline"
+HELP = "Spark jobs over a store: stats, query, audit, export"
+
+_DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)?$")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1}
+
+
+def parse_time_ms(text: str) -> int:
+    """Epoch milliseconds from `1700000000000` or ISO 8601 (naive means UTC)."""
+    raw = text.strip()
+    if raw.lstrip("-").isdigit():
+        return int(raw)
+    try:
+        when = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither epoch milliseconds nor an ISO 8601 time"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return int(when.timestamp() * 1000)
+
+
+def parse_duration_ms(text: str) -> int:
+    """`500ms`, `30s`, `5m`, `1h`, `1d`, or plain milliseconds."""
+    m = _DURATION.match(text.strip())
+    if not m or int(m.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 30s, 5m, 1h")
+    return int(m.group(1)) * _UNIT_MS[m.group(2)]
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("store_dir", help="store directory, or a URI pyarrow.fs understands")
+    p.add_argument("--master", default=None, help="Spark master (default local[*])")
+    p.add_argument("--split-bytes", type=int, default=None, help="bytes per split (default 64 MiB)")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    jobs = p.add_subparsers(dest="job", metavar="JOB", required=True)
+    s = jobs.add_parser("stats", help="records, bytes and rates per topic and queue over time")
+    _common(s)
+    s.add_argument("--window", type=parse_duration_ms, default=60_000, help="window (1m)")
+    s.add_argument("--json", action="store_true", help="print JSON")
+    q = jobs.add_parser("query", help="records by topic, key and time range")
+    _common(q)
+    q.add_argument("--topic", default=None)
+    q.add_argument("--key", default=None, help="one of the record's KEYS, or its UNIQ_KEY")
+    q.add_argument("--from", dest="from_ms", type=parse_time_ms, default=None)
+    q.add_argument("--to", dest="to_ms", type=parse_time_ms, default=None)
+    q.add_argument("--limit", type=int, default=1000, help="at most this many (1000)")
+    a = jobs.add_parser("audit", help="verify every CRC and report corrupt ranges")
+    _common(a)
+    a.add_argument("--json", action="store_true", help="print JSON")
+    e = jobs.add_parser("export", help="write Parquet partitioned by topic and date")
+    _common(e)
+    e.add_argument("--to", dest="out", required=True, help="output directory or URI")
+    e.add_argument(
+        "--mode",
+        choices=["errorifexists", "overwrite", "append", "ignore"],
+        default="errorifexists",
+    )
+
+
+def _fmt_ms(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
+
+
+def _json_record(r: dict[str, Any]) -> dict[str, Any]:
+    out = dict(r)
+    out["magic"] = f"0x{r['magic']:08x}"
+    out["body"] = base64.b64encode(r["body"] or b"").decode("ascii")
+    out["properties"] = dict(r["properties"] or {})
+    return out
+
+
+def _print_stats(st: Any, as_json: bool) -> None:
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "records": st.records,
+                    "bytes": st.bytes,
+                    "queues": [
+                        {
+                            "topic": q.topic,
+                            "queue_id": q.queue_id,
+                            "records": q.records,
+                            "bytes": q.bytes,
+                            "first_store_ms": q.first_store_ms,
+                            "last_store_ms": q.last_store_ms,
+                            "records_per_s": q.records_per_s,
+                        }
+                        for q in st.queues
+                    ],
+                    "windows": [
+                        {
+                            "window_start_ms": w.window_start_ms,
+                            "window_ms": w.window_ms,
+                            "topic": w.topic,
+                            "queue_id": w.queue_id,
+                            "records": w.records,
+                            "bytes": w.bytes,
+                            "records_per_s": w.records_per_s,
+                            "bytes_per_s": w.bytes_per_s,
+                        }
+                        for w in st.windows
+                    ],
+                },
+                indent=2,
+            )
+        )
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    t = Table("topic", "queue", "records", "bytes", "first", "last", "records/s", title="per queue")
+    for q in st.queues:
+        t.add_row(
+            q.topic, str(q.queue_id), f"{q.records:,}", f"{q.bytes:,}",
+            _fmt_ms(q.first_store_ms), _fmt_ms(q.last_store_ms), f"{q.records_per_s:,.1f}",
+        )  # fmt: skip
+    console.print(t)
+    w_table = Table(
+        "window start", "topic", "queue", "records", "bytes", "records/s", "bytes/s",
+        title="per window",
+    )  # fmt: skip
+    for w in st.windows:
+        w_table.add_row(
+            _fmt_ms(w.window_start_ms), w.topic, str(w.queue_id), f"{w.records:,}",
+            f"{w.bytes:,}", f"{w.records_per_s:,.1f}", f"{w.bytes_per_s:,.0f}",
+        )  # fmt: skip
+    console.print(w_table)
+    console.print(f"{st.records:,} records, {st.bytes:,} bytes")
+
+
+def _print_audit(result: Any, as_json: bool) -> None:
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "ok": result.ok,
+                    "records_checked": result.records_checked,
+                    "bytes_checked": result.bytes_checked,
+                    "corrupt": [
+                        {
+                            "physical_offset": c.physical_offset,
+                            "end_offset": c.physical_offset + c.size,
+                            "size": c.size,
+                            "problem": c.problem,
+                            "topic": c.topic,
+                        }
+                        for c in result.corrupt
+                    ],
+                },
+                indent=2,
+            )
+        )
+        return
+    for c in result.corrupt:
+        what = f"record of topic {c.topic!r}" if c.topic is not None else "unreadable range"
+        print(
+            f"CORRUPT [{c.physical_offset}, {c.physical_offset + c.size}) "
+            f"{c.size} bytes, {what}: {c.problem}"
+        )
+    verdict = "OK" if result.ok else f"{len(result.corrupt)} corrupt range(s)"
+    print(
+        f"audit: {result.records_checked:,} records, {result.bytes_checked:,} bytes "
+        f"of sound records checked: {verdict}"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from pipeline import jobs, session, storefs
+
+    try:
+        listing = storefs.open_store(args.store_dir)
+    except (storefs.StoreNotFound, OSError, ValueError) as e:
+        print(f"mqstore pipeline: {e}", file=sys.stderr)
+        return 2
+    if not listing.segments:
+        print(f"mqstore pipeline: {args.store_dir}: no commit-log segments", file=sys.stderr)
+    live = (
+        f", live up to offset {listing.flushed_offset}"
+        if listing.flushed_offset is not None
+        else ""
+    )
+    size = sum(s.readable_bytes for s in listing.segments)
+    print(
+        f"mqstore pipeline {args.job}: {len(listing.segments)} segment(s), {size:,} bytes{live}",
+        file=sys.stderr,
+    )
+    options = {} if args.split_bytes is None else {"splitBytes": str(args.split_bytes)}
+    spark = session.start_session(f"mqstore pipeline {args.job}", args.master)
+    try:
+        if args.job == "stats":
+            _print_stats(jobs.stats(spark, args.store_dir, args.window, options), args.json)
+            return 0
+        if args.job == "query":
+            rows = jobs.query(
+                spark, args.store_dir, topic=args.topic, key=args.key,
+                from_ms=args.from_ms, to_ms=args.to_ms, limit=args.limit, options=options,
+            )  # fmt: skip
+            for r in rows:
+                print(json.dumps(_json_record(r)))
+            print(f"{len(rows)} record(s)", file=sys.stderr)
+            return 0
+        if args.job == "audit":
+            result = jobs.audit(spark, args.store_dir, options)
+            _print_audit(result, args.json)
+            return 0 if result.ok else 1
+        if args.job == "export":
+            done = jobs.export(spark, args.store_dir, args.out, mode=args.mode, options=options)
+            print(
+                f"exported {done.rows:,} records to {done.out} "
+                f"({len(done.partitions)} topic/date partitions)"
+            )
+            return 0
+        raise AssertionError(f"unknown job {args.job}")
+    finally:
+        spark.stop()
