@@ -34,6 +34,7 @@ Not thread-safe.
 from __future__ import annotations
 
 import enum
+import os
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -43,7 +44,9 @@ from engine.checkpoint import CheckpointFields
 from engine.commitlog import CommitLog, ScanStop
 from engine.consumequeue import ConsumeQueueStore, PutStatus, QueueKey, valid_topic_dir
 from engine.indexfile import IndexService
+from engine.reader import Geometry
 from engine.record import RecordHeader, takes_queue_offset
+from engine.segment_queue import SegmentQueue
 
 SkipPredicate = Callable[[RecordHeader], bool]
 
@@ -135,6 +138,54 @@ class Dispatcher:
         self.index = index
         self.skip = skip
         self.checkpoint = checkpoint
+
+    @classmethod
+    def open(
+        cls,
+        store_dir: str | os.PathLike[str],
+        geometry: Geometry,
+        *,
+        skip: SkipPredicate | None = None,
+        checkpoint: CheckpointFields | None = None,
+        index_enabled: bool = True,
+        max_msgs_num_batch: int = 64,
+        on_index_roll: Callable[[int], None] | None = None,
+    ) -> Dispatcher:
+        """The dispatcher process's set-up: a read-only view of the commit log (it follows
+        the appenders through `SegmentQueue.refresh`), the consume queues opened for
+        writing and recovered (positions found: the last 3 files of each), the index
+        loaded. Start dispatching from `resume_offset()`. `close()` closes them all.
+        Raises SegmentSizeError, IndexGeometryError, StoreIOError."""
+        d = os.fspath(store_dir)
+        q = SegmentQueue(os.path.join(d, "commitlog"), geometry.segment_size_bytes, read_only=True)
+        q.load()
+        log = CommitLog(q)
+        queues = ConsumeQueueStore.open(d, geometry.cq_file_size_bytes)
+        queues.recover()
+        index = None
+        if index_enabled:
+            index = IndexService(
+                d,
+                geometry.hash_slot_num,
+                geometry.index_num,
+                max_msgs_num_batch=max_msgs_num_batch,
+                on_roll=on_index_roll,
+            )
+            index.load()
+        return cls(log, queues, index, skip=skip, checkpoint=checkpoint)
+
+    def resume_offset(self) -> int:
+        """Where dispatching resumes (RocketMQ's reputFromOffset at start): the queues'
+        max physical offset, at least the log's first offset. Re-dispatching a few
+        records (transactions, fillers) from there is harmless."""
+        return max(self.queues.max_physical_offset(), self.log.min_offset(), 0)
+
+    def close(self) -> None:
+        """Close the log view, the queues and the index (not the checkpoint)."""
+        self.log.close()
+        self.queues.close()
+        if self.index is not None:
+            self.index.close()
 
     def dispatch(
         self, from_offset: int, limit: int, *, max_records: int | None = None

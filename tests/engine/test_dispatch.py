@@ -17,6 +17,7 @@ from engine.commitlog import CommitLog
 from engine.consumequeue import PRE_BLANK_SIZE, ConsumeQueueStore, PutStatus
 from engine.dispatch import Dispatcher, DispatchStop
 from engine.indexfile import IndexService
+from engine.reader import Geometry
 from engine.record import SysFlag, tags_code
 from engine.segment_queue import SegmentQueue
 from tests.engine.storebuild import (
@@ -244,3 +245,29 @@ def test_redispatch_of_real_49_log(real_store_copy: StoreCopy, tmp_path: Path) -
     assert cqs.queue_offset_table() == {("abc", 0): 47}
     log.close()
     cqs.close()
+
+
+def test_open_for_a_dispatcher_process_and_resume(tmp_path: Path) -> None:
+    geo = Geometry(4096, CQ_FILE, SLOTS, ENTRIES)
+    writer = open_log(tmp_path)
+    results = write_messages(writer, 20)
+    d = Dispatcher.open(tmp_path, geo)
+    assert d.resume_offset() == 0
+    r = d.dispatch(d.resume_offset(), results[12].wrote_offset)
+    assert r.units_written == 12
+    d.close()
+    # a restarted dispatcher resumes where the queues end
+    d = Dispatcher.open(tmp_path, geo)
+    assert d.resume_offset() == results[12].wrote_offset
+    write_messages(writer, 40, start=20)
+    at = d.resume_offset()
+    total = 0
+    while at < writer.max_offset():
+        r = d.dispatch(at, writer.max_offset())
+        total += r.units_written
+        assert r.next_offset > at or r.stop is DispatchStop.LIMIT
+        at = r.next_offset
+    assert total == 48
+    assert d.queues.queue_offset_table() == {("T", 0): 30, ("T", 1): 30}
+    d.close()
+    writer.close()
