@@ -96,10 +96,9 @@ def record_has_key(rec: DecodedRecord, topic: str, key: str) -> bool:
 
 
 def _detect_segment_size(store_dir: str) -> int | None:
-    for seg in list_segments(store_dir):
-        if seg.size_bytes > 0:
-            return seg.size_bytes
-    return None
+    """The largest commit-log file's size (a torn copy can leave the last one short)."""
+    sizes = [seg.size_bytes for seg in list_segments(store_dir) if seg.size_bytes > 0]
+    return max(sizes) if sizes else None
 
 
 @dataclass(frozen=True, slots=True)

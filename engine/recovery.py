@@ -66,6 +66,7 @@ from engine.record import (
 )
 from engine.segment import ReadStatus, Segment, now_ms
 from engine.segment_queue import SegmentQueue
+from engine.storedir import list_segments
 
 ABORT_FILE: Final = "abort"
 REPORT_FILE: Final = "recovery.json"
@@ -90,6 +91,7 @@ class RecoveryReport:
     records_validated: int = 0
     bytes_truncated: int = 0  # non-zero bytes cut past the end (incl. deleted segments)
     segments_deleted: int = 0
+    segments_extended: list[str] = field(default_factory=list)  # short last files, zero-filled
     dispatch_from: int = 0
     records_redispatched: int = 0  # consume-queue units written by the re-dispatch
     index_keys_redispatched: int = 0
@@ -167,6 +169,25 @@ def first_record_matches(seg: Segment, cp: CheckpointFields, *, index_safe: bool
     return ts <= bound
 
 
+def _extend_short_last_segment(log_dir: str, segment_size_bytes: int) -> list[str]:
+    """A last segment file shorter than a segment (a torn copy, a file system that lost
+    its tail) is extended with zeros, so the log loads and the scan cuts it at its last
+    whole record; segment files are always full-size in mqstore and RocketMQ."""
+    segs = list_segments(os.path.dirname(log_dir))
+    if not segs:
+        return []
+    last = segs[-1]
+    if not 0 < last.size_bytes < segment_size_bytes:
+        return []
+    fd = fileio.open_file(last.path, create=False)
+    try:
+        fileio.ftruncate(fd, segment_size_bytes, last.path)
+        fileio.fsync(fd, last.path)
+    finally:
+        fileio.close(fd, last.path)
+    return [os.path.basename(last.path)]
+
+
 def _nonzero_tail(seg: Segment, pos: int) -> int:
     """Bytes from `pos` to the last non-zero byte of the segment (1 MiB chunks from the
     end; an all-zero tail costs one compare per chunk)."""
@@ -203,6 +224,8 @@ def recover_store(
     ro = dry_run
     report = RecoveryReport("abnormal" if abnormal else "normal", d, dry_run=dry_run)
     log_dir = os.path.join(d, "commitlog")
+    if not ro:
+        report.segments_extended = _extend_short_last_segment(log_dir, geo.segment_size_bytes)
     if ro and not os.path.isdir(log_dir):
         queue = SegmentQueue(log_dir, geo.segment_size_bytes, read_only=True)
     else:

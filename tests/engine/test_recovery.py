@@ -371,3 +371,18 @@ def test_abnormal_recovery_catches_up_queues_behind_the_checkpoint(tmp_path: Pat
     assert rep.dispatch_from == results[5].wrote_offset  # ...but the queues are caught up
     assert rep.records_redispatched == 55
     assert _pull_all(tmp_path) == [r.wrote_offset for r in results]
+
+
+def test_last_file_truncated_mid_record(tmp_path: Path) -> None:
+    results, end = build_store(tmp_path, 30)
+    torn = results[27]
+    seg = torn.wrote_offset - torn.wrote_offset % SEGMENT
+    path = tmp_path / "commitlog" / f"{seg:020d}"
+    os.truncate(path, torn.wrote_offset - seg + 50)  # the file ends inside record 27
+    _crash(tmp_path)
+    rep = _recover(tmp_path)
+    assert rep.segments_extended == [path.name] and path.stat().st_size == SEGMENT
+    assert (rep.end_offset, rep.stop) == (torn.wrote_offset, "CORRUPT")
+    assert 0 < rep.bytes_truncated <= 50
+    assert rep.queue_offsets == {"T/0": 14, "T/1": 13}
+    _assert_consistent(tmp_path)
