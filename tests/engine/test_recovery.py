@@ -374,7 +374,7 @@ def test_abnormal_recovery_catches_up_queues_behind_the_checkpoint(tmp_path: Pat
 
 
 def test_last_file_truncated_mid_record(tmp_path: Path) -> None:
-    results, end = build_store(tmp_path, 30)
+    results, _end = build_store(tmp_path, 30)
     torn = results[27]
     seg = torn.wrote_offset - torn.wrote_offset % SEGMENT
     path = tmp_path / "commitlog" / f"{seg:020d}"
