@@ -197,9 +197,13 @@ class ConsumeQueue:
         if list_files and (last is None or self._written_end(last) >= last.size_bytes):
             q.refresh()
         segs = q.segments
-        for i, seg in enumerate(segs):
+        for seg in segs[:-1]:  # all full but the last
+            if seg.wrote_position != seg.size_bytes:
+                seg.adopt_positions(seg.size_bytes, seg.size_bytes, 0)
+        if segs:
+            seg = segs[-1]
             seg.adopt_positions(seg.size_bytes, seg.size_bytes, 0)
-            end = seg.size_bytes if i < len(segs) - 1 else self._written_end(seg)
+            end = self._written_end(seg)
             seg.adopt_positions(end, end, 0)
         self._init_min_logic_offset_read_only()
         tail = self._last_real_unit()

@@ -160,6 +160,7 @@ class StoreReader:
             self.log.close()
             raise
         self._static_limit = self._valid_end()
+        self._min_seen: dict[tuple[str, int], int] = {}
 
     @classmethod
     def open(
@@ -263,28 +264,46 @@ class StoreReader:
         return cq
 
     def _visible_max(self, cq: ConsumeQueue, limit: int) -> int:
-        """The queue's max offset, less the units at its end not yet readable."""
-        mx = cq.max_offset()
-        lo = cq.min_offset()
-        at = mx
-        while at > lo:
-            u = cq.get(at - 1)
-            if u is None:
-                break
-            if u.is_pre_blank:
-                at -= 1
-                continue
-            if u.end <= limit:
-                break
-            at -= 1
-            mx = at
-        return mx
+        """The queue's max offset, less the units at its end not yet readable (their
+        message ends past the limit). Binary search: units' ends rise with the queue
+        offset; a pre-blank takes the verdict of the nearest real unit before it."""
+        lo, hi = cq.min_offset(), cq.max_offset()
+
+        def readable(qo: int) -> bool:
+            while qo >= lo:
+                u = cq.get(qo)
+                if u is None:
+                    return True
+                if not u.is_pre_blank:
+                    return u.end <= limit
+                qo -= 1
+            return True
+
+        if hi <= lo or readable(hi - 1):
+            return hi
+        a, b = lo, hi - 1  # the first unreadable queue offset lies in [a, b]
+        while a < b:
+            mid = (a + b) // 2
+            if readable(mid):
+                a = mid + 1
+            else:
+                b = mid
+        return a
+
+    def _correct_min(self, cq: ConsumeQueue) -> None:
+        """Move the queue's min past units whose messages the log no longer holds; only
+        when the log's first offset moved since the last look (it costs a file scan)."""
+        log_min = max(self.log.min_offset(), 0)
+        key = cq.key
+        if self._min_seen.get(key) != log_min:
+            cq.correct_min_offset(log_min)
+            self._min_seen[key] = log_min
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         cq = self._queue(topic, queue_id)
         if cq is None:
             return 0
-        cq.correct_min_offset(max(self.log.min_offset(), 0))
+        self._correct_min(cq)
         return cq.min_offset()
 
     def max_offset(self, topic: str, queue_id: int) -> int:
@@ -308,7 +327,7 @@ class StoreReader:
         if cq is None:
             return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
         limit = self.limit()
-        cq.correct_min_offset(max(self.log.min_offset(), 0))
+        self._correct_min(cq)
         lo, hi = cq.min_offset(), self._visible_max(cq, limit)
         if hi == 0:
             return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi)
