@@ -5,8 +5,11 @@ datagrams "answer when flushed up to X" (`ipc.channel`). Every wake-up takes all
 requests as one batch, commits on demand (publish + pwrite of the pool, under the
 commit lock), forces once, and answers every waiter whose offset is now flushed. A
 waiter whose record is not yet published (another producer is still copying before it)
-stays pending and the loop polls quickly. Waiters enforce `syncFlushTimeout` themselves
-(FLUSH_DISK_TIMEOUT); the flusher drops requests older than that.
+stays pending and the loop polls quickly. While fewer requests wait than the last batch
+answered, the flusher gathers for up to GATHER_S (300 µs) before it forces: the producers
+it just answered are re-sending, and one fsync can serve them all. Waiters enforce
+`syncFlushTimeout` themselves (FLUSH_DISK_TIMEOUT); the flusher drops requests older
+than that.
 
 **ASYNC_FLUSH** (FlushRealTimeService): every `flush_interval_ms` (sleep when
 `flush_timed`, else also woken by the committer), flush with `flush_least_pages`, or 0
@@ -33,7 +36,8 @@ from ipc import control as c
 from ipc.commit import LogFiles
 from workers.base import ExitCode, WorkerContext
 
-SPIN_S: Final = 0.0002
+SPIN_S: Final = 0.0001
+GATHER_S: Final = 0.0003  # at most this long, while fewer wait than the last batch held
 IDLE_SYNC_S: Final = 0.05
 
 Waiter = tuple[int, int, float, str]  # request id, end offset, arrival, reply address
@@ -59,6 +63,7 @@ def main(ctx: WorkerContext) -> int:
     fd = sock.fileno()
     failed = bool(cb.flags & c.FLAG_READ_ONLY)
     pending: list[Waiter] = []
+    last_batch = 0
     last_flush = last_thorough = time.monotonic()
 
     def fail(e: StoreIOError) -> None:
@@ -99,6 +104,10 @@ def main(ctx: WorkerContext) -> int:
                     pending.clear()
                 continue
             try:
+                if pending and len(pending) < last_batch and now - pending[0][2] < GATHER_S:
+                    # The producers answered last time are probably re-sending right now:
+                    # a moment's wait lets one fsync serve them all (group commit).
+                    continue
                 if pending:
                     target = max(w[1] for w in pending)
                     if cb.get(c.OFF_COMMITTED) < target:
@@ -107,6 +116,7 @@ def main(ctx: WorkerContext) -> int:
                     last_flush = now
                     flushed = cb.get(c.OFF_FLUSHED)
                     done = [w for w in pending if w[1] <= flushed]
+                    last_batch = len(done) if done else last_batch
                     if done:
                         _answer(sock, done, flushed, channel.REPLY_OK)
                         limit = now - s.sync_flush_timeout_ms / 1000
