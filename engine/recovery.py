@@ -279,7 +279,8 @@ def recover_store(
                 dispatch_from = max(cqs.max_physical_offset(), log.min_offset(), 0)
             if index.min_destroyed_begin_phy is not None:
                 dispatch_from = max(min(dispatch_from, index.min_destroyed_begin_phy), 0)
-            disp = None if ro else Dispatcher(log, cqs, index, skip=skip, checkpoint=cp_fields)
+            build = index if s.message_index_enable else None
+            disp = None if ro else Dispatcher(log, cqs, build, skip=skip, checkpoint=cp_fields)
             res = DispatchResult(dispatch_from, dispatch_from, DispatchStop.END_OF_DATA)
             if disp is not None and dispatch_from < start.start_offset:
                 pre = disp.dispatch(dispatch_from, start.start_offset)
@@ -538,6 +539,8 @@ class _Walk:
             self._index_end = self._read_index_end()
 
     def _read_index_end(self) -> tuple[int, bool]:
+        if self.disp is None or self.disp.index is None:
+            return 1 << 62, True  # no index to build: everything counts as indexed
         files = self.index.files
         if not files:
             return -1, False

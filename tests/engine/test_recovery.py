@@ -386,3 +386,13 @@ def test_last_file_truncated_mid_record(tmp_path: Path) -> None:
     assert 0 < rep.bytes_truncated <= 50
     assert rep.queue_offsets == {"T/0": 14, "T/1": 13}
     _assert_consistent(tmp_path)
+
+
+def test_index_disabled_builds_queues_only(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    write_messages(log, 10)
+    log.queue.flush_all()
+    log.close()
+    rep = recover_store(tmp_path, StoreSettings(message_index_enable=False), geometry=GEO)
+    assert rep.records_redispatched == 10 and rep.index_keys_redispatched == 0
+    assert not (tmp_path / "index").exists() or os.listdir(tmp_path / "index") == []
