@@ -159,7 +159,7 @@ class StoreReader:
         except BaseException:
             self.log.close()
             raise
-        self._static_limit = self._valid_end()
+        self._static_limit = -1  # found on first use when no max_offset_fn is given
         self._min_seen: dict[tuple[str, int], int] = {}
 
     @classmethod
@@ -195,12 +195,14 @@ class StoreReader:
         """Pick up new commit-log segments and index files; recompute the static limit."""
         self.log.queue.refresh()
         self.index.refresh()
-        self._static_limit = self._valid_end()
+        self._static_limit = -1
 
     def limit(self) -> int:
         """Records must end at or below this offset to be returned."""
         if self._max_offset_fn is not None:
             return self._max_offset_fn()
+        if self._static_limit < 0:
+            self._static_limit = self._valid_end()
         return self._static_limit
 
     def close(self) -> None:
