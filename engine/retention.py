@@ -374,6 +374,58 @@ def consume_queue_dirs(store_dir: str | os.PathLike[str]) -> list[tuple[str, int
     return out
 
 
+_PRE_BLANK_SIZE = 2_147_483_647  # RocketMQ's pre-blank unit (0, Integer.MAX_VALUE, 0)
+
+
+def _last_unit_end(path: str, file_size: int) -> int | None:
+    """End (phys + size) of the last written unit of one consume-queue file, found by
+    binary search over "unit i is written" (units are written contiguously from 0).
+    None if no real unit is written. O(log units) preads."""
+    fd = fileio.open_file(path, create=False, read_only=True)
+    try:
+
+        def unit(i: int) -> tuple[int, int, int]:
+            raw = fileio.pread(fd, CQ_UNIT_SIZE_BYTES, i * CQ_UNIT_SIZE_BYTES, path)
+            if len(raw) < CQ_UNIT_SIZE_BYTES:
+                return (0, 0, 0)
+            phys, size, tags = _CQ_UNIT.unpack(raw)
+            return (int(phys), int(size), int(tags))
+
+        lo, hi = 0, file_size // CQ_UNIT_SIZE_BYTES  # first unwritten unit is in [lo, hi]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if unit(mid)[1] > 0:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo == 0:
+            return None
+        phys, size, _ = unit(lo - 1)
+        if size == _PRE_BLANK_SIZE:
+            return None
+        return phys + size
+    finally:
+        fileio.close(fd, path)
+
+
+def dispatched_offset_from_files(store_dir: str | os.PathLike[str]) -> int | None:
+    """A lower bound of the dispatcher's position read from the consume-queue files:
+    the highest end (phys + size) of the last unit of any queue. None when the store has
+    no consume queues (then nothing was dispatched that deletion could orphan). For a
+    stopped store, or a cleaner process that has no dispatcher position to read.
+    O(queues x log units) preads."""
+    best: int | None = None
+    for _topic, _qid, qdir in consume_queue_dirs(store_dir):
+        files = _numbered_files(qdir, 20)
+        for path in reversed(files):
+            size = os.stat(path).st_size
+            end = _last_unit_end(path, size)
+            if end is not None:
+                best = end if best is None else max(best, end)
+                break
+    return best
+
+
 def delete_consume_queue_files(
     store_dir: str | os.PathLike[str],
     min_offset: int,

@@ -21,9 +21,10 @@ Unconsumed bytes: the committed consumer offsets are read from
 clean, when it exists.
 
 Where the protection comes from: `flushed` is the control block's flushed position (or
-the `flushed_offset` file offline); `dispatched` comes from the dispatcher once it
-publishes one (None until then); `checkpointed` is where abnormal recovery would start
-according to `<store>/checkpoint` (None while the checkpoint holds no timestamps).
+the `flushed_offset` file offline); `dispatched` is read from the consume-queue files (the
+end of the furthest last unit; None when the store has no consume queues) until the
+dispatcher publishes its own position; `checkpointed` is where abnormal recovery would
+start according to `<store>/checkpoint` (None while it holds no timestamps).
 
 Loop shape as every worker: beat, wait, tick; settings from the context each tick.
 """
@@ -59,6 +60,7 @@ from engine.retention import (
     Retention,
     RetentionTotals,
     checkpointed_offset,
+    dispatched_offset_from_files,
     keep_from,
     load_consumer_offsets,
 )
@@ -291,7 +293,9 @@ def clean_once(
         raise RuntimeError(f"{d} is running; the cleaner process cleans it")
 
     def protection(queue: SegmentQueue) -> Protection:
-        return Protection(read_flushed_offset(d), None, checkpoint_protection(d, queue))
+        return Protection(
+            read_flushed_offset(d), dispatched_offset_from_files(d), checkpoint_protection(d, queue)
+        )
 
     prev = read_status(d) or {}
     cleaner = Cleaner(
@@ -341,7 +345,13 @@ def main(ctx: WorkerContext) -> int:
         cb.set(c.OFF_DISK_STATE, encode_disk_state(v))
 
     def protection(queue: SegmentQueue) -> Protection:
-        return Protection(cb.get(c.OFF_FLUSHED), None, checkpoint_protection(ctx.store_dir, queue))
+        # Until the dispatcher publishes its position, its consume-queue files tell a
+        # lower bound of it (page cache, so current across processes).
+        return Protection(
+            cb.get(c.OFF_FLUSHED),
+            dispatched_offset_from_files(ctx.store_dir),
+            checkpoint_protection(ctx.store_dir, queue),
+        )
 
     was_full, _, _ = decode_disk_state(cb.get(c.OFF_DISK_STATE))
     cleaner = Cleaner(
