@@ -44,6 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from engine import fileio, record
+from engine.diskguard import DISK_FULL_BIT, decode_state
 from engine.record import END_FILE_MIN_BLANK_LENGTH, MESSAGE_MAGIC_CODE, Message
 from engine.segment import segment_file_name
 from ipc import channel
@@ -407,6 +408,13 @@ class StoreClient:
                         if flags & c.FLAG_READ_ONLY
                         else "the store is stopping or not running; writes are refused"
                     )
+                disk = _I64_UNPACK(buf, c.OFF_DISK_STATE)[0]
+                if disk & DISK_FULL_BIT:
+                    ratio = decode_state(disk)[2]
+                    raise _Refused(
+                        f"the disk is full ({ratio:.1%} used); writes resume by themselves "
+                        "once the cleaner has freed space"
+                    )
                 if _I64_UNPACK(buf, c.OFF_CS_PID)[0]:
                     self._repair(buf)
                 reserved, seq = _PAIR_UNPACK(buf, c.OFF_RESERVED)
@@ -519,6 +527,7 @@ class StoreClient:
             if (
                 _I64_UNPACK(buf, c.OFF_FLAGS)[0] != c.FLAG_RUNNING
                 or _I64_UNPACK(buf, c.OFF_CS_PID)[0]
+                or _I64_UNPACK(buf, c.OFF_DISK_STATE)[0] & DISK_FULL_BIT
             ):
                 return None
             reserved, seq = _PAIR_UNPACK(buf, c.OFF_RESERVED)

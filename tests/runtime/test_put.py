@@ -174,3 +174,20 @@ def test_pool_off_writes_through_the_mapping(make_store: StoreFactory) -> None:
     recs = st.read_log(keep_fillers=True)
     assert len(recs) == 200
     check_chain(recs, 65536)
+
+
+def test_disk_full_word_refuses_puts_until_cleared(store: Store) -> None:
+    from engine.diskguard import DISK_FULL_BIT
+    from ipc import control as c
+
+    with StoreClient.attach(store.path) as client:
+        assert client.put("d", b"before", queue_id=0).status is OK
+        cb = client._cb  # stands in for the cleaner, the word's only writer
+        cb.set(c.OFF_DISK_STATE, DISK_FULL_BIT | (950 << 16))
+        r = client.put("d", b"refused", queue_id=0)
+        assert r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+        assert "disk is full (95.0% used)" in r.reason
+        cb.set(c.OFF_DISK_STATE, 0)
+        assert client.put("d", b"after", queue_id=0).status is OK
+    assert store.stop() == 0
+    assert [x.body for x in store.read_log()] == [b"before", b"after"]
