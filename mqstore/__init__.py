@@ -5,7 +5,15 @@ implementation lives in `engine/`, `ipc/` and `workers/`.
 """
 
 from engine.record import DecodedRecord, Message
+from ipc.aio import AsyncStoreClient
 from ipc.client import StoreClient
 from ipc.results import PutMessageStatus, PutResult
 
-__all__ = ["DecodedRecord", "Message", "PutMessageStatus", "PutResult", "StoreClient"]
+__all__ = [
+    "AsyncStoreClient",
+    "DecodedRecord",
+    "Message",
+    "PutMessageStatus",
+    "PutResult",
+    "StoreClient",
+]
