@@ -35,6 +35,7 @@ import pipeline
 from pipeline.source import register
 
 DEFAULT_MASTER = "local[*]"
+SHIPPED_CONF = "spark.mqstore.modulesShipped"  # set once the zip is added to a context
 SHIPPED_PACKAGES = (engine, pipeline)
 BASE_CONF: dict[str, str] = {
     "spark.sql.python.filterPushdown.enabled": "true",
@@ -73,6 +74,14 @@ def launched_by_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
+def owns_session() -> bool:
+    """True when no SparkSession is active here, so one that `start_session` returns is
+    the caller's to stop (a job run inside a notebook or a test leaves the host's alone)."""
+    from pyspark.sql import SparkSession
+
+    return SparkSession.getActiveSession() is None
+
+
 def start_session(
     app_name: str,
     master: str | None = None,
@@ -83,6 +92,8 @@ def start_session(
     """Start (or join) a SparkSession ready for `format("mqstore")`.
 
     `master` None means `local[*]`, or whatever spark-submit was given when launched by it.
+    A session already running in this process is joined (its master and static settings
+    stay as they are); `owns_session()` tells a caller whether to stop it afterwards.
     """
     prepare_environment(master)
     from pyspark.sql import SparkSession
@@ -96,9 +107,11 @@ def start_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    if ship_modules:
+    if ship_modules and spark.conf.get(SHIPPED_CONF, "false") != "true":
+        # once per context: Spark refuses a second file of the same name
         tmp = Path(tempfile.mkdtemp(prefix="mqstore-pipeline-"))
         atexit.register(shutil.rmtree, tmp, True)  # executors fetch it until the job ends
         spark.sparkContext.addPyFile(str(build_module_zip(tmp)))
+        spark.conf.set(SHIPPED_CONF, "true")
     register(spark)
     return spark

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import struct
+import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -20,14 +21,35 @@ from engine.storedir import FLUSHED_OFFSET_FILE, FLUSHED_OFFSET_MAGIC
 BASE_TS_MS = 1_700_000_000_000
 
 
+def to_v2(enc: rec.EncodedRecord) -> rec.EncodedRecord:
+    """The same record in RocketMQ 5's V2 layout (magic 0xDAA320AB, 2-byte topic length)."""
+    data = enc.data
+    sys_flag = struct.unpack_from(">i", data, rec.POS_SYSFLAG)[0]
+    store_host_len = 20 if sys_flag & rec.SysFlag.STOREHOST_V6 else 8
+    body_len_pos = enc.store_ts_pos + 8 + store_host_len + 4 + 8
+    body_len = struct.unpack_from(">i", data, body_len_pos)[0]
+    tl_pos = body_len_pos + 4 + body_len
+    topic_len = data[tl_pos]
+    out = bytearray(data[:tl_pos] + struct.pack(">h", topic_len) + data[tl_pos + 1 :])
+    struct.pack_into(">iI", out, 0, len(out), rec.MESSAGE_MAGIC_CODE_V2)
+    return enc._replace(data=bytes(out))
+
+
 def write_store(
     root: Path,
     messages: Iterable[rec.Message],
     *,
     segment_bytes: int = 64 * 1024,
     ts_step_ms: int = 7,
+    v2_every: int = 0,
+    stale_after_blank: bool = False,
 ) -> list[int]:
-    """Write `messages` as `root/commitlog/<20 digits>` files; return their physical offsets."""
+    """Write `messages` as `root/commitlog/<20 digits>` files; return their physical offsets.
+
+    `v2_every` = n > 0 writes every n-th record in the V2 layout. `stale_after_blank`
+    fills the bytes after each BLANK header with a copy of the segment's first record,
+    its PHYSICALOFFSET patched to where the copy lies (old pool bytes at their worst).
+    """
     log = root / "commitlog"
     log.mkdir(parents=True, exist_ok=True)
     seg_start = 0
@@ -36,11 +58,18 @@ def write_store(
     ts = BASE_TS_MS
     queue_offsets: dict[tuple[str, int], int] = {}
     offsets = []
-    for msg in messages:
+    for i, msg in enumerate(messages):
         enc = rec.encode(msg)
         assert enc.status is rec.EncodeStatus.OK, enc.reason
+        if v2_every and i % v2_every == v2_every - 1:
+            enc = to_v2(enc)
         if len(enc.data) + rec.END_FILE_MIN_BLANK_LENGTH > segment_bytes - pos:
             rec.write_blank(buf, pos, segment_bytes - pos)
+            first_size = struct.unpack_from(">i", buf, 0)[0]
+            stale_at = pos + rec.END_FILE_MIN_BLANK_LENGTH
+            if stale_after_blank and stale_at + first_size <= segment_bytes:
+                buf[stale_at : stale_at + first_size] = buf[:first_size]
+                struct.pack_into(">q", buf, stale_at + rec.POS_PHYSICALOFFSET, seg_start + stale_at)
             (log / f"{seg_start:020d}").write_bytes(buf)
             seg_start += segment_bytes
             buf = bytearray(segment_bytes)
@@ -90,3 +119,38 @@ def mixed_messages(count: int, seed: int = 7) -> list[rec.Message]:
 
 def write_flushed_offset(root: Path, offset: int) -> None:
     (root / FLUSHED_OFFSET_FILE).write_bytes(FLUSHED_OFFSET_MAGIC + struct.pack(">q", offset))
+
+
+def commitlog_store(
+    root: Path, messages: Iterable[rec.Message], *, segment_bytes: int = 64 * 1024
+) -> list[int]:
+    """Append `messages` through `engine.commitlog.CommitLog` (the store's own appender)
+    into `root/commitlog`, with a clock that steps 7 ms a record; return their offsets."""
+    from engine.commitlog import CommitLog
+
+    ticks = iter(range(BASE_TS_MS, BASE_TS_MS + (1 << 40), 7))
+    log = CommitLog.open(root / "commitlog", segment_bytes, clock_ms=lambda: next(ticks))
+    try:
+        offsets = []
+        for msg in messages:
+            res = log.append(msg)
+            assert res.ok, res
+            offsets.append(res.wrote_offset)
+        log.flush(0)
+    finally:
+        log.close()
+    return offsets
+
+
+def compressed_messages(count: int) -> list[rec.Message]:
+    """zlib bodies flagged COMPRESSED (4.x's codec), stored and read as they are."""
+    return [
+        rec.Message(
+            topic="zipped",
+            body=zlib.compress(b"squeeze me %d " % i * 20),
+            properties={"KEYS": f"z{i}"},
+            sys_flag=int(rec.SysFlag.COMPRESSED),
+            queue_id=i % 2,
+        )
+        for i in range(count)
+    ]

@@ -215,6 +215,7 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     options = {} if args.split_bytes is None else {"splitBytes": str(args.split_bytes)}
+    owned = session.owns_session()
     spark = session.start_session(f"mqstore pipeline {args.job}", args.master)
     try:
         if args.job == "stats":
@@ -242,4 +243,5 @@ def run(args: argparse.Namespace) -> int:
             return 0
         raise AssertionError(f"unknown job {args.job}")
     finally:
-        spark.stop()
+        if owned:
+            spark.stop()

@@ -1,0 +1,216 @@
+"""The data source's reading side without Spark: splits, sync points, cut-off, damage.
+
+`plan_splits` and `scan_split` are what each Spark task runs; calling them directly lets
+these tests try hundreds of split layouts in a second. The oracle is the plain reader
+(`pipeline.plain`, one `engine.record.decode` per record from each segment's start).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine import record as rec
+from pipeline import plain, scan, source, storefs
+from pipeline.columnar import NO_FILTER, RecordFilter
+from tests.pipeline import storegen
+from tests.pipeline.rows import by_offset, plain_row
+
+REAL = ["broker-4.2-unit-store", "broker-4.9-commitlog", "rocketmq-rust-0.9-store"]
+
+
+def read_rows(
+    store: Path | str,
+    split_bytes: int,
+    *,
+    max_record_bytes: int = scan.DEFAULT_MAX_RECORD_BYTES,
+    include_corrupt: bool = False,
+    flt: RecordFilter = NO_FILTER,
+    honour_flushed: bool = True,
+) -> list[dict[str, Any]]:
+    """Every row of every split, as the Spark tasks would produce them."""
+    opts = scan.ScanOptions(max_record_bytes=max_record_bytes, include_corrupt=include_corrupt)
+    plan = source.ReadPlan(str(store), opts, split_bytes, honour_flushed, True)
+    fs, _root = storefs.resolve(str(store))
+    rows: list[dict[str, Any]] = []
+    for spec in source.plan_splits(plan, flt):
+        for batch in scan.scan_split(fs, spec, flt, opts):
+            rows.extend(batch.to_pylist())
+    return rows
+
+
+def expected(store: Path | str, **kw: Any) -> list[dict[str, Any]]:
+    return [plain_row(d) for d in plain.iter_records(store, **kw)]
+
+
+def largest_record(store: Path | str) -> int:
+    return max(d.size for d in plain.iter_records(store, include_corrupt=True))
+
+
+@pytest.fixture
+def mixed_store(tmp_path: Path) -> Path:
+    """V1 and V2 records, IPv6 hosts, zlib bodies, stale records after every BLANK."""
+    root = tmp_path / "mixed"
+    msgs = storegen.mixed_messages(700) + storegen.compressed_messages(30)
+    storegen.write_store(root, msgs, segment_bytes=32 * 1024, v2_every=5, stale_after_blank=True)
+    return root
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_real_store_rows_equal_plain_reader_for_every_split_size(
+    name: str, real_store_copy: Callable[[str], Path]
+) -> None:
+    store = real_store_copy(name)
+    want = expected(store)
+    assert want, "the plain reader found no records"
+    biggest = largest_record(store)
+    # a max record size close to the real one puts the stale bytes after each BLANK
+    # (broker-4.2) inside the split that must distrust them
+    for max_record in (biggest, 2 * biggest, scan.DEFAULT_MAX_RECORD_BYTES):
+        for split in (7, 91, 333, 4099, 1 << 20):
+            got = by_offset(read_rows(store, split, max_record_bytes=max_record))
+            assert got == want, f"{name}: split {split}, max record {max_record}"
+
+
+def test_generated_store_rows_equal_plain_reader_for_every_split_size(mixed_store: Path) -> None:
+    want = expected(mixed_store)
+    assert len(want) == 730
+    assert {r["magic"] for r in want} == {rec.MESSAGE_MAGIC_CODE, rec.MESSAGE_MAGIC_CODE_V2}
+    assert any(r["born_host"].startswith("[") for r in want)
+    assert any(r["sys_flag"] & rec.SysFlag.COMPRESSED for r in want)
+    biggest = largest_record(mixed_store)
+    for split in (13, 97, 1000, 9973, 1 << 20):
+        got = by_offset(read_rows(mixed_store, split, max_record_bytes=biggest))
+        assert got == want, f"split {split}"
+
+
+def test_commitlog_store_rows_equal_the_logs_own_reads(tmp_path: Path) -> None:
+    from engine.commitlog import CommitLog
+
+    root = tmp_path / "cl"
+    offsets = storegen.commitlog_store(root, storegen.mixed_messages(400), segment_bytes=16384)
+    log = CommitLog.open(root / "commitlog", 16384, read_only=True)
+    try:
+        want = [plain_row(d) for d in log.iter_records()]
+    finally:
+        log.close()
+    assert [r["physical_offset"] for r in want] == offsets
+    for split in (5, 2049, 16384):
+        assert by_offset(read_rows(root, split, max_record_bytes=4096)) == want
+
+
+def test_a_record_straddling_a_split_boundary_belongs_to_the_split_it_starts_in(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "s"
+    offsets = storegen.write_store(root, storegen.mixed_messages(200), segment_bytes=1 << 20)
+    seg = storefs.open_store(str(root)).segments[0]
+    fs, _ = storefs.resolve(str(root))
+    opts = scan.ScanOptions(max_record_bytes=4096)
+    sizes = {r["physical_offset"]: r["size"] for r in expected(root)}
+    for target in offsets[1:-1:7]:
+        for cut in (target + 1, target + sizes[target] // 2, target + sizes[target] - 1):
+            halves = [
+                scan.SplitSpec(seg.path, 0, seg.file_size_bytes, seg.readable_bytes, b, e)
+                for b, e in ((0, cut), (cut, seg.readable_bytes))
+            ]
+            seen = [
+                [o for b in scan.scan_split(fs, h, NO_FILTER, opts) for o in b["physical_offset"]]
+                for h in halves
+            ]
+            first, second = ([x.as_py() for x in part] for part in seen)
+            assert target in first and target not in second, (target, cut)
+            assert sorted(first + second) == offsets
+
+
+def test_live_store_is_read_only_up_to_the_flushed_offset(tmp_path: Path) -> None:
+    root = tmp_path / "live"
+    offsets = storegen.write_store(root, storegen.mixed_messages(300), segment_bytes=16384)
+    everything = expected(root)
+    ends = {r["physical_offset"]: r["physical_offset"] + r["size"] for r in everything}
+    for flushed in (offsets[5] + 3, offsets[120], ends[offsets[200]], offsets[-1] + 1):
+        storegen.write_flushed_offset(root, flushed)
+        want = [r for r in everything if ends[r["physical_offset"]] <= flushed]
+        assert want == expected(root)  # the plain reader honours it too
+        for split in (1000, 16384):
+            assert by_offset(read_rows(root, split, max_record_bytes=4096)) == want, flushed
+            # a record cut by the flushed offset is not there yet, not damage
+            assert (
+                by_offset(read_rows(root, split, max_record_bytes=4096, include_corrupt=True))
+                == want
+            )
+        assert by_offset(read_rows(root, 1000, honour_flushed=False)) == everything
+
+
+def _damage(root: Path, offset: int, pos: int, data: bytes) -> None:
+    seg = max(
+        (s for s in storefs.open_store(str(root)).segments if s.start_offset <= offset),
+        key=lambda s: s.start_offset,
+    )
+    with open(seg.path, "r+b") as f:
+        f.seek(offset - seg.start_offset + pos)
+        f.write(data)
+
+
+def test_corrupt_records_are_skipped_by_default_and_reported_under_include_corrupt(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "bad"
+    msgs = [
+        rec.Message(topic="T", body=b"payload %d " % i * 10, queue_id=i % 3) for i in range(400)
+    ]
+    offsets = storegen.write_store(root, msgs, segment_bytes=16384)
+    sound = expected(root)
+    crc_victim, header_victim = offsets[50], offsets[250]
+    _damage(root, crc_victim, 88, b"\xff")  # first body byte: CRC mismatch
+    _damage(root, header_victim, 0, struct.pack(">i", 7))  # TOTALSIZE nonsense
+    want = [r for r in sound if r["physical_offset"] not in (crc_victim, header_victim)]
+    assert expected(root, include_corrupt=False) != want  # the plain reader stops there
+    for split in (333, 4099, 16384):
+        got = read_rows(root, split, max_record_bytes=4096)
+        assert by_offset(got) == want, split
+        audit = sorted(
+            read_rows(root, split, max_record_bytes=4096, include_corrupt=True),
+            key=lambda r: r["physical_offset"],
+        )
+        bad = [r for r in audit if r["problem"] is not None]
+        assert [(r["physical_offset"], r["crc_ok"]) for r in bad] == [
+            (crc_victim, False),
+            (header_victim, False),
+        ], split
+        assert bad[0]["problem"] == "body CRC mismatch" and bad[0]["topic"] == "T"
+        assert bad[1]["topic"] is None  # an unreadable range, up to the next record
+        assert bad[1]["physical_offset"] + bad[1]["size"] == offsets[251]
+
+
+def test_time_filter_skips_segments_and_rows(tmp_path: Path) -> None:
+    root = tmp_path / "t"
+    storegen.write_store(root, storegen.mixed_messages(600), segment_bytes=16384)
+    everything = expected(root)
+    lo = everything[250]["store_timestamp"]
+    hi = everything[320]["store_timestamp"]
+    flt = RecordFilter(ts_min=lo, ts_max=hi, topics=frozenset({"orders", "tópico"}))
+    want = [
+        r
+        for r in everything
+        if lo <= r["store_timestamp"] <= hi and r["topic"] in ("orders", "tópico")
+    ]
+    plan = source.ReadPlan(str(root), scan.ScanOptions(), 16384, True, True)
+    kept = source.plan_splits(plan, flt)
+    assert 0 < len(kept) < len(source.plan_splits(plan, NO_FILTER))
+    assert by_offset(read_rows(root, 16384, flt=flt)) == want
+    assert source.plan_splits(plan, RecordFilter(topics=frozenset())) == []
+
+
+def test_store_uri_and_missing_store(tmp_path: Path) -> None:
+    root = tmp_path / "u"
+    storegen.write_store(root, storegen.mixed_messages(20))
+    assert by_offset(read_rows(root.as_uri(), 1 << 20)) == expected(root)
+    with pytest.raises(storefs.StoreNotFound):
+        storefs.open_store(str(tmp_path / "nope"))
+    (tmp_path / "empty").mkdir()
+    assert storefs.open_store(str(tmp_path / "empty")).segments == ()
