@@ -540,7 +540,8 @@ class Retention:
     consume-queue and index files beside it. See the module doc.
 
     `queue` must use the same clock as `clock_ms`. `on_deleted` is called for every file
-    deleted (after the unlink), e.g. to tell other processes.
+    deleted (after the unlink), e.g. to tell other processes; `on_progress` between the
+    long steps of a run (a worker beats its heartbeat there).
     """
 
     def __init__(
@@ -553,6 +554,7 @@ class Retention:
         clock_ms: ClockMs = now_ms,
         sleep_ms: SleepMs = _sleep_ms,
         on_deleted: Callable[[DeletedFile], None] | None = None,
+        on_progress: Callable[[], None] | None = None,
     ) -> None:
         self.store_dir = os.fspath(store_dir)
         self.queue = queue
@@ -561,6 +563,7 @@ class Retention:
         self._clock_ms = clock_ms
         self._sleep_ms = sleep_ms
         self._on_deleted = on_deleted
+        self._on_progress = on_progress or (lambda: None)
         self._manual_left = 0
         self._last_redelete_ms = 0
         self._last_cq_min_offset = -1
@@ -669,6 +672,7 @@ class Retention:
                 unconsumed[info.start_offset] = unconsumed_bytes(
                     log_, info.start_offset, info.end_offset, consumed
                 )[0]
+                self._on_progress()
         before = {seg.start_offset for seg in segs}
         self.queue.delete_expired_by_time(
             reserved_ms,

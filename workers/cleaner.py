@@ -181,6 +181,7 @@ class Cleaner:
         disk_full: bool = False,
         first_clean_s: float = FIRST_CLEAN_S,
         on_deleted: Callable[[DeletedFile], None] | None = None,
+        on_progress: Callable[[], None] | None = None,
     ) -> None:
         self.store_dir = store_dir
         self.settings = settings
@@ -191,6 +192,7 @@ class Cleaner:
         self.clock_ms = clock_ms
         self.sleep_ms = sleep_ms
         self.on_deleted = on_deleted
+        self.on_progress = on_progress
         self.totals = RetentionTotals()
         self.last_report: CleanReport | None = None
         self._manual = 0
@@ -217,7 +219,11 @@ class Cleaner:
         try:
             ret = self._retention
             if ret is None:
-                kwargs: dict[str, Any] = {"clock_ms": self.clock_ms, "on_deleted": self.on_deleted}
+                kwargs: dict[str, Any] = {
+                    "clock_ms": self.clock_ms,
+                    "on_deleted": self.on_deleted,
+                    "on_progress": self.on_progress,
+                }
                 if self.sleep_ms is not None:
                     kwargs["sleep_ms"] = self.sleep_ms
                 ret = Retention(self.store_dir, queue, self.guard, self.settings, **kwargs)
@@ -353,6 +359,14 @@ def main(ctx: WorkerContext) -> int:
             checkpoint_protection(ctx.store_dir, queue),
         )
 
+    def deleted(d: DeletedFile) -> None:
+        _say_deleted(d)
+        ctx.beat()  # a run may take seconds: keep the heartbeat fresh
+
+    def pause(ms: int) -> None:  # deleteCommitLogFilesInterval, interruptible by SIGTERM
+        ctx.beat()
+        ctx.wait(ms / 1000)
+
     was_full, _, _ = decode_disk_state(cb.get(c.OFF_DISK_STATE))
     cleaner = Cleaner(
         ctx.store_dir,
@@ -361,7 +375,9 @@ def main(ctx: WorkerContext) -> int:
         publish=publish,
         consumed=lambda: load_consumer_offsets(ctx.store_dir),
         disk_full=was_full,
-        on_deleted=_say_deleted,
+        on_deleted=deleted,
+        on_progress=ctx.beat,
+        sleep_ms=pause,
     )
     while not ctx.stopping:
         ctx.beat()
