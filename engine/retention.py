@@ -242,6 +242,7 @@ class CleanReport:
     finished_ms: int = 0
     trigger: Trigger | None = None
     disk: DiskVerdict | None = None
+    disk_after: DiskVerdict | None = None  # re-checked when the run deleted something
     keep_from_offset: int | None = None
     min_offset_before: int = -1
     min_offset_after: int = -1
@@ -271,6 +272,7 @@ class CleanReport:
             "finished_ms": self.finished_ms,
             "trigger": self.trigger.to_json_dict() if self.trigger else None,
             "disk": self.disk.to_json_dict() if self.disk else None,
+            "disk_after": self.disk_after.to_json_dict() if self.disk_after else None,
             "keep_from_offset": self.keep_from_offset,
             "min_offset_before": self.min_offset_before,
             "min_offset_after": self.min_offset_after,
@@ -640,6 +642,8 @@ class Retention:
             for d in delete_index_files(self.store_dir, min_offset):
                 self._record(report, d, logged=True)
             self._last_cq_min_offset = min_offset
+        if report.deleted:  # what the deletions freed counts now, not at the next check
+            report.disk_after = self.guard.check(s)
         report.finished_ms = self._clock_ms()
         self.totals.add(report)
         self.last_report = report

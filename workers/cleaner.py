@@ -241,8 +241,9 @@ class Cleaner:
             queue.close()
         self.totals.add(report)
         self.last_report = report
-        if report.disk is not None:
-            self.publish(report.disk)
+        latest = report.disk_after or report.disk
+        if latest is not None:
+            self.publish(latest)
         self.write_status()
         return report
 
