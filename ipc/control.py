@@ -411,6 +411,9 @@ class ControlBlock:
             self.buf, self.worker_off(index), pid, 0, restarts, state, name.encode()[:32]
         )
 
+    def set_worker_state(self, index: int, state: int) -> None:
+        I64.pack_into(self.buf, self.worker_off(index) + 24, state)
+
     def beat(self, index: int, now_ms: int) -> None:
         I64.pack_into(self.buf, self.worker_off(index) + 8, now_ms)
 

@@ -30,6 +30,11 @@ from types import FrameType
 from conf.settings import StoreSettings
 from ipc.control import ControlBlock
 
+WORKER_STARTING = 1  # worker row states (ipc.control.WORKER_STATE_NAMES)
+WORKER_RUNNING = 2
+WORKER_EXITED = 3
+WORKER_HALTED = 4
+
 
 class ExitCode(enum.IntEnum):
     OK = 0

@@ -53,7 +53,7 @@ from ipc.commit import LogFiles
 from ipc.locks import RESERVE_LOCK, FileLock, StoreLockHeld, take_store_lock
 from workers import stats
 from workers.allocator import ensure_segments
-from workers.base import ExitCode
+from workers.base import WORKER_EXITED, WORKER_HALTED, WORKER_STARTING, ExitCode
 
 log = logging.getLogger("mqstore.supervisor")
 
@@ -229,7 +229,7 @@ class Supervisor:
             env.pop("MQSTORE_FAULTS", None)
         w.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, close_fds=True, env=env)
         w.started = time.monotonic()
-        cb.set_worker(w.index, w.spec.name, w.proc.pid, w.restarts, 2)
+        cb.set_worker(w.index, w.spec.name, w.proc.pid, w.restarts, WORKER_STARTING)
         cb.beat(w.index, time.time_ns() // 1_000_000)
 
     def _watch_workers(self) -> None:
@@ -257,7 +257,7 @@ class Supervisor:
             if code in (ExitCode.CONFIG_ERROR, ExitCode.BOOT_ERROR):
                 self._say(f"{w.spec.name} cannot start (exit {code}); halting")
                 w.halted = True
-                cb.set_worker(w.index, w.spec.name, 0, w.restarts, 4)
+                cb.set_worker(w.index, w.spec.name, 0, w.restarts, WORKER_HALTED)
                 self.exit_code = ExitCode.BOOT_ERROR
                 self.stopping = True
                 continue
@@ -269,7 +269,7 @@ class Supervisor:
                 s.restart_backoff_initial_ms * 2 ** (w.restarts - 1), s.restart_backoff_max_ms
             )
             w.restart_at = now + delay / 1000
-            cb.set_worker(w.index, w.spec.name, 0, w.restarts, 3)
+            cb.set_worker(w.index, w.spec.name, 0, w.restarts, WORKER_EXITED)
             self._say(f"{w.spec.name} exited with {code}; restart {w.restarts} in {delay} ms")
 
     def _worker_docs(self) -> list[dict[str, Any]]:
@@ -443,7 +443,9 @@ class Supervisor:
             for conn in list(self.conns):
                 self._drop(sel, conn)
             sel.close()
-            return code if self.exit_code == ExitCode.OK else int(self.exit_code)
+            final = code if self.exit_code == ExitCode.OK else int(self.exit_code)
+            self._say(f"stopped (exit {final})")
+            return final
         finally:
             signal.set_wakeup_fd(old_wakeup)
             os.close(wake_r)
@@ -486,7 +488,7 @@ class Supervisor:
                 code = w.proc.wait()
             if code == ExitCode.FLUSH_FAILED:
                 cb.set_flag(c.FLAG_READ_ONLY)
-            cb.set_worker(w.index, w.spec.name, 0, w.restarts, 3)
+            cb.set_worker(w.index, w.spec.name, 0, w.restarts, WORKER_EXITED)
             w.proc = None
         code = int(ExitCode.OK)
         files = LogFiles(self.store_dir, cb, s.store_host)
@@ -539,7 +541,6 @@ class Supervisor:
             if self._lock_fd >= 0:
                 os.close(self._lock_fd)
                 self._lock_fd = -1
-        self._say(f"stopped (exit {code})")
         return code
 
 

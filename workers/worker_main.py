@@ -14,7 +14,7 @@ from pathlib import Path
 from conf.load import ConfigError, load_settings
 from ipc import control as c
 from ipc.control import ControlBlock
-from workers.base import ExitCode, WorkerContext
+from workers.base import WORKER_RUNNING, ExitCode, WorkerContext
 
 
 def main(argv: list[str]) -> int:
@@ -39,6 +39,7 @@ def main(argv: list[str]) -> int:
         name, int(index_s), store_dir, settings, cb, parent_pid=cb.get(c.OFF_SUP_PID)
     )
     ctx.install_signals()
+    cb.set_worker_state(ctx.index, WORKER_RUNNING)  # booted: settings loaded, block mapped
     try:
         return int(fn(ctx))
     except Exception:

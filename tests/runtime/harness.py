@@ -91,6 +91,14 @@ class Store:
             return False
         return True
 
+    def wait_workers_running(self, timeout_s: float = 60.0) -> None:
+        """Until every worker has booted (settings loaded, control block mapped)."""
+
+        def up() -> bool:
+            return all(w["state"] == "running" for w in self.status()["workers"])
+
+        wait_for(up, timeout_s, "every worker to be running")
+
     def status(self) -> dict[str, Any]:
         return channel.request(self.path, {"op": "status"})
 

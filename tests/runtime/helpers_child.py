@@ -55,7 +55,30 @@ def attach_exit(store_dir: str) -> None:
     os._exit(0)
 
 
+def produce_until_refused(store_dir: str) -> None:
+    """Put (sync and no-wait, alternating) until refused; print each acknowledged
+    physical offset and body, then "refused"."""
+    client = StoreClient.attach(store_dir)
+    print("ready", flush=True)
+    i = 0
+    while True:
+        body = b"m%d" % i
+        r = client.put("drain", body, queue_id=i % 4, wait_store=i % 2 == 0)
+        if r.status.value != "PUT_OK":
+            print(f"refused {r.status.value}", flush=True)
+            break
+        print(f"{r.physical_offset} {body.decode()}", flush=True)
+        i += 1
+    client.close()
+
+
+MODES = {
+    "hold-lock": hold_lock,
+    "reserve-only": reserve_only,
+    "attach-exit": attach_exit,
+    "produce": produce_until_refused,
+}
+
+
 if __name__ == "__main__":
-    {"hold-lock": hold_lock, "reserve-only": reserve_only, "attach-exit": attach_exit}[sys.argv[1]](
-        sys.argv[2]
-    )
+    MODES[sys.argv[1]](sys.argv[2])

@@ -315,3 +315,40 @@ def test_exception_mid_copy_abandons_the_reservation(store: Store) -> None:
     recs = store.read_log(keep_fillers=True)
     check_chain(recs, store.config["segment_size_bytes"])
     assert [is_filler(x) for x in recs] == [False, True, False]
+
+
+def test_stop_under_load_keeps_every_acknowledged_message(store: Store) -> None:
+    child = _child("produce", store)
+    assert child.stdout is not None
+    acked: list[tuple[int, bytes]] = []
+    while len(acked) < 300:
+        line = child.stdout.readline().split()
+        acked.append((int(line[0]), line[1].encode()))
+    assert store.stop() == 0  # while the child is still putting
+    for line in child.stdout:
+        if line.startswith("refused"):
+            assert line.split()[1] == "SERVICE_NOT_AVAILABLE"
+            break
+        off, body = line.split()
+        acked.append((int(off), body.encode()))
+    assert child.wait(60) == 0
+    child.stdout.close()
+    recs = store.read_log(keep_fillers=True)
+    check_chain(recs, store.config["segment_size_bytes"])
+    on_disk = {r.physical_offset: r.body for r in recs if not is_filler(r)}
+    assert all(on_disk.get(off) == body for off, body in acked)
+
+
+@pytest.mark.slow
+def test_worker_config_error_halts_the_supervisor(store: Store) -> None:
+    store.wait_workers_running()
+    (store.path / "mqstore.toml").write_text('[store]\nflush_disk_type = "SOMETIMES"\n')
+    committer = next(w for w in store.status()["workers"] if w["name"] == "committer")
+    os.kill(committer["pid"], signal.SIGKILL)  # its restart reads the broken config
+    assert store.proc is not None
+    code = store.proc.wait(60)
+    assert code == 4, store.output()
+    out = store.output()
+    assert "committer cannot start (exit 3); halting" in out and "stopped (exit 4)" in out
+    store.proc = None
+    store._log.close()
