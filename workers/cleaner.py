@@ -64,7 +64,7 @@ from engine.retention import (
     keep_from,
     load_consumer_offsets,
 )
-from engine.segment import ClockMs, now_ms
+from engine.segment import ClockMs, SegmentNameError, SegmentSizeError, now_ms
 from engine.segment_queue import SegmentQueue, SleepMs
 from engine.storedir import read_flushed_offset
 from ipc import control as c
@@ -273,8 +273,9 @@ class Cleaner:
             if v.changed:
                 self.write_status()
         if now >= self._next_clean:
+            # Due again one interval on, even if this run raises (no retry storm).
+            self._next_clean = now + self.settings.clean_resource_interval_ms / 1000
             self.clean()
-            self._next_clean = time.monotonic() + self.settings.clean_resource_interval_ms / 1000
         return max(0.0, min(self._next_disk, self._next_clean) - time.monotonic())
 
 
@@ -385,9 +386,10 @@ def main(ctx: WorkerContext) -> int:
         cleaner.settings = ctx.settings
         try:
             wait_s = cleaner.tick()
-        except fileio.StoreIOError as e:
-            # A failed unlink or read: report and try again next interval; deleting
-            # nothing is always safe.
+        except (fileio.StoreIOError, SegmentSizeError, SegmentNameError) as e:
+            # A failed unlink or read, or a file that is not a segment: report and try
+            # again next interval (a crash loop would help nobody; deleting nothing is
+            # always safe). The disk check still runs every second meanwhile.
             print(f"mqstore cleaner: {e}", file=sys.stderr)
             wait_s = cleaner.settings.clean_resource_interval_ms / 1000
         ctx.wait(min(wait_s, 0.5))

@@ -19,6 +19,7 @@ from engine import fileio
 from engine.checkpoint import StoreCheckpoint
 from engine.diskguard import DiskState, DiskVerdict, refusal_from_state
 from engine.retention import load_consumer_offsets
+from engine.segment import SegmentSizeError
 from engine.storedir import FLUSHED_OFFSET_FILE, write_flushed_offset
 from ipc import control as c
 from tests.retention.helpers import HOUR_MS, SEG, Clock, Probe, build_log, set_mtime
@@ -227,3 +228,16 @@ def test_unconsumed_bytes_from_rocketmqs_consumer_offset_file(tmp_path: Path) ->
     assert r.unconsumed_bytes_deleted == (total_records - 3) * rec
     (tmp_path / "config" / "consumerOffset.json").write_text("not json")
     assert load_consumer_offsets(tmp_path) is None
+
+
+def test_a_failing_clean_is_not_retried_at_once(tmp_path: Path) -> None:
+    _old_store(tmp_path, 3)
+    (tmp_path / "commitlog" / f"{3 * SEG:020d}").write_bytes(b"short")  # not a segment
+    (tmp_path / "commitlog" / f"{4 * SEG:020d}").write_bytes(bytes(SEG))
+    cleaner = Cleaner(
+        str(tmp_path), S, protection=lambda q: Protection(None, None, None), first_clean_s=0
+    )
+    with pytest.raises(SegmentSizeError):
+        cleaner.tick()
+    cleaner.tick()  # does not raise: the failed clean is due again an interval later
+    assert cleaner.guard.last is not None  # while the disk check keeps running
