@@ -476,8 +476,10 @@ class _Walk:
                         if topic_len >= 0 and p + tl + topic_len + 2 <= rec_end:
                             props_at = p + tl + topic_len + 2
                             props_len = _H.unpack_from(view, props_at - 2)[0]
+                            if props_len < 0:
+                                props_len = 0  # as record_length counts it
                             expect = 72 + bh + sh + body_len + tl + topic_len + 2
-                            if expect + max(props_len, 0) == total:
+                            if expect + props_len == total:
                                 ok = True
                                 n += 1
                                 self.last_store_timestamp = store_ts
@@ -486,7 +488,7 @@ class _Walk:
                                     self._dispatch(
                                         view, pos, read, offset, total, sys_flag,
                                         view[p + tl : p + tl + topic_len],
-                                        view[props_at : props_at + max(props_len, 0)],
+                                        view[props_at : props_at + props_len],
                                     )  # fmt: skip
                                 pos = rec_end
             if ok:

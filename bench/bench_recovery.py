@@ -1,0 +1,193 @@
+"""Recovery benchmark (issue 4): `python -m bench.bench_recovery [--quick] [--dir D]`.
+
+For stores of 0.25, 0.5 and 1 GiB (1 KiB bodies, 4 queues, 2 keys per message, 64 MiB
+segments; `--quick`: 32, 64 and 128 MiB), written with the engine's CommitLog and
+dispatched, it measures in one run:
+
+* `read`: a plain sequential read of the commit-log files (8 MiB `os.read`s);
+* `validate`: abnormal recovery (abort present, all-zero checkpoint, so every record
+  from the first segment is validated with its CRC) with complete consume queues and
+  index: the validation rate, compared with the plain read of the same files;
+* `redispatch`: abnormal recovery after the consume queues and index were deleted, so
+  every record is also dispatched;
+* `normal`: normal recovery (abort absent), which must not grow with the store's size.
+
+All runs read warm files (the page cache holds them; the plain read is measured the same
+way, so the ratio compares CPU work with a copy). Writes `bench/results/recovery.*`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.report import Column, Goal, Report, write
+from conf.settings import StoreSettings
+from engine.commitlog import CommitLog
+from engine.consumequeue import ConsumeQueueStore
+from engine.dispatch import Dispatcher
+from engine.indexfile import IndexService
+from engine.reader import Geometry
+from engine.record import Message
+from engine.recovery import recover_store
+
+MIB = 1 << 20
+SEGMENT = 64 * MIB
+GEO = Geometry(SEGMENT, 6_000_000, 500_000, 2_000_000)
+
+
+def build(store: Path, size_bytes: int) -> int:
+    log = CommitLog.open(store / "commitlog", SEGMENT)
+    body = os.urandom(1024)
+    n = 0
+    while log.max_offset() < size_bytes:
+        props = {"KEYS": f"k{n}", "TAGS": "a", "UNIQ_KEY": f"U{n:020d}"}
+        log.append(Message("Bench", body, props, queue_id=n % 4))
+        n += 1
+    cqs = ConsumeQueueStore(store, GEO.cq_file_size_bytes)
+    idx = IndexService(store, GEO.hash_slot_num, GEO.index_num)
+    Dispatcher(log, cqs, idx).dispatch(0, log.max_offset())
+    log.queue.flush_all()
+    cqs.flush_all()
+    idx.flush()
+    for c in (log, cqs, idx):
+        c.close()
+    return n
+
+
+def plain_read_s(store: Path) -> float:
+    t = time.perf_counter()
+    for name in sorted(os.listdir(store / "commitlog")):
+        fd = os.open(store / "commitlog" / name, os.O_RDONLY)
+        try:
+            while os.read(fd, 8 * MIB):
+                pass
+        finally:
+            os.close(fd)
+    return time.perf_counter() - t
+
+
+def recover(store: Path, *, abort: bool) -> Any:
+    if abort:
+        (store / "abort").write_bytes(b"")
+    rep = recover_store(store, StoreSettings(), geometry=GEO)
+    if abort:
+        (store / "abort").unlink()
+    return rep
+
+
+def run(sizes: list[int], work: Path, repeats: int) -> Report:
+    rows: list[dict[str, Any]] = []
+    for size in sizes:
+        store = work / f"store-{size // MIB}"
+        msgs = build(store, size)
+        log_bytes = sum(
+            (store / "commitlog" / n).stat().st_size for n in os.listdir(store / "commitlog")
+        )
+        reads, vals, normals = [], [], []
+        for _ in range(repeats):
+            reads.append(plain_read_s(store))
+            rep = recover(store, abort=True)
+            assert rep.records_redispatched == 0, rep.summary()
+            vals.append((rep.seconds, rep.bytes_validated))
+            normals.append(recover(store, abort=False).seconds)
+        shutil.rmtree(store / "consumequeue")
+        shutil.rmtree(store / "index")
+        rd = recover(store, abort=True)
+        assert rd.records_redispatched == msgs, rd.summary()
+        validated = vals[0][1]
+        read_s = statistics.median(reads)
+        val_s = statistics.median(v[0] for v in vals)
+        rows.append(
+            {
+                "store_mib": size // MIB,
+                "messages": msgs,
+                "log_files_mib": round(log_bytes / MIB),
+                "read_mb_s": round(log_bytes / read_s / 1e6),
+                "validate_mb_s": round(validated / val_s / 1e6),
+                "validate_vs_read": round((validated / val_s) / (log_bytes / read_s), 3),
+                "redispatch_mb_s": round(rd.bytes_validated / rd.seconds / 1e6),
+                "redispatch_msgs_s": round(msgs / rd.seconds),
+                "normal_ms": round(statistics.median(normals) * 1000, 1),
+            }
+        )
+        print(rows[-1], file=sys.stderr, flush=True)
+        shutil.rmtree(store)
+    big = rows[-1]
+    normal = [r["normal_ms"] for r in rows]
+    return Report(
+        name="recovery",
+        title="Recovery: validation rate, re-dispatch rate, normal recovery time",
+        method=[
+            "Stores of 1 KiB bodies (4 queues, KEYS + UNIQ_KEY each, 64 MiB segments) "
+            "written with engine.commitlog and dispatched with engine.dispatch.",
+            "validate: engine.recovery.recover_store with `abort` present and an all-zero "
+            "checkpoint (every record from the first segment, CRC on), queues complete.",
+            "read: sequential 8 MiB os.read of the same files, warm, in the same run; "
+            f"medians of {repeats} runs.",
+            "redispatch: abnormal recovery after deleting consumequeue/ and index/.",
+            "normal: recovery without `abort` (last 3 segments, queues complete).",
+        ],
+        columns=[
+            Column("store_mib", "store MiB"),
+            Column("messages", "messages"),
+            Column("read_mb_s", "plain read MB/s"),
+            Column("validate_mb_s", "validate MB/s"),
+            Column("validate_vs_read", "validate / read", "{:.3f}"),
+            Column("redispatch_mb_s", "re-dispatch MB/s"),
+            Column("redispatch_msgs_s", "re-dispatch msg/s"),
+            Column("normal_ms", "normal recovery ms", "{:,.1f}"),
+        ],
+        rows=rows,
+        goals=[
+            Goal(
+                "abnormal recovery validates the log",
+                big["validate_mb_s"],
+                300,
+                "MB/s",
+                basis=f"{big['store_mib']} MiB store",
+            ),
+            Goal(
+                "normal recovery does not grow with the store (largest / smallest time)",
+                normal[-1] / normal[0] if normal[0] else None,
+                1.5,
+                "x",
+                higher_is_better=False,
+                basis=" / ".join(f"{r['store_mib']} MiB: {r['normal_ms']} ms" for r in rows),
+            ),
+        ],
+        plot_key="validate_mb_s",
+        plot_label="validation MB/s",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--quick", action="store_true", help="32/64/128 MiB stores, 1 repeat")
+    p.add_argument("--dir", type=Path, default=None, help="parent of the temporary stores")
+    p.add_argument("--no-write", action="store_true", help="print only; keep results as is")
+    args = p.parse_args(argv)
+    sizes = [32 * MIB, 64 * MIB, 128 * MIB] if args.quick else [256 * MIB, 512 * MIB, 1024 * MIB]
+    work = Path(tempfile.mkdtemp(prefix="mqstore-bench-recovery-", dir=args.dir))
+    try:
+        rep = run(sizes, work, 1 if args.quick else 3)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    for g in rep.goals:
+        print(f"{g.name}: {g.measured} {g.unit} (goal {g.required}; met: {g.met})")
+    if not args.no_write:
+        cmd = "python -m bench.bench_recovery" + (" --quick" if args.quick else "")
+        paths = write(rep, command=cmd, bench_dir=work.parent)
+        print(f"wrote {paths['md']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
