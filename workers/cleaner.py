@@ -39,7 +39,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from conf.settings import StoreSettings
 from engine import fileio
@@ -334,6 +334,20 @@ def status_doc(store_dir: str, disk_state_word: int | None = None) -> dict[str, 
         full, clean_now, ratio = decode_state(disk_state_word)
         doc["disk"] = {"disk_full": full, "clean_immediately": clean_now, "ratio": ratio}
     return doc
+
+
+class StopEvent(Protocol):
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
+def run_cleaner(store_dir: str, cleaner: Cleaner, stop: StopEvent) -> None:
+    """The loop without a worker context (a thread, a test, an embedding program): tick
+    until `stop` is set, waiting on it in between. `main` is the same loop for the
+    supervisor's process, with heartbeats and signals."""
+    while not stop.is_set():
+        stop.wait(min(cleaner.tick(), 0.5))
 
 
 def _say_deleted(d: DeletedFile) -> None:

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from workers.cleaner import (
     decode_disk_state,
     encode_disk_state,
     read_status,
+    run_cleaner,
     status_doc,
 )
 
@@ -241,3 +243,28 @@ def test_a_failing_clean_is_not_retried_at_once(tmp_path: Path) -> None:
         cleaner.tick()
     cleaner.tick()  # does not raise: the failed clean is due again an interval later
     assert cleaner.guard.last is not None  # while the disk check keeps running
+
+
+def test_run_cleaner_loop_in_a_thread_until_stopped(tmp_path: Path) -> None:
+    paths = _old_store(tmp_path, 3)
+    cleaner = Cleaner(
+        str(tmp_path),
+        S,
+        protection=lambda q: Protection(None, None, None),
+        sleep_ms=lambda ms: None,
+        first_clean_s=0,
+    )
+    cleaner.request_manual()
+    stop = threading.Event()
+    t = threading.Thread(target=run_cleaner, args=(str(tmp_path), cleaner, stop))
+    t.start()
+    try:
+        deadline = time.monotonic() + 30
+        while cleaner.last_report is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        t.join(timeout=30)
+    assert not t.is_alive()
+    assert cleaner.last_report is not None
+    assert [d.path for d in cleaner.last_report.deleted] == paths[:2]
