@@ -62,6 +62,7 @@ _I64_UNPACK: Final = c.I64.unpack_from
 _I32_PACK: Final = c.I32.pack_into
 _PAIR_PACK: Final = c.PAIR.pack_into
 _PAIR_UNPACK: Final = c.PAIR.unpack_from
+_HEAD_UNPACK: Final = struct.Struct("<11q").unpack_from  # offsets 8..95 of the header
 _crc32: Final = zlib.crc32
 _lockf: Final = fcntl.lockf
 _LOCK_EX: Final = fcntl.LOCK_EX
@@ -77,6 +78,17 @@ _STALE_CHECK_S: Final = 0.01
 _INT32_MAX: Final = 2**31 - 1
 
 OK: Final = PutMessageStatus.PUT_OK
+_monotonic: Final = time.monotonic
+
+# Bumped in every forked child, so a put notices a fork without a getpid() call.
+_FORKS = [0]
+
+
+def _after_fork_in_child() -> None:
+    _FORKS[0] += 1
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class _Busy(Exception):
@@ -145,6 +157,7 @@ class StoreClient:
         self._cb = cb
         self._buf = cb.buf
         self._pid = os.getpid()
+        self._fork_gen = _FORKS[0]
         self._client_index = int(info["client_index"])
         self._generation = cb.generation
         self._seg_size = cb.segment_size
@@ -228,7 +241,8 @@ class StoreClient:
         """ "" when attached to a live supervisor (re-attaching if needed), else why not."""
         if self._closed:
             return "the client is closed"
-        if self._pid != os.getpid():  # forked child: start over with our own handles
+        if self._fork_gen != _FORKS[0] or self._pid != os.getpid():
+            # A forked child: start over with our own handles.
             self._attached = False
             self._pviews = []
             self._maps = {}
@@ -285,10 +299,16 @@ class StoreClient:
         reconsume_times: int = 0,
         prepared_offset: int = 0,
     ) -> _Prep | PutResult:
-        if tags is None and keys is None and not properties:
-            props: Mapping[str, str] = {}
-            pkey: object = topic
-        else:
+        # The cache key: (topic, tags, keys) for the common case, (topic, properties as
+        # items, None) otherwise; a miss builds the properties and asks the encoder.
+        simple = not properties and (keys is None or type(keys) is str)
+        pkey: object = (topic, tags, keys) if simple else None
+        ent = None
+        try:
+            ent = self._tails.get(pkey) if simple else None
+        except TypeError:  # unhashable topic or tags: the encoder says what is wrong
+            pkey = None
+        if ent is None:
             d = dict(properties) if properties else {}
             if tags is not None:
                 d[record.PROPERTY_TAGS] = tags
@@ -296,13 +316,13 @@ class StoreClient:
                 d[record.PROPERTY_KEYS] = (
                     keys if isinstance(keys, str) else record.KEY_SEPARATOR.join(keys)
                 )
-            props = d
-            try:
-                pkey = (topic, tuple(d.items()))
-                hash(pkey)
-            except TypeError:
-                pkey = None
-        ent = self._tails.get(pkey) if pkey is not None else None
+            props: Mapping[str, str] = d
+            if not simple:
+                try:
+                    pkey = (topic, tuple(d.items()), None)
+                    ent = self._tails.get(pkey)
+                except TypeError:
+                    pkey = None
         if ent is None:
             try:
                 ent = self._tail(topic, props)
@@ -524,24 +544,22 @@ class StoreClient:
         fd = self._rlock_fd
         _lockf(fd, _LOCK_EX)
         try:
-            if (
-                _I64_UNPACK(buf, c.OFF_FLAGS)[0] != c.FLAG_RUNNING
-                or _I64_UNPACK(buf, c.OFF_CS_PID)[0]
-                or _I64_UNPACK(buf, c.OFF_DISK_STATE)[0] & DISK_FULL_BIT
-            ):
-                return None
-            reserved, seq = _PAIR_UNPACK(buf, c.OFF_RESERVED)
+            # One read of the header's first words: reserved, seq, published, published_seq,
+            # committed, flushed, flags, generation, supervisor pid, allocated, cs_pid.
+            reserved, seq, _pub, pseq, committed, _fl, flags, _g, _sp, allocated, cs_pid = (
+                _HEAD_UNPACK(buf, c.OFF_RESERVED)
+            )
             seg_size = self._seg_size
             index = reserved // seg_size
             end = reserved + size
             if (
-                end + END_FILE_MIN_BLANK_LENGTH > (index + 1) * seg_size
-                or end > _I64_UNPACK(buf, c.OFF_ALLOCATED)[0]
-                or (
-                    self._pool_n
-                    and _I64_UNPACK(buf, c.OFF_COMMITTED)[0] < (index - self._pool_n + 1) * seg_size
-                )
-                or seq + 1 - _I64_UNPACK(buf, c.OFF_PUBLISHED_SEQ)[0] > self._slot_count
+                flags != c.FLAG_RUNNING
+                or cs_pid
+                or end + END_FILE_MIN_BLANK_LENGTH > (index + 1) * seg_size
+                or end > allocated
+                or (self._pool_n and committed < (index - self._pool_n + 1) * seg_size)
+                or seq + 1 - pseq > self._slot_count
+                or _I64_UNPACK(buf, c.OFF_DISK_STATE)[0] & DISK_FULL_BIT
             ):
                 return None
             pid = self._pid
@@ -717,9 +735,14 @@ class StoreClient:
         """
         t0 = _perf_ns()
         with self._tlock:
-            why = self._ensure_live()
-            if why:
-                return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, why)
+            if (
+                self._fork_gen != _FORKS[0]
+                or self._closed
+                or _monotonic() - self._last_stale_check >= _STALE_CHECK_S
+            ):
+                why = self._ensure_live()
+                if why:
+                    return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, why)
             prep = self._prepare(topic, body, tags, keys, properties, queue_id)
             if type(prep) is PutResult:
                 self._record(t0, 1, 0, False, False)

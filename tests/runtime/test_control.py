@@ -27,6 +27,11 @@ def test_layout_regions_do_not_overlap() -> None:
     assert c.CLIENTS_OFF + c.MAX_CLIENTS * c.CLIENT_ROW <= c.SLOTS_OFF
     assert c.OFF_SEQ == c.OFF_RESERVED + 8  # written together, one pack: the commit point
     assert c.OFF_CS_SEQ == c.OFF_CS_PID + 8
+    # The client's fast path reads offsets 8..95 with one unpack, in this order.
+    order = [c.OFF_RESERVED, c.OFF_SEQ, c.OFF_PUBLISHED, c.OFF_PUBLISHED_SEQ, c.OFF_COMMITTED,
+             c.OFF_FLUSHED, c.OFF_FLAGS, c.OFF_GENERATION, c.OFF_SUP_PID, c.OFF_ALLOCATED,
+             c.OFF_CS_PID]  # fmt: skip
+    assert order == list(range(8, 96, 8))
 
 
 def test_create_attach_and_fields(cb: c.ControlBlock, tmp_path: Path) -> None:
