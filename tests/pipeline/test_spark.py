@@ -1,0 +1,231 @@
+"""`spark.read.format("mqstore")` and the jobs on it, on a real local Spark (local[2]).
+
+The oracle is the plain reader (`pipeline.plain`: `engine.record.decode` record after
+record) or the commit log's own reads. One SparkSession serves the module (see
+conftest); the CLI is run in process on it, and once in a fresh subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine import record as rec
+from pipeline import jobs, plain
+from tests.pipeline import storegen
+from tests.pipeline.rows import by_offset, plain_row
+from workers import cli
+
+pytestmark = pytest.mark.spark
+
+REPO = Path(__file__).resolve().parents[2]
+REAL = ["broker-4.2-unit-store", "broker-4.9-commitlog", "rocketmq-rust-0.9-store"]
+
+
+def rows_of(spark: Any, store: Path | str, **options: str) -> list[dict[str, Any]]:
+    return by_offset(
+        r.asDict(recursive=True) for r in jobs.load(spark, str(store), options).collect()
+    )
+
+
+def expected(store: Path | str, **kw: Any) -> list[dict[str, Any]]:
+    return [plain_row(d) for d in plain.iter_records(store, **kw)]
+
+
+@pytest.fixture
+def mixed_store(tmp_path: Path) -> Path:
+    root = tmp_path / "mixed"
+    msgs = storegen.mixed_messages(500) + storegen.compressed_messages(20)
+    storegen.write_store(root, msgs, segment_bytes=32 * 1024, v2_every=5, stale_after_blank=True)
+    return root
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_real_rocketmq_store_reads_as_the_engine_decodes_it(
+    spark: Any, name: str, real_store_copy: Callable[[str], Path]
+) -> None:
+    store = real_store_copy(name)
+    want = expected(store)
+    assert want
+    assert rows_of(spark, store) == want
+    biggest = str(max(r["size"] for r in want))
+    assert rows_of(spark, store, splitBytes="997", maxRecordBytes=biggest) == want
+
+
+def test_commitlog_store_matches_the_logs_reads(spark: Any, tmp_path: Path) -> None:
+    from engine.commitlog import CommitLog
+
+    root = tmp_path / "cl"
+    storegen.commitlog_store(root, storegen.mixed_messages(400), segment_bytes=16384)
+    log = CommitLog.open(root / "commitlog", 16384, read_only=True)
+    try:
+        want = [plain_row(d) for d in log.iter_records()]
+    finally:
+        log.close()
+    got = rows_of(spark, root, splitBytes="4099", maxRecordBytes="4096")
+    assert got == want
+    counts = jobs.load(spark, str(root)).groupBy("topic").count().collect()
+    assert {r.topic: r["count"] for r in counts} == Counter(r["topic"] for r in want)
+
+
+def test_v2_ipv6_compressed_and_stale_bytes_with_many_splits(spark: Any, mixed_store: Path) -> None:
+    want = expected(mixed_store)
+    assert {r["magic"] for r in want} == {rec.MESSAGE_MAGIC_CODE, rec.MESSAGE_MAGIC_CODE_V2}
+    biggest = str(max(r["size"] for r in want))
+    assert rows_of(spark, mixed_store, splitBytes="5003", maxRecordBytes=biggest) == want
+
+
+def test_pushed_down_filters_give_what_spark_filtering_gives(spark: Any, mixed_store: Path) -> None:
+    from pyspark.sql import functions as F
+
+    want = expected(mixed_store)
+    lo, hi = want[100]["store_timestamp"], want[400]["store_timestamp"]
+    df = jobs.load(spark, str(mixed_store), {"splitBytes": "8192"})
+    got = df.filter(
+        F.col("topic").isin("orders", "payments")
+        & (F.col("queue_id") >= 1)
+        & (F.col("store_timestamp") >= lo)
+        & (F.col("store_timestamp") < hi)
+    ).collect()
+    assert by_offset(r.asDict(recursive=True) for r in got) == [
+        r
+        for r in want
+        if r["topic"] in ("orders", "payments")
+        and r["queue_id"] >= 1
+        and lo <= r["store_timestamp"] < hi
+    ]
+    assert df.filter(F.col("topic") == "nothing-here").count() == 0
+
+
+def test_live_store_stops_at_the_flushed_offset(spark: Any, tmp_path: Path) -> None:
+    root = tmp_path / "live"
+    offsets = storegen.write_store(root, storegen.mixed_messages(300), segment_bytes=16384)
+    everything = expected(root)
+    storegen.write_flushed_offset(root, offsets[200] + 10)  # inside record 200
+    assert rows_of(spark, root, splitBytes="3000", maxRecordBytes="4096") == everything[:200]
+    assert rows_of(spark, root, flushedOffset="false") == everything
+
+
+def _damaged_store(tmp_path: Path) -> tuple[Path, list[int]]:
+    root = tmp_path / "bad"
+    msgs = [rec.Message(topic="T", body=b"body %d " % i * 8, queue_id=i % 2) for i in range(300)]
+    offsets = storegen.write_store(root, msgs, segment_bytes=16384)
+    seg = root / "commitlog" / f"{0:020d}"
+    with open(seg, "r+b") as f:
+        f.seek(offsets[30] + 90)
+        f.write(b"\x00\x01")  # inside the body: CRC mismatch
+        f.seek(offsets[60])
+        f.write(struct.pack(">i", 3))  # TOTALSIZE: the record is unreadable
+    return root, offsets
+
+
+def test_audit_finds_the_corrupt_record_and_the_unreadable_range(
+    spark: Any, tmp_path: Path
+) -> None:
+    root, offsets = _damaged_store(tmp_path)
+    result = jobs.audit(spark, str(root), {"splitBytes": "5000", "maxRecordBytes": "4096"})
+    assert not result.ok
+    assert [(c.physical_offset, c.topic) for c in result.corrupt] == [
+        (offsets[30], "T"),
+        (offsets[60], None),
+    ]
+    assert result.corrupt[0].problem == "body CRC mismatch"
+    assert result.corrupt[1].physical_offset + result.corrupt[1].size == offsets[61]
+    assert result.records_checked == 299  # all but the unreadable one
+    good = rows_of(spark, root)
+    assert [r["physical_offset"] for r in good] == [
+        o for i, o in enumerate(offsets) if i not in (30, 60)
+    ]
+
+
+def test_stats_and_query_jobs(spark: Any, mixed_store: Path) -> None:
+    want = expected(mixed_store)
+    st = jobs.stats(spark, str(mixed_store), 1000)
+    per_queue = Counter((r["topic"], r["queue_id"]) for r in want)
+    assert {(q.topic, q.queue_id): q.records for q in st.queues} == per_queue
+    assert st.bytes == sum(r["size"] for r in want)
+    assert sum(w.records for w in st.windows) == len(want)
+    assert all(w.window_start_ms % 1000 == 0 for w in st.windows)
+
+    hits = jobs.query(spark, str(mixed_store), topic="payments", key="order-3")
+    assert [h["physical_offset"] for h in hits] == [
+        r["physical_offset"]
+        for r in want
+        if r["topic"] == "payments" and "order-3" in (r["keys"] or "").split(" ")
+    ]
+    assert hits
+    uniq = want[77]["properties"]["UNIQ_KEY"]
+    by_uniq = jobs.query(spark, str(mixed_store), key=uniq)
+    assert [h["physical_offset"] for h in by_uniq] == [want[77]["physical_offset"]]
+    t0, t1 = want[10]["store_timestamp"], want[20]["store_timestamp"]
+    timed = jobs.query(spark, str(mixed_store), from_ms=t0, to_ms=t1)
+    assert [h["physical_offset"] for h in timed] == [r["physical_offset"] for r in want[10:21]]
+
+
+def test_export_to_parquet_round_trips(spark: Any, mixed_store: Path, tmp_path: Path) -> None:
+    out = tmp_path / "export"
+    done = jobs.export(spark, str(mixed_store), str(out))
+    want = expected(mixed_store)
+    assert done.rows == len(want)
+    topics = {r["topic"] for r in want}
+    assert {t for t, _d in done.partitions} == topics
+    assert all(d == "2023-11-14" for _t, d in done.partitions)  # BASE_TS_MS is that UTC day
+    back = spark.read.parquet(str(out)).drop("date").collect()
+    assert by_offset(r.asDict(recursive=True) for r in back) == want
+
+
+def test_cli_jobs(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root, offsets = _damaged_store(tmp_path)
+    assert cli.main(["pipeline", "stats", str(root), "--json", "--window", "1s"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["records"] == 298 and {q["queue_id"] for q in doc["queues"]} == {0, 1}
+
+    assert cli.main(["pipeline", "audit", str(root), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert [c["physical_offset"] for c in doc["corrupt"]] == [offsets[30], offsets[60]]
+
+    t = storegen.BASE_TS_MS + 7 * 5  # record 5's store time
+    assert (
+        cli.main(["pipeline", "query", str(root), "--topic", "T", "--from", str(t), "--to", str(t)])
+        == 0
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert [json.loads(x)["physical_offset"] for x in lines] == [offsets[5]]
+
+    out = tmp_path / "pq"
+    assert cli.main(["pipeline", "export", str(root), "--to", str(out)]) == 0
+    assert "exported 298 records" in capsys.readouterr().out
+    assert (out / "topic=T").is_dir()
+
+    assert cli.main(["pipeline", "stats", str(tmp_path / "missing")]) == 2
+
+
+def _clean_env() -> dict[str, str]:
+    """The environment of a fresh shell: none of the variables Spark would need."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK", "SPARK"))}
+    env["PYTHONPATH"] = str(REPO)
+    return env
+
+
+def test_cli_in_a_fresh_process_needs_no_setup(tmp_path: Path) -> None:
+    root = tmp_path / "fresh"
+    storegen.write_store(root, storegen.mixed_messages(50))
+    res = subprocess.run(
+        [sys.executable, "-m", "workers.cli", "pipeline", "stats", str(root), "--json"],
+        env=_clean_env(),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert json.loads(res.stdout)["records"] == 50
