@@ -46,7 +46,7 @@ def _children(store: Store, count: int, n: int) -> list[subprocess.Popen[str]]:
 
 
 def test_concurrent_awaits_beside_blocking_producers_exactly_once(store: Store) -> None:
-    procs = _children(store, 2, 300)
+    procs = _children(store, 2, 300)  # blocking producers in other processes
     in_flight = 0
     ticks_while_waiting = 0
     not_covered: list[int] = []
@@ -149,6 +149,11 @@ def test_failed_fsync_settles_awaits_with_flush_disk_failed(make_store: StoreFac
             return [r.status for r in rs] + [after.status]
 
     statuses = asyncio.run(main())
-    assert set(statuses[:-1]) == {PutMessageStatus.FLUSH_DISK_FAILED}
+    # the first fsync fails every put waiting for it; puts reserved after that are refused
+    assert PutMessageStatus.FLUSH_DISK_FAILED in statuses[:-1]
+    assert set(statuses[:-1]) <= {
+        PutMessageStatus.FLUSH_DISK_FAILED,
+        PutMessageStatus.SERVICE_NOT_AVAILABLE,
+    }
     assert statuses[-1] is PutMessageStatus.SERVICE_NOT_AVAILABLE
     assert st.stop() == 5
