@@ -213,14 +213,21 @@ def recover_store(
     progress: Progress | None = None,
     clear_abort: bool = False,
     clock_ms: Callable[[], int] | None = None,
+    abnormal: bool | None = None,
 ) -> RecoveryReport:
-    """Recover the store (see the module doc) and return the report. Raises
-    StoreIOError, SegmentSizeError, IndexGeometryError."""
+    """Recover the store (see the module doc) and return the report.
+
+    `abnormal` overrides the `abort` test (a supervisor that writes `abort` at boot
+    passes what it found before writing it); `skip` is the dispatcher's filler
+    predicate; `progress(done, total)` is called per segment. Raises StoreIOError,
+    SegmentSizeError, IndexGeometryError.
+    """
     t0 = time.perf_counter()
     s = settings or StoreSettings()
     d = os.fspath(store_dir)
     geo = geometry or Geometry.of(d, s)
-    abnormal = os.path.exists(os.path.join(d, ABORT_FILE))
+    if abnormal is None:  # a supervisor that already wrote its own `abort` says so
+        abnormal = os.path.exists(os.path.join(d, ABORT_FILE))
     ro = dry_run
     report = RecoveryReport("abnormal" if abnormal else "normal", d, dry_run=dry_run)
     log_dir = os.path.join(d, "commitlog")

@@ -449,3 +449,11 @@ def test_any_crash_phase_recovers_to_the_valid_prefix(
         k2: v for k2, v in expect.items() if v
     }
     _assert_consistent(store)
+
+
+def test_caller_says_whether_the_last_run_was_clean(tmp_path: Path) -> None:
+    build_store(tmp_path, 5)
+    _crash(tmp_path)  # a supervisor writes abort at boot, then recovers
+    assert _recover(tmp_path, abnormal=False).mode == "normal"
+    (tmp_path / "abort").unlink()
+    assert _recover(tmp_path, abnormal=True).mode == "abnormal"
