@@ -249,10 +249,10 @@ def test_console_script_dump_piped_to_head_exits_cleanly(real_store_copy: StoreC
     assert "Traceback" not in proc.stderr
 
 
-def test_make_run_demo_writes_a_store_that_checks_out(tmp_path: Path) -> None:
+def test_make_run_engine_demo_writes_a_store_that_checks_out(tmp_path: Path) -> None:
     store = tmp_path / "demo"
     proc = subprocess.run(
-        [sys.executable, "-m", "workers.demo_run", str(store), "--messages", "500"],
+        [sys.executable, "-m", "workers.demo_run", str(store), "--engine", "--messages", "500"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
