@@ -78,6 +78,7 @@ _STALE_CHECK_S: Final = 0.01
 _INT32_MAX: Final = 2**31 - 1
 
 OK: Final = PutMessageStatus.PUT_OK
+_BATCH_FIELDS: Final = frozenset(("topic", "body", "tags", "keys", "properties", "queue_id"))
 _monotonic: Final = time.monotonic
 
 # Bumped in every forked child, so a put notices a fork without a getpid() call.
@@ -800,6 +801,12 @@ class StoreClient:
                 return [PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, why) for _ in msgs]
             if not msgs:
                 return []
+            if len(msgs) > self._slot_count // 2:
+                bad = PutResult(
+                    PutMessageStatus.MESSAGE_ILLEGAL,
+                    f"batch of {len(msgs)} messages; at most {self._slot_count // 2} per batch",
+                )
+                return [bad for _ in msgs]
             preps: list[_Prep] = []
             for i, m in enumerate(msgs):
                 if isinstance(m, Message):
@@ -809,17 +816,17 @@ class StoreClient:
                     )  # fmt: skip
                 else:
                     try:
-                        kw = dict(m)
+                        get = m.get
                         prep = self._prepare(
-                            kw.pop("topic"), kw.pop("body"), kw.pop("tags", None),
-                            kw.pop("keys", None), kw.pop("properties", None),
-                            kw.pop("queue_id", None),
+                            m["topic"], m["body"], get("tags"), get("keys"), get("properties"),
+                            get("queue_id"),
                         )  # fmt: skip
-                        if kw:
+                        if len(m) > 2 and not _BATCH_FIELDS.issuperset(m):
+                            unknown = sorted(set(m) - _BATCH_FIELDS)
                             prep = PutResult(
-                                PutMessageStatus.MESSAGE_ILLEGAL, f"unknown fields {sorted(kw)}"
+                                PutMessageStatus.MESSAGE_ILLEGAL, f"unknown fields {unknown}"
                             )
-                    except (KeyError, TypeError, ValueError) as e:
+                    except (KeyError, TypeError, ValueError, AttributeError) as e:
                         prep = PutResult(PutMessageStatus.MESSAGE_ILLEGAL, f"bad message: {e}")
                 if type(prep) is PutResult:
                     self._record(t0, len(msgs), 0, False, False)
@@ -853,21 +860,15 @@ class StoreClient:
             self._record(t0, len(msgs), total, status is OK, sync)
             out = []
             at = start
-            sa, sp = self._store_addr, self._store_port
-            for i, p in enumerate(preps):
+            prefix = self._msg_id_prefix
+            for p, qo in zip(preps, qoffs, strict=True):
+                size = p[0]
                 out.append(
-                    PutResult(
-                        status,
-                        reason,
-                        record.make_msg_id(sa, sp, at),
-                        at,
-                        p[0],
-                        p[2],
-                        qoffs[i],
-                        now,
+                    _tuple_new(
+                        PutResult, (status, reason, f"{prefix}{at:016X}", at, size, p[2], qo, now)
                     )
                 )
-                at += p[0]
+                at += size
             return out
 
     # --- introspection ------------------------------------------------------------------

@@ -191,3 +191,15 @@ def test_disk_full_word_refuses_puts_until_cleared(store: Store) -> None:
         assert client.put("d", b"after", queue_id=0).status is OK
     assert store.stop() == 0
     assert [x.body for x in store.read_log()] == [b"before", b"after"]
+
+
+def test_put_batch_rejects_unknown_fields_and_oversized_batches(store: Store) -> None:
+    with StoreClient.attach(store.path) as client:
+        r = client.put_batch([{"topic": "a", "body": b"x"}, {"topic": "a", "body": b"y", "c": 1}])
+        assert [x.status for x in r] == [PutMessageStatus.MESSAGE_ILLEGAL] * 2
+        assert "unknown fields ['c']" in r[0].reason
+        missing = client.put_batch([{"body": b"x"}])
+        assert missing[0].status is PutMessageStatus.MESSAGE_ILLEGAL
+        big = client.put_batch([{"topic": "a", "body": b""}] * 5000)
+        assert big[0].status is PutMessageStatus.MESSAGE_ILLEGAL and "per batch" in big[0].reason
+        assert client.positions()["reserved"] == 0
