@@ -24,7 +24,7 @@ Where the protection comes from: `flushed` is the control block's flushed positi
 the `flushed_offset` file offline); `dispatched` is read from the consume-queue files (the
 end of the furthest last unit; None when the store has no consume queues) until the
 dispatcher publishes its own position; `checkpointed` is where abnormal recovery would
-start according to `<store>/checkpoint` (None while it holds no timestamps).
+start by the checkpoint (`checkpoint_protection`; live physic timestamp in the runtime).
 
 Loop shape as every worker: beat, wait, tick; settings from the context each tick.
 """
@@ -43,7 +43,7 @@ from typing import Any, Final, Protocol
 
 from conf.settings import StoreSettings
 from engine import fileio
-from engine.checkpoint import StoreCheckpoint
+from engine.checkpoint import MIN_TIMESTAMP_SLACK_MS, StoreCheckpoint
 from engine.diskguard import (
     DiskGuard,
     DiskState,
@@ -60,6 +60,7 @@ from engine.retention import (
     Retention,
     RetentionTotals,
     checkpointed_offset,
+    consume_queue_dirs,
     dispatched_offset_from_files,
     keep_from,
     load_consumer_offsets,
@@ -101,16 +102,33 @@ class Protection:
         )
 
 
-def checkpoint_protection(store_dir: str, queue: SegmentQueue) -> int | None:
-    """Where abnormal recovery would start by `<store>/checkpoint`; None if the file is
-    missing or holds no timestamps yet."""
+def checkpoint_protection(
+    store_dir: str, queue: SegmentQueue, *, live_physic_ms: int | None = None
+) -> int | None:
+    """Where abnormal recovery would start by the checkpoint (`checkpointed_offset`).
+
+    The physic timestamp is `live_physic_ms` when given (the runtime: the flusher's
+    `flushed_ts`, which the checkpoint file only receives at shutdown; a file pinned to
+    the last start would stop all deletion in a long run), else the file's. The logics
+    timestamp counts only when it is set and the store has consume queues (min of the
+    two, less 3 s, as RocketMQ's getMinTimestamp). None (no bound) when there is no
+    physic timestamp: recovery would then start at the first segment whatever is
+    deleted. Recovery also starts at the first segment when the start it would pick was
+    deleted (engine.recovery), so this bound is conservative, never needed for safety.
+    """
     path = os.path.join(store_dir, "checkpoint")
-    if not os.path.exists(path):
+    physic = live_physic_ms or 0
+    logics = 0
+    if os.path.exists(path):
+        with StoreCheckpoint(path, read_only=True) as cp:
+            physic = physic or cp.physic_msg_timestamp
+            logics = cp.logics_msg_timestamp
+    if physic <= 0:
         return None
-    with StoreCheckpoint(path, read_only=True) as cp:
-        if cp.physic_msg_timestamp <= 0 and cp.logics_msg_timestamp <= 0:
-            return None
-        return checkpointed_offset(queue, cp.min_timestamp())
+    bound = physic
+    if logics > 0 and consume_queue_dirs(store_dir):
+        bound = min(physic, logics)
+    return checkpointed_offset(queue, max(0, bound - MIN_TIMESTAMP_SLACK_MS))
 
 
 def open_log_view(store_dir: str, settings: StoreSettings, clock_ms: ClockMs) -> SegmentQueue:
@@ -372,7 +390,7 @@ def main(ctx: WorkerContext) -> int:
         return Protection(
             cb.get(c.OFF_FLUSHED),
             dispatched_offset_from_files(ctx.store_dir),
-            checkpoint_protection(ctx.store_dir, queue),
+            checkpoint_protection(ctx.store_dir, queue, live_physic_ms=cb.get(c.OFF_FLUSHED_TS)),
         )
 
     def deleted(d: DeletedFile) -> None:

@@ -268,3 +268,27 @@ def test_run_cleaner_loop_in_a_thread_until_stopped(tmp_path: Path) -> None:
     assert not t.is_alive()
     assert cleaner.last_report is not None
     assert [d.path for d in cleaner.last_report.deleted] == paths[:2]
+
+
+def test_checkpoint_protection_physic_live_and_logics_only_with_queues(tmp_path: Path) -> None:
+    from workers.cleaner import checkpoint_protection, open_log_view
+
+    _old_store(tmp_path, 4)
+    queue = open_log_view(str(tmp_path), S, Clock())
+    try:
+        assert checkpoint_protection(str(tmp_path), queue) is None  # no checkpoint file
+        future = time.time_ns() // 1_000_000 + 10**6
+        with StoreCheckpoint(tmp_path / "checkpoint") as cp:
+            cp.physic_msg_timestamp = future  # the supervisor writes only physic
+            cp.flush()
+        assert checkpoint_protection(str(tmp_path), queue) == 3 * SEG  # not pinned at 0
+        # The runtime's live flushed timestamp overrides the file's.
+        assert checkpoint_protection(str(tmp_path), queue, live_physic_ms=1) == 0
+        with StoreCheckpoint(tmp_path / "checkpoint") as cp:
+            cp.logics_msg_timestamp = 1
+            cp.flush()
+        assert checkpoint_protection(str(tmp_path), queue) == 3 * SEG  # no queues: ignored
+        (tmp_path / "consumequeue" / "T" / "0").mkdir(parents=True)
+        assert checkpoint_protection(str(tmp_path), queue) == 0  # with queues it counts
+    finally:
+        queue.close()
