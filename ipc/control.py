@@ -41,6 +41,10 @@ Header, layout version 1 (little-endian int64 unless said):
 | 232 | committed_seq    | commit step: `published_seq` its commit covered          |
 | 240 | disk_state       | cleaner: bit 0 DISK_FULL, bit 1 CLEAN_IMMEDIATELY, bits  |
 |     |                  | 16.. the disk usage in per mille (`workers.cleaner`)     |
+| 448 | dispatched_pos   | dispatcher (supervisor seeds it at boot): consume queues |
+|     |                  | and index hold every record below it                     |
+| 456 | dispatched_ts    | dispatcher: store time of the last record dispatched     |
+| 464 | dispatched_count | dispatcher: records dispatched since boot                |
 
 Workers table at 512: 8 rows of 64 bytes (pid, heartbeat_ms, restarts, state, name 32s),
 written by the worker (heartbeat) and the supervisor (pid, restarts, state).
@@ -107,6 +111,12 @@ OFF_FSYNC_NS: Final = 216
 OFF_FLUSH_FAILURES: Final = 224
 OFF_COMMITTED_SEQ: Final = 232
 OFF_DISK_STATE: Final = 240
+# The dispatcher's fields (448..479), written only by the dispatcher (the supervisor seeds
+# OFF_DISPATCHED with the recovered end at boot): where the consume queues and the index
+# end, the store time of the last record dispatched, and records dispatched since boot.
+OFF_DISPATCHED: Final = 448
+OFF_DISPATCHED_TS: Final = 456
+OFF_DISPATCHED_RECORDS: Final = 464
 
 FLAG_RUNNING: Final = 1
 FLAG_REFUSE_WRITES: Final = 2
