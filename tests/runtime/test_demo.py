@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 from ipc.control import leftover_shm
+from tests.runtime.conftest import StoreFactory
 from tests.runtime.harness import REPO, Store
 from workers.commands.demo import percentile
 
@@ -100,3 +101,20 @@ def test_make_run_bounded_demo_stops_cleanly_and_checks_out(tmp_path: Path) -> N
         capture_output=True, text=True, timeout=120, env=_env(), cwd=str(REPO),
     )  # fmt: skip
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_demo_exits_non_zero_when_puts_fail(make_store: StoreFactory) -> None:
+    st = make_store(env={"MQSTORE_FAULTS": "fdatasync:EIO", "MQSTORE_FAULTS_FOR": "flusher"})
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "workers.cli", "demo", str(st.path), "--producers", "0",
+            "--sync-producers", "1", "--messages", "50", "--json",
+        ],
+        capture_output=True, text=True, timeout=120, env=_env(), cwd=str(REPO),
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout)
+    assert not doc["good"] and doc["failed"] == 50 and doc["ok"] == 0
+    assert doc["statuses"]["FLUSH_DISK_FAILED"] >= 1
+    assert set(doc["statuses"]) <= {"FLUSH_DISK_FAILED", "SERVICE_NOT_AVAILABLE"}
+    assert st.stop() == 5
