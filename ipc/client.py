@@ -75,6 +75,8 @@ _TX_COMMIT: Final = 0x8
 _V6_BITS: Final = 0x30
 _STATS_EVERY: Final = 256
 _STALE_CHECK_S: Final = 0.01
+_RECV_TICK_US: Final = 50_000  # a sync wait re-checks deadline and flags this often
+_RESEND_S: Final = 0.5  # and re-sends its request this often (a restarted flusher)
 _INT32_MAX: Final = 2**31 - 1
 
 OK: Final = PutMessageStatus.PUT_OK
@@ -183,6 +185,10 @@ class StoreClient:
         self._msg_id_prefix = (addr + struct.pack(">i", port)).hex().upper()
         self._fsock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
         self._fsock.bind("")  # autobind: an abstract address of our own
+        # Blocking, with a kernel receive timeout: one recv() syscall per wait, no poll().
+        self._fsock.setsockopt(
+            socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 0, _RECV_TICK_US)
+        )
         self._req_id = 0
         self._qslots: dict[tuple[bytes, int], int] = {}
         self._pviews: list[memoryview] = []
@@ -659,30 +665,28 @@ class StoreClient:
         deadline = time.monotonic() + self._sync_timeout_s
         sock = self._fsock
         req = channel.FLUSH_REQ.pack(rid, end)
-        sent = False
+        sent_at = 0.0
         while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
+            now = _monotonic()
+            if now >= deadline:
                 return (
                     PutMessageStatus.FLUSH_DISK_TIMEOUT,
                     f"not flushed within syncFlushTimeout ({self._sync_timeout_s * 1000:.0f} ms)",
                 )
-            if not sent:
+            if now - sent_at >= _RESEND_S:  # first send, or the flusher may have lost it
                 try:
                     sock.sendto(req, self._flusher_addr)
-                    sent = True
+                    sent_at = now
                 except OSError:  # the flusher is restarting: try again shortly
-                    time.sleep(min(0.01, left))
+                    time.sleep(min(0.01, deadline - now))
                     continue
-            sock.settimeout(min(left, 0.5))
             try:
-                data = sock.recv(64)
-            except TimeoutError:
+                data = sock.recv(64)  # returns within _RECV_TICK_US (SO_RCVTIMEO)
+            except (BlockingIOError, InterruptedError):
                 if _I64_UNPACK(buf, c.OFF_FLAGS)[0] & c.FLAG_READ_ONLY:
                     return PutMessageStatus.FLUSH_DISK_FAILED, "fsync failed: store is read-only"
                 if _I64_UNPACK(buf, c.OFF_FLUSHED)[0] >= end:
                     return OK, ""
-                sent = False  # the flusher may have restarted and lost the request
                 continue
             got, _flushed, status = channel.FLUSH_REP.unpack_from(data)
             if got != rid:
