@@ -43,6 +43,9 @@ from ipc.logtail import LogQueues
 from ipc.results import PutResult
 
 DEFAULT_CONCURRENCY: Final = 8
+# How `pull` reads: "auto" (consume queues when the store runs a dispatcher, else the
+# log), "consume_queues" (engine.reader.StoreReader), "log" (ipc.logtail.LogQueues).
+READ_PATHS: Final = ("auto", "consume_queues", "log")
 
 
 class _Attach:
@@ -84,9 +87,13 @@ class AsyncStoreClient:
         topic_queue_nums: Mapping[str, int] | None = None,
         timeout_s: float = 10.0,
         concurrency: int = DEFAULT_CONCURRENCY,
+        read_path: str = "auto",
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if read_path not in READ_PATHS:
+            raise ValueError(f"read_path must be one of {READ_PATHS}")
+        self._read_path = read_path
         self.store_dir = os.path.realpath(os.fspath(store_dir))
         self._topic_queue_nums = dict(topic_queue_nums or {})
         self._timeout_s = timeout_s
@@ -111,16 +118,20 @@ class AsyncStoreClient:
         topic_queue_nums: Mapping[str, int] | None = None,
         timeout_s: float = 10.0,
         concurrency: int = DEFAULT_CONCURRENCY,
+        read_path: str = "auto",
     ) -> _Attach:
         """`async with AsyncStoreClient.attach(dir) as store:` or
         `store = await AsyncStoreClient.attach(dir)` (then `await store.close()`).
-        Raises channel.SupervisorUnavailable when no supervisor runs."""
+        `concurrency`: puts in flight at once (threads, one StoreClient each).
+        `read_path`: see READ_PATHS. Raises channel.SupervisorUnavailable when no
+        supervisor runs."""
         return _Attach(
             store_dir,
             {
                 "topic_queue_nums": topic_queue_nums,
                 "timeout_s": timeout_s,
                 "concurrency": concurrency,
+                "read_path": read_path,
             },
         )
 
@@ -145,7 +156,10 @@ class AsyncStoreClient:
         doc = await loop.run_in_executor(
             self._reads, lambda: channel.request(self.store_dir, {"op": "status"})
         )
-        self._dispatcher = any(w.get("name") == "dispatcher" for w in doc.get("workers", ()))
+        running = any(w.get("name") == "dispatcher" for w in doc.get("workers", ()))
+        self._dispatcher = (
+            running if self._read_path == "auto" else self._read_path == "consume_queues"
+        )
         self._sync = doc.get("settings", {}).get("flush_disk_type", "SYNC_FLUSH") == "SYNC_FLUSH"
         self._main = await loop.run_in_executor(self._reads, self._new_client)
 

@@ -157,3 +157,32 @@ def test_failed_fsync_settles_awaits_with_flush_disk_failed(make_store: StoreFac
     }
     assert statuses[-1] is PutMessageStatus.SERVICE_NOT_AVAILABLE
     assert st.stop() == 5
+
+
+def test_pull_through_consume_queues(store: Store) -> None:
+    """`read_path="consume_queues"`: pulls go through engine.reader over consume queues
+    (written here by the engine's dispatcher, as the dispatcher worker would), limited
+    to the flushed offset, fillers skipped."""
+    from conf.settings import StoreSettings
+    from engine.dispatch import Dispatcher
+    from engine.reader import Geometry
+    from mqstore import StoreClient
+
+    with StoreClient.attach(store.path) as client:
+        rs = [client.put("cq", f"m{i}".encode(), queue_id=2) for i in range(10)]
+        assert all(r.ok for r in rs)
+        flushed = client.positions()["flushed"]
+    d = Dispatcher.open(store.path, Geometry.of(store.path, StoreSettings()))
+    try:
+        assert d.dispatch(0, flushed).records == 10
+    finally:
+        d.close()
+
+    async def main() -> None:
+        async with AsyncStoreClient.attach(store.path, read_path="consume_queues") as aio:
+            got = await aio.pull("cq", 2, 3, 4)
+            assert got.status.name == "FOUND" and got.max_offset == 10
+            assert [m.body for m in got.messages] == [b"m3", b"m4", b"m5", b"m6"]
+            assert (await aio.pull("cq", 2, 10, 4)).status.name == "OFFSET_OVERFLOW_ONE"
+
+    asyncio.run(main())
