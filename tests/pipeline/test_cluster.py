@@ -115,30 +115,55 @@ def standalone_cluster(tmp_path: Path) -> Iterator[str]:
             _stop_group(proc)
 
 
-def test_jobs_run_on_a_loopback_standalone_cluster(standalone_cluster: str, tmp_path: Path) -> None:
+# Runs the four CLI jobs one after another in one driver process (one JVM gateway, a new
+# application each), each job's stdout and exit code saved for the test to check.
+DRIVER = """
+import contextlib, io, json, sys
+from workers import cli
+out = {}
+for name, argv in json.loads(sys.argv[1]).items():
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = cli.main(argv)
+    out[name] = [code, buf.getvalue()]
+print(json.dumps(out))
+"""
+
+
+def test_four_jobs_run_on_a_loopback_standalone_cluster(
+    standalone_cluster: str, tmp_path: Path
+) -> None:
     root = tmp_path / "store"
-    storegen.write_store(root, storegen.mixed_messages(300), segment_bytes=16384)
+    offsets = storegen.write_store(root, storegen.mixed_messages(300), segment_bytes=16384)
     out = tmp_path / "exported"
+    master = ["--master", standalone_cluster]
+    commands = {
+        "stats": ["pipeline", "stats", root.as_uri(), "--json", *master],
+        "query": ["pipeline", "query", str(root), "--topic", "payments", "--limit", "5", *master],
+        "audit": ["pipeline", "audit", str(root), "--json", *master],
+        "export": ["pipeline", "export", str(root), "--to", str(out), *master],
+    }
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK", "SPARK"))}
     env["PYTHONPATH"] = str(REPO)
-
-    def job(*args: str) -> subprocess.CompletedProcess[str]:
-        res = subprocess.run(
-            [sys.executable, "-m", "workers.cli", "pipeline", *args],
-            env=env,
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=400,
-        )
-        assert res.returncode == 0, res.stderr[-4000:]
-        return res
-
-    stats = job("stats", root.as_uri(), "--json", "--master", standalone_cluster)
-    doc = json.loads(stats.stdout)
-    assert doc["records"] == 300
-    assert {q["topic"] for q in doc["queues"]} == {"orders", "payments", "audit-log", "tópico"}
-    exported = job("export", str(root), "--to", str(out), "--master", standalone_cluster)
-    assert "exported 300 records" in exported.stdout
-    # the executor ran in the worker's work dir: the job truly left the driver
-    assert list((tmp_path / "work").glob("app-*/*/stderr"))
+    res = subprocess.run(
+        [sys.executable, "-c", DRIVER, json.dumps(commands)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=500,
+    )
+    assert res.returncode == 0, res.stderr[-4000:]
+    done = json.loads(res.stdout.splitlines()[-1])
+    assert {name: code for name, (code, _out) in done.items()} == dict.fromkeys(commands, 0)
+    stats = json.loads(done["stats"][1])
+    assert stats["records"] == 300
+    assert {q["topic"] for q in stats["queues"]} == {"orders", "payments", "audit-log", "tópico"}
+    hits = [json.loads(line) for line in done["query"][1].splitlines()]
+    assert [h["physical_offset"] for h in hits] == offsets[1:20:4]  # payments: i % 4 == 1
+    audit = json.loads(done["audit"][1])
+    assert audit["ok"] and audit["records_checked"] == 300
+    assert "exported 300 records" in done["export"][1]
+    assert sorted(p.name for p in out.iterdir() if p.is_dir())[0] == "topic=audit-log"
+    # executors ran in the worker's work dir, one application per job: the jobs left the driver
+    assert len(list((tmp_path / "work").glob("app-*"))) == 4
