@@ -127,6 +127,7 @@ class StoreClient:
         self._closed = False
         self._attached = False
         self._tails: dict[object, tuple[bytes, int, bytes] | PutResult] = {}
+        self._heads: dict[tuple[str, str | None], tuple[bytes, bytes, int, bytes]] = {}
         self._rr: dict[str, int] = {}
         self._attach()
 
@@ -293,6 +294,43 @@ class StoreClient:
         tail = b"".join((bytes((len(topic_b),)), topic_b, _I16.pack(len(props_b)), props_b))
         return tail, record.record_length(0, len(topic_b), len(props_b)), topic_b
 
+    def _keyed_tail(
+        self, topic: str, tags: str | None, keys: str
+    ) -> tuple[bytes, int, bytes] | PutResult:
+        """The tail for properties {TAGS: tags, KEYS: keys} without the encoder: the
+        (topic, tags) part is cached (validated by the encoder once), KEYS is checked
+        as `properties_problem` would and appended. O(len(keys))."""
+        head = self._heads.get((topic, tags))
+        if head is None:
+            base = self._tail(topic, {record.PROPERTY_TAGS: tags} if tags is not None else {})
+            if type(base) is PutResult:
+                return base
+            tail0, fixed0, topic_b = base  # type: ignore[misc]
+            props0 = tail0[1 + len(topic_b) + 2 :]
+            head = (tail0[: 1 + len(topic_b)], props0, fixed0 - len(props0), topic_b)
+            if len(self._heads) > 4096:
+                self._heads.clear()
+            self._heads[(topic, tags)] = head
+        topic_part, props0, fixed_np, topic_b = head
+        if not keys:
+            return PutResult(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                "property 'KEYS' has an empty value (RocketMQ's decoder would drop it)",
+            )
+        if "\x01" in keys or "\x02" in keys:
+            return PutResult(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                "property 'KEYS' contains a separator character (0x01 or 0x02)",
+            )
+        props = b"".join((props0, b"KEYS\x01", keys.encode("utf-8"), b"\x02"))
+        plen = len(props)
+        if plen > record.MAX_PROPERTIES_BYTES:
+            return PutResult(
+                PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
+                f"properties are {plen} UTF-8 bytes; at most 32767 are allowed",
+            )
+        return b"".join((topic_part, _I16.pack(plen), props)), fixed_np + plen, topic_b
+
     def _prepare(
         self,
         topic: str,
@@ -306,15 +344,27 @@ class StoreClient:
         reconsume_times: int = 0,
         prepared_offset: int = 0,
     ) -> _Prep | PutResult:
-        # The cache key: (topic, tags, keys) for the common case, (topic, properties as
-        # items, None) otherwise; a miss builds the properties and asks the encoder.
-        simple = not properties and (keys is None or type(keys) is str)
-        pkey: object = (topic, tags, keys) if simple else None
-        ent = None
-        try:
-            ent = self._tails.get(pkey) if simple else None
-        except TypeError:  # unhashable topic or tags: the encoder says what is wrong
-            pkey = None
+        # Keys are usually unique per message: (topic, tags) is cached and the KEYS
+        # property appended to it, exactly as encode_properties({TAGS, KEYS}) lays it out.
+        if not properties and type(keys) is str:
+            try:
+                got = self._keyed_tail(topic, tags, keys)
+            except (TypeError, UnicodeError) as e:
+                return PutResult(PutMessageStatus.MESSAGE_ILLEGAL, f"bad message: {e}")
+            if type(got) is PutResult:
+                return got
+            ent = got
+            pkey: object = None
+        else:
+            ent = None
+            # The cache key: (topic, tags, None) without keys, (topic, properties as
+            # items, None) otherwise; a miss builds the properties and asks the encoder.
+            simple = not properties and keys is None
+            pkey = (topic, tags, None) if simple else None
+            try:
+                ent = self._tails.get(pkey) if simple else None
+            except TypeError:  # unhashable topic or tags: the encoder says what is wrong
+                pkey = None
         if ent is None:
             d = dict(properties) if properties else {}
             if tags is not None:

@@ -111,7 +111,15 @@ def test_bad_input_gets_a_status_and_writes_nothing(
 
 
 def test_rolls_segments_with_blank_and_recycles_pool(make_store: StoreFactory) -> None:
-    st = make_store({"segment_size_bytes": 65536, "transient_store_pool_size": 2})
+    # A generous busy timeout: this test is about recycling, not about how fast the
+    # committer frees a buffer on a loaded machine.
+    st = make_store(
+        {
+            "segment_size_bytes": 65536,
+            "transient_store_pool_size": 2,
+            "os_page_cache_busy_timeout_ms": 20_000,
+        }
+    )
     with StoreClient.attach(st.path) as client:
         rs = [client.put("roll", os.urandom(700), queue_id=1, wait_store=False) for _ in range(600)]
         assert all(r.status is OK for r in rs), {r.reason for r in rs if r.status is not OK}
@@ -203,3 +211,54 @@ def test_put_batch_rejects_unknown_fields_and_oversized_batches(store: Store) ->
         big = client.put_batch([{"topic": "a", "body": b""}] * 5000)
         assert big[0].status is PutMessageStatus.MESSAGE_ILLEGAL and "per batch" in big[0].reason
         assert client.positions()["reserved"] == 0
+
+
+def test_client_encoding_matches_the_reference_encoder(store: Store) -> None:
+    from engine import record
+    from engine.commitlog import CommitLog
+
+    cases = [
+        ("t", None, None, None),
+        ("t", "tag", None, None),
+        ("t", None, "k1", None),
+        ("t", "tag", "ключ-1", None),
+        ("t", "tag", ["a", "b"], None),
+        ("t", "tag", "k", {"x": "y"}),
+        ("t", None, None, {"x": "y", "z": "w"}),
+    ]
+    with StoreClient.attach(store.path) as client:
+        results = [
+            client.put(topic, b"body-%d" % i, tags=tags, keys=keys, properties=props, queue_id=1)
+            for i, (topic, tags, keys, props) in enumerate(cases)
+        ]
+        assert all(r.status is OK for r in results)
+        bad = client.put("t", b"x", tags="tag", keys="")
+        assert bad.status is PutMessageStatus.MESSAGE_ILLEGAL and "KEYS" in bad.reason
+        bad = client.put("t", b"x", keys="a\x02b")
+        assert bad.status is PutMessageStatus.MESSAGE_ILLEGAL
+        bad = client.put("t", b"x", keys="k" * 40000)
+        assert bad.status is PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+    assert store.stop() == 0
+    cl = CommitLog.open(
+        store.path / "commitlog", store.config["segment_size_bytes"], read_only=True
+    )
+    try:
+        for i, ((topic, tags, keys, props), r) in enumerate(zip(cases, results, strict=True)):
+            stored = cl.read_bytes(r.physical_offset, r.size)
+            d = dict(props or {})
+            if tags is not None:
+                d[record.PROPERTY_TAGS] = tags
+            if keys is not None:
+                d[record.PROPERTY_KEYS] = keys if isinstance(keys, str) else " ".join(keys)
+            born = cl.read(r.physical_offset).record
+            assert born is not None
+            want = record.encode(
+                Message(topic, b"body-%d" % i, d, queue_id=1, born_timestamp=born.born_timestamp)
+            )
+            buf = bytearray(len(want.data))
+            record.patch_append_fields(
+                buf, 0, want, r.queue_offset, r.physical_offset, r.store_timestamp
+            )
+            assert stored == bytes(buf), (i, topic, tags, keys, props)
+    finally:
+        cl.close()
