@@ -122,9 +122,12 @@ def build(
             "committed": committed,
             "flushed": flushed,
             "allocated_upto": cb.get(c.OFF_ALLOCATED),
+            "dispatched": cb.get(c.OFF_DISPATCHED),
         },
         "commit_lag_bytes": published - committed,
         "flush_lag_bytes": committed - flushed,
+        "dispatch_lag_bytes": max(0, committed - cb.get(c.OFF_DISPATCHED)),
+        "dispatched_records": cb.get(c.OFF_DISPATCHED_RECORDS),
         "pool": {
             "enabled": pool > 0,
             "buffers": pool,

@@ -3,9 +3,10 @@
 Boot, in order (any failure halts with a message and a non-zero exit, never a loop):
 1. load the settings (CONFIG_ERROR on a bad one);
 2. take `<store>/lock` exclusively (a second supervisor is refused, naming the holder);
-3. write `abort`; check the log's tail (CRC on): a corrupt tail is refused rather than
-   guessed at (full recovery belongs to `engine.recovery`), a clean one is cut where
-   valid data ends and the queue offsets are rebuilt from it;
+3. write `abort`; recover (`engine.recovery`: normal, or abnormal when `abort` was
+   already there): validate the tail with CRC, cut it where valid data ends, truncate
+   and re-dispatch consume queues and index; the report goes to `recovery.json`, and the
+   next queue offsets come from the consume queues;
 4. remove shared memory left by a crashed run of this store, create the control block
    and the pool, seed positions and queue offsets, make the first files ready;
 5. listen on the supervisor socket (`ipc.channel`) and spawn one process per
@@ -44,8 +45,9 @@ from conf.load import ConfigError, load_settings
 from conf.settings import StoreSettings
 from engine import fileio
 from engine.checkpoint import StoreCheckpoint
-from engine.commitlog import CommitLog, ScanStop
 from engine.fileio import StoreIOError
+from engine.indexfile import IndexGeometryError
+from engine.recovery import recover_store, write_report
 from engine.segment import SegmentNameError, SegmentSizeError
 from ipc import channel
 from ipc import control as c
@@ -54,6 +56,7 @@ from ipc.locks import RESERVE_LOCK, FileLock, StoreLockHeld, take_store_lock
 from workers import stats
 from workers.allocator import ensure_segments
 from workers.base import WORKER_EXITED, WORKER_HALTED, WORKER_STARTING, ExitCode
+from workers.dispatcher import is_filler_header
 
 log = logging.getLogger("mqstore.supervisor")
 
@@ -75,13 +78,13 @@ class WorkerSpec:
     target: str
 
 
-# The services, one process each. A later issue adds one line each:
-#   WorkerSpec("dispatcher", "workers.dispatcher:main"),
-#   WorkerSpec("cleaner", "workers.cleaner:main"),
+# The services, one process each.
 WORKERS: list[WorkerSpec] = [
     WorkerSpec("allocator", "workers.allocator:main"),
     WorkerSpec("committer", "workers.committer:main"),
     WorkerSpec("flusher", "workers.flusher:main"),
+    WorkerSpec("dispatcher", "workers.dispatcher:main"),
+    WorkerSpec("cleaner", "workers.cleaner:main"),
 ]
 
 
@@ -147,7 +150,7 @@ class Supervisor:
         abort = os.path.join(self.store_dir, ABORT_FILE)
         was_dirty = os.path.exists(abort)
         fileio.write_file_atomic(abort, b"")
-        end, offsets = self._check_tail(was_dirty)
+        end, offsets = self._recover(was_dirty)
         for name in c.remove_leftovers(self.store_dir):
             self._say(f"removed shared memory left by a crashed run: {name}")
         generation = time.time_ns() // 1000 % 10**12
@@ -158,7 +161,9 @@ class Supervisor:
         except OSError as e:
             raise BootError(ExitCode.BOOT_ERROR, str(e)) from e
         self.cb = cb
-        for off in (c.OFF_RESERVED, c.OFF_PUBLISHED, c.OFF_COMMITTED, c.OFF_FLUSHED):
+        for off in (
+            c.OFF_RESERVED, c.OFF_PUBLISHED, c.OFF_COMMITTED, c.OFF_FLUSHED, c.OFF_DISPATCHED,
+        ):  # fmt: skip
             cb.set(off, end)
         for (topic, qid), nxt in offsets.items():
             row = cb.find_or_add_queue(topic.encode("utf-8"), qid)
@@ -185,33 +190,18 @@ class Supervisor:
             f"({s.flush_disk_type.value}, pool {'off' if not pool_n else f'{pool_n} buffers'})"
         )
 
-    def _check_tail(self, was_dirty: bool) -> tuple[int, dict[tuple[str, int], int]]:
-        s = self.settings
-        log_dir = os.path.join(self.store_dir, "commitlog")
+    def _recover(self, was_dirty: bool) -> tuple[int, dict[tuple[str, int], int]]:
+        """RocketMQ's recovery (`engine.recovery`): abnormal when `abort` was there before
+        this boot wrote its own. Returns the log's end and the next queue offsets."""
         try:
-            cl = CommitLog.open(
-                log_dir, s.segment_size_bytes, max_message_size=s.max_message_size_bytes
+            report = recover_store(
+                self.store_dir, self.settings, skip=is_filler_header, abnormal=was_dirty
             )
-        except (SegmentSizeError, SegmentNameError) as e:
-            raise BootError(ExitCode.BOOT_ERROR, f"cannot load the commit log: {e}") from e
-        try:
-            if len(cl.queue) == 0:
-                return 0, {}
-            sc = cl.scan(check_crc=s.check_crc_on_recover)
-            for _ in sc:
-                pass
-            if sc.stop in (ScanStop.CORRUPT, ScanStop.OFFSET_NOT_FOUND):
-                raise BootError(
-                    ExitCode.BOOT_ERROR,
-                    f"the commit log has a dirty tail at offset {sc.end_offset} "
-                    f"({sc.stop.value}: {sc.reason}); refusing to start "
-                    f"({'abort file present: ' if was_dirty else ''}run recovery first)",
-                )
-            cl.queue.truncate_dirty(sc.end_offset)
-            cl.rebuild_queue_offsets()
-            return sc.end_offset, cl.queue_offsets
-        finally:
-            cl.close()
+            write_report(self.store_dir, report)
+        except (SegmentSizeError, SegmentNameError, IndexGeometryError, StoreIOError) as e:
+            raise BootError(ExitCode.BOOT_ERROR, f"cannot recover the store: {e}") from e
+        self._say(f"recovery: {report.summary()}")
+        return report.end_offset, report.queue_offset_table()
 
     # --- workers ------------------------------------------------------------------------
 

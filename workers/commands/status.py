@@ -29,10 +29,14 @@ def render(doc: dict[str, Any]) -> Any:
     t1 = Table(title=f"mqstore {doc['store_dir']} (supervisor {doc['supervisor_pid']})")
     t1.add_column("what")
     t1.add_column("value", justify="right")
-    for k in ("reserved", "published", "committed", "flushed", "allocated_upto"):
+    for k in ("reserved", "published", "committed", "flushed", "dispatched", "allocated_upto"):
         t1.add_row(f"{k} offset", f"{pos[k]:,}")
     t1.add_row("commit lag", f"{doc['commit_lag_bytes']:,} B")
     t1.add_row("flush lag", f"{doc['flush_lag_bytes']:,} B")
+    t1.add_row(
+        "dispatch lag",
+        f"{doc['dispatch_lag_bytes']:,} B ({doc['dispatched_records']:,} records dispatched)",
+    )
     pool = doc["pool"]
     t1.add_row(
         "pool buffers free",

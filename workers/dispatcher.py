@@ -1,0 +1,159 @@
+"""The dispatcher process: RocketMQ's ReputMessageService and FlushConsumeQueueService.
+
+It follows the commit log through a read-only view and feeds `engine.dispatch`: every
+record below the limit gets its consume-queue unit and its index keys. The limit is the
+committed position under ASYNC_FLUSH and the flushed position under SYNC_FLUSH, so that
+nothing a crash can take back is ever consumed (DESIGN §3). Its position goes to the
+control block (`OFF_DISPATCHED`), where readers, `mqstore status` and the cleaner's
+"never delete what is not dispatched" rule read it.
+
+Loop, as every worker: beat, dispatch what is there (in bounded rounds, so the heartbeat
+stays fresh under load), then wait: 1 ms while records keep coming (RocketMQ's reput
+sleeps 1 ms), backing off to `IDLE_WAIT_S` when the log is quiet.
+
+Consume-queue flush: every `flush_consume_queue_interval_ms` with
+`flush_consume_queue_least_pages`, or thoroughly (0 pages) once
+`flush_consume_queue_thorough_interval_ms` has passed; after a thorough flush the
+checkpoint is written with the logics time of what those queues hold and the physic time
+the flusher published (`OFF_FLUSHED_TS`), as RocketMQ's FlushConsumeQueueService does.
+While the store runs, the dispatcher is the checkpoint's only writer; the supervisor
+writes it again at shutdown, after the workers have stopped.
+
+Drain on stop: dispatch up to the limit, flush every queue and the index, write the
+checkpoint.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Final
+
+from conf.settings import FlushDiskType
+from engine.checkpoint import StoreCheckpoint
+from engine.dispatch import Dispatcher, DispatchStop
+from engine.reader import Geometry
+from engine.record import RecordHeader
+from ipc import control as c
+from ipc.filler import FILLER_FLAG, FILLER_PROPERTY
+from workers.base import ExitCode, WorkerContext
+
+MAX_RECORDS_PER_ROUND: Final = 4096
+BUSY_WAIT_S: Final = 0.001
+IDLE_WAIT_S: Final = 0.008
+DRAIN_S: Final = 2.0
+
+
+def is_filler_header(h: RecordHeader) -> bool:
+    """`ipc.filler.is_filler` from the header alone: the filler's flag and zero born time,
+    with its marker property (or no properties, when the marker did not fit)."""
+    if h.flag != FILLER_FLAG or h.born_timestamp != 0:
+        return False
+    return h.properties.get(FILLER_PROPERTY) == "1" or not h.properties
+
+
+class _Checkpoint:
+    """The checkpoint as the dispatcher keeps it: in memory, flushed after thorough
+    consume-queue flushes and at the end."""
+
+    def __init__(self, ctx: WorkerContext) -> None:
+        self._ctx = ctx
+        self.file = StoreCheckpoint.open_in(ctx.store_dir)
+
+    def on_index_roll(self, end_timestamp: int) -> None:
+        self.file.index_msg_timestamp = end_timestamp
+        self.flush()
+
+    def flush(self) -> None:
+        physic = self._ctx.cb.get(c.OFF_FLUSHED_TS)
+        if physic > self.file.physic_msg_timestamp:
+            self.file.physic_msg_timestamp = physic
+        self.file.flush()
+
+
+def _limit(ctx: WorkerContext) -> int:
+    cb = ctx.cb
+    if ctx.settings.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+        return cb.get(c.OFF_FLUSHED)
+    return cb.get(c.OFF_COMMITTED)
+
+
+def main(ctx: WorkerContext) -> int:
+    """The worker: `WorkerSpec("dispatcher", "workers.dispatcher:main")`."""
+    cb = ctx.cb
+    s = ctx.settings
+    cp = _Checkpoint(ctx)
+    try:
+        disp = Dispatcher.open(
+            ctx.store_dir,
+            Geometry.of(ctx.store_dir, s),
+            skip=is_filler_header,
+            checkpoint=cp.file,
+            index_enabled=s.message_index_enable,
+            max_msgs_num_batch=s.max_msgs_num_batch,
+            on_index_roll=cp.on_index_roll,
+        )
+    except (OSError, ValueError) as e:
+        print(f"mqstore dispatcher: cannot open the consume queues or index: {e}", flush=True)
+        cp.file.close()
+        return ExitCode.BOOT_ERROR
+    offset = max(disp.resume_offset(), 0)
+    cb.set(c.OFF_DISPATCHED, offset)
+    dispatched = 0
+    wait = BUSY_WAIT_S
+    last_flush = last_thorough = time.monotonic()
+
+    def round_once() -> bool:
+        """Dispatch one bounded round; True if it moved."""
+        nonlocal offset, dispatched
+        limit = _limit(ctx)
+        if offset >= limit:
+            return False
+        res = disp.dispatch(offset, limit, max_records=MAX_RECORDS_PER_ROUND)
+        if res.stop is DispatchStop.CORRUPT:
+            # A record below committed that does not check out: never guess past it.
+            print(f"mqstore dispatcher: stopped at {res.next_offset}: {res.reason}", flush=True)
+        moved = res.next_offset > offset
+        offset = res.next_offset
+        dispatched += res.records
+        if res.last_store_timestamp:
+            cb.set(c.OFF_DISPATCHED_TS, res.last_store_timestamp)
+        cb.set(c.OFF_DISPATCHED_RECORDS, dispatched)
+        cb.set(c.OFF_DISPATCHED, offset)
+        return moved
+
+    def flush_queues(thorough: bool) -> None:
+        logics = cp.file.logics_msg_timestamp
+        if thorough:
+            disp.queues.flush_all()
+            if disp.index is not None:
+                disp.index.flush()
+            cp.file.logics_msg_timestamp = logics
+            cp.flush()
+        else:
+            disp.queues.flush(s.flush_consume_queue_least_pages)
+
+    try:
+        while not ctx.stopping:
+            ctx.beat()
+            moved = round_once()
+            now = time.monotonic()
+            s = ctx.settings
+            if now - last_thorough >= s.flush_consume_queue_thorough_interval_ms / 1000:
+                flush_queues(thorough=True)
+                last_thorough = last_flush = now
+            elif now - last_flush >= s.flush_consume_queue_interval_ms / 1000:
+                flush_queues(thorough=False)
+                last_flush = now
+            if moved:
+                wait = BUSY_WAIT_S
+                continue
+            ctx.wait(wait)
+            wait = min(wait * 2, IDLE_WAIT_S)
+        deadline = time.monotonic() + DRAIN_S
+        while time.monotonic() < deadline and round_once():
+            pass
+        flush_queues(thorough=True)
+        return ExitCode.OK
+    finally:
+        disp.close()
+        cp.file.close()
