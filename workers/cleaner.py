@@ -21,10 +21,10 @@ Unconsumed bytes: the committed consumer offsets are read from
 clean, when it exists.
 
 Where the protection comes from: `flushed` is the control block's flushed position (or
-the `flushed_offset` file offline); `dispatched` is read from the consume-queue files (the
-end of the furthest last unit; None when the store has no consume queues) until the
-dispatcher publishes its own position; `checkpointed` is where abnormal recovery would
-start by the checkpoint (`checkpoint_protection`; live physic timestamp in the runtime).
+the `flushed_offset` file offline); `dispatched` is the dispatcher's published position
+(`OFF_DISPATCHED`; offline, the end of the furthest last consume-queue unit);
+`checkpointed` is where abnormal recovery would start by the checkpoint
+(`checkpoint_protection`; the live physic timestamp in the runtime).
 
 Loop shape as every worker: beat, wait, tick; settings from the context each tick.
 """
@@ -385,11 +385,10 @@ def main(ctx: WorkerContext) -> int:
         cb.set(c.OFF_DISK_STATE, encode_disk_state(v))
 
     def protection(queue: SegmentQueue) -> Protection:
-        # Until the dispatcher publishes its position, its consume-queue files tell a
-        # lower bound of it (page cache, so current across processes).
+        # The dispatcher's published position (seeded by the supervisor at boot).
         return Protection(
             cb.get(c.OFF_FLUSHED),
-            dispatched_offset_from_files(ctx.store_dir),
+            cb.get(c.OFF_DISPATCHED),
             checkpoint_protection(ctx.store_dir, queue, live_physic_ms=cb.get(c.OFF_FLUSHED_TS)),
         )
 

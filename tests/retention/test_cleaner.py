@@ -167,6 +167,7 @@ def test_worker_process_publishes_disk_state_cleans_on_request_and_stops(
     proc = None
     try:
         cb.set(c.OFF_FLUSHED, 2 * SEG)  # segments 0 and 1 are flushed
+        cb.set(c.OFF_DISPATCHED, 2 * SEG)  # ...and dispatched
         (tmp_path / REQUEST_FILE).touch()
         argv = [sys.executable, "-m", "workers.worker_main", "cleaner", "0", str(tmp_path)]
         argv += [cb.ctl_name, cb.pool_name, "workers.cleaner:main"]
