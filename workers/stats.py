@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ipc import control as c
+from workers.cleaner import status_doc as cleaner_status
 
 
 @dataclass
@@ -156,6 +157,8 @@ def build(
             "failures": cb.get(c.OFF_FLUSH_FAILURES),
         },
         "fillers": cb.get(c.OFF_FILLERS),
+        # 0 until the cleaner's first disk check
+        "cleaner": cleaner_status(store_dir, cb.get(c.OFF_DISK_STATE) or None),
         "findings": [str(f) for f in cb.check()],
         "busy_waits": cb.get(c.OFF_BUSY),
     }

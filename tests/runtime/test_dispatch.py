@@ -133,3 +133,17 @@ def test_crash_of_the_whole_store_recovers_queues_from_the_log(make_store: Store
     )  # fmt: skip
     assert check.returncode == 0, check.stdout + check.stderr
     assert st.shm_leftovers() == []
+
+
+def test_status_shows_the_disk_as_the_cleaner_sees_it(make_store: StoreFactory) -> None:
+    st = make_store()
+    disk = wait_for(lambda: st.status()["cleaner"].get("disk"), 30, "the cleaner's disk check")
+    assert disk["disk_full"] is False
+    assert 0.0 < disk["ratio"] <= 1.0
+    table = subprocess.run(
+        [sys.executable, "-m", "workers.cli", "status", str(st.path)],
+        capture_output=True, text=True, cwd=str(REPO), timeout=60,
+    )  # fmt: skip
+    assert table.returncode == 0, table.stderr
+    assert "disk used" in table.stdout and "dispatch lag" in table.stdout
+    assert st.stop() == 0

@@ -58,6 +58,7 @@ def render(doc: dict[str, Any]) -> Any:
     t1.add_row("messages per fsync", f"{fs['msgs_per_fsync']}")
     t1.add_row("fillers / busy waits", f"{doc['fillers']} / {doc['busy_waits']}")
     t1.add_row("clients attached", str(doc["clients"]))
+    _cleaner_rows(t1, doc.get("cleaner") or {})
     t2 = Table(title="workers")
     for col in ("name", "pid", "state", "restarts", "heartbeat age"):
         t2.add_column(col)
@@ -68,6 +69,31 @@ def render(doc: dict[str, Any]) -> Any:
             "-" if age is None else f"{age} ms",
         )  # fmt: skip
     return Group(t1, t2)
+
+
+def _cleaner_rows(t: Any, cl: dict[str, Any]) -> None:
+    disk = cl.get("disk")
+    if disk:
+        state = "DISK_FULL (puts refused)" if disk["disk_full"] else "ok"
+        if disk["clean_immediately"]:
+            state += ", cleaning immediately"
+        t.add_row("disk used", f"{disk['ratio'] * 100:.1f} % ({state})")
+    st = cl.get("status_file") or {}
+    last = st.get("last_clean")
+    if last:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last["finished_ms"] / 1000))
+        t.add_row(
+            "last clean",
+            f"{when}: {last['files_deleted']} files, {last['bytes_deleted']:,} B deleted",
+        )
+    totals = st.get("totals")
+    if totals:
+        unconsumed = totals.get("unconsumed_bytes_deleted") or 0
+        t.add_row(
+            "deleted since start",
+            f"{totals['files_deleted']} files, {totals['bytes_deleted']:,} B "
+            f"({unconsumed:,} B no consumer had read)",
+        )
 
 
 def run(args: argparse.Namespace) -> int:
