@@ -4,7 +4,9 @@ AllocateMappedFileService), so a writer never creates a file on the hot path.
 It watches `reserved_pos` and makes sure the segment being written and the next
 `AHEAD` ones exist (pre-allocated with fallocate; warmed when `warm_mapped_file_enable`),
 then publishes `allocated_upto`, the end of the last ready file. Producers never reserve
-past it (they wait, then fail with CREATE_MAPPED_FILE_FAILED).
+past it (they wait, then fail with CREATE_MAPPED_FILE_FAILED). Before it creates a file
+it checks that the free space can hold it (`engine.diskguard.space_problem`); when it
+cannot, it creates nothing, says so once, and tries again next tick.
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ from typing import Final
 
 from conf.settings import FlushDiskType, StoreSettings
 from engine import fileio
+from engine.diskguard import space_problem
 from engine.segment import Segment, segment_file_name
 from ipc import control as c
 from workers.base import ExitCode, WorkerContext
 
 AHEAD: Final = 2
 TICK_S: Final = 0.005
+_last_problem: dict[str, str] = {}  # log dir -> the last space problem reported
 
 
 def ensure_segments(store_dir: str, cb: c.ControlBlock, settings: StoreSettings) -> int:
@@ -29,18 +33,30 @@ def ensure_segments(store_dir: str, cb: c.ControlBlock, settings: StoreSettings)
     log_dir = os.path.join(store_dir, "commitlog")
     fileio.makedirs(log_dir)
     first = cb.get(c.OFF_RESERVED) // size
+    ready = first
     for index in range(first, first + AHEAD + 1):
         path = os.path.join(log_dir, segment_file_name(index * size))
         if os.path.exists(path):
+            ready = index + 1
             continue
+        problem = space_problem(log_dir, size)
+        if problem:
+            # No room for the file: producers wait, then get CREATE_MAPPED_FILE_FAILED;
+            # the cleaner's deletions make room, and the next tick tries again.
+            if problem != _last_problem.get(log_dir):
+                print(f"mqstore allocator: not creating {path}: {problem}", flush=True)
+            _last_problem[log_dir] = problem
+            break
+        _last_problem.pop(log_dir, None)
         seg = Segment.create(log_dir, index * size, size)
+        ready = index + 1
         try:
             if settings.warm_mapped_file_enable:
                 sync = settings.flush_disk_type is FlushDiskType.SYNC_FLUSH
                 seg.warm(sync_every_pages=settings.flush_least_pages_when_warm if sync else 0)
         finally:
             seg.close()
-    upto = (first + AHEAD + 1) * size
+    upto = ready * size
     if upto > cb.get(c.OFF_ALLOCATED):
         cb.set(c.OFF_ALLOCATED, upto)
     return upto
