@@ -43,12 +43,15 @@ def test_percentile_of_buckets() -> None:
     assert percentile(Counter(), 0.99) == 0.0
 
 
-def test_demo_command_against_a_running_store(store: Store) -> None:
+@pytest.mark.parametrize("read_path", ["log", "auto"])
+def test_demo_command_against_a_running_store(store: Store, read_path: str) -> None:
+    """The consumer reads the log, or (auto, when the store runs a dispatcher) the
+    consume queues through engine.reader."""
     proc = subprocess.run(
         [
             sys.executable, "-m", "workers.cli", "demo", str(store.path), "--producers", "1",
             "--sync-producers", "2", "--messages", "3000", "--body-bytes", "100",
-            "--consumer", "--json",
+            "--consumer", "--read-path", read_path, "--json",
         ],
         capture_output=True, text=True, timeout=120, env=_env(), cwd=str(REPO),
     )  # fmt: skip

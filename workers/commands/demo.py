@@ -1,7 +1,7 @@
 """`mqstore demo DIR`: a load generator against a running store, with a live line.
 
     mqstore demo DIR [--producers N] [--sync-producers N] [--seconds S | --messages M]
-                     [--body-bytes B] [--consumer] [--topic T] [--json]
+                     [--body-bytes B] [--consumer] [--read-path P] [--topic T] [--json]
 
 Starts `--producers` async producers (`wait_store=False`: acknowledged once the record
 is in the pool or page cache) and `--sync-producers` sync producers (`wait_store=True`:
@@ -9,7 +9,9 @@ under SYNC_FLUSH acknowledged once fsynced), each in its own process with its ow
 `StoreClient`, for `--seconds` or until `--messages` in all. The live line shows puts/s,
 p99 latency per kind and the statuses. `--consumer` adds a process that reads back what
 was put, up to the durable offset (the `flushed_offset` file), and checks that every
-acknowledged message of this run is there exactly once.
+acknowledged message of this run is there exactly once: through the consume queues
+(`engine.reader`) when the store runs a dispatcher, else straight from the commit log
+(`ipc.logtail`); `--read-path` forces one.
 
 Prints a summary (or one JSON document with `--json`). Exit 0; 1 if any put failed or
 the consumer missed or duplicated a message; 2 if no supervisor runs for DIR. Ctrl-C
@@ -77,6 +79,7 @@ class DemoOptions:
     body_bytes: int = 256
     consumer: bool = False
     topic: str = "demo"
+    read_path: str = "auto"  # the consumer's: auto, log, consume_queues
 
 
 @dataclass
@@ -196,24 +199,96 @@ def _producer(
     out.put(("done", index, kind, ok, dict(statuses), dict(hist), failed_seqs))
 
 
-def _consumer(
-    store_dir: str, run_id: str, topic: str, start: int, target: Any, stop: Any, out: Any
-) -> None:
-    """Read back this run's messages from `start` up to the durable offset; when `stop`
-    is set, keep going until `target` (the log end after the producers) is read."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from ipc.logtail import LogTail
+class _LogSource:
+    """This run's records straight from the log (no dispatcher needed)."""
 
+    def __init__(self, store_dir: str, start: int) -> None:
+        from ipc.logtail import LogTail
+
+        self.tail = LogTail(store_dir, start)
+
+    def poll(self, limit: int) -> Any:
+        return self.tail.poll(limit, 50_000)
+
+    @property
+    def position(self) -> int:
+        return self.tail.position or 0
+
+    def close(self) -> None:
+        self.tail.close()
+
+
+class _QueueSource:
+    """This run's records through `engine.reader` (consume queues, a dispatcher runs):
+    pull every queue of the topic from where it ended when the run started."""
+
+    def __init__(self, store_dir: str, topic: str, offsets: list[int] | None = None) -> None:
+        from conf.load import load_settings
+        from engine.reader import StoreReader
+        from ipc.filler import is_filler
+
+        settings = load_settings(Path(store_dir), None, os.environ).settings
+        self.topic = topic
+        self.reader = StoreReader.open(
+            store_dir,
+            settings,
+            max_offset_fn=lambda: read_flushed_offset(store_dir) or 0,
+            is_filler=is_filler,
+        )
+        self.queues = range(settings.default_topic_queue_nums)
+        self.offsets = (
+            list(offsets)
+            if offsets is not None
+            else [self.reader.max_offset(topic, q) for q in self.queues]
+        )
+        self.position = 0
+
+    def poll(self, _limit: int) -> Any:
+        from engine.reader import GetStatus
+
+        moving = (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE, GetStatus.OFFSET_FOUND_NULL)
+        for q in self.queues:
+            res = self.reader.get_messages(self.topic, q, self.offsets[q], 1000)
+            if res.status in moving or res.status is GetStatus.MESSAGE_WAS_REMOVING:
+                self.offsets[q] = res.next_offset
+            for rec in res.messages:
+                self.position = max(self.position, rec.physical_offset + rec.size)
+                yield rec
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+def _consumer(
+    store_dir: str,
+    run_id: str,
+    topic: str,
+    start: int,
+    queue_starts: list[int] | None,
+    target: Any,
+    expected: Any,
+    stop: Any,
+    out: Any,
+) -> None:
+    """Read back this run's messages up to the durable offset (the `flushed_offset`
+    file); when `stop` is set, keep going until the log is read up to `target` (log) or
+    `expected` messages were seen (queues), or CONSUMER_CATCH_UP_S have passed."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     prefix = f"{run_id}:".encode()
     seen: set[tuple[int, int]] = set()
     dups = 0
-    tail = LogTail(store_dir, start)
+    use_queues = queue_starts is not None
+    src: _LogSource | _QueueSource = (
+        _QueueSource(store_dir, topic, queue_starts) if use_queues else _LogSource(store_dir, start)
+    )
     last = 0.0
     give_up = 0.0
     try:
         while True:
             limit = read_flushed_offset(store_dir) or 0
-            for rec in tail.poll(limit, 50_000):
+            got = 0
+            for rec in src.poll(limit):
+                got += 1
                 if rec.topic != topic or not rec.body.startswith(prefix):
                     continue
                 _r, p, s, _rest = rec.body.split(b":", 3)
@@ -224,17 +299,18 @@ def _consumer(
                     seen.add(key)
             now = time.monotonic()
             if now - last >= REPORT_S:
-                out.put(("cons", len(seen), dups, tail.position or 0))
+                out.put(("cons", len(seen), dups, src.position))
                 last = now
             if stop.is_set():
                 give_up = give_up or now + CONSUMER_CATCH_UP_S
-                if (tail.position or 0) >= target.value or now >= give_up:
+                done = len(seen) >= expected.value if use_queues else src.position >= target.value
+                if done or now >= give_up:
                     break
-            if (tail.position or 0) >= limit:
+            if not got:
                 time.sleep(0.005)
     finally:
-        tail.close()
-    out.put(("cons_done", sorted(seen), dups, tail.position or 0))
+        src.close()
+    out.put(("cons_done", sorted(seen), dups, src.position))
 
 
 # --- the parent -----------------------------------------------------------------------------
@@ -283,6 +359,14 @@ def run_demo(
     out: Any = ctx.Queue()
     stop = ctx.Event()
     target = ctx.Value("q", 1 << 62)
+    expected = ctx.Value("q", 1 << 62)
+    dispatcher = any(w.get("name") == "dispatcher" for w in doc.get("workers", ()))
+    use_queues = opts.read_path == "consume_queues" or (opts.read_path == "auto" and dispatcher)
+    queue_starts = None
+    if opts.consumer and use_queues:  # where each queue ends before any put of this run
+        first = _QueueSource(store, opts.topic)
+        queue_starts = list(first.offsets)
+        first.close()
     nprod = opts.producers + opts.sync_producers
     quotas: list[int | None] = [None] * nprod
     if opts.messages is not None:
@@ -301,7 +385,17 @@ def run_demo(
     if opts.consumer:
         cons = ctx.Process(
             target=_consumer,
-            args=(store, run_id, opts.topic, start_offset, target, stop, out),
+            args=(
+                store,
+                run_id,
+                opts.topic,
+                start_offset,
+                queue_starts,
+                target,
+                expected,
+                stop,
+                out,
+            ),
             name="mqstore-demo-consumer",
             daemon=True,
         )
@@ -387,6 +481,7 @@ def run_demo(
             stop.set()
             elapsed = time.monotonic() - t0
             if cons is not None:
+                expected.value = sum(k.ok for k in live.kinds.values())
                 with contextlib.suppress(channel.SupervisorUnavailable):
                     target.value = int(
                         channel.request(store, {"op": "status"})["positions"]["reserved"]
@@ -435,7 +530,6 @@ def run_demo(
     if opts.consumer:
         got = set(cons_result[0]) if cons_result else set()
         dups = cons_result[1] if cons_result else 0
-        expected = ok
         acked_missing = 0
         # every acknowledged (producer, seq) must have been read; a failed put may or
         # may not be in the log (a flush timeout is written, not promised)
@@ -446,7 +540,7 @@ def run_demo(
                     acked_missing += 1
         consumer_doc = {
             "read": len(got),
-            "expected": expected,
+            "expected": ok,
             "duplicates": dups,
             "missing": acked_missing,
             "complete": cons_result is not None and acked_missing == 0 and dups == 0,
@@ -477,6 +571,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--body-bytes", type=int, default=256, help="message body size (256)")
     p.add_argument("--consumer", action="store_true", help="read back and verify the puts")
     p.add_argument("--topic", default="demo", help="topic to put to (default demo)")
+    p.add_argument(
+        "--read-path",
+        choices=("auto", "log", "consume_queues"),
+        default="auto",
+        help="the consumer reads the log, or consume queues through engine.reader "
+        "(auto: queues when the store runs a dispatcher)",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as one JSON doc")
 
 
@@ -492,6 +593,7 @@ def options_from(args: argparse.Namespace) -> DemoOptions:
         body_bytes=args.body_bytes,
         consumer=args.consumer,
         topic=args.topic,
+        read_path=args.read_path,
     )
 
 
