@@ -11,6 +11,9 @@ import subprocess
 import sys
 from collections import Counter
 
+import pytest
+
+from engine.reader import GetResult
 from mqstore import AsyncStoreClient, PutMessageStatus
 from tests.runtime.conftest import StoreFactory
 from tests.runtime.harness import REPO, Store
@@ -100,9 +103,23 @@ def test_concurrent_awaits_beside_blocking_producers_exactly_once(store: Store) 
     assert sum(in_log.values()) == len(acked)
 
 
-def test_batch_pull_and_statuses(store: Store) -> None:
+async def _pull_until(
+    aio: AsyncStoreClient, topic: str, queue_id: int, offset: int, count: int
+) -> GetResult:
+    """Pull until `count` messages come back (a dispatcher, when the store runs one,
+    and the flusher, for wait_store=False, make them readable a moment later)."""
+    for _ in range(3000):
+        got = await aio.pull(topic, queue_id, offset, count)
+        if len(got.messages) >= count:
+            return got
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{topic}/{queue_id}@{offset}: {count} messages never came: {got}")
+
+
+@pytest.mark.parametrize("read_path", ["auto", "log"])
+def test_batch_pull_and_statuses(store: Store, read_path: str) -> None:
     async def main() -> None:
-        aio = await AsyncStoreClient.attach(store.path)
+        aio = await AsyncStoreClient.attach(store.path, read_path=read_path)
         try:
             rs = await aio.put_batch(
                 [{"topic": "b", "body": f"m{i}".encode(), "queue_id": 1} for i in range(5)]
@@ -115,20 +132,16 @@ def test_batch_pull_and_statuses(store: Store) -> None:
             assert bad.status is PutMessageStatus.MESSAGE_ILLEGAL
             nowait = await aio.put("b", b"no wait", queue_id=1, wait_store=False)
             assert nowait.ok
-            got = await aio.pull("b", 1, 0, 4)
+            got = await _pull_until(aio, "b", 1, 0, 4)
             assert got.status.name == "FOUND"
             assert [m.body for m in got.messages] == [b"m0", b"m1", b"m2", b"m3"]
             assert got.next_offset == 4
-            rest = await aio.pull("b", 1, got.next_offset, 32)
+            rest = await _pull_until(aio, "b", 1, got.next_offset, 2)
             assert [m.body for m in rest.messages][:2] == [b"m4", b"tagged"]
             assert rest.messages[1].tags == "t1" and rest.messages[1].keys == "k"
-            # wait_store=False: readable once the flusher's own round covers it
-            for _ in range(3000):
-                last = await aio.pull("b", 1, 6, 1)
-                if last.messages:
-                    break
-                await asyncio.sleep(0.01)
+            last = await _pull_until(aio, "b", 1, 6, 1)
             assert [m.body for m in last.messages] == [b"no wait"]
+            assert (await aio.pull("b", 1, 7, 1)).status.name == "OFFSET_OVERFLOW_ONE"
             none = await aio.pull("nope", 0, 0, 1)
             assert none.status.name == "NO_MATCHED_LOGIC_QUEUE"
         finally:
@@ -161,8 +174,8 @@ def test_failed_fsync_settles_awaits_with_flush_disk_failed(make_store: StoreFac
 
 def test_pull_through_consume_queues(store: Store) -> None:
     """`read_path="consume_queues"`: pulls go through engine.reader over consume queues
-    (written here by the engine's dispatcher, as the dispatcher worker would), limited
-    to the flushed offset, fillers skipped."""
+    (written by the store's dispatcher worker, or here by the engine's dispatcher when
+    the store runs none), limited to the flushed offset."""
     from conf.settings import StoreSettings
     from engine.dispatch import Dispatcher
     from engine.reader import Geometry
@@ -172,14 +185,16 @@ def test_pull_through_consume_queues(store: Store) -> None:
         rs = [client.put("cq", f"m{i}".encode(), queue_id=2) for i in range(10)]
         assert all(r.ok for r in rs)
         flushed = client.positions()["flushed"]
-    d = Dispatcher.open(store.path, Geometry.of(store.path, StoreSettings()))
-    try:
-        assert d.dispatch(0, flushed).records == 10
-    finally:
-        d.close()
+    if not any(w["name"] == "dispatcher" for w in store.status()["workers"]):
+        d = Dispatcher.open(store.path, Geometry.of(store.path, StoreSettings()))
+        try:
+            assert d.dispatch(0, flushed).records == 10
+        finally:
+            d.close()
 
     async def main() -> None:
         async with AsyncStoreClient.attach(store.path, read_path="consume_queues") as aio:
+            await _pull_until(aio, "cq", 2, 9, 1)  # the store's dispatcher, if it runs one
             got = await aio.pull("cq", 2, 3, 4)
             assert got.status.name == "FOUND" and got.max_offset == 10
             assert [m.body for m in got.messages] == [b"m3", b"m4", b"m5", b"m6"]
