@@ -4,32 +4,45 @@
         r = await store.put("orders", b"...", tags="new")
         got = await store.pull("orders", r.queue_id, 0, 32)
 
-The event loop never blocks on the store. A put runs on one of `concurrency` threads
-(default 8) of the client's own, each with its own blocking `StoreClient`; the loop
-awaits it. A thread that waits for the flush acknowledgement (SYNC_FLUSH with
-`wait_store`) sleeps in the kernel without the GIL, so up to `concurrency` puts of one
-client wait for the same group-committed fsync while the loop keeps running; more
-concurrent awaits queue for a thread. Pulls run on one more thread with a reader of
-their own: `engine.reader.StoreReader` (consume queues) when the store runs a
-dispatcher, else `ipc.logtail.LogQueues` (an in-memory queue index built from the
-log), both limited to what is durable (flushed under SYNC_FLUSH, committed under ASYNC).
+The event loop never blocks on the store:
 
-An acknowledgement means exactly what the blocking client's does (docs/durability.md):
-the same code runs. Statuses, never exceptions, for expected outcomes.
+* **Reserve and copy** (microseconds, but the reservation may wait for a pool buffer or
+  the next segment file up to `os_page_cache_busy_timeout_ms`) run on a thread of the
+  client's own, through a blocking `StoreClient` (one per thread) with
+  `wait_store=False`.
+* **The flush wait** (SYNC_FLUSH with `wait_store`) is on the loop: the client owns a
+  datagram socket registered with `loop.add_reader`; each put sends the flusher one
+  request ("answer when flushed up to my end", `ipc.channel`) and awaits a future.
+  Every reply carries the flushed offset and settles every pending put it covers, so
+  any number of concurrent awaits share one group-committed fsync without a thread
+  each. A watchdog task re-sends requests a restarting flusher lost, settles puts the
+  control block shows flushed, and answers FLUSH_DISK_TIMEOUT after
+  `sync_flush_timeout_ms` and FLUSH_DISK_FAILED once the store is read-only, as the
+  blocking client does.
+* **Fallback** (a runtime whose flusher does not speak `ipc.channel`'s datagrams): the
+  whole blocking put, wait included, runs on one of `concurrency` threads (default 8),
+  which sleep in the kernel without the GIL; up to `concurrency` awaits share an fsync.
+* **Pulls** run on one more thread with a reader of their own: `engine.reader.StoreReader`
+  (consume queues) when the store runs a dispatcher, else `ipc.logtail.LogQueues` (an
+  in-memory queue index built from the log), both limited to what is durable (flushed
+  under SYNC_FLUSH, committed under ASYNC_FLUSH).
 
-Why threads and not the loop itself: the flusher wakes sync waiters through a futex in
-the control block (`ipc.futex`), which no event loop can poll. A loop-native wait needs
-a hook in `ipc/client.py` that splits a sync put into "reserve, copy and ring the
-doorbell" (returning the record's end) and "wait for flushed >= end"; one waiter thread
-per client could then sleep on the flush epoch and settle every pending future with
-`loop.call_soon_threadsafe`, with no thread per in-flight put.
+An acknowledgement means what the blocking client's does (docs/durability.md).
+Statuses, never exceptions, for expected outcomes.
+
+The loop-native wait reads three private attributes of `StoreClient` (`_flusher_addr`,
+`_sync_timeout_s`, `_cb`); a public `StoreClient.flush_target()` returning them would
+make it independent of the client's internals.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import socket
 import threading
+import time
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
@@ -37,15 +50,138 @@ from typing import Any, Final
 from engine.reader import GetResult, StoreReader
 from engine.record import Message
 from ipc import channel
+from ipc import control as c
 from ipc.client import StoreClient
 from ipc.filler import is_filler
 from ipc.logtail import LogQueues
-from ipc.results import PutResult
+from ipc.results import PutMessageStatus, PutResult
 
 DEFAULT_CONCURRENCY: Final = 8
 # How `pull` reads: "auto" (consume queues when the store runs a dispatcher, else the
 # log), "consume_queues" (engine.reader.StoreReader), "log" (ipc.logtail.LogQueues).
 READ_PATHS: Final = ("auto", "consume_queues", "log")
+_WATCH_S: Final = 0.05
+_RESEND_S: Final = 0.5
+_FLUSH_REQ = getattr(channel, "FLUSH_REQ", None)  # the flusher's datagram protocol
+_FLUSH_REP = getattr(channel, "FLUSH_REP", None)
+OK: Final = PutMessageStatus.PUT_OK
+Settled = tuple[PutMessageStatus, str]
+
+
+class _Waiter:
+    __slots__ = ("end", "fut", "sent_at", "started")
+
+    def __init__(self, end: int, fut: asyncio.Future[Settled]) -> None:
+        self.end = end
+        self.fut = fut
+        self.started = time.monotonic()
+        self.sent_at = 0.0
+
+
+class _FlushWaits:
+    """Flush waits on the loop: one datagram socket, futures settled by replies."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, main: StoreClient) -> None:
+        assert _FLUSH_REQ is not None
+        self._loop = loop
+        self._main = main
+        self._waiters: dict[int, _Waiter] = {}
+        self._rid = 0
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+        sock.bind("")  # autobind: an abstract address of our own
+        sock.setblocking(False)
+        self._sock = sock
+        loop.add_reader(sock.fileno(), self._on_replies)
+        self._watchdog = loop.create_task(self._watch(), name="mqstore-aio-watchdog")
+
+    async def close(self) -> None:
+        self._watchdog.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._watchdog
+        self._loop.remove_reader(self._sock.fileno())
+        self._sock.close()
+        self._settle(0, PutMessageStatus.SERVICE_NOT_AVAILABLE, "the client was closed")
+
+    def _settle(self, flushed: int, status: PutMessageStatus, reason: str) -> None:
+        for rid in [r for r, w in self._waiters.items() if status is not OK or w.end <= flushed]:
+            w = self._waiters.pop(rid)
+            if not w.fut.done():
+                w.fut.set_result((status, reason))
+
+    def _on_replies(self) -> None:
+        assert _FLUSH_REP is not None
+        best = -1
+        failed = False
+        while True:
+            try:
+                data = self._sock.recv(64)
+            except OSError:  # BlockingIOError: drained
+                break
+            _rid, flushed, status = _FLUSH_REP.unpack_from(data)
+            if status == channel.REPLY_OK:
+                best = max(best, flushed)
+            else:
+                failed = True
+        if failed:
+            self._settle(
+                0, PutMessageStatus.FLUSH_DISK_FAILED, "fsync failed: the store is read-only"
+            )
+        elif best >= 0:
+            self._settle(best, OK, "")
+
+    def _send(self, rid: int, w: _Waiter, client: StoreClient) -> None:
+        assert _FLUSH_REQ is not None
+        try:
+            self._sock.sendto(_FLUSH_REQ.pack(rid, w.end), client._flusher_addr)
+            w.sent_at = time.monotonic()
+        except OSError:  # the flusher restarts or its queue is full: the watchdog resends
+            w.sent_at = 0.0
+
+    async def _watch(self) -> None:
+        main = self._main
+        while True:
+            await asyncio.sleep(_WATCH_S)
+            if not self._waiters:
+                continue
+            now = time.monotonic()
+            with contextlib.suppress(AttributeError, ValueError, TypeError):  # re-attaching
+                cb = main._cb
+                if cb.flags & c.FLAG_READ_ONLY:
+                    self._settle(
+                        0, PutMessageStatus.FLUSH_DISK_FAILED, "fsync failed: store is read-only"
+                    )
+                    continue
+                self._settle(cb.get(c.OFF_FLUSHED), OK, "")
+            timeout = main._sync_timeout_s
+            for rid, w in list(self._waiters.items()):
+                if now - w.started >= timeout:
+                    del self._waiters[rid]
+                    if not w.fut.done():
+                        w.fut.set_result(
+                            (
+                                PutMessageStatus.FLUSH_DISK_TIMEOUT,
+                                f"not flushed within syncFlushTimeout ({timeout * 1000:.0f} ms)",
+                            )
+                        )
+                elif now - w.sent_at >= _RESEND_S:
+                    self._send(rid, w, main)
+
+    async def wait(self, end: int, client: StoreClient) -> Settled:
+        """Until the log is flushed up to `end` (or why not)."""
+        with contextlib.suppress(AttributeError, ValueError, TypeError):
+            if client._cb.get(c.OFF_FLUSHED) >= end:
+                return OK, ""
+        self._rid += 1
+        rid = self._rid
+        fut: asyncio.Future[Settled] = self._loop.create_future()
+        w = _Waiter(end, fut)
+        self._waiters[rid] = w
+        self._send(rid, w, client)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            self._waiters.pop(rid, None)
+            raise
 
 
 class _Attach:
@@ -88,12 +224,14 @@ class AsyncStoreClient:
         timeout_s: float = 10.0,
         concurrency: int = DEFAULT_CONCURRENCY,
         read_path: str = "auto",
+        loop_waits: bool = True,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         if read_path not in READ_PATHS:
             raise ValueError(f"read_path must be one of {READ_PATHS}")
         self._read_path = read_path
+        self._loop_waits = loop_waits
         self.store_dir = os.path.realpath(os.fspath(store_dir))
         self._topic_queue_nums = dict(topic_queue_nums or {})
         self._timeout_s = timeout_s
@@ -108,6 +246,7 @@ class AsyncStoreClient:
         self._log_queues: LogQueues | None = None
         self._dispatcher = False
         self._sync = True
+        self._waits: _FlushWaits | None = None
         self._closed = False
 
     @classmethod
@@ -119,12 +258,14 @@ class AsyncStoreClient:
         timeout_s: float = 10.0,
         concurrency: int = DEFAULT_CONCURRENCY,
         read_path: str = "auto",
+        loop_waits: bool = True,
     ) -> _Attach:
         """`async with AsyncStoreClient.attach(dir) as store:` or
         `store = await AsyncStoreClient.attach(dir)` (then `await store.close()`).
         `concurrency`: puts in flight at once (threads, one StoreClient each).
-        `read_path`: see READ_PATHS. Raises channel.SupervisorUnavailable when no
-        supervisor runs."""
+        `read_path`: see READ_PATHS. `loop_waits=False`: sync puts wait on the threads
+        (the fallback) even when the loop could wait. Raises
+        channel.SupervisorUnavailable when no supervisor runs."""
         return _Attach(
             store_dir,
             {
@@ -132,6 +273,7 @@ class AsyncStoreClient:
                 "timeout_s": timeout_s,
                 "concurrency": concurrency,
                 "read_path": read_path,
+                "loop_waits": loop_waits,
             },
         )
 
@@ -162,6 +304,8 @@ class AsyncStoreClient:
         )
         self._sync = doc.get("settings", {}).get("flush_disk_type", "SYNC_FLUSH") == "SYNC_FLUSH"
         self._main = await loop.run_in_executor(self._reads, self._new_client)
+        if self._loop_waits and _FLUSH_REQ is not None and hasattr(self._main, "_flusher_addr"):
+            self._waits = _FlushWaits(loop, self._main)
 
     async def close(self) -> None:
         """Wait for the puts under way, detach every client, stop the threads."""
@@ -170,6 +314,8 @@ class AsyncStoreClient:
         self._closed = True
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self._puts.shutdown, True)
+        if self._waits is not None:
+            await self._waits.close()
         await loop.run_in_executor(self._reads, self._close_readers)
         self._reads.shutdown(wait=True)
         with self._clients_lock:
@@ -190,11 +336,15 @@ class AsyncStoreClient:
             raise RuntimeError("the AsyncStoreClient is closed")
         return self._loop
 
-    def _put(self, topic: str, body: bytes, kw: dict[str, Any]) -> PutResult:
-        return self._thread_client().put(topic, body, **kw)
+    def _put(self, topic: str, body: bytes, kw: dict[str, Any]) -> tuple[PutResult, StoreClient]:
+        client = self._thread_client()
+        return client.put(topic, body, **kw), client
 
-    def _put_batch(self, msgs: list[Mapping[str, Any] | Message], wait: bool) -> list[PutResult]:
-        return self._thread_client().put_batch(msgs, wait_store=wait)
+    def _put_batch(
+        self, msgs: list[Mapping[str, Any] | Message], wait: bool
+    ) -> tuple[list[PutResult], StoreClient]:
+        client = self._thread_client()
+        return client.put_batch(msgs, wait_store=wait), client
 
     async def put(
         self,
@@ -209,21 +359,39 @@ class AsyncStoreClient:
     ) -> PutResult:
         """`StoreClient.put`, awaited: under SYNC_FLUSH with `wait_store` it returns once
         the record is on disk; the loop runs meanwhile."""
+        loop = self._live()
+        on_loop = self._waits is not None and wait_store and self._sync
         kw = {
             "tags": tags,
             "keys": keys,
             "properties": properties,
             "queue_id": queue_id,
-            "wait_store": wait_store,
+            "wait_store": wait_store and not on_loop,
         }
-        return await self._live().run_in_executor(self._puts, self._put, topic, body, kw)
+        r, client = await loop.run_in_executor(self._puts, self._put, topic, body, kw)
+        if not on_loop or r.status is not OK:
+            return r
+        assert self._waits is not None
+        status, reason = await self._waits.wait(r.physical_offset + r.size, client)
+        return r if status is OK else r._replace(status=status, reason=reason)
 
     async def put_batch(
         self, messages: Iterable[Mapping[str, Any] | Message], *, wait_store: bool = True
     ) -> list[PutResult]:
         """`StoreClient.put_batch`, awaited (all or nothing, one segment)."""
+        loop = self._live()
+        on_loop = self._waits is not None and wait_store and self._sync
         msgs = list(messages)
-        return await self._live().run_in_executor(self._puts, self._put_batch, msgs, wait_store)
+        rs, client = await loop.run_in_executor(
+            self._puts, self._put_batch, msgs, wait_store and not on_loop
+        )
+        if not on_loop or not rs or rs[0].status is not OK:
+            return rs
+        assert self._waits is not None
+        status, reason = await self._waits.wait(rs[-1].physical_offset + rs[-1].size, client)
+        if status is OK:
+            return rs
+        return [r._replace(status=status, reason=reason) for r in rs]
 
     # --- reads ----------------------------------------------------------------------------
 
@@ -260,6 +428,11 @@ class AsyncStoreClient:
         return await loop.run_in_executor(
             self._reads, self._pull, topic, queue_id, offset, max_count
         )
+
+    @property
+    def waits_on_loop(self) -> bool:
+        """True when sync puts wait for their fsync on the loop (not on a thread)."""
+        return self._waits is not None
 
     async def positions(self) -> dict[str, int]:
         """The control block's positions (reserved, published, committed, flushed)."""

@@ -48,7 +48,10 @@ def _children(store: Store, count: int, n: int) -> list[subprocess.Popen[str]]:
     ]
 
 
-def test_concurrent_awaits_beside_blocking_producers_exactly_once(store: Store) -> None:
+@pytest.mark.parametrize("loop_waits", [True, False], ids=["loop-waits", "thread-waits"])
+def test_concurrent_awaits_beside_blocking_producers_exactly_once(
+    store: Store, loop_waits: bool
+) -> None:
     procs = _children(store, 2, 300)  # blocking producers in other processes
     in_flight = 0
     ticks_while_waiting = 0
@@ -64,7 +67,7 @@ def test_concurrent_awaits_beside_blocking_producers_exactly_once(store: Store) 
                     ticks_while_waiting += 1
                 await asyncio.sleep(0)
 
-        async with AsyncStoreClient.attach(store.path) as aio:
+        async with AsyncStoreClient.attach(store.path, loop_waits=loop_waits) as aio:
 
             async def one(i: int) -> tuple[str, PutMessageStatus]:
                 nonlocal in_flight
@@ -101,6 +104,26 @@ def test_concurrent_awaits_beside_blocking_producers_exactly_once(store: Store) 
     assert len(acked) == 600 + 600
     assert [b for b in acked if in_log[b] != 1] == []
     assert sum(in_log.values()) == len(acked)
+
+
+def test_one_thread_many_awaits_share_fsyncs_when_waits_are_on_the_loop(store: Store) -> None:
+    """With the flush wait on the loop, one put thread serves any number of concurrent
+    sync awaits, and they share fsyncs; waits held on that one thread could not (one
+    fsync per put)."""
+    n = 150
+
+    async def main() -> tuple[bool, list[PutMessageStatus]]:
+        async with AsyncStoreClient.attach(store.path, concurrency=1) as aio:
+            rs = await asyncio.gather(*(aio.put("g", b"%d" % i, queue_id=0) for i in range(n)))
+            return aio.waits_on_loop, [r.status for r in rs]
+
+    before = store.status()["fsync"]["total"]
+    on_loop, statuses = asyncio.run(main())
+    if not on_loop:
+        pytest.skip("this runtime's flusher answers no datagrams: waits run on threads")
+    assert statuses == [OK] * n
+    fsyncs = store.status()["fsync"]["total"] - before
+    assert fsyncs < n // 2, f"{fsyncs} fsyncs for {n} concurrent sync puts"
 
 
 async def _pull_until(
