@@ -421,6 +421,7 @@ class CommitLog:
         if not reason:
             raise ValueError("a refusal needs a reason")
         self.refused_reason = reason
+        self._last = None  # the fast path then asks `_segment_for`, which refuses
 
     def allow_writes(self) -> None:
         self.refused_reason = ""
@@ -434,8 +435,6 @@ class CommitLog:
         Appender only. Cost on the fast path (see module doc): one CRC of the body, one
         pack, two copies. Raises StoreIOError (allocation of a new segment).
         """
-        if self.refused_reason:
-            return self._refused()
         props = msg.properties
         body = msg.body
         ent: _Tail | None
@@ -662,7 +661,10 @@ class CommitLog:
         return out
 
     def _segment_for(self, total: int) -> Segment | AppendResult:
-        """The segment the next `total` bytes go into, rolling with a BLANK if needed."""
+        """The segment the next `total` bytes go into, rolling with a BLANK if needed;
+        SERVICE_NOT_AVAILABLE while writes are refused."""
+        if self.refused_reason:
+            return self._refused()
         size = self.queue.segment_size_bytes
         if total + END_FILE_MIN_BLANK_LENGTH > size:
             return AppendResult(
