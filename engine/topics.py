@@ -1,0 +1,137 @@
+"""Topic configs: RocketMQ's TopicConfigManager, in `<store>/config/topics.json`.
+
+    {"topicConfigTable": {"orders": {"topicName": "orders", "readQueueNums": 4,
+      "writeQueueNums": 4, "perm": 6, "topicFilterType": "SINGLE_TAG",
+      "topicSysFlag": 0, "order": false}},
+     "dataVersion": {"timestamp": 1700000000000, "counter": 3}}
+
+A topic is created on first use with `default_topic_queue_nums` queues (`ensure_topic`);
+`set_queue_nums` changes its count (`mqstore topic DIR set T --queues N`). Producers that
+spread puts over queues read the count with `queue_count`, which costs one stat while the
+file is unchanged. Writes are locked and atomic (`engine.jsonconfig`); reads take no lock.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from engine import jsonconfig
+
+FILE_NAME = "topics.json"
+PERM_READ_WRITE = 6  # PermName.PERM_READ | PermName.PERM_WRITE
+MAX_QUEUE_NUMS = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    topic: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int = PERM_READ_WRITE
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "topicName": self.topic,
+            "readQueueNums": self.read_queue_nums,
+            "writeQueueNums": self.write_queue_nums,
+            "perm": self.perm,
+            "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": 0,
+            "order": False,
+        }
+
+    @classmethod
+    def from_json(cls, name: str, d: dict[str, Any]) -> TopicConfig:
+        return cls(
+            str(d.get("topicName", name)),
+            int(d.get("readQueueNums", 0)),
+            int(d.get("writeQueueNums", 0)),
+            int(d.get("perm", PERM_READ_WRITE)),
+        )
+
+
+def topics_path(store_dir: str | os.PathLike[str]) -> str:
+    return jsonconfig.config_path(store_dir, FILE_NAME)
+
+
+def _bump_version(doc: dict[str, Any]) -> None:
+    v = doc.setdefault("dataVersion", {})
+    v["timestamp"] = int(time.time() * 1000)
+    v["counter"] = int(v.get("counter", 0)) + 1
+
+
+def load_topics(store_dir: str | os.PathLike[str]) -> dict[str, TopicConfig]:
+    """Every topic of the file (none when it does not exist). Raises ValueError."""
+    table = jsonconfig.read(topics_path(store_dir)).get("topicConfigTable", {})
+    return {name: TopicConfig.from_json(name, d) for name, d in table.items()}
+
+
+def _check(topic: str, queue_nums: int) -> None:
+    if not topic:
+        raise ValueError("empty topic name")
+    if not 1 <= queue_nums <= MAX_QUEUE_NUMS:
+        raise ValueError(f"queue count must be in 1..{MAX_QUEUE_NUMS}, not {queue_nums}")
+
+
+def ensure_topic(store_dir: str | os.PathLike[str], topic: str, default_nums: int) -> TopicConfig:
+    """The topic's config, created with `default_nums` queues when it has none."""
+    _check(topic, default_nums)
+    known = load_topics(store_dir).get(topic)
+    if known is not None:
+        return known
+
+    def change(doc: dict[str, Any]) -> bool:
+        table = doc.setdefault("topicConfigTable", {})
+        if topic in table:
+            return False
+        table[topic] = TopicConfig(topic, default_nums, default_nums).to_json()
+        _bump_version(doc)
+        return True
+
+    doc = jsonconfig.update(topics_path(store_dir), change)
+    return TopicConfig.from_json(topic, doc["topicConfigTable"][topic])
+
+
+def set_queue_nums(store_dir: str | os.PathLike[str], topic: str, queue_nums: int) -> TopicConfig:
+    """Set the topic's read and write queue counts (creating the topic if needed)."""
+    _check(topic, queue_nums)
+    cfg = TopicConfig(topic, queue_nums, queue_nums)
+
+    def change(doc: dict[str, Any]) -> bool:
+        table = doc.setdefault("topicConfigTable", {})
+        old = table.get(topic, {})
+        new = {**old, **cfg.to_json(), "perm": int(old.get("perm", PERM_READ_WRITE))}
+        if old == new:
+            return False
+        table[topic] = new
+        _bump_version(doc)
+        return True
+
+    doc = jsonconfig.update(topics_path(store_dir), change)
+    return TopicConfig.from_json(topic, doc["topicConfigTable"][topic])
+
+
+_caches: dict[str, jsonconfig.CachedDoc] = {}
+_caches_lock = threading.Lock()
+
+
+def queue_count(store_dir: str | os.PathLike[str], topic: str, default: int = 4) -> int:
+    """The topic's write queue count, `default` when the topic is not configured (or the
+    file is unreadable). Cost: one stat while the file is unchanged. Thread-safe."""
+    path = topics_path(store_dir)
+    with _caches_lock:
+        cache = _caches.get(path)
+        if cache is None:
+            cache = _caches[path] = jsonconfig.CachedDoc(path)
+        try:
+            d = cache.get().get("topicConfigTable", {}).get(topic)
+        except ValueError:
+            return default
+    if not d:
+        return default
+    n = int(d.get("writeQueueNums", 0))
+    return n if n > 0 else default

@@ -1,0 +1,237 @@
+"""Reads of a running store, in the caller's process: `ClientReads`.
+
+    reads = ClientReads(store_dir, settings, lambda: client_control_block)
+    r = reads.pull("orders", 0, offset, 32, tags="new || paid", wait_ms=2000)
+
+Everything is read through one `engine.reader.StoreReader` that maps the files read-only
+(nothing goes through another process). Two limits keep every answer durable and
+consistent, read from the control block at each call:
+
+- queue reads (`pull`, `min_offset`, `max_offset`, `query`) stop at the dispatcher's
+  published position (`OFF_DISPATCHED`): the consume queues and the index are complete
+  below it, and it never passes what a crash cannot take back (the dispatcher follows
+  the flushed position under SYNC_FLUSH, the committed one under ASYNC_FLUSH);
+- physical reads (`get`, `get_by_msg_id`) stop at the flushed (SYNC_FLUSH) or committed
+  (ASYNC_FLUSH) position.
+
+New commit-log segments, consume-queue files, queues and index files are picked up by the
+reader when a read runs off what it knows.
+
+Long polling (`wait_ms`): when there is nothing to return, the pull sleeps in short steps
+(`POLL_STEP_S`, growing to `POLL_MAX_STEP_S`) and retries as soon as the dispatched
+position moved: a wake-up is one 8-byte read of shared memory, no core spins.
+
+Consumer offsets go to `<store>/config/consumerOffset.json` (`engine.offsets`).
+
+Thread-safe: one lock serialises the reader (a long poll does not hold it while it
+sleeps). Not fork-safe: build a new one in a child.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+from conf.load import load_settings
+from conf.settings import FlushDiskType, StoreSettings
+from engine.offsets import ConsumerOffsets
+from engine.reader import MAX_TIMESTAMP_MS, StoreReader
+from engine.record import DecodedRecord
+from ipc import control as c
+from ipc.channel import SupervisorUnavailable
+from ipc.filler import is_filler
+from ipc.read_results import GetMessageStatus, PullResult
+
+if TYPE_CHECKING:
+    from ipc.client import StoreClient
+
+POLL_STEP_S: Final = 0.0005
+POLL_MAX_STEP_S: Final = 0.004
+_EMPTY: Final = frozenset(
+    (
+        GetMessageStatus.OFFSET_OVERFLOW_ONE,
+        GetMessageStatus.NO_MESSAGE_IN_QUEUE,
+        GetMessageStatus.NO_MATCHED_LOGIC_QUEUE,
+        GetMessageStatus.NO_MATCHED_MESSAGE,
+    )
+)
+
+ControlBlockGetter = Callable[[], c.ControlBlock]
+
+
+class ClientReads:
+    """The read API of one running store. See the module docstring."""
+
+    def __init__(
+        self,
+        store_dir: str | os.PathLike[str],
+        settings: StoreSettings,
+        control_block: ControlBlockGetter,
+        *,
+        sync_flush: bool | None = None,
+    ) -> None:
+        self.store_dir = os.fspath(store_dir)
+        self.settings = settings
+        self._cb = control_block
+        if sync_flush is None:
+            sync_flush = settings.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        self._sync = sync_flush
+        self._lock = threading.Lock()
+        self._reader: StoreReader | None = None
+        self._limit = 0
+        self._offsets = ConsumerOffsets(self.store_dir)
+
+    # --- limits -------------------------------------------------------------------------
+
+    def dispatched(self) -> int:
+        """Where the consume queues and the index end (the dispatcher's position)."""
+        return self._cb().get(c.OFF_DISPATCHED)
+
+    def durable(self) -> int:
+        """Flushed under SYNC_FLUSH, committed under ASYNC_FLUSH."""
+        return self._cb().get(c.OFF_FLUSHED if self._sync else c.OFF_COMMITTED)
+
+    def _open(self, limit: int) -> StoreReader:
+        self._limit = limit
+        if self._reader is None:
+            self._reader = StoreReader.open(
+                self.store_dir,
+                self.settings,
+                max_offset_fn=lambda: self._limit,
+                is_filler=is_filler,
+            )
+        return self._reader
+
+    def close(self) -> None:
+        with self._lock:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
+
+    def __enter__(self) -> ClientReads:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- queue reads --------------------------------------------------------------------
+
+    def _pull_once(
+        self, topic: str, queue_id: int, offset: int, max_count: int, tags: str | None
+    ) -> PullResult:
+        with self._lock:
+            reader = self._open(min(self.dispatched(), self.durable()))
+            return PullResult.of(reader.get_messages(topic, queue_id, offset, max_count, tags=tags))
+
+    def pull(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int = 32,
+        *,
+        tags: str | None = None,
+        wait_ms: int = 0,
+    ) -> PullResult:
+        """Up to `max_count` messages of (topic, queue_id) from queue offset `offset`
+        (RocketMQ's getMessage). `tags` ("a || b") keeps only those tags (the unit's tag
+        code, then the record's TAGS). With `wait_ms` > 0, a pull that finds nothing
+        (OFFSET_OVERFLOW_ONE, NO_MESSAGE_IN_QUEUE, NO_MATCHED_LOGIC_QUEUE, or only
+        filtered-out messages) waits up to that long for new messages to be dispatched."""
+        if max_count < 1:
+            raise ValueError("max_count must be at least 1")
+        deadline = time.monotonic() + wait_ms / 1000
+        while True:
+            seen = self.dispatched()
+            res = self._pull_once(topic, queue_id, offset, max_count, tags)
+            if res.status not in _EMPTY or wait_ms <= 0:
+                return res
+            if res.status is GetMessageStatus.NO_MATCHED_MESSAGE:
+                offset = res.next_offset  # filtered units are consumed: go on after them
+                if offset < res.max_offset:
+                    continue
+            step = POLL_STEP_S
+            while self.dispatched() == seen:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return res
+                time.sleep(min(step, left))
+                step = min(step * 2, POLL_MAX_STEP_S)
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        with self._lock:
+            return self._open(min(self.dispatched(), self.durable())).min_offset(topic, queue_id)
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """The queue offset after the last readable message (0 for an unknown queue)."""
+        with self._lock:
+            return self._open(min(self.dispatched(), self.durable())).max_offset(topic, queue_id)
+
+    def offset_for_time(self, topic: str, queue_id: int, ts_ms: int) -> int:
+        """RocketMQ's getOffsetInQueueByTime: the first queue offset stored at or after
+        `ts_ms` (clamped to the queue's range)."""
+        with self._lock:
+            reader = self._open(min(self.dispatched(), self.durable()))
+            got = reader.offset_for_time(topic, queue_id, ts_ms)
+            return min(got, reader.max_offset(topic, queue_id))
+
+    def query(
+        self,
+        topic: str,
+        key: str,
+        begin_ms: int = 0,
+        end_ms: int | None = None,
+        max_count: int = 32,
+    ) -> list[DecodedRecord]:
+        """Messages of `topic` with `key` (UNIQ_KEY or one of KEYS) stored in
+        [begin_ms, end_ms] (default: now), through the index as RocketMQ's queryMessage,
+        each re-checked to carry the key; physical offsets ascending."""
+        end = int(time.time() * 1000) if end_ms is None else min(end_ms, MAX_TIMESTAMP_MS)
+        with self._lock:
+            reader = self._open(min(self.dispatched(), self.durable()))
+            return reader.query_by_key(topic, key, max_count, begin_ms, end)
+
+    # --- physical reads -----------------------------------------------------------------
+
+    def get(self, physical_offset: int) -> DecodedRecord | None:
+        """The message at `physical_offset`; None when there is none (or not yet durable)."""
+        with self._lock:
+            rec = self._open(self.durable()).get_by_offset(physical_offset)
+        return None if rec is None or is_filler(rec) else rec
+
+    def get_by_msg_id(self, msg_id: str) -> DecodedRecord | None:
+        """The message with this offset message id; None when there is none. Raises
+        ValueError for a malformed id."""
+        with self._lock:
+            rec = self._open(self.durable()).get_by_msg_id(msg_id)
+        return None if rec is None or is_filler(rec) else rec
+
+    # --- consumer offsets ---------------------------------------------------------------
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Persist the group's next offset in (topic, queue_id) (durable on return)."""
+        self._offsets.commit(group, topic, queue_id, offset)
+
+    def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """The group's committed offset, -1 when it never committed one."""
+        with self._lock:
+            return self._offsets.committed(group, topic, queue_id)
+
+
+def for_client(client: StoreClient) -> ClientReads:
+    """Reads that follow `client`'s control block (re-attaching like a put does when the
+    supervisor restarted) and the store's own settings (`conf.load.load_settings`)."""
+    settings = load_settings(Path(client.store_dir)).settings
+
+    def cb() -> c.ControlBlock:
+        with client._tlock:
+            why = client._ensure_live()
+        if why:
+            raise SupervisorUnavailable(why)
+        return client._cb
+
+    return ClientReads(client.store_dir, settings, cb)
