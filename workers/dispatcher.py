@@ -29,8 +29,10 @@ import time
 from typing import Final
 
 from conf.settings import FlushDiskType
+from engine import topics
 from engine.checkpoint import StoreCheckpoint
 from engine.dispatch import Dispatcher, DispatchStop
+from engine.fileio import StoreIOError
 from engine.reader import Geometry
 from engine.record import RecordHeader
 from ipc import control as c
@@ -77,6 +79,35 @@ def _limit(ctx: WorkerContext) -> int:
     return cb.get(c.OFF_COMMITTED)
 
 
+class _TopicRegistry:
+    """Topics are created on first put: each topic the consume queues gain is written
+    to `config/topics.json` (`engine.topics.ensure_topic`) with the default queue count,
+    or more when a put named a higher queue id. Checked only when the queue count grew."""
+
+    def __init__(self, ctx: WorkerContext) -> None:
+        self._ctx = ctx
+        self._seen_queues = -1
+        self._known: set[str] = set()
+
+    def update(self, disp: Dispatcher) -> None:
+        if len(disp.queues) == self._seen_queues:
+            return
+        wanted: dict[str, int] = {}
+        for cq in disp.queues:
+            topic, queue_id = cq.key
+            wanted[topic] = max(wanted.get(topic, 0), queue_id + 1)
+        default = self._ctx.settings.default_topic_queue_nums
+        try:
+            for topic, n in wanted.items():
+                if topic not in self._known:
+                    topics.ensure_topic(self._ctx.store_dir, topic, max(default, n))
+                    self._known.add(topic)
+        except (StoreIOError, ValueError) as e:
+            print(f"mqstore dispatcher: cannot register topics: {e}", flush=True)
+            return  # retried when the queues grow again
+        self._seen_queues = len(disp.queues)
+
+
 def main(ctx: WorkerContext) -> int:
     """The worker: `WorkerSpec("dispatcher", "workers.dispatcher:main")`."""
     cb = ctx.cb
@@ -98,6 +129,8 @@ def main(ctx: WorkerContext) -> int:
         return ExitCode.BOOT_ERROR
     offset = max(disp.resume_offset(), 0)
     cb.set(c.OFF_DISPATCHED, offset)
+    registry = _TopicRegistry(ctx)
+    registry.update(disp)
     dispatched = 0
     wait = BUSY_WAIT_S
     last_flush = last_thorough = time.monotonic()
@@ -119,6 +152,7 @@ def main(ctx: WorkerContext) -> int:
             cb.set(c.OFF_DISPATCHED_TS, res.last_store_timestamp)
         cb.set(c.OFF_DISPATCHED_RECORDS, dispatched)
         cb.set(c.OFF_DISPATCHED, offset)
+        registry.update(disp)
         return moved
 
     def flush_queues(thorough: bool) -> None:

@@ -1,0 +1,163 @@
+"""`mqstore tail DIR --topic T [--queue Q] [--group G] [--from-beginning] [--tags "a || b"]
+[--max-messages N]`: follow new messages of a running store.
+
+Prints one JSON object per message, as `mqstore dump` does, as soon as the dispatcher has
+made it pullable (durable and in the consume queues). Every queue of the topic is
+followed (those of `config/topics.json`, and any that appear under `consumequeue/T/`),
+or only queue Q. Where it starts in each queue: the group's committed offset when it has
+one, else the queue's first message with `--from-beginning`, else its end (new messages
+only). With `--group`, the next offset of each queue is committed after every batch
+printed (`config/consumerOffset.json`), so a later tail of the same group goes on where
+this one stopped. Ctrl-C (or N messages printed) commits and exits 0; exit 1 when the
+store stops or is not running, 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import time
+from pathlib import Path
+
+from engine import topics
+from engine.offsets import ConsumerOffsets
+from engine.reader import GetStatus
+from ipc.channel import SupervisorUnavailable
+from ipc.client import StoreClient
+from ipc.reads import ClientReads, for_client
+from workers.commands._reads import print_records
+
+NAME = "tail"
+HELP = "follow new messages of a running store (and commit a group's offsets)"
+BATCH = 64
+IDLE_WAIT_S = 0.2  # longest sleep between looks while nothing comes
+REDISCOVER_S = 1.0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("store_dir", type=Path, help="the store directory of a running store")
+    p.add_argument("--topic", required=True)
+    p.add_argument("--queue", type=int, default=None, metavar="Q", help="only queue Q")
+    p.add_argument("--group", default=None, metavar="G", help="commit offsets as group G")
+    p.add_argument("--from-beginning", action="store_true", help="start at the first message")
+    p.add_argument("--tags", default=None, help='tag filter, e.g. "a || b"')
+    p.add_argument("--max-messages", type=int, default=None, metavar="N", help="stop after N")
+
+
+def _queue_ids(store_dir: Path, topic: str, only: int | None) -> set[int]:
+    if only is not None:
+        return {only}
+    ids = set(range(topics.queue_count(store_dir, topic)))
+    with contextlib.suppress(OSError):
+        ids |= {int(n) for n in os.listdir(store_dir / "consumequeue" / topic) if n.isdigit()}
+    return ids
+
+
+class _Tail:
+    def __init__(self, reads: ClientReads, args: argparse.Namespace) -> None:
+        self.reads = reads
+        self.args = args
+        self.offsets = ConsumerOffsets(args.store_dir)
+        self.next: dict[int, int] = {}
+        self.dirty: dict[int, int] = {}
+        self.printed = 0
+
+    def start_at(self, q: int) -> int:
+        a = self.args
+        if a.group is not None:
+            got = self.offsets.committed(a.group, a.topic, q)
+            if got >= 0:
+                return got
+        if a.from_beginning:
+            return self.reads.min_offset(a.topic, q)
+        return self.reads.max_offset(a.topic, q)
+
+    def commit(self) -> None:
+        if self.args.group is not None and self.dirty:
+            self.offsets.commit_many(
+                self.args.group, [(self.args.topic, q, o) for q, o in self.dirty.items()]
+            )
+        self.dirty.clear()
+
+    def done(self) -> bool:
+        m = self.args.max_messages
+        return m is not None and self.printed >= m
+
+    def round(self) -> bool:
+        """One pull per queue; True when anything was printed or skipped."""
+        a = self.args
+        moved = False
+        for q in sorted(self.next):
+            off = self.next[q]
+            res = self.reads.pull(a.topic, q, off, BATCH, tags=a.tags)
+            msgs = res.messages
+            nxt = res.next_offset
+            if a.max_messages is not None and len(msgs) > a.max_messages - self.printed:
+                msgs = msgs[: a.max_messages - self.printed]
+                nxt = msgs[-1].queue_offset + 1
+            if res.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):
+                print(
+                    f"mqstore tail: queue {q}: {res.status.value} at {off}, going on at {nxt}",
+                    file=sys.stderr,
+                )
+            self.printed += print_records(msgs)
+            if nxt != off:
+                self.next[q] = nxt
+                self.dirty[q] = nxt
+                moved = True
+            if self.done():
+                break
+        self.commit()
+        return moved
+
+    def run(self) -> None:
+        a = self.args
+        last_look = 0.0
+        while not self.done():
+            now = time.monotonic()
+            if now - last_look >= REDISCOVER_S:
+                last_look = now
+                for q in _queue_ids(a.store_dir, a.topic, a.queue) - set(self.next):
+                    self.next[q] = self.start_at(q)
+            seen = self.reads.dispatched()
+            if self.round():
+                continue
+            deadline = time.monotonic() + IDLE_WAIT_S
+            step = 0.001
+            while self.reads.dispatched() == seen and time.monotonic() < deadline:
+                time.sleep(step)
+                step = min(step * 2, 0.01)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.max_messages is not None and args.max_messages < 1:
+        print("mqstore tail: --max-messages must be >= 1", file=sys.stderr)
+        return 2
+    if args.queue is not None and args.queue < 0:
+        print("mqstore tail: --queue must be >= 0", file=sys.stderr)
+        return 2
+    try:
+        client = StoreClient.attach(args.store_dir)
+    except (SupervisorUnavailable, OSError) as e:
+        print(f"mqstore tail: {args.store_dir} is not running ({e})", file=sys.stderr)
+        return 1
+    reads = for_client(client)
+    tail = _Tail(reads, args)
+    try:
+        tail.run()
+    except KeyboardInterrupt:
+        pass
+    except SupervisorUnavailable as e:
+        print(f"mqstore tail: the store stopped ({e})", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (no error at exit)
+    finally:
+        with contextlib.suppress(KeyboardInterrupt):
+            tail.commit()
+            reads.close()
+            client.close()
+    return 0
