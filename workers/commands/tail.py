@@ -70,9 +70,14 @@ class _Tail:
             got = self.offsets.committed(a.group, a.topic, q)
             if got >= 0:
                 return got
-        if a.from_beginning:
-            return self.reads.min_offset(a.topic, q)
-        return self.reads.max_offset(a.topic, q)
+        at = (
+            self.reads.min_offset(a.topic, q)
+            if a.from_beginning
+            else self.reads.max_offset(a.topic, q)
+        )
+        if a.group is not None:
+            self.dirty[q] = at  # the group starts here, also when it stops before a message
+        return at
 
     def commit(self) -> None:
         if self.args.group is not None and self.dirty:
@@ -121,6 +126,7 @@ class _Tail:
                 last_look = now
                 for q in _queue_ids(a.store_dir, a.topic, a.queue) - set(self.next):
                     self.next[q] = self.start_at(q)
+                self.commit()
             seen = self.reads.dispatched()
             if self.round():
                 continue
