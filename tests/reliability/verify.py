@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.record import PROPERTY_KEYS, PROPERTY_TAGS, DecodedRecord
 from engine.reader import GetStatus, StoreReader
+from engine.record import PROPERTY_KEYS, PROPERTY_TAGS, DecodedRecord
 from ipc.filler import is_filler
 from tests.reliability.workload import MAX_BATCH, Acks, message, parse_body
 from tests.runtime.harness import REPO, Store, check_chain
@@ -48,7 +48,7 @@ def queue_view(path: Path) -> dict[tuple[str, int], list[int]]:
     """Physical offsets served through the consume queues, per (topic, queue id)."""
     got: dict[tuple[str, int], list[int]] = {}
     with StoreReader.open(path, is_filler=is_filler) as rd:
-        for topic, qid in rd.queues.keys():
+        for topic, qid in rd.queues.keys():  # noqa: SIM118 (iterating yields queues)
             offs: list[int] = []
             off = rd.min_offset(topic, qid)
             while True:
