@@ -22,10 +22,13 @@ The event loop never blocks on the store:
 * **Fallback** (a runtime whose flusher does not speak `ipc.channel`'s datagrams): the
   whole blocking put, wait included, runs on one of `concurrency` threads (default 8),
   which sleep in the kernel without the GIL; up to `concurrency` awaits share an fsync.
-* **Pulls** run on one more thread with a reader of their own: `engine.reader.StoreReader`
-  (consume queues) when the store runs a dispatcher, else `ipc.logtail.LogQueues` (an
-  in-memory queue index built from the log), both limited to what is durable (flushed
-  under SYNC_FLUSH, committed under ASYNC_FLUSH).
+* **Pulls** run on one more thread with a reader of their own: `ipc.reads.ClientReads`
+  (the blocking client's read path: consume queues up to the dispatcher's position, tag
+  filter, long polling with `wait_ms`, which holds that thread) when the store runs a
+  dispatcher, else `engine.reader.StoreReader` over consume queues written by someone
+  else (`read_path="consume_queues"`) or `ipc.logtail.LogQueues` (an in-memory queue
+  index built from the log), both limited to what is durable (flushed under SYNC_FLUSH,
+  committed under ASYNC_FLUSH); `tags` and `wait_ms` need the first.
 
 An acknowledgement means what the blocking client's does (docs/durability.md).
 Statuses, never exceptions, for expected outcomes.
@@ -47,13 +50,15 @@ from collections.abc import Generator, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
-from engine.reader import GetResult, StoreReader
+from engine.reader import StoreReader
 from engine.record import Message
 from ipc import channel
 from ipc import control as c
 from ipc.client import StoreClient
 from ipc.filler import is_filler
 from ipc.logtail import LogQueues
+from ipc.read_results import PullResult
+from ipc.reads import ClientReads, for_client
 from ipc.results import PutMessageStatus, PutResult
 
 DEFAULT_CONCURRENCY: Final = 8
@@ -243,6 +248,8 @@ class AsyncStoreClient:
         self._main: StoreClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._reader: StoreReader | None = None
+        self._client_reads: ClientReads | None = None
+        self._dispatcher_runs = False
         self._log_queues: LogQueues | None = None
         self._dispatcher = False
         self._sync = True
@@ -299,6 +306,7 @@ class AsyncStoreClient:
             self._reads, lambda: channel.request(self.store_dir, {"op": "status"})
         )
         running = any(w.get("name") == "dispatcher" for w in doc.get("workers", ()))
+        self._dispatcher_runs = running
         self._dispatcher = (
             running if self._read_path == "auto" else self._read_path == "consume_queues"
         )
@@ -400,19 +408,39 @@ class AsyncStoreClient:
         pos = self._main.positions()
         return pos["flushed"] if self._sync else pos["committed"]
 
-    def _pull(self, topic: str, queue_id: int, offset: int, max_count: int) -> GetResult:
+    def _pull(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        tags: str | None,
+        wait_ms: int,
+    ) -> PullResult:
+        if self._dispatcher and self._dispatcher_runs:
+            if self._client_reads is None:
+                assert self._main is not None
+                self._client_reads = for_client(self._main)
+            return self._client_reads.pull(
+                topic, queue_id, offset, max_count, tags=tags, wait_ms=wait_ms
+            )
+        if tags is not None or wait_ms:
+            raise ValueError("tags and wait_ms need a store that runs a dispatcher")
         if self._dispatcher:
             if self._reader is None:
                 self._reader = StoreReader.open(
                     self.store_dir, max_offset_fn=self._limit, is_filler=is_filler
                 )
-            return self._reader.get_messages(topic, queue_id, offset, max_count)
+            return PullResult.of(self._reader.get_messages(topic, queue_id, offset, max_count))
         if self._log_queues is None:
             self._log_queues = LogQueues(self.store_dir)
         self._log_queues.catch_up(self._limit())
-        return self._log_queues.get_messages(topic, queue_id, offset, max_count)
+        return PullResult.of(self._log_queues.get_messages(topic, queue_id, offset, max_count))
 
     def _close_readers(self) -> None:
+        if self._client_reads is not None:
+            self._client_reads.close()
+            self._client_reads = None
         if self._reader is not None:
             self._reader.close()
             self._reader = None
@@ -420,13 +448,24 @@ class AsyncStoreClient:
             self._log_queues.close()
             self._log_queues = None
 
-    async def pull(self, topic: str, queue_id: int, offset: int, max_count: int = 32) -> GetResult:
+    async def pull(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int = 32,
+        *,
+        tags: str | None = None,
+        wait_ms: int = 0,
+    ) -> PullResult:
         """Up to `max_count` messages of (topic, queue id) from queue offset `offset`
-        (`engine.reader.GetResult`: status, next_offset, min/max offsets, messages).
-        Only what is durable is returned: flushed (SYNC_FLUSH) or committed (ASYNC)."""
+        (`ipc.read_results.PullResult`: status, next_offset, min/max offsets, messages),
+        as `ipc.reads.ClientReads.pull` (tag filter, long polling up to `wait_ms`).
+        Only what is durable is returned: flushed (SYNC_FLUSH) or committed (ASYNC).
+        Pulls share one thread: a long poll delays the pulls behind it."""
         loop = self._live()
         return await loop.run_in_executor(
-            self._reads, self._pull, topic, queue_id, offset, max_count
+            self._reads, self._pull, topic, queue_id, offset, max_count, tags, wait_ms
         )
 
     @property
