@@ -793,6 +793,7 @@ class StoreClient:
             if (
                 self._fork_gen != _FORKS[0]
                 or self._closed
+                or not self._attached  # a failed re-attach: try again, never touch _buf
                 or _monotonic() - self._last_stale_check >= _STALE_CHECK_S
             ):
                 why = self._ensure_live()

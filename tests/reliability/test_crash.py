@@ -169,11 +169,6 @@ def test_crash_cycles(group_store: GroupStore, kind: str, seed: int) -> None:
             FIGURES[f"async-acknowledged lost after {kind} kills (allowed)"] += o.async_lost
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ipc/client.py: a put within 10 ms of a failed re-attach raises AttributeError"
-    " (_buf deleted by _detach, put skips _ensure_live inside the staleness interval)",
-)
 def test_put_soon_after_a_refused_put_returns_a_status(group_store: GroupStore) -> None:
     from mqstore import PutMessageStatus, StoreClient
 

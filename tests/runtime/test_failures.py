@@ -361,3 +361,14 @@ def test_worker_config_error_halts_the_supervisor(store: Store) -> None:
     assert "committer cannot start (exit 3); halting" in out and "stopped (exit 4)" in out
     store.proc = None
     store._log.close()
+
+
+def test_puts_right_after_a_failed_reattach_return_a_status(store: Store) -> None:
+    with StoreClient.attach(store.path) as client:
+        assert client.put("t", b"up").status is OK
+        assert store.stop() == 0
+        for _ in range(3):  # back to back, inside the client's staleness interval
+            r = client.put("t", b"down")
+            assert r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE and r.reason
+        out = client.put_batch([{"topic": "t", "body": b"down"}])
+        assert out[0].status is PutMessageStatus.SERVICE_NOT_AVAILABLE
