@@ -266,8 +266,8 @@ def _markdown(doc: dict[str, Any]) -> str:
         f"- goal: p99 <= {GOAL_P99_MS:g} ms",
         "",
         "| config | target rate | put rate (msg/s) | messages | pulled | p50 ms | p99 ms "
-        "| max ms | goal | load avg before / after |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| max ms | goal | dispatcher backlog p99 (KiB) | load avg before / after |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in doc["runs"]:
         target = "max (async throughput)" if not r["target_rate"] else f"{r['target_rate']:,.0f}/s"
@@ -276,9 +276,30 @@ def _markdown(doc: dict[str, Any]) -> str:
             f"{r['pulled']:,} | "
             f"{r['lag_ms_p50']} | {r['lag_ms_p99']} | {r['lag_ms_max']} | "
             f"{'yes' if r['goal_met'] else '**no**'} | "
+            f"{r['dispatch_backlog_bytes_p99'] / 1024:,.0f} | "
             f"{r['load_avg_before']} / {r['load_avg_after']} |"
         )
+    lines += ["", *NOTES]
     return "\n".join(lines) + "\n"
+
+
+NOTES = [
+    "How to read it:",
+    "",
+    "- The dispatcher follows the committed position (ASYNC_FLUSH). With RocketMQ's",
+    "  `commitIntervalCommitLog` of 200 ms the committed position, and so every pull, moves",
+    "  in 200 ms steps: p50 ~150 ms and p99 ~250 ms come from that cadence, not from the",
+    "  dispatcher (its backlog stays ~1 MiB). With a 10 ms commit interval a pull sees a",
+    "  message ~11 ms after its put returned (p50).",
+    "- At the producers' full async rate the dispatcher (one process, consume-queue unit and",
+    "  two index entries per message) falls behind by tens of MiB on this 2-core machine",
+    "  shared with 3 producers, 2 consumers, the committer, the flusher and other jobs: the",
+    "  lag then grows for the whole run (seconds). The p99 <= 50 ms goal is met only at a",
+    "  fixed 5,000 msg/s with a 10 ms commit interval, and not in every run (the shared",
+    "  machine's scheduling shows in p99).",
+    "- `pulled` < `messages`: the rest was not pullable within 3 s after the producers",
+    "  stopped.",
+]
 
 
 def main(argv: list[str] | None = None) -> int:
