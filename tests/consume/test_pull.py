@@ -152,3 +152,25 @@ def test_consumer_offsets_survive_a_restart(make_store: StoreFactory) -> None:
         assert start == 4
         rest = pull_all(reads, "co", 2, start)
         assert [m.body for m in rest] == [b"%d" % i for i in range(4, 10)]
+
+
+def test_reads_follow_new_segments_and_queue_files(make_store: StoreFactory) -> None:
+    st = make_store(
+        {
+            "segment_size_bytes": 32768,
+            "consume_queue_file_size_bytes": 20 * 50,
+            "transient_store_pool_size": 2,
+        }
+    )
+    st.wait_workers_running()
+    with StoreClient.attach(st.path) as c, for_client(c) as reads:
+        assert reads.pull("roll", 0, 0).status is S.NO_MATCHED_LOGIC_QUEUE  # maps opened now
+        body = b"r" * 500
+        rs = [c.put("roll", body + b"%d" % i, queue_id=0) for i in range(300)]
+        assert all(r.ok for r in rs)
+        assert rs[-1].physical_offset > 4 * 32768  # several segments, six queue files
+        wait_for(lambda: reads.max_offset("roll", 0) == 300, 60, "dispatch")
+        got = pull_all(reads, "roll", 0)
+        assert [m.physical_offset for m in got] == [r.physical_offset for r in rs]
+        last = reads.get_by_msg_id(rs[-1].msg_id)
+        assert last is not None and last.body == body + b"299"
