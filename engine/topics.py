@@ -135,3 +135,27 @@ def queue_count(store_dir: str | os.PathLike[str], topic: str, default: int = 4)
         return default
     n = int(d.get("writeQueueNums", 0))
     return n if n > 0 else default
+
+
+class QueueCounts:
+    """`queue_count` for a producer's hot path: the file is stat'ed at most once every
+    `recheck_s` (so a `mqstore topic set` is seen within that time); between checks a
+    lookup is one dict access. Not thread-safe (a client calls it under its own lock)."""
+
+    def __init__(self, store_dir: str | os.PathLike[str], recheck_s: float = 0.1) -> None:
+        self._doc = jsonconfig.CachedDoc(topics_path(store_dir))
+        self._recheck_s = recheck_s
+        self._next_check = 0.0
+        self._counts: dict[str, int] = {}
+
+    def get(self, topic: str, default: int) -> int:
+        now = time.monotonic()
+        if now >= self._next_check:
+            self._next_check = now + self._recheck_s
+            try:
+                table = self._doc.get().get("topicConfigTable", {})
+                self._counts = {name: int(d.get("writeQueueNums", 0)) for name, d in table.items()}
+            except (ValueError, AttributeError, TypeError):
+                pass  # keep the last good counts
+        n = self._counts.get(topic, 0)
+        return n if n > 0 else default

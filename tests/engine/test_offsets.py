@@ -101,3 +101,14 @@ def test_topics_created_set_and_counted(tmp_path: Path) -> None:
     assert doc["dataVersion"]["counter"] == 3
     with pytest.raises(ValueError):
         topics.set_queue_nums(tmp_path, "T", 0)
+
+
+def test_queue_counts_for_the_hot_path(tmp_path: Path) -> None:
+    counts = topics.QueueCounts(tmp_path, recheck_s=0.0)
+    assert counts.get("T", 4) == 4
+    topics.set_queue_nums(tmp_path, "T", 2)
+    assert counts.get("T", 4) == 2
+    (tmp_path / "config" / "topics.json").write_text("not json")
+    assert counts.get("T", 4) == 2  # a broken file keeps the last good counts
+    slow = topics.QueueCounts(tmp_path, recheck_s=3600.0)
+    assert slow.get("T", 4) == 4  # first look: the broken file gives nothing
