@@ -82,6 +82,7 @@ class ClientReads:
         self._sync = sync_flush
         self._lock = threading.Lock()
         self._reader: StoreReader | None = None
+        self._generation = -1
         self._limit = 0
         self._offsets = ConsumerOffsets(self.store_dir)
 
@@ -96,7 +97,13 @@ class ClientReads:
         return self._cb().get(c.OFF_FLUSHED if self._sync else c.OFF_COMMITTED)
 
     def _open(self, limit: int) -> StoreReader:
+        """The reader, reopened when the store restarted since it was opened (recovery may
+        have cut files it maps)."""
         self._limit = limit
+        gen = self._cb().generation
+        if self._reader is not None and gen != self._generation:
+            self._reader.close()
+            self._reader = None
         if self._reader is None:
             self._reader = StoreReader.open(
                 self.store_dir,
@@ -104,6 +111,7 @@ class ClientReads:
                 max_offset_fn=lambda: self._limit,
                 is_filler=is_filler,
             )
+            self._generation = gen
         return self._reader
 
     def close(self) -> None:

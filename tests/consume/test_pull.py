@@ -174,3 +174,16 @@ def test_reads_follow_new_segments_and_queue_files(make_store: StoreFactory) -> 
         assert [m.physical_offset for m in got] == [r.physical_offset for r in rs]
         last = reads.get_by_msg_id(rs[-1].msg_id)
         assert last is not None and last.body == body + b"299"
+
+
+def test_one_reader_across_a_restart(make_store: StoreFactory) -> None:
+    st = make_store()
+    with StoreClient.attach(st.path) as c, for_client(c) as reads:
+        assert c.put("rs", b"before", queue_id=0).ok
+        wait_for(lambda: reads.max_offset("rs", 0) == 1, 30, "dispatch")
+        assert st.stop() == 0
+        st.start()
+        st.wait_workers_running()
+        assert c.put("rs", b"after", queue_id=0).ok  # the client re-attaches
+        wait_for(lambda: reads.max_offset("rs", 0) == 2, 30, "dispatch after the restart")
+        assert [m.body for m in pull_all(reads, "rs", 0)] == [b"before", b"after"]
