@@ -45,11 +45,13 @@ from typing import Any, Final
 
 from engine import fileio, record
 from engine.diskguard import DISK_FULL_BIT, decode_state
-from engine.record import END_FILE_MIN_BLANK_LENGTH, MESSAGE_MAGIC_CODE, Message
+from engine.record import END_FILE_MIN_BLANK_LENGTH, MESSAGE_MAGIC_CODE, DecodedRecord, Message
 from engine.segment import segment_file_name
 from ipc import channel
 from ipc import control as c
 from ipc.locks import RESERVE_LOCK, FileLock
+from ipc.read_results import PullResult
+from ipc.reads import ClientReads, for_client
 from ipc.results import PutMessageStatus, PutResult
 
 _HEAD: Final = struct.Struct(">iIiiiqqiq4siq4siiqi")  # V1 fixed part, IPv4 hosts (88 B)
@@ -937,3 +939,67 @@ class StoreClient:
             "committed": cb.get(c.OFF_COMMITTED),
             "flushed": cb.get(c.OFF_FLUSHED),
         }
+
+    # --- reads (ipc.reads.ClientReads, in this process) and consumer offsets -------------
+
+    def _read_side(self) -> ClientReads:
+        """This process's `ClientReads` (made on first use, again after a fork)."""
+        got = getattr(self, "_reads_of_pid", None)
+        if got is None or got[0] != os.getpid():
+            got = (os.getpid(), for_client(self))
+            self._reads_of_pid = got
+        reads: ClientReads = got[1]
+        return reads
+
+    def pull(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int = 32,
+        *,
+        tags: str | None = None,
+        wait_ms: int = 0,
+    ) -> PullResult:
+        """Up to `max_count` messages of (topic, queue_id) from queue offset `offset`; see
+        `ipc.reads.ClientReads.pull` (statuses, `tags="a || b"`, long polling)."""
+        return self._read_side().pull(
+            topic, queue_id, offset, max_count, tags=tags, wait_ms=wait_ms
+        )
+
+    def get(self, physical_offset: int) -> DecodedRecord | None:
+        """The message at `physical_offset` (None when there is none, or not durable)."""
+        return self._read_side().get(physical_offset)
+
+    def get_by_msg_id(self, msg_id: str) -> DecodedRecord | None:
+        """The message with this offset message id (None when there is none)."""
+        return self._read_side().get_by_msg_id(msg_id)
+
+    def query(
+        self,
+        topic: str,
+        key: str,
+        begin_ms: int = 0,
+        end_ms: int | None = None,
+        max_count: int = 32,
+    ) -> list[DecodedRecord]:
+        """Messages of `topic` carrying `key`, through the index (`ClientReads.query`)."""
+        return self._read_side().query(topic, key, begin_ms, end_ms, max_count)
+
+    def offset_for_time(self, topic: str, queue_id: int, ts_ms: int) -> int:
+        """The first queue offset stored at or after `ts_ms`."""
+        return self._read_side().offset_for_time(topic, queue_id, ts_ms)
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        return self._read_side().min_offset(topic, queue_id)
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        return self._read_side().max_offset(topic, queue_id)
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Persist the group's next offset (config/consumerOffset.json, durable on return)."""
+        self._read_side().commit_offset(group, topic, queue_id, offset)
+
+    def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """The group's committed offset, -1 when it never committed one."""
+        return self._read_side().committed_offset(group, topic, queue_id)
