@@ -1,0 +1,24 @@
+"""The reads on `StoreClient` itself (thin delegates to `ipc.reads.ClientReads`)."""
+
+from __future__ import annotations
+
+from mqstore import GetMessageStatus, StoreClient
+from tests.runtime.harness import Store, wait_for
+
+
+def test_store_client_reads_and_offsets(store: Store) -> None:
+    with StoreClient.attach(store.path) as c:
+        rs = [c.put("sc", b"m%d" % i, tags="t", keys=[f"k{i}"], queue_id=3) for i in range(5)]
+        assert all(r.ok for r in rs)
+        wait_for(lambda: c.max_offset("sc", 3) == 5, 30, "dispatch")
+        got = c.pull("sc", 3, 0, 32, tags="t || u")
+        assert got.status is GetMessageStatus.FOUND
+        assert [m.body for m in got.messages] == [b"m%d" % i for i in range(5)]
+        assert c.pull("sc", 3, 5, wait_ms=20).status is GetMessageStatus.OFFSET_OVERFLOW_ONE
+        assert c.min_offset("sc", 3) == 0
+        assert c.get(rs[2].physical_offset).body == b"m2"  # type: ignore[union-attr]
+        assert c.get_by_msg_id(rs[4].msg_id).body == b"m4"  # type: ignore[union-attr]
+        assert [m.body for m in c.query("sc", "k1")] == [b"m1"]
+        assert c.offset_for_time("sc", 3, 0) == 0
+        c.commit_offset("g", "sc", 3, got.next_offset)
+        assert c.committed_offset("g", "sc", 3) == 5
