@@ -541,6 +541,9 @@ class CommitLog:
         """
         if self.refused_reason:
             return [self._refused() for _ in msgs]
+        fast = self._append_batch_fast(msgs)
+        if fast is not None:
+            return fast
         preps: list[_Prepared] = []
         for i, msg in enumerate(msgs):
             prep = self._prepare(msg)
@@ -552,6 +555,114 @@ class CommitLog:
         if not preps:
             return []
         return self._append_prepared(preps)
+
+    def _cached_tail(self, msg: Message) -> _Tail | None:
+        """The fast path's parts for `msg` (memo, then cache), or None when the reference
+        encoder must judge it (the body, queue id and sizes are checked too)."""
+        body = msg.body
+        if type(body) is not bytes or len(body) > self.max_message_size:
+            return None
+        queue_id = msg.queue_id
+        if type(queue_id) is not int or queue_id < 0:
+            return None
+        props = msg.properties
+        try:
+            memo = self._memo
+            if (
+                memo is not None
+                and msg.topic == memo[0]
+                and props == memo[1]
+                and msg.born_host == memo[2]
+                and msg.store_host == memo[3]
+            ):
+                return memo[4]
+            key = (
+                msg.topic, tuple(props.items()) if props else (), msg.born_host, msg.store_host,
+            )  # fmt: skip
+            ent = self._tails.get(key)
+            if ent is None:
+                ent = self._tail_for(msg, key)
+            if ent is not None:
+                snapshot = dict(props) if props else {}
+                self._memo = (msg.topic, snapshot, msg.born_host, msg.store_host, ent)
+            return ent
+        except TypeError:
+            return None
+
+    def _append_batch_fast(self, msgs: Sequence[Message]) -> list[AppendResult] | None:
+        """The batch packed straight into the segment, as `append` packs one message;
+        None (nothing written, no offset taken) when any member needs the reference
+        encoder, which then decides the batch's status."""
+        if not msgs:
+            return None
+        ents: list[_Tail] = []
+        total = 0
+        for msg in msgs:
+            ent = self._cached_tail(msg)
+            if ent is None:
+                return None
+            ents.append(ent)
+            total += ent[1] + len(msg.body)
+        got = self._segment_for(total)
+        if type(got) is AppendResult:
+            return [got for _ in msgs]
+        seg = got
+        assert isinstance(seg, Segment)
+        target = seg.target
+        pos = seg.wrote_position
+        start = seg.start_offset
+        now = _time_ns() // 1_000_000 if self._wall_clock else self._clock_ms()
+        offsets = self._offsets
+        before: dict[QueueKey, int | None] = {}
+        out: list[AppendResult] = []
+        append = out.append
+        try:
+            for msg, (tail, fixed_bytes, born_addr, born_port, store_addr, store_port) in zip(
+                msgs, ents, strict=True
+            ):
+                body = msg.body
+                blen = len(body)
+                size = fixed_bytes + blen
+                sys_flag = msg.sys_flag
+                tx = sys_flag & _TX_MASK
+                takes = tx == 0 or tx == _TX_COMMIT
+                queue_id = msg.queue_id
+                qkey = (msg.topic, queue_id)
+                qo = 0
+                if takes:
+                    if qkey not in before:
+                        before[qkey] = offsets.get(qkey)
+                    qo = offsets.get(qkey, 0)
+                    offsets[qkey] = qo + 1
+                phys = start + pos
+                _pack_head(
+                    target, pos, size, MESSAGE_MAGIC_CODE,
+                    _crc32(body) & 0x7FFFFFFF if blen else 0,
+                    queue_id, msg.flag, qo, phys, sys_flag & ~_V6_BITS, msg.born_timestamp,
+                    born_addr, born_port, now, store_addr, store_port,
+                    msg.reconsume_times, msg.prepared_transaction_offset, blen,
+                )  # fmt: skip
+                p = pos + _HEAD_LEN
+                target[p : p + blen] = body
+                target[p + blen : pos + size] = tail
+                append(
+                    _tuple_new(
+                        AppendResult, (_PUT_OK, phys, size, qo, now, "", store_addr, store_port)
+                    )
+                )
+                pos += size
+        except (struct.error, TypeError):
+            # A numeric field out of range: undo the offsets taken; the bytes written past
+            # wrote_position are invisible and get overwritten. The slow path judges.
+            for qkey, old in before.items():
+                if old is None:
+                    offsets.pop(qkey, None)
+                else:
+                    offsets[qkey] = old
+            return None
+        seg.wrote_position = pos
+        seg.store_timestamp = now
+        return out
 
     def _prepare(self, msg: Message) -> _Prepared | AppendResult:
         """Encode one message (through the tail cache when it can)."""

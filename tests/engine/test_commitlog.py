@@ -390,6 +390,24 @@ def test_fast_path_writes_what_the_reference_encoder_writes(
         want2 = bytearray(len(ref.data))
         patch_append_fields(want2, 0, ref, batch[0].queue_offset, batch[0].wrote_offset, clock.ms)
         assert got == bytes(want2)
+    # A whole batch (packed in one go when every member hits the caches) writes what the
+    # reference encoder writes, member by member, with consecutive queue offsets.
+    valid = [m for m in msgs if encode(m).status.value == "OK"]
+    if valid and sum(len(encode(m).data) for m in valid) + 8 <= 1 << 16:
+        clock.ms += 1
+        results = log.append_batch(valid)
+        assert all(r.ok for r in results)
+        for m, r in zip(valid, results, strict=True):
+            ref = encode(m)
+            takes = m.sys_flag & 0xC in (0, 8)
+            key = (m.topic, m.queue_id)
+            qo = expected_offsets.get(key, 0) if takes else 0
+            if takes:
+                expected_offsets[key] = qo + 1
+            assert r.queue_offset == qo
+            want3 = bytearray(len(ref.data))
+            patch_append_fields(want3, 0, ref, qo, r.wrote_offset, clock.ms)
+            assert log.read_bytes(r.wrote_offset, r.wrote_bytes) == bytes(want3)
     assert log.check() == []
     log.close()
     shutil.rmtree(d)
