@@ -327,6 +327,15 @@ class ControlBlock:
     def get(self, off: int) -> int:
         return int(I64.unpack_from(self.buf, off)[0])
 
+    def readable_end(self, sync_flush: bool) -> int:
+        """Where readers and the dispatcher stop: flushed under SYNC_FLUSH (nothing a
+        crash can take back is consumed); under ASYNC_FLUSH what is in the files:
+        committed with the pool on, published (complete records written straight into
+        the mapping) with it off."""
+        if sync_flush:
+            return self.get(OFF_FLUSHED)
+        return self.get(OFF_PUBLISHED if self.pool_buffers == 0 else OFF_COMMITTED)
+
     def set(self, off: int, value: int) -> None:
         I64.pack_into(self.buf, off, value)
 

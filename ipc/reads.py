@@ -10,7 +10,7 @@ consistent, read from the control block at each call:
 - queue reads (`pull`, `min_offset`, `max_offset`, `query`) stop at the dispatcher's
   published position (`OFF_DISPATCHED`): the consume queues and the index are complete
   below it, and it never passes what a crash cannot take back (the dispatcher follows
-  the flushed position under SYNC_FLUSH, the committed one under ASYNC_FLUSH);
+  the flushed position under SYNC_FLUSH, `ControlBlock.readable_end` under ASYNC_FLUSH);
 - physical reads (`get`, `get_by_msg_id`) stop at the flushed (SYNC_FLUSH) or committed
   (ASYNC_FLUSH) position.
 
@@ -93,8 +93,9 @@ class ClientReads:
         return self._cb().get(c.OFF_DISPATCHED)
 
     def durable(self) -> int:
-        """Flushed under SYNC_FLUSH, committed under ASYNC_FLUSH."""
-        return self._cb().get(c.OFF_FLUSHED if self._sync else c.OFF_COMMITTED)
+        """Flushed under SYNC_FLUSH; under ASYNC_FLUSH what is in the files (committed
+        with the pool on, published with it off): `ControlBlock.readable_end`."""
+        return self._cb().readable_end(self._sync)
 
     def _open(self, limit: int) -> StoreReader:
         """The reader, reopened when the store restarted since it was opened (recovery may

@@ -2,10 +2,11 @@
 
 It follows the commit log through a read-only view and feeds `engine.dispatch`: every
 record below the limit gets its consume-queue unit and its index keys. The limit is the
-committed position under ASYNC_FLUSH and the flushed position under SYNC_FLUSH, so that
-nothing a crash can take back is ever consumed (DESIGN §3). Its position goes to the
-control block (`OFF_DISPATCHED`), where readers, `mqstore status` and the cleaner's
-"never delete what is not dispatched" rule read it.
+flushed position under SYNC_FLUSH, so that nothing a crash can take back is ever
+consumed (DESIGN §3); under ASYNC_FLUSH it is what is in the files: committed with the
+write pool on, published (complete records written straight into the mapping) with it
+off. Its position goes to the control block (`OFF_DISPATCHED`), where readers,
+`mqstore status` and the cleaner's "never delete what is not dispatched" rule read it.
 
 Loop, as every worker: beat, dispatch what is there (in bounded rounds, so the heartbeat
 stays fresh under load), then wait: 1 ms while records keep coming (RocketMQ's reput
@@ -73,10 +74,7 @@ class _Checkpoint:
 
 
 def _limit(ctx: WorkerContext) -> int:
-    cb = ctx.cb
-    if ctx.settings.flush_disk_type is FlushDiskType.SYNC_FLUSH:
-        return cb.get(c.OFF_FLUSHED)
-    return cb.get(c.OFF_COMMITTED)
+    return ctx.cb.readable_end(ctx.settings.flush_disk_type is FlushDiskType.SYNC_FLUSH)
 
 
 class _TopicRegistry:
