@@ -321,7 +321,12 @@ def recover_store(
                 index.flush()
                 if cp is not None:
                     last_ts = walk.last_store_timestamp
-                    if last_ts > 0:
+                    if last_ts > 0 and report.bytes_truncated > 0:
+                        # Data was cut (a torn tail or damage): the checkpoint may not claim
+                        # more than the log now holds, else `check` sees a false promise.
+                        cp.physic_msg_timestamp = min(cp.physic_msg_timestamp, last_ts) or last_ts
+                        cp.logics_msg_timestamp = min(cp.logics_msg_timestamp, last_ts) or last_ts
+                    elif last_ts > 0:
                         cp.physic_msg_timestamp = max(cp.physic_msg_timestamp, last_ts)
                         cp.logics_msg_timestamp = max(cp.logics_msg_timestamp, last_ts)
                     if index.files:
