@@ -223,7 +223,7 @@ class StoreReader:
 
     def get_by_offset(self, physical_offset: int) -> DecodedRecord | None:
         """The record starting at `physical_offset`; None when there is none (or it is
-        past the limit, or not a valid record)."""
+        past the limit, or not a valid record, or its body fails its CRC)."""
         limit = self.limit()
         if physical_offset < 0 or physical_offset >= limit:
             return None
@@ -233,8 +233,8 @@ class StoreReader:
         if res.status is not LookupStatus.FOUND or res.record is None:
             return None
         rec = res.record
-        if physical_offset + rec.size > limit:
-            return None
+        if physical_offset + rec.size > limit or not rec.crc_ok:
+            return None  # never serve a record whose body fails its CRC
         return rec
 
     def get_by_msg_id(self, msg_id: str) -> DecodedRecord | None:
