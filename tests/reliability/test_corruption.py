@@ -251,3 +251,24 @@ def _start_and_put(d: Path, why: str) -> None:
     finally:
         assert st.stop() == 0
     assert st.shm_leftovers() == []
+
+
+def test_reader_never_serves_a_record_failing_its_crc(
+    pristine: tuple[Path, dict[int, int]], tmp_path: Path, seed: int
+) -> None:
+    """Damage no recovery looks at (a body in an old segment, store not restarted): the
+    reader refuses the record by offset and through its consume queue."""
+    src, _ = pristine
+    rng = random.Random(seed)
+    d = tmp_path / "s"
+    shutil.copytree(src, d)
+    recs = [r for r in _records(d) if r[0] < SEGMENT]
+    off, size, body_at = rng.choice(recs)
+    seg, pos = _seg(d, off)
+    _flip(seg, pos + rng.randrange(body_at, size), rng)
+    FIGURES["corruptions tried"] += 1
+    assert any(f["severity"] == "ERROR" for f in run_check(d)["findings"]), f"seed {seed}"
+    with StoreReader.open(d, is_filler=is_filler) as rd:
+        assert rd.get_by_offset(off) is None, f"served a record failing its CRC (seed {seed})"
+    served = {o for offs in queue_view(d).values() for o in offs}
+    assert off not in served, f"consume queue served a record failing its CRC (seed {seed})"
