@@ -47,6 +47,7 @@ from engine import fileio, record
 from engine.diskguard import DISK_FULL_BIT, decode_state
 from engine.record import END_FILE_MIN_BLANK_LENGTH, MESSAGE_MAGIC_CODE, DecodedRecord, Message
 from engine.segment import segment_file_name
+from engine.topics import QueueCounts
 from ipc import channel
 from ipc import control as c
 from ipc.locks import RESERVE_LOCK, FileLock
@@ -176,6 +177,9 @@ class StoreClient:
         self._fast_fail = bool(info["fast_fail_if_no_buffer_in_store_pool"])
         self._max_body = int(info["max_message_size_bytes"])
         self._default_queues = int(info["default_topic_queue_nums"])
+        # Per-topic queue counts (`mqstore topic DIR set T --queues N`), re-read at most
+        # every 100 ms from config/topics.json.
+        self._qcounts = QueueCounts(self.store_dir)
         self._store_host = str(info["store_host"])
         self._flusher_addr = channel.flusher_address(self.store_dir, self._generation)
         addr, port, v6 = record.parse_host(self._store_host)
@@ -231,6 +235,9 @@ class StoreClient:
             if self._closed:
                 return
             self._closed = True
+            reads = getattr(self, "_reads_of_pid", None)
+            if reads is not None and reads[0] == os.getpid():
+                reads[1].close()
             if self._pid == os.getpid():
                 self._detach()
 
@@ -406,7 +413,7 @@ class StoreClient:
                 f"body is {blen} bytes; maxMessageSize is {self._max_body}",
             )
         if queue_id is None:
-            n = self.topic_queue_nums.get(topic, self._default_queues)
+            n = self.topic_queue_nums.get(topic) or self._qcounts.get(topic, self._default_queues)
             k = self._rr.get(topic, 0)
             self._rr[topic] = k + 1
             queue_id = k % n if n > 0 else 0

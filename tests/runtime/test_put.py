@@ -4,13 +4,15 @@ statuses for bad input, segment rolls, and what lands on disk."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
 from engine.record import Message
 from mqstore import PutMessageStatus, PutResult, StoreClient
 from tests.runtime.conftest import StoreFactory
-from tests.runtime.harness import Store, check_chain, wait_for
+from tests.runtime.harness import REPO, Store, check_chain, wait_for
 
 OK = PutMessageStatus.PUT_OK
 
@@ -262,3 +264,23 @@ def test_client_encoding_matches_the_reference_encoder(store: Store) -> None:
             assert stored == bytes(buf), (i, topic, tags, keys, props)
     finally:
         cl.close()
+
+
+def test_queue_spreading_follows_the_topics_queue_count(store: Store) -> None:
+    """`mqstore topic DIR set T --queues N` changes how puts without a queue id spread,
+    for a client attached before the change too (config/topics.json is re-read)."""
+    with StoreClient.attach(store.path) as client:
+        first = [client.put("spread", b"x", wait_store=False).queue_id for _ in range(8)]
+        assert sorted(set(first)) == [0, 1, 2, 3]  # the default: 4 queues
+        out = subprocess.run(
+            [sys.executable, "-m", "workers.cli", "topic", str(store.path), "set", "spread",
+             "--queues", "2"],
+            capture_output=True, text=True, cwd=str(REPO), timeout=60,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+
+        def two_queues() -> bool:
+            ids = {client.put("spread", b"y", wait_store=False).queue_id for _ in range(8)}
+            return ids == {0, 1}
+
+        wait_for(two_queues, 10, "puts to spread over the topic's 2 queues")
