@@ -57,6 +57,7 @@ from workers import stats
 from workers.allocator import ensure_segments
 from workers.base import WORKER_EXITED, WORKER_HALTED, WORKER_STARTING, ExitCode
 from workers.dispatcher import is_filler_header
+from workers.metrics import MetricsServer, StoreCollector
 
 log = logging.getLogger("mqstore.supervisor")
 
@@ -115,9 +116,16 @@ def _settings_doc(s: StoreSettings) -> dict[str, Any]:
 
 
 class Supervisor:
-    def __init__(self, store_dir: str | os.PathLike[str], config: Path | None = None) -> None:
+    def __init__(
+        self,
+        store_dir: str | os.PathLike[str],
+        config: Path | None = None,
+        metrics_port: int | None = None,
+    ) -> None:
         self.store_dir = os.path.realpath(os.fspath(store_dir))
         self.config = config
+        self.metrics_port = metrics_port
+        self.metrics: MetricsServer | None = None
         self.stopping = False
         self.exit_code: int = ExitCode.OK
         self.cb: c.ControlBlock | None = None
@@ -185,6 +193,14 @@ class Supervisor:
         self.workers = [_Worker(spec, i) for i, spec in enumerate(WORKERS)]
         for w in self.workers:
             self._spawn(w)
+        port = self.metrics_port if self.metrics_port is not None else s.metrics_port
+        if port:
+            collector = StoreCollector(self.store_dir, lambda: self.cb, self._metrics_totals)
+            try:
+                self.metrics = MetricsServer(port, collector)
+            except OSError as e:
+                raise BootError(ExitCode.BOOT_ERROR, f"cannot serve metrics on {port}: {e}") from e
+            self._say(f"metrics on http://127.0.0.1:{self.metrics.port}/metrics")
         self._say(
             f"pid {os.getpid()} serving {self.store_dir} from offset {end} "
             f"({s.flush_disk_type.value}, pool {'off' if not pool_n else f'{pool_n} buffers'})"
@@ -379,6 +395,15 @@ class Supervisor:
             },
         )  # fmt: skip
 
+    def _metrics_totals(self) -> stats.Totals:
+        """Put totals for a scrape (the metrics thread): rows copied first, as the main
+        loop may attach or drop a client meanwhile."""
+        cb = self.cb
+        if cb is None:
+            return stats.Totals()
+        rows = dict.fromkeys(list(self.clients), 0)
+        return stats.live_totals(cb, rows).merged(self.retired)
+
     def _take_sample(self) -> None:
         cb = self.cb
         assert cb is not None
@@ -446,12 +471,18 @@ class Supervisor:
             if w.proc is not None:
                 w.proc.kill()
                 w.proc.wait()
+        self._stop_metrics()
         if self.cb is not None:
             self.cb.close()
             self.cb = None
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
+
+    def _stop_metrics(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
+            self.metrics = None
 
     def shutdown(self) -> int:
         """Refuse writes, stop workers, drain, checkpoint, clean up. Returns the exit code."""
@@ -526,6 +557,7 @@ class Supervisor:
             cb.set_flag(c.FLAG_STOPPED)
             cb.set_flag(c.FLAG_RUNNING, False)
             self.listener.close()
+            self._stop_metrics()
             cb.close()
             self.cb = None
             if self._lock_fd >= 0:
@@ -534,6 +566,8 @@ class Supervisor:
         return code
 
 
-def run_supervisor(store_dir: str | os.PathLike[str], config: Path | None = None) -> int:
+def run_supervisor(
+    store_dir: str | os.PathLike[str], config: Path | None = None, metrics_port: int | None = None
+) -> int:
     logging.basicConfig(level=logging.WARNING, format="mqstore: %(message)s")
-    return Supervisor(store_dir, config).run()
+    return Supervisor(store_dir, config, metrics_port).run()

@@ -12,9 +12,15 @@ HELP = "run the store's supervisor in the foreground (stop it with SIGTERM or `m
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("store_dir", type=Path)
     p.add_argument("--config", type=Path, default=None, help="mqstore.toml or broker.conf")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus metrics on 127.0.0.1:N (overrides metrics_port; 0 = off)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from workers.supervisor import run_supervisor
 
-    return run_supervisor(args.store_dir, args.config)
+    return run_supervisor(args.store_dir, args.config, args.metrics_port)

@@ -1,0 +1,146 @@
+"""Prometheus metrics served by a real supervisor: scraped twice around a load from producer
+processes (and a killed worker), every counter moves; no listener unless a port is set."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+import psutil
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.runtime.conftest import StoreFactory
+from tests.runtime.harness import REPO, Store, wait_for
+
+PRODUCER = """
+import sys
+from mqstore import StoreClient
+store, tag, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+body = b"x" * 1000
+with StoreClient.attach(store) as c:
+    for k in range(n):
+        r = c.put("metrics", body, queue_id=k % 4)
+        assert r.ok, r
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def _scrape(port: int) -> Samples:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    out: Samples = {}
+    for fam in text_string_to_metric_families(text):
+        for smp in fam.samples:
+            out[(smp.name, tuple(sorted(smp.labels.items())))] = smp.value
+    return out
+
+
+def _v(s: Samples, name: str, **labels: str) -> float:
+    return s[(name, tuple(sorted(labels.items())))]
+
+
+def _producers(store: Store, count: int, n: int) -> list[subprocess.Popen[bytes]]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return [
+        subprocess.Popen(
+            [sys.executable, "-c", PRODUCER, str(store.path), f"p{i}", str(n)],
+            env=env,
+            cwd=str(REPO),
+        )
+        for i in range(count)
+    ]
+
+
+def test_every_metric_moves_under_load(make_store: StoreFactory) -> None:
+    port = _free_port()
+    store = make_store({"metrics_port": port})
+    store.wait_workers_running()
+    assert f"metrics on http://127.0.0.1:{port}/metrics" in store.output()
+    procs = _producers(store, 3, 2000)
+    try:
+        wait_for(lambda: _v(_scrape(port), "mqstore_puts_total", status="ok") > 0, 60, "puts")
+        first = _scrape(port)
+        victim = next(w for w in store.status()["workers"] if w["name"] == "dispatcher")
+        os.kill(victim["pid"], signal.SIGKILL)
+        for p in procs:
+            assert p.wait(120) == 0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    wait_for(
+        lambda: _v(_scrape(port), "mqstore_worker_restarts_total", worker="dispatcher") >= 1,
+        60,
+        "the dispatcher's restart",
+    )
+    wait_for(
+        lambda: _v(_scrape(port), "mqstore_dispatched_records_total") > 0,
+        60,
+        "the restarted dispatcher to dispatch",
+    )
+    second = _scrape(port)
+    moving = [
+        ("mqstore_puts_total", {"status": "ok"}),
+        ("mqstore_sync_puts_total", {}),
+        ("mqstore_appended_bytes_total", {}),
+        ("mqstore_fsyncs_total", {}),
+        ("mqstore_fsync_seconds_total", {}),
+        ("mqstore_group_commit_messages_total", {}),
+        ("mqstore_segments_allocated_total", {}),
+        ("mqstore_worker_restarts_total", {"worker": "dispatcher"}),
+        ("mqstore_put_latency_seconds_count", {}),
+        ("mqstore_put_latency_seconds_sum", {}),
+        ("mqstore_store_size_bytes", {}),
+    ]
+    for name, labels in moving:
+        assert _v(second, name, **labels) > _v(first, name, **labels), name
+    assert _v(second, "mqstore_puts_total", status="ok") == 6000
+    assert _v(second, "mqstore_puts_total", status="error") == 0
+    assert _v(second, "mqstore_put_latency_seconds_bucket", le="+Inf") == 6000
+    for gauge in (
+        "mqstore_commit_behind_bytes",
+        "mqstore_flush_behind_bytes",
+        "mqstore_dispatch_behind_bytes",
+        "mqstore_pool_free_buffers",
+        "mqstore_oldest_message_age_seconds",
+        "mqstore_dispatch_lag_seconds",
+    ):
+        assert _v(second, gauge) >= 0, gauge
+    assert _v(second, "mqstore_flag", flag="running") == 1
+    assert _v(second, "mqstore_flag", flag="stopped") == 0
+    assert ("mqstore_segments_deleted_total", ()) in second
+    wait_for(lambda: ("mqstore_disk_used_ratio", ()) in _scrape(port), 60, "the disk check")
+    assert 0 < _v(_scrape(port), "mqstore_disk_used_ratio") <= 1
+    assert store.stop() == 0
+    try:
+        _scrape(port)
+    except (urllib.error.URLError, ConnectionError):
+        pass
+    else:
+        raise AssertionError("the metrics listener outlived the supervisor")
+
+
+def test_metrics_off_by_default(store: Store) -> None:
+    store.wait_workers_running()
+    assert "metrics on" not in store.output()
+    pid = store.status()["supervisor_pid"]
+    listening = [
+        conn
+        for conn in psutil.Process(pid).net_connections(kind="inet")
+        if conn.status == psutil.CONN_LISTEN
+    ]
+    assert listening == []

@@ -1,0 +1,237 @@
+"""Prometheus metrics of a running store, served by the supervisor (`metrics_port`, 0 = off).
+
+Workers and clients record into the control block (positions, fsync counters, per-client
+put counters and log2-µs latency buckets); this collector reads it at scrape time, in the
+HTTP server's thread. Nothing on the hot path does I/O for metrics.
+
+What the control block does not hold yet (so is not exported): put latency by phase (lock
+wait, append, flush wait: the clients record the total only), fsync latency and messages
+per group commit as histograms (the flusher keeps totals: exported as a count and a sum),
+the dispatch lag per message (the dispatcher's backlog in bytes and the store time of its
+last record are exported instead).
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from engine import fileio
+from engine.diskguard import decode_state
+from engine.record import SysFlag
+from engine.storedir import list_segments
+from ipc import control as c
+from workers import stats
+
+_SYS_FLAG = struct.Struct(">i")
+_TS = struct.Struct(">q")
+
+
+def _store_timestamp(path: str) -> int | None:
+    """The store timestamp (ms) of the first record of a commit-log file, or None."""
+    try:
+        fd = fileio.open_file(path, create=False, read_only=True)
+    except fileio.StoreIOError:
+        return None
+    try:
+        head = fileio.pread(fd, 128, 0, path)
+    except fileio.StoreIOError:
+        return None
+    finally:
+        fileio.close(fd, path)
+    if len(head) < 80 or _SYS_FLAG.unpack_from(head, 0)[0] <= 0:
+        return None
+    sys_flag = _SYS_FLAG.unpack_from(head, 32)[0]
+    born_host = 20 if sys_flag & SysFlag.BORNHOST_V6 else 8
+    ts = int(_TS.unpack_from(head, 44 + born_host)[0])
+    return ts if ts > 0 else None
+
+
+class StoreCollector(Collector):
+    """Reads the control block (and lists the commit log) at each scrape."""
+
+    def __init__(
+        self,
+        store_dir: str,
+        cb: Callable[[], c.ControlBlock | None],
+        totals: Callable[[], stats.Totals],
+    ) -> None:
+        self.store_dir = store_dir
+        self._cb = cb
+        self._totals = totals
+        self._lock = threading.Lock()
+        self._seen: set[str] = set()
+        self._allocated = 0
+        self._deleted = 0
+        self._first_ts: tuple[str, int | None] | None = None
+
+    def _segments(self) -> tuple[int, int, int, int | None]:
+        """(bytes, files allocated since start, deleted since start, oldest store ts)."""
+        segs = list_segments(self.store_dir)
+        names = {s.path for s in segs}
+        with self._lock:
+            self._allocated += len(names - self._seen)
+            self._deleted += len(self._seen - names)
+            self._seen = names
+            oldest: int | None = None
+            if segs:
+                first = segs[0].path
+                cached = self._first_ts
+                if cached is None or cached[0] != first or cached[1] is None:
+                    cached = (first, _store_timestamp(first))
+                    self._first_ts = cached
+                oldest = cached[1]
+            return sum(s.size_bytes for s in segs), self._allocated, self._deleted, oldest
+
+    def collect(self) -> Iterator[Metric]:
+        cb = self._cb()
+        if cb is None:
+            return
+        g = cb.get
+        totals = self._totals()
+        yield from _counters(cb, totals)
+        yield _latency(totals)
+        size, allocated, deleted, oldest_ts = self._segments()
+        m = CounterMetricFamily("mqstore_segments_allocated", "commit-log files seen appear")
+        m.add_metric([], allocated)
+        yield m
+        m = CounterMetricFamily("mqstore_segments_deleted", "commit-log files seen go away")
+        m.add_metric([], deleted)
+        yield m
+        published, committed = g(c.OFF_PUBLISHED), g(c.OFF_COMMITTED)
+        flushed, dispatched = g(c.OFF_FLUSHED), g(c.OFF_DISPATCHED)
+        gauges: list[tuple[str, str, float]] = [
+            ("mqstore_commit_behind_bytes", "published but not committed", published - committed),
+            ("mqstore_flush_behind_bytes", "committed but not flushed", committed - flushed),
+            (
+                "mqstore_dispatch_behind_bytes",
+                "committed but not yet in the consume queues",
+                max(0, committed - dispatched),
+            ),
+            ("mqstore_store_size_bytes", "bytes of the commit-log files on disk", size),
+        ]
+        pool = cb.pool_buffers
+        if pool:
+            in_use = g(c.OFF_RESERVED) // cb.segment_size - committed // cb.segment_size + 1
+            free = max(0, min(pool, pool - in_use))
+            gauges.append(("mqstore_pool_free_buffers", "free transient pool buffers", free))
+        word = g(c.OFF_DISK_STATE)
+        if word:
+            gauges.append(
+                (
+                    "mqstore_disk_used_ratio",
+                    "disk used, as the cleaner last saw it",
+                    decode_state(word)[2],
+                )
+            )
+        if oldest_ts is not None:
+            age = max(0.0, time.time() - oldest_ts / 1000)
+            gauges.append(
+                ("mqstore_oldest_message_age_seconds", "age of the oldest stored message", age)
+            )
+        dts = g(c.OFF_DISPATCHED_TS)
+        if dts:
+            gauges.append(
+                (
+                    "mqstore_dispatch_lag_seconds",
+                    "now minus the store time of the last record dispatched",
+                    max(0.0, time.time() - dts / 1000),
+                )
+            )
+        for name, doc, value in gauges:
+            gm = GaugeMetricFamily(name, doc)
+            gm.add_metric([], value)
+            yield gm
+        flags = GaugeMetricFamily("mqstore_flag", "control block flags (1 = set)", labels=["flag"])
+        word_flags = g(c.OFF_FLAGS)
+        for bit, name in c.FLAG_NAMES.items():
+            flags.add_metric([name], 1.0 if word_flags & bit else 0.0)
+        yield flags
+
+
+def _counters(cb: c.ControlBlock, totals: stats.Totals) -> Iterator[Metric]:
+    g = cb.get
+    puts = CounterMetricFamily("mqstore_puts", "puts by status", labels=["status"])
+    puts.add_metric(["ok"], totals.puts - totals.errors)
+    puts.add_metric(["error"], totals.errors)
+    yield puts
+    m = CounterMetricFamily("mqstore_sync_puts", "puts that waited for the flush")
+    m.add_metric([], totals.sync_puts)
+    yield m
+    m = CounterMetricFamily("mqstore_appended_bytes", "bytes appended by puts")
+    m.add_metric([], totals.bytes)
+    yield m
+    fsyncs = g(c.OFF_FSYNC_COUNT)
+    m = CounterMetricFamily("mqstore_fsyncs", "fsyncs of the commit log")
+    m.add_metric([], fsyncs)
+    yield m
+    m = CounterMetricFamily("mqstore_fsync_seconds", "time spent in commit-log fsyncs")
+    m.add_metric([], g(c.OFF_FSYNC_NS) / 1e9)
+    yield m
+    m = CounterMetricFamily(
+        "mqstore_group_commit_messages", "messages covered by fsyncs (divide by fsyncs)"
+    )
+    m.add_metric([], g(c.OFF_FSYNC_MSGS))
+    yield m
+    m = CounterMetricFamily("mqstore_flush_failures", "failed flushes")
+    m.add_metric([], g(c.OFF_FLUSH_FAILURES))
+    yield m
+    m = CounterMetricFamily("mqstore_dispatched_records", "records dispatched since boot")
+    m.add_metric([], g(c.OFF_DISPATCHED_RECORDS))
+    yield m
+    restarts = CounterMetricFamily("mqstore_worker_restarts", "worker restarts", labels=["worker"])
+    for i in range(c.MAX_WORKERS):
+        name, _pid, _hb, n, _state = cb.worker(i)
+        if name:
+            restarts.add_metric([name], n)
+    yield restarts
+
+
+def _latency(totals: stats.Totals) -> Metric:
+    """Put latency from the clients' log2-µs buckets (bucket b holds latencies up to 2^b µs).
+    The sum is an upper bound: each put counted at its bucket's upper bound."""
+    h = HistogramMetricFamily(
+        "mqstore_put_latency_seconds",
+        "put latency, whole call (the sum is an upper bound from the log2 buckets)",
+    )
+    buckets: list[tuple[str, float]] = []
+    seen = 0
+    upper_sum = 0.0
+    for b, n in enumerate(totals.hist):
+        seen += n
+        le = (1 << b) / 1e6
+        upper_sum += n * le
+        buckets.append((repr(le), float(seen)))
+    buckets.append(("+Inf", float(seen)))
+    h.add_metric([], buckets, upper_sum)
+    return h
+
+
+class MetricsServer:
+    """The HTTP endpoint on 127.0.0.1:`port` (a daemon thread of the supervisor)."""
+
+    def __init__(self, port: int, collector: StoreCollector) -> None:
+        from prometheus_client import start_http_server
+
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(collector)
+        server, thread = start_http_server(port, addr="127.0.0.1", registry=self.registry)
+        self._server: Any = server
+        self._thread = thread
+        self.port = int(server.server_address[1])
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
