@@ -43,12 +43,25 @@ def seed() -> int:
     return int(env) if env else random.SystemRandom().randrange(1 << 32)
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Each process (xdist workers too) writes its own figures next to the report."""
+    out = os.environ.get("MQSTORE_RELIABILITY_REPORT")
+    if out and FIGURES:
+        me = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        Path(f"{out}.{me}").write_text(json.dumps(dict(FIGURES)))
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if not FIGURES:
+    out = os.environ.get("MQSTORE_RELIABILITY_REPORT")
+    total: Counter[str] = Counter(FIGURES)
+    if out:
+        total = Counter()
+        for part in Path(out).parent.glob(Path(out).name + ".*"):  # one per process
+            total.update(json.loads(part.read_text()))
+        if total:
+            Path(out).write_text(json.dumps(dict(sorted(total.items())), indent=2) + "\n")
+    if not total:
         return
     terminalreporter.write_sep("-", "reliability figures" + (" (full size)" if FULL else ""))
-    for k in sorted(FIGURES):
-        terminalreporter.write_line(f"{k}: {FIGURES[k]}")
-    out = os.environ.get("MQSTORE_RELIABILITY_REPORT")
-    if out:
-        Path(out).write_text(json.dumps(dict(sorted(FIGURES.items())), indent=2) + "\n")
+    for k in sorted(total):
+        terminalreporter.write_line(f"{k}: {total[k]}")
