@@ -20,15 +20,55 @@ Signal handlers only record (SIGTERM/SIGINT set `stopping` and poke the wakeup f
 from __future__ import annotations
 
 import enum
+import logging
 import os
 import select
 import signal
+import sys
 import time
 from dataclasses import dataclass, field
 from types import FrameType
 
 from conf.settings import StoreSettings
 from ipc.control import ControlBlock
+
+# Log lines of `mqstore start` and its workers on stderr: one line per event, led by a
+# syslog priority that journald reads (`SyslogLevelPrefix=`, on by default) and by the level
+# in words for other shippers: `<6>INFO mqstore start: pid 42 serving /srv/mq ...`.
+SYSLOG_PRIORITY: dict[str, int] = {"ERROR": 3, "WARNING": 4, "INFO": 6, "DEBUG": 7}
+
+
+def log_line(component: str, msg: str, level: str = "INFO") -> str:
+    """The line `say` writes (newlines in `msg` folded so that one event is one line)."""
+    text = " | ".join(part for part in msg.splitlines() if part.strip()) or msg.strip()
+    return f"<{SYSLOG_PRIORITY.get(level, 6)}>{level} mqstore {component}: {text}"
+
+
+def say(component: str, msg: str, level: str = "INFO") -> None:
+    """Write one log line on stderr (the supervisor's and its workers' stderr is the log)."""
+    print(log_line(component, msg, level), file=sys.stderr, flush=True)
+
+
+class LineFormatter(logging.Formatter):
+    """`logging` records in `say`'s form (tracebacks folded into the same line)."""
+
+    def __init__(self, component: str) -> None:
+        super().__init__()
+        self.component = component
+
+    def format(self, record: logging.LogRecord) -> str:
+        level = record.levelname if record.levelname in SYSLOG_PRIORITY else "INFO"
+        if record.levelno >= logging.CRITICAL:
+            level = "ERROR"
+        return log_line(self.component, super().format(record), level)
+
+
+def setup_logging(component: str) -> None:
+    """Route `logging` (WARNING and up) to stderr in `say`'s form."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(LineFormatter(component))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler], force=True)
+
 
 WORKER_STARTING = 1  # worker row states (ipc.control.WORKER_STATE_NAMES)
 WORKER_RUNNING = 2

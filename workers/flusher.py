@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import sys
 import time
 from typing import Final
 
@@ -34,7 +33,7 @@ from engine.fileio import StoreIOError
 from ipc import channel
 from ipc import control as c
 from ipc.commit import LogFiles
-from workers.base import ExitCode, WorkerContext
+from workers.base import ExitCode, WorkerContext, say
 
 SPIN_S: Final = 0.0001
 GATHER_S: Final = 0.0003  # at most this long, while fewer wait than the last batch held
@@ -56,7 +55,7 @@ def main(ctx: WorkerContext) -> int:
     try:
         sock.bind(channel.flusher_address(ctx.store_dir, cb.generation))
     except OSError as e:
-        print(f"mqstore flusher: cannot bind its socket: {e}", file=sys.stderr)
+        say("flusher", f"cannot bind its socket: {e}", "ERROR")
         files.close()
         return ExitCode.BOOT_ERROR
     sock.setblocking(False)
@@ -71,7 +70,7 @@ def main(ctx: WorkerContext) -> int:
         failed = True
         cb.set_flag(c.FLAG_READ_ONLY)
         cb.add(c.OFF_FLUSH_FAILURES, 1)
-        print(f"mqstore flusher: fsync failed, store is now read-only: {e}", file=sys.stderr)
+        say("flusher", f"fsync failed, store is now read-only: {e}", "ERROR")
 
     try:
         while not ctx.stopping:

@@ -55,7 +55,14 @@ from ipc.commit import LogFiles
 from ipc.locks import RESERVE_LOCK, FileLock, StoreLockHeld, take_store_lock
 from workers import stats
 from workers.allocator import ensure_segments
-from workers.base import WORKER_EXITED, WORKER_HALTED, WORKER_STARTING, ExitCode
+from workers.base import (
+    WORKER_EXITED,
+    WORKER_HALTED,
+    WORKER_STARTING,
+    ExitCode,
+    say,
+    setup_logging,
+)
 from workers.dispatcher import is_filler_header
 from workers.metrics import MetricsServer, StoreCollector
 
@@ -139,8 +146,8 @@ class Supervisor:
 
     # --- boot ---------------------------------------------------------------------------
 
-    def _say(self, msg: str) -> None:
-        print(f"mqstore start: {msg}", file=sys.stderr, flush=True)
+    def _say(self, msg: str, level: str = "INFO") -> None:
+        say("start", msg, level)
 
     def boot(self) -> None:
         try:
@@ -160,7 +167,7 @@ class Supervisor:
         fileio.write_file_atomic(abort, b"")
         end, offsets = self._recover(was_dirty)
         for name in c.remove_leftovers(self.store_dir):
-            self._say(f"removed shared memory left by a crashed run: {name}")
+            self._say(f"removed shared memory left by a crashed run: {name}", "WARNING")
         generation = time.time_ns() // 1000 % 10**12
         pool_n = s.transient_store_pool_size if s.transient_store_pool_enable else 0
         geo = c.Geometry(s.segment_size_bytes, pool_n)
@@ -255,13 +262,15 @@ class Supervisor:
                 _name, _pid, hb, _r, _st = cb.worker(w.index)
                 age = time.time_ns() // 1_000_000 - hb
                 if now - w.started > hb_timeout and age > hb_timeout * 1000:
-                    self._say(f"{w.spec.name} (pid {w.proc.pid}) missed heartbeats; killing it")
+                    self._say(
+                        f"{w.spec.name} (pid {w.proc.pid}) missed heartbeats; killing it", "WARNING"
+                    )
                     w.proc.kill()
                 continue
             w.proc = None
             w.last_exit = code
             if code in (ExitCode.CONFIG_ERROR, ExitCode.BOOT_ERROR):
-                self._say(f"{w.spec.name} cannot start (exit {code}); halting")
+                self._say(f"{w.spec.name} cannot start (exit {code}); halting", "ERROR")
                 w.halted = True
                 cb.set_worker(w.index, w.spec.name, 0, w.restarts, WORKER_HALTED)
                 self.exit_code = ExitCode.BOOT_ERROR
@@ -276,7 +285,9 @@ class Supervisor:
             )
             w.restart_at = now + delay / 1000
             cb.set_worker(w.index, w.spec.name, 0, w.restarts, WORKER_EXITED)
-            self._say(f"{w.spec.name} exited with {code}; restart {w.restarts} in {delay} ms")
+            self._say(
+                f"{w.spec.name} exited with {code}; restart {w.restarts} in {delay} ms", "WARNING"
+            )
 
     def _worker_docs(self) -> list[dict[str, Any]]:
         cb = self.cb
@@ -430,11 +441,11 @@ class Supervisor:
             try:
                 self.boot()
             except BootError as e:
-                self._say(str(e))
+                self._say(str(e), "ERROR")
                 self._teardown_after_boot_failure()
                 return int(e.code)
             except StoreIOError as e:
-                self._say(f"I/O error at boot: {e}")
+                self._say(f"I/O error at boot: {e}", "ERROR")
                 self._teardown_after_boot_failure()
                 return int(ExitCode.BOOT_ERROR)
             sel = selectors.DefaultSelector()
@@ -504,7 +515,7 @@ class Supervisor:
             try:
                 code = w.proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                self._say(f"{w.spec.name} did not stop in time; killing it")
+                self._say(f"{w.spec.name} did not stop in time; killing it", "WARNING")
                 w.proc.kill()
                 code = w.proc.wait()
             if code == ExitCode.FLUSH_FAILED:
@@ -521,12 +532,14 @@ class Supervisor:
                     break
                 if time.monotonic() >= deadline:
                     n = files.publish_locked(force=True)
-                    self._say(f"filled {n} reservations nobody finished (none acknowledged)")
+                    self._say(
+                        f"filled {n} reservations nobody finished (none acknowledged)", "WARNING"
+                    )
                     break
                 time.sleep(0.005)
             clean = False
             if cb.flags & c.FLAG_READ_ONLY:
-                self._say("the store is read-only after a failed fsync; not flushing")
+                self._say("the store is read-only after a failed fsync; not flushing", "ERROR")
             else:
                 for attempt in range(FLUSH_RETRIES):
                     try:
@@ -535,7 +548,7 @@ class Supervisor:
                         clean = cb.get(c.OFF_FLUSHED) >= cb.get(c.OFF_RESERVED)
                         break
                     except StoreIOError as e:
-                        self._say(f"final flush failed (attempt {attempt + 1}): {e}")
+                        self._say(f"final flush failed (attempt {attempt + 1}): {e}", "ERROR")
             if not clean:
                 code = int(ExitCode.FLUSH_FAILED)
             else:
@@ -550,7 +563,7 @@ class Supervisor:
                 fileio.unlink(os.path.join(self.store_dir, ABORT_FILE), missing_ok=True)
                 fileio.fsync_dir(self.store_dir)
         except StoreIOError as e:
-            self._say(f"shutdown I/O error: {e}")
+            self._say(f"shutdown I/O error: {e}", "ERROR")
             code = int(ExitCode.FLUSH_FAILED)
         finally:
             files.close()
@@ -569,5 +582,5 @@ class Supervisor:
 def run_supervisor(
     store_dir: str | os.PathLike[str], config: Path | None = None, metrics_port: int | None = None
 ) -> int:
-    logging.basicConfig(level=logging.WARNING, format="mqstore: %(message)s")
+    setup_logging("start")
     return Supervisor(store_dir, config, metrics_port).run()

@@ -7,31 +7,30 @@ import importlib
 import logging
 import os
 import sys
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 
 from conf.load import ConfigError, load_settings
 from ipc import control as c
 from ipc.control import ControlBlock
-from workers.base import WORKER_RUNNING, ExitCode, WorkerContext
+from workers.base import WORKER_RUNNING, ExitCode, WorkerContext, say, setup_logging
 
 
 def main(argv: list[str]) -> int:
     name, index_s, store_dir, ctl, pool, target = argv[:6]
     config = Path(argv[6]) if len(argv) > 6 and argv[6] else None
-    logging.basicConfig(level=logging.WARNING, format=f"mqstore {name}: %(message)s")
+    setup_logging(name)
     try:
         settings = load_settings(Path(store_dir), config, os.environ).settings
     except ConfigError as e:
-        print(f"mqstore {name}: {e}", file=sys.stderr)
+        say(name, str(e), "ERROR")
         return ExitCode.CONFIG_ERROR
     try:
         mod_name, _, fn_name = target.partition(":")
         fn: Callable[[WorkerContext], int] = getattr(importlib.import_module(mod_name), fn_name)
         cb = ControlBlock.attach(ctl, pool)
     except (ImportError, AttributeError, OSError, ValueError) as e:
-        print(f"mqstore {name}: cannot boot: {e}", file=sys.stderr)
+        say(name, f"cannot boot: {e}", "ERROR")
         return ExitCode.BOOT_ERROR
     # The supervisor's pid from the control block, not getppid(): if the supervisor died
     # while this process was still booting, getppid() would already be init's.
@@ -43,7 +42,7 @@ def main(argv: list[str]) -> int:
     try:
         return int(fn(ctx))
     except Exception:
-        traceback.print_exc()
+        logging.getLogger("mqstore").exception("crashed")
         return ExitCode.CRASH
     finally:
         with contextlib.suppress(BufferError):
