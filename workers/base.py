@@ -19,6 +19,7 @@ Signal handlers only record (SIGTERM/SIGINT set `stopping` and poke the wakeup f
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import os
@@ -27,8 +28,10 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType
 
+from conf.load import ConfigError, load_settings
 from conf.settings import StoreSettings
 from ipc.control import ControlBlock
 
@@ -84,6 +87,37 @@ class ExitCode(enum.IntEnum):
     FLUSH_FAILED = 5
 
 
+def reload_settings(
+    old: StoreSettings, store_dir: str, config: Path | None
+) -> tuple[StoreSettings, list[str], list[str]]:
+    """Re-read the settings (SIGHUP): `(settings, applied, ignored)`. Only the fields marked
+    `reloadable` in `conf.settings` change; other changes are listed as ignored until a
+    restart. Raises ConfigError (the caller keeps `old`)."""
+    new = load_settings(Path(store_dir), config, os.environ).settings
+    applied: dict[str, object] = {}
+    ignored: list[str] = []
+    for f in dataclasses.fields(StoreSettings):
+        before, after = getattr(old, f.name), getattr(new, f.name)
+        if before == after:
+            continue
+        if f.metadata.get("reloadable"):
+            applied[f.name] = after
+        else:
+            ignored.append(f.name)
+    changes = [f"{k}={v}" for k, v in applied.items()]
+    return dataclasses.replace(old, **applied), changes, ignored  # type: ignore[arg-type]
+
+
+def say_reload(component: str, applied: list[str], ignored: list[str]) -> None:
+    say(component, f"reloaded settings: {', '.join(applied) or 'nothing changed'}")
+    if ignored:
+        say(
+            component,
+            f"ignored until restart (not reloadable): {', '.join(ignored)}",
+            "WARNING",
+        )
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -100,6 +134,8 @@ class WorkerContext:
     _wake_w: int = -1
     extra_fds: list[int] = field(default_factory=list)
     parent_pid: int = field(default_factory=os.getppid)
+    config: Path | None = None
+    reload_requested: bool = False
 
     def install_signals(self) -> None:
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -108,14 +144,32 @@ class WorkerContext:
         def on_stop(_sig: int, _frame: FrameType | None) -> None:
             self.stopping = True
 
+        def on_hup(_sig: int, _frame: FrameType | None) -> None:
+            self.reload_requested = True
+
         signal.signal(signal.SIGTERM, on_stop)
         signal.signal(signal.SIGINT, on_stop)
+        signal.signal(signal.SIGHUP, on_hup)
 
     def beat(self) -> None:
-        """Heartbeat; a worker whose supervisor died (re-parented) stops and drains."""
+        """Heartbeat; a worker whose supervisor died (re-parented) stops and drains. A
+        SIGHUP since the last beat re-loads the reloadable settings into `settings`."""
         self.cb.beat(self.index, now_ms())
         if os.getppid() != self.parent_pid:
             self.stopping = True
+        if self.reload_requested:
+            self.reload_requested = False
+            self.reload()
+
+    def reload(self) -> None:
+        try:
+            self.settings, applied, ignored = reload_settings(
+                self.settings, self.store_dir, self.config
+            )
+        except ConfigError as e:
+            say(self.name, f"reload failed, settings kept: {e}", "ERROR")
+            return
+        say_reload(self.name, applied, ignored)
 
     def wait(self, timeout_s: float, fds: list[int] | None = None) -> list[int]:
         """Sleep up to `timeout_s`, waking early on a signal or a readable fd; returns the

@@ -25,6 +25,7 @@ when something could not be flushed.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -58,9 +59,12 @@ from workers.allocator import ensure_segments
 from workers.base import (
     WORKER_EXITED,
     WORKER_HALTED,
+    WORKER_RUNNING,
     WORKER_STARTING,
     ExitCode,
+    reload_settings,
     say,
+    say_reload,
     setup_logging,
 )
 from workers.dispatcher import is_filler_header
@@ -133,6 +137,7 @@ class Supervisor:
         self.config = config
         self.metrics_port = metrics_port
         self.metrics: MetricsServer | None = None
+        self.reload_requested = False
         self.stopping = False
         self.exit_code: int = ExitCode.OK
         self.cb: c.ControlBlock | None = None
@@ -403,8 +408,34 @@ class Supervisor:
                 "flush_disk_type": self.settings.flush_disk_type.value,
                 "transient_store_pool_enable": self.settings.transient_store_pool_enable,
                 "segment_size_bytes": self.settings.segment_size_bytes,
+                **{  # the reloadable ones as they are now (SIGHUP re-reads them)
+                    f.name: getattr(self.settings, f.name)
+                    for f in dataclasses.fields(self.settings)
+                    if f.metadata.get("reloadable")
+                },
             },
         )  # fmt: skip
+
+    def _reload(self) -> None:
+        """SIGHUP: re-read the settings (the reloadable ones take effect, the others are
+        reported as ignored until a restart) and forward SIGHUP to the running workers,
+        which do the same for their own loops."""
+        try:
+            self.settings, applied, ignored = reload_settings(
+                self.settings, self.store_dir, self.config
+            )
+        except ConfigError as e:
+            self._say(f"reload failed, settings kept: {e}", "ERROR")
+            return
+        say_reload("start", applied, ignored)
+        cb = self.cb
+        assert cb is not None
+        for w in self.workers:
+            _n, pid, _hb, _r, state = cb.worker(w.index)
+            # a worker installs its SIGHUP handler before it reports itself running
+            if w.proc is not None and pid == w.proc.pid and state == WORKER_RUNNING:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGHUP)
 
     def _metrics_totals(self) -> stats.Totals:
         """Put totals for a scrape (the metrics thread): rows copied first, as the main
@@ -433,8 +464,12 @@ class Supervisor:
         def on_stop(_sig: int, _frame: FrameType | None) -> None:
             self.stopping = True
 
+        def on_hup(_sig: int, _frame: FrameType | None) -> None:
+            self.reload_requested = True
+
         signal.signal(signal.SIGTERM, on_stop)
         signal.signal(signal.SIGINT, on_stop)
+        signal.signal(signal.SIGHUP, on_hup)
         if os.environ.get(FAULTS_FOR_ENV) is not None:
             fileio.clear_faults()
         try:
@@ -463,6 +498,9 @@ class Supervisor:
                             pass
                     else:
                         self._on_conn(sel, key.fileobj)  # type: ignore[arg-type]
+                if self.reload_requested:
+                    self.reload_requested = False
+                    self._reload()
                 self._watch_workers()
                 self._take_sample()
             code = self.shutdown()

@@ -35,7 +35,13 @@ def main(argv: list[str]) -> int:
     # The supervisor's pid from the control block, not getppid(): if the supervisor died
     # while this process was still booting, getppid() would already be init's.
     ctx = WorkerContext(
-        name, int(index_s), store_dir, settings, cb, parent_pid=cb.get(c.OFF_SUP_PID)
+        name,
+        int(index_s),
+        store_dir,
+        settings,
+        cb,
+        parent_pid=cb.get(c.OFF_SUP_PID),
+        config=config,
     )
     ctx.install_signals()
     cb.set_worker_state(ctx.index, WORKER_RUNNING)  # booted: settings loaded, block mapped
