@@ -218,6 +218,23 @@ class SegmentQueue:
             added += 1
         return added
 
+    def release_before(self, offset: int) -> int:
+        """Read-only queues that only walk forward (the dispatcher): unmap and forget the
+        leading segments that end at or below `offset`, keeping the last one, so that a
+        long-running follower maps a bounded window of the log, not all of it. The files
+        stay; `refresh()` never re-adds segments before the first one kept. Returns how
+        many were released. O(released)."""
+        if not self.read_only:
+            raise RuntimeError("release_before() is for read-only views; the writer deletes")
+        released = 0
+        for seg in self.segments[:-1]:
+            if seg.start_offset + seg.size_bytes > offset:
+                break
+            seg.close()
+            del self._segments[seg.start_offset]
+            released += 1
+        return released
+
     def _create_in_place(self, start_offset: int) -> Segment:
         return Segment.create(
             self.directory,

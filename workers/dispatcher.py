@@ -126,6 +126,8 @@ def main(ctx: WorkerContext) -> int:
         cp.file.close()
         return ExitCode.BOOT_ERROR
     offset = max(disp.resume_offset(), 0)
+    segment_size = disp.log.queue.segment_size_bytes
+    disp.log.queue.release_before(offset)
     cb.set(c.OFF_DISPATCHED, offset)
     registry = _TopicRegistry(ctx)
     registry.update(disp)
@@ -144,6 +146,10 @@ def main(ctx: WorkerContext) -> int:
             # A record below committed that does not check out: never guess past it.
             print(f"mqstore dispatcher: stopped at {res.next_offset}: {res.reason}", flush=True)
         moved = res.next_offset > offset
+        if res.next_offset // segment_size > offset // segment_size:
+            # Segments wholly dispatched are not needed again: keep the mapped window small
+            # so the dispatcher's memory does not grow with the log.
+            disp.log.queue.release_before(res.next_offset)
         offset = res.next_offset
         dispatched += res.records
         if res.last_store_timestamp:

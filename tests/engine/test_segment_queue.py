@@ -284,3 +284,26 @@ def test_destroy_removes_files_and_directory(tmp_path: Path) -> None:
     _fill(q, 2)
     q.destroy()
     assert not d.exists()
+
+
+def test_read_only_follower_releases_what_it_walked_past(tmp_path: Path) -> None:
+    """A forward-only reader (the dispatcher) keeps a bounded window mapped: segments
+    wholly below its position are unmapped, never re-added by refresh(), files kept."""
+    writer = SegmentQueue(tmp_path, 4096)
+    for i in range(4):
+        writer._add(i * 4096, first=i == 0)
+    ro = SegmentQueue(tmp_path, 4096, read_only=True)
+    ro.load()
+    assert [s.start_offset for s in ro] == [0, 4096, 8192, 12288]
+    assert ro.release_before(4096 + 100) == 1  # the second is still being read
+    assert [s.start_offset for s in ro] == [4096, 8192, 12288]
+    assert ro.release_before(1 << 40) == 2  # the last one always stays
+    assert [s.start_offset for s in ro] == [12288]
+    writer._add(4 * 4096, first=False)
+    assert ro.refresh() == 1
+    assert [s.start_offset for s in ro] == [12288, 16384]
+    assert sorted(os.listdir(tmp_path)) == [segment_file_name(i * 4096) for i in range(5)]
+    with pytest.raises(RuntimeError):
+        writer.release_before(0)
+    ro.close()
+    writer.close()
