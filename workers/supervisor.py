@@ -350,6 +350,8 @@ class Supervisor:
             buf[:] = rest
             try:
                 req = json.loads(line)
+                if not isinstance(req, dict):
+                    raise TypeError(f"a request is a JSON object, not {type(req).__name__}")
                 reply = self._handle(req, conn)
             except (ValueError, KeyError, TypeError) as e:
                 reply = {"error": f"bad request: {e}"}

@@ -163,8 +163,8 @@ def test_malformed_frames_on_the_supervisor_socket(make_store: StoreFactory, see
         b"{" * 5000 + b"\n",  # deep nesting
         b"x" * (4 << 20),  # a huge line that never ends
     ]  # fmt: skip
-    # random bytes; every line starts with 0x80 so that none is valid JSON that is not an
-    # object (those crash the supervisor: see the xfail test below)
+    # random bytes; every line starts with 0x80, so none is valid JSON (non-object JSON
+    # has its own test below)
     frames += [
         b"\x80" + rng.randbytes(rng.randrange(1, 4096)).replace(b"\n", b"\n\x80")
         for _ in range(sized(40, 1000))
@@ -172,12 +172,6 @@ def test_malformed_frames_on_the_supervisor_socket(make_store: StoreFactory, see
     _send_frames(store, frames, rng)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="workers/supervisor.py: a request line that is valid JSON but not an object"
-    " (42, [], null, a string) kills the supervisor (AttributeError in _handle: req.get),"
-    " taking the whole store down and leaving its shared memory",
-)
 @pytest.mark.parametrize("frame", [b"42\n", b"[]\n", b"null\n", b'"op"\n'])
 def test_non_object_json_on_the_supervisor_socket(tmp_path: Path, frame: bytes, seed: int) -> None:
     store = Store(tmp_path / "store", CONFIG)
@@ -233,12 +227,6 @@ def test_hostile_requests_on_the_flusher_socket(running: Store, seed: int) -> No
     assert running.status()["flags"] == ["running"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="workers/flusher.py: a datagram not 16 bytes long (empty, short, long) kills the"
-    " flusher (struct.error from FLUSH_REQ.unpack_from); the supervisor restarts it, with"
-    " growing backoff, so an attacker stalls sync puts",
-)
 def test_malformed_datagrams_on_the_flusher_socket(running: Store, seed: int) -> None:
     rng = random.Random(seed)
     before = next(w for w in running.status()["workers"] if w["name"] == "flusher")
