@@ -91,6 +91,8 @@ def main(ctx: WorkerContext) -> int:
                         data, addr = sock.recvfrom(64)
                     except BlockingIOError:
                         break
+                    if len(data) != channel.FLUSH_REQ.size:
+                        continue  # not a request of ours: ignored, never fatal
                     rid, end = channel.FLUSH_REQ.unpack_from(data)
                     if rid < 0:
                         woken = True
