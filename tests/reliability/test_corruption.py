@@ -26,6 +26,7 @@ import pytest
 
 from engine.commitlog import CommitLog
 from engine.reader import StoreReader
+from engine.record import DecodedRecord, encode_properties
 from ipc.filler import is_filler
 from mqstore import StoreClient
 from tests.reliability.conftest import FIGURES, FULL, sized
@@ -92,11 +93,16 @@ def _flip(path: Path, pos: int, rng: random.Random) -> None:
         f.write(bytes([b[0] ^ (1 << rng.randrange(8))]))
 
 
-def _records(d: Path) -> list[tuple[int, int, int]]:
-    """(offset, size, body offset within the record) of every record, fillers included."""
+def _records(d: Path) -> list[tuple[int, int, int, int]]:
+    """(offset, size, body offset within the record, body length) of every record, fillers
+    included. V1 records end with the body, the topic and the properties, each after its
+    length (4, 1 and 2 bytes): only the body is under the CRC."""
     cl = CommitLog.open(d / "commitlog", SEGMENT, read_only=True)
     try:
-        return [(r.physical_offset, r.size, r.size - len(r.body)) for r in cl.iter_records()]
+        return [
+            (r.physical_offset, r.size, r.size - len(r.body) - _tail(r), len(r.body))
+            for r in cl.iter_records()
+        ]
     finally:
         cl.close()
 
@@ -106,6 +112,10 @@ def _seg(d: Path, offset: int) -> tuple[Path, int]:
     return d / "commitlog" / f"{base:020d}", offset - base
 
 
+def _tail(r: DecodedRecord) -> int:
+    return 1 + len(r.topic.encode()) + 2 + len(encode_properties(r.properties))
+
+
 def damage(d: Path, kind: str, rng: random.Random) -> int | None:
     """Damage the copy `d`; returns the log offset from which records may be lost (None:
     the log itself is intact, nothing may be lost)."""
@@ -113,7 +123,7 @@ def damage(d: Path, kind: str, rng: random.Random) -> int | None:
     files = sorted(p for p in (d / "consumequeue").rglob("*") if p.is_file())
     index = sorted(p for p in (d / "index").glob("*") if p.is_file())
     if kind == "torn_tail":
-        off, size, _ = recs[-1]
+        off, size, _, _ = recs[-1]
         seg, pos = _seg(d, off)
         cut = rng.randrange(1, size)
         with open(seg, "r+b") as f:
@@ -123,13 +133,17 @@ def damage(d: Path, kind: str, rng: random.Random) -> int | None:
     if kind in ("body_flip_last_segment", "body_flip_anywhere", "header_flip"):
         last_seg = recs[-1][0] // SEGMENT
         if kind == "body_flip_last_segment":
-            pool = [r for r in recs if r[0] // SEGMENT == last_seg]
+            pool = [r for r in recs if r[0] // SEGMENT == last_seg and r[3]]
         else:  # a record in the first half: recovery cuts the log well before its end
-            pool = recs[: len(recs) // 2]
-        off, size, body_at = rng.choice(pool)
+            pool = [r for r in recs[: len(recs) // 2] if r[3]]
+        off, size, body_at, body_len = rng.choice(pool)
         seg, pos = _seg(d, off)
-        # header: the total size, magic and the body length are checked; flip one of those
-        at = rng.randrange(body_at, size) if kind != "header_flip" else rng.choice([0, 1, 5])
+        # body: under the CRC; header: the total size, magic and the body length are
+        # checked, flip one of those
+        if kind == "header_flip":
+            at = rng.choice([0, 1, 5])
+        else:
+            at = rng.randrange(body_at, body_at + body_len)
         _flip(seg, pos + at, rng)
         return off
     if kind == "cq_flip":  # the low bytes of a unit's physical offset
@@ -160,7 +174,7 @@ def damage(d: Path, kind: str, rng: random.Random) -> int | None:
         (d / "checkpoint").unlink()
         return None
     if kind == "last_segment_cut_short":
-        off, size, _ = recs[-1]
+        off, size, _, _ = recs[-1]
         seg, pos = _seg(d, off)
         with open(seg, "r+b") as fh:
             fh.truncate(pos + rng.randrange(1, size))
@@ -263,9 +277,9 @@ def test_reader_never_serves_a_record_failing_its_crc(
     d = tmp_path / "s"
     shutil.copytree(src, d)
     recs = [r for r in _records(d) if r[0] < SEGMENT]
-    off, size, body_at = rng.choice(recs)
+    off, _size, body_at, body_len = rng.choice([r for r in recs if r[3]])
     seg, pos = _seg(d, off)
-    _flip(seg, pos + rng.randrange(body_at, size), rng)
+    _flip(seg, pos + rng.randrange(body_at, body_at + body_len), rng)
     FIGURES["corruptions tried"] += 1
     assert any(f["severity"] == "ERROR" for f in run_check(d)["findings"]), f"seed {seed}"
     with StoreReader.open(d, is_filler=is_filler) as rd:
