@@ -41,6 +41,10 @@ Header, layout version 1 (little-endian int64 unless said):
 | 232 | committed_seq    | commit step: `published_seq` its commit covered          |
 | 240 | disk_state       | cleaner: bit 0 DISK_FULL, bit 1 CLEAN_IMMEDIATELY, bits  |
 |     |                  | 16.. the disk usage in per mille (`workers.cleaner`)     |
+| 248 | fsync_hist[13]   | flusher: fsyncs by duration, bucket i up to 2^(i+6) µs   |
+|     |                  | (64 µs .. 262 ms), the last one unbounded                |
+| 352 | group_hist[12]   | flusher: fsyncs by reservation slots covered, bucket i   |
+|     |                  | up to 2^i (1 .. 1024), the last one unbounded            |
 | 448 | dispatched_pos   | dispatcher (supervisor seeds it at boot): consume queues |
 |     |                  | and index hold every record below it                     |
 | 456 | dispatched_ts    | dispatcher: store time of the last record dispatched     |
@@ -111,12 +115,28 @@ OFF_FSYNC_NS: Final = 216
 OFF_FLUSH_FAILURES: Final = 224
 OFF_COMMITTED_SEQ: Final = 232
 OFF_DISK_STATE: Final = 240
+# The flusher's histograms (248..447), never reset: fsync durations and the slots (messages
+# or batches) each fsync covered (group commit sizes); `bucket_of` picks the bucket.
+OFF_FSYNC_HIST: Final = 248
+FSYNC_HIST_BUCKETS: Final = 13
+FSYNC_HIST_SHIFT: Final = 6  # bucket 0: up to 2^6 µs
+OFF_GROUP_HIST: Final = 352
+GROUP_HIST_BUCKETS: Final = 12
 # The dispatcher's fields (448..479), written only by the dispatcher (the supervisor seeds
 # OFF_DISPATCHED with the recovered end at boot): where the consume queues and the index
 # end, the store time of the last record dispatched, and records dispatched since boot.
 OFF_DISPATCHED: Final = 448
 OFF_DISPATCHED_TS: Final = 456
 OFF_DISPATCHED_RECORDS: Final = 464
+
+
+def bucket_of(value: int, shift: int, buckets: int) -> int:
+    """The log2 bucket of `value`: bucket i holds values up to 2^(i+shift); the last
+    bucket holds everything larger."""
+    if value <= 1 << shift:
+        return 0
+    return min((value - 1).bit_length() - shift, buckets - 1)
+
 
 FLAG_RUNNING: Final = 1
 FLAG_REFUSE_WRITES: Final = 2
@@ -338,6 +358,9 @@ class ControlBlock:
 
     def set(self, off: int, value: int) -> None:
         I64.pack_into(self.buf, off, value)
+
+    def histogram(self, off: int, buckets: int) -> list[int]:
+        return [self.get(off + 8 * i) for i in range(buckets)]
 
     def add(self, off: int, delta: int) -> None:
         """Not atomic: for counters with one writer, or statistics that may lose a count."""

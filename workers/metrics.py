@@ -5,10 +5,9 @@ put counters and log2-µs latency buckets); this collector reads it at scrape ti
 HTTP server's thread. Nothing on the hot path does I/O for metrics.
 
 What the control block does not hold yet (so is not exported): put latency by phase (lock
-wait, append, flush wait: the clients record the total only), fsync latency and messages
-per group commit as histograms (the flusher keeps totals: exported as a count and a sum),
-the dispatch lag per message (the dispatcher's backlog in bytes and the store time of its
-last record are exported instead).
+wait, append, flush wait: the clients record the total only, exported as
+`mqstore_put_latency_seconds`), the dispatch lag per message (the dispatcher's backlog in
+bytes and the age of the last record it dispatched are exported instead).
 """
 
 from __future__ import annotations
@@ -102,6 +101,22 @@ class StoreCollector(Collector):
         totals = self._totals()
         yield from _counters(cb, totals)
         yield _latency(totals)
+        yield _log2_histogram(
+            "mqstore_fsync_latency_seconds",
+            "duration of the flusher's fsyncs (sum: the exact total)",
+            cb.histogram(c.OFF_FSYNC_HIST, c.FSYNC_HIST_BUCKETS),
+            c.FSYNC_HIST_SHIFT,
+            1e-6,
+            g(c.OFF_FSYNC_NS) / 1e9,
+        )
+        yield _log2_histogram(
+            "mqstore_group_commit_messages",
+            "reservation slots (messages or batches) covered by each fsync",
+            cb.histogram(c.OFF_GROUP_HIST, c.GROUP_HIST_BUCKETS),
+            0,
+            1.0,
+            float(g(c.OFF_FSYNC_MSGS)),
+        )
         size, allocated, deleted, oldest_ts = self._segments()
         m = CounterMetricFamily("mqstore_segments_allocated", "commit-log files seen appear")
         m.add_metric([], allocated)
@@ -179,11 +194,6 @@ def _counters(cb: c.ControlBlock, totals: stats.Totals) -> Iterator[Metric]:
     m = CounterMetricFamily("mqstore_fsync_seconds", "time spent in commit-log fsyncs")
     m.add_metric([], g(c.OFF_FSYNC_NS) / 1e9)
     yield m
-    m = CounterMetricFamily(
-        "mqstore_group_commit_messages", "messages covered by fsyncs (divide by fsyncs)"
-    )
-    m.add_metric([], g(c.OFF_FSYNC_MSGS))
-    yield m
     m = CounterMetricFamily("mqstore_flush_failures", "failed flushes")
     m.add_metric([], g(c.OFF_FLUSH_FAILURES))
     yield m
@@ -215,6 +225,21 @@ def _latency(totals: stats.Totals) -> Metric:
         buckets.append((repr(le), float(seen)))
     buckets.append(("+Inf", float(seen)))
     h.add_metric([], buckets, upper_sum)
+    return h
+
+
+def _log2_histogram(
+    name: str, doc: str, counts: list[int], shift: int, unit: float, total: float
+) -> Metric:
+    """A histogram from `bucket_of` buckets (bucket i up to 2^(i+shift), the last +Inf)."""
+    h = HistogramMetricFamily(name, doc)
+    buckets: list[tuple[str, float]] = []
+    seen = 0
+    for i, n in enumerate(counts[:-1]):
+        seen += n
+        buckets.append((repr((1 << (i + shift)) * unit), float(seen)))
+    buckets.append(("+Inf", float(seen + counts[-1])))
+    h.add_metric([], buckets, total)
     return h
 
 

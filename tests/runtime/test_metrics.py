@@ -99,7 +99,10 @@ def test_every_metric_moves_under_load(make_store: StoreFactory) -> None:
         ("mqstore_appended_bytes_total", {}),
         ("mqstore_fsyncs_total", {}),
         ("mqstore_fsync_seconds_total", {}),
-        ("mqstore_group_commit_messages_total", {}),
+        ("mqstore_group_commit_messages_count", {}),
+        ("mqstore_group_commit_messages_sum", {}),
+        ("mqstore_fsync_latency_seconds_count", {}),
+        ("mqstore_fsync_latency_seconds_sum", {}),
         ("mqstore_segments_allocated_total", {}),
         ("mqstore_worker_restarts_total", {"worker": "dispatcher"}),
         ("mqstore_put_latency_seconds_count", {}),
@@ -111,6 +114,10 @@ def test_every_metric_moves_under_load(make_store: StoreFactory) -> None:
     assert _v(second, "mqstore_puts_total", status="ok") == 6000
     assert _v(second, "mqstore_puts_total", status="error") == 0
     assert _v(second, "mqstore_put_latency_seconds_bucket", le="+Inf") == 6000
+    fsyncs = _v(second, "mqstore_fsyncs_total")
+    assert _v(second, "mqstore_fsync_latency_seconds_count") == fsyncs
+    assert _v(second, "mqstore_group_commit_messages_count") == fsyncs
+    assert _v(second, "mqstore_group_commit_messages_sum") >= 6000  # + the worker's fillers
     for gauge in (
         "mqstore_commit_behind_bytes",
         "mqstore_flush_behind_bytes",
