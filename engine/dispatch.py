@@ -138,6 +138,10 @@ class Dispatcher:
         self.index = index
         self.skip = skip
         self.checkpoint = checkpoint
+        # Dispatch lag per record, when a caller wants it (the dispatcher process's
+        # metrics): bucket i counts records dispatched within 2^i ms of their store time.
+        self.lag_hist: list[int] | None = None
+        self.lag_sum_ms = 0
 
     @classmethod
     def open(
@@ -222,6 +226,8 @@ class Dispatcher:
         sc = self.log.scan(from_offset, check_crc=False, read_body=False, to_offset=limit)
         it = iter(sc)
         stopped_early: DispatchStop | None = None
+        lag = self.lag_hist
+        now_ms = time.time_ns() // 1_000_000 if lag is not None else 0
         try:
             for rec in it:
                 h = rec.header
@@ -230,6 +236,11 @@ class Dispatcher:
                     res.next_offset = rec.offset
                     break
                 self.dispatch_record(rec.offset, h, res)
+                if lag is not None:
+                    ms = max(0, now_ms - h.store_timestamp)
+                    self.lag_sum_ms += ms
+                    b = ms.bit_length()
+                    lag[b if b < len(lag) else -1] += 1
                 res.next_offset = rec.offset + h.size
                 if max_records is not None and res.records >= max_records:
                     stopped_early = DispatchStop.MAX_RECORDS

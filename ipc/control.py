@@ -49,9 +49,15 @@ Header, layout version 1 (little-endian int64 unless said):
 |     |                  | and index hold every record below it                     |
 | 456 | dispatched_ts    | dispatcher: store time of the last record dispatched     |
 | 464 | dispatched_count | dispatcher: records dispatched since boot                |
+| 472 | dispatch_lag_ms  | dispatcher: the sum of the lags in the dispatch-lag      |
+|     |                  | histogram (ms), never reset                              |
 
 Workers table at 512: 8 rows of 64 bytes (pid, heartbeat_ms, restarts, state, name 32s),
 written by the worker (heartbeat) and the supervisor (pid, restarts, state).
+
+Dispatch lag at 1024: 18 int64, records dispatched by lag (dispatch time minus store time),
+bucket i for lags under 2^i ms, the last one unbounded; written by the dispatcher only,
+never reset (a restarted dispatcher continues from the counts it finds).
 
 Client statistics at 4096: 256 rows of 48 int64 (pid, puts, errors, bytes, lat_max_ns,
 sync_puts, 42 log2-µs latency buckets); row owned by one client, assigned at attach.
@@ -128,6 +134,9 @@ GROUP_HIST_BUCKETS: Final = 12
 OFF_DISPATCHED: Final = 448
 OFF_DISPATCHED_TS: Final = 456
 OFF_DISPATCHED_RECORDS: Final = 464
+OFF_DISPATCH_LAG_SUM_MS: Final = 472
+OFF_DISPATCH_LAG_HIST: Final = 1024
+DISPATCH_LAG_BUCKETS: Final = 18
 
 
 def bucket_of(value: int, shift: int, buckets: int) -> int:

@@ -131,6 +131,9 @@ def main(ctx: WorkerContext) -> int:
     cb.set(c.OFF_DISPATCHED, offset)
     registry = _TopicRegistry(ctx)
     registry.update(disp)
+    lag = cb.histogram(c.OFF_DISPATCH_LAG_HIST, c.DISPATCH_LAG_BUCKETS)  # never reset
+    disp.lag_hist = lag
+    disp.lag_sum_ms = cb.get(c.OFF_DISPATCH_LAG_SUM_MS)
     dispatched = 0
     wait = BUSY_WAIT_S
     last_flush = last_thorough = time.monotonic()
@@ -155,6 +158,10 @@ def main(ctx: WorkerContext) -> int:
         if res.last_store_timestamp:
             cb.set(c.OFF_DISPATCHED_TS, res.last_store_timestamp)
         cb.set(c.OFF_DISPATCHED_RECORDS, dispatched)
+        if res.records:
+            for i, n in enumerate(lag):
+                cb.set(c.OFF_DISPATCH_LAG_HIST + 8 * i, n)
+            cb.set(c.OFF_DISPATCH_LAG_SUM_MS, disp.lag_sum_ms)
         cb.set(c.OFF_DISPATCHED, offset)
         registry.update(disp)
         return moved

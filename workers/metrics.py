@@ -6,8 +6,7 @@ HTTP server's thread. Nothing on the hot path does I/O for metrics.
 
 What the control block does not hold yet (so is not exported): put latency by phase (lock
 wait, append, flush wait: the clients record the total only, exported as
-`mqstore_put_latency_seconds`), the dispatch lag per message (the dispatcher's backlog in
-bytes and the age of the last record it dispatched are exported instead).
+`mqstore_put_latency_seconds`).
 """
 
 from __future__ import annotations
@@ -117,6 +116,14 @@ class StoreCollector(Collector):
             1.0,
             float(g(c.OFF_FSYNC_MSGS)),
         )
+        yield _log2_histogram(
+            "mqstore_dispatch_lag_seconds",
+            "per record, dispatch time minus store time (ms resolution)",
+            cb.histogram(c.OFF_DISPATCH_LAG_HIST, c.DISPATCH_LAG_BUCKETS),
+            0,
+            1e-3,
+            g(c.OFF_DISPATCH_LAG_SUM_MS) / 1e3,
+        )
         size, allocated, deleted, oldest_ts = self._segments()
         m = CounterMetricFamily("mqstore_segments_allocated", "commit-log files seen appear")
         m.add_metric([], allocated)
@@ -159,7 +166,7 @@ class StoreCollector(Collector):
         if dts:
             gauges.append(
                 (
-                    "mqstore_dispatch_lag_seconds",
+                    "mqstore_last_dispatched_age_seconds",
                     "now minus the store time of the last record dispatched",
                     max(0.0, time.time() - dts / 1000),
                 )
