@@ -39,6 +39,7 @@ import socket
 import struct
 import threading
 import time
+import weakref
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
@@ -67,7 +68,7 @@ _PAIR_PACK: Final = c.PAIR.pack_into
 _PAIR_UNPACK: Final = c.PAIR.unpack_from
 _HEAD_UNPACK: Final = struct.Struct("<11q").unpack_from  # offsets 8..95 of the header
 _crc32: Final = zlib.crc32
-_lockf: Final = fcntl.lockf
+_flock: Final = fcntl.flock
 _LOCK_EX: Final = fcntl.LOCK_EX
 _LOCK_UN: Final = fcntl.LOCK_UN
 _tuple_new: Final = tuple.__new__
@@ -90,8 +91,17 @@ _monotonic: Final = time.monotonic
 _FORKS = [0]
 
 
+# The reservation locks of this process's clients: a forked child closes its copies at
+# once (the lock is the open file's, shared with the parent: a copy kept in a child
+# that never puts would keep a dead parent's lock held and wedge every producer).
+_RESERVE_LOCKS: weakref.WeakSet[FileLock] = weakref.WeakSet()
+
+
 def _after_fork_in_child() -> None:
     _FORKS[0] += 1
+    for lock in list(_RESERVE_LOCKS):
+        with contextlib.suppress(OSError):
+            lock.forget()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -188,6 +198,7 @@ class StoreClient:
         self._store_addr, self._store_port = addr, port
         self._born_addr, self._born_port = b"\x7f\x00\x00\x01", 0
         self._rlock = FileLock(os.path.join(self.store_dir, RESERVE_LOCK))
+        _RESERVE_LOCKS.add(self._rlock)
         self._rlock_fd = self._rlock.fd
         self._msg_id_prefix = (addr + struct.pack(">i", port)).hex().upper()
         self._fsock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
@@ -259,7 +270,11 @@ class StoreClient:
         if self._closed:
             return "the client is closed"
         if self._fork_gen != _FORKS[0] or self._pid != os.getpid():
-            # A forked child: start over with our own handles.
+            # A forked child: start over with our own handles. The reservation lock's
+            # descriptor is the parent's open file: keeping it would keep a parent's lock
+            # alive after the parent dies.
+            with contextlib.suppress(OSError):
+                self._rlock.forget()  # done at fork already (_after_fork_in_child)
             self._attached = False
             self._pviews = []
             self._maps = {}
@@ -608,7 +623,7 @@ class StoreClient:
             return None
         size = p[0]
         fd = self._rlock_fd
-        _lockf(fd, _LOCK_EX)
+        _flock(fd, _LOCK_EX)
         try:
             # One read of the header's first words: reserved, seq, published, published_seq,
             # committed, flushed, flags, generation, supervisor pid, allocated, cs_pid.
@@ -650,7 +665,7 @@ class StoreClient:
             _I64_PACK(buf, c.OFF_CS_PID, 0)
             return seq, reserved, now, qo
         finally:
-            _lockf(fd, _LOCK_UN)
+            _flock(fd, _LOCK_UN)
 
     def _copy_one(self, p: _Prep, seq: int, start: int, now: int, qo: int) -> None:
         seg_size = self._seg_size

@@ -1,9 +1,16 @@
-"""Locks that survive the death of their holder: `fcntl` record locks on files.
+"""Locks that survive the death of their holder: `flock` on files.
 
-The kernel drops an `fcntl` lock when its holder dies (SIGKILL included), so a killed
-producer never wedges the store; a POSIX semaphore or `multiprocessing.Lock` would.
-fcntl locks belong to the process, not the thread: callers that share one
-`FileLock` between threads add a `threading.Lock` in front (the client does).
+The kernel drops a `flock` lock when the last descriptor of its open file goes, which a
+dying holder's exit (SIGKILL included) does, so a killed producer never wedges the
+store; a POSIX semaphore or `multiprocessing.Lock` would.
+
+`flock` locks belong to the open file, not to the process: two `FileLock`s, even in one
+process (two clients in two threads), exclude each other. fcntl record locks
+(`lockf`) would not: they belong to the process, so a second client in another thread
+got in beside the first, and closing any descriptor of the file dropped the process's
+lock. One `FileLock` shared between threads needs a `threading.Lock` in front (the
+client has one). A forked child shares its parent's open files, locks included: it
+closes the inherited descriptor and opens its own (`FileLock.forget`).
 
 | file in the store dir      | what it serialises                                     |
 | -------------------------- | ------------------------------------------------------ |
@@ -24,29 +31,35 @@ COMMIT_LOCK: Final = ".mqstore-commit.lock"
 
 
 class FileLock:
-    """An exclusive fcntl lock on one file; `acquire` blocks. Cost: one syscall each way."""
+    """An exclusive flock on one file; `acquire` blocks. Cost: one syscall each way."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
     def acquire(self) -> None:
-        fcntl.lockf(self.fd, fcntl.LOCK_EX)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
 
     def try_acquire(self) -> bool:
         try:
-            fcntl.lockf(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except (BlockingIOError, PermissionError):
             return False
         return True
 
     def release(self) -> None:
-        fcntl.lockf(self.fd, fcntl.LOCK_UN)
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
 
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+    def forget(self) -> None:
+        """In a forked child: close the descriptor inherited from the parent without
+        unlocking (the open file, and any lock the parent holds on it, stay the
+        parent's); the child then opens its own `FileLock`."""
+        self.close()
 
     def __enter__(self) -> FileLock:
         self.acquire()
