@@ -78,6 +78,12 @@ _TX_MASK: Final = 0xC
 _TX_COMMIT: Final = 0x8
 _V6_BITS: Final = 0x30
 _STATS_EVERY: Final = 256
+_STATUS_FIELD: Final = {st: c.CF_STATUS + i for i, st in enumerate(PutMessageStatus)}
+_PHASE_LOCK: Final = c.CF_PHASES
+_PHASE_APPEND: Final = c.CF_PHASES + c.PHASE_FIELDS
+_PHASE_FLUSH: Final = c.CF_PHASES + 2 * c.PHASE_FIELDS
+_PHASE_TOP: Final = c.PHASE_BUCKETS - 1
+_HIST_TOP: Final = c.HIST_BUCKETS - 1
 _STALE_CHECK_S: Final = 0.01
 _RECV_TICK_US: Final = 50_000  # a sync wait re-checks deadline and flags this often
 _RESEND_S: Final = 0.5  # and re-sends its request this often (a restarted flusher)
@@ -613,17 +619,20 @@ class StoreClient:
             time.sleep(pause)
             pause = min(pause * 2, 0.002)
 
-    def _reserve_one(self, p: _Prep) -> tuple[int, int, int, int] | None:
+    def _reserve_one(self, p: _Prep) -> tuple[int, int, int, int, int, int] | None:
         """The common case in one try: one record, no roll, no wait, a known queue, no
-        repair. Returns (seq, start, store timestamp, queue offset), or None and the
-        caller takes the general path (`_reserve`). Same steps and order as `_reserve`."""
+        repair. Returns (seq, start, store timestamp, queue offset, lock wait ns, time
+        the lock was taken), or None and the caller takes the general path (`_reserve`).
+        Same steps and order as `_reserve`."""
         buf = self._buf
         qs = self._qslots.get((p[8], p[2]))
         if qs is None:
             return None
         size = p[0]
         fd = self._rlock_fd
+        t_wait = _perf_ns()
         _flock(fd, _LOCK_EX)
+        t_locked = _perf_ns()
         try:
             # One read of the header's first words: reserved, seq, published, published_seq,
             # committed, flushed, flags, generation, supervisor pid, allocated, cs_pid.
@@ -663,7 +672,7 @@ class StoreClient:
                 )  # fmt: skip
                 _PAIR_PACK(buf, c.OFF_RESERVED, end, seq + 1)
             _I64_PACK(buf, c.OFF_CS_PID, 0)
-            return seq, reserved, now, qo
+            return seq, reserved, now, qo, t_locked - t_wait, t_locked
         finally:
             _flock(fd, _LOCK_UN)
 
@@ -771,20 +780,49 @@ class StoreClient:
 
     # --- statistics ---------------------------------------------------------------------
 
-    def _record(self, t0: int, n: int, nbytes: int, ok: bool, sync: bool) -> None:
+    def _record(
+        self,
+        t0: int,
+        n: int,
+        nbytes: int,
+        status: PutMessageStatus,
+        sync: bool,
+        phases: tuple[int, int, int, int] | None = None,
+    ) -> None:
+        """Count one put call of `n` messages into this client's row (published every
+        `_STATS_EVERY` calls). `phases`: (lock wait ns, lock taken at, copied at, done at)
+        of a call that reserved; the flush wait is counted for sync calls only."""
         st = self._stats
-        lat = _perf_ns() - t0
-        if ok:
-            st[1] += n
-            st[3] += nbytes
+        if phases is None:
+            lat = _perf_ns() - t0
         else:
-            st[2] += n
-        if lat > st[4]:
-            st[4] = lat
+            lock_ns, t_locked, t_copied, t_done = phases
+            lat = t_done - t0
+            st[_PHASE_LOCK + c.PHASE_BUCKETS] += lock_ns
+            b = (lock_ns // 1000).bit_length()
+            st[_PHASE_LOCK + (b if b < _PHASE_TOP else _PHASE_TOP)] += 1
+            ns = t_copied - t_locked
+            st[_PHASE_APPEND + c.PHASE_BUCKETS] += ns
+            b = (ns // 1000).bit_length()
+            st[_PHASE_APPEND + (b if b < _PHASE_TOP else _PHASE_TOP)] += 1
+            if sync:
+                ns = t_done - t_copied
+                st[_PHASE_FLUSH + c.PHASE_BUCKETS] += ns
+                b = (ns // 1000).bit_length()
+                st[_PHASE_FLUSH + (b if b < _PHASE_TOP else _PHASE_TOP)] += 1
+        if status is OK:
+            st[c.CF_PUTS] += n
+            st[c.CF_BYTES] += nbytes
+        else:
+            st[c.CF_ERRORS] += n
+        st[_STATUS_FIELD[status]] += n
+        if lat > st[c.CF_LAT_MAX_NS]:
+            st[c.CF_LAT_MAX_NS] = lat
+        st[c.CF_LAT_SUM_NS] += lat
         if sync:
-            st[5] += n
+            st[c.CF_SYNC_PUTS] += n
         b = (lat // 1000).bit_length()
-        st[6 + (b if b < c.HIST_BUCKETS else c.HIST_BUCKETS - 1)] += 1
+        st[c.CF_HIST + (b if b < _HIST_TOP else _HIST_TOP)] += 1
         self._since_stats += 1
         if self._since_stats >= _STATS_EVERY:
             self._publish_stats()
@@ -825,13 +863,13 @@ class StoreClient:
                     return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, why)
             prep = self._prepare(topic, body, tags, keys, properties, queue_id)
             if type(prep) is PutResult:
-                self._record(t0, 1, 0, False, False)
+                self._record(t0, 1, 0, prep.status, False)
                 return prep
             p: _Prep = prep  # type: ignore[assignment]
             size = p[0]
             fast = self._reserve_one(p)
             if fast is not None:
-                seq, start, now, qo = fast
+                seq, start, now, qo, lock_ns, t_locked = fast
                 try:
                     self._copy_one(p, seq, start, now, qo)
                 except BaseException:  # e.g. KeyboardInterrupt mid-copy: never stall the log
@@ -839,25 +877,32 @@ class StoreClient:
                     raise
             else:
                 preps = [p]
+                t_wait = _perf_ns()
                 try:
                     first, start, blank, now, qoffs = self._reserve(preps)
                 except _Busy as e:
-                    self._record(t0, 1, 0, False, False)
+                    self._record(t0, 1, 0, e.status, False)
                     return PutResult(e.status, e.reason)
                 except _Refused as e:
-                    self._record(t0, 1, 0, False, False)
+                    self._record(t0, 1, 0, PutMessageStatus.SERVICE_NOT_AVAILABLE, False)
                     return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, str(e))
+                t_locked = _perf_ns()
+                lock_ns = t_locked - t_wait  # the whole reservation: lock and any waits
                 try:
                     self._copy(preps, first, start, blank, now, qoffs)
                 except BaseException:
                     self._abandon(first, 1 + (1 if blank else 0))
                     raise
                 qo = qoffs[0]
+            t_copied = _perf_ns()
             status, reason = OK, ""
             sync = self._sync and wait_store
             if sync:
                 status, reason = self._wait_flushed(start + size)
-            self._record(t0, 1, size, status is OK, sync)
+                t_done = _perf_ns()
+            else:
+                t_done = t_copied
+            self._record(t0, 1, size, status, sync, (lock_ns, t_locked, t_copied, t_done))
             return _tuple_new(
                 PutResult,
                 (status, reason, f"{self._msg_id_prefix}{start:016X}", start, size, p[2], qo, now),
@@ -908,7 +953,7 @@ class StoreClient:
                     except (KeyError, TypeError, ValueError, AttributeError) as e:
                         prep = PutResult(PutMessageStatus.MESSAGE_ILLEGAL, f"bad message: {e}")
                 if type(prep) is PutResult:
-                    self._record(t0, len(msgs), 0, False, False)
+                    self._record(t0, len(msgs), 0, prep.status, False)
                     bad = PutResult(prep.status, f"message {i} of the batch: {prep.reason}")
                     return [bad for _ in msgs]
                 preps.append(prep)  # type: ignore[arg-type]
@@ -918,25 +963,32 @@ class StoreClient:
                     PutMessageStatus.MESSAGE_ILLEGAL,
                     f"batch of {total} bytes does not fit a {self._seg_size}-byte segment",
                 )
+                self._record(t0, len(msgs), 0, bad.status, False)
                 return [bad for _ in msgs]
+            t_wait = _perf_ns()
             try:
                 first, start, blank, now, qoffs = self._reserve(preps)
             except _Busy as e:
-                self._record(t0, len(msgs), 0, False, False)
+                self._record(t0, len(msgs), 0, e.status, False)
                 return [PutResult(e.status, e.reason) for _ in msgs]
             except _Refused as e:
-                self._record(t0, len(msgs), 0, False, False)
+                self._record(t0, len(msgs), 0, PutMessageStatus.SERVICE_NOT_AVAILABLE, False)
                 return [PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, str(e)) for _ in msgs]
+            t_locked = _perf_ns()
             try:
                 self._copy(preps, first, start, blank, now, qoffs)
             except BaseException:
                 self._abandon(first, len(preps) + (1 if blank else 0))
                 raise
+            t_copied = _perf_ns()
             status, reason = OK, ""
             sync = self._sync and wait_store
             if sync:
                 status, reason = self._wait_flushed(start + total)
-            self._record(t0, len(msgs), total, status is OK, sync)
+            t_done = _perf_ns() if sync else t_copied
+            self._record(
+                t0, len(msgs), total, status, sync, (t_locked - t_wait, t_locked, t_copied, t_done)
+            )
             out = []
             at = start
             prefix = self._msg_id_prefix

@@ -59,10 +59,13 @@ Dispatch lag at 1024: 18 int64, records dispatched by lag (dispatch time minus s
 bucket i for lags under 2^i ms, the last one unbounded; written by the dispatcher only,
 never reset (a restarted dispatcher continues from the counts it finds).
 
-Client statistics at 4096: 256 rows of 48 int64 (pid, puts, errors, bytes, lat_max_ns,
-sync_puts, 42 log2-µs latency buckets); row owned by one client, assigned at attach.
+Client statistics at 4096: 256 rows of `CLIENT_FIELDS` int64, row owned by one client,
+assigned at attach: pid, puts, errors, bytes, lat_max_ns, sync_puts, lat_sum_ns, puts by
+status (`STATUS_FIELDS`, in `PutMessageStatus` order), put latency in `HIST_BUCKETS`
+log2-µs buckets (bucket b: up to 2^b µs), then per phase (lock wait, append, flush wait)
+`PHASE_BUCKETS` log2-µs buckets and the phase's sum in ns.
 
-Reservation slots at 131072: `slot_count` rows of 40 bytes (offset q, queue_offset q,
+Reservation slots at 262144: `slot_count` rows of 40 bytes (offset q, queue_offset q,
 store_ts q, size i, pid i, qslot i, state i), row `seq % slot_count`. A producer writes
 its rows RESERVED under the lock and sets DONE after its copy; the publisher advances
 `published_pos` over contiguous DONE rows.
@@ -89,7 +92,7 @@ from typing import Final
 
 from engine.findings import Finding, Severity
 
-MAGIC_VERSION: Final = 0x4D51_4354_4C00_0001  # "MQCTL", version 1
+MAGIC_VERSION: Final = 0x4D51_4354_4C00_0002  # "MQCTL", layout version 2
 
 OFF_RESERVED: Final = 8
 OFF_SEQ: Final = 16
@@ -165,12 +168,27 @@ _WORKER = struct.Struct("<qqqq32s")
 
 CLIENTS_OFF: Final = 4096
 MAX_CLIENTS: Final = 256
-HIST_BUCKETS: Final = 42
-CLIENT_FIELDS: Final = 6 + HIST_BUCKETS
+# The client row's fields (indexes into the row).
+CF_PID: Final = 0
+CF_PUTS: Final = 1
+CF_ERRORS: Final = 2
+CF_BYTES: Final = 3
+CF_LAT_MAX_NS: Final = 4
+CF_SYNC_PUTS: Final = 5
+CF_LAT_SUM_NS: Final = 6
+CF_STATUS: Final = 7
+STATUS_FIELDS: Final = 11  # len(PutMessageStatus), checked by the tests
+CF_HIST: Final = CF_STATUS + STATUS_FIELDS
+HIST_BUCKETS: Final = 32  # up to 2^31 µs (36 min), the last one unbounded
+CF_PHASES: Final = CF_HIST + HIST_BUCKETS
+PHASES: Final = ("lock_wait", "append", "flush_wait")
+PHASE_BUCKETS: Final = 24  # up to 2^23 µs (8.4 s), the last one unbounded
+PHASE_FIELDS: Final = PHASE_BUCKETS + 1  # the buckets, then the sum in ns
+CLIENT_FIELDS: Final = CF_PHASES + len(PHASES) * PHASE_FIELDS
 CLIENT_ROW: Final = CLIENT_FIELDS * 8
 _CLIENT = struct.Struct(f"<{CLIENT_FIELDS}q")
 
-SLOTS_OFF: Final = 131072
+SLOTS_OFF: Final = 262144
 SLOT_ROW: Final = 40
 SLOT = struct.Struct("<qqqiiii")  # offset, queue_offset, store_ts, size, pid, qslot, state
 SLOT_STATE_OFF: Final = 36

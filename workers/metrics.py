@@ -30,6 +30,7 @@ from engine.diskguard import decode_state
 from engine.record import SysFlag
 from engine.storedir import list_segments
 from ipc import control as c
+from ipc.results import PutMessageStatus
 from workers import stats
 
 _SYS_FLAG = struct.Struct(">i")
@@ -99,7 +100,7 @@ class StoreCollector(Collector):
         g = cb.get
         totals = self._totals()
         yield from _counters(cb, totals)
-        yield _latency(totals)
+        yield from _latency(totals)
         yield _log2_histogram(
             "mqstore_fsync_latency_seconds",
             "duration of the flusher's fsyncs (sum: the exact total)",
@@ -184,9 +185,11 @@ class StoreCollector(Collector):
 
 def _counters(cb: c.ControlBlock, totals: stats.Totals) -> Iterator[Metric]:
     g = cb.get
-    puts = CounterMetricFamily("mqstore_puts", "puts by status", labels=["status"])
-    puts.add_metric(["ok"], totals.puts - totals.errors)
-    puts.add_metric(["error"], totals.errors)
+    puts = CounterMetricFamily(
+        "mqstore_puts", "messages put, by PutMessageStatus", labels=["status"]
+    )
+    for st, n in zip(PutMessageStatus, totals.by_status, strict=True):
+        puts.add_metric([st.value], n)
     yield puts
     m = CounterMetricFamily("mqstore_sync_puts", "puts that waited for the flush")
     m.add_metric([], totals.sync_puts)
@@ -215,24 +218,27 @@ def _counters(cb: c.ControlBlock, totals: stats.Totals) -> Iterator[Metric]:
     yield restarts
 
 
-def _latency(totals: stats.Totals) -> Metric:
-    """Put latency from the clients' log2-µs buckets (bucket b holds latencies up to 2^b µs).
-    The sum is an upper bound: each put counted at its bucket's upper bound."""
-    h = HistogramMetricFamily(
+def _latency(totals: stats.Totals) -> Iterator[Metric]:
+    """Put latency, whole call and by phase, from the clients' log2-µs buckets (bucket b
+    holds latencies up to 2^b µs, the last one unbounded) and their exact sums."""
+    yield _log2_histogram(
         "mqstore_put_latency_seconds",
-        "put latency, whole call (the sum is an upper bound from the log2 buckets)",
+        "put call latency, from the call to its result",
+        totals.hist,
+        0,
+        1e-6,
+        totals.lat_sum_ns / 1e9,
     )
-    buckets: list[tuple[str, float]] = []
-    seen = 0
-    upper_sum = 0.0
-    for b, n in enumerate(totals.hist):
-        seen += n
-        le = (1 << b) / 1e6
-        upper_sum += n * le
-        buckets.append((repr(le), float(seen)))
-    buckets.append(("+Inf", float(seen)))
-    h.add_metric([], buckets, upper_sum)
-    return h
+    h = HistogramMetricFamily(
+        "mqstore_put_phase_seconds",
+        "put latency by phase: lock_wait (the reservation lock; on the slow path the whole"
+        " reservation, waits for a buffer, slot or segment included), append (reserving"
+        " and copying into the pool or segment), flush_wait (sync puts: until fsynced)",
+        labels=["phase"],
+    )
+    for name, ph in zip(c.PHASES, totals.phases, strict=True):
+        h.add_metric([name], _log2_buckets(ph[: c.PHASE_BUCKETS], 0, 1e-6), ph[-1] / 1e9)
+    yield h
 
 
 def _log2_histogram(
@@ -240,14 +246,19 @@ def _log2_histogram(
 ) -> Metric:
     """A histogram from `bucket_of` buckets (bucket i up to 2^(i+shift), the last +Inf)."""
     h = HistogramMetricFamily(name, doc)
+    h.add_metric([], _log2_buckets(counts, shift, unit), total)
+    return h
+
+
+def _log2_buckets(counts: list[int], shift: int, unit: float) -> list[tuple[str, float]]:
+    """Cumulative (le, count) pairs of log2 buckets (bucket i up to 2^(i+shift) units)."""
     buckets: list[tuple[str, float]] = []
     seen = 0
     for i, n in enumerate(counts[:-1]):
         seen += n
         buckets.append((repr((1 << (i + shift)) * unit), float(seen)))
     buckets.append(("+Inf", float(seen + counts[-1])))
-    h.add_metric([], buckets, total)
-    return h
+    return buckets
 
 
 class MetricsServer:

@@ -16,34 +16,58 @@ from ipc import control as c
 from workers.cleaner import status_doc as cleaner_status
 
 
+def _zeros(n: int) -> list[int]:
+    return [0] * n
+
+
 @dataclass
 class Totals:
+    """The client rows summed (live clients, plus those retired by the supervisor)."""
+
     puts: int = 0
     errors: int = 0
     bytes: int = 0
     sync_puts: int = 0
     lat_max_ns: int = 0
-    hist: list[int] = field(default_factory=lambda: [0] * c.HIST_BUCKETS)
+    hist: list[int] = field(default_factory=lambda: _zeros(c.HIST_BUCKETS))
+    lat_sum_ns: int = 0
+    by_status: list[int] = field(default_factory=lambda: _zeros(c.STATUS_FIELDS))
+    # per phase (`control.PHASES`): PHASE_BUCKETS log2-µs buckets, then the sum in ns
+    phases: list[list[int]] = field(
+        default_factory=lambda: [_zeros(c.PHASE_FIELDS) for _ in c.PHASES]
+    )
 
     def add_row(self, row: tuple[int, ...]) -> None:
-        self.puts += row[1]
-        self.errors += row[2]
-        self.bytes += row[3]
-        self.lat_max_ns = max(self.lat_max_ns, row[4])
-        self.sync_puts += row[5]
+        self.puts += row[c.CF_PUTS]
+        self.errors += row[c.CF_ERRORS]
+        self.bytes += row[c.CF_BYTES]
+        self.lat_max_ns = max(self.lat_max_ns, row[c.CF_LAT_MAX_NS])
+        self.sync_puts += row[c.CF_SYNC_PUTS]
+        self.lat_sum_ns += row[c.CF_LAT_SUM_NS]
+        for i in range(c.STATUS_FIELDS):
+            self.by_status[i] += row[c.CF_STATUS + i]
         for i in range(c.HIST_BUCKETS):
-            self.hist[i] += row[6 + i]
+            self.hist[i] += row[c.CF_HIST + i]
+        for k, ph in enumerate(self.phases):
+            base = c.CF_PHASES + k * c.PHASE_FIELDS
+            for i in range(c.PHASE_FIELDS):
+                ph[i] += row[base + i]
 
     def merged(self, other: Totals) -> Totals:
-        t = Totals(
+        def add(a: list[int], b: list[int]) -> list[int]:
+            return [x + y for x, y in zip(a, b, strict=True)]
+
+        return Totals(
             self.puts + other.puts,
             self.errors + other.errors,
             self.bytes + other.bytes,
             self.sync_puts + other.sync_puts,
             max(self.lat_max_ns, other.lat_max_ns),
-            [a + b for a, b in zip(self.hist, other.hist, strict=True)],
+            add(self.hist, other.hist),
+            self.lat_sum_ns + other.lat_sum_ns,
+            add(self.by_status, other.by_status),
+            [add(a, b) for a, b in zip(self.phases, other.phases, strict=True)],
         )
-        return t
 
 
 def percentile_us(hist: list[int], q: float) -> float:

@@ -113,3 +113,10 @@ def test_store_lock_names_its_holder(tmp_path: Path) -> None:
     finally:
         os.close(fd)
     assert store_lock_holder(str(tmp_path)) is None
+
+
+def test_client_row_has_a_field_per_put_status() -> None:
+    from ipc.results import PutMessageStatus
+
+    assert len(PutMessageStatus) == c.STATUS_FIELDS
+    assert c.CLIENTS_OFF + c.MAX_CLIENTS * c.CLIENT_ROW <= c.SLOTS_OFF

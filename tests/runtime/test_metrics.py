@@ -4,6 +4,7 @@ processes (and a killed worker), every counter moves; no listener unless a port 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -26,6 +27,7 @@ with StoreClient.attach(store) as c:
     for k in range(n):
         r = c.put("metrics", body, queue_id=k % 4)
         assert r.ok, r
+    assert c.put("metrics", "not bytes").status.name == "MESSAGE_ILLEGAL"
 """
 
 
@@ -71,7 +73,7 @@ def test_every_metric_moves_under_load(make_store: StoreFactory) -> None:
     assert f"metrics on http://127.0.0.1:{port}/metrics" in store.output()
     procs = _producers(store, 3, 2000)
     try:
-        wait_for(lambda: _v(_scrape(port), "mqstore_puts_total", status="ok") > 0, 60, "puts")
+        wait_for(lambda: _v(_scrape(port), "mqstore_puts_total", status="PUT_OK") > 0, 60, "puts")
         first = _scrape(port)
         victim = next(w for w in store.status()["workers"] if w["name"] == "dispatcher")
         os.kill(victim["pid"], signal.SIGKILL)
@@ -94,7 +96,7 @@ def test_every_metric_moves_under_load(make_store: StoreFactory) -> None:
     )
     second = _scrape(port)
     moving = [
-        ("mqstore_puts_total", {"status": "ok"}),
+        ("mqstore_puts_total", {"status": "PUT_OK"}),
         ("mqstore_sync_puts_total", {}),
         ("mqstore_appended_bytes_total", {}),
         ("mqstore_fsyncs_total", {}),
@@ -112,9 +114,21 @@ def test_every_metric_moves_under_load(make_store: StoreFactory) -> None:
     ]
     for name, labels in moving:
         assert _v(second, name, **labels) > _v(first, name, **labels), name
-    assert _v(second, "mqstore_puts_total", status="ok") == 6000
-    assert _v(second, "mqstore_puts_total", status="error") == 0
-    assert _v(second, "mqstore_put_latency_seconds_bucket", le="+Inf") == 6000
+    assert _v(second, "mqstore_puts_total", status="PUT_OK") == 6000
+    assert _v(second, "mqstore_puts_total", status="MESSAGE_ILLEGAL") == 3  # one per producer
+    for st in ("FLUSH_DISK_TIMEOUT", "FLUSH_DISK_FAILED", "SERVICE_NOT_AVAILABLE"):
+        assert _v(second, "mqstore_puts_total", status=st) == 0, st
+    # by phase: every put took the lock and appended; each sync put waited for its flush
+    for phase in ("lock_wait", "append", "flush_wait"):
+        assert _v(second, "mqstore_put_phase_seconds_count", phase=phase) == 6000, phase
+        assert _v(second, "mqstore_put_phase_seconds_sum", phase=phase) > 0, phase
+    total = _v(second, "mqstore_put_latency_seconds_sum")
+    phases = sum(
+        _v(second, "mqstore_put_phase_seconds_sum", phase=p)
+        for p in ("lock_wait", "append", "flush_wait")
+    )
+    assert 0 < phases <= total, (phases, total)
+    assert _v(second, "mqstore_put_latency_seconds_bucket", le="+Inf") == 6003
     fsyncs = _v(second, "mqstore_fsyncs_total")
     assert _v(second, "mqstore_fsync_latency_seconds_count") == fsyncs
     assert _v(second, "mqstore_group_commit_messages_count") == fsyncs
@@ -139,7 +153,9 @@ def test_every_metric_moves_under_load(make_store: StoreFactory) -> None:
     assert _v(second, "mqstore_flag", flag="stopped") == 0
     assert ("mqstore_segments_deleted_total", ()) in second
     wait_for(lambda: ("mqstore_disk_used_ratio", ()) in _scrape(port), 60, "the disk check")
-    assert 0 < _v(_scrape(port), "mqstore_disk_used_ratio") <= 1
+    third = _scrape(port)
+    assert 0 < _v(third, "mqstore_disk_used_ratio") <= 1
+    _docs_list_exactly(third)
     assert store.stop() == 0
     try:
         _scrape(port)
@@ -147,6 +163,21 @@ def test_every_metric_moves_under_load(make_store: StoreFactory) -> None:
         pass
     else:
         raise AssertionError("the metrics listener outlived the supervisor")
+
+
+def _docs_list_exactly(samples: Samples) -> None:
+    """docs/metrics.md lists every metric a scrape serves, and nothing else."""
+    served = set()
+    for name, _labels in samples:
+        for suffix in ("_bucket", "_count", "_sum", "_created"):
+            if name.endswith(suffix):
+                name = name[: -len(suffix)]
+                break
+        served.add(name)
+    doc = (REPO / "docs" / "metrics.md").read_text()
+    listed = set(re.findall(r"^\| `(mqstore_[a-z_]+)` \|", doc, flags=re.M))
+    assert served - listed == set(), "served but not in docs/metrics.md"
+    assert listed - served == set(), "in docs/metrics.md but not served"
 
 
 def test_metrics_off_by_default(store: Store) -> None:
