@@ -62,6 +62,8 @@ INDEX_DIR: Final = "index"
 _HEADER: Final = struct.Struct(">qqqqii")
 _ENTRY: Final = struct.Struct(">iqii")
 _I32: Final = struct.Struct(">i")
+_I64_PACK: Final = struct.Struct(">q").pack_into
+_TAIL_PACK: Final = struct.Struct(">qii").pack_into  # end phy offset, slot count, count
 _INT_MAX: Final = 2_147_483_647
 _TX_ROLLBACK: Final = 0xC
 
@@ -245,12 +247,12 @@ class IndexFile:
         _I32.pack_into(mm, slot_pos, count)
         if count <= 1:
             begin_ts = store_timestamp
-            struct.pack_into(">q", mm, 0, store_timestamp)
-            struct.pack_into(">q", mm, 16, phy_offset)
+            _I64_PACK(mm, 0, store_timestamp)
+            _I64_PACK(mm, 16, phy_offset)
         if slot_value == 0:
             slot_count += 1
-        struct.pack_into(">q", mm, 8, store_timestamp)
-        struct.pack_into(">qii", mm, 24, phy_offset, slot_count, count + 1)
+        _I64_PACK(mm, 8, store_timestamp)
+        _TAIL_PACK(mm, 24, phy_offset, slot_count, count + 1)
         return True
 
     def select_phy_offsets(self, key: str, max_num: int, begin: int, end: int) -> list[int]:
