@@ -63,6 +63,13 @@ class FnProducer:
 ProducerFactory = Callable[[int, Mapping[str, Any]], Producer]
 
 
+# The points of the latency distribution every run keeps (the report's CDF plot).
+CDF_QUANTILES: tuple[float, ...] = (
+    0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999,
+    0.9999, 1.0,
+)  # fmt: skip
+
+
 class BenchError(RuntimeError):
     """A benchmark could not run (a child failed, timed out, or a put was refused)."""
 
@@ -84,6 +91,8 @@ class RunResult:
     lat_mean_us: float
     body_bytes: int
     extra: dict[str, Any] = field(default_factory=dict)
+    # latency (µs) at each of CDF_QUANTILES, per operation (a batch call counts once)
+    lat_cdf_us: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -91,6 +100,7 @@ class RunResult:
             d[k] = round(d[k], 4 if k == "seconds" else 1)
         for k in ("lat_p50_us", "lat_p99_us", "lat_max_us", "lat_mean_us"):
             d[k] = round(d[k], 2)
+        d["lat_cdf_us"] = [round(x, 2) for x in self.lat_cdf_us]
         return d
 
 
@@ -216,10 +226,12 @@ def run_producers(
     end = max(int(r["end_ns"]) for r in results)
     seconds = max(1e-9, (end - start) / 1e9)
     per_msg = body_bytes if bytes_per_message is None else bytes_per_message
+    cdf: list[float] = []
     if lat_all.size:
         p50, p99 = (float(x) / 1e3 for x in np.percentile(lat_all, [50, 99]))
         lat_max = float(lat_all.max()) / 1e3
         lat_mean = float(lat_all.mean()) / 1e3
+        cdf = [float(x) / 1e3 for x in np.quantile(lat_all, CDF_QUANTILES)]
     else:
         p50 = p99 = lat_max = lat_mean = 0.0
     return RunResult(
@@ -236,4 +248,5 @@ def run_producers(
         lat_mean_us=lat_mean,
         body_bytes=body_bytes,
         extra={"load_1m": round(os.getloadavg()[0], 2)},
+        lat_cdf_us=cdf,
     )

@@ -2,9 +2,9 @@
 benchmark results (`mqstore bench` writes it after `python -m bench`).
 
 One section per benchmark whose `<name>.md` is there: its title, a link to the table and
-its plot. From `put.json`, a latency plot of sync and async puts against the peers of the
-same run, at one producer count: the runs keep p50, p99 and max only, so each curve is
-those three points of the latency distribution (not a full CDF).
+its plot. From `put.json`, the latency CDFs of sync and async puts against the peers of
+the same run, at one producer count: each run keeps its latency at `CDF_QUANTILES`
+(results written before runs kept them have p50, p99 and max only: those three points).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bench.procs import CDF_QUANTILES
 from bench.report import RESULTS
 
 ORDER = ("put", "peers", "append", "dispatch", "recovery", "clean", "pipeline")
@@ -53,14 +54,19 @@ def plot_latency_cdf(put_json: Path, out: Path, producers: int = 4) -> bool:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 5))
+    full = all(len(r.get("lat_cdf_us") or ()) == len(CDF_QUANTILES) for r in rows)
     for r in rows:
-        xs = [r["lat_p50_us"], r["lat_p99_us"], r["lat_max_us"]]
+        if full:
+            xs, ys = list(r["lat_cdf_us"]), list(CDF_QUANTILES)
+        else:
+            xs, ys = [r["lat_p50_us"], r["lat_p99_us"], r["lat_max_us"]], [0.5, 0.99, 1.0]
         style = "-" if r.get("mode") == "sync" else "--" if r.get("mode") == "async" else ":"
-        ax.plot(xs, [0.5, 0.99, 1.0], style, marker="o", label=r.get("label", r["name"]))
+        ax.plot(xs, ys, style, marker="." if full else "o", label=r.get("label", r["name"]))
     ax.set_xscale("log")
     ax.set_xlabel("put latency (µs, log)")
     ax.set_ylabel("fraction of puts at or below")
-    ax.set_title(f"Latency (p50, p99, max) at {producers} producers: mqstore vs peers")
+    what = "CDF" if full else "p50, p99, max"
+    ax.set_title(f"Put latency ({what}) at {producers} producers: mqstore vs peers")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
@@ -84,9 +90,9 @@ def write_report(out_dir: Path = RESULTS) -> Path:
         lines += [
             "## Put latency: sync and async against the peers",
             "",
-            "p50, p99 and max of each run at 4 producers (the runs keep these three points",
-            "of the distribution, so the curves are coarse). Solid: SYNC_FLUSH; dashed:",
-            "ASYNC_FLUSH; dotted: peers.",
+            "Latency distribution of each run at 4 producers (CDF points from p1 to max;",
+            "results from before runs kept them show p50, p99 and max only). Solid:",
+            "SYNC_FLUSH; dashed: ASYNC_FLUSH; dotted: peers.",
             "",
             f"![latency distribution]({CDF_PNG})",
             "",

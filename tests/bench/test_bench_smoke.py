@@ -15,7 +15,7 @@ import pytest
 
 from bench import bench_put, peers
 from bench.__main__ import main as bench_main
-from bench.procs import BenchError, FnProducer, Producer, RunResult, run_producers
+from bench.procs import CDF_QUANTILES, BenchError, FnProducer, Producer, RunResult, run_producers
 from bench.report import Column, Goal, Report, write
 
 RUN_FIELDS = {
@@ -73,6 +73,10 @@ def test_run_producers_counts_every_producer(tmp_path: Path) -> None:
     assert r.operations == 300
     assert r.msgs_per_s > 0
     assert 0 <= r.lat_p50_us <= r.lat_p99_us <= r.lat_max_us
+    # the CDF the report plots: one latency per quantile, non-decreasing, ending at max
+    assert len(r.lat_cdf_us) == len(CDF_QUANTILES)
+    assert r.lat_cdf_us == sorted(r.lat_cdf_us)
+    assert r.lat_cdf_us[-1] == r.lat_max_us
     assert r.extra["load_1m"] >= 0
     assert list((tmp_path / "w").iterdir()) == []
     assert _no_children() == []
