@@ -569,6 +569,11 @@ def check_record(
     )
     if expected != total:
         return _corrupt(f"TOTALSIZE {total} but the fields add up to {expected}", total)
+    if props_len > 0 and buf[pos + total - 1] == 0:
+        # Properties end with 0x02 (or, in 4.9.x's form, with a value's last character),
+        # never with a zero byte: a record whose end is missing (a write torn at a page
+        # boundary by a crash leaves zeros) is not taken for a message.
+        return _corrupt("the record ends in zeros where its properties end (a torn write)", total)
     tags = props.get(PROPERTY_TAGS)
     code = tags_code(tags)
     if topic == SCHEDULE_TOPIC and PROPERTY_DELAY in props:

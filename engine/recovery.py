@@ -491,7 +491,9 @@ class _Walk:
                             if props_len < 0:
                                 props_len = 0  # as record_length counts it
                             expect = 72 + bh + sh + body_len + tl + topic_len + 2
-                            if expect + props_len == total:
+                            if expect + props_len == total and (
+                                props_len == 0 or view[rec_end - 1] != 0
+                            ):  # a torn end leaves zeros (check_record says why)
                                 ok = True
                                 n += 1
                                 self.last_store_timestamp = store_ts

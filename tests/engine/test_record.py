@@ -175,6 +175,10 @@ def test_check_record_reports_corruption() -> None:
     assert r.decode(flipped, 0).crc_ok is False
     torn = good[:-5]
     assert r.check_record(torn, 0).status is r.CheckStatus.CORRUPT
+    torn_end = bytearray(good)  # the properties' last bytes never written (zeros)
+    torn_end[-2:] = bytes(2)
+    h = r.check_record(torn_end, 0)
+    assert h.status is r.CheckStatus.CORRUPT and "torn" in h.reason
     wrong_len = bytearray(good) + bytes(8)
     struct.pack_into(">i", wrong_len, 0, len(good) + 4)
     h = r.check_record(wrong_len, 0)

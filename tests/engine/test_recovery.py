@@ -185,6 +185,20 @@ def test_torn_tail_is_cut_at_the_record_and_queues_follow(tmp_path: Path) -> Non
     assert len(_pull_all(tmp_path)) == 26
 
 
+def test_tail_torn_inside_the_properties_is_cut(tmp_path: Path) -> None:
+    """A write torn at a page boundary leaves the record's header and body (CRC good) but
+    zeros where its properties end: the body CRC cannot see it, the zero end can. The
+    crash suite found such a record kept with the wrong tags."""
+    results, _end = build_store(tmp_path, 30)
+    cut = results[25].wrote_offset
+    _zero_from(tmp_path, cut + results[25].wrote_bytes - 3)  # the last 3 bytes never came
+    _crash(tmp_path)
+    rep = _recover(tmp_path)
+    assert (rep.end_offset, rep.stop) == (cut, "CORRUPT")
+    assert _pull_all(tmp_path) == [r.wrote_offset for r in results[:25]]
+    _assert_consistent(tmp_path)
+
+
 def test_flipped_body_byte_fails_the_crc(tmp_path: Path) -> None:
     results, _end = build_store(tmp_path, 30)
     body_at = results[12].wrote_offset + 88 + 3
