@@ -302,6 +302,21 @@ class ConsumeQueue:
             if only.start_offset == 0 and only.wrote_position == 0:
                 q.delete_last()
 
+    def cut_at(self, queue_offset: int) -> int:
+        """Drop the units at and after `queue_offset` (a damaged unit and all after it,
+        to be rebuilt from the log). Returns units dropped. Recovery only."""
+        q = self.queue
+        before = q.max_wrote_offset()
+        end = max(queue_offset * 20, self.min_logic_offset)
+        if end >= before:
+            return 0
+        self._cut(end)
+        tail = self._last_real_unit()
+        self.max_physical_offset = -1 if tail is None else tail.end
+        if len(q) == 0:
+            self.min_logic_offset = 0
+        return (before - q.max_wrote_offset()) // 20
+
     def truncate_dirty(self, physical_offset: int) -> int:
         """Drop units that point at or past commit-log `physical_offset` (spec §3.5,
         truncateDirtyLogicFiles). Pre-blanks after the last kept unit go too. Returns
@@ -614,11 +629,13 @@ class ConsumeQueue:
 
 
 def detect_file_size(store_dir: str | os.PathLike[str]) -> int | None:
-    """The size of the consume-queue files already in a store (the first non-empty one
-    found), or None when there are none. Stores do not record their geometry."""
+    """The size of the consume-queue files already in a store (the largest found: a
+    damaged file may be shorter, never longer), or None when there are none. Stores do
+    not record their geometry."""
     root = os.path.join(store_dir, CONSUME_QUEUE_DIR)
     if not os.path.isdir(root):
         return None
+    best = 0
     for topic in sorted(os.listdir(root)):
         tdir = os.path.join(root, topic)
         if not os.path.isdir(tdir):
@@ -630,10 +647,8 @@ def detect_file_size(store_dir: str | os.PathLike[str]) -> int | None:
             for name in sorted(os.listdir(qdir)):
                 path = os.path.join(qdir, name)
                 if len(name) == 20 and name.isdigit() and os.path.isfile(path):
-                    size = os.stat(path).st_size
-                    if size > 0:
-                        return size
-    return None
+                    best = max(best, os.stat(path).st_size)
+    return best or None
 
 
 class ConsumeQueueStore:

@@ -51,7 +51,13 @@ from conf.settings import StoreSettings
 from engine import fileio
 from engine.checkpoint import CheckpointFields, StoreCheckpoint
 from engine.commitlog import CommitLog, ScanStop
-from engine.consumequeue import ConsumeQueue, ConsumeQueueStore
+from engine.consumequeue import (
+    CONSUME_QUEUE_DIR,
+    ConsumeQueue,
+    ConsumeQueueStore,
+    QueueKey,
+    cq_file_size,
+)
 from engine.dispatch import Dispatcher, DispatchResult, DispatchStop, SkipPredicate
 from engine.indexfile import IndexService
 from engine.reader import Geometry
@@ -66,7 +72,6 @@ from engine.record import (
 )
 from engine.segment import ReadStatus, Segment, now_ms
 from engine.segment_queue import SegmentQueue
-from engine.storedir import list_segments
 
 ABORT_FILE: Final = "abort"
 REPORT_FILE: Final = "recovery.json"
@@ -91,7 +96,7 @@ class RecoveryReport:
     records_validated: int = 0
     bytes_truncated: int = 0  # non-zero bytes cut past the end (incl. deleted segments)
     segments_deleted: int = 0
-    segments_extended: list[str] = field(default_factory=list)  # short last files, zero-filled
+    segments_extended: list[str] = field(default_factory=list)  # short files, zero-filled
     dispatch_from: int = 0
     records_redispatched: int = 0  # consume-queue units written by the re-dispatch
     index_keys_redispatched: int = 0
@@ -99,6 +104,10 @@ class RecoveryReport:
     index_entries_truncated: int = 0
     index_files_destroyed: list[str] = field(default_factory=list)
     queue_offsets: dict[str, int] = field(default_factory=dict)  # "topic/qid" -> next
+    # consume queues found damaged (a unit that does not match the log, a hole, a file cut
+    # short) and rebuilt from the log: "topic/qid" -> the first bad queue offset
+    queues_rebuilt: dict[str, int] = field(default_factory=dict)
+    queue_files_extended: list[str] = field(default_factory=list)  # short, zero-filled
     seconds: float = 0.0
     finished_at_ms: int = 0
 
@@ -108,7 +117,8 @@ class RecoveryReport:
     @classmethod
     def from_json(cls, text: str) -> RecoveryReport:
         data: dict[str, Any] = json.loads(text)
-        return cls(**data)
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in known})
 
     def queue_offset_table(self) -> dict[tuple[str, int], int]:
         """`queue_offsets` keyed as the runtime keys it: (topic, queue id)."""
@@ -126,7 +136,13 @@ class RecoveryReport:
             f"from {self.start_file or '-'}, truncated {self.bytes_truncated} bytes "
             f"({self.segments_deleted} segments), re-dispatched {self.records_redispatched} "
             f"records, {sum(self.queues_truncated.values())} queue units and "
-            f"{self.index_entries_truncated} index entries cut, {self.seconds:.3f} s"
+            f"{self.index_entries_truncated} index entries cut, "
+            + (
+                f"{len(self.queues_rebuilt)} damaged consume queues rebuilt, "
+                if self.queues_rebuilt
+                else ""
+            )
+            + f"{self.seconds:.3f} s"
         )
 
 
@@ -169,23 +185,107 @@ def first_record_matches(seg: Segment, cp: CheckpointFields, *, index_safe: bool
     return ts <= bound
 
 
-def _extend_short_last_segment(log_dir: str, segment_size_bytes: int) -> list[str]:
-    """A last segment file shorter than a segment (a torn copy, a file system that lost
-    its tail) is extended with zeros, so the log loads and the scan cuts it at its last
-    whole record; segment files are always full-size in mqstore and RocketMQ."""
-    segs = list_segments(os.path.dirname(log_dir))
-    if not segs:
+def _extend_short_files(directory: str, file_size: int) -> list[str]:
+    """Zero-extend every file of a segment directory shorter than `file_size` (a torn
+    copy, a file system that lost a tail, damage), but an empty last one (the loader
+    deletes that), so the files load and validation finds the damage as zeros. Segment
+    files are always full-size in mqstore and RocketMQ. Returns the names extended."""
+    if not os.path.isdir(directory):
         return []
-    last = segs[-1]
-    if not 0 < last.size_bytes < segment_size_bytes:
-        return []
-    fd = fileio.open_file(last.path, create=False)
-    try:
-        fileio.ftruncate(fd, segment_size_bytes, last.path)
-        fileio.fsync(fd, last.path)
-    finally:
-        fileio.close(fd, last.path)
-    return [os.path.basename(last.path)]
+    names = sorted(n for n in os.listdir(directory) if len(n) == 20 and n.isdigit())
+    out: list[str] = []
+    for i, name in enumerate(names):
+        path = os.path.join(directory, name)
+        if not os.path.isfile(path):
+            continue
+        size = os.stat(path).st_size
+        if size >= file_size or (size == 0 and i == len(names) - 1):
+            continue
+        fd = fileio.open_file(path, create=False)
+        try:
+            fileio.ftruncate(fd, file_size, path)
+            fileio.fsync(fd, path)
+        finally:
+            fileio.close(fd, path)
+        out.append(name)
+    return out
+
+
+def _extend_short_queue_files(store_dir: str, file_size: int) -> list[str]:
+    """`_extend_short_files` over every consume-queue directory; "topic/qid/file" names."""
+    root = os.path.join(store_dir, CONSUME_QUEUE_DIR)
+    out: list[str] = []
+    if not os.path.isdir(root):
+        return out
+    for topic in sorted(os.listdir(root)):
+        tdir = os.path.join(root, topic)
+        if not os.path.isdir(tdir):
+            continue
+        for qid in sorted(os.listdir(tdir)):
+            qdir = os.path.join(tdir, qid)
+            if os.path.isdir(qdir):
+                out += [f"{topic}/{qid}/{n}" for n in _extend_short_files(qdir, file_size)]
+    return out
+
+
+_UNIT_HEAD: Final = struct.Struct(">iIiiiqq")  # size, magic, crc, queue id, flag, qo, phys
+
+
+def _verify_queues(
+    cqs: ConsumeQueueStore,
+    log: CommitLog,
+    log_end: int,
+    *,
+    headers_from: int,
+) -> dict[QueueKey, tuple[int, int]]:
+    """Find each consume queue's first unit that cannot be right, and cut the queue there.
+
+    Every unit (pre-blanks aside) must be valid, point at or past the log's first offset
+    and past the previous unit's end, and end by `log_end`; units at commit-log
+    offsets >= `headers_from` are also compared with the record they point at (its size,
+    magic, queue id, queue offset and physical offset). Returns, per queue cut, (the
+    first bad queue offset, the commit-log offset to re-dispatch from). O(units), plus
+    one read of the log per unit compared."""
+    out: dict[QueueKey, tuple[int, int]] = {}
+    log_min = max(log.min_offset(), 0)
+    for cq in cqs:
+        lo, hi = cq.min_offset(), cq.max_offset()
+        prev_end = -1
+        bad_qo = -1
+        for qo, u in cq.units(lo, hi - lo):
+            if u.is_pre_blank:
+                continue
+            phy, size = u.physical_offset, u.size
+            ok = u.is_valid and phy >= prev_end and phy + size <= log_end
+            if ok and phy < log_min:
+                ok = prev_end < 0 or prev_end <= log_min  # units below the log: retention
+            if ok and phy >= headers_from and phy >= log_min:
+                ok = _unit_matches(log, phy, size, cq.queue_id, qo)
+            if not ok:
+                bad_qo = qo
+                break
+            prev_end = phy + size
+        if bad_qo >= 0:
+            cq.cut_at(bad_qo)
+            out[cq.key] = (bad_qo, max(prev_end, log_min))
+    return out
+
+
+def _unit_matches(log: CommitLog, phy: int, size: int, queue_id: int, qo: int) -> bool:
+    seg = log.queue.find(phy)
+    if seg is None:
+        return False
+    raw = seg.read_bytes(phy - seg.start_offset, _UNIT_HEAD.size)
+    if len(raw) < _UNIT_HEAD.size:
+        return False
+    total, magic, _crc, qid, _flag, rqo, rphy = _UNIT_HEAD.unpack(raw)
+    return (
+        total == size
+        and magic in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
+        and qid == queue_id
+        and rqo == qo
+        and rphy == phy
+    )
 
 
 def _nonzero_tail(seg: Segment, pos: int) -> int:
@@ -232,7 +332,10 @@ def recover_store(
     report = RecoveryReport("abnormal" if abnormal else "normal", d, dry_run=dry_run)
     log_dir = os.path.join(d, "commitlog")
     if not ro:
-        report.segments_extended = _extend_short_last_segment(log_dir, geo.segment_size_bytes)
+        report.segments_extended = _extend_short_files(log_dir, geo.segment_size_bytes)
+        report.queue_files_extended = _extend_short_queue_files(
+            d, cq_file_size(geo.cq_file_size_bytes)
+        )
     if ro and not os.path.isdir(log_dir):
         queue = SegmentQueue(log_dir, geo.segment_size_bytes, read_only=True)
     else:
@@ -275,6 +378,12 @@ def recover_store(
                         break
             else:
                 start_i = max(0, len(segs) - NORMAL_RECOVERY_FILES)
+            # a file that was cut short lost data: validate from it (or earlier), so the
+            # log is cut where its zeros begin and nothing after it is trusted
+            names = [sg.file_name for sg in segs]
+            for name in report.segments_extended:
+                if name in names:
+                    start_i = min(start_i, names.index(name))
             start = segs[start_i]
             report.start_file = start.file_name
             report.start_offset = start.start_offset
@@ -286,6 +395,15 @@ def recover_store(
                 dispatch_from = max(cqs.max_physical_offset(), log.min_offset(), 0)
             if index.min_destroyed_begin_phy is not None:
                 dispatch_from = max(min(dispatch_from, index.min_destroyed_begin_phy), 0)
+            # a queue with a file cut short ends early (its recover() stopped at the
+            # zeros): re-dispatch from its last unit, before anything fills the gap
+            for name in report.queue_files_extended:
+                topic, qid, _f = name.split("/")
+                cq = cqs.get(topic, int(qid))
+                if cq is not None:
+                    report.queues_rebuilt[_qkey(cq.key)] = cq.max_offset()
+                    redo = cq.max_physical_offset
+                    dispatch_from = min(dispatch_from, max(redo, log.min_offset(), 0))
             build = index if s.message_index_enable else None
             disp = None if ro else Dispatcher(log, cqs, build, skip=skip, checkpoint=cp_fields)
             res = DispatchResult(dispatch_from, dispatch_from, DispatchStop.END_OF_DATA)
@@ -314,6 +432,31 @@ def recover_store(
                         _qkey(k): n for k, n in cqs.truncate_dirty(end).items()
                     }
                 report.index_entries_truncated = index.truncate_dirty(end)
+                if disp is not None:
+                    # damaged consume queues are cut at their first bad unit and rebuilt
+                    # from the log: after a crash every unit is compared with its record,
+                    # after a clean stop those in the segments validated (the rest are
+                    # checked for order and range only)
+                    cut = _verify_queues(
+                        cqs, log, end, headers_from=0 if abnormal else start.start_offset
+                    )
+                    for key, (bad_qo, _redo) in cut.items():
+                        report.queues_rebuilt[_qkey(key)] = bad_qo
+                    redos = [r for _qo, r in cut.values()]
+                    # a unit past the end may be a damaged unit of a record below it (the
+                    # walk found the queue holding that offset): catch truncated queues up
+                    for qk in report.queues_truncated:
+                        topic, _, qid = qk.rpartition("/")
+                        tq = cqs.get(topic, int(qid))
+                        if tq is not None:
+                            redos.append(max(tq.max_physical_offset, log.min_offset(), 0))
+                    redos = [r for r in redos if r < end]
+                    if redos:
+                        redo = min(redos)
+                        more = disp.dispatch(redo, end)
+                        res.units_written += more.units_written
+                        res.index_keys += more.index_keys
+                        report.dispatch_from = min(report.dispatch_from, redo)
                 report.records_redispatched = res.units_written
                 report.index_keys_redispatched = res.index_keys
                 cqs.correct_min_offsets(max(log.min_offset(), 0))
@@ -321,18 +464,14 @@ def recover_store(
                 index.flush()
                 if cp is not None:
                     last_ts = walk.last_store_timestamp
-                    if last_ts > 0 and report.bytes_truncated > 0:
-                        # Data was cut (a torn tail or damage): the checkpoint may not claim
-                        # more than the log now holds, else `check` sees a false promise.
-                        cp.physic_msg_timestamp = min(cp.physic_msg_timestamp, last_ts) or last_ts
-                        cp.logics_msg_timestamp = min(cp.logics_msg_timestamp, last_ts) or last_ts
-                    elif last_ts > 0:
-                        cp.physic_msg_timestamp = max(cp.physic_msg_timestamp, last_ts)
-                        cp.logics_msg_timestamp = max(cp.logics_msg_timestamp, last_ts)
+                    if last_ts > 0:
+                        # Everything validated is on disk (fsynced above) and the queues
+                        # hold it: the checkpoint says exactly that, no more (data cut, or
+                        # a damaged checkpoint claiming the future) and no less.
+                        cp.physic_msg_timestamp = last_ts
+                        cp.logics_msg_timestamp = last_ts
                     if index.files:
-                        cp.index_msg_timestamp = max(
-                            cp.index_msg_timestamp, index.files[-1].end_timestamp
-                        )
+                        cp.index_msg_timestamp = index.files[-1].end_timestamp
                     cp.flush()
         report.queue_offsets = {_qkey(k): v for k, v in cqs.queue_offset_table().items()}
         if clear_abort and abnormal and not ro:

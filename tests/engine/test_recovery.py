@@ -471,3 +471,55 @@ def test_caller_says_whether_the_last_run_was_clean(tmp_path: Path) -> None:
     assert _recover(tmp_path, abnormal=False).mode == "normal"
     (tmp_path / "abort").unlink()
     assert _recover(tmp_path, abnormal=True).mode == "abnormal"
+
+
+# --- damaged consume queues and short files -------------------------------------------------
+
+
+def _cq_file(store: Path, queue_id: int) -> Path:
+    return next(iter(sorted((store / "consumequeue" / "T" / str(queue_id)).iterdir())))
+
+
+def test_a_unit_pointing_mid_record_is_found_and_its_queue_rebuilt(tmp_path: Path) -> None:
+    results, _end = build_store(tmp_path, 30)
+    f = _cq_file(tmp_path, 0)
+    data = bytearray(f.read_bytes())
+    data[5 * 20 + 7] ^= 0x10  # unit 5's physical offset, low byte: now inside a record
+    f.write_bytes(bytes(data))
+    _crash(tmp_path)
+    rep = _recover(tmp_path)
+    assert rep.queues_rebuilt == {"T/0": 5}
+    assert rep.records_redispatched >= 10  # units 5.. of T/0 written again
+    assert _pull_all(tmp_path) == sorted(r.wrote_offset for r in results)
+    _assert_consistent(tmp_path)
+    assert _recover(tmp_path).queues_rebuilt == {}  # and it stays repaired
+
+
+def test_a_consume_queue_file_cut_short_is_extended_and_rebuilt(tmp_path: Path) -> None:
+    results, _end = build_store(tmp_path, 30)
+    f = _cq_file(tmp_path, 1)
+    with open(f, "r+b") as fh:
+        fh.truncate(7 * 20 + 3)  # 7 whole units and part of the 8th
+    rep = _recover(tmp_path)  # after a clean stop: nothing else would re-dispatch them
+    assert rep.mode == "normal"
+    assert rep.queue_files_extended == [f"T/1/{f.name}"]
+    assert rep.queues_rebuilt == {"T/1": 7}
+    assert f.stat().st_size == CQ_FILE
+    assert _pull_all(tmp_path) == sorted(r.wrote_offset for r in results)
+    _assert_consistent(tmp_path)
+
+
+def test_a_segment_cut_short_before_the_preallocated_next_one(tmp_path: Path) -> None:
+    results, _end = build_store(tmp_path, 30)
+    last = results[-1]
+    seg = last.wrote_offset - last.wrote_offset % SEGMENT
+    path = tmp_path / "commitlog" / f"{seg:020d}"
+    with open(path, "r+b") as fh:
+        fh.truncate(last.wrote_offset - seg + last.wrote_bytes // 2)
+    (tmp_path / "commitlog" / f"{seg + SEGMENT:020d}").write_bytes(bytes(SEGMENT))
+    _crash(tmp_path)
+    rep = _recover(tmp_path)
+    assert rep.segments_extended == [path.name]
+    assert (rep.end_offset, rep.stop) == (last.wrote_offset, "CORRUPT")
+    assert _pull_all(tmp_path) == sorted(r.wrote_offset for r in results[:-1])
+    _assert_consistent(tmp_path)
