@@ -480,14 +480,19 @@ def _cq_file(store: Path, queue_id: int) -> Path:
     return next(iter(sorted((store / "consumequeue" / "T" / str(queue_id)).iterdir())))
 
 
-def test_a_unit_pointing_mid_record_is_found_and_its_queue_rebuilt(tmp_path: Path) -> None:
+@pytest.mark.parametrize("crashed", [True, False], ids=["abnormal", "normal"])
+def test_a_unit_pointing_mid_record_is_found_and_its_queue_rebuilt(
+    tmp_path: Path, crashed: bool
+) -> None:
     results, _end = build_store(tmp_path, 30)
     f = _cq_file(tmp_path, 0)
     data = bytearray(f.read_bytes())
     data[5 * 20 + 7] ^= 0x10  # unit 5's physical offset, low byte: now inside a record
     f.write_bytes(bytes(data))
-    _crash(tmp_path)
+    if crashed:
+        _crash(tmp_path)
     rep = _recover(tmp_path)
+    assert rep.mode == ("abnormal" if crashed else "normal")
     assert rep.queues_rebuilt == {"T/0": 5}
     assert rep.records_redispatched >= 10  # units 5.. of T/0 written again
     assert _pull_all(tmp_path) == sorted(r.wrote_offset for r in results)
