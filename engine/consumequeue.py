@@ -628,26 +628,32 @@ class ConsumeQueue:
         )
 
 
-def detect_file_size(store_dir: str | os.PathLike[str]) -> int | None:
-    """The size of the consume-queue files already in a store (the largest found: a
-    damaged file may be shorter, never longer), or None when there are none. Stores do
-    not record their geometry."""
+def queue_dirs(store_dir: str | os.PathLike[str]) -> Iterator[tuple[str, str, str]]:
+    """(topic, queue id as named, path) of every `consumequeue/<topic>/<qid>/` directory,
+    sorted; names are not validated (callers that open queues do)."""
     root = os.path.join(store_dir, CONSUME_QUEUE_DIR)
     if not os.path.isdir(root):
-        return None
-    best = 0
+        return
     for topic in sorted(os.listdir(root)):
         tdir = os.path.join(root, topic)
         if not os.path.isdir(tdir):
             continue
         for qid in sorted(os.listdir(tdir)):
             qdir = os.path.join(tdir, qid)
-            if not os.path.isdir(qdir):
-                continue
-            for name in sorted(os.listdir(qdir)):
-                path = os.path.join(qdir, name)
-                if len(name) == 20 and name.isdigit() and os.path.isfile(path):
-                    best = max(best, os.stat(path).st_size)
+            if os.path.isdir(qdir):
+                yield topic, qid, qdir
+
+
+def detect_file_size(store_dir: str | os.PathLike[str]) -> int | None:
+    """The size of the consume-queue files already in a store (the largest found: a
+    damaged file may be shorter, never longer), or None when there are none. Stores do
+    not record their geometry."""
+    best = 0
+    for _topic, _qid, qdir in queue_dirs(store_dir):
+        for name in os.listdir(qdir):
+            path = os.path.join(qdir, name)
+            if len(name) == 20 and name.isdigit() and os.path.isfile(path):
+                best = max(best, os.stat(path).st_size)
     return best or None
 
 

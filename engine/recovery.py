@@ -53,11 +53,11 @@ from engine import fileio
 from engine.checkpoint import CheckpointFields, StoreCheckpoint
 from engine.commitlog import CommitLog, ScanStop
 from engine.consumequeue import (
-    CONSUME_QUEUE_DIR,
     ConsumeQueue,
     ConsumeQueueStore,
     QueueKey,
     cq_file_size,
+    queue_dirs,
 )
 from engine.dispatch import Dispatcher, DispatchResult, DispatchStop, SkipPredicate
 from engine.indexfile import IndexService
@@ -214,19 +214,11 @@ def _extend_short_files(directory: str, file_size: int) -> list[str]:
 
 def _extend_short_queue_files(store_dir: str, file_size: int) -> list[str]:
     """`_extend_short_files` over every consume-queue directory; "topic/qid/file" names."""
-    root = os.path.join(store_dir, CONSUME_QUEUE_DIR)
-    out: list[str] = []
-    if not os.path.isdir(root):
-        return out
-    for topic in sorted(os.listdir(root)):
-        tdir = os.path.join(root, topic)
-        if not os.path.isdir(tdir):
-            continue
-        for qid in sorted(os.listdir(tdir)):
-            qdir = os.path.join(tdir, qid)
-            if os.path.isdir(qdir):
-                out += [f"{topic}/{qid}/{n}" for n in _extend_short_files(qdir, file_size)]
-    return out
+    return [
+        f"{topic}/{qid}/{name}"
+        for topic, qid, qdir in queue_dirs(store_dir)
+        for name in _extend_short_files(qdir, file_size)
+    ]
 
 
 _UNIT_HEAD: Final = struct.Struct(">iIiiiqq")  # size, magic, crc, queue id, flag, qo, phys
