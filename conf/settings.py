@@ -150,7 +150,10 @@ class StoreSettings:
     metrics_port: int = _f(0, "metricsPromExporterPort", "port", "0 = off")
 
     ipc_allow_group: bool = _f(
-        False, None, "bool", "Shared memory/sockets 0o660 instead of owner-only 0o600"
+        False,
+        None,
+        "bool",
+        "Let the store directory's group attach (shm, lock, names 0660/0640, dir 02750)",
     )
     heartbeat_interval_ms: int = _f(500, None, "ms", "Worker heartbeat period")
     heartbeat_timeout_ms: int = _f(5000, None, "ms", "Worker presumed dead after this")

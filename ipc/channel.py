@@ -16,6 +16,7 @@ shared-memory names.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -55,7 +56,11 @@ def connect(store_dir: str | os.PathLike[str], timeout_s: float = 5.0) -> socket
 
 
 def send_json(s: socket.socket, obj: dict[str, Any]) -> None:
-    s.sendall(json.dumps(obj).encode() + b"\n")
+    """Send one JSON line. A peer that already closed after answering (the supervisor
+    refusing another user says why and hangs up) is not an error here: the answer is
+    read next."""
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        s.sendall(json.dumps(obj).encode() + b"\n")
 
 
 def recv_json(s: socket.socket, buf: bytearray | None = None) -> dict[str, Any]:

@@ -49,7 +49,7 @@ from engine.diskguard import DISK_FULL_BIT, decode_state
 from engine.record import END_FILE_MIN_BLANK_LENGTH, MESSAGE_MAGIC_CODE, DecodedRecord, Message
 from engine.segment import segment_file_name
 from engine.topics import QueueCounts
-from ipc import channel
+from ipc import access, channel
 from ipc import control as c
 from ipc.locks import RESERVE_LOCK, FileLock
 from ipc.read_results import PullResult
@@ -113,6 +113,27 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def _attach_checked(store_dir: str, ctl: str, pool: str) -> c.ControlBlock:
+    """Map the segments the supervisor named, after checking that the store created
+    them: the names and nonce its owner-only names file records, segments owned by the
+    store's owner and closed to others. Raises access.StoreAccessDenied."""
+    names = access.read_names(store_dir)
+    if names.get("ctl") != ctl or names.get("pool", "") != pool:
+        raise access.StoreAccessDenied(
+            f"the supervisor named {ctl!r}, the store's names file {names.get('ctl')!r}"
+        )
+    for name in (ctl, pool):
+        if name:
+            access.check_segment(name.lstrip("/"), store_dir)
+    cb = c.ControlBlock.attach(ctl, pool)
+    if cb.get(c.OFF_NONCE) != names.get("nonce"):
+        cb.close()
+        raise access.StoreAccessDenied(
+            f"shared memory {ctl} does not carry the store's nonce: the store did not create it"
+        )
+    return cb
+
+
 class _Busy(Exception):
     def __init__(self, status: PutMessageStatus, reason: str) -> None:
         super().__init__(reason)
@@ -170,9 +191,11 @@ class StoreClient:
         try:
             channel.send_json(sock, {"op": "attach", "pid": os.getpid()})
             info = channel.recv_json(sock)
+            if info.get("denied"):
+                raise access.StoreAccessDenied(str(info["error"]))
             if "error" in info:
                 raise channel.SupervisorUnavailable(str(info["error"]))
-            cb = c.ControlBlock.attach(info["ctl"], info["pool"])
+            cb = _attach_checked(self.store_dir, info["ctl"], info["pool"])
         except BaseException:
             sock.close()
             raise

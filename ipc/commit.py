@@ -249,5 +249,5 @@ class LogFiles:
         """Rewrite `<store>/flushed_offset` in place (the Spark reader's limit)."""
         path = os.path.join(self.store_dir, storedir.FLUSHED_OFFSET_FILE)
         if self._flushed_fd < 0:
-            self._flushed_fd = fileio.open_file(path, create=True, mode=0o644)
+            self._flushed_fd = fileio.open_file(path, create=True, mode=0o600)
         storedir.write_flushed_offset(self._flushed_fd, offset, path)

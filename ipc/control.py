@@ -51,6 +51,8 @@ Header, layout version 1 (little-endian int64 unless said):
 | 464 | dispatched_count | dispatcher: records dispatched since boot                |
 | 472 | dispatch_lag_ms  | dispatcher: the sum of the lags in the dispatch-lag      |
 |     |                  | histogram (ms), never reset                              |
+| 480 | nonce            | supervisor: random, also in `.mqstore-ipc.json`; clients |
+|     |                  | refuse a block without it (`ipc.access`)                 |
 
 Workers table at 512: 8 rows of 64 bytes (pid, heartbeat_ms, restarts, state, name 32s),
 written by the worker (heartbeat) and the supervisor (pid, restarts, state).
@@ -138,6 +140,7 @@ OFF_DISPATCHED: Final = 448
 OFF_DISPATCHED_TS: Final = 456
 OFF_DISPATCHED_RECORDS: Final = 464
 OFF_DISPATCH_LAG_SUM_MS: Final = 472
+OFF_NONCE: Final = 480
 OFF_DISPATCH_LAG_HIST: Final = 1024
 DISPATCH_LAG_BUCKETS: Final = 18
 
@@ -214,8 +217,12 @@ def store_hash(store_dir: str | os.PathLike[str]) -> str:
     return hashlib.sha1(real.encode("utf-8", "surrogateescape")).hexdigest()[:10]
 
 
-def shm_names(store_dir: str | os.PathLike[str], generation: int) -> tuple[str, str]:
-    stem = f"mqs-{store_hash(store_dir)}-{generation}"
+def shm_names(
+    store_dir: str | os.PathLike[str], generation: int, token: str = ""
+) -> tuple[str, str]:
+    """The segments' names: the store's stem, the boot's generation and a random token
+    (the supervisor's `secrets.token_hex`), so that nobody can guess or squat them."""
+    stem = f"mqs-{store_hash(store_dir)}-{generation}" + (f"-{token}" if token else "")
     return f"{stem}-ctl", f"{stem}-pool"
 
 
@@ -295,10 +302,19 @@ class ControlBlock:
 
     @classmethod
     def create(
-        cls, store_dir: str | os.PathLike[str], generation: int, geo: Geometry
+        cls,
+        store_dir: str | os.PathLike[str],
+        generation: int,
+        geo: Geometry,
+        *,
+        token: str = "",
+        nonce: int = 0,
+        share_group: bool = False,
     ) -> ControlBlock:
-        """Supervisor only: create the control block and the pool (zeroed by the OS)."""
-        ctl_name, pool_name = shm_names(store_dir, generation)
+        """Supervisor only: create the control block and the pool (zeroed by the OS),
+        owner-only (0600), or 0660 and the store directory's group with `share_group`.
+        Never over an existing name (O_EXCL): a squatted name fails here."""
+        ctl_name, pool_name = shm_names(store_dir, generation, token)
         try:
             ctl = shared_memory.SharedMemory(ctl_name, create=True, size=geo.size)
         except OSError as e:
@@ -321,6 +337,12 @@ class ControlBlock:
                     "or segment_size_bytes, or turn the pool off",
                 ) from e
             _untrack(pool)
+        if share_group:
+            gid = os.stat(store_dir).st_gid
+            for seg in (ctl, pool):
+                if seg is not None:
+                    os.chown(os.path.join("/dev/shm", seg.name.lstrip("/")), -1, gid)
+                    os.chmod(os.path.join("/dev/shm", seg.name.lstrip("/")), 0o660)
         b = ctl.buf
         assert b is not None
         for off, v in (
@@ -330,6 +352,7 @@ class ControlBlock:
             (OFF_QCAP, geo.qtable_capacity),
             (OFF_GENERATION, generation),
             (OFF_SUP_PID, os.getpid()),
+            (OFF_NONCE, nonce),
             (0, MAGIC_VERSION),
         ):
             I64.pack_into(b, off, v)

@@ -86,7 +86,7 @@ def take_store_lock(store_dir: str) -> int:
     Returns the fd (keep it open for the supervisor's life). Raises StoreLockHeld.
     """
     path = os.path.join(store_dir, STORE_LOCK)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -5,6 +5,7 @@ implementation lives in `engine/`, `ipc/` and `workers/`.
 """
 
 from engine.record import DecodedRecord, Message
+from ipc.access import StoreAccessDenied
 from ipc.aio import AsyncStoreClient
 from ipc.client import StoreClient
 from ipc.read_results import GetMessageStatus, PullResult
@@ -20,5 +21,6 @@ __all__ = [
     "PullResult",
     "PutMessageStatus",
     "PutResult",
+    "StoreAccessDenied",
     "StoreClient",
 ]

@@ -30,6 +30,7 @@ import dataclasses
 import json
 import logging
 import os
+import secrets
 import selectors
 import signal
 import socket
@@ -50,7 +51,7 @@ from engine.fileio import StoreIOError
 from engine.indexfile import IndexGeometryError
 from engine.recovery import recover_store, write_report
 from engine.segment import SegmentNameError, SegmentSizeError
-from ipc import channel
+from ipc import access, channel
 from ipc import control as c
 from ipc.commit import LogFiles
 from ipc.locks import RESERVE_LOCK, FileLock, StoreLockHeld, take_store_lock
@@ -163,6 +164,8 @@ class Supervisor:
         if s.segment_size_bytes % 4096:
             raise BootError(ExitCode.CONFIG_ERROR, "segment_size_bytes must be a multiple of 4096")
         fileio.makedirs(self.store_dir)
+        share = s.ipc_allow_group
+        os.chmod(self.store_dir, access.modes(share)[1])  # 0700, or 02750 for the group
         try:
             self._lock_fd = take_store_lock(self.store_dir)
         except StoreLockHeld as e:
@@ -176,11 +179,30 @@ class Supervisor:
         generation = time.time_ns() // 1000 % 10**12
         pool_n = s.transient_store_pool_size if s.transient_store_pool_enable else 0
         geo = c.Geometry(s.segment_size_bytes, pool_n)
+        nonce = secrets.randbits(62) + 1
         try:
-            cb = c.ControlBlock.create(self.store_dir, generation, geo)
+            cb = c.ControlBlock.create(
+                self.store_dir,
+                generation,
+                geo,
+                token=secrets.token_hex(8),
+                nonce=nonce,
+                share_group=share,
+            )
         except OSError as e:
             raise BootError(ExitCode.BOOT_ERROR, str(e)) from e
         self.cb = cb
+        access.write_names(
+            self.store_dir,
+            {"ctl": cb.ctl_name, "pool": cb.pool_name, "nonce": nonce, "pid": os.getpid()},
+            share,
+        )
+        reserve = FileLock(os.path.join(self.store_dir, RESERVE_LOCK))
+        if share:
+            access.share_with_group(reserve.path, self.store_dir, reserve.fd)
+        else:
+            os.fchmod(reserve.fd, 0o600)
+        reserve.close()
         for off in (
             c.OFF_RESERVED, c.OFF_PUBLISHED, c.OFF_COMMITTED, c.OFF_FLUSHED, c.OFF_DISPATCHED,
         ):  # fmt: skip
@@ -320,6 +342,14 @@ class Supervisor:
                 conn, _ = self.listener.accept()
             except BlockingIOError:
                 return
+            why = access.peer_refusal(conn, self.store_dir, self.settings.ipc_allow_group)
+            if why:  # another user: one line saying why, and nothing else
+                self._say(f"refused a connection: {why}", "WARNING")
+                with contextlib.suppress(OSError):
+                    conn.settimeout(1.0)
+                    conn.sendall(json.dumps({"error": why, "denied": True}).encode() + b"\n")
+                conn.close()
+                continue
             conn.setblocking(False)
             self.conns[conn] = (bytearray(), -1)
             sel.register(conn, selectors.EVENT_READ)
