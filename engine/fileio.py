@@ -12,11 +12,22 @@ Fault seam: `set_fault(op, factory)` makes the named operation raise whatever
 in exactly one place. `MQSTORE_FAULTS="fsync:EIO,pwrite:ENOSPC"` in the environment
 installs the same faults at import, for tests that need them inside a worker process;
 `MQSTORE_FAULTS_AFTER=N` lets the first N calls of each faulted operation succeed.
+
+Durability seam (the power-loss suite): with `MQSTORE_DURABLE_SHADOW=<dir>` and
+`MQSTORE_DURABLE_ROOT=<store dir>` in the environment, every process keeps a record of
+what its syncs made durable under the store: before an fsync or fdatasync the file's
+content is copied to `<dir>/data/<path>`, before an msync the range synced; an
+fsync of a directory records the names it then holds in `<dir>/dirs/<path>.json` (an
+entry is durable only once its directory was synced); a rename carries the recorded
+content along. `tests/reliability/powerloss.py` builds the disk a power cut would leave
+from exactly that. Off (the default), the seam is one test of a module constant.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
+import json
 import mmap
 import os
 from collections.abc import Callable
@@ -83,6 +94,93 @@ def _check_fault(op: str) -> None:
         _fault_skips[op] = left - 1
         return
     raise factory()
+
+
+_SHADOW: str = os.environ.get("MQSTORE_DURABLE_SHADOW", "")
+_SHADOW_ROOT: str = os.path.realpath(os.environ.get("MQSTORE_DURABLE_ROOT", "/")) if _SHADOW else ""
+
+
+def _shadow_rel(path: StrPath) -> str | None:
+    """`path` relative to the shadowed store ("." for the store itself), or None."""
+    real = os.path.realpath(os.fspath(path))
+    if real == _SHADOW_ROOT:
+        return "."
+    if not real.startswith(_SHADOW_ROOT + os.sep):
+        return None
+    return os.path.relpath(real, _SHADOW_ROOT)
+
+
+class _ShadowLock:
+    """One lock for every process's shadow updates (tests only)."""
+
+    def __enter__(self) -> None:
+        self.fd = os.open(os.path.join(_SHADOW, ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
+
+
+def _shadow_data(path: StrPath, offset: int = 0, length: int = -1) -> None:
+    """Record the content of `path` (or of one range) as durable."""
+    rel = _shadow_rel(path)
+    if rel is None:
+        return
+    dst = os.path.join(_SHADOW, "data", rel)
+    with _ShadowLock():
+        try:
+            src_fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            size = os.fstat(src_fd).st_size
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            out = os.open(dst, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                os.ftruncate(out, size)
+                start, end = (0, size) if length < 0 else (offset, min(size, offset + length))
+                pos = start
+                while pos < end:
+                    chunk = os.pread(src_fd, min(1 << 20, end - pos), pos)
+                    if not chunk:
+                        break
+                    os.pwrite(out, chunk, pos)
+                    pos += len(chunk)
+            finally:
+                os.close(out)
+        finally:
+            os.close(src_fd)
+
+
+def _shadow_dir(path: StrPath) -> None:
+    """Record the entries `path` holds now as durable (name -> "d" or "f")."""
+    rel = _shadow_rel(path)
+    if rel is None:
+        return
+    try:
+        with os.scandir(path) as it:
+            entries = {e.name: "d" if e.is_dir() else "f" for e in it}
+    except OSError:
+        return
+    dst = os.path.join(_SHADOW, "dirs", rel + ".json")
+    with _ShadowLock():
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        with open(dst + ".tmp", "w") as f:
+            json.dump(entries, f)
+        os.replace(dst + ".tmp", dst)
+
+
+def _shadow_rename(src: StrPath, dst: StrPath) -> None:
+    """The recorded content of `src` is now that of `dst` (the same inode)."""
+    a, b = _shadow_rel(src), _shadow_rel(dst)
+    if a is None or b is None:
+        return
+    with _ShadowLock():
+        old = os.path.join(_SHADOW, "data", a)
+        if os.path.exists(old):
+            new = os.path.join(_SHADOW, "data", b)
+            os.makedirs(os.path.dirname(new), exist_ok=True)
+            os.replace(old, new)
 
 
 def _wrap(op: str, path: StrPath, cause: OSError) -> StoreIOError:
@@ -161,6 +259,8 @@ def pread(fd: int, n: int, offset: int, path: StrPath = "?") -> bytes:
 def fsync(fd: int, path: StrPath = "?") -> None:
     try:
         _check_fault("fsync")
+        if _SHADOW:
+            _shadow_data(path)
         os.fsync(fd)
     except OSError as e:
         raise _wrap("fsync", path, e) from e
@@ -169,6 +269,8 @@ def fsync(fd: int, path: StrPath = "?") -> None:
 def fdatasync(fd: int, path: StrPath = "?") -> None:
     try:
         _check_fault("fdatasync")
+        if _SHADOW:
+            _shadow_data(path)
         os.fdatasync(fd)
     except OSError as e:
         raise _wrap("fdatasync", path, e) from e
@@ -180,6 +282,8 @@ def msync(mm: mmap.mmap, offset: int, length: int, path: StrPath = "?") -> None:
     try:
         _check_fault("msync")
         if length > 0:
+            if _SHADOW:
+                _shadow_data(path, start, length + (offset - start))
             mm.flush(start, length + (offset - start))
     except OSError as e:
         raise _wrap("msync", path, e) from e
@@ -198,6 +302,8 @@ def rename(src: StrPath, dst: StrPath) -> None:
     try:
         _check_fault("rename")
         os.rename(src, dst)
+        if _SHADOW:
+            _shadow_rename(src, dst)
     except OSError as e:
         raise _wrap("rename", src, e) from e
 
@@ -217,6 +323,8 @@ def fsync_dir(path: StrPath) -> None:
     """fsync a directory so that a new, renamed or removed entry survives a power loss."""
     try:
         _check_fault("fsync_dir")
+        if _SHADOW:
+            _shadow_dir(path)
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             os.fsync(fd)
