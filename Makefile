@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test lint bench clean
+.PHONY: setup run test lint bench reliability clean
 
 setup: $(STAMP)
 
@@ -30,6 +30,12 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench
+
+# The reliability suites at full size (tests/RELIABILITY.md): 200 crash cycles, 50+
+# power-loss cycles, 10 cases per corruption kind; figures in reliability.json.
+reliability: $(STAMP)
+	MQSTORE_RELIABILITY_FULL=1 MQSTORE_RELIABILITY_REPORT=reliability.json \
+		$(PY) -m pytest tests/reliability -m reliability -n 2
 
 clean:
 	rm -rf $(VENV) data build *.egg-info
