@@ -35,10 +35,8 @@ import argparse
 import json
 import mmap
 import os
-import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,6 +44,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.report import git_commit, machine
 from engine.commitlog import CommitLog
 from engine.record import Message, WritableBuffer, encode
 from engine.segment import Segment
@@ -184,45 +183,6 @@ def _append_run(
     return secs * len(msgs) / len(rest), total, commit_secs
 
 
-def _machine() -> dict[str, Any]:
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "cpu_model": cpu,
-        "cores": os.cpu_count(),
-        "kernel": platform.release(),
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-    }
-
-
-def _git_commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=Path(__file__).resolve().parent,
-        )
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "engine", "bench/bench_append.py"],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=Path(__file__).resolve().parent,
-        ).stdout.strip()
-        return out.stdout.strip() + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.bench_append", description=__doc__)
     ap.add_argument("--quick", action="store_true", help="small sizes: checks the bench works")
@@ -292,8 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m bench.bench_append " + " ".join(argv if argv is not None else sys.argv[1:])
     report = {
         "command": command.strip(),
-        "git_commit": _git_commit(),
-        "machine": _machine(),
+        "git_commit": git_commit(),
+        "machine": machine(),
         "when_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "segment_size_bytes": SEGMENT_SIZE_BYTES,
         "total_mib_per_run": total_mib,

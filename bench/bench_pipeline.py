@@ -28,10 +28,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.report import git_commit, machine
 from engine import record as rec
 from engine.commitlog import CommitLog
 from pipeline import jobs, plain, session
@@ -106,44 +105,6 @@ def _noop(df: Any) -> None:
     df.write.format("noop").mode("overwrite").save()
 
 
-def _git_commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=Path(__file__).resolve().parent,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "pipeline", "engine", "bench/bench_pipeline.py"],
-            capture_output=True,
-            text=True,
-            cwd=Path(__file__).resolve().parent,
-        ).stdout.strip()
-        return out + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def _machine() -> dict[str, Any]:
-    cpu = platform.processor() or "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "cpu_model": cpu,
-        "cores": os.cpu_count(),
-        "kernel": platform.release(),
-        "python": platform.python_version(),
-        "load_avg_at_start": os.getloadavg(),
-    }
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.bench_pipeline", description=__doc__)
     p.add_argument("--size-mib", type=int, default=1024)
@@ -152,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--master", default=None, help="Spark master (default local[*])")
     p.add_argument("--no-write", action="store_true", help="do not write bench/results")
     args = p.parse_args(argv)
-    machine = _machine()
+    host = machine()
     work = Path(tempfile.mkdtemp(prefix="mqstore-bench-pipeline-", dir=args.dir))
     try:
         store = work / "store"
@@ -206,9 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     plain_rate = count / plain_secs
     report: dict[str, Any] = {
         "command": "python -m bench.bench_pipeline " + " ".join(argv or sys.argv[1:]),
-        "git_commit": _git_commit(),
+        "git_commit": git_commit(),
         "when_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": machine,
+        "machine": host,
         "spark": spark_version,
         "store_bytes": count * RECORD_BYTES,
         "records": count,
@@ -257,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _markdown(r: dict[str, Any]) -> str:
     m = r["machine"]
-    load = ", ".join(f"{x:.1f}" for x in m["load_avg_at_start"])
+    load = ", ".join(f"{x:.1f}" for x in m["load_avg_1_5_15"])
     lines = [
         "# Pipeline: data source vs plain decoder vs Parquet",
         "",
