@@ -42,7 +42,7 @@ def test_every_acknowledged_message_pulled_once_in_order(store: Store, reads: Cl
     outs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0]
     acks = [a for out in outs for a in acked(out)]
-    assert len(acks) == 750
+    assert len(acks) == 750, [ln for out in outs for ln in out.splitlines() if "failed" in ln]
     wait_for(lambda: _all_dispatched(store), 60, "the dispatcher to catch up")
     seen: list[str] = []
     for q in range(4):
