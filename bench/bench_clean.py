@@ -30,9 +30,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -40,6 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.report import git_commit, machine_line
 from conf.settings import StoreSettings
 from engine import fileio
 from engine.commitlog import CommitLog
@@ -222,35 +221,6 @@ def _row(path: str, mode: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _git_commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=Path(__file__).resolve().parent,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def _machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return (
-        f"{cpu}, {os.cpu_count()} cores, kernel {platform.release()}, "
-        f"Python {platform.python_version()}"
-    )
-
-
 def _markdown(doc: dict[str, Any]) -> str:
     a = doc["args"]
     lines = [
@@ -339,9 +309,9 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join(
             ["python -m bench.bench_clean", *(argv if argv is not None else sys.argv[1:])]
         ),
-        "commit": _git_commit(),
+        "commit": git_commit(),
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": _machine(),
+        "machine": machine_line(),
         "filesystem": f"{fs.total // 2**30} GiB, {fs.used * 100 // fs.total} % used",
         "args": {
             k: getattr(args, k)

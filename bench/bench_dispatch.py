@@ -26,8 +26,6 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import platform
-import subprocess
 import sys
 import tempfile
 import threading
@@ -37,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.bench_put import running_store
+from bench.report import git_commit, machine_line
 
 TOPIC = "DispatchBench"
 QUEUES = 4
@@ -228,33 +227,6 @@ def run_once(root: Path, args: argparse.Namespace, config: str, rate: float) -> 
     }
 
 
-def _machine() -> str:
-    cpu = platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    py = platform.python_version()
-    return f"{cpu}, {os.cpu_count()} cores, kernel {platform.release()}, Python {py}"
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def _markdown(doc: dict[str, Any]) -> str:
     lines = [
         "# Dispatch lag: put return -> pull returns the message (ASYNC_FLUSH)",
@@ -321,9 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     doc = {
         "command": "python -m bench.bench_dispatch "
         + " ".join(argv if argv is not None else sys.argv[1:]),
-        "commit": _commit(),
+        "commit": git_commit(),
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": _machine(),
+        "machine": machine_line(),
         "runs": runs,
     }
     args.out.mkdir(parents=True, exist_ok=True)

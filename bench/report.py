@@ -105,6 +105,12 @@ def machine(bench_dir: Path | None = None) -> dict[str, Any]:
     }
 
 
+def machine_line() -> str:
+    """`machine()` in one line: CPU model, cores, kernel, Python."""
+    m = machine()
+    return f"{m['cpu_model']}, {m['cores']} cores, kernel {m['kernel']}, Python {m['python']}"
+
+
 def filesystem_of(path: Path) -> str:
     """The type and device of the mount that holds `path` (longest mount-point prefix)."""
     real = str(path.resolve())
