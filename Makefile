@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(PY) -m workers.demo_run
+	$(PY) -m mqstore.workers.demo_run
 
 test: $(STAMP)
 	$(PY) -m pytest tests --ignore=tests/load

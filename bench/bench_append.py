@@ -45,10 +45,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.report import git_commit, machine
-from engine.commitlog import CommitLog
-from engine.record import Message, WritableBuffer, encode
-from engine.segment import Segment
-from engine.segment_queue import SegmentQueue
+from mqstore.engine.commitlog import CommitLog
+from mqstore.engine.record import Message, WritableBuffer, encode
+from mqstore.engine.segment import Segment
+from mqstore.engine.segment_queue import SegmentQueue
 
 BODY_SIZES = (128, 1024, 16384)
 SEGMENT_SIZE_BYTES = 64 * 1024 * 1024

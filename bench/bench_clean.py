@@ -39,12 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.report import git_commit, machine_line
-from conf.settings import StoreSettings
-from engine import fileio
-from engine.commitlog import CommitLog
-from engine.record import Message
-from engine.segment import Segment, segment_file_name
-from engine.segment_queue import SegmentQueue
+from mqstore.conf.settings import StoreSettings
+from mqstore.engine import fileio
+from mqstore.engine.commitlog import CommitLog
+from mqstore.engine.record import Message
+from mqstore.engine.segment import Segment, segment_file_name
+from mqstore.engine.segment_queue import SegmentQueue
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODES = ("off", "process", "thread")
@@ -83,7 +83,7 @@ def _settings(size: int) -> StoreSettings:
 
 def _delete_all(store: str, size: int, stop: Any, done: Any, ready: Any) -> None:
     """Clean until only the last segment is left (or `stop` is set)."""
-    from workers.cleaner import clean_once
+    from mqstore.workers.cleaner import clean_once
 
     s = _settings(size)
     ready.set()

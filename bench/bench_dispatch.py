@@ -45,7 +45,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _producer(store: str, idx: int, seconds: float, rate: float, out: str, go: Any) -> None:
-    from ipc.client import StoreClient
+    from mqstore.ipc.client import StoreClient
 
     client = StoreClient.attach(store)
     qids, qoffs, ts = array("q"), array("q"), array("q")
@@ -75,8 +75,8 @@ def _producer(store: str, idx: int, seconds: float, rate: float, out: str, go: A
 
 
 def _consumer(store: str, queues: list[int], stop_at: float, out: str, go: Any) -> None:
-    from ipc.client import StoreClient
-    from ipc.reads import for_client
+    from mqstore.ipc.client import StoreClient
+    from mqstore.ipc.reads import for_client
 
     client = StoreClient.attach(store)
     reads = for_client(client)
@@ -105,8 +105,8 @@ def _consumer(store: str, queues: list[int], stop_at: float, out: str, go: Any) 
 def _sample_backlog(store: str, out: list[int], stop: threading.Event) -> None:
     """Every 20 ms while the producers run: committed - dispatched (bytes the dispatcher
     has yet to do), from the control block."""
-    from ipc import control as c
-    from ipc.client import StoreClient
+    from mqstore.ipc import control as c
+    from mqstore.ipc.client import StoreClient
 
     with StoreClient.attach(store) as client:
         while not stop.wait(0.02):

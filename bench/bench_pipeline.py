@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.report import git_commit, machine
-from engine import record as rec
-from engine.commitlog import CommitLog
-from pipeline import jobs, plain, session
+from mqstore.engine import record as rec
+from mqstore.engine.commitlog import CommitLog
+from mqstore.pipeline import jobs, plain, session
 
 RECORD_BYTES = 256
 SEGMENT_SIZE_BYTES = 64 * 1024 * 1024

@@ -100,7 +100,7 @@ class StoreRun:
 
 
 def _mqstore(*args: str) -> list[str]:
-    return [sys.executable, "-m", "workers.cli", *args]
+    return [sys.executable, "-m", "mqstore", *args]
 
 
 def _shm_names(store_dir: Path | None = None) -> frozenset[str]:
@@ -119,7 +119,7 @@ def _shm_names(store_dir: Path | None = None) -> frozenset[str]:
 
 def store_hash(store_dir: Path) -> str:
     """The runtime's stem for this store's shared memory (`ipc.control.store_hash`)."""
-    control = importlib.import_module("ipc.control")
+    control = importlib.import_module("mqstore.ipc.control")
     h: str = control.store_hash(store_dir)
     return h
 

@@ -29,14 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.report import Column, Goal, Report, write
-from conf.settings import StoreSettings
-from engine.commitlog import CommitLog
-from engine.consumequeue import ConsumeQueueStore
-from engine.dispatch import Dispatcher
-from engine.indexfile import IndexService
-from engine.reader import Geometry
-from engine.record import Message
-from engine.recovery import recover_store
+from mqstore.conf.settings import StoreSettings
+from mqstore.engine.commitlog import CommitLog
+from mqstore.engine.consumequeue import ConsumeQueueStore
+from mqstore.engine.dispatch import Dispatcher
+from mqstore.engine.indexfile import IndexService
+from mqstore.engine.reader import Geometry
+from mqstore.engine.record import Message
+from mqstore.engine.recovery import recover_store
 
 MIB = 1 << 20
 SEGMENT = 64 * MIB

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from conf.settings import FlushDiskType, StoreSettings
+from mqstore.conf.settings import FlushDiskType, StoreSettings
 
 FIELDS = {f.name: f for f in dataclasses.fields(StoreSettings)}
 RMQ_TO_FIELD = {

@@ -1,17 +1,17 @@
 """The settings reference page, `docs/settings.md`, generated from `conf.settings`.
 
-    python -m conf.reference > docs/settings.md
+    python -m mqstore.conf.reference > docs/settings.md
 
 A test fails when the committed page and the settings part ways.
 """
 
 from __future__ import annotations
 
-from conf.settings import settings_reference_markdown
+from mqstore.conf.settings import settings_reference_markdown
 
 HEADER = """# Settings reference
 
-Generated from `conf/settings.py` (`python -m conf.reference > docs/settings.md`); a test
+Generated from `conf/settings.py` (`python -m mqstore.conf.reference > docs/settings.md`); a test
 keeps it in step. Names carry their unit. Defaults are RocketMQ 4.9.8's, except the sizes
 marked LAPTOP, which are small enough for a laptop. A setting comes from, lowest precedence
 first: its default; a TOML file (`[store]` table, these names) or a RocketMQ `broker.conf`

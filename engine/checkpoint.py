@@ -27,7 +27,7 @@ import struct
 from dataclasses import dataclass
 from typing import Final
 
-from engine import fileio
+from mqstore.engine import fileio
 
 CHECKPOINT_FILE: Final = "checkpoint"
 CHECKPOINT_SIZE_BYTES: Final = 4096

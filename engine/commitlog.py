@@ -57,9 +57,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
-from engine import record
-from engine.findings import Finding, Severity
-from engine.record import (
+from mqstore.engine import record
+from mqstore.engine.findings import Finding, Severity
+from mqstore.engine.record import (
     END_FILE_MIN_BLANK_LENGTH,
     MESSAGE_MAGIC_CODE,
     CheckStatus,
@@ -74,8 +74,15 @@ from engine.record import (
     encode,
     make_msg_id,
 )
-from engine.segment import DEFAULT_MMAP_SYNC, ClockMs, ReadStatus, Segment, SyncMethod, now_ms
-from engine.segment_queue import Allocator, SegmentAllocationError, SegmentQueue
+from mqstore.engine.segment import (
+    DEFAULT_MMAP_SYNC,
+    ClockMs,
+    ReadStatus,
+    Segment,
+    SyncMethod,
+    now_ms,
+)
+from mqstore.engine.segment_queue import Allocator, SegmentAllocationError, SegmentQueue
 
 # The whole fixed part of a V1 record with IPv4 born and store hosts (88 bytes), with the
 # appender's three fields in place: TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET

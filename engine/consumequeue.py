@@ -37,10 +37,17 @@ import struct
 from collections.abc import Callable, Iterator
 from typing import Final, NamedTuple
 
-from engine import fileio
-from engine.findings import Finding, Severity
-from engine.segment import DEFAULT_MMAP_SYNC, ClockMs, ReadStatus, Segment, SyncMethod, now_ms
-from engine.segment_queue import SegmentQueue
+from mqstore.engine import fileio
+from mqstore.engine.findings import Finding, Severity
+from mqstore.engine.segment import (
+    DEFAULT_MMAP_SYNC,
+    ClockMs,
+    ReadStatus,
+    Segment,
+    SyncMethod,
+    now_ms,
+)
+from mqstore.engine.segment_queue import SegmentQueue
 
 CQ_STORE_UNIT_SIZE: Final = 20
 PRE_BLANK_SIZE: Final = 2_147_483_647  # Integer.MAX_VALUE

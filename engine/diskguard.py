@@ -40,9 +40,9 @@ from typing import Any, Protocol
 
 import psutil
 
-from conf.settings import StoreSettings
-from engine.segment import Segment
-from engine.segment_queue import Allocator, SegmentAllocationError
+from mqstore.conf.settings import StoreSettings
+from mqstore.engine.segment import Segment
+from mqstore.engine.segment_queue import Allocator, SegmentAllocationError
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,13 +40,13 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from engine.checkpoint import CheckpointFields
-from engine.commitlog import CommitLog, ScanStop
-from engine.consumequeue import ConsumeQueueStore, PutStatus, QueueKey, valid_topic_dir
-from engine.indexfile import IndexService
-from engine.reader import Geometry
-from engine.record import RecordHeader, takes_queue_offset
-from engine.segment_queue import SegmentQueue
+from mqstore.engine.checkpoint import CheckpointFields
+from mqstore.engine.commitlog import CommitLog, ScanStop
+from mqstore.engine.consumequeue import ConsumeQueueStore, PutStatus, QueueKey, valid_topic_dir
+from mqstore.engine.indexfile import IndexService
+from mqstore.engine.reader import Geometry
+from mqstore.engine.record import RecordHeader, takes_queue_offset
+from mqstore.engine.segment_queue import SegmentQueue
 
 SkipPredicate = Callable[[RecordHeader], bool]
 

@@ -50,10 +50,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from engine import fileio
-from engine.findings import Finding, Severity
-from engine.record import java_string_hash, transaction_type
-from engine.segment import ClockMs, now_ms
+from mqstore.engine import fileio
+from mqstore.engine.findings import Finding, Severity
+from mqstore.engine.record import java_string_hash, transaction_type
+from mqstore.engine.segment import ClockMs, now_ms
 
 INDEX_HEADER_SIZE: Final = 40
 HASH_SLOT_SIZE: Final = 4

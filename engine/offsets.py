@@ -20,7 +20,7 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from engine import jsonconfig
+from mqstore.engine import jsonconfig
 
 FILE_NAME = "consumerOffset.json"
 NO_OFFSET = -1  # RocketMQ's queryOffset answer for a queue the group never committed

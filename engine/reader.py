@@ -26,11 +26,11 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from conf.settings import StoreSettings
-from engine.commitlog import CommitLog, LookupStatus
-from engine.consumequeue import ConsumeQueue, ConsumeQueueStore, CqUnit, detect_file_size
-from engine.indexfile import IndexService
-from engine.record import (
+from mqstore.conf.settings import StoreSettings
+from mqstore.engine.commitlog import CommitLog, LookupStatus
+from mqstore.engine.consumequeue import ConsumeQueue, ConsumeQueueStore, CqUnit, detect_file_size
+from mqstore.engine.indexfile import IndexService
+from mqstore.engine.record import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
@@ -39,8 +39,8 @@ from engine.record import (
     parse_msg_id,
     tags_code,
 )
-from engine.segment_queue import SegmentQueue
-from engine.storedir import list_segments
+from mqstore.engine.segment_queue import SegmentQueue
+from mqstore.engine.storedir import list_segments
 
 MAX_TIMESTAMP_MS = (1 << 63) - 1
 DEFAULT_MAX_BYTES = 256 * 1024  # maxTransferBytesOnMessageInMemory

@@ -48,21 +48,21 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
-from conf.settings import StoreSettings
-from engine import fileio
-from engine.checkpoint import CheckpointFields, StoreCheckpoint
-from engine.commitlog import CommitLog, ScanStop
-from engine.consumequeue import (
+from mqstore.conf.settings import StoreSettings
+from mqstore.engine import fileio
+from mqstore.engine.checkpoint import CheckpointFields, StoreCheckpoint
+from mqstore.engine.commitlog import CommitLog, ScanStop
+from mqstore.engine.consumequeue import (
     ConsumeQueue,
     ConsumeQueueStore,
     QueueKey,
     cq_file_size,
     queue_dirs,
 )
-from engine.dispatch import Dispatcher, DispatchResult, DispatchStop, SkipPredicate
-from engine.indexfile import IndexService
-from engine.reader import Geometry
-from engine.record import (
+from mqstore.engine.dispatch import Dispatcher, DispatchResult, DispatchStop, SkipPredicate
+from mqstore.engine.indexfile import IndexService
+from mqstore.engine.reader import Geometry
+from mqstore.engine.record import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
@@ -71,8 +71,8 @@ from engine.record import (
     check_record,
     takes_queue_offset,
 )
-from engine.segment import ReadStatus, Segment, now_ms
-from engine.segment_queue import SegmentQueue
+from mqstore.engine.segment import ReadStatus, Segment, now_ms
+from mqstore.engine.segment_queue import SegmentQueue
 
 ABORT_FILE: Final = "abort"
 REPORT_FILE: Final = "recovery.json"

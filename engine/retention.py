@@ -50,13 +50,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from conf.settings import StoreSettings
-from engine import fileio
-from engine.commitlog import CommitLog
-from engine.diskguard import DiskGuard, DiskVerdict
-from engine.record import CheckStatus, check_record, takes_queue_offset
-from engine.segment import ClockMs, Segment, now_ms
-from engine.segment_queue import SegmentQueue, SleepMs
+from mqstore.conf.settings import StoreSettings
+from mqstore.engine import fileio
+from mqstore.engine.commitlog import CommitLog
+from mqstore.engine.diskguard import DiskGuard, DiskVerdict
+from mqstore.engine.record import CheckStatus, check_record, takes_queue_offset
+from mqstore.engine.segment import ClockMs, Segment, now_ms
+from mqstore.engine.segment_queue import SegmentQueue, SleepMs
 
 log = logging.getLogger(__name__)
 

@@ -80,9 +80,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from engine import fileio
-from engine.findings import Finding, Severity
-from engine.record import WritableBuffer
+from mqstore.engine import fileio
+from mqstore.engine.findings import Finding, Severity
+from mqstore.engine.record import WritableBuffer
 
 log = logging.getLogger(__name__)
 

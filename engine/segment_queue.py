@@ -53,10 +53,10 @@ from dataclasses import dataclass
 
 from sortedcontainers import SortedDict
 
-from engine import fileio
-from engine.findings import Finding, Severity
-from engine.record import END_FILE_MIN_BLANK_LENGTH, write_blank
-from engine.segment import (
+from mqstore.engine import fileio
+from mqstore.engine.findings import Finding, Severity
+from mqstore.engine.record import END_FILE_MIN_BLANK_LENGTH, write_blank
+from mqstore.engine.segment import (
     DEFAULT_MMAP_SYNC,
     ClockMs,
     ReadStatus,

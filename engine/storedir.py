@@ -28,11 +28,11 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine import fileio
-from engine.checkpoint import CHECKPOINT_FILE, CheckpointError, CheckpointFields
-from engine.commitlog import CommitLog
-from engine.findings import Finding, Severity
-from engine.segment import SegmentSizeError
+from mqstore.engine import fileio
+from mqstore.engine.checkpoint import CHECKPOINT_FILE, CheckpointError, CheckpointFields
+from mqstore.engine.commitlog import CommitLog
+from mqstore.engine.findings import Finding, Severity
+from mqstore.engine.segment import SegmentSizeError
 
 FLUSHED_OFFSET_FILE = "flushed_offset"
 ABORT_FILE = "abort"

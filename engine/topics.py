@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from engine import jsonconfig
+from mqstore.engine import jsonconfig
 
 FILE_NAME = "topics.json"
 PERM_READ_WRITE = 6  # PermName.PERM_READ | PermName.PERM_WRITE

@@ -24,7 +24,7 @@ import stat
 import struct
 from typing import Any, Final
 
-from engine import fileio
+from mqstore.engine import fileio
 
 NAMES_FILE: Final = ".mqstore-ipc.json"
 _PEERCRED: Final = struct.Struct("3i")  # pid, uid, gid

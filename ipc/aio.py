@@ -50,16 +50,16 @@ from collections.abc import Generator, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
-from engine.reader import StoreReader
-from engine.record import Message
-from ipc import channel
-from ipc import control as c
-from ipc.client import StoreClient
-from ipc.filler import is_filler
-from ipc.logtail import LogQueues
-from ipc.read_results import PullResult
-from ipc.reads import ClientReads, for_client
-from ipc.results import PutMessageStatus, PutResult
+from mqstore.engine.reader import StoreReader
+from mqstore.engine.record import Message
+from mqstore.ipc import channel
+from mqstore.ipc import control as c
+from mqstore.ipc.client import StoreClient
+from mqstore.ipc.filler import is_filler
+from mqstore.ipc.logtail import LogQueues
+from mqstore.ipc.read_results import PullResult
+from mqstore.ipc.reads import ClientReads, for_client
+from mqstore.ipc.results import PutMessageStatus, PutResult
 
 DEFAULT_CONCURRENCY: Final = 8
 # How `pull` reads: "auto" (consume queues when the store runs a dispatcher, else the

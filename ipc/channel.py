@@ -23,7 +23,7 @@ import socket
 import struct
 from typing import Any, Final
 
-from ipc.control import store_hash
+from mqstore.ipc.control import store_hash
 
 FLUSH_REQ: Final = struct.Struct("<qq")
 FLUSH_REP: Final = struct.Struct("<qqi")

@@ -44,17 +44,22 @@ import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from engine import fileio, record
-from engine.diskguard import DISK_FULL_BIT, decode_state
-from engine.record import END_FILE_MIN_BLANK_LENGTH, MESSAGE_MAGIC_CODE, DecodedRecord, Message
-from engine.segment import segment_file_name
-from engine.topics import QueueCounts
-from ipc import access, channel
-from ipc import control as c
-from ipc.locks import RESERVE_LOCK, FileLock
-from ipc.read_results import PullResult
-from ipc.reads import ClientReads, for_client
-from ipc.results import PutMessageStatus, PutResult
+from mqstore.engine import fileio, record
+from mqstore.engine.diskguard import DISK_FULL_BIT, decode_state
+from mqstore.engine.record import (
+    END_FILE_MIN_BLANK_LENGTH,
+    MESSAGE_MAGIC_CODE,
+    DecodedRecord,
+    Message,
+)
+from mqstore.engine.segment import segment_file_name
+from mqstore.engine.topics import QueueCounts
+from mqstore.ipc import access, channel
+from mqstore.ipc import control as c
+from mqstore.ipc.locks import RESERVE_LOCK, FileLock
+from mqstore.ipc.read_results import PullResult
+from mqstore.ipc.reads import ClientReads, for_client
+from mqstore.ipc.results import PutMessageStatus, PutResult
 
 _HEAD: Final = struct.Struct(">iIiiiqqiq4siq4siiqi")  # V1 fixed part, IPv4 hosts (88 B)
 _HEAD_LEN: Final = _HEAD.size

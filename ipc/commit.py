@@ -24,11 +24,11 @@ import os
 import time
 from typing import Final
 
-from engine import fileio, storedir
-from engine.segment import OS_PAGE_SIZE, Segment, segment_file_name
-from ipc import control as c
-from ipc.filler import INTERNAL_TOPIC, write_filler
-from ipc.locks import COMMIT_LOCK, FileLock
+from mqstore.engine import fileio, storedir
+from mqstore.engine.segment import OS_PAGE_SIZE, Segment, segment_file_name
+from mqstore.ipc import control as c
+from mqstore.ipc.filler import INTERNAL_TOPIC, write_filler
+from mqstore.ipc.locks import COMMIT_LOCK, FileLock
 
 DEAD_CHECK_AFTER_S: Final = 0.02  # a slot must be stuck this long before its pid is checked
 

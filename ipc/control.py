@@ -92,7 +92,7 @@ from dataclasses import dataclass
 from multiprocessing import resource_tracker, shared_memory
 from typing import Final
 
-from engine.findings import Finding, Severity
+from mqstore.engine.findings import Finding, Severity
 
 MAGIC_VERSION: Final = 0x4D51_4354_4C00_0002  # "MQCTL", layout version 2
 

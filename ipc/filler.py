@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from engine import record
-from engine.record import EncodedRecord, EncodeStatus, Message, WritableBuffer
+from mqstore.engine import record
+from mqstore.engine.record import EncodedRecord, EncodeStatus, Message, WritableBuffer
 
 FILLER_FLAG: Final = 0x4D514649
 FILLER_PROPERTY: Final = "MQSTORE_FILLER"

@@ -16,11 +16,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from engine.commitlog import CommitLog, ScanStop
-from engine.reader import GetResult, GetStatus
-from engine.record import DecodedRecord
-from engine.storedir import list_segments
-from ipc.filler import is_filler
+from mqstore.engine.commitlog import CommitLog, ScanStop
+from mqstore.engine.reader import GetResult, GetStatus
+from mqstore.engine.record import DecodedRecord
+from mqstore.engine.storedir import list_segments
+from mqstore.ipc.filler import is_filler
 
 _TX_MASK = 0xC
 _TX_COMMIT = 0x8

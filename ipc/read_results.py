@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.reader import GetResult, GetStatus
-from engine.record import DecodedRecord
+from mqstore.engine.reader import GetResult, GetStatus
+from mqstore.engine.record import DecodedRecord
 
 GetMessageStatus = GetStatus
 

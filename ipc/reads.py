@@ -36,18 +36,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from conf.load import load_settings
-from conf.settings import FlushDiskType, StoreSettings
-from engine.offsets import ConsumerOffsets
-from engine.reader import MAX_TIMESTAMP_MS, StoreReader
-from engine.record import DecodedRecord
-from ipc import control as c
-from ipc.channel import SupervisorUnavailable
-from ipc.filler import is_filler
-from ipc.read_results import GetMessageStatus, PullResult
+from mqstore.conf.load import load_settings
+from mqstore.conf.settings import FlushDiskType, StoreSettings
+from mqstore.engine.offsets import ConsumerOffsets
+from mqstore.engine.reader import MAX_TIMESTAMP_MS, StoreReader
+from mqstore.engine.record import DecodedRecord
+from mqstore.ipc import control as c
+from mqstore.ipc.channel import SupervisorUnavailable
+from mqstore.ipc.filler import is_filler
+from mqstore.ipc.read_results import GetMessageStatus, PullResult
 
 if TYPE_CHECKING:
-    from ipc.client import StoreClient
+    from mqstore.ipc.client import StoreClient
 
 POLL_STEP_S: Final = 0.0005
 POLL_MAX_STEP_S: Final = 0.004

@@ -53,8 +53,8 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine import record as rec
-from pipeline.schema import ARROW_SCHEMA, COLUMN_NAMES, PROPERTIES_TYPE
+from mqstore.engine import record as rec
+from mqstore.pipeline.schema import ARROW_SCHEMA, COLUMN_NAMES, PROPERTIES_TYPE
 
 FAST_HEADER_BYTES = 88
 MIN_RECORD_BYTES = rec.record_length(0, 0, 0)  # 91

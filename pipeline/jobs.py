@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.schema import RECORD_FIELDS
-from pipeline.source import FORMAT_NAME
+from mqstore.pipeline.schema import RECORD_FIELDS
+from mqstore.pipeline.source import FORMAT_NAME
 
 
 def load(spark: Any, uri: str, options: dict[str, str] | None = None) -> Any:

@@ -15,8 +15,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from engine import fileio, storedir
-from engine import record as rec
+from mqstore.engine import fileio, storedir
+from mqstore.engine import record as rec
 
 
 def read_file(path: str) -> bytes:

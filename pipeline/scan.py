@@ -40,9 +40,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from engine import record as rec
-from pipeline import columnar, storefs
-from pipeline.columnar import NO_FILTER, RecordFilter
+from mqstore.engine import record as rec
+from mqstore.pipeline import columnar, storefs
+from mqstore.pipeline.columnar import NO_FILTER, RecordFilter
 
 DEFAULT_MAX_RECORD_BYTES = rec.DEFAULT_MAX_MESSAGE_SIZE + rec.RECORD_SIZE_SLACK
 DEFAULT_BATCH_ROWS = 16384

@@ -30,13 +30,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import engine
-import pipeline
-from pipeline.source import register
+import mqstore
+from mqstore.pipeline.source import register
 
 DEFAULT_MASTER = "local[*]"
 SHIPPED_CONF = "spark.mqstore.modulesShipped"  # set once the zip is added to a context
-SHIPPED_PACKAGES = (engine, pipeline)
 BASE_CONF: dict[str, str] = {
     "spark.sql.python.filterPushdown.enabled": "true",
     "spark.ui.showConsoleProgress": "true",
@@ -59,13 +57,19 @@ def prepare_environment(master: str | None) -> None:
 
 
 def build_module_zip(dest_dir: Path) -> Path:
-    """A zip holding the `engine` and `pipeline` packages (their .py files), for executors."""
+    """A zip holding the `mqstore` package (its .py files), for executors.
+
+    The walk follows links: in a checkout, `mqstore/engine` and its siblings are links
+    to the top-level folders."""
     out = dest_dir / "mqstore-pipeline-modules.zip"
+    root = Path(mqstore.__file__ or "").parent
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as z:
-        for pkg in SHIPPED_PACKAGES:
-            pkg_dir = Path(pkg.__file__ or "").parent
-            for src in sorted(pkg_dir.rglob("*.py")):
-                z.write(src, Path(pkg.__name__) / src.relative_to(pkg_dir))
+        for folder, dirs, files in os.walk(root, followlinks=True):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    src = Path(folder) / name
+                    z.write(src, Path("mqstore") / src.relative_to(root))
     return out
 
 

@@ -54,10 +54,10 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
-from engine import record as rec
-from pipeline import scan, storefs
-from pipeline.columnar import NO_FILTER, RecordFilter
-from pipeline.schema import DDL
+from mqstore.engine import record as rec
+from mqstore.pipeline import scan, storefs
+from mqstore.pipeline.columnar import NO_FILTER, RecordFilter
+from mqstore.pipeline.schema import DDL
 
 FORMAT_NAME = "mqstore"
 DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import pyarrow.fs as pafs
 
-from engine.storedir import FLUSHED_OFFSET_FILE, FLUSHED_OFFSET_MAGIC
+from mqstore.engine.storedir import FLUSHED_OFFSET_FILE, FLUSHED_OFFSET_MAGIC
 
 COMMITLOG_DIR = "commitlog"
 SEGMENT_NAME_DIGITS = 20

@@ -1,7 +1,7 @@
 """Fixtures shared by every suite.
 
-`shared/` sits beside the repository (CI clones main with it there); the real
-RocketMQ stores are always copied before use, never opened in place.
+The real RocketMQ stores live in `tests/data/rocketmq-real/` (their origins and licences
+are in its README); they are always copied before use, never opened in place.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
-REAL_STORES = SHARED / "testdata" / "rocketmq-real"
+REAL_STORES = REPO / "tests" / "data" / "rocketmq-real"
 
 
 @pytest.fixture(scope="session")

@@ -14,12 +14,12 @@ from __future__ import annotations
 import os
 from typing import Final
 
-from conf.settings import FlushDiskType, StoreSettings
-from engine import fileio
-from engine.diskguard import space_problem
-from engine.segment import Segment, segment_file_name
-from ipc import control as c
-from workers.base import ExitCode, WorkerContext
+from mqstore.conf.settings import FlushDiskType, StoreSettings
+from mqstore.engine import fileio
+from mqstore.engine.diskguard import space_problem
+from mqstore.engine.segment import Segment, segment_file_name
+from mqstore.ipc import control as c
+from mqstore.workers.base import ExitCode, WorkerContext
 
 AHEAD: Final = 2
 TICK_S: Final = 0.005

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
-from conf.load import ConfigError, load_settings
-from conf.settings import StoreSettings
-from ipc.control import ControlBlock
+from mqstore.conf.load import ConfigError, load_settings
+from mqstore.conf.settings import StoreSettings
+from mqstore.ipc.control import ControlBlock
 
 # Log lines of `mqstore start` and its workers on stderr: one line per event, led by a
 # syslog priority that journald reads (`SyslogLevelPrefix=`, on by default) and by the level

@@ -41,10 +41,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from conf.settings import StoreSettings
-from engine import fileio
-from engine.checkpoint import MIN_TIMESTAMP_SLACK_MS, StoreCheckpoint
-from engine.diskguard import (
+from mqstore.conf.settings import StoreSettings
+from mqstore.engine import fileio
+from mqstore.engine.checkpoint import MIN_TIMESTAMP_SLACK_MS, StoreCheckpoint
+from mqstore.engine.diskguard import (
     DiskGuard,
     DiskState,
     DiskVerdict,
@@ -53,7 +53,7 @@ from engine.diskguard import (
     encode_state,
     psutil_usage,
 )
-from engine.retention import (
+from mqstore.engine.retention import (
     CleanReport,
     ConsumedOffsets,
     DeletedFile,
@@ -65,11 +65,11 @@ from engine.retention import (
     keep_from,
     load_consumer_offsets,
 )
-from engine.segment import ClockMs, SegmentNameError, SegmentSizeError, now_ms
-from engine.segment_queue import SegmentQueue, SleepMs
-from engine.storedir import read_flushed_offset
-from ipc import control as c
-from workers.base import ExitCode, WorkerContext
+from mqstore.engine.segment import ClockMs, SegmentNameError, SegmentSizeError, now_ms
+from mqstore.engine.segment_queue import SegmentQueue, SleepMs
+from mqstore.engine.storedir import read_flushed_offset
+from mqstore.ipc import control as c
+from mqstore.workers.base import ExitCode, WorkerContext
 
 log = logging.getLogger("mqstore.cleaner")
 
@@ -378,7 +378,7 @@ def _say_deleted(d: DeletedFile) -> None:
 
 
 def main(ctx: WorkerContext) -> int:
-    """The worker: `WorkerSpec("cleaner", "workers.cleaner:main")` in the supervisor."""
+    """The worker: `WorkerSpec("cleaner", "mqstore.workers.cleaner:main")` in the supervisor."""
     cb = ctx.cb
 
     def publish(v: DiskVerdict) -> None:

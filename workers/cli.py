@@ -21,15 +21,16 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-import workers.commands
+import mqstore
+import mqstore.workers.commands
 
 
 def _command_modules() -> list[ModuleType]:
     mods = []
-    for info in pkgutil.iter_modules(workers.commands.__path__):
+    for info in pkgutil.iter_modules(mqstore.workers.commands.__path__):
         if info.name.startswith("_"):
             continue
-        mod = importlib.import_module(f"workers.commands.{info.name}")
+        mod = importlib.import_module(f"mqstore.workers.commands.{info.name}")
         if hasattr(mod, "NAME") and hasattr(mod, "run"):
             mods.append(mod)
     return sorted(mods, key=lambda m: str(m.NAME))
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mqstore",
         description="A multi-process message store with RocketMQ's on-disk format.",
     )
+    parser.add_argument("--version", action="version", version=f"mqstore {mqstore.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for mod in _command_modules():
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)

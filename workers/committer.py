@@ -15,10 +15,10 @@ import socket
 import time
 from typing import Final
 
-from ipc import channel
-from ipc import control as c
-from ipc.commit import LogFiles
-from workers.base import ExitCode, WorkerContext
+from mqstore.ipc import channel
+from mqstore.ipc import control as c
+from mqstore.ipc.commit import LogFiles
+from mqstore.workers.base import ExitCode, WorkerContext
 
 POLL_S: Final = 0.002
 DRAIN_S: Final = 2.0

@@ -35,14 +35,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.checkpoint import StoreCheckpoint
-from engine.commitlog import CommitLog
-from engine.record import Message
-from ipc import channel
-from ipc.control import leftover_shm
-from ipc.locks import store_lock_holder
-from workers.cli import main as mqstore
-from workers.commands.demo import DemoOptions, run_demo
+from mqstore.engine.checkpoint import StoreCheckpoint
+from mqstore.engine.commitlog import CommitLog
+from mqstore.engine.record import Message
+from mqstore.ipc import channel
+from mqstore.ipc.control import leftover_shm
+from mqstore.ipc.locks import store_lock_holder
+from mqstore.workers.cli import main as mqstore
+from mqstore.workers.commands.demo import DemoOptions, run_demo
 
 DEMO_SEGMENT_BYTES = 64 * 1024  # small, so the engine demo rolls a few segments
 DEMO_CONFIG = """[store]
@@ -186,7 +186,7 @@ class DemoStore:
         """Start and wait until it answers; "" or why it did not start."""
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "workers.cli", "start", str(self.path)],
+                [sys.executable, "-m", "mqstore", "start", str(self.path)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

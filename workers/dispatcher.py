@@ -29,16 +29,16 @@ from __future__ import annotations
 import time
 from typing import Final
 
-from conf.settings import FlushDiskType
-from engine import topics
-from engine.checkpoint import StoreCheckpoint
-from engine.dispatch import Dispatcher, DispatchStop
-from engine.fileio import StoreIOError
-from engine.reader import Geometry
-from engine.record import RecordHeader
-from ipc import control as c
-from ipc.filler import FILLER_FLAG, FILLER_PROPERTY
-from workers.base import ExitCode, WorkerContext
+from mqstore.conf.settings import FlushDiskType
+from mqstore.engine import topics
+from mqstore.engine.checkpoint import StoreCheckpoint
+from mqstore.engine.dispatch import Dispatcher, DispatchStop
+from mqstore.engine.fileio import StoreIOError
+from mqstore.engine.reader import Geometry
+from mqstore.engine.record import RecordHeader
+from mqstore.ipc import control as c
+from mqstore.ipc.filler import FILLER_FLAG, FILLER_PROPERTY
+from mqstore.workers.base import ExitCode, WorkerContext
 
 MAX_RECORDS_PER_ROUND: Final = 4096
 BUSY_WAIT_S: Final = 0.001
@@ -107,7 +107,7 @@ class _TopicRegistry:
 
 
 def main(ctx: WorkerContext) -> int:
-    """The worker: `WorkerSpec("dispatcher", "workers.dispatcher:main")`."""
+    """The worker: `WorkerSpec("dispatcher", "mqstore.workers.dispatcher:main")`."""
     cb = ctx.cb
     s = ctx.settings
     cp = _Checkpoint(ctx)

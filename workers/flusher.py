@@ -28,12 +28,12 @@ import socket
 import time
 from typing import Final
 
-from conf.settings import FlushDiskType
-from engine.fileio import StoreIOError
-from ipc import channel
-from ipc import control as c
-from ipc.commit import LogFiles
-from workers.base import ExitCode, WorkerContext, say
+from mqstore.conf.settings import FlushDiskType
+from mqstore.engine.fileio import StoreIOError
+from mqstore.ipc import channel
+from mqstore.ipc import control as c
+from mqstore.ipc.commit import LogFiles
+from mqstore.workers.base import ExitCode, WorkerContext, say
 
 SPIN_S: Final = 0.0001
 GATHER_S: Final = 0.0003  # at most this long, while fewer wait than the last batch held

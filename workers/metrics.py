@@ -25,13 +25,13 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from engine import fileio
-from engine.diskguard import decode_state
-from engine.record import SysFlag
-from engine.storedir import list_segments
-from ipc import control as c
-from ipc.results import PutMessageStatus
-from workers import stats
+from mqstore.engine import fileio
+from mqstore.engine.diskguard import decode_state
+from mqstore.engine.record import SysFlag
+from mqstore.engine.storedir import list_segments
+from mqstore.ipc import control as c
+from mqstore.ipc.results import PutMessageStatus
+from mqstore.workers import stats
 
 _SYS_FLAG = struct.Struct(">i")
 _TS = struct.Struct(">q")

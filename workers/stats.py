@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ipc import control as c
-from workers.cleaner import status_doc as cleaner_status
+from mqstore.ipc import control as c
+from mqstore.workers.cleaner import status_doc as cleaner_status
 
 
 def _zeros(n: int) -> list[int]:

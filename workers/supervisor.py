@@ -43,21 +43,21 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Final
 
-from conf.load import ConfigError, load_settings
-from conf.settings import StoreSettings
-from engine import fileio
-from engine.checkpoint import StoreCheckpoint
-from engine.fileio import StoreIOError
-from engine.indexfile import IndexGeometryError
-from engine.recovery import recover_store, write_report
-from engine.segment import SegmentNameError, SegmentSizeError
-from ipc import access, channel
-from ipc import control as c
-from ipc.commit import LogFiles
-from ipc.locks import RESERVE_LOCK, FileLock, StoreLockHeld, take_store_lock
-from workers import stats
-from workers.allocator import ensure_segments
-from workers.base import (
+from mqstore.conf.load import ConfigError, load_settings
+from mqstore.conf.settings import StoreSettings
+from mqstore.engine import fileio
+from mqstore.engine.checkpoint import StoreCheckpoint
+from mqstore.engine.fileio import StoreIOError
+from mqstore.engine.indexfile import IndexGeometryError
+from mqstore.engine.recovery import recover_store, write_report
+from mqstore.engine.segment import SegmentNameError, SegmentSizeError
+from mqstore.ipc import access, channel
+from mqstore.ipc import control as c
+from mqstore.ipc.commit import LogFiles
+from mqstore.ipc.locks import RESERVE_LOCK, FileLock, StoreLockHeld, take_store_lock
+from mqstore.workers import stats
+from mqstore.workers.allocator import ensure_segments
+from mqstore.workers.base import (
     WORKER_EXITED,
     WORKER_HALTED,
     WORKER_RUNNING,
@@ -68,8 +68,8 @@ from workers.base import (
     say_reload,
     setup_logging,
 )
-from workers.dispatcher import is_filler_header
-from workers.metrics import MetricsServer, StoreCollector
+from mqstore.workers.dispatcher import is_filler_header
+from mqstore.workers.metrics import MetricsServer, StoreCollector
 
 log = logging.getLogger("mqstore.supervisor")
 
@@ -93,11 +93,11 @@ class WorkerSpec:
 
 # The services, one process each.
 WORKERS: list[WorkerSpec] = [
-    WorkerSpec("allocator", "workers.allocator:main"),
-    WorkerSpec("committer", "workers.committer:main"),
-    WorkerSpec("flusher", "workers.flusher:main"),
-    WorkerSpec("dispatcher", "workers.dispatcher:main"),
-    WorkerSpec("cleaner", "workers.cleaner:main"),
+    WorkerSpec("allocator", "mqstore.workers.allocator:main"),
+    WorkerSpec("committer", "mqstore.workers.committer:main"),
+    WorkerSpec("flusher", "mqstore.workers.flusher:main"),
+    WorkerSpec("dispatcher", "mqstore.workers.dispatcher:main"),
+    WorkerSpec("cleaner", "mqstore.workers.cleaner:main"),
 ]
 
 
@@ -259,7 +259,7 @@ class Supervisor:
         cb = self.cb
         assert cb is not None
         argv = [
-            sys.executable, "-m", "workers.worker_main", w.spec.name, str(w.index),
+            sys.executable, "-m", "mqstore.workers.worker_main", w.spec.name, str(w.index),
             self.store_dir, cb.ctl_name, cb.pool_name, w.spec.target,
             str(self.config) if self.config else "",
         ]  # fmt: skip

@@ -10,10 +10,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from conf.load import ConfigError, load_settings
-from ipc import control as c
-from ipc.control import ControlBlock
-from workers.base import WORKER_RUNNING, ExitCode, WorkerContext, say, setup_logging
+from mqstore.conf.load import ConfigError, load_settings
+from mqstore.ipc import control as c
+from mqstore.ipc.control import ControlBlock
+from mqstore.workers.base import WORKER_RUNNING, ExitCode, WorkerContext, say, setup_logging
 
 
 def main(argv: list[str]) -> int:

@@ -27,7 +27,7 @@ def _row(name: str, label: str, mode: str | None, p50: float) -> dict[str, objec
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "workers.cli", "bench", *args],
+        [sys.executable, "-m", "mqstore", "bench", *args],
         cwd=REPO,
         capture_output=True,
         text=True,

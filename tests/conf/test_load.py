@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from conf.load import ConfigError, load_settings
-from conf.settings import FlushDiskType, StoreSettings
+from mqstore.conf.load import ConfigError, load_settings
+from mqstore.conf.settings import FlushDiskType, StoreSettings
 
 
 def test_defaults_match_rocketmq_where_they_should() -> None:

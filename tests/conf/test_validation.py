@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conf.load import ConfigError, load_settings
+from mqstore.conf.load import ConfigError, load_settings
 
 BROKER_CONFS = Path(__file__).resolve().parent.parent / "data" / "broker-conf"
 
@@ -85,7 +85,7 @@ def test_any_out_of_range_segment_size_is_refused(size: int) -> None:
 def test_config_show_prints_values_and_sources(tmp_path: Path) -> None:
     conf = BROKER_CONFS / "broker-4.9-commitlog.conf"
     out = subprocess.run(
-        [sys.executable, "-m", "workers.cli", "config", "show", str(tmp_path), "--config",
+        [sys.executable, "-m", "mqstore", "config", "show", str(tmp_path), "--config",
          str(conf), "--json"],
         capture_output=True, text=True, check=True, timeout=60,
     )  # fmt: skip
@@ -99,7 +99,7 @@ def test_config_show_refuses_a_bad_file_with_exit_2(tmp_path: Path) -> None:
     p = tmp_path / "bad.toml"
     p.write_text("[store]\nflush_interval_ms = -5\n")
     out = subprocess.run(
-        [sys.executable, "-m", "workers.cli", "config", "show", str(tmp_path), "--config", str(p)],
+        [sys.executable, "-m", "mqstore", "config", "show", str(tmp_path), "--config", str(p)],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert out.returncode == 2

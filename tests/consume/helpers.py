@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from engine.record import DecodedRecord
-from ipc.read_results import GetMessageStatus
-from ipc.reads import ClientReads
+from mqstore.engine.record import DecodedRecord
+from mqstore.ipc.read_results import GetMessageStatus
+from mqstore.ipc.reads import ClientReads
 from tests.runtime.harness import REPO
 
 

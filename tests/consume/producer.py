@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from ipc.client import StoreClient
+from mqstore.ipc.client import StoreClient
 
 
 def main(store_dir: str, topic: str, name: str, n: int) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from ipc.aio import AsyncStoreClient
-from ipc.read_results import GetMessageStatus, PullResult
+from mqstore.ipc.aio import AsyncStoreClient
+from mqstore.ipc.read_results import GetMessageStatus, PullResult
 from tests.runtime.harness import Store
 
 

@@ -9,15 +9,15 @@ import subprocess
 import sys
 from typing import Any
 
-from engine import topics
-from ipc.client import StoreClient
-from ipc.reads import for_client
+from mqstore.engine import topics
+from mqstore.ipc.client import StoreClient
+from mqstore.ipc.reads import for_client
 from tests.runtime.harness import REPO, Store, wait_for
 
 
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "workers.cli", *args],
+        [sys.executable, "-m", "mqstore", *args],
         capture_output=True, text=True, cwd=str(REPO), timeout=timeout,
     )  # fmt: skip
 
@@ -69,7 +69,7 @@ def test_tail_follows_new_messages_and_exits_0_on_ctrl_c(store: Store) -> None:
     _put(store, 2)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     p = subprocess.Popen(
-        [sys.executable, "-m", "workers.cli", "tail", d, "--topic", "cli", "--queue", "1",
+        [sys.executable, "-m", "mqstore", "tail", d, "--topic", "cli", "--queue", "1",
          "--group", "follow"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO), env=env,
     )  # fmt: skip

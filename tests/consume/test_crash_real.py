@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from ipc.client import StoreClient
-from ipc.commit import pid_alive
-from ipc.reads import for_client
+from mqstore.ipc.client import StoreClient
+from mqstore.ipc.commit import pid_alive
+from mqstore.ipc.reads import for_client
 from tests.consume.helpers import acked, pull_all, start_producer
 from tests.runtime.conftest import StoreFactory
 from tests.runtime.harness import Store, wait_for

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from ipc.client import StoreClient
-from ipc.read_results import GetMessageStatus, PullResult
-from ipc.reads import ClientReads, for_client
+from mqstore.ipc.client import StoreClient
+from mqstore.ipc.read_results import GetMessageStatus, PullResult
+from mqstore.ipc.reads import ClientReads, for_client
 from tests.consume.helpers import acked, pull_all, start_producer
 from tests.runtime.conftest import StoreFactory
 from tests.runtime.harness import Store, wait_for

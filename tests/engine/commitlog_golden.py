@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.commitlog import AppendResult, CommitLog
-from engine.record import Message, SysFlag
+from mqstore.engine.commitlog import AppendResult, CommitLog
+from mqstore.engine.record import Message, SysFlag
 
 SEGMENT_SIZE_BYTES = 1024
 GOLDEN = Path(__file__).resolve().parent.parent / "data" / "golden" / "commitlog-small.bin"

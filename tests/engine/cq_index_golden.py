@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.consumequeue import ConsumeQueue
-from engine.indexfile import IndexFile
+from mqstore.engine.consumequeue import ConsumeQueue
+from mqstore.engine.indexfile import IndexFile
 
 GOLDEN_DIR = Path(__file__).resolve().parent.parent / "data" / "golden"
 CQ_GOLDEN = GOLDEN_DIR / "consumequeue-small.bin"

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.commitlog import AppendResult, CommitLog
-from engine.consumequeue import ConsumeQueueStore
-from engine.dispatch import Dispatcher
-from engine.indexfile import IndexService
-from engine.record import Message
-from engine.segment import ClockMs
+from mqstore.engine.commitlog import AppendResult, CommitLog
+from mqstore.engine.consumequeue import ConsumeQueueStore
+from mqstore.engine.dispatch import Dispatcher
+from mqstore.engine.indexfile import IndexService
+from mqstore.engine.record import Message
+from mqstore.engine.segment import ClockMs
 
 SEGMENT = 4096
 CQ_FILE = 200  # 10 units per file

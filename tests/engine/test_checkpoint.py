@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import fileio
-from engine.checkpoint import CHECKPOINT_SIZE_BYTES, CheckpointError, StoreCheckpoint
+from mqstore.engine import fileio
+from mqstore.engine.checkpoint import CHECKPOINT_SIZE_BYTES, CheckpointError, StoreCheckpoint
 
 GOLDEN = Path(__file__).resolve().parent.parent / "data" / "golden" / "checkpoint.bin"
 GOLDEN_FIELDS = (1700000000123, 1700000000456, 1699999999000, 123456789, 987654321)

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import fileio
-from engine.commitlog import AppendStatus, CommitLog, LookupStatus, ScanStop
-from engine.findings import Severity, errors
-from engine.record import (
+from mqstore.engine import fileio
+from mqstore.engine.commitlog import AppendStatus, CommitLog, LookupStatus, ScanStop
+from mqstore.engine.findings import Severity, errors
+from mqstore.engine.record import (
     BLANK_MAGIC_CODE,
     Message,
     SysFlag,
@@ -25,8 +25,8 @@ from engine.record import (
     make_msg_id,
     patch_append_fields,
 )
-from engine.segment import Segment, segment_file_name
-from engine.segment_queue import SegmentAllocationError, SegmentQueue
+from mqstore.engine.segment import Segment, segment_file_name
+from mqstore.engine.segment_queue import SegmentAllocationError, SegmentQueue
 from tests.engine import commitlog_golden as golden
 
 StoreCopy = Callable[[str], Path]

@@ -17,11 +17,16 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from engine.commitlog import CommitLog
-from engine.findings import errors
-from engine.record import BLANK_MAGIC_CODE, END_FILE_MIN_BLANK_LENGTH, Message, record_length
-from engine.segment import Segment
-from engine.segment_queue import SegmentQueue
+from mqstore.engine.commitlog import CommitLog
+from mqstore.engine.findings import errors
+from mqstore.engine.record import (
+    BLANK_MAGIC_CODE,
+    END_FILE_MIN_BLANK_LENGTH,
+    Message,
+    record_length,
+)
+from mqstore.engine.segment import Segment
+from mqstore.engine.segment_queue import SegmentQueue
 
 SEGMENT = 2048
 TOPICS = ("A", "BB")

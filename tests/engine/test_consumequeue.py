@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import fileio
-from engine.consumequeue import (
+from mqstore.engine import fileio
+from mqstore.engine.consumequeue import (
     PRE_BLANK_SIZE,
     ConsumeQueue,
     ConsumeQueueStore,
@@ -23,7 +23,7 @@ from engine.consumequeue import (
     cq_file_size,
     detect_file_size,
 )
-from engine.findings import errors
+from mqstore.engine.findings import errors
 from tests.engine import cq_index_golden as golden
 
 StoreCopy = Callable[[str], Path]

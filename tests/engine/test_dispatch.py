@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from engine import fileio
-from engine.checkpoint import CheckpointFields
-from engine.commitlog import CommitLog
-from engine.consumequeue import PRE_BLANK_SIZE, ConsumeQueueStore, PutStatus
-from engine.dispatch import Dispatcher, DispatchStop
-from engine.indexfile import IndexService
-from engine.reader import Geometry
-from engine.record import SysFlag, tags_code
-from engine.segment_queue import SegmentQueue
+from mqstore.engine import fileio
+from mqstore.engine.checkpoint import CheckpointFields
+from mqstore.engine.commitlog import CommitLog
+from mqstore.engine.consumequeue import PRE_BLANK_SIZE, ConsumeQueueStore, PutStatus
+from mqstore.engine.dispatch import Dispatcher, DispatchStop
+from mqstore.engine.indexfile import IndexService
+from mqstore.engine.reader import Geometry
+from mqstore.engine.record import SysFlag, tags_code
+from mqstore.engine.segment_queue import SegmentQueue
 from tests.engine.storebuild import (
     CQ_FILE,
     ENTRIES,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import fileio
+from mqstore.engine import fileio
 
 
 @pytest.fixture(autouse=True)

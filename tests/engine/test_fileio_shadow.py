@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 CHILD = """
 import os, sys
-from engine import fileio
+from mqstore.engine import fileio
 store = sys.argv[1]
 fileio.makedirs(os.path.join(store, "sub"))             # entry of sub/ synced in store/
 fd = fileio.open_file(os.path.join(store, "sub", "synced"), create=True)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import fileio
-from engine.indexfile import (
+from mqstore.engine import fileio
+from mqstore.engine.indexfile import (
     IndexFile,
     IndexGeometryError,
     IndexService,
@@ -19,7 +19,7 @@ from engine.indexfile import (
     index_file_size,
     key_hash,
 )
-from engine.record import SysFlag, java_string_hash
+from mqstore.engine.record import SysFlag, java_string_hash
 from tests.engine import cq_index_golden as golden
 
 StoreCopy = Callable[[str], Path]

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from engine import fileio, topics
-from engine.offsets import NO_OFFSET, ConsumerOffsets
-from engine.retention import load_consumer_offsets
+from mqstore.engine import fileio, topics
+from mqstore.engine.offsets import NO_OFFSET, ConsumerOffsets
+from mqstore.engine.retention import load_consumer_offsets
 
 REPO = Path(__file__).resolve().parent.parent.parent
 
@@ -68,7 +68,7 @@ def test_a_failed_replace_leaves_the_old_file(tmp_path: Path) -> None:
 
 _CHILD = """
 import sys
-from engine.offsets import ConsumerOffsets
+from mqstore.engine.offsets import ConsumerOffsets
 offs = ConsumerOffsets(sys.argv[1])
 q = int(sys.argv[2])
 for i in range(1, 31):

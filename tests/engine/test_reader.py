@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from engine.commitlog import CommitLog
-from engine.consumequeue import ConsumeQueueStore
-from engine.dispatch import Dispatcher
-from engine.indexfile import IndexService
-from engine.reader import Geometry, GetStatus, StoreReader, parse_tag_filter
-from engine.record import DecodedRecord, Message
-from engine.recovery import recover_store
+from mqstore.engine.commitlog import CommitLog
+from mqstore.engine.consumequeue import ConsumeQueueStore
+from mqstore.engine.dispatch import Dispatcher
+from mqstore.engine.indexfile import IndexService
+from mqstore.engine.reader import Geometry, GetStatus, StoreReader, parse_tag_filter
+from mqstore.engine.record import DecodedRecord, Message
+from mqstore.engine.recovery import recover_store
 from tests.engine.storebuild import (
     CQ_FILE,
     ENTRIES,

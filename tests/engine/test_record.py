@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine import record as r
+from mqstore.engine import record as r
 
 GOLDEN = Path(__file__).resolve().parent.parent / "data" / "golden"
 

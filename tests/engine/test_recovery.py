@@ -15,17 +15,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conf.settings import StoreSettings
-from engine import fileio
-from engine.checkpoint import StoreCheckpoint
-from engine.commitlog import AppendResult, CommitLog
-from engine.consumequeue import ConsumeQueueStore
-from engine.dispatch import Dispatcher
-from engine.findings import errors
-from engine.indexfile import IndexService
-from engine.reader import Geometry, GetStatus, StoreReader
-from engine.record import decode, encode_properties
-from engine.recovery import RecoveryReport, read_report, recover_store, write_report
+from mqstore.conf.settings import StoreSettings
+from mqstore.engine import fileio
+from mqstore.engine.checkpoint import StoreCheckpoint
+from mqstore.engine.commitlog import AppendResult, CommitLog
+from mqstore.engine.consumequeue import ConsumeQueueStore
+from mqstore.engine.dispatch import Dispatcher
+from mqstore.engine.findings import errors
+from mqstore.engine.indexfile import IndexService
+from mqstore.engine.reader import Geometry, GetStatus, StoreReader
+from mqstore.engine.record import decode, encode_properties
+from mqstore.engine.recovery import RecoveryReport, read_report, recover_store, write_report
 from tests.engine.storebuild import (
     CQ_FILE,
     ENTRIES,

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from engine import fileio
-from engine.findings import Severity, errors
-from engine.segment import (
+from mqstore.engine import fileio
+from mqstore.engine.findings import Severity, errors
+from mqstore.engine.segment import (
     OS_PAGE_SIZE,
     ReadStatus,
     Segment,

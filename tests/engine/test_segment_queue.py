@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from engine import fileio
-from engine.findings import Severity, errors
-from engine.record import BLANK_MAGIC_CODE
-from engine.segment import Segment, SegmentSizeError, segment_file_name
-from engine.segment_queue import SegmentAllocationError, SegmentQueue
+from mqstore.engine import fileio
+from mqstore.engine.findings import Severity, errors
+from mqstore.engine.record import BLANK_MAGIC_CODE
+from mqstore.engine.segment import Segment, SegmentSizeError, segment_file_name
+from mqstore.engine.segment_queue import SegmentAllocationError, SegmentQueue
 
 SIZE = 1024
 

@@ -20,7 +20,7 @@ SPARK_TEST_CONF = {
 def spark() -> Iterator[Any]:
     from pyspark import SparkContext
 
-    from pipeline import session
+    from mqstore.pipeline import session
 
     s = session.start_session("mqstore-tests", "local[2]", SPARK_TEST_CONF)
     try:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from engine import record as rec
-from pipeline.schema import RECORD_FIELDS
+from mqstore.engine import record as rec
+from mqstore.pipeline.schema import RECORD_FIELDS
 
 
 def plain_row(d: rec.DecodedRecord) -> dict[str, Any]:

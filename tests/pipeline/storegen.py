@@ -15,8 +15,8 @@ import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
-from engine import record as rec
-from engine.storedir import FLUSHED_OFFSET_FILE, FLUSHED_OFFSET_MAGIC
+from mqstore.engine import record as rec
+from mqstore.engine.storedir import FLUSHED_OFFSET_FILE, FLUSHED_OFFSET_MAGIC
 
 BASE_TS_MS = 1_700_000_000_000
 
@@ -126,7 +126,7 @@ def commitlog_store(
 ) -> list[int]:
     """Append `messages` through `engine.commitlog.CommitLog` (the store's own appender)
     into `root/commitlog`, with a clock that steps 7 ms a record; return their offsets."""
-    from engine.commitlog import CommitLog
+    from mqstore.engine.commitlog import CommitLog
 
     ticks = iter(range(BASE_TS_MS, BASE_TS_MS + (1 << 40), 7))
     log = CommitLog.open(root / "commitlog", segment_bytes, clock_ms=lambda: next(ticks))

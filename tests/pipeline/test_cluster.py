@@ -119,7 +119,7 @@ def standalone_cluster(tmp_path: Path) -> Iterator[str]:
 # application each), each job's stdout and exit code saved for the test to check.
 DRIVER = """
 import contextlib, io, json, sys
-from workers import cli
+from mqstore.workers import cli
 out = {}
 for name, argv in json.loads(sys.argv[1]).items():
     buf = io.StringIO()

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from engine import record as rec
-from pipeline import plain, scan, source, storefs
-from pipeline.columnar import NO_FILTER, RecordFilter
+from mqstore.engine import record as rec
+from mqstore.pipeline import plain, scan, source, storefs
+from mqstore.pipeline.columnar import NO_FILTER, RecordFilter
 from tests.pipeline import storegen
 from tests.pipeline.rows import by_offset, plain_row
 
@@ -89,7 +89,7 @@ def test_generated_store_rows_equal_plain_reader_for_every_split_size(mixed_stor
 
 
 def test_commitlog_store_rows_equal_the_logs_own_reads(tmp_path: Path) -> None:
-    from engine.commitlog import CommitLog
+    from mqstore.engine.commitlog import CommitLog
 
     root = tmp_path / "cl"
     offsets = storegen.commitlog_store(root, storegen.mixed_messages(400), segment_bytes=16384)

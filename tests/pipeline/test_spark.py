@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from engine import record as rec
-from pipeline import jobs, plain
+from mqstore.engine import record as rec
+from mqstore.pipeline import jobs, plain
+from mqstore.workers import cli
 from tests.pipeline import storegen
 from tests.pipeline.rows import by_offset, plain_row
-from workers import cli
 
 pytestmark = pytest.mark.spark
 
@@ -62,7 +62,7 @@ def test_real_rocketmq_store_reads_as_the_engine_decodes_it(
 
 
 def test_commitlog_store_matches_the_logs_reads(spark: Any, tmp_path: Path) -> None:
-    from engine.commitlog import CommitLog
+    from mqstore.engine.commitlog import CommitLog
 
     root = tmp_path / "cl"
     storegen.commitlog_store(root, storegen.mixed_messages(400), segment_bytes=16384)
@@ -220,7 +220,7 @@ def test_cli_in_a_fresh_process_needs_no_setup(tmp_path: Path) -> None:
     root = tmp_path / "fresh"
     storegen.write_store(root, storegen.mixed_messages(50))
     res = subprocess.run(
-        [sys.executable, "-m", "workers.cli", "pipeline", "stats", str(root), "--json"],
+        [sys.executable, "-m", "mqstore", "pipeline", "stats", str(root), "--json"],
         env=_clean_env(),
         cwd=tmp_path,
         capture_output=True,

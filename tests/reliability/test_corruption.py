@@ -24,11 +24,11 @@ from pathlib import Path
 
 import pytest
 
-from engine.commitlog import CommitLog
-from engine.reader import StoreReader
-from engine.record import DecodedRecord, encode_properties
-from ipc.filler import is_filler
 from mqstore import StoreClient
+from mqstore.engine.commitlog import CommitLog
+from mqstore.engine.reader import StoreReader
+from mqstore.engine.record import DecodedRecord, encode_properties
+from mqstore.ipc.filler import is_filler
 from tests.reliability.conftest import FIGURES, FULL, sized
 from tests.reliability.verify import check_errors, queue_view, record_matches, run_check
 from tests.reliability.workload import message, parse_body
@@ -176,7 +176,7 @@ def damage(d: Path, kind: str, rng: random.Random) -> int | None:
 
 def _recover(d: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "workers.cli", "recover", str(d), "--json"],
+        [sys.executable, "-m", "mqstore", "recover", str(d), "--json"],
         capture_output=True, text=True, cwd=str(REPO), timeout=300,
     )  # fmt: skip
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from ipc.commit import pid_alive
+from mqstore.ipc.commit import pid_alive
 from tests.reliability.conftest import FIGURES, sized
 from tests.reliability.verify import verify, verify_queues
 from tests.reliability.workload import Acks
@@ -38,7 +38,7 @@ class GroupStore(Store):
         full_env["PYTHONPATH"] = str(REPO) + os.pathsep + full_env.get("PYTHONPATH", "")
         self._log = open(self.log_path, "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "workers.cli", "start", str(self.path)],
+            [sys.executable, "-m", "mqstore", "start", str(self.path)],
             stdout=self._log, stderr=subprocess.STDOUT, env=full_env, cwd=str(REPO),
             start_new_session=True,
         )  # fmt: skip

@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.record import PROPERTY_KEYS, PROPERTY_TAGS
-from ipc import channel
 from mqstore import PutMessageStatus, StoreClient
+from mqstore.engine.record import PROPERTY_KEYS, PROPERTY_TAGS
+from mqstore.ipc import channel
 from tests.reliability.conftest import FIGURES, StoreFactory, sized
 from tests.runtime.harness import Store
 
@@ -66,7 +66,7 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
 
 
 def _expect_stored(store: Store, m: dict[str, Any], r: Any) -> None:
-    from engine.commitlog import CommitLog
+    from mqstore.engine.commitlog import CommitLog
 
     cl = CommitLog.open(store.path / "commitlog", CONFIG["segment_size_bytes"], read_only=True)
     try:

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from ipc import control as c
-from ipc.commit import pid_alive
+from mqstore.ipc import control as c
+from mqstore.ipc.commit import pid_alive
 from tests.reliability.conftest import FIGURES, sized
 from tests.reliability.powerloss import build_image, seed_shadow, shadow_env
 from tests.reliability.test_crash import GroupStore, Producer

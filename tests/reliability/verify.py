@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.reader import GetStatus, StoreReader
-from engine.record import PROPERTY_KEYS, PROPERTY_TAGS, DecodedRecord
-from ipc.filler import is_filler
+from mqstore.engine.reader import GetStatus, StoreReader
+from mqstore.engine.record import PROPERTY_KEYS, PROPERTY_TAGS, DecodedRecord
+from mqstore.ipc.filler import is_filler
 from tests.reliability.workload import MAX_BATCH, Acks, message, parse_body
 from tests.runtime.harness import REPO, Store, check_chain
 
@@ -31,7 +31,7 @@ class Outcome:
 
 def run_check(path: Path) -> dict[str, Any]:
     out = subprocess.run(
-        [sys.executable, "-m", "workers.cli", "check", str(path), "--json"],
+        [sys.executable, "-m", "mqstore", "check", str(path), "--json"],
         capture_output=True, text=True, cwd=str(REPO), timeout=300,
     )  # fmt: skip
     assert out.returncode in (0, 1), out.stderr

@@ -7,10 +7,10 @@ import struct
 import time
 from pathlib import Path
 
-from engine.commitlog import CommitLog
-from engine.diskguard import DiskUsage
-from engine.record import Message
-from engine.segment_queue import SegmentQueue
+from mqstore.engine.commitlog import CommitLog
+from mqstore.engine.diskguard import DiskUsage
+from mqstore.engine.record import Message
+from mqstore.engine.segment_queue import SegmentQueue
 
 SEG = 8192
 BODY = b"m" * 1000  # ~1.1 KiB records: 7 per 8 KiB segment

@@ -15,16 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from conf.settings import StoreSettings
-from engine import fileio
-from engine.checkpoint import StoreCheckpoint
-from engine.diskguard import DiskState, DiskVerdict, refusal_from_state
-from engine.retention import load_consumer_offsets
-from engine.segment import SegmentSizeError
-from engine.storedir import FLUSHED_OFFSET_FILE, write_flushed_offset
-from ipc import control as c
-from tests.retention.helpers import HOUR_MS, SEG, Clock, Probe, build_log, set_mtime
-from workers.cleaner import (
+from mqstore.conf.settings import StoreSettings
+from mqstore.engine import fileio
+from mqstore.engine.checkpoint import StoreCheckpoint
+from mqstore.engine.diskguard import DiskState, DiskVerdict, refusal_from_state
+from mqstore.engine.retention import load_consumer_offsets
+from mqstore.engine.segment import SegmentSizeError
+from mqstore.engine.storedir import FLUSHED_OFFSET_FILE, write_flushed_offset
+from mqstore.ipc import control as c
+from mqstore.workers.cleaner import (
     REQUEST_FILE,
     STATUS_FILE,
     Cleaner,
@@ -36,6 +35,7 @@ from workers.cleaner import (
     run_cleaner,
     status_doc,
 )
+from tests.retention.helpers import HOUR_MS, SEG, Clock, Probe, build_log, set_mtime
 
 REPO = Path(__file__).resolve().parents[2]
 S = StoreSettings(segment_size_bytes=SEG)
@@ -54,7 +54,7 @@ def _old_store(store: Path, segments: int = 5) -> list[str]:
 
 def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "workers.cli", *args],
+        [sys.executable, "-m", "mqstore", *args],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -127,7 +127,7 @@ def test_running_store_is_not_cleaned_offline_and_answers_a_request(tmp_path: Pa
             sleep_ms=lambda ms: None,
         )
         proc = subprocess.Popen(
-            [sys.executable, "-m", "workers.cli", "clean", str(tmp_path), "--now", "--json"],
+            [sys.executable, "-m", "mqstore", "clean", str(tmp_path), "--now", "--json"],
             cwd=REPO,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -169,8 +169,8 @@ def test_worker_process_publishes_disk_state_cleans_on_request_and_stops(
         cb.set(c.OFF_FLUSHED, 2 * SEG)  # segments 0 and 1 are flushed
         cb.set(c.OFF_DISPATCHED, 2 * SEG)  # ...and dispatched
         (tmp_path / REQUEST_FILE).touch()
-        argv = [sys.executable, "-m", "workers.worker_main", "cleaner", "0", str(tmp_path)]
-        argv += [cb.ctl_name, cb.pool_name, "workers.cleaner:main"]
+        argv = [sys.executable, "-m", "mqstore.workers.worker_main", "cleaner", "0", str(tmp_path)]
+        argv += [cb.ctl_name, cb.pool_name, "mqstore.workers.cleaner:main"]
         proc = subprocess.Popen(
             argv,
             cwd=REPO,
@@ -272,7 +272,7 @@ def test_run_cleaner_loop_in_a_thread_until_stopped(tmp_path: Path) -> None:
 
 
 def test_checkpoint_protection_physic_live_and_logics_only_with_queues(tmp_path: Path) -> None:
-    from workers.cleaner import checkpoint_protection, open_log_view
+    from mqstore.workers.cleaner import checkpoint_protection, open_log_view
 
     _old_store(tmp_path, 4)
     queue = open_log_view(str(tmp_path), S, Clock())

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from conf.settings import StoreSettings
-from engine.commitlog import AppendStatus, CommitLog
-from engine.diskguard import DiskGuard, guarded_allocator, psutil_usage
-from engine.record import Message
-from engine.retention import CleanReason, Retention
-from engine.segment import Segment
-from engine.segment_queue import SegmentQueue
+from mqstore.conf.settings import StoreSettings
+from mqstore.engine.commitlog import AppendStatus, CommitLog
+from mqstore.engine.diskguard import DiskGuard, guarded_allocator, psutil_usage
+from mqstore.engine.record import Message
+from mqstore.engine.retention import CleanReason, Retention
+from mqstore.engine.segment import Segment
+from mqstore.engine.segment_queue import SegmentQueue
 
 FS_BYTES = 8 * 1024 * 1024
 SEG = 512 * 1024

@@ -110,7 +110,7 @@ def test_running_store_refuses_when_full_and_resumes_by_itself(small_fs: Path) -
         got = {r.physical_offset: r.body for r in recs}
         assert all(got.get(off) == body for off, body in kept.items())
         check = subprocess.run(
-            [sys.executable, "-m", "workers.cli", "check", str(st.path)],
+            [sys.executable, "-m", "mqstore", "check", str(st.path)],
             capture_output=True, text=True, cwd=str(REPO), timeout=60,
         )  # fmt: skip
         assert check.returncode == 0, check.stdout + check.stderr

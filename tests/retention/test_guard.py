@@ -8,13 +8,19 @@ import os
 import time
 from pathlib import Path
 
-from conf.settings import StoreSettings
-from engine.commitlog import AppendStatus, CommitLog
-from engine.diskguard import DiskGuard, DiskState, DiskUsage, guarded_allocator, space_problem
-from engine.record import Message
-from engine.retention import CleanReason, Retention
-from engine.segment import Segment
-from engine.segment_queue import SegmentQueue
+from mqstore.conf.settings import StoreSettings
+from mqstore.engine.commitlog import AppendStatus, CommitLog
+from mqstore.engine.diskguard import (
+    DiskGuard,
+    DiskState,
+    DiskUsage,
+    guarded_allocator,
+    space_problem,
+)
+from mqstore.engine.record import Message
+from mqstore.engine.retention import CleanReason, Retention
+from mqstore.engine.segment import Segment
+from mqstore.engine.segment_queue import SegmentQueue
 from tests.retention.helpers import SEG, Clock, Probe, build_log
 
 S = StoreSettings(segment_size_bytes=SEG)

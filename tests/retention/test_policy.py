@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from conf.settings import StoreSettings
-from engine.diskguard import DiskGuard
-from engine.record import Message
-from engine.retention import (
+from mqstore.conf.settings import StoreSettings
+from mqstore.engine.diskguard import DiskGuard
+from mqstore.engine.record import Message
+from mqstore.engine.retention import (
     CleanReason,
     Retention,
     SegmentFileInfo,

@@ -8,16 +8,16 @@ import sys
 import textwrap
 from pathlib import Path
 
-from conf.settings import StoreSettings
+from mqstore.conf.settings import StoreSettings
+from mqstore.workers.cleaner import clean_once
 from tests.retention.helpers import HOUR_MS, SEG, Clock, build_log, set_mtime
-from workers.cleaner import clean_once
 
 REPO = Path(__file__).resolve().parents[2]
 
 READER = textwrap.dedent(
     """
     import sys
-    from engine.segment_queue import SegmentQueue
+    from mqstore.engine.segment_queue import SegmentQueue
     q = SegmentQueue(sys.argv[1], int(sys.argv[2]), read_only=True)
     q.load()
     first = q.first()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conf.load import load_settings
-from conf.settings import StoreSettings
+from mqstore.conf.load import load_settings
+from mqstore.conf.settings import StoreSettings
 
 
 def test_defaults_are_rocketmq_4_9_8() -> None:

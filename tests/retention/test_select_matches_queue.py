@@ -10,9 +10,9 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.retention import SegmentFileInfo, select_expired
-from engine.segment import Segment
-from engine.segment_queue import SegmentQueue
+from mqstore.engine.retention import SegmentFileInfo, select_expired
+from mqstore.engine.segment import Segment
+from mqstore.engine.segment_queue import SegmentQueue
 from tests.retention.helpers import Clock, set_mtime
 
 SIZE = 4096

@@ -7,16 +7,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from conf.settings import StoreSettings
-from engine.commitlog import CommitLog
-from engine.consumequeue import ConsumeQueueStore
-from engine.dispatch import Dispatcher
-from engine.reader import Geometry
-from engine.record import Message
-from engine.retention import dispatched_offset_from_files
-from engine.segment_queue import SegmentQueue
+from mqstore.conf.settings import StoreSettings
+from mqstore.engine.commitlog import CommitLog
+from mqstore.engine.consumequeue import ConsumeQueueStore
+from mqstore.engine.dispatch import Dispatcher
+from mqstore.engine.reader import Geometry
+from mqstore.engine.record import Message
+from mqstore.engine.retention import dispatched_offset_from_files
+from mqstore.engine.segment_queue import SegmentQueue
+from mqstore.workers.cleaner import clean_once
 from tests.retention.helpers import BODY, HOUR_MS, SEG, Clock, set_mtime
-from workers.cleaner import clean_once
 
 CQ_FILE = 4 * 20
 S = StoreSettings(

@@ -17,11 +17,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from engine.commitlog import CommitLog
-from engine.record import DecodedRecord
-from ipc import channel
-from ipc.control import leftover_shm
-from ipc.filler import is_filler
+from mqstore.engine.commitlog import CommitLog
+from mqstore.engine.record import DecodedRecord
+from mqstore.ipc import channel
+from mqstore.ipc.control import leftover_shm
+from mqstore.ipc.filler import is_filler
 
 REPO = Path(__file__).resolve().parent.parent.parent
 DEFAULT_CONFIG: dict[str, Any] = {
@@ -72,7 +72,7 @@ class Store:
         full_env["PYTHONPATH"] = str(REPO) + os.pathsep + full_env.get("PYTHONPATH", "")
         self._log = open(self.log_path, "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "workers.cli", "start", str(self.path)],
+            [sys.executable, "-m", "mqstore", "start", str(self.path)],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env=full_env,

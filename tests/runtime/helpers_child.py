@@ -14,8 +14,8 @@ import os
 import sys
 import time
 
-from ipc import control as c
-from ipc.client import StoreClient
+from mqstore.ipc import control as c
+from mqstore.ipc.client import StoreClient
 
 
 def hold_lock(store_dir: str) -> None:

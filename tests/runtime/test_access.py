@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from ipc import access, channel
-from ipc import control as c
-from ipc.client import _attach_checked
-from ipc.locks import RESERVE_LOCK
 from mqstore import StoreAccessDenied, StoreClient
+from mqstore.ipc import access, channel
+from mqstore.ipc import control as c
+from mqstore.ipc.client import _attach_checked
+from mqstore.ipc.locks import RESERVE_LOCK
 from tests.runtime.conftest import StoreFactory
 from tests.runtime.harness import Store
 

@@ -13,8 +13,8 @@ from collections import Counter
 
 import pytest
 
-from engine.reader import GetResult
 from mqstore import AsyncStoreClient, PutMessageStatus
+from mqstore.engine.reader import GetResult
 from tests.runtime.conftest import StoreFactory
 from tests.runtime.harness import REPO, Store
 
@@ -199,10 +199,10 @@ def test_pull_through_consume_queues(store: Store) -> None:
     """`read_path="consume_queues"`: pulls go through engine.reader over consume queues
     (written by the store's dispatcher worker, or here by the engine's dispatcher when
     the store runs none), limited to the flushed offset."""
-    from conf.settings import StoreSettings
-    from engine.dispatch import Dispatcher
-    from engine.reader import Geometry
     from mqstore import StoreClient
+    from mqstore.conf.settings import StoreSettings
+    from mqstore.engine.dispatch import Dispatcher
+    from mqstore.engine.reader import Geometry
 
     with StoreClient.attach(store.path) as client:
         rs = [client.put("cq", f"m{i}".encode(), queue_id=2) for i in range(10)]

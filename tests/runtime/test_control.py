@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ipc import control as c
-from ipc.locks import FileLock, StoreLockHeld, store_lock_holder, take_store_lock
+from mqstore.ipc import control as c
+from mqstore.ipc.locks import FileLock, StoreLockHeld, store_lock_holder, take_store_lock
 
 
 @pytest.fixture
@@ -116,7 +116,7 @@ def test_store_lock_names_its_holder(tmp_path: Path) -> None:
 
 
 def test_client_row_has_a_field_per_put_status() -> None:
-    from ipc.results import PutMessageStatus
+    from mqstore.ipc.results import PutMessageStatus
 
     assert len(PutMessageStatus) == c.STATUS_FIELDS
     assert c.CLIENTS_OFF + c.MAX_CLIENTS * c.CLIENT_ROW <= c.SLOTS_OFF

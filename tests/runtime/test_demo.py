@@ -12,10 +12,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ipc.control import leftover_shm
+from mqstore.ipc.control import leftover_shm
+from mqstore.workers.commands.demo import percentile
 from tests.runtime.conftest import StoreFactory
 from tests.runtime.harness import REPO, Store
-from workers.commands.demo import percentile
 
 
 def _env() -> dict[str, str]:
@@ -34,7 +34,7 @@ def _processes_mentioning(path: Path) -> list[str]:
 def test_percentile_of_buckets() -> None:
     from collections import Counter
 
-    from workers.commands.demo import _bucket
+    from mqstore.workers.commands.demo import _bucket
 
     hist = Counter(_bucket(us) for us in [10.0] * 99 + [1000.0])
     assert 10 <= percentile(hist, 0.5) <= 10.5
@@ -49,7 +49,7 @@ def test_demo_command_against_a_running_store(store: Store, read_path: str) -> N
     consume queues through engine.reader."""
     proc = subprocess.run(
         [
-            sys.executable, "-m", "workers.cli", "demo", str(store.path), "--producers", "1",
+            sys.executable, "-m", "mqstore", "demo", str(store.path), "--producers", "1",
             "--sync-producers", "2", "--messages", "3000", "--body-bytes", "100",
             "--consumer", "--read-path", read_path, "--json",
         ],
@@ -72,7 +72,7 @@ def test_demo_command_against_a_running_store(store: Store, read_path: str) -> N
 
 def test_demo_command_without_a_store(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "workers.cli", "demo", str(tmp_path), "--messages", "10"],
+        [sys.executable, "-m", "mqstore", "demo", str(tmp_path), "--messages", "10"],
         capture_output=True, text=True, timeout=60, env=_env(), cwd=str(REPO),
     )  # fmt: skip
     assert proc.returncode == 2
@@ -84,7 +84,7 @@ def test_make_run_bounded_demo_stops_cleanly_and_checks_out(tmp_path: Path) -> N
     store = tmp_path / "demo"
     proc = subprocess.run(
         [
-            sys.executable, "-m", "workers.demo_run", str(store), "--seconds", "6",
+            sys.executable, "-m", "mqstore.workers.demo_run", str(store), "--seconds", "6",
             "--load-seconds", "2", "--producers", "1", "--sync-producers", "1", "--json",
         ],
         capture_output=True, text=True, timeout=180, env=_env(), cwd=str(REPO),
@@ -100,7 +100,7 @@ def test_make_run_bounded_demo_stops_cleanly_and_checks_out(tmp_path: Path) -> N
     assert _processes_mentioning(store) == []
     assert not (store / "abort").exists()
     check = subprocess.run(
-        [sys.executable, "-m", "workers.cli", "check", str(store)],
+        [sys.executable, "-m", "mqstore", "check", str(store)],
         capture_output=True, text=True, timeout=120, env=_env(), cwd=str(REPO),
     )  # fmt: skip
     assert check.returncode == 0, check.stdout + check.stderr
@@ -110,7 +110,7 @@ def test_demo_exits_non_zero_when_puts_fail(make_store: StoreFactory) -> None:
     st = make_store(env={"MQSTORE_FAULTS": "fdatasync:EIO", "MQSTORE_FAULTS_FOR": "flusher"})
     proc = subprocess.run(
         [
-            sys.executable, "-m", "workers.cli", "demo", str(st.path), "--producers", "0",
+            sys.executable, "-m", "mqstore", "demo", str(st.path), "--producers", "0",
             "--sync-producers", "1", "--messages", "50", "--json",
         ],
         capture_output=True, text=True, timeout=120, env=_env(), cwd=str(REPO),

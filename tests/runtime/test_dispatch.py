@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from conf.load import load_settings
-from engine.reader import GetStatus, StoreReader
-from ipc.commit import pid_alive
-from ipc.filler import is_filler
 from mqstore import PutMessageStatus, StoreClient
+from mqstore.conf.load import load_settings
+from mqstore.engine.reader import GetStatus, StoreReader
+from mqstore.ipc.commit import pid_alive
+from mqstore.ipc.filler import is_filler
 from tests.runtime.conftest import StoreFactory
 from tests.runtime.harness import REPO, Store, wait_for
 
@@ -128,7 +128,7 @@ def test_crash_of_the_whole_store_recovers_queues_from_the_log(make_store: Store
     assert nxt.status is OK and nxt.queue_offset == 25
     assert st.stop() == 0
     check = subprocess.run(
-        [sys.executable, "-m", "workers.cli", "check", str(st.path)],
+        [sys.executable, "-m", "mqstore", "check", str(st.path)],
         capture_output=True, text=True, cwd=str(REPO), timeout=60,
     )  # fmt: skip
     assert check.returncode == 0, check.stdout + check.stderr
@@ -141,7 +141,7 @@ def test_status_shows_the_disk_as_the_cleaner_sees_it(make_store: StoreFactory) 
     assert disk["disk_full"] is False
     assert 0.0 < disk["ratio"] <= 1.0
     table = subprocess.run(
-        [sys.executable, "-m", "workers.cli", "status", str(st.path)],
+        [sys.executable, "-m", "mqstore", "status", str(st.path)],
         capture_output=True, text=True, cwd=str(REPO), timeout=60,
     )  # fmt: skip
     assert table.returncode == 0, table.stderr

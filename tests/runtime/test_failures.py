@@ -11,11 +11,11 @@ import sys
 
 import pytest
 
-from engine.checkpoint import StoreCheckpoint
-from engine.storedir import read_flushed_offset
-from ipc.commit import pid_alive
-from ipc.filler import is_filler
 from mqstore import PutMessageStatus, StoreClient
+from mqstore.engine.checkpoint import StoreCheckpoint
+from mqstore.engine.storedir import read_flushed_offset
+from mqstore.ipc.commit import pid_alive
+from mqstore.ipc.filler import is_filler
 from tests.runtime.conftest import StoreFactory
 from tests.runtime.harness import REPO, Store, check_chain, wait_for
 
@@ -95,7 +95,7 @@ def test_worker_killed_is_restarted(store: Store, name: str) -> None:
 def test_second_supervisor_is_refused_naming_the_holder(store: Store) -> None:
     assert store.proc is not None
     out = subprocess.run(
-        [sys.executable, "-m", "workers.cli", "start", str(store.path)],
+        [sys.executable, "-m", "mqstore", "start", str(store.path)],
         capture_output=True,
         text=True,
         cwd=str(REPO),
@@ -138,7 +138,7 @@ def test_graceful_stop_writes_checkpoint_and_removes_abort(store: Store) -> None
 
 def test_mqstore_stop_command(store: Store) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "workers.cli", "stop", str(store.path)],
+        [sys.executable, "-m", "mqstore", "stop", str(store.path)],
         capture_output=True,
         text=True,
         cwd=str(REPO),
@@ -149,7 +149,7 @@ def test_mqstore_stop_command(store: Store) -> None:
     assert store.proc.wait(60) == 0  # it stopped by itself: no second signal
     assert store.stop() == 0
     again = subprocess.run(
-        [sys.executable, "-m", "workers.cli", "stop", str(store.path)],
+        [sys.executable, "-m", "mqstore", "stop", str(store.path)],
         capture_output=True,
         text=True,
         cwd=str(REPO),
@@ -221,7 +221,7 @@ def test_dirty_tail_is_recovered_at_start(make_store: StoreFactory) -> None:
 def test_bad_config_halts(make_store: StoreFactory) -> None:
     st = make_store({"flush_disk_type": "SOMETIMES"}, start=False)
     proc = subprocess.run(
-        [sys.executable, "-m", "workers.cli", "start", str(st.path)],
+        [sys.executable, "-m", "mqstore", "start", str(st.path)],
         capture_output=True,
         text=True,
         cwd=str(REPO),
@@ -279,7 +279,7 @@ def test_status_command_json_and_table(store: Store) -> None:
         for _ in range(10):
             assert client.put("t", b"x" * 64).status is OK
         out = subprocess.run(
-            [sys.executable, "-m", "workers.cli", "status", str(store.path), "--json"],
+            [sys.executable, "-m", "mqstore", "status", str(store.path), "--json"],
             capture_output=True, text=True, cwd=str(REPO), timeout=60,
         )  # fmt: skip
     assert out.returncode == 0, out.stderr
@@ -296,7 +296,7 @@ def test_status_command_json_and_table(store: Store) -> None:
     assert doc["fsync"]["total"] >= 1 and doc["fsync"]["msgs_per_fsync"] > 0
     assert 0 < doc["latency_us"]["p50"] <= doc["latency_us"]["p99"]
     table = subprocess.run(
-        [sys.executable, "-m", "workers.cli", "status", str(store.path)],
+        [sys.executable, "-m", "mqstore", "status", str(store.path)],
         capture_output=True, text=True, cwd=str(REPO), timeout=60,
         env={**os.environ, "COLUMNS": "120"},
     )  # fmt: skip

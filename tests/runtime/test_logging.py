@@ -7,9 +7,9 @@ import os
 import re
 import signal
 
+from mqstore.workers.base import log_line
 from tests.runtime.conftest import StoreFactory
 from tests.runtime.harness import wait_for
-from workers.base import log_line
 
 LINE = re.compile(r"^<([3467])>(ERROR|WARNING|INFO|DEBUG) mqstore [a-z]+: \S")
 

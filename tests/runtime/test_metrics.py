@@ -15,9 +15,9 @@ import urllib.request
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
+from mqstore.workers.dispatcher import MAX_RECORDS_PER_ROUND
 from tests.runtime.conftest import StoreFactory
 from tests.runtime.harness import REPO, Store, wait_for
-from workers.dispatcher import MAX_RECORDS_PER_ROUND
 
 PRODUCER = """
 import sys

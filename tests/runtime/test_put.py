@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from engine.record import Message
 from mqstore import PutMessageStatus, PutResult, StoreClient
+from mqstore.engine.record import Message
 from tests.runtime.conftest import StoreFactory
 from tests.runtime.harness import REPO, Store, check_chain, wait_for
 
@@ -187,8 +187,8 @@ def test_pool_off_writes_through_the_mapping(make_store: StoreFactory) -> None:
 
 
 def test_disk_full_word_refuses_puts_until_cleared(store: Store) -> None:
-    from engine.diskguard import DISK_FULL_BIT
-    from ipc import control as c
+    from mqstore.engine.diskguard import DISK_FULL_BIT
+    from mqstore.ipc import control as c
 
     with StoreClient.attach(store.path) as client:
         assert client.put("d", b"before", queue_id=0).status is OK
@@ -216,8 +216,8 @@ def test_put_batch_rejects_unknown_fields_and_oversized_batches(store: Store) ->
 
 
 def test_client_encoding_matches_the_reference_encoder(store: Store) -> None:
-    from engine import record
-    from engine.commitlog import CommitLog
+    from mqstore.engine import record
+    from mqstore.engine.commitlog import CommitLog
 
     cases = [
         ("t", None, None, None),
@@ -273,7 +273,7 @@ def test_queue_spreading_follows_the_topics_queue_count(store: Store) -> None:
         first = [client.put("spread", b"x", wait_store=False).queue_id for _ in range(8)]
         assert sorted(set(first)) == [0, 1, 2, 3]  # the default: 4 queues
         out = subprocess.run(
-            [sys.executable, "-m", "workers.cli", "topic", str(store.path), "set", "spread",
+            [sys.executable, "-m", "mqstore", "topic", str(store.path), "set", "spread",
              "--queues", "2"],
             capture_output=True, text=True, cwd=str(REPO), timeout=60,
         )  # fmt: skip

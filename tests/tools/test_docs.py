@@ -8,8 +8,8 @@ import dataclasses
 import re
 from pathlib import Path
 
-from conf.load import RMQ_TO_FIELD
-from engine.recovery import RecoveryReport
+from mqstore.conf.load import RMQ_TO_FIELD
+from mqstore.engine.recovery import RecoveryReport
 
 REPO = Path(__file__).resolve().parent.parent.parent
 DOCS = REPO / "docs"

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from engine.checkpoint import CheckpointFields
-from engine.commitlog import CommitLog
-from engine.record import Message, make_msg_id
-from workers.cli import main
+from mqstore.engine.checkpoint import CheckpointFields
+from mqstore.engine.commitlog import CommitLog
+from mqstore.engine.record import Message, make_msg_id
+from mqstore.workers.cli import main
 
 StoreCopy = Callable[[str], Path]
 BROKER_CONFS = Path(__file__).resolve().parent.parent / "data" / "broker-conf"
@@ -252,7 +252,10 @@ def test_console_script_dump_piped_to_head_exits_cleanly(real_store_copy: StoreC
 def test_make_run_engine_demo_writes_a_store_that_checks_out(tmp_path: Path) -> None:
     store = tmp_path / "demo"
     proc = subprocess.run(
-        [sys.executable, "-m", "workers.demo_run", str(store), "--engine", "--messages", "500"],
+        [
+            sys.executable, "-m", "mqstore.workers.demo_run", str(store),
+            "--engine", "--messages", "500",
+        ],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr

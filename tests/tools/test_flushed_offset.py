@@ -3,8 +3,8 @@
 from collections.abc import Callable
 from pathlib import Path
 
-from engine import fileio
-from engine.storedir import (
+from mqstore.engine import fileio
+from mqstore.engine.storedir import (
     FLUSHED_OFFSET_FILE,
     list_segments,
     read_flushed_offset,

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.recovery import read_report
-from ipc.locks import take_store_lock
-from workers.cli import main
+from mqstore.engine.recovery import read_report
+from mqstore.ipc.locks import take_store_lock
+from mqstore.workers.cli import main
 
 StoreCopy = Callable[[str], Path]
 

@@ -7,8 +7,8 @@ import os
 import sys
 from pathlib import Path
 
-from conf.load import ConfigError, load_settings
-from engine.storedir import StoreDir, StoreDirError
+from mqstore.conf.load import ConfigError, load_settings
+from mqstore.engine.storedir import StoreDir, StoreDirError
 
 
 def add_store_arguments(p: argparse.ArgumentParser) -> None:

@@ -10,14 +10,14 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from conf.load import ConfigError, load_settings
-from engine.reader import StoreReader
-from engine.record import DecodedRecord
-from ipc.channel import SupervisorUnavailable
-from ipc.client import StoreClient
-from ipc.filler import is_filler
-from ipc.locks import store_lock_holder
-from ipc.reads import ClientReads, for_client
+from mqstore.conf.load import ConfigError, load_settings
+from mqstore.engine.reader import StoreReader
+from mqstore.engine.record import DecodedRecord
+from mqstore.ipc.channel import SupervisorUnavailable
+from mqstore.ipc.client import StoreClient
+from mqstore.ipc.filler import is_filler
+from mqstore.ipc.locks import store_lock_holder
+from mqstore.ipc.reads import ClientReads, for_client
 
 
 class Reads:

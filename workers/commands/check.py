@@ -13,8 +13,8 @@ import argparse
 import dataclasses
 import json
 
-from engine.findings import Severity
-from workers.commands._common import add_store_arguments, open_store
+from mqstore.engine.findings import Severity
+from mqstore.workers.commands._common import add_store_arguments, open_store
 
 NAME = "check"
 HELP = "verify every record (CRC included), the file chain and the checkpoint of a store"

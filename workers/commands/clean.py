@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from conf.load import ConfigError, load_settings
-from engine import fileio
-from engine.segment import SegmentNameError, SegmentSizeError
-from workers.cleaner import REQUEST_FILE, clean_once, read_status, store_is_running
+from mqstore.conf.load import ConfigError, load_settings
+from mqstore.engine import fileio
+from mqstore.engine.segment import SegmentNameError, SegmentSizeError
+from mqstore.workers.cleaner import REQUEST_FILE, clean_once, read_status, store_is_running
 
 NAME = "clean"
 HELP = "delete expired commit-log segments (and consume-queue/index files below them) now"

@@ -10,7 +10,7 @@ import sys
 from enum import Enum
 from pathlib import Path
 
-from conf.load import ConfigError, load_settings
+from mqstore.conf.load import ConfigError, load_settings
 
 NAME = "config"
 HELP = "show the effective store settings and where each came from"

@@ -37,8 +37,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.storedir import read_flushed_offset
-from ipc import channel
+from mqstore.engine.storedir import read_flushed_offset
+from mqstore.ipc import channel
 
 NAME = "demo"
 HELP = "load generator against a running store: producers (sync, async), consumer, live line"
@@ -160,7 +160,7 @@ def _producer(
 ) -> None:
     """One producer process: put until the deadline, the quota or `stop`; report deltas."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
-    from ipc.client import StoreClient
+    from mqstore.ipc.client import StoreClient
 
     kind = "sync" if sync else "async"
     ok = 0
@@ -203,7 +203,7 @@ class _LogSource:
     """This run's records straight from the log (no dispatcher needed)."""
 
     def __init__(self, store_dir: str, start: int) -> None:
-        from ipc.logtail import LogTail
+        from mqstore.ipc.logtail import LogTail
 
         self.tail = LogTail(store_dir, start)
 
@@ -223,9 +223,9 @@ class _QueueSource:
     pull every queue of the topic from where it ended when the run started."""
 
     def __init__(self, store_dir: str, topic: str, offsets: list[int] | None = None) -> None:
-        from conf.load import load_settings
-        from engine.reader import StoreReader
-        from ipc.filler import is_filler
+        from mqstore.conf.load import load_settings
+        from mqstore.engine.reader import StoreReader
+        from mqstore.ipc.filler import is_filler
 
         settings = load_settings(Path(store_dir), None, os.environ).settings
         self.topic = topic
@@ -244,7 +244,7 @@ class _QueueSource:
         self.position = 0
 
     def poll(self, _limit: int) -> Any:
-        from engine.reader import GetStatus
+        from mqstore.engine.reader import GetStatus
 
         moving = (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE, GetStatus.OFFSET_FOUND_NULL)
         for q in self.queues:

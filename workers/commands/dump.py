@@ -11,8 +11,8 @@ import argparse
 import json
 import sys
 
-from engine.commitlog import ScanStop
-from workers.commands._common import add_store_arguments, open_store
+from mqstore.engine.commitlog import ScanStop
+from mqstore.workers.commands._common import add_store_arguments, open_store
 
 NAME = "dump"
 HELP = "print every message record of a store as one JSON object per line"

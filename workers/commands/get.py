@@ -21,15 +21,15 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from conf.load import ConfigError, load_settings
-from engine import fileio
-from engine.indexfile import IndexGeometryError
-from engine.reader import MAX_TIMESTAMP_MS, GetStatus, MaxOffsetFn, StoreReader
-from engine.record import DecodedRecord
-from engine.segment import SegmentNameError, SegmentSizeError
-from engine.storedir import read_flushed_offset
-from ipc.filler import is_filler
-from ipc.locks import store_lock_holder
+from mqstore.conf.load import ConfigError, load_settings
+from mqstore.engine import fileio
+from mqstore.engine.indexfile import IndexGeometryError
+from mqstore.engine.reader import MAX_TIMESTAMP_MS, GetStatus, MaxOffsetFn, StoreReader
+from mqstore.engine.record import DecodedRecord
+from mqstore.engine.segment import SegmentNameError, SegmentSizeError
+from mqstore.engine.storedir import read_flushed_offset
+from mqstore.ipc.filler import is_filler
+from mqstore.ipc.locks import store_lock_holder
 
 NAME = "get"
 HELP = "read messages by queue offset, message id, physical offset, key or time"

@@ -12,8 +12,8 @@ import json
 import sys
 from pathlib import Path
 
-from engine.offsets import ConsumerOffsets
-from workers.commands._reads import open_reads
+from mqstore.engine.offsets import ConsumerOffsets
+from mqstore.workers.commands._reads import open_reads
 
 NAME = "offsets"
 HELP = "consumer groups' committed offsets, max offsets and lag"

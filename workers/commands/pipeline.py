@@ -195,7 +195,7 @@ def _print_audit(result: Any, as_json: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline import jobs, session, storefs
+    from mqstore.pipeline import jobs, session, storefs
 
     try:
         listing = storefs.open_store(args.store_dir)

@@ -13,8 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from workers.commands._reads import open_reads, print_records
-from workers.commands.get import parse_time_ms
+from mqstore.workers.commands._reads import open_reads, print_records
+from mqstore.workers.commands.get import parse_time_ms
 
 NAME = "query"
 HELP = "find messages by key through the index"

@@ -18,14 +18,14 @@ import os
 import sys
 from pathlib import Path
 
-from conf.load import ConfigError, load_settings
-from engine import fileio
-from engine.indexfile import IndexGeometryError
-from engine.record import RecordHeader
-from engine.recovery import recover_store, write_report
-from engine.segment import SegmentNameError, SegmentSizeError
-from ipc.filler import FILLER_FLAG
-from ipc.locks import StoreLockHeld, store_lock_holder, take_store_lock
+from mqstore.conf.load import ConfigError, load_settings
+from mqstore.engine import fileio
+from mqstore.engine.indexfile import IndexGeometryError
+from mqstore.engine.record import RecordHeader
+from mqstore.engine.recovery import recover_store, write_report
+from mqstore.engine.segment import SegmentNameError, SegmentSizeError
+from mqstore.ipc.filler import FILLER_FLAG
+from mqstore.ipc.locks import StoreLockHeld, store_lock_holder, take_store_lock
 
 NAME = "recover"
 HELP = "recover a stopped store offline (validate, cut a torn tail, rebuild queues and index)"

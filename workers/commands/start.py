@@ -21,6 +21,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from workers.supervisor import run_supervisor
+    from mqstore.workers.supervisor import run_supervisor
 
     return run_supervisor(args.store_dir, args.config, args.metrics_port)

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ipc import channel
+from mqstore.ipc import channel
 
 NAME = "status"
 HELP = "show positions, lags, pool, flags, workers, put rates and latency, fsyncs"

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from ipc.locks import store_lock_holder
+from mqstore.ipc.locks import store_lock_holder
 
 NAME = "stop"
 HELP = "stop the store's supervisor gracefully (drain, checkpoint) and wait for it"
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
     else:
-        from ipc import channel
+        from mqstore.ipc import channel
 
         try:
             channel.request(store, {"op": "stop"})

@@ -21,13 +21,13 @@ import sys
 import time
 from pathlib import Path
 
-from engine import topics
-from engine.offsets import ConsumerOffsets
-from engine.reader import GetStatus
-from ipc.channel import SupervisorUnavailable
-from ipc.client import StoreClient
-from ipc.reads import ClientReads, for_client
-from workers.commands._reads import print_records
+from mqstore.engine import topics
+from mqstore.engine.offsets import ConsumerOffsets
+from mqstore.engine.reader import GetStatus
+from mqstore.ipc.channel import SupervisorUnavailable
+from mqstore.ipc.client import StoreClient
+from mqstore.ipc.reads import ClientReads, for_client
+from mqstore.workers.commands._reads import print_records
 
 NAME = "tail"
 HELP = "follow new messages of a running store (and commit a group's offsets)"

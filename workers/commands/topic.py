@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from engine import fileio, topics
+from mqstore.engine import fileio, topics
 
 NAME = "topic"
 HELP = "list topics, or set a topic's queue count"
