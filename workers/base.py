@@ -1,6 +1,6 @@
 """What every worker process shares: exit codes, its context, and the loop's shape.
 
-A worker is started by the supervisor as `python -m workers.worker_main NAME INDEX DIR
+A worker is started by the supervisor as `python -m mqstore.workers.worker_main NAME INDEX DIR
 CTL POOL [CONFIG]`; `worker_main` loads the settings, maps the control block, builds a
 `WorkerContext` and calls the spec's target `main(ctx) -> int`. Exit codes are the
 protocol back to the supervisor (gunicorn's arbiter style):

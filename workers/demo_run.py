@@ -1,6 +1,6 @@
 """`make run`: start a demo store in the foreground, put a demo load through it, show it.
 
-    python -m workers.demo_run [DIR] [--seconds S] [--load-seconds L] [--engine]
+    python -m mqstore.workers.demo_run [DIR] [--seconds S] [--load-seconds L] [--engine]
 
 1. Recreates DIR (default `data/demo`; refused while a supervisor holds it) with a
    `mqstore.toml` (SYNC_FLUSH, 16 MiB segments) and runs `mqstore start DIR` as a

@@ -7,6 +7,7 @@ packages of its own named `engine`, `conf` and `ipc`.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import zipfile
@@ -114,3 +115,21 @@ def test_every_documented_exception_is_importable_from_mqstore() -> None:
         exc = getattr(mqstore, name)
         assert isinstance(exc, type) and issubclass(exc, Exception), name
         assert name in mqstore.__all__
+
+
+def test_no_module_is_run_or_imported_by_its_bare_name() -> None:
+    """ruff's banned-api catches `import engine`; this catches the names in strings that
+    it cannot see (`python -m workers.cli`, `import_module("engine.x")`, "pkg.mod:main"),
+    which would load a second copy of a module from the checkout's top-level folder."""
+    bare = "|".join(SUBPACKAGES)
+    pattern = re.compile(
+        rf"""(-m["',\s]+|import_module\(\s*f?["'])({bare})\.\w"""  # run or imported
+        rf"""|["']({bare})(\.\w+)+:\w+["']"""  # an entry point, "pkg.mod:main"
+    )
+    found = []
+    for folder in (*SUBPACKAGES, "mqstore", "bench", "tests"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            for no, line in enumerate(path.read_text().splitlines(), 1):
+                if pattern.search(line) and path.name != "test_install.py":
+                    found.append(f"{path.relative_to(REPO)}:{no}: {line.strip()}")
+    assert not found, "\n".join(found)

@@ -1,6 +1,6 @@
 """A real supervisor in a subprocess on a temporary store, for the runtime and load suites.
 
-`Store.start()` runs `python -m workers.cli start DIR` and waits (polling, generous
+`Store.start()` runs `python -m mqstore start DIR` and waits (polling, generous
 timeout) until it answers a status request; `stop()` sends SIGTERM and returns the exit
 code. `shm_leftovers()` lists this store's shared-memory names. Reading helpers decode
 the whole log with the engine's read side.

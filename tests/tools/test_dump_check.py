@@ -241,7 +241,7 @@ def test_wrong_configured_geometry_and_not_a_store(
 def test_console_script_dump_piped_to_head_exits_cleanly(real_store_copy: StoreCopy) -> None:
     store = real_store_copy("broker-4.2-unit-store")
     proc = subprocess.run(
-        f"{sys.executable} -m workers.cli dump {store} | head -n 2",
+        f"{sys.executable} -m mqstore dump {store} | head -n 2",
         shell=True, capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     lines = proc.stdout.splitlines()
