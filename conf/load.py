@@ -1,19 +1,28 @@
 """Load `StoreSettings` from defaults <- TOML <- broker.conf <- env, with provenance.
 
 `load_settings` is the public entry point; it reads at most two small files.
+
+A `broker.conf` key is read when mqstore implements it (its RocketMQ key, the 4.0-4.2
+`maped` spelling, or mqstore's own setting name), listed as ignored when it is one of
+RocketMQ's other keys (`conf.rocketmq_keys`), and refused otherwise, with the closest
+known keys: a misspelt `flushDiskTyp` must not leave the store on ASYNC_FLUSH unseen. A
+missing or unreadable file, bad TOML, an unknown TOML key and a bad value are all
+`ConfigError`, which `mqstore start` and `config show` turn into exit 3.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import ipaddress
 import math
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mqstore.conf.rocketmq_keys import ROCKETMQ_KEYS
 from mqstore.conf.settings import FlushDiskType, StoreSettings
 
 FIELDS = {f.name: f for f in dataclasses.fields(StoreSettings)}
@@ -139,9 +148,33 @@ def _validate(name: str, value: Any, source: str) -> None:
             )
 
 
+def _read_text(path: Path) -> str:
+    """The config file's text; a missing or unreadable file is a ConfigError (exit 3 at
+    `mqstore start`), not a traceback."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise ConfigError(f"cannot read the config file {path}: {why}") from None
+
+
+def _did_you_mean(key: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.75)
+    return f"; did you mean {' or '.join(repr(k) for k in close)}?" if close else ""
+
+
+def _unknown_key(key: str, src: str) -> ConfigError:
+    """A broker.conf key that is neither read by mqstore nor one of RocketMQ's."""
+    known = {*RMQ_TO_FIELD, *FIELDS, *ROCKETMQ_KEYS}
+    return ConfigError(
+        f"{key}: unknown key at {src}: neither an mqstore setting nor a RocketMQ "
+        f"broker or store key{_did_you_mean(key, known)}"
+    )
+
+
 def _parse_properties(path: Path) -> list[tuple[str, str, int]]:
     out = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for lineno, line in enumerate(_read_text(path).splitlines(), 1):
         s = line.strip()
         if not s or s[0] in "#!":
             continue
@@ -181,20 +214,26 @@ def load_settings(
                 break
     if config_path is not None:
         if config_path.suffix == ".toml":
-            data = tomllib.loads(config_path.read_text(encoding="utf-8"))
+            try:
+                data = tomllib.loads(_read_text(config_path))
+            except tomllib.TOMLDecodeError as e:
+                raise ConfigError(f"{config_path} is not valid TOML: {e}") from None
             table = data.get("store", data)
             for key, raw in table.items():
                 if key not in FIELDS:
                     raise ConfigError(
-                        f"{key}: unknown setting in {config_path}; allowed: {sorted(FIELDS)}"
+                        f"{key}: unknown setting in {config_path}{_did_you_mean(key, FIELDS)}"
+                        " (the settings are listed in docs/settings.md)"
                     )
                 values[key] = _coerce(key, raw, str(config_path))
                 sources[key] = str(config_path)
         else:
             for key, raw, lineno in _parse_properties(config_path):
                 src = f"{config_path}:{lineno}"
-                name = RMQ_TO_FIELD.get(key)
+                name = RMQ_TO_FIELD.get(key) or (key if key in FIELDS else None)
                 if name is None:
+                    if key not in ROCKETMQ_KEYS:
+                        raise _unknown_key(key, src)
                     ignored.append(f"{key} ({src})")
                     continue
                 values[name] = _coerce(name, raw, src)

@@ -164,6 +164,16 @@ class StoreSettings:
         return dataclasses.replace(self, **changes)
 
 
+def settings_doc(s: StoreSettings) -> dict[str, Any]:
+    """The settings as plain JSON values (enums by value, tuples as lists), named as the
+    fields: what `config show --json` prints and what the supervisor sends at attach."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(s):
+        v = getattr(s, f.name)
+        out[f.name] = v.value if isinstance(v, Enum) else list(v) if isinstance(v, tuple) else v
+    return out
+
+
 def settings_reference_markdown() -> str:
     """Every setting as a Markdown table, for the generated docs page."""
     lines = [

@@ -38,13 +38,11 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from types import FrameType
 from typing import Any, Final
 
 from mqstore.conf.load import ConfigError, load_settings
-from mqstore.conf.settings import StoreSettings
 from mqstore.engine import fileio
 from mqstore.engine.checkpoint import StoreCheckpoint
 from mqstore.engine.fileio import StoreIOError
@@ -117,14 +115,6 @@ class BootError(Exception):
     def __init__(self, code: ExitCode, message: str) -> None:
         super().__init__(message)
         self.code = code
-
-
-def _settings_doc(s: StoreSettings) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(s):
-        v = getattr(s, f.name)
-        out[f.name] = v.value if isinstance(v, Enum) else list(v) if isinstance(v, tuple) else v
-    return out
 
 
 class Supervisor:

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mqstore.conf.load import ConfigError, load_settings
+from mqstore.conf.load import RMQ_TO_FIELD, ConfigError, load_settings
+from mqstore.conf.rocketmq_keys import ROCKETMQ_KEYS
 
 BROKER_CONFS = Path(__file__).resolve().parent.parent / "data" / "broker-conf"
 
@@ -95,12 +96,90 @@ def test_config_show_prints_values_and_sources(tmp_path: Path) -> None:
     assert doc["flush_interval_ms"] == {"value": 500, "source": "default"}
 
 
-def test_config_show_refuses_a_bad_file_with_exit_2(tmp_path: Path) -> None:
+def test_config_show_refuses_a_bad_file_with_exit_3(tmp_path: Path) -> None:
     p = tmp_path / "bad.toml"
     p.write_text("[store]\nflush_interval_ms = -5\n")
-    out = subprocess.run(
-        [sys.executable, "-m", "mqstore", "config", "show", str(tmp_path), "--config", str(p)],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert out.returncode == 2
+    out = _mqstore("config", "show", str(tmp_path), "--config", str(p))
+    assert out.returncode == 3  # ExitCode.CONFIG_ERROR, as `mqstore start`
     assert "flush_interval_ms: bad value -5" in out.stderr
+
+
+def _mqstore(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mqstore", *argv], capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.parametrize("command", ["start", "config"])
+def test_a_misspelt_broker_conf_key_stops_start_and_config_show(
+    tmp_path: Path, command: str
+) -> None:
+    """`flushDiskTyp=SYNC_FLUSH` used to run the store as ASYNC_FLUSH without a word."""
+    conf = tmp_path / "broker.conf"
+    conf.write_text("brokerName=broker-a\nflushDiskTyp=SYNC_FLUSH\n")
+    store = tmp_path / "store"
+    argv = ["start", str(store)] if command == "start" else ["config", "show", str(store)]
+    out = _mqstore(*argv, "--config", str(conf))
+    said = out.stdout + out.stderr
+    assert out.returncode == 3, said
+    assert f"flushDiskTyp: unknown key at {conf}:2" in said
+    assert "did you mean 'flushDiskType'?" in said
+    assert "Traceback" not in said
+    assert not (store / "lock").exists()  # refused before the store was touched
+
+
+def test_a_whole_deployment_broker_conf_is_read_and_the_rest_listed_as_ignored() -> None:
+    conf = BROKER_CONFS / "broker-4.9-deployment.conf"
+    out = _mqstore("config", "show", "/nonexistent", "--config", str(conf), "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["flush_disk_type"]["value"] == "SYNC_FLUSH"
+    assert doc["file_reserved_time_hours"]["value"] == 48
+    ignored = [entry.split(" ")[0] for entry in doc["ignored"]]
+    assert "brokerName" in ignored
+    assert "namesrvAddr" in ignored
+    assert "storePathConsumeQueue" in ignored
+    assert "flushDiskType" not in ignored
+    assert len(ignored) == 23  # 26 keys, 3 read (deleteWhen, fileReservedTime, flushDiskType)
+
+
+def test_mqstore_setting_names_are_read_from_broker_conf(tmp_path: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text("brokerName=a\nstore_host=10.0.0.9:10911\nheartbeat_interval_ms=250\n")
+    loaded = load_settings(config_path=conf)
+    assert loaded.settings.store_host == "10.0.0.9:10911"
+    assert loaded.settings.heartbeat_interval_ms == 250
+    assert loaded.source_of("heartbeat_interval_ms") == f"{conf}:3"
+
+
+def test_an_unknown_toml_setting_suggests_the_closest(tmp_path: Path) -> None:
+    conf = tmp_path / "mqstore.toml"
+    conf.write_text("[store]\nflush_disk_typ = 'SYNC_FLUSH'\n")
+    with pytest.raises(ConfigError, match=r"flush_disk_typ: .*did you mean 'flush_disk_type'"):
+        load_settings(config_path=conf)
+
+
+def test_every_key_mqstore_reads_is_a_known_rocketmq_key() -> None:
+    """The table of RocketMQ keys and the settings' keys agree (a typo in either shows)."""
+    read = {k for k in RMQ_TO_FIELD if not k.startswith("rocketmq.broker.")}
+    assert read - ROCKETMQ_KEYS == set()
+
+
+@pytest.mark.parametrize("command", ["start", "config"])
+def test_a_missing_config_file_is_one_line_and_exit_3(tmp_path: Path, command: str) -> None:
+    missing = tmp_path / "missing.conf"
+    store = tmp_path / "store"
+    argv = ["start", str(store)] if command == "start" else ["config", "show", str(store)]
+    out = _mqstore(*argv, "--config", str(missing))
+    said = (out.stdout + out.stderr).strip()
+    assert out.returncode == 3, said
+    assert "Traceback" not in said
+    assert len(said.splitlines()) == 1, said
+    assert f"cannot read the config file {missing}: No such file or directory" in said
+
+
+def test_a_config_file_that_is_not_toml_is_a_config_error(tmp_path: Path) -> None:
+    conf = tmp_path / "mqstore.toml"
+    conf.write_text("[store\n")
+    with pytest.raises(ConfigError, match="is not valid TOML"):
+        load_settings(config_path=conf)

@@ -1,16 +1,21 @@
-"""`mqstore config show DIR [--config F] [--json]`: effective settings and their sources."""
+"""`mqstore config show DIR [--config F] [--json]`: effective settings and their sources.
+
+A bad configuration (unknown key, bad value, missing file) exits 3, as `mqstore start`
+does (`ExitCode.CONFIG_ERROR`). The broker.conf keys that mqstore does not use are listed
+after the table (`"ignored"` in the JSON).
+"""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
-from enum import Enum
 from pathlib import Path
 
 from mqstore.conf.load import ConfigError, load_settings
+from mqstore.conf.settings import settings_doc
+from mqstore.workers.base import ExitCode
 
 NAME = "config"
 HELP = "show the effective store settings and where each came from"
@@ -28,14 +33,11 @@ def run(args: argparse.Namespace) -> int:
         loaded = load_settings(args.store_dir, args.config, os.environ)
     except ConfigError as e:
         print(f"mqstore config: {e}", file=sys.stderr)
-        return 2
-    rows = []
-    for f in dataclasses.fields(loaded.settings):
-        v = getattr(loaded.settings, f.name)
-        v = v.value if isinstance(v, Enum) else list(v) if isinstance(v, tuple) else v
-        rows.append((f.name, v, loaded.source_of(f.name)))
+        return int(ExitCode.CONFIG_ERROR)
+    rows = [(n, v, loaded.source_of(n)) for n, v in settings_doc(loaded.settings).items()]
     if args.json:
-        print(json.dumps({n: {"value": v, "source": s} for n, v, s in rows}, indent=2))
+        doc = {n: {"value": v, "source": s} for n, v, s in rows}
+        print(json.dumps({**doc, "ignored": list(loaded.ignored)}, indent=2))
         return 0
     from rich.console import Console
     from rich.table import Table
@@ -43,5 +45,8 @@ def run(args: argparse.Namespace) -> int:
     t = Table("setting", "value", "source")
     for n, v, s in rows:
         t.add_row(n, str(v), s)
-    Console().print(t)
+    console = Console()
+    console.print(t)
+    if loaded.ignored:
+        console.print("ignored (RocketMQ keys mqstore does not use): " + ", ".join(loaded.ignored))
     return 0
