@@ -174,6 +174,21 @@ def settings_doc(s: StoreSettings) -> dict[str, Any]:
     return out
 
 
+def settings_from_doc(doc: dict[str, Any]) -> StoreSettings:
+    """The inverse of `settings_doc`, for a client given the settings of a running store.
+    Raises KeyError or ValueError for a document that is not one (a newer supervisor's
+    extra fields are skipped, so an older client still attaches)."""
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(StoreSettings):
+        v = doc[f.name]
+        if isinstance(f.default, Enum):
+            v = type(f.default)(v)
+        elif isinstance(f.default, tuple):
+            v = tuple(v)
+        values[f.name] = v
+    return StoreSettings(**values)
+
+
 def settings_reference_markdown() -> str:
     """Every setting as a Markdown table, for the generated docs page."""
     lines = [

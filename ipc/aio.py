@@ -428,8 +428,12 @@ class AsyncStoreClient:
             raise ValueError("tags and wait_ms need a store that runs a dispatcher")
         if self._dispatcher:
             if self._reader is None:
-                self._reader = StoreReader.open(
-                    self.store_dir, max_offset_fn=self._limit, is_filler=is_filler
+                assert self._main is not None
+                self._reader = StoreReader(  # the store's geometry, as sent at attach
+                    self.store_dir,
+                    self._main._store_geometry,
+                    max_offset_fn=self._limit,
+                    is_filler=is_filler,
                 )
             return PullResult.of(self._reader.get_messages(topic, queue_id, offset, max_count))
         if self._log_queues is None:

@@ -5,8 +5,10 @@ stale socket file behind; they are derived from the store's real path, like the
 shared-memory names.
 
 * Supervisor: a stream socket `\\0mqstore-<h>-sup`. One JSON object per line each way.
-  `{"op": "attach", "pid": P}` -> names and layout (the connection then stays open: the
-  client's row is freed when it closes); `{"op": "status"}` -> the status document;
+  `{"op": "attach", "pid": P}` -> names and layout, the store's settings
+  (`conf.settings.settings_doc`) and file geometry (`engine.reader.Geometry`), which a
+  client's reads use instead of guessing (the connection then stays open: the client's
+  row is freed when it closes); `{"op": "status"}` -> the status document;
   `{"op": "stop"}` -> begins a graceful stop.
 * Flusher: a datagram socket `\\0mqs-<h>-<gen>-flush`. Request `<qq` (request id,
   end offset): "answer when the log is flushed up to here"; a request id < 0 only wakes

@@ -44,8 +44,10 @@ import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
+from mqstore.conf.settings import settings_from_doc
 from mqstore.engine import fileio, record
 from mqstore.engine.diskguard import DISK_FULL_BIT, decode_state
+from mqstore.engine.reader import Geometry
 from mqstore.engine.record import (
     END_FILE_MIN_BLANK_LENGTH,
     MESSAGE_MAGIC_CODE,
@@ -225,6 +227,9 @@ class StoreClient:
         # every 100 ms from config/topics.json.
         self._qcounts = QueueCounts(self.store_dir)
         self._store_host = str(info["store_host"])
+        # The store's settings and file sizes, for the read side (`ipc.reads.for_client`).
+        self._store_settings = settings_from_doc(info["settings"])
+        self._store_geometry = Geometry(**info["geometry"])
         self._flusher_addr = channel.flusher_address(self.store_dir, self._generation)
         addr, port, v6 = record.parse_host(self._store_host)
         if v6:

@@ -1,11 +1,15 @@
 """Reads of a running store, in the caller's process: `ClientReads`.
 
-    reads = ClientReads(store_dir, settings, lambda: client_control_block)
+    reads = for_client(client)            # or ClientReads(store_dir, attached)
     r = reads.pull("orders", 0, offset, 32, tags="new || paid", wait_ms=2000)
 
 Everything is read through one `engine.reader.StoreReader` that maps the files read-only
-(nothing goes through another process). Two limits keep every answer durable and
-consistent, read from the control block at each call:
+(nothing goes through another process). Its file sizes and limits come from the running
+store itself (`AttachedStore`: the settings and geometry its supervisor sent at the last
+attach), never from defaults or from the files present: with `--config` outside the store
+directory, the consume-queue size is known before the first consume-queue file exists.
+Two limits keep every answer durable and consistent, read from the control block at each
+call:
 
 - queue reads (`pull`, `min_offset`, `max_offset`, `query`) stop at the dispatcher's
   published position (`OFF_DISPATCHED`): the consume queues and the index are complete
@@ -33,13 +37,11 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, NamedTuple
 
-from mqstore.conf.load import load_settings
 from mqstore.conf.settings import FlushDiskType, StoreSettings
 from mqstore.engine.offsets import ConsumerOffsets
-from mqstore.engine.reader import MAX_TIMESTAMP_MS, StoreReader
+from mqstore.engine.reader import MAX_TIMESTAMP_MS, Geometry, StoreReader
 from mqstore.engine.record import DecodedRecord
 from mqstore.ipc import control as c
 from mqstore.ipc.channel import SupervisorUnavailable
@@ -60,26 +62,27 @@ _EMPTY: Final = frozenset(
     )
 )
 
-ControlBlockGetter = Callable[[], c.ControlBlock]
+
+class AttachedStore(NamedTuple):
+    """What reads need of a running store, as its supervisor gave it at the last attach
+    (the attach reply's `settings` and `geometry`, with the control block it named)."""
+
+    cb: c.ControlBlock
+    settings: StoreSettings
+    geometry: Geometry
 
 
 class ClientReads:
-    """The read API of one running store. See the module docstring."""
+    """The read API of one running store. See the module docstring.
+
+    `attached()` returns the store as attached now (re-attaching after a supervisor
+    restart, or raising SupervisorUnavailable); it is called at every read."""
 
     def __init__(
-        self,
-        store_dir: str | os.PathLike[str],
-        settings: StoreSettings,
-        control_block: ControlBlockGetter,
-        *,
-        sync_flush: bool | None = None,
+        self, store_dir: str | os.PathLike[str], attached: Callable[[], AttachedStore]
     ) -> None:
         self.store_dir = os.fspath(store_dir)
-        self.settings = settings
-        self._cb = control_block
-        if sync_flush is None:
-            sync_flush = settings.flush_disk_type is FlushDiskType.SYNC_FLUSH
-        self._sync = sync_flush
+        self._attached = attached
         self._lock = threading.Lock()
         self._reader: StoreReader | None = None
         self._generation = -1
@@ -90,27 +93,30 @@ class ClientReads:
 
     def dispatched(self) -> int:
         """Where the consume queues and the index end (the dispatcher's position)."""
-        return self._cb().get(c.OFF_DISPATCHED)
+        return self._attached().cb.get(c.OFF_DISPATCHED)
 
     def durable(self) -> int:
         """Flushed under SYNC_FLUSH; under ASYNC_FLUSH what is in the files (committed
         with the pool on, published with it off): `ControlBlock.readable_end`."""
-        return self._cb().readable_end(self._sync)
+        store = self._attached()
+        return store.cb.readable_end(store.settings.flush_disk_type is FlushDiskType.SYNC_FLUSH)
 
     def _open(self, limit: int) -> StoreReader:
         """The reader, reopened when the store restarted since it was opened (recovery may
         have cut files it maps)."""
         self._limit = limit
-        gen = self._cb().generation
+        store = self._attached()
+        gen = store.cb.generation
         if self._reader is not None and gen != self._generation:
             self._reader.close()
             self._reader = None
         if self._reader is None:
-            self._reader = StoreReader.open(
+            self._reader = StoreReader(
                 self.store_dir,
-                self.settings,
+                store.geometry,
                 max_offset_fn=lambda: self._limit,
                 is_filler=is_filler,
+                max_msgs_num_batch=store.settings.max_msgs_num_batch,
             )
             self._generation = gen
         return self._reader
@@ -232,15 +238,15 @@ class ClientReads:
 
 
 def for_client(client: StoreClient) -> ClientReads:
-    """Reads that follow `client`'s control block (re-attaching like a put does when the
-    supervisor restarted) and the store's own settings (`conf.load.load_settings`)."""
-    settings = load_settings(Path(client.store_dir)).settings
+    """Reads that follow `client`'s attach (re-attaching like a put does when the
+    supervisor restarted): its control block and the settings and geometry the supervisor
+    sent with it."""
 
-    def cb() -> c.ControlBlock:
+    def attached() -> AttachedStore:
         with client._tlock:
             why = client._ensure_live()
-        if why:
-            raise SupervisorUnavailable(why)
-        return client._cb
+            if why:
+                raise SupervisorUnavailable(why)
+            return AttachedStore(client._cb, client._store_settings, client._store_geometry)
 
-    return ClientReads(client.store_dir, settings, cb)
+    return ClientReads(client.store_dir, attached)

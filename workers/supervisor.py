@@ -43,10 +43,12 @@ from types import FrameType
 from typing import Any, Final
 
 from mqstore.conf.load import ConfigError, load_settings
+from mqstore.conf.settings import settings_doc
 from mqstore.engine import fileio
 from mqstore.engine.checkpoint import StoreCheckpoint
 from mqstore.engine.fileio import StoreIOError
 from mqstore.engine.indexfile import IndexGeometryError
+from mqstore.engine.reader import Geometry
 from mqstore.engine.recovery import recover_store, write_report
 from mqstore.engine.segment import SegmentNameError, SegmentSizeError
 from mqstore.ipc import access, channel
@@ -233,9 +235,16 @@ class Supervisor:
     def _recover(self, was_dirty: bool) -> tuple[int, dict[tuple[str, int], int]]:
         """RocketMQ's recovery (`engine.recovery`): abnormal when `abort` was there before
         this boot wrote its own. Returns the log's end and the next queue offsets."""
+        # The file sizes this run uses: those of the files already there, else the
+        # settings' (the dispatcher decides the same way); clients get them at attach.
+        self.geometry = Geometry.of(self.store_dir, self.settings)
         try:
             report = recover_store(
-                self.store_dir, self.settings, skip=is_filler_header, abnormal=was_dirty
+                self.store_dir,
+                self.settings,
+                geometry=self.geometry,
+                skip=is_filler_header,
+                abnormal=was_dirty,
             )
             write_report(self.store_dir, report)
         except (SegmentSizeError, SegmentNameError, IndexGeometryError, StoreIOError) as e:
@@ -411,6 +420,10 @@ class Supervisor:
                 "max_message_size_bytes": s.max_message_size_bytes,
                 "default_topic_queue_nums": s.default_topic_queue_nums,
                 "store_host": s.store_host,
+                # Everything a client's reads must know, so it never guesses from defaults
+                # or from the files present (`ipc.reads.AttachedStore`).
+                "settings": settings_doc(s),
+                "geometry": dataclasses.asdict(self.geometry),
             }
         if op == "status":
             return self.status()

@@ -16,7 +16,8 @@ StoreFactory = Callable[..., Store]
 
 @pytest.fixture
 def make_store(tmp_path: Path) -> Iterator[StoreFactory]:
-    """`make_store(config=None, env=None, start=True) -> Store`; all stopped at teardown."""
+    """`make_store(config=None, env=None, start=True, config_outside=False) -> Store`; all
+    stopped at teardown."""
     made: list[Store] = []
 
     def make(
@@ -25,8 +26,9 @@ def make_store(tmp_path: Path) -> Iterator[StoreFactory]:
         *,
         start: bool = True,
         name: str = "store",
+        config_outside: bool = False,
     ) -> Store:
-        s = Store(tmp_path / f"{name}{len(made)}", config)
+        s = Store(tmp_path / f"{name}{len(made)}", config, config_outside=config_outside)
         made.append(s)
         if start:
             s.start(env)

@@ -46,7 +46,8 @@ def wait_for(cond: Callable[[], Any], timeout_s: float = 30.0, what: str = "cond
         time.sleep(0.01)
 
 
-def write_config(store_dir: Path, config: Mapping[str, Any]) -> None:
+def config_toml(config: Mapping[str, Any]) -> str:
+    """`config` as a TOML `[store]` table."""
     lines = ["[store]"]
     for k, v in config.items():
         if isinstance(v, bool):
@@ -55,24 +56,39 @@ def write_config(store_dir: Path, config: Mapping[str, Any]) -> None:
             lines.append(f'{k} = "{v}"')
         else:
             lines.append(f"{k} = {v}")
-    (store_dir / "mqstore.toml").write_text("\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
+
+
+def write_config(store_dir: Path, config: Mapping[str, Any]) -> None:
+    (store_dir / "mqstore.toml").write_text(config_toml(config))
 
 
 class Store:
-    def __init__(self, path: Path, config: Mapping[str, Any] | None = None) -> None:
+    """`config_outside`: the settings go to `<path>.toml` beside the store directory and
+    the supervisor is started with `--config` (as `/etc/mqstore/x.conf` is), so nothing
+    in the store directory tells a client the settings."""
+
+    def __init__(
+        self, path: Path, config: Mapping[str, Any] | None = None, *, config_outside: bool = False
+    ) -> None:
         self.path = path
         self.config = {**DEFAULT_CONFIG, **(config or {})}
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = path.parent / f"{path.name}-supervisor.log"
         path.mkdir(parents=True, exist_ok=True)
-        write_config(path, self.config)
+        self.config_path = path.parent / f"{path.name}.toml" if config_outside else None
+        if self.config_path is None:
+            write_config(path, self.config)
+        else:
+            self.config_path.write_text(config_toml(self.config))
 
     def start(self, env: Mapping[str, str] | None = None, *, wait: bool = True) -> None:
         full_env = {**os.environ, **(env or {})}
         full_env["PYTHONPATH"] = str(REPO) + os.pathsep + full_env.get("PYTHONPATH", "")
         self._log = open(self.log_path, "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mqstore", "start", str(self.path)],
+            [sys.executable, "-m", "mqstore", "start", str(self.path)]
+            + (["--config", str(self.config_path)] if self.config_path else []),
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env=full_env,
