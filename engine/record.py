@@ -364,6 +364,29 @@ _HEADER_TAIL = struct.Struct(">iqi")  # RECONSUMETIMES, PREPARED OFFSET, BODY le
 _V4V4 = struct.Struct(">iIiiiqqiq4siq4siiqi")
 
 
+def store_timestamp_pos(sys_flag: int) -> int:
+    """Where STORETIMESTAMP starts in a record with this SYSFLAG: after BORNHOST, whose
+    width (8 or 20) the BORNHOST_V6 bit chooses (the table in the module docstring)."""
+    return POS_BORNHOST + (20 if sys_flag & _BORN_V6 else 8)
+
+
+def peek_store_timestamp(buf: Buffer, pos: int = 0) -> int | None:
+    """The STORETIMESTAMP (ms) of the message record at `buf[pos:]`, read from its fixed
+    header only (no CRC, no body): for callers that read a file's first ~100 bytes to
+    date it (metrics, the Spark source). None when there is no message record there (a
+    BLANK, zeros, another magic), too few bytes, or a timestamp that is not positive."""
+    if pos + POS_BORNHOST > len(buf):
+        return None
+    _total, magic = _BLANK.unpack_from(buf, pos + POS_TOTALSIZE)
+    if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
+        return None
+    ts_pos = pos + store_timestamp_pos(_I32.unpack_from(buf, pos + POS_SYSFLAG)[0])
+    if ts_pos + 8 > len(buf):
+        return None
+    ts = int(_I64.unpack_from(buf, ts_pos)[0])
+    return ts if ts > 0 else None
+
+
 def _illegal(reason: str) -> EncodedRecord:
     return EncodedRecord(b"", EncodeStatus.MESSAGE_ILLEGAL, reason, 0)
 

@@ -111,7 +111,8 @@ class Window:
                 if _II.unpack_from(buf, q)[0] == self.rest_of_file - q:
                     return SyncPoint(q, True)
                 continue
-            if q + 36 > len(buf) or _I64.unpack_from(buf, q + 28)[0] != self.base + q:
+            po = q + rec.POS_PHYSICALOFFSET  # a record states its own commit-log offset
+            if po + 8 > len(buf) or _I64.unpack_from(buf, po)[0] != self.base + q:
                 continue
             h = rec.check_record(buf, q, check_crc=False, read_body=False)
             if h.status is rec.CheckStatus.OK:

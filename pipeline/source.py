@@ -35,7 +35,6 @@ shared memory, so an executor only needs the files to be reachable by URI.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -63,9 +62,6 @@ FORMAT_NAME = "mqstore"
 DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 _PEEK_BYTES = 128
-_II = struct.Struct(">iI")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
 
 
 def _flag(options: Mapping[str, str], name: str, default: bool) -> bool:
@@ -105,16 +101,7 @@ class SplitPartition(InputPartition):
 def first_store_timestamp(fs: Any, seg: storefs.Segment) -> int | None:
     """The store time of a segment's first record, from a ~100-byte read; None if unsure."""
     raw = storefs.read_range(fs, seg.path, 0, min(_PEEK_BYTES, seg.readable_bytes))
-    if len(raw) < 64:
-        return None
-    _total, magic = _II.unpack_from(raw, 0)
-    if magic not in (rec.MESSAGE_MAGIC_CODE, rec.MESSAGE_MAGIC_CODE_V2):
-        return None
-    sys_flag = _I32.unpack_from(raw, rec.POS_SYSFLAG)[0]
-    ts_pos = rec.POS_BORNHOST + (20 if sys_flag & rec.SysFlag.BORNHOST_V6 else 8)
-    if ts_pos + 8 > len(raw):
-        return None
-    return int(_I64.unpack_from(raw, ts_pos)[0])
+    return rec.peek_store_timestamp(raw)
 
 
 def plan_splits(plan: ReadPlan, flt: RecordFilter) -> list[scan.SplitSpec]:

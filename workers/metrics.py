@@ -11,7 +11,6 @@ wait, append, flush wait: the clients record the total only, exported as
 
 from __future__ import annotations
 
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,16 +24,12 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from mqstore.engine import fileio
+from mqstore.engine import fileio, record
 from mqstore.engine.diskguard import decode_state
-from mqstore.engine.record import SysFlag
 from mqstore.engine.storedir import list_segments
 from mqstore.ipc import control as c
 from mqstore.ipc.results import PutMessageStatus
 from mqstore.workers import stats
-
-_SYS_FLAG = struct.Struct(">i")
-_TS = struct.Struct(">q")
 
 
 def _store_timestamp(path: str) -> int | None:
@@ -49,12 +44,7 @@ def _store_timestamp(path: str) -> int | None:
         return None
     finally:
         fileio.close(fd, path)
-    if len(head) < 80 or _SYS_FLAG.unpack_from(head, 0)[0] <= 0:
-        return None
-    sys_flag = _SYS_FLAG.unpack_from(head, 32)[0]
-    born_host = 20 if sys_flag & SysFlag.BORNHOST_V6 else 8
-    ts = int(_TS.unpack_from(head, 44 + born_host)[0])
-    return ts if ts > 0 else None
+    return record.peek_store_timestamp(head)
 
 
 class StoreCollector(Collector):
