@@ -200,8 +200,12 @@ class StoreDir:
             return None
         return CheckpointFields.from_bytes(p.read_bytes())
 
-    def check(self) -> tuple[list[Finding], CheckSummary]:
-        """Every finding about the directory, and a summary. O(log size)."""
+    def check(self, *, running_pid: int | None = None) -> tuple[list[Finding], CheckSummary]:
+        """Every finding about the directory, and a summary. O(log size).
+
+        `running_pid`: the supervisor holding the store now (the caller asks
+        `ipc.locks.store_lock_holder`; -1 when its pid is unreadable), so that `abort`
+        is reported as the running store's marker, not as an unclean shutdown."""
         out = list(self._geometry_findings)
         if self._log is None:
             assert self._open_error is not None
@@ -219,7 +223,17 @@ class StoreDir:
                 last_store_ts = max(last_store_ts, rec.header.store_timestamp)
             end = sc.end_offset
         out.extend(self._check_checkpoint(last_store_ts, records))
-        if self.abort_present:
+        if running_pid is not None:
+            pid = f"pid {running_pid}" if running_pid > 0 else "pid unknown"
+            out.append(
+                Finding(
+                    Severity.INFO,
+                    f"the store is running (supervisor {pid}): this checks the files as "
+                    "they are now, while it writes; its `abort` file is its running marker",
+                    str(self.path / ABORT_FILE) if self.abort_present else None,
+                )
+            )
+        elif self.abort_present:
             out.append(
                 Finding(
                     Severity.INFO,

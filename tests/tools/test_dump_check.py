@@ -21,7 +21,9 @@ import pytest
 from mqstore.engine.checkpoint import CheckpointFields
 from mqstore.engine.commitlog import CommitLog
 from mqstore.engine.record import Message, make_msg_id
+from mqstore.ipc.client import StoreClient
 from mqstore.workers.cli import main
+from tests.runtime.harness import Store
 
 StoreCopy = Callable[[str], Path]
 BROKER_CONFS = Path(__file__).resolve().parent.parent / "data" / "broker-conf"
@@ -262,3 +264,18 @@ def test_make_run_engine_demo_writes_a_store_that_checks_out(tmp_path: Path) -> 
     assert "wrote 500 messages" in proc.stdout
     assert "ok: 500 records" in proc.stdout
     assert len(list((store / "commitlog").iterdir())) >= 2  # it rolled
+
+
+def test_check_of_a_running_store_says_it_is_running(store: Store) -> None:
+    """It said "the last run did not shut down cleanly" of the running store's `abort`."""
+    with StoreClient.attach(store.path) as c:
+        assert all(c.put("live", b"m%d" % i).ok for i in range(3))
+    pid = store.status()["supervisor_pid"]
+    out = subprocess.run(
+        [sys.executable, "-m", "mqstore", "check", str(store.path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"the store is running (supervisor pid {pid})" in out.stdout
+    assert "did not shut down cleanly" not in out.stdout
+    assert "3 records" in out.stdout

@@ -4,7 +4,8 @@ Prints one line per finding (severity, offset, file, what is wrong), then a summ
 ERROR findings are faults and make the exit status 1; WARNING and INFO lines are
 reported (an empty trailing pre-allocated segment, an abort file, zeros after the last
 record) without failing, unless `--strict`, where warnings fail too. Exit 2: not a store
-or bad settings. Never writes.
+or bad settings. Never writes. On a running store (its supervisor holds `lock`) the
+`abort` note says so instead of reporting an unclean shutdown.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import dataclasses
 import json
 
 from mqstore.engine.findings import Severity
+from mqstore.ipc.locks import store_lock_holder
 from mqstore.workers.commands._common import add_store_arguments, open_store
 
 NAME = "check"
@@ -31,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     if store is None:
         return 2
     with store:
-        findings, summary = store.check()
+        findings, summary = store.check(running_pid=store_lock_holder(str(args.store_dir)))
     counts = {s: sum(1 for f in findings if f.severity is s) for s in Severity}
     failed = counts[Severity.ERROR] > 0 or (args.strict and counts[Severity.WARNING] > 0)
     if args.json:
