@@ -305,10 +305,18 @@ def make_msg_id(store_addr: bytes, store_port: int, physical_offset: int) -> str
 
 
 def parse_msg_id(msg_id: str) -> tuple[bytes, int, int]:
-    """Inverse of `make_msg_id` -> (store address, port, physical offset)."""
-    raw = bytes.fromhex(msg_id)
-    if len(raw) not in (16, 28):
-        raise ValueError(f"bad message id {msg_id!r}: expected 32 or 56 hex characters")
+    """Inverse of `make_msg_id` -> (store address, port, physical offset). Raises
+    ValueError saying what a message id looks like."""
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError:
+        raw = b""
+    if len(raw) not in (16, 28) or len(msg_id) != 2 * len(raw):
+        raise ValueError(
+            f"bad message id {msg_id!r}: a message id is 32 hex digits (the store host's "
+            "IPv4 address, port and the record's commit-log offset, as "
+            f"{make_msg_id(bytes([10, 0, 0, 1]), 10911, 172)}), or 56 for an IPv6 store host"
+        )
     port, offset = struct.unpack_from(">iq", raw, len(raw) - 12)
     return raw[:-12], port, offset
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -79,3 +81,21 @@ def test_recover_refuses_a_locked_store(
 def test_recover_rejects_a_non_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["recover", str(tmp_path)]) == 2
     assert "not a store" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", ["ZZZ", "0A00", "0A 00 00 01 00 00 2A 9F 00 00 00 00 00 00 00 AC"])
+def test_get_by_a_malformed_msg_id_says_what_an_id_looks_like(
+    real_store_copy: StoreCopy, bad: str
+) -> None:
+    """It printed Python's own `fromhex()` error ("non-hexadecimal number found ...")."""
+    d = real_store_copy("broker-4.2-unit-store")
+    out = subprocess.run(
+        [sys.executable, "-m", "mqstore", "get", str(d), "--msg-id", bad],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 2
+    assert out.stdout == ""
+    assert out.stderr.startswith(f"mqstore get: bad message id {bad!r}: a message id is 32 hex")
+    assert "0A00000100002A9F00000000000000AC" in out.stderr  # an example
+    assert "fromhex" not in out.stderr and "non-hexadecimal" not in out.stderr
+    assert len(out.stderr.splitlines()) == 1

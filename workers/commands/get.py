@@ -9,7 +9,8 @@
 Prints one JSON object per message, as `mqstore dump` does; a summary (status, next
 offset) goes to stderr. Times are epoch milliseconds or ISO 8601. Reads any store,
 never writing; a running store is read only up to its flushed offset.
-Exit 0 when something was found, 1 when nothing was, 2 on bad arguments.
+Exit 0 when something was found, 1 when nothing was, 2 on bad arguments (a malformed
+`--msg-id` is told what a message id looks like: `engine.record.parse_msg_id`).
 """
 
 from __future__ import annotations
