@@ -660,7 +660,8 @@ class DecodedRecord:
     msg_id: str
 
     def to_json_dict(self) -> dict[str, Any]:
-        """The object `mqstore dump` prints for this record."""
+        """The object `mqstore dump` prints for this record. `properties` is null for a
+        record without properties, as RocketMQ's `MessageDecoder` leaves them."""
         return {
             "physical_offset": self.physical_offset,
             "size": self.size,
@@ -679,7 +680,7 @@ class DecodedRecord:
             "prepared_transaction_offset": self.prepared_transaction_offset,
             "topic": self.topic,
             "body": base64.b64encode(self.body).decode("ascii"),
-            "properties": self.properties,
+            "properties": self.properties or None,
             "tags": self.tags,
             "keys": self.keys,
             "msg_id": self.msg_id,

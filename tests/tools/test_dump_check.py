@@ -279,3 +279,21 @@ def test_check_of_a_running_store_says_it_is_running(store: Store) -> None:
     assert f"the store is running (supervisor pid {pid})" in out.stdout
     assert "did not shut down cleanly" not in out.stdout
     assert "3 records" in out.stdout
+
+
+def test_dump_prints_null_properties_for_a_record_without_any(tmp_path: Path) -> None:
+    """RocketMQ's MessageDecoder leaves the properties of such a record null; dump
+    printed `{}`."""
+    log = CommitLog.open(tmp_path / "commitlog", 4096)
+    for m in (Message("bare", b"no properties"), Message("tagged", b"x", {"TAGS": "a"})):
+        assert log.append(m).ok
+    log.flush(0)
+    log.close()
+    out = subprocess.run(
+        [sys.executable, "-m", "mqstore", "dump", str(tmp_path)],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    bare, tagged = out.stdout.splitlines()
+    assert '"properties": null' in bare
+    assert json.loads(bare)["properties"] is None and json.loads(bare)["tags"] is None
+    assert json.loads(tagged)["properties"] == {"TAGS": "a"}

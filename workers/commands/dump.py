@@ -1,6 +1,9 @@
 """`mqstore dump DIR [--from-offset N] [--limit N]`: one JSON object per message record.
 
-BLANK end-of-file records are not printed. Reads any store directory, never writing.
+Each object holds every field as RocketMQ's `MessageDecoder` reads it
+(`DecodedRecord.to_json_dict`): the body in base64, and `properties` null, not `{}`, for
+a record without properties. BLANK end-of-file records are not printed. Reads any store
+directory, never writing.
 Exit 0 when the walk reached the end of valid data, 1 when it stopped at a corrupt record
 (what was printed up to there is valid; the reason goes to stderr), 2 on bad arguments.
 """
