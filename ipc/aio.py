@@ -59,7 +59,7 @@ from mqstore.ipc.filler import is_filler
 from mqstore.ipc.logtail import LogQueues
 from mqstore.ipc.read_results import PullResult
 from mqstore.ipc.reads import ClientReads, for_client
-from mqstore.ipc.results import PutMessageStatus, PutResult
+from mqstore.ipc.results import PutMessageStatus, PutResult, raise_if_failed
 
 DEFAULT_CONCURRENCY: Final = 8
 # How `pull` reads: "auto" (consume queues when the store runs a dispatcher, else the
@@ -230,6 +230,7 @@ class AsyncStoreClient:
         concurrency: int = DEFAULT_CONCURRENCY,
         read_path: str = "auto",
         loop_waits: bool = True,
+        raise_on_status: bool = False,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -237,6 +238,7 @@ class AsyncStoreClient:
             raise ValueError(f"read_path must be one of {READ_PATHS}")
         self._read_path = read_path
         self._loop_waits = loop_waits
+        self.raise_on_status = raise_on_status
         self.store_dir = os.path.realpath(os.fspath(store_dir))
         self._topic_queue_nums = dict(topic_queue_nums or {})
         self._timeout_s = timeout_s
@@ -266,13 +268,15 @@ class AsyncStoreClient:
         concurrency: int = DEFAULT_CONCURRENCY,
         read_path: str = "auto",
         loop_waits: bool = True,
+        raise_on_status: bool = False,
     ) -> _Attach:
         """`async with AsyncStoreClient.attach(dir) as store:` or
         `store = await AsyncStoreClient.attach(dir)` (then `await store.close()`).
         `concurrency`: puts in flight at once (threads, one StoreClient each).
         `read_path`: see READ_PATHS. `loop_waits=False`: sync puts wait on the threads
-        (the fallback) even when the loop could wait. Raises
-        channel.SupervisorUnavailable when no supervisor runs."""
+        (the fallback) even when the loop could wait. `raise_on_status`: as
+        `StoreClient.attach`'s. Raises channel.SupervisorUnavailable when no supervisor
+        runs."""
         return _Attach(
             store_dir,
             {
@@ -281,6 +285,7 @@ class AsyncStoreClient:
                 "concurrency": concurrency,
                 "read_path": read_path,
                 "loop_waits": loop_waits,
+                "raise_on_status": raise_on_status,
             },
         )
 
@@ -377,11 +382,12 @@ class AsyncStoreClient:
             "wait_store": wait_store and not on_loop,
         }
         r, client = await loop.run_in_executor(self._puts, self._put, topic, body, kw)
-        if not on_loop or r.status is not OK:
-            return r
-        assert self._waits is not None
-        status, reason = await self._waits.wait(r.physical_offset + r.size, client)
-        return r if status is OK else r._replace(status=status, reason=reason)
+        if on_loop and r.status is OK:
+            assert self._waits is not None
+            status, reason = await self._waits.wait(r.physical_offset + r.size, client)
+            if status is not OK:
+                r = r._replace(status=status, reason=reason)
+        return r.raise_for_status() if self.raise_on_status else r
 
     async def put_batch(
         self, messages: Iterable[Mapping[str, Any] | Message], *, wait_store: bool = True
@@ -393,13 +399,12 @@ class AsyncStoreClient:
         rs, client = await loop.run_in_executor(
             self._puts, self._put_batch, msgs, wait_store and not on_loop
         )
-        if not on_loop or not rs or rs[0].status is not OK:
-            return rs
-        assert self._waits is not None
-        status, reason = await self._waits.wait(rs[-1].physical_offset + rs[-1].size, client)
-        if status is OK:
-            return rs
-        return [r._replace(status=status, reason=reason) for r in rs]
+        if on_loop and rs and rs[0].status is OK:
+            assert self._waits is not None
+            status, reason = await self._waits.wait(rs[-1].physical_offset + rs[-1].size, client)
+            if status is not OK:
+                rs = [r._replace(status=status, reason=reason) for r in rs]
+        return raise_if_failed(rs) if self.raise_on_status else rs
 
     # --- reads ----------------------------------------------------------------------------
 

@@ -61,7 +61,7 @@ from mqstore.ipc import control as c
 from mqstore.ipc.locks import RESERVE_LOCK, FileLock
 from mqstore.ipc.read_results import PullResult
 from mqstore.ipc.reads import ClientReads, for_client
-from mqstore.ipc.results import PutMessageStatus, PutResult
+from mqstore.ipc.results import PutMessageStatus, PutResult, error_for, raise_if_failed
 
 _HEAD: Final = struct.Struct(">iIiiiqqiq4siq4siiqi")  # V1 fixed part, IPv4 hosts (88 B)
 _HEAD_LEN: Final = _HEAD.size
@@ -166,8 +166,10 @@ class StoreClient:
         *,
         topic_queue_nums: Mapping[str, int] | None = None,
         timeout_s: float = 10.0,
+        raise_on_status: bool = False,
     ) -> None:
         self.store_dir = os.path.realpath(os.fspath(store_dir))
+        self.raise_on_status = raise_on_status
         self.topic_queue_nums: dict[str, int] = dict(topic_queue_nums or {})
         self._timeout_s = timeout_s
         self._tlock = threading.Lock()
@@ -185,11 +187,19 @@ class StoreClient:
         *,
         topic_queue_nums: Mapping[str, int] | None = None,
         timeout_s: float = 10.0,
+        raise_on_status: bool = False,
     ) -> StoreClient:
         """Attach to the supervisor of `store_dir`. Raises channel.SupervisorUnavailable
         when none runs. `topic_queue_nums` overrides the queue count per topic used to
-        spread puts with `queue_id=None` (default: `default_topic_queue_nums`)."""
-        return cls(store_dir, topic_queue_nums=topic_queue_nums, timeout_s=timeout_s)
+        spread puts with `queue_id=None` (default: `default_topic_queue_nums`).
+        `raise_on_status`: puts raise `ipc.results.PutError` (its status family's
+        subclass) for any status but PUT_OK, instead of returning it."""
+        return cls(
+            store_dir,
+            topic_queue_nums=topic_queue_nums,
+            timeout_s=timeout_s,
+            raise_on_status=raise_on_status,
+        )
 
     # --- attach / detach --------------------------------------------------------------
 
@@ -881,7 +891,8 @@ class StoreClient:
 
         Under SYNC_FLUSH with `wait_store` it returns once the record is on disk
         (group commit); with `wait_store=False` or ASYNC_FLUSH it returns once the record
-        is in the pool or page cache. Never raises for expected outcomes.
+        is in the pool or page cache. Never raises for expected outcomes, unless attached
+        with `raise_on_status` (then any status but PUT_OK raises its `PutError`).
         """
         t0 = _perf_ns()
         with self._tlock:
@@ -893,11 +904,11 @@ class StoreClient:
             ):
                 why = self._ensure_live()
                 if why:
-                    return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, why)
+                    return self._failed(PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, why))
             prep = self._prepare(topic, body, tags, keys, properties, queue_id)
             if type(prep) is PutResult:
                 self._record(t0, 1, 0, prep.status, False)
-                return prep
+                return self._failed(prep)
             p: _Prep = prep  # type: ignore[assignment]
             size = p[0]
             fast = self._reserve_one(p)
@@ -915,10 +926,10 @@ class StoreClient:
                     first, start, blank, now, qoffs = self._reserve(preps)
                 except _Busy as e:
                     self._record(t0, 1, 0, e.status, False)
-                    return PutResult(e.status, e.reason)
+                    return self._failed(PutResult(e.status, e.reason))
                 except _Refused as e:
                     self._record(t0, 1, 0, PutMessageStatus.SERVICE_NOT_AVAILABLE, False)
-                    return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, str(e))
+                    return self._failed(PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, str(e)))
                 t_locked = _perf_ns()
                 lock_ns = t_locked - t_wait  # the whole reservation: lock and any waits
                 try:
@@ -936,10 +947,19 @@ class StoreClient:
             else:
                 t_done = t_copied
             self._record(t0, 1, size, status, sync, (lock_ns, t_locked, t_copied, t_done))
-            return _tuple_new(
+            result: PutResult = _tuple_new(
                 PutResult,
                 (status, reason, f"{self._msg_id_prefix}{start:016X}", start, size, p[2], qo, now),
             )
+            if status is not OK and self.raise_on_status:
+                raise error_for(result)
+            return result
+
+    def _failed(self, result: PutResult) -> PutResult:
+        """A put that wrote nothing: raise its `PutError` when `raise_on_status`."""
+        if self.raise_on_status:
+            raise error_for(result)
+        return result
 
     def put_batch(
         self, messages: Iterable[Mapping[str, Any] | Message], *, wait_store: bool = True
@@ -950,6 +970,12 @@ class StoreClient:
         `engine.record.Message` (its topic, body, properties, queue id, flag, sys flag).
         A bad message fails the whole batch with its status; nothing is written.
         """
+        results = self._put_batch(messages, wait_store)
+        return raise_if_failed(results) if self.raise_on_status else results
+
+    def _put_batch(
+        self, messages: Iterable[Mapping[str, Any] | Message], wait_store: bool
+    ) -> list[PutResult]:
         t0 = _perf_ns()
         msgs = list(messages)
         with self._tlock:

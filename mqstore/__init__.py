@@ -22,7 +22,14 @@ from mqstore.ipc.client import StoreClient
 from mqstore.ipc.locks import StoreLockHeld
 from mqstore.ipc.read_results import GetMessageStatus, PullResult
 from mqstore.ipc.reads import ClientReads
-from mqstore.ipc.results import PutMessageStatus, PutResult
+from mqstore.ipc.results import (
+    FlushError,
+    MessageIllegalError,
+    PutError,
+    PutMessageStatus,
+    PutResult,
+    ServiceUnavailableError,
+)
 
 try:
     __version__ = _dist_version("mqstore")
@@ -35,14 +42,18 @@ __all__ = [
     "ClientReads",
     "ConfigError",
     "DecodedRecord",
+    "FlushError",
     "GetMessageStatus",
     "Message",
+    "MessageIllegalError",
     "PullResult",
+    "PutError",
     "PutMessageStatus",
     "PutResult",
     "RecordError",
     "SegmentNameError",
     "SegmentSizeError",
+    "ServiceUnavailableError",
     "StoreAccessDenied",
     "StoreClient",
     "StoreDirError",
