@@ -660,8 +660,9 @@ class DecodedRecord:
     msg_id: str
 
     def to_json_dict(self) -> dict[str, Any]:
-        """The object `mqstore dump` prints for this record. `properties` is null for a
-        record without properties, as RocketMQ's `MessageDecoder` leaves them."""
+        """This record as JSON, body in base64 (`mqstore dump` re-encodes it per `--body`).
+        `properties` is null for a record without properties, as RocketMQ's
+        `MessageDecoder` leaves them."""
         return {
             "physical_offset": self.physical_offset,
             "size": self.size,

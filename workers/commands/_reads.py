@@ -1,13 +1,11 @@
-"""Helpers of the consuming commands (`query`, `tail`, `offsets`): reads of a running store
+"""Helpers of the consuming commands (`query`, `offsets`): reads of a running store
 through a `StoreClient` (bounded by its dispatched and durable positions), or of a
 stopped one straight from the files."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-from collections.abc import Iterable
 from pathlib import Path
 
 from mqstore.conf.load import ConfigError, load_settings
@@ -80,15 +78,3 @@ def open_reads(cmd: str, store_dir: Path, config: Path | None) -> Reads | None:
     except (ConfigError, OSError, ValueError) as e:
         print(f"mqstore {cmd}: {e}", file=sys.stderr)
         return None
-
-
-def print_records(recs: Iterable[DecodedRecord]) -> int:
-    """One JSON object per line, as `mqstore dump` prints them; returns how many."""
-    n = 0
-    out = sys.stdout
-    for rec in recs:
-        out.write(json.dumps(rec.to_json_dict(), ensure_ascii=False))
-        out.write("\n")
-        n += 1
-    out.flush()
-    return n

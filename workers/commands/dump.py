@@ -1,4 +1,5 @@
-"""`mqstore dump DIR [--from-offset N] [--limit N]`: one JSON object per message record.
+"""`mqstore dump DIR [--from-offset N] [--limit N] [--body text|base64|hex]`: one JSON
+object per message record (the body as `_records` says: text where it is valid UTF-8).
 
 Each object holds every field as RocketMQ's `MessageDecoder` reads it
 (`DecodedRecord.to_json_dict`): the body in base64, and `properties` null, not `{}`, for
@@ -11,11 +12,12 @@ Exit 0 when the walk reached the end of valid data, 1 when it stopped at a corru
 from __future__ import annotations
 
 import argparse
-import json
+import itertools
 import sys
 
 from mqstore.engine.commitlog import ScanStop
 from mqstore.workers.commands._common import add_store_arguments, open_store
+from mqstore.workers.commands._records import add_body_argument, print_records
 
 NAME = "dump"
 HELP = "print every message record of a store as one JSON object per line"
@@ -31,6 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="physical offset of the first record (default: the log's first)",
     )
     p.add_argument("--limit", type=int, default=None, metavar="N", help="print at most N records")
+    add_body_argument(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,16 +51,7 @@ def run(args: argparse.Namespace) -> int:
         if len(log.queue) == 0:
             return 0
         sc = log.scan(args.from_offset, check_crc=False)
-        out = sys.stdout
-        printed = 0
-        if args.limit != 0:
-            for rec in sc.decoded():
-                out.write(json.dumps(rec.to_json_dict(), ensure_ascii=False))
-                out.write("\n")
-                printed += 1
-                if args.limit is not None and printed >= args.limit:
-                    break
-        out.flush()
+        printed = print_records(itertools.islice(sc.decoded(), args.limit), args.body)
         if sc.stop is ScanStop.OFFSET_NOT_FOUND:
             print(f"mqstore dump: offset {sc.from_offset} is in no segment", file=sys.stderr)
             return 2

@@ -6,7 +6,8 @@
     mqstore get DIR --topic T --key K [--count K] [--begin T1] [--end T2]
     mqstore get DIR --topic T --queue Q --time T     (the queue offset for a time, and its message)
 
-Prints one JSON object per message, as `mqstore dump` does; a summary (status, next
+Prints one JSON object per message, as `mqstore dump` does (`--body text|base64|hex`,
+see `_records`); a summary (status, next
 offset) goes to stderr. Times are epoch milliseconds or ISO 8601. Reads any store,
 never writing; a running store is read only up to its flushed offset.
 Exit 0 when something was found, 1 when nothing was, 2 on bad arguments (a malformed
@@ -16,7 +17,6 @@ Exit 0 when something was found, 1 when nothing was, 2 on bad arguments (a malfo
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from datetime import datetime
@@ -31,6 +31,7 @@ from mqstore.engine.segment import SegmentNameError, SegmentSizeError
 from mqstore.engine.storedir import read_flushed_offset
 from mqstore.ipc.filler import is_filler
 from mqstore.ipc.locks import store_lock_holder
+from mqstore.workers.commands._records import add_body_argument, print_records
 
 NAME = "get"
 HELP = "read messages by queue offset, message id, physical offset, key or time"
@@ -63,13 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     what.add_argument("--time", type=parse_time_ms, default=None, metavar="T")
     p.add_argument("--begin", type=parse_time_ms, default=0, metavar="T", help="with --key")
     p.add_argument("--end", type=parse_time_ms, default=MAX_TIMESTAMP_MS, metavar="T")
-
-
-def _print(recs: list[DecodedRecord]) -> None:
-    for rec in recs:
-        sys.stdout.write(json.dumps(rec.to_json_dict(), ensure_ascii=False))
-        sys.stdout.write("\n")
-    sys.stdout.flush()
+    add_body_argument(p)
 
 
 def _bad(msg: str) -> int:
@@ -139,5 +134,5 @@ def _run(r: StoreReader, args: argparse.Namespace) -> int:
         recs = g.messages
         if g.status is not GetStatus.FOUND:
             return 1
-    _print(recs)
+    print_records(recs, args.body)
     return 0 if recs else 1

@@ -1,4 +1,4 @@
-"""`mqstore query DIR --topic T --key K [--begin-ms T1] [--end-ms T2] [--max N]`.
+"""`mqstore query DIR --topic T --key K [--begin-ms T1] [--end-ms T2] [--max N] [--body F]`.
 
 Messages of topic T carrying key K (its UNIQ_KEY or one of its KEYS) through the index,
 as RocketMQ's queryMessage, each re-checked to carry the key. Prints one JSON object per
@@ -13,7 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from mqstore.workers.commands._reads import open_reads, print_records
+from mqstore.workers.commands._reads import open_reads
+from mqstore.workers.commands._records import add_body_argument, print_records
 from mqstore.workers.commands.get import parse_time_ms
 
 NAME = "query"
@@ -28,6 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--begin-ms", type=parse_time_ms, default=0, metavar="T")
     p.add_argument("--end-ms", type=parse_time_ms, default=None, metavar="T", help="default now")
     p.add_argument("--max", type=int, default=32, metavar="N", help="at most N messages")
+    add_body_argument(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,4 +41,4 @@ def run(args: argparse.Namespace) -> int:
         return 2
     with reads:
         recs = reads.query(args.topic, args.key, args.begin_ms, args.end_ms, args.max)
-    return 0 if print_records(recs) else 1
+    return 0 if print_records(recs, args.body) else 1

@@ -1,5 +1,5 @@
 """`mqstore tail DIR --topic T [--queue Q] [--group G] [--from-beginning] [--tags "a || b"]
-[--max-messages N]`: follow new messages of a running store.
+[--max-messages N] [--body text|base64|hex]`: follow new messages of a running store.
 
 Prints one JSON object per message, as `mqstore dump` does, as soon as the dispatcher has
 made it pullable (durable and in the consume queues). Every queue of the topic is
@@ -27,7 +27,7 @@ from mqstore.engine.reader import GetStatus
 from mqstore.ipc.channel import SupervisorUnavailable
 from mqstore.ipc.client import StoreClient
 from mqstore.ipc.reads import ClientReads, for_client
-from mqstore.workers.commands._reads import print_records
+from mqstore.workers.commands._records import add_body_argument, print_records
 
 NAME = "tail"
 HELP = "follow new messages of a running store (and commit a group's offsets)"
@@ -44,6 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--from-beginning", action="store_true", help="start at the first message")
     p.add_argument("--tags", default=None, help='tag filter, e.g. "a || b"')
     p.add_argument("--max-messages", type=int, default=None, metavar="N", help="stop after N")
+    add_body_argument(p)
 
 
 def _queue_ids(store_dir: Path, topic: str, only: int | None) -> set[int]:
@@ -107,7 +108,7 @@ class _Tail:
                     f"mqstore tail: queue {q}: {res.status.value} at {off}, going on at {nxt}",
                     file=sys.stderr,
                 )
-            self.printed += print_records(msgs)
+            self.printed += print_records(msgs, a.body)
             if nxt != off:
                 self.next[q] = nxt
                 self.dirty[q] = nxt
