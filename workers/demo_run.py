@@ -3,7 +3,7 @@
     python -m mqstore.workers.demo_run [DIR] [--seconds S] [--load-seconds L] [--engine]
 
 1. Recreates DIR (default `data/demo`; refused while a supervisor holds it) with a
-   `mqstore.toml` (SYNC_FLUSH, 16 MiB segments) and runs `mqstore start DIR` as a
+   `mqstore.toml` (SYNC_FLUSH, 16 MiB segments) and runs `mqstore start DIR --create` as a
    child process (its log: `DIR.log` beside the store).
 2. Runs the `mqstore demo` load for L seconds (default 10): async producers
    (`wait_store=False`), sync producers (acknowledged once fsynced) and a consumer that
@@ -186,7 +186,7 @@ class DemoStore:
         """Start and wait until it answers; "" or why it did not start."""
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "mqstore", "start", str(self.path)],
+                [sys.executable, "-m", "mqstore", "start", str(self.path), "--create"],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -266,7 +266,7 @@ def _keep_running(store: DemoStore, until: float | None, tty: bool) -> None:
 def store_demo(args: argparse.Namespace) -> int:
     store = DemoStore(args.store_dir)
     store.setup()
-    print(f"$ mqstore start {store.path}   (SYNC_FLUSH, write pool on)", flush=True)
+    print(f"$ mqstore start {store.path} --create   (SYNC_FLUSH, write pool on)", flush=True)
     why = store.start()
     if why:
         print(f"the runtime did not start ({why}); running the engine-only demo instead")

@@ -125,8 +125,10 @@ class Supervisor:
         store_dir: str | os.PathLike[str],
         config: Path | None = None,
         metrics_port: int | None = None,
+        create: bool = False,
     ) -> None:
         self.store_dir = os.path.realpath(os.fspath(store_dir))
+        self.create = create
         self.config = config
         self.metrics_port = metrics_port
         self.metrics: MetricsServer | None = None
@@ -148,6 +150,12 @@ class Supervisor:
         say("start", msg, level)
 
     def boot(self) -> None:
+        if not self.create and not os.path.isdir(self.store_dir):
+            # A mistyped path must not become a new, empty store beside the real one.
+            raise BootError(
+                ExitCode.BOOT_ERROR,
+                f"{self.store_dir} does not exist: give --create to make a new store there",
+            )
         try:
             self.settings = load_settings(Path(self.store_dir), self.config, os.environ).settings
         except ConfigError as e:
@@ -653,7 +661,10 @@ class Supervisor:
 
 
 def run_supervisor(
-    store_dir: str | os.PathLike[str], config: Path | None = None, metrics_port: int | None = None
+    store_dir: str | os.PathLike[str],
+    config: Path | None = None,
+    metrics_port: int | None = None,
+    create: bool = False,
 ) -> int:
     setup_logging("start")
-    return Supervisor(store_dir, config, metrics_port).run()
+    return Supervisor(store_dir, config, metrics_port, create).run()

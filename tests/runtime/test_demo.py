@@ -93,6 +93,7 @@ def test_make_run_bounded_demo_stops_cleanly_and_checks_out(tmp_path: Path) -> N
     assert proc.returncode == 0, out
     assert "consumer: read" in out and "0 duplicates, 0 missing" in out
     assert "status: reserved" in out  # the live status while the store keeps running
+    assert "$ mqstore start " in out and " --create " in out  # make run creates its store
     assert "supervisor exited with 0; shared memory left: none" in out
     demo = json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith('{"demo"')))
     assert demo["demo"]["good"] and demo["demo"]["ok"] > 0

@@ -8,13 +8,16 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from mqstore import PutMessageStatus, StoreClient
 from mqstore.engine.checkpoint import StoreCheckpoint
 from mqstore.engine.storedir import read_flushed_offset
+from mqstore.ipc import channel
 from mqstore.ipc.commit import pid_alive
+from mqstore.ipc.control import leftover_shm
 from mqstore.ipc.filler import is_filler
 from tests.runtime.conftest import StoreFactory
 from tests.runtime.harness import REPO, Store, check_chain, wait_for
@@ -372,3 +375,36 @@ def test_puts_right_after_a_failed_reattach_return_a_status(store: Store) -> Non
             assert r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE and r.reason
         out = client.put_batch([{"topic": "t", "body": b"down"}])
         assert out[0].status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+
+
+def test_start_refuses_a_missing_directory_unless_told_to_create_it(tmp_path: Path) -> None:
+    missing = tmp_path / "typo" / "store"
+    proc = subprocess.run(
+        [sys.executable, "-m", "mqstore", "start", str(missing)],
+        capture_output=True, text=True, cwd=str(REPO), timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 4, proc.stderr
+    assert "does not exist" in proc.stderr and "--create" in proc.stderr
+    assert not (tmp_path / "typo").exists()  # nothing made
+    created = subprocess.Popen(
+        [sys.executable, "-m", "mqstore", "start", str(missing), "--create"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=str(REPO),
+    )  # fmt: skip
+    try:
+
+        def up() -> bool:
+            assert created.poll() is None, created.stderr.read() if created.stderr else ""
+            try:
+                channel.request(missing, {"op": "status"})
+            except channel.SupervisorUnavailable:
+                return False
+            return True
+
+        wait_for(up, 60, "the supervisor of the created store")
+        with StoreClient.attach(missing) as client:
+            assert client.put("t", b"in the new store").status is OK
+    finally:
+        created.terminate()
+        _, err = created.communicate(timeout=60)
+    assert created.returncode == 0, err
+    assert (missing / "commitlog").is_dir() and leftover_shm(missing) == []

@@ -1,4 +1,8 @@
-"""`mqstore start DIR [--config F]`: run the supervisor in the foreground."""
+"""`mqstore start DIR [--config F] [--create]`: run the supervisor in the foreground.
+
+DIR must exist unless `--create` is given (exit 4 otherwise), so that a mistyped path
+never becomes a new, empty store while the real one sits elsewhere.
+"""
 
 from __future__ import annotations
 
@@ -18,9 +22,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="serve Prometheus metrics on 127.0.0.1:N (overrides metrics_port; 0 = off)",
     )
+    p.add_argument(
+        "--create", action="store_true", help="create DIR (and its parents) when it does not exist"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from mqstore.workers.supervisor import run_supervisor
 
-    return run_supervisor(args.store_dir, args.config, args.metrics_port)
+    return run_supervisor(args.store_dir, args.config, args.metrics_port, args.create)
