@@ -19,6 +19,9 @@ For every record:
   pre-blanks and counted, as `ConsumeQueue.put` says); PREPARED / ROLLBACK: none;
 * every type but ROLLBACK: index entries (`topic#UNIQ_KEY`, `topic#key` per KEYS token),
   when an `IndexService` is given.
+* a record of a topic deleted by `mqstore topic DIR delete`, below the end offset the
+  deletion recorded (`engine.deleted_topics`): nothing, so a deleted topic's queues never
+  come back from the records that stay in the log.
 
 After each unit written the checkpoint's `logics_msg_timestamp` becomes the record's
 store time (in memory; whoever flushes consume queues persists it, spec §5).
@@ -40,6 +43,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from mqstore.engine import deleted_topics
 from mqstore.engine.checkpoint import CheckpointFields
 from mqstore.engine.commitlog import CommitLog, ScanStop
 from mqstore.engine.consumequeue import ConsumeQueueStore, PutStatus, QueueKey, valid_topic_dir
@@ -104,7 +108,7 @@ class DispatchResult:
     reason: str = ""
     records: int = 0  # message records walked (skipped ones included)
     units_written: int = 0
-    skipped: int = 0  # records the skip predicate took out
+    skipped: int = 0  # records the skip predicate took out, and of deleted topics
     index_keys: int = 0
     last_store_timestamp: int = 0
     put_statuses: Counter[PutStatus] = field(default_factory=Counter)
@@ -138,6 +142,9 @@ class Dispatcher:
         self.index = index
         self.skip = skip
         self.checkpoint = checkpoint
+        # Topics deleted while the store was stopped: their records below the end offset
+        # stay out of the queues and the index (engine.deleted_topics).
+        self.deleted = deleted_topics.load(queues.store_dir)
         # Dispatch lag per record, when a caller wants it (the dispatcher process's
         # metrics): bucket i counts records dispatched within 2^i ms of their store time.
         self.lag_hist: list[int] | None = None
@@ -261,6 +268,9 @@ class Dispatcher:
         """Dispatch one checked message record at log `offset` into `res` (recovery
         drives its own validating walk and calls this). Raises StoreIOError."""
         res.records += 1
+        if self.deleted and offset < self.deleted.get(h.topic, -1):
+            res.skipped += 1  # a record of a deleted topic
+            return
         takes = takes_queue_offset(h.sys_flag)
         if self.skip is not None and self.skip(h):
             res.skipped += 1

@@ -64,6 +64,26 @@ class ConsumerOffsets:
         if todo:
             jsonconfig.update(self.path, change)
 
+    def delete(self, group: str | None, topic: str | None = None) -> int:
+        """Forget committed offsets, durably: the group's for `topic` (every topic when
+        None), or with `group=None` every group's for `topic` (`mqstore topic delete`).
+        Returns how many (topic, queue) entries went. Raises StoreIOError, ValueError."""
+        if group is None and topic is None:
+            raise ValueError("delete needs a group, a topic or both")
+        gone = 0
+
+        def change(doc: dict[str, Any]) -> bool:
+            nonlocal gone
+            table = doc.get("offsetTable", {})
+            for key in list(table):
+                t, _, g = str(key).rpartition("@")
+                if (group is None or g == group) and (topic is None or t == topic):
+                    gone += len(table.pop(key))
+            return gone > 0
+
+        jsonconfig.update(self.path, change)
+        return gone
+
     def committed(self, group: str, topic: str, queue_id: int) -> int:
         """The group's committed offset in (topic, queue_id); NO_OFFSET (-1) if none."""
         queues = self._cache.get().get("offsetTable", {}).get(table_key(topic, group), {})

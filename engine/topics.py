@@ -115,6 +115,35 @@ def set_queue_nums(store_dir: str | os.PathLike[str], topic: str, queue_nums: in
     return TopicConfig.from_json(topic, doc["topicConfigTable"][topic])
 
 
+def queue_ids(store_dir: str | os.PathLike[str], topic: str) -> set[int]:
+    """The topic's queues: its configured read queues and those under
+    `consumequeue/<topic>/` (empty for a topic with neither)."""
+    tc = load_topics(store_dir).get(topic)
+    ids = set(range(tc.read_queue_nums)) if tc is not None else set()
+    try:
+        names = os.listdir(os.path.join(os.fspath(store_dir), "consumequeue", topic))
+    except OSError:
+        names = []
+    return ids | {int(n) for n in names if n.isdigit()}
+
+
+def remove_topic(store_dir: str | os.PathLike[str], topic: str) -> bool:
+    """Take the topic out of the file (`mqstore topic DIR delete T`); False when it had
+    no config. Raises StoreIOError, ValueError."""
+
+    removed = False
+
+    def change(doc: dict[str, Any]) -> bool:
+        nonlocal removed
+        removed = doc.get("topicConfigTable", {}).pop(topic, None) is not None
+        if removed:
+            _bump_version(doc)
+        return removed
+
+    jsonconfig.update(topics_path(store_dir), change)
+    return removed
+
+
 _caches: dict[str, jsonconfig.CachedDoc] = {}
 _caches_lock = threading.Lock()
 

@@ -1,4 +1,5 @@
-"""Helpers shared by the read-only commands (`dump`, `check`): arguments and opening."""
+"""Helpers shared by the commands: arguments and opening (`dump`, `check`), and the
+order of DIR and ACTION (`topic`, `group`)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,15 @@ def add_store_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="settings (TOML or RocketMQ broker.conf) for the geometry the files do not tell",
     )
+
+
+def action_first(args: argparse.Namespace, actions: tuple[str, ...]) -> bool:
+    """Take `mqstore CMD ACTION DIR` as `mqstore CMD DIR ACTION` (both orders are in use:
+    the store directory first, as every command; the action first, as `pipeline`).
+    Swaps `args.store_dir` and `args.action` when needed; False when neither is an action."""
+    if args.action not in actions and str(args.store_dir) in actions:
+        args.store_dir, args.action = Path(args.action), str(args.store_dir)
+    return bool(args.action in actions)
 
 
 def open_store(cmd: str, args: argparse.Namespace) -> StoreDir | None:

@@ -1,4 +1,4 @@
-"""Helpers of the consuming commands (`query`, `offsets`): reads of a running store
+"""Helpers of the consuming commands (`query`, `offsets`, `group`): reads of a running store
 through a `StoreClient` (bounded by its dispatched and durable positions), or of a
 stopped one straight from the files."""
 
@@ -42,6 +42,18 @@ class Reads:
             return self.live.max_offset(topic, queue_id)
         assert self.offline is not None
         return self.offline.max_offset(topic, queue_id)
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        if self.live is not None:
+            return self.live.min_offset(topic, queue_id)
+        assert self.offline is not None
+        return self.offline.min_offset(topic, queue_id)
+
+    def offset_for_time(self, topic: str, queue_id: int, ts_ms: int) -> int:
+        if self.live is not None:
+            return self.live.offset_for_time(topic, queue_id, ts_ms)
+        assert self.offline is not None
+        return self.offline.offset_for_time(topic, queue_id, ts_ms)
 
     def query(
         self, topic: str, key: str, begin_ms: int, end_ms: int | None, max_count: int

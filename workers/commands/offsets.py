@@ -1,4 +1,4 @@
-"""`mqstore offsets DIR [--json]`: every consumer group's progress.
+"""`mqstore offsets DIR [--group G] [--json]`: every consumer group's progress (or G's).
 
 One row per (group, topic, queue) of `config/consumerOffset.json`: the committed offset,
 the queue's max offset (what is pullable: dispatched on a running store) and the lag
@@ -22,6 +22,7 @@ HELP = "consumer groups' committed offsets, max offsets and lag"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("store_dir", type=Path, help="the store directory (mqstore's or RocketMQ's)")
     p.add_argument("--config", type=Path, default=None, help="settings (TOML or broker.conf)")
+    p.add_argument("--group", default=None, metavar="G", help="only group G")
     p.add_argument("--json", action="store_true", help="one JSON object per row")
 
 
@@ -36,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     rows = []
     with reads:
-        for group in sorted(table):
+        for group in sorted(g for g in table if args.group in (None, g)):
             for (topic, q), committed in sorted(table[group].items()):
                 mx = reads.max_offset(topic, q)
                 rows.append(
@@ -54,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps(r))
         return 0
     if not rows:
-        print("no consumer offsets (config/consumerOffset.json is missing or empty)")
+        which = "" if args.group is None else f" of group {args.group}"
+        print(f"no consumer offsets{which} (config/consumerOffset.json is missing or empty)")
         return 0
     head = ("group", "topic", "queue", "committed", "max offset", "lag")
     cells = [

@@ -8,8 +8,10 @@ or only queue Q. Where it starts in each queue: the group's committed offset whe
 one, else the queue's first message with `--from-beginning`, else its end (new messages
 only). With `--group`, the next offset of each queue is committed after every batch
 printed (`config/consumerOffset.json`), so a later tail of the same group goes on where
-this one stopped. Ctrl-C (or N messages printed) commits and exits 0; exit 1 when the
-store stops or is not running, 2 on bad arguments.
+this one stopped. While it runs, it is a member of the group (`ipc.groups`), so `mqstore
+group DIR reset|delete` of that group is refused instead of being undone by its next
+commit. Ctrl-C (or N messages printed) commits and exits 0; exit 1 when the store stops
+or is not running, 2 on bad arguments.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from mqstore.engine.offsets import ConsumerOffsets
 from mqstore.engine.reader import GetStatus
 from mqstore.ipc.channel import SupervisorUnavailable
 from mqstore.ipc.client import StoreClient
+from mqstore.ipc.groups import GroupMember
 from mqstore.ipc.reads import ClientReads, for_client
 from mqstore.workers.commands._records import add_body_argument, print_records
 
@@ -150,6 +153,12 @@ def run(args: argparse.Namespace) -> int:
     except (SupervisorUnavailable, OSError) as e:
         print(f"mqstore tail: {args.store_dir} is not running ({e})", file=sys.stderr)
         return 1
+    try:
+        member = GroupMember(args.store_dir, args.group) if args.group is not None else None
+    except (ValueError, OSError) as e:
+        client.close()
+        print(f"mqstore tail: --group: {e}", file=sys.stderr)
+        return 2
     reads = for_client(client)
     tail = _Tail(reads, args)
     try:
@@ -167,4 +176,6 @@ def run(args: argparse.Namespace) -> int:
             tail.commit()
             reads.close()
             client.close()
+            if member is not None:
+                member.close()
     return 0

@@ -1,10 +1,19 @@
-"""`mqstore topic DIR list` and `mqstore topic DIR set T --queues N`.
+"""`mqstore topic DIR list`, `mqstore topic DIR set T --queues N`, `mqstore topic DIR
+delete T` (the action may also come first: `mqstore topic delete DIR T`).
 
 Topics live in `config/topics.json` (RocketMQ's TopicConfigManager form). A topic is
 written there with the default queue count (`default_topic_queue_nums`) by the dispatcher
 when its first message is dispatched; `set` changes (or creates) a topic's read and write
 queue counts, which producers use to spread puts without a queue id. `list` shows the
-configured topics and the queues the consume queues hold. Exit 0, 2 on bad arguments.
+configured topics and the queues the consume queues hold.
+
+`delete` (mqadmin's deleteTopic) removes T's consume queues, its config and every group's
+committed offsets of it; its records stay in the commit log until retention removes them,
+but are no longer readable through the queues, also after a restart or a crash
+(`engine.deleted_topics`). Messages put to T afterwards make a new topic, from queue offset
+0. It is refused while the store runs (stop it, delete, start it again) and after an
+unclean stop (`mqstore recover DIR` first), since it must know where the log ends.
+Exit 0, 1 when refused, 2 on bad arguments.
 """
 
 from __future__ import annotations
@@ -15,17 +24,24 @@ import os
 import sys
 from pathlib import Path
 
-from mqstore.engine import fileio, topics
+from mqstore.conf.load import ConfigError, load_settings
+from mqstore.engine import deleted_topics, fileio, topics
+from mqstore.engine.reader import Geometry
+from mqstore.engine.storedir import ABORT_FILE
+from mqstore.ipc.locks import StoreLockHeld, take_store_lock
+from mqstore.workers.commands._common import action_first
 
 NAME = "topic"
-HELP = "list topics, or set a topic's queue count"
+HELP = "list topics, set a topic's queue count, or delete a topic"
+ACTIONS = ("list", "set", "delete")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("store_dir", type=Path, help="the store directory")
-    p.add_argument("action", choices=("list", "set"))
-    p.add_argument("topic", nargs="?", default=None, help="with set: the topic")
+    p.add_argument("action", metavar="ACTION", help="list, set or delete")
+    p.add_argument("topic", nargs="?", default=None, help="with set and delete: the topic")
     p.add_argument("--queues", type=int, default=None, metavar="N", help="with set")
+    p.add_argument("--config", type=Path, default=None, help="with delete: settings")
 
 
 def _queue_dirs(store_dir: Path) -> dict[str, int]:
@@ -38,10 +54,55 @@ def _queue_dirs(store_dir: Path) -> dict[str, int]:
     return out
 
 
+def _delete(args: argparse.Namespace) -> int:
+    store = str(args.store_dir)
+    if args.topic is None:
+        print("mqstore topic: delete needs a topic", file=sys.stderr)
+        return 2
+    if not (args.store_dir / "commitlog").is_dir():
+        print(f"mqstore topic: {store} is not a store (no commitlog/)", file=sys.stderr)
+        return 2
+    try:
+        settings = load_settings(args.store_dir, args.config, os.environ).settings
+        lock_fd = take_store_lock(store)  # no supervisor may start while we delete
+    except StoreLockHeld as e:
+        print(f"mqstore topic: refused: the store is running ({e})", file=sys.stderr)
+        return 1
+    except ConfigError as e:
+        print(f"mqstore topic: {e}", file=sys.stderr)
+        return 2
+    try:
+        if os.path.exists(os.path.join(store, ABORT_FILE)):
+            print(
+                f"mqstore topic: refused: {store} did not stop cleanly; "
+                f"run `mqstore recover {store}` first",
+                file=sys.stderr,
+            )
+            return 1
+        seg = Geometry.of(store, settings).segment_size_bytes
+        done = deleted_topics.delete_topic(store, args.topic, seg)
+    except (ValueError, fileio.StoreIOError) as e:
+        print(f"mqstore topic: {e}", file=sys.stderr)
+        return 2
+    finally:
+        os.close(lock_fd)
+    print(
+        f"deleted topic {done.topic}: {done.queue_files} consume-queue file(s), "
+        f"{done.offsets_removed} committed offset(s); its records below log offset "
+        f"{done.end_offset} stay out of the queues"
+    )
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if not action_first(args, ACTIONS):
+        print(f"mqstore topic: ACTION must be one of {', '.join(ACTIONS)}", file=sys.stderr)
+        return 2
     if not args.store_dir.is_dir():
         print(f"mqstore topic: {args.store_dir} is not a directory", file=sys.stderr)
         return 2
+    if args.action == "delete":
+        return _delete(args)
     if args.action == "set":
         if args.topic is None or args.queues is None:
             print("mqstore topic: set needs a topic and --queues N", file=sys.stderr)

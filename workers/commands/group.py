@@ -1,0 +1,168 @@
+"""`mqstore group DIR list|reset|delete`: consumer groups and their committed offsets.
+
+    mqstore group DIR list [--json]
+    mqstore group DIR reset --group G --topic T --to earliest|latest|TIME [--dry-run] [--json]
+    mqstore group DIR delete --group G [--topic T]
+
+(`mqstore group list DIR ...`, action first, works too.) Offsets live in
+`config/consumerOffset.json` (RocketMQ's ConsumerOffsetManager), on a running or a stopped
+store alike. `list` shows each group's topics, queues and total lag (`mqstore offsets DIR
+--group G` shows one group per queue). `reset` sets the group's offset in every queue of T
+(its configured queues and those on disk) to the queue's first message (`earliest`), its
+end (`latest`: only new messages), or the first message stored at or after TIME (ISO 8601
+or epoch ms), as Kafka's `--reset-offsets` and mqadmin's `resetOffsetByTime` do; with
+`--dry-run` it prints the new offsets and writes nothing. `delete` forgets the group's
+offsets (of T only, with `--topic`), as mqadmin's `deleteSubGroup`.
+
+`reset` and `delete` are refused while a consumer of the group is attached (`ipc.groups`:
+`mqstore tail --group G`, or a program holding `GroupMember`), because its next commit
+would undo them; stop the consumer first. Exit 0, 1 when refused, 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from mqstore.engine import fileio, topics
+from mqstore.engine.offsets import NO_OFFSET, ConsumerOffsets
+from mqstore.ipc.groups import GroupInUse, check_group_name, no_members
+from mqstore.workers.commands._common import action_first
+from mqstore.workers.commands._reads import Reads, open_reads
+from mqstore.workers.commands.get import parse_time_ms
+
+NAME = "group"
+HELP = "list consumer groups, reset or delete a group's offsets"
+ACTIONS = ("list", "reset", "delete")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("store_dir", type=Path, help="the store directory")
+    p.add_argument("action", metavar="ACTION", help="list, reset or delete")
+    p.add_argument("--config", type=Path, default=None, help="settings (TOML or broker.conf)")
+    p.add_argument("--group", default=None, metavar="G")
+    p.add_argument("--topic", default=None, metavar="T")
+    p.add_argument("--to", default=None, metavar="WHERE", help="earliest, latest or a time")
+    p.add_argument("--dry-run", action="store_true", help="reset: show, write nothing")
+    p.add_argument("--json", action="store_true", help="one JSON object per row")
+
+
+def _fail(msg: str, code: int = 2) -> int:
+    print(f"mqstore group: {msg}", file=sys.stderr)
+    return code
+
+
+def _print_rows(rows: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        for r in rows:
+            print(json.dumps(r))
+        return
+    if not rows:
+        return
+    head = list(rows[0])
+    cells = [[str("-" if r[k] is None else r[k]) for k in head] for r in rows]
+    widths = [max(len(x) for x in col) for col in zip(head, *cells, strict=False)]
+    for line in [head, *cells]:
+        print("  ".join(x.ljust(w) for x, w in zip(line, widths, strict=True)).rstrip())
+
+
+def _list(table: dict[str, dict[tuple[str, int], int]], reads: Reads, as_json: bool) -> int:
+    rows = []
+    for group in sorted(table):
+        entries = table[group]
+        lag = sum(max(reads.max_offset(t, q) - off, 0) for (t, q), off in entries.items())
+        rows.append(
+            {
+                "group": group,
+                "topics": ",".join(sorted({t for t, _q in entries})),
+                "queues": len(entries),
+                "lag": lag,
+            }
+        )
+    if not rows and not as_json:
+        print("no consumer groups (config/consumerOffset.json is missing or empty)")
+    _print_rows(rows, as_json)
+    return 0
+
+
+def _target(reads: Reads, topic: str, q: int, to: str) -> int:
+    if to == "earliest":
+        return reads.min_offset(topic, q)
+    if to == "latest":
+        return reads.max_offset(topic, q)
+    return reads.offset_for_time(topic, q, parse_time_ms(to))
+
+
+def _reset(args: argparse.Namespace, offsets: ConsumerOffsets, reads: Reads) -> int:
+    queues = sorted(topics.queue_ids(args.store_dir, args.topic))
+    if not queues:
+        return _fail(f"topic {args.topic!r} has no queues in {args.store_dir}")
+    try:
+        new = {q: _target(reads, args.topic, q, args.to) for q in queues}
+    except argparse.ArgumentTypeError as e:
+        return _fail(f"--to: {e}; or earliest, latest")
+    rows = []
+    for q in queues:
+        now = offsets.committed(args.group, args.topic, q)
+        rows.append(
+            {
+                "group": args.group,
+                "topic": args.topic,
+                "queue_id": q,
+                "committed": None if now == NO_OFFSET else now,
+                "new": new[q],
+            }
+        )
+    if not args.dry_run:
+        with no_members(args.store_dir, args.group):
+            offsets.commit_many(args.group, [(args.topic, q, o) for q, o in new.items()])
+    _print_rows(rows, args.json)
+    what = "dry run, nothing written" if args.dry_run else "written"
+    print(f"reset {args.group} on {args.topic} to {args.to}: {what}", file=sys.stderr)
+    return 0
+
+
+def _delete(args: argparse.Namespace, offsets: ConsumerOffsets) -> int:
+    with no_members(args.store_dir, args.group):
+        gone = offsets.delete(args.group, args.topic)
+    scope = f" of topic {args.topic}" if args.topic else ""
+    print(f"deleted {gone} committed offset(s) of group {args.group}{scope}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    if not action_first(args, ACTIONS):
+        return _fail(f"ACTION must be one of {', '.join(ACTIONS)}, not {args.action!r}")
+    if args.action != "list":
+        if args.group is None:
+            return _fail(f"{args.action} needs --group G")
+        try:
+            check_group_name(args.group)
+        except ValueError as e:
+            return _fail(str(e))
+    if args.action == "reset" and (args.topic is None or args.to is None):
+        return _fail("reset needs --topic T and --to earliest|latest|TIME")
+    offsets = ConsumerOffsets(args.store_dir)
+    try:
+        table = offsets.table()
+    except ValueError as e:
+        return _fail(f"config/consumerOffset.json: {e}")
+    try:
+        if args.action == "delete":
+            if not (args.store_dir / "commitlog").is_dir():
+                return _fail(f"{args.store_dir} is not a store (no commitlog/)")
+            return _delete(args, offsets)
+        reads = open_reads(f"{NAME} {args.action}", args.store_dir, args.config)
+        if reads is None:
+            return 2
+        with reads:
+            if args.action == "list":
+                return _list(table, reads, args.json)
+            return _reset(args, offsets, reads)
+    except GroupInUse as e:
+        return _fail(f"refused: {e}", 1)
+    except (fileio.StoreIOError, ValueError) as e:
+        return _fail(str(e))
