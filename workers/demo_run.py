@@ -43,6 +43,7 @@ from mqstore.ipc.control import leftover_shm
 from mqstore.ipc.locks import store_lock_holder
 from mqstore.workers.cli import main as mqstore
 from mqstore.workers.commands.demo import DemoOptions, run_demo
+from mqstore.workers.commands.status import status_line
 
 DEMO_SEGMENT_BYTES = 64 * 1024  # small, so the engine demo rolls a few segments
 DEMO_CONFIG = """[store]
@@ -106,18 +107,6 @@ def _status(store: Path) -> dict[str, Any] | None:
         return channel.request(store, {"op": "status"}, timeout_s=2.0)
     except channel.SupervisorUnavailable:
         return None
-
-
-def status_line(doc: dict[str, Any]) -> str:
-    """One line of the store's status: positions, lags, rates, latency, fsyncs."""
-    pos, puts, lat, fs = doc["positions"], doc["puts"], doc["latency_us"], doc["fsync"]
-    return (
-        f"reserved {pos['reserved']:,} flushed {pos['flushed']:,} | "
-        f"commit lag {doc['commit_lag_bytes']:,} B flush lag {doc['flush_lag_bytes']:,} B | "
-        f"{puts['puts_per_s']:,.0f} puts/s {puts['bytes_per_s'] / 1e6:,.1f} MB/s | "
-        f"p99 {lat['p99']:g} µs | {fs['per_s']:,.0f} fsyncs/s | "
-        f"{puts['total']:,} puts, {puts['errors']:,} failed"
-    )
 
 
 def status_table(doc: dict[str, Any]) -> Any:
@@ -251,6 +240,7 @@ def _keep_running(store: DemoStore, until: float | None, tty: bool) -> None:
                 live.update(render(doc))
         return
     last = 0.0
+    shown = ""
     while until is None or time.monotonic() < until:
         now = time.monotonic()
         if now - last >= 1.0:
@@ -258,7 +248,10 @@ def _keep_running(store: DemoStore, until: float | None, tty: bool) -> None:
             if doc is None:
                 print("the supervisor is gone")
                 return
-            print(f"status: {status_line(doc)}", flush=True)
+            line = status_line(doc)
+            if line != shown:  # a log, not a screen: only what changed
+                print(f"status: {line}", flush=True)
+                shown = line
             last = now
         time.sleep(0.05)
 

@@ -3,6 +3,7 @@ bounded run: the store checks out afterwards, nothing is left in /dev/shm or run
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -94,6 +95,8 @@ def test_make_run_bounded_demo_stops_cleanly_and_checks_out(tmp_path: Path) -> N
     assert "consumer: read" in out and "0 duplicates, 0 missing" in out
     assert "status: reserved" in out  # the live status while the store keeps running
     assert "$ mqstore start " in out and " --create " in out  # make run creates its store
+    shown = [ln for ln in proc.stdout.splitlines() if ln.startswith("status: ")]
+    assert all(a != b for a, b in itertools.pairwise(shown)), shown  # only changes, piped
     assert "supervisor exited with 0; shared memory left: none" in out
     demo = json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith('{"demo"')))
     assert demo["demo"]["good"] and demo["demo"]["ok"] > 0

@@ -1,5 +1,5 @@
-"""How the reading commands (`dump`, `get`, `query`, `tail`) print records: one JSON
-object per line, the body encoded as `--body` asks.
+"""How the reading commands (`dump`, `get`, `query`, `tail`; `pipeline query` too) print
+records: one JSON object per line, the body encoded as `--body` asks.
 
     --body text     the body as a string where it is valid UTF-8, else base64 (default)
     --body base64   always base64

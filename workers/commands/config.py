@@ -16,6 +16,7 @@ from pathlib import Path
 from mqstore.conf.load import ConfigError, load_settings
 from mqstore.conf.settings import settings_doc
 from mqstore.workers.base import ExitCode
+from mqstore.workers.commands._console import make_console
 
 NAME = "config"
 HELP = "show the effective store settings and where each came from"
@@ -39,13 +40,12 @@ def run(args: argparse.Namespace) -> int:
         doc = {n: {"value": v, "source": s} for n, v, s in rows}
         print(json.dumps({**doc, "ignored": list(loaded.ignored)}, indent=2))
         return 0
-    from rich.console import Console
     from rich.table import Table
 
     t = Table("setting", "value", "source")
     for n, v, s in rows:
         t.add_row(n, str(v), s)
-    console = Console()
+    console = make_console()
     console.print(t)
     if loaded.ignored:
         console.print("ignored (RocketMQ keys mqstore does not use): " + ", ".join(loaded.ignored))

@@ -2,6 +2,7 @@
 
     mqstore pipeline stats  DIR [--window 1m] [--json]
     mqstore pipeline query  DIR [--topic T] [--key K] [--from T0] [--to T1] [--limit N]
+                                [--body text|base64|hex]
     mqstore pipeline audit  DIR [--json]          exit 1 when anything is corrupt
     mqstore pipeline export DIR --to OUT [--mode errorifexists|overwrite|append]
 
@@ -15,12 +16,14 @@ they carry an offset) or epoch milliseconds. DIR may be a local path or a URI th
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import re
 import sys
 from datetime import UTC, datetime
 from typing import Any
+
+from mqstore.workers.commands._console import make_console
+from mqstore.workers.commands._records import add_body_argument, encode_body
 
 NAME = "pipeline"
 HELP = "Spark jobs over a store: stats, query, audit, export"
@@ -72,6 +75,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     q.add_argument("--from", dest="from_ms", type=parse_time_ms, default=None)
     q.add_argument("--to", dest="to_ms", type=parse_time_ms, default=None)
     q.add_argument("--limit", type=int, default=1000, help="at most this many (1000)")
+    add_body_argument(q)
     a = jobs.add_parser("audit", help="verify every CRC and report corrupt ranges")
     _common(a)
     a.add_argument("--json", action="store_true", help="print JSON")
@@ -89,10 +93,10 @@ def _fmt_ms(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
 
 
-def _json_record(r: dict[str, Any]) -> dict[str, Any]:
+def _json_record(r: dict[str, Any], body_format: str) -> dict[str, Any]:
     out = dict(r)
     out["magic"] = f"0x{r['magic']:08x}"
-    out["body"] = base64.b64encode(r["body"] or b"").decode("ascii")
+    out["body"], out["body_encoding"] = encode_body(bytes(r["body"] or b""), body_format)
     out["properties"] = dict(r["properties"] or {})
     return out
 
@@ -134,10 +138,9 @@ def _print_stats(st: Any, as_json: bool) -> None:
             )
         )
         return
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = make_console()
     t = Table("topic", "queue", "records", "bytes", "first", "last", "records/s", title="per queue")
     for q in st.queues:
         t.add_row(
@@ -227,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
                 from_ms=args.from_ms, to_ms=args.to_ms, limit=args.limit, options=options,
             )  # fmt: skip
             for r in rows:
-                print(json.dumps(_json_record(r)))
+                print(json.dumps(_json_record(r, args.body), ensure_ascii=False))
             print(f"{len(rows)} record(s)", file=sys.stderr)
             return 0
         if args.job == "audit":

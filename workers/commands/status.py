@@ -1,4 +1,10 @@
-"""`mqstore status DIR [--json] [--watch]`: what the running store is doing."""
+"""`mqstore status DIR [--json] [--watch]`: what the running store is doing.
+
+On a terminal `--watch` redraws the tables every second. Anywhere else (a pipe, a file,
+a journal) it prints the one-line `status_line` (or, with `--json`, the document) only
+when that line changed, so an idle store writes nothing; tables are never cut to 80
+columns (`_console`).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mqstore.ipc import channel
+from mqstore.workers.commands._console import make_console
 
 NAME = "status"
 HELP = "show positions, lags, pool, flags, workers, put rates and latency, fsyncs"
@@ -21,14 +28,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--watch", action="store_true", help="refresh every second until Ctrl-C")
 
 
+def status_line(doc: dict[str, Any]) -> str:
+    """One line of the store's status: positions, lags, rates, latency, fsyncs."""
+    pos, puts, lat, fs = doc["positions"], doc["puts"], doc["latency_us"], doc["fsync"]
+    return (
+        f"reserved {pos['reserved']:,} flushed {pos['flushed']:,} | "
+        f"commit lag {doc['commit_lag_bytes']:,} B flush lag {doc['flush_lag_bytes']:,} B | "
+        f"{puts['puts_per_s']:,.0f} puts/s {puts['bytes_per_s'] / 1e6:,.1f} MB/s | "
+        f"p99 {lat['p99']:g} µs | {fs['per_s']:,.0f} fsyncs/s | "
+        f"{puts['total']:,} puts, {puts['errors']:,} failed"
+    )
+
+
 def render(doc: dict[str, Any]) -> Any:
     from rich.console import Group
     from rich.table import Table
 
     pos = doc["positions"]
-    t1 = Table(title=f"mqstore {doc['store_dir']} (supervisor {doc['supervisor_pid']})")
+    # the path goes in a row: a title is wrapped to the table's width
+    t1 = Table(title=f"mqstore status (supervisor {doc['supervisor_pid']})")
     t1.add_column("what")
     t1.add_column("value", justify="right")
+    t1.add_row("store", doc["store_dir"])
     for k in ("reserved", "published", "committed", "flushed", "dispatched", "allocated_upto"):
         t1.add_row(f"{k} offset", f"{pos[k]:,}")
     t1.add_row("commit lag", f"{doc['commit_lag_bytes']:,} B")
@@ -106,13 +127,14 @@ def run(args: argparse.Namespace) -> int:
     if args.json and not args.watch:
         print(json.dumps(doc, indent=2))
         return 0
-    from rich.console import Console
     from rich.live import Live
 
-    console = Console()
+    console = make_console()
     if not args.watch:
         console.print(render(doc))
         return 0
+    if not sys.stdout.isatty():
+        return _watch_piped(store, doc, args.json)
     try:
         with Live(render(doc), console=console, refresh_per_second=2) as live:
             while True:
@@ -126,5 +148,24 @@ def run(args: argparse.Namespace) -> int:
                     console.print_json(json.dumps(doc))
                 else:
                     live.update(render(doc))
+    except KeyboardInterrupt:
+        return 0
+
+
+def _watch_piped(store: str, doc: dict[str, Any], as_json: bool) -> int:
+    """`--watch` into a pipe or file: a line (or a JSON document) per change."""
+    shown = ""
+    try:
+        while True:
+            line = status_line(doc)
+            if line != shown:
+                print(json.dumps(doc) if as_json else line, flush=True)
+                shown = line
+            time.sleep(1.0)
+            try:
+                doc = channel.request(store, {"op": "status"})
+            except channel.SupervisorUnavailable as e:
+                print(f"mqstore status: supervisor gone: {e}", file=sys.stderr)
+                return 1
     except KeyboardInterrupt:
         return 0
