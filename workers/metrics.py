@@ -158,10 +158,21 @@ class StoreCollector(Collector):
             gauges.append(
                 (
                     "mqstore_last_dispatched_age_seconds",
-                    "now minus the store time of the last record dispatched",
+                    "now minus the store time of the last record dispatched "
+                    "(grows while the store is idle: alert on dispatch_behind_seconds)",
                     max(0.0, time.time() - dts / 1000),
                 )
             )
+        # 0 while caught up, so an idle store never looks behind
+        behind_s = max(0.0, time.time() - dts / 1000) if dispatched < committed and dts else 0.0
+        gauges.append(
+            (
+                "mqstore_dispatch_behind_seconds",
+                "0 when the dispatcher has caught up, else now minus the store time of the "
+                "last record it dispatched (how long committed records have waited)",
+                behind_s,
+            )
+        )
         for name, doc, value in gauges:
             gm = GaugeMetricFamily(name, doc)
             gm.add_metric([], value)
@@ -255,10 +266,14 @@ class MetricsServer:
     """The HTTP endpoint on 127.0.0.1:`port` (a daemon thread of the supervisor)."""
 
     def __init__(self, port: int, collector: StoreCollector) -> None:
-        from prometheus_client import start_http_server
+        from prometheus_client import ProcessCollector, start_http_server
+
+        from mqstore.workers.build_info import BuildInfoCollector
 
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(collector)
+        self.registry.register(BuildInfoCollector())
+        ProcessCollector(registry=self.registry)  # process_* of the supervisor: cpu, rss, fds
         server, thread = start_http_server(port, addr="127.0.0.1", registry=self.registry)
         self._server: Any = server
         self._thread = thread

@@ -16,6 +16,7 @@ import urllib.request
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
+import mqstore
 from mqstore import StoreClient
 from mqstore.workers.dispatcher import MAX_RECORDS_PER_ROUND
 from tests.runtime.conftest import StoreFactory
@@ -173,9 +174,11 @@ def test_every_metric_moves_under_load(make_store: StoreFactory) -> None:
 
 
 def _docs_list_exactly(samples: Samples) -> None:
-    """docs/metrics.md lists every metric a scrape serves, and nothing else."""
+    """docs/metrics.md lists every mqstore_ metric a scrape serves, and nothing else."""
     served = set()
     for name, _labels in samples:
+        if not name.startswith("mqstore_"):
+            continue  # prometheus_client's process_* (docs/metrics.md names them as a group)
         for suffix in ("_bucket", "_count", "_sum", "_created"):
             if name.endswith(suffix):
                 name = name[: -len(suffix)]
@@ -214,3 +217,36 @@ def test_oldest_message_age_is_the_age_of_the_first_message(make_store: StoreFac
 
     got = wait_for(age, 60, "the oldest-message gauge")  # a float > 0 once served
     assert 0 < got <= time.time() - t0 + 1, got
+
+
+def test_build_info_process_metrics_and_an_idle_store_is_not_behind(
+    make_store: StoreFactory,
+) -> None:
+    port = _free_port()
+    store = make_store({"metrics_port": port})
+    store.wait_workers_running()
+    with StoreClient.attach(store.path) as c:
+        for i in range(20):
+            assert c.put("idle", b"%d" % i).ok
+    wait_for(lambda: _v(_scrape(port), "mqstore_dispatch_behind_bytes") == 0, 60, "dispatch")
+
+    # idle now: the age of the last dispatched record grows, the lag behind does not
+    def aged() -> Samples | None:
+        s = _scrape(port)
+        return s if _v(s, "mqstore_last_dispatched_age_seconds") >= 2 else None
+
+    got = wait_for(aged, 60, "the last dispatched record to age")
+    assert _v(got, "mqstore_dispatch_behind_seconds") == 0
+
+    info = [labels for (name, labels) in got if name == "mqstore_build_info"]
+    assert len(info) == 1 and _v(got, "mqstore_build_info", **dict(info[0])) == 1
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO
+    ).stdout.strip()
+    assert dict(info[0])["version"] == mqstore.__version__
+    assert dict(info[0])["commit"].removesuffix("-dirty") == (head or "unknown")
+
+    sup = psutil.Process(store.status()["supervisor_pid"])
+    assert abs(_v(got, "process_start_time_seconds") - sup.create_time()) < 2  # the supervisor
+    assert _v(got, "process_resident_memory_bytes") > 0
+    assert _v(got, "process_cpu_seconds_total") > 0
