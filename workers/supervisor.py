@@ -55,7 +55,7 @@ from mqstore.ipc import access, channel
 from mqstore.ipc import control as c
 from mqstore.ipc.commit import LogFiles
 from mqstore.ipc.locks import RESERVE_LOCK, FileLock, StoreLockHeld, take_store_lock
-from mqstore.workers import stats
+from mqstore.workers import sdnotify, stats
 from mqstore.workers.allocator import ensure_segments
 from mqstore.workers.base import (
     WORKER_EXITED,
@@ -143,6 +143,7 @@ class Supervisor:
         self.prev_sample: stats.Sample | None = None
         self.last_sample: stats.Sample | None = None
         self._lock_fd = -1
+        self._ready_sent = False
 
     # --- boot ---------------------------------------------------------------------------
 
@@ -545,7 +546,9 @@ class Supervisor:
                     self.reload_requested = False
                     self._reload()
                 self._watch_workers()
+                self._notify_ready()
                 self._take_sample()
+            self._notify("STOPPING=1", "STATUS=draining")
             code = self.shutdown()
             for conn in list(self.conns):
                 self._drop(sel, conn)
@@ -557,6 +560,22 @@ class Supervisor:
             signal.set_wakeup_fd(old_wakeup)
             os.close(wake_r)
             os.close(wake_w)
+
+    def _notify(self, *fields: str) -> None:
+        try:
+            sdnotify.notify(*fields)
+        except OSError as e:
+            self._say(f"sd_notify {fields[0]} failed: {e}", "WARNING")
+
+    def _notify_ready(self) -> None:
+        """READY=1 for systemd (Type=notify), once: recovery is done (boot returned) and
+        every worker has reported itself running."""
+        if self._ready_sent or self.cb is None:
+            return
+        states = [self.cb.worker(w.index)[4] for w in self.workers]
+        if all(st == WORKER_RUNNING for st in states):
+            self._ready_sent = True
+            self._notify("READY=1", f"STATUS=serving {self.store_dir}", f"MAINPID={os.getpid()}")
 
     def _teardown_after_boot_failure(self) -> None:
         for w in self.workers:
