@@ -118,6 +118,7 @@ def test_a_misspelt_broker_conf_key_stops_start_and_config_show(
     conf = tmp_path / "broker.conf"
     conf.write_text("brokerName=broker-a\nflushDiskTyp=SYNC_FLUSH\n")
     store = tmp_path / "store"
+    store.mkdir()  # `start` refuses a missing directory (exit 4) before it reads the config
     argv = ["start", str(store)] if command == "start" else ["config", "show", str(store)]
     out = _mqstore(*argv, "--config", str(conf))
     said = out.stdout + out.stderr
@@ -169,6 +170,7 @@ def test_every_key_mqstore_reads_is_a_known_rocketmq_key() -> None:
 def test_a_missing_config_file_is_one_line_and_exit_3(tmp_path: Path, command: str) -> None:
     missing = tmp_path / "missing.conf"
     store = tmp_path / "store"
+    store.mkdir()  # `start` refuses a missing directory (exit 4) before it reads the config
     argv = ["start", str(store)] if command == "start" else ["config", "show", str(store)]
     out = _mqstore(*argv, "--config", str(missing))
     said = (out.stdout + out.stderr).strip()
