@@ -39,6 +39,7 @@ from typing import Final, NamedTuple
 
 from mqstore.engine import fileio
 from mqstore.engine.findings import Finding, Severity
+from mqstore.engine.names import topic_problem
 from mqstore.engine.segment import (
     DEFAULT_MMAP_SYNC,
     ClockMs,
@@ -100,11 +101,6 @@ class PutStatus(enum.Enum):
     DUPLICATE = "DUPLICATE"  # the queue already holds a unit at that queue offset
     GAP_FILLED = "GAP_FILLED"  # written, after pre-blanks over missing queue offsets
     REFUSED_GAP = "REFUSED_GAP"  # queue offset far past the end (corrupt record?)
-
-
-def valid_topic_dir(topic: str) -> bool:
-    """A topic name that is safe as one directory name."""
-    return bool(topic) and topic not in (".", "..") and "/" not in topic and "\0" not in topic
 
 
 class ConsumeQueue:
@@ -707,7 +703,7 @@ class ConsumeQueueStore:
             return
         for topic in sorted(os.listdir(self.root)):
             tdir = os.path.join(self.root, topic)
-            if not os.path.isdir(tdir) or not valid_topic_dir(topic):
+            if not os.path.isdir(tdir) or topic_problem(topic) is not None:
                 continue
             for name in sorted(os.listdir(tdir)):
                 try:
@@ -743,7 +739,7 @@ class ConsumeQueueStore:
     def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         """The queue, opening it if another process created it since (read-only)."""
         cq = self._queues.get((topic, queue_id))
-        if cq is None and self.read_only and valid_topic_dir(topic) and queue_id >= 0:
+        if cq is None and self.read_only and topic_problem(topic) is None and queue_id >= 0:
             qdir = os.path.join(self.root, topic, str(queue_id))
             if os.path.isdir(qdir):
                 cq = self._open_queue(topic, queue_id)
@@ -751,14 +747,17 @@ class ConsumeQueueStore:
 
     def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
         """The queue of (topic, queue id), created empty if new. Writer only.
-        Raises ValueError for a topic that cannot be a directory name."""
+        Raises ValueError for a name outside RocketMQ's rule (`engine.names`): no bad
+        name ever becomes a directory, whoever wrote the record."""
         cq = self._queues.get((topic, queue_id))
         if cq is not None:
             return cq
         if self.read_only:
             raise PermissionError(f"{self.root}: opened read-only")
-        if not valid_topic_dir(topic) or queue_id < 0:
-            raise ValueError(f"({topic!r}, {queue_id}) cannot name a consume queue")
+        why = topic_problem(topic)
+        if why is not None or queue_id < 0:
+            why = why or "a negative queue id"
+            raise ValueError(f"({topic!r}, {queue_id}) cannot name a consume queue: {why}")
         fileio.makedirs(os.path.join(self.root, topic, str(queue_id)))
         return self._open_queue(topic, queue_id)
 

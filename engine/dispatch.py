@@ -14,6 +14,9 @@ For every record:
   index entries; if it holds a queue offset, that offset gets a pre-blank unit, so the
   queue stays dense, its max offset is right after recovery, and readers skip it without
   knowing about fillers;
+* a record whose topic breaks RocketMQ's name rule (`engine.names`; the client never
+  writes one, an older store or another writer might) or whose queue id is negative:
+  no consume-queue unit and no directory, only an entry in `DispatchResult.refused`;
 * NOT / COMMIT transaction types: a consume-queue unit at the record's queue offset
   (checked against the queue's own end: duplicates are ignored, gaps are filled with
   pre-blanks and counted, as `ConsumeQueue.put` says); PREPARED / ROLLBACK: none;
@@ -46,8 +49,9 @@ from dataclasses import dataclass, field
 from mqstore.engine import deleted_topics
 from mqstore.engine.checkpoint import CheckpointFields
 from mqstore.engine.commitlog import CommitLog, ScanStop
-from mqstore.engine.consumequeue import ConsumeQueueStore, PutStatus, QueueKey, valid_topic_dir
+from mqstore.engine.consumequeue import ConsumeQueueStore, PutStatus, QueueKey
 from mqstore.engine.indexfile import IndexService
+from mqstore.engine.names import topic_problem
 from mqstore.engine.reader import Geometry
 from mqstore.engine.record import RecordHeader, takes_queue_offset
 from mqstore.engine.segment_queue import SegmentQueue
@@ -274,13 +278,13 @@ class Dispatcher:
         takes = takes_queue_offset(h.sys_flag)
         if self.skip is not None and self.skip(h):
             res.skipped += 1
-            if takes and valid_topic_dir(h.topic) and h.queue_id >= 0:
+            if takes and topic_problem(h.topic) is None and h.queue_id >= 0:
                 cq = self.queues.find_or_create(h.topic, h.queue_id)
                 st = cq.put_pre_blank(h.queue_offset)
                 res.put_statuses[st] += 1
             return
         if takes:
-            if not valid_topic_dir(h.topic) or h.queue_id < 0:
+            if topic_problem(h.topic) is not None or h.queue_id < 0:
                 res.refused.append(((h.topic, h.queue_id), h.queue_offset, offset))
             else:
                 cq = self.queues.find_or_create(h.topic, h.queue_id)

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from mqstore.engine import jsonconfig
+from mqstore.engine.names import check_group, check_topic
 
 FILE_NAME = "consumerOffset.json"
 NO_OFFSET = -1  # RocketMQ's queryOffset answer for a queue the group never committed
@@ -39,16 +40,17 @@ class ConsumerOffsets:
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Persist `offset` as the group's next offset in (topic, queue_id). Raises
-        StoreIOError, ValueError (bad arguments, or a file that is not JSON)."""
+        StoreIOError, ValueError (a group or topic outside RocketMQ's name rule,
+        `engine.names`; a negative queue id or offset; a file that is not JSON)."""
         self.commit_many(group, [(topic, queue_id, offset)])
 
     def commit_many(self, group: str, entries: Iterable[tuple[str, int, int]]) -> None:
         """Several (topic, queue_id, offset) of one group in one durable replace."""
         todo = list(entries)
-        if not group or "@" in group:
-            raise ValueError(f"bad consumer group name {group!r}")
+        check_group(group)
         for topic, queue_id, offset in todo:
-            if not topic or queue_id < 0 or offset < 0:
+            check_topic(topic)
+            if queue_id < 0 or offset < 0:
                 raise ValueError(f"bad offset entry {(topic, queue_id, offset)!r}")
 
         def change(doc: dict[str, Any]) -> bool:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mqstore.engine import jsonconfig
+from mqstore.engine.names import check_topic
 
 FILE_NAME = "topics.json"
 PERM_READ_WRITE = 6  # PermName.PERM_READ | PermName.PERM_WRITE
@@ -71,8 +72,7 @@ def load_topics(store_dir: str | os.PathLike[str]) -> dict[str, TopicConfig]:
 
 
 def _check(topic: str, queue_nums: int) -> None:
-    if not topic:
-        raise ValueError("empty topic name")
+    check_topic(topic)
     if not 1 <= queue_nums <= MAX_QUEUE_NUMS:
         raise ValueError(f"queue count must be in 1..{MAX_QUEUE_NUMS}, not {queue_nums}")
 

@@ -50,6 +50,7 @@ from collections.abc import Generator, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
+from mqstore.engine.names import check_topic
 from mqstore.engine.reader import StoreReader
 from mqstore.engine.record import Message
 from mqstore.ipc import channel
@@ -471,7 +472,9 @@ class AsyncStoreClient:
         (`ipc.read_results.PullResult`: status, next_offset, min/max offsets, messages),
         as `ipc.reads.ClientReads.pull` (tag filter, long polling up to `wait_ms`).
         Only what is durable is returned: flushed (SYNC_FLUSH) or committed (ASYNC).
-        Pulls share one thread: a long poll delays the pulls behind it."""
+        Pulls share one thread: a long poll delays the pulls behind it. A topic outside
+        RocketMQ's name rule raises ValueError (`engine.names`)."""
+        check_topic(topic)
         loop = self._live()
         return await loop.run_in_executor(
             self._reads, self._pull, topic, queue_id, offset, max_count, tags, wait_ms

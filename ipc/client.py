@@ -47,6 +47,7 @@ from typing import Any, Final
 from mqstore.conf.settings import settings_from_doc
 from mqstore.engine import fileio, record
 from mqstore.engine.diskguard import DISK_FULL_BIT, decode_state
+from mqstore.engine.names import topic_problem
 from mqstore.engine.reader import Geometry
 from mqstore.engine.record import (
     END_FILE_MIN_BLANK_LENGTH,
@@ -355,7 +356,12 @@ class StoreClient:
     # --- encoding ---------------------------------------------------------------------
 
     def _tail(self, topic: str, props: Mapping[str, str]) -> tuple[bytes, int, bytes] | PutResult:
-        """(topic-and-properties tail, record length without body, topic bytes)."""
+        """(topic-and-properties tail, record length without body, topic bytes), or
+        MESSAGE_ILLEGAL for a topic outside RocketMQ's name rule (`engine.names`) or
+        what the reference encoder refuses. Cached by the callers."""
+        why = topic_problem(topic)
+        if why is not None:
+            return PutResult(PutMessageStatus.MESSAGE_ILLEGAL, why)
         rec = record.encode(
             Message(topic, b"", props, store_host=self._store_host),
             max_message_size=self._max_body,

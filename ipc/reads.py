@@ -27,6 +27,9 @@ position moved: a wake-up is one 8-byte read of shared memory, no core spins.
 
 Consumer offsets go to `<store>/config/consumerOffset.json` (`engine.offsets`).
 
+A topic or group name outside RocketMQ's rule (`engine.names`) raises ValueError with
+the reason: no such queue or group can exist.
+
 Thread-safe: one lock serialises the reader (a long poll does not hold it while it
 sleeps). Not fork-safe: build a new one in a child.
 """
@@ -40,6 +43,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 from mqstore.conf.settings import FlushDiskType, StoreSettings
+from mqstore.engine.names import check_group, check_topic
 from mqstore.engine.offsets import ConsumerOffsets
 from mqstore.engine.reader import MAX_TIMESTAMP_MS, Geometry, StoreReader
 from mqstore.engine.record import DecodedRecord
@@ -157,6 +161,7 @@ class ClientReads:
         code, then the record's TAGS). With `wait_ms` > 0, a pull that finds nothing
         (OFFSET_OVERFLOW_ONE, NO_MESSAGE_IN_QUEUE, NO_MATCHED_LOGIC_QUEUE, or only
         filtered-out messages) waits up to that long for new messages to be dispatched."""
+        check_topic(topic)
         if max_count < 1:
             raise ValueError("max_count must be at least 1")
         deadline = time.monotonic() + wait_ms / 1000
@@ -178,17 +183,20 @@ class ClientReads:
                 step = min(step * 2, POLL_MAX_STEP_S)
 
     def min_offset(self, topic: str, queue_id: int) -> int:
+        check_topic(topic)
         with self._lock:
             return self._open(min(self.dispatched(), self.durable())).min_offset(topic, queue_id)
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         """The queue offset after the last readable message (0 for an unknown queue)."""
+        check_topic(topic)
         with self._lock:
             return self._open(min(self.dispatched(), self.durable())).max_offset(topic, queue_id)
 
     def offset_for_time(self, topic: str, queue_id: int, ts_ms: int) -> int:
         """RocketMQ's getOffsetInQueueByTime: the first queue offset stored at or after
         `ts_ms` (clamped to the queue's range)."""
+        check_topic(topic)
         with self._lock:
             reader = self._open(min(self.dispatched(), self.durable()))
             got = reader.offset_for_time(topic, queue_id, ts_ms)
@@ -205,6 +213,7 @@ class ClientReads:
         """Messages of `topic` with `key` (UNIQ_KEY or one of KEYS) stored in
         [begin_ms, end_ms] (default: now), through the index as RocketMQ's queryMessage,
         each re-checked to carry the key; physical offsets ascending."""
+        check_topic(topic)
         end = int(time.time() * 1000) if end_ms is None else min(end_ms, MAX_TIMESTAMP_MS)
         with self._lock:
             reader = self._open(min(self.dispatched(), self.durable()))
@@ -229,10 +238,14 @@ class ClientReads:
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Persist the group's next offset in (topic, queue_id) (durable on return)."""
+        check_group(group)
+        check_topic(topic)
         self._offsets.commit(group, topic, queue_id, offset)
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
         """The group's committed offset, -1 when it never committed one."""
+        check_group(group)
+        check_topic(topic)
         with self._lock:
             return self._offsets.committed(group, topic, queue_id)
 

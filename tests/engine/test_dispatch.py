@@ -271,3 +271,23 @@ def test_open_for_a_dispatcher_process_and_resume(tmp_path: Path) -> None:
     assert d.queues.queue_offset_table() == {("T", 0): 30, ("T", 1): 30}
     d.close()
     writer.close()
+
+
+def test_a_topic_outside_the_name_rule_never_becomes_a_directory(tmp_path: Path) -> None:
+    """Defence in depth: the client refuses such topics (engine.names), but an older store
+    or another writer may hold them. The dispatcher refuses the unit and makes no path."""
+    log = open_log(tmp_path)
+    bad = ["a b", "a\tb", "..", "é"]
+    for i, topic in enumerate(bad):
+        assert log.append(message(i, topic=topic)).ok
+    assert log.append(message(9, topic="ok")).ok
+    cqs, idx = _parts(tmp_path)
+    res = Dispatcher(log, cqs, idx).dispatch(0, log.max_offset())
+    assert res.stop is DispatchStop.LIMIT and res.units_written == 1
+    assert [key for key, _qo, _phys in res.refused] == [(t, 0) for t in bad]
+    assert sorted(os.listdir(tmp_path / "consumequeue")) == ["ok"]
+    with pytest.raises(ValueError, match="not allowed"):
+        cqs.find_or_create("a b", 0)
+    cqs.close()
+    idx.close()
+    log.close()

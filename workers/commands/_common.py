@@ -1,5 +1,6 @@
-"""Helpers shared by the commands: arguments and opening (`dump`, `check`), and the
-order of DIR and ACTION (`topic`, `group`)."""
+"""Helpers shared by the commands: store arguments and opening (`dump`, `check`), the
+argument types of topic and group names (every command that takes one), and the order of
+DIR and ACTION (`topic`, `group`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 from mqstore.conf.load import ConfigError, load_settings
+from mqstore.engine.names import group_problem, topic_problem
 from mqstore.engine.storedir import StoreDir, StoreDirError
 
 
@@ -42,3 +44,20 @@ def open_store(cmd: str, args: argparse.Namespace) -> StoreDir | None:
     except (ConfigError, StoreDirError, OSError) as e:
         print(f"mqstore {cmd}: {e}", file=sys.stderr)
         return None
+
+
+def topic_arg(value: str) -> str:
+    """argparse `type=` for a topic: RocketMQ's name rule (`engine.names`), else the
+    command exits 2 with the reason, before it touches the store."""
+    why = topic_problem(value)
+    if why is not None:
+        raise argparse.ArgumentTypeError(why)
+    return value
+
+
+def group_arg(value: str) -> str:
+    """argparse `type=` for a consumer group (`engine.names`)."""
+    why = group_problem(value)
+    if why is not None:
+        raise argparse.ArgumentTypeError(why)
+    return value

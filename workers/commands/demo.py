@@ -39,6 +39,7 @@ from typing import Any
 
 from mqstore.engine.storedir import read_flushed_offset
 from mqstore.ipc import channel
+from mqstore.workers.commands._common import topic_arg
 
 NAME = "demo"
 HELP = "load generator against a running store: producers (sync, async), consumer, live line"
@@ -570,7 +571,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--messages", type=int, default=None, help="put this many in all")
     p.add_argument("--body-bytes", type=int, default=256, help="message body size (256)")
     p.add_argument("--consumer", action="store_true", help="read back and verify the puts")
-    p.add_argument("--topic", default="demo", help="topic to put to (default demo)")
+    p.add_argument("--topic", default="demo", type=topic_arg, help="topic to put to (default demo)")
     p.add_argument(
         "--read-path",
         choices=("auto", "log", "consume_queues"),

@@ -32,6 +32,7 @@ from mqstore.engine.storedir import read_flushed_offset
 from mqstore.ipc.filler import is_filler
 from mqstore.ipc.locks import store_lock_holder
 from mqstore.workers.commands._records import add_body_argument, print_records
+from mqstore.workers.commands._common import topic_arg
 
 NAME = "get"
 HELP = "read messages by queue offset, message id, physical offset, key or time"
@@ -52,7 +53,7 @@ def parse_time_ms(text: str) -> int:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("store_dir", type=Path, help="the store directory (mqstore's or RocketMQ's)")
     p.add_argument("--config", type=Path, default=None, help="settings (TOML or broker.conf)")
-    p.add_argument("--topic", default=None)
+    p.add_argument("--topic", default=None, type=topic_arg)
     p.add_argument("--queue", type=int, default=None, metavar="Q")
     p.add_argument("--offset", type=int, default=None, metavar="N", help="queue offset")
     p.add_argument("--count", type=int, default=1, metavar="K", help="at most K messages")

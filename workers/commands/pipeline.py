@@ -22,6 +22,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from mqstore.workers.commands._common import topic_arg
 from mqstore.workers.commands._console import make_console
 from mqstore.workers.commands._records import add_body_argument, encode_body
 
@@ -70,7 +71,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--json", action="store_true", help="print JSON")
     q = jobs.add_parser("query", help="records by topic, key and time range")
     _common(q)
-    q.add_argument("--topic", default=None)
+    q.add_argument("--topic", default=None, type=topic_arg)
     q.add_argument("--key", default=None, help="one of the record's KEYS, or its UNIQ_KEY")
     q.add_argument("--from", dest="from_ms", type=parse_time_ms, default=None)
     q.add_argument("--to", dest="to_ms", type=parse_time_ms, default=None)

@@ -13,6 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from mqstore.workers.commands._common import topic_arg
 from mqstore.workers.commands._reads import open_reads
 from mqstore.workers.commands._records import add_body_argument, print_records
 from mqstore.workers.commands.get import parse_time_ms
@@ -24,7 +25,7 @@ HELP = "find messages by key through the index"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("store_dir", type=Path, help="the store directory (mqstore's or RocketMQ's)")
     p.add_argument("--config", type=Path, default=None, help="settings (TOML or broker.conf)")
-    p.add_argument("--topic", required=True)
+    p.add_argument("--topic", required=True, type=topic_arg)
     p.add_argument("--key", required=True)
     p.add_argument("--begin-ms", type=parse_time_ms, default=0, metavar="T")
     p.add_argument("--end-ms", type=parse_time_ms, default=None, metavar="T", help="default now")

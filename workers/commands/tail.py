@@ -30,6 +30,7 @@ from mqstore.ipc.channel import SupervisorUnavailable
 from mqstore.ipc.client import StoreClient
 from mqstore.ipc.groups import GroupMember
 from mqstore.ipc.reads import ClientReads, for_client
+from mqstore.workers.commands._common import group_arg, topic_arg
 from mqstore.workers.commands._records import add_body_argument, print_records
 
 NAME = "tail"
@@ -41,9 +42,11 @@ REDISCOVER_S = 1.0
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("store_dir", type=Path, help="the store directory of a running store")
-    p.add_argument("--topic", required=True)
+    p.add_argument("--topic", required=True, type=topic_arg)
     p.add_argument("--queue", type=int, default=None, metavar="Q", help="only queue Q")
-    p.add_argument("--group", default=None, metavar="G", help="commit offsets as group G")
+    p.add_argument(
+        "--group", default=None, type=group_arg, metavar="G", help="commit offsets as group G"
+    )
     p.add_argument("--from-beginning", action="store_true", help="start at the first message")
     p.add_argument("--tags", default=None, help='tag filter, e.g. "a || b"')
     p.add_argument("--max-messages", type=int, default=None, metavar="N", help="stop after N")
