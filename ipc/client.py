@@ -59,6 +59,7 @@ from mqstore.engine.segment import segment_file_name
 from mqstore.engine.topics import QueueCounts
 from mqstore.ipc import access, channel
 from mqstore.ipc import control as c
+from mqstore.ipc.accepts import queue_id_problem
 from mqstore.ipc.locks import RESERVE_LOCK, FileLock
 from mqstore.ipc.read_results import PullResult
 from mqstore.ipc.reads import ClientReads, for_client
@@ -95,7 +96,6 @@ _HIST_TOP: Final = c.HIST_BUCKETS - 1
 _STALE_CHECK_S: Final = 0.01
 _RECV_TICK_US: Final = 50_000  # a sync wait re-checks deadline and flags this often
 _RESEND_S: Final = 0.5  # and re-sends its request this often (a restarted flusher)
-_INT32_MAX: Final = 2**31 - 1
 
 OK: Final = PutMessageStatus.PUT_OK
 _BATCH_FIELDS: Final = frozenset(("topic", "body", "tags", "keys", "properties", "queue_id"))
@@ -482,14 +482,15 @@ class StoreClient:
                 PutMessageStatus.MESSAGE_ILLEGAL,
                 f"body is {blen} bytes; maxMessageSize is {self._max_body}",
             )
+        queues = self._qcounts.get(topic, self._default_queues)
         if queue_id is None:
-            n = self.topic_queue_nums.get(topic) or self._qcounts.get(topic, self._default_queues)
+            n = self.topic_queue_nums.get(topic) or queues
             k = self._rr.get(topic, 0)
             self._rr[topic] = k + 1
             queue_id = k % n if n > 0 else 0
-        elif type(queue_id) is not int or not 0 <= queue_id <= _INT32_MAX:
+        if type(queue_id) is not int or not 0 <= queue_id < queues:
             return PutResult(
-                PutMessageStatus.MESSAGE_ILLEGAL, f"queue id {queue_id!r} is not in [0, 2^31)"
+                PutMessageStatus.MESSAGE_ILLEGAL, queue_id_problem(topic, queue_id, queues)
             )
         size = fixed + blen
         if size + END_FILE_MIN_BLANK_LENGTH > self._seg_size:

@@ -79,8 +79,11 @@ def _limit(ctx: WorkerContext) -> int:
 
 class _TopicRegistry:
     """Topics are created on first put: each topic the consume queues gain is written
-    to `config/topics.json` (`engine.topics.ensure_topic`) with the default queue count,
-    or more when a put named a higher queue id. Checked only when the queue count grew."""
+    to `config/topics.json` (`engine.topics.ensure_topic`) with the default queue count.
+    The client refuses a queue id outside the topic's queues (`ipc.accepts`); a higher
+    one found in an older store widens the new topic to cover it (up to
+    `topics.MAX_QUEUE_NUMS`; past that the topic stays unregistered and this says so).
+    Checked only when the queue count grew."""
 
     def __init__(self, ctx: WorkerContext) -> None:
         self._ctx = ctx

@@ -82,3 +82,29 @@ def test_cli_commands_refuse_bad_topic_and_group_names(store: Store) -> None:
         assert out.returncode == 2, (args, out.stdout, out.stderr)
         assert "name" in out.stderr and "not allowed" in out.stderr, (args, out.stderr)
     assert not (store.path / "config" / "topics.json").exists()
+
+
+def test_queue_ids_outside_the_topics_queues_are_refused(store: Store) -> None:
+    """A put to queue 70000, or to queue 4 of a 4-queue topic, was acknowledged and made
+    `consumequeue/T/70000`, which no consumer reads and no topic config can name (the
+    dispatcher could not register the topic after a restart)."""
+    with StoreClient.attach(store.path, topic_queue_nums={"wide": 6}) as client:
+        for qid in (4, 70000, 2**31 - 1, -1):
+            r = client.put("T", b"x", queue_id=qid)
+            assert r.status is ILLEGAL and "queues (0..3)" in r.reason, (qid, r)
+            batch = client.put_batch([Message("T", b"x", queue_id=qid)])
+            assert batch[0].status is ILLEGAL, (qid, batch)
+        assert client.put("T", b"last", queue_id=3).ok
+        # a client-side spread wider than the topic is refused too, not moved to another queue
+        spread = [client.put("wide", b"x") for _ in range(6)]
+        assert [r.status for r in spread] == [PutMessageStatus.PUT_OK] * 4 + [ILLEGAL] * 2
+        assert "topic 'wide'" in spread[4].reason
+        out = _mqstore("topic", str(store.path), "set", "T", "--queues", "8")
+        assert out.returncode == 0, out.stderr
+        wait_for(lambda: client.put("T", b"grown", queue_id=7).ok, 10, "queue 7 after set")
+    assert store.stop() == 0
+    assert sorted(os.listdir(store.path / "consumequeue" / "T")) == ["3", "7"]
+    store.start()  # the dispatcher registers what it finds after a restart
+    out = _mqstore("topic", str(store.path), "list")
+    assert out.returncode == 0 and "cannot register" not in store.output(), store.output()
+    assert [r.body for r in store.read_log() if r.topic == "T"] == [b"last", b"grown"]
