@@ -8,8 +8,11 @@ Attaching asks the supervisor (Unix socket) for the shared-memory names and layo
 maps them; from then on a put asks nobody, except a sync put's one round trip to the
 flusher. A put runs in the caller's process:
 
-1. **Encode, outside any lock**: validate topic and properties (cached per
-   (topic, properties), the reference encoder decides on a miss), CRC the body.
+1. **Validate and encode, outside any lock**: what a put accepts (`ipc.accepts`: topic
+   name, queue id within the topic's queues, message fields written as given or
+   refused; MESSAGE_ILLEGAL with the reason, nothing reserved), the topic-and-properties
+   tail (cached per (topic, properties), the reference encoder decides on a miss), CRC
+   the body. Born and store hosts may be IPv4 or IPv6 (sysflag 0x10 / 0x20).
 2. **Reserve, under the reservation lock** (`fcntl`, so a producer killed while holding
    it never wedges the store): read the flags, pick the position (rolling the segment
    with a BLANK when the record and 8 bytes do not fit), check the pool buffer of that
@@ -59,14 +62,25 @@ from mqstore.engine.segment import segment_file_name
 from mqstore.engine.topics import QueueCounts
 from mqstore.ipc import access, channel
 from mqstore.ipc import control as c
-from mqstore.ipc.accepts import queue_id_problem
+from mqstore.ipc.accepts import (
+    UNSET_STORE_HOST,
+    Host,
+    hosts_problem,
+    int_fields_problem,
+    queue_id_problem,
+)
 from mqstore.ipc.locks import RESERVE_LOCK, FileLock
 from mqstore.ipc.read_results import PullResult
 from mqstore.ipc.reads import ClientReads, for_client
 from mqstore.ipc.results import PutMessageStatus, PutResult, error_for, raise_if_failed
 
-_HEAD: Final = struct.Struct(">iIiiiqqiq4siq4siiqi")  # V1 fixed part, IPv4 hosts (88 B)
-_HEAD_LEN: Final = _HEAD.size
+
+def _head_struct(born_v6: bool, store_v6: bool) -> struct.Struct:
+    """The V1 fixed part up to the body (engine.record's table): 88 bytes with IPv4
+    hosts, 12 more for each IPv6 one (sysflag bits 0x10 / 0x20 say which)."""
+    return struct.Struct(f">iIiiiqqiq{16 if born_v6 else 4}siq{16 if store_v6 else 4}siiqi")
+
+
 _I16: Final = struct.Struct(">h")
 _BLANK: Final = struct.Struct(">iI")
 _SLOT_PACK: Final = c.SLOT.pack_into
@@ -85,7 +99,9 @@ _time_ns: Final = time.time_ns
 _perf_ns: Final = time.perf_counter_ns
 _TX_MASK: Final = 0xC
 _TX_COMMIT: Final = 0x8
-_V6_BITS: Final = 0x30
+_BORN_V6: Final = 0x10
+_STORE_V6: Final = 0x20
+_DEFAULT_BORN: Final[Host] = (b"\x7f\x00\x00\x01", 0, False)  # 127.0.0.1:0
 _STATS_EVERY: Final = 256
 _STATUS_FIELD: Final = {st: c.CF_STATUS + i for i, st in enumerate(PutMessageStatus)}
 _PHASE_LOCK: Final = c.CF_PHASES
@@ -154,8 +170,10 @@ class _Refused(Exception):
 
 
 # A prepared message: (size, crc, queue_id, flag, sys_flag, born_ts, body, tail, topic_b,
-# takes_offset, reconsume_times, prepared_offset)
-_Prep = tuple[int, int, int, int, int, int, bytes, bytes, bytes, bool, int, int]
+# takes_offset, reconsume_times, prepared_offset, born address, born port, header struct)
+_Prep = tuple[
+    int, int, int, int, int, int, bytes, bytes, bytes, bool, int, int, bytes, int, struct.Struct
+]
 
 
 class StoreClient:
@@ -242,11 +260,12 @@ class StoreClient:
         self._store_settings = settings_from_doc(info["settings"])
         self._store_geometry = Geometry(**info["geometry"])
         self._flusher_addr = channel.flusher_address(self.store_dir, self._generation)
-        addr, port, v6 = record.parse_host(self._store_host)
-        if v6:
-            raise ValueError("the client's fast path needs an IPv4 store_host")
-        self._store_addr, self._store_port = addr, port
-        self._born_addr, self._born_port = b"\x7f\x00\x00\x01", 0
+        addr, port, v6 = self._store = record.parse_host(self._store_host)
+        self._store_addr, self._store_port, self._store_v6 = addr, port, v6
+        self._store_bit = _STORE_V6 if v6 else 0
+        self._heads4 = _head_struct(False, v6)  # born host IPv4 (put's default, 127.0.0.1:0)
+        self._heads6 = _head_struct(True, v6)
+        self._hosts: dict[str, Host] = {}
         self._rlock = FileLock(os.path.join(self.store_dir, RESERVE_LOCK))
         _RESERVE_LOCKS.add(self._rlock)
         self._rlock_fd = self._rlock.fd
@@ -371,7 +390,8 @@ class StoreClient:
         topic_b = topic.encode("utf-8")
         props_b = record.encode_properties(props)
         tail = b"".join((bytes((len(topic_b),)), topic_b, _I16.pack(len(props_b)), props_b))
-        return tail, record.record_length(0, len(topic_b), len(props_b)), topic_b
+        fixed = record.record_length(0, len(topic_b), len(props_b), store_v6=self._store_v6)
+        return tail, fixed, topic_b
 
     def _keyed_tail(
         self, topic: str, tags: str | None, keys: str
@@ -422,7 +442,12 @@ class StoreClient:
         sys_flag: int = 0,
         reconsume_times: int = 0,
         prepared_offset: int = 0,
+        born: Host = _DEFAULT_BORN,
+        born_timestamp: int = 0,
     ) -> _Prep | PutResult:
+        """Validate and encode one message outside any lock (cost O(body) for the CRC;
+        the tail is cached). `sys_flag`'s host bits are already checked against `born`
+        (`_message_fields`); a `born_timestamp` of 0 means unset: now."""
         # Keys are usually unique per message: (topic, tags) is cached and the KEYS
         # property appended to it, exactly as encode_properties({TAGS, KEYS}) lays it out.
         if not properties and type(keys) is str:
@@ -492,7 +517,7 @@ class StoreClient:
             return PutResult(
                 PutMessageStatus.MESSAGE_ILLEGAL, queue_id_problem(topic, queue_id, queues)
             )
-        size = fixed + blen
+        size = fixed + blen + 12 if born[2] else fixed + blen
         if size + END_FILE_MIN_BLANK_LENGTH > self._seg_size:
             return PutResult(
                 PutMessageStatus.MESSAGE_ILLEGAL,
@@ -501,9 +526,38 @@ class StoreClient:
         tx = sys_flag & _TX_MASK
         return (
             size, _crc32(body) & 0x7FFFFFFF if blen else 0, queue_id, flag,
-            sys_flag & ~_V6_BITS, _time_ns() // 1_000_000, body, tail, topic_b,
-            tx == 0 or tx == _TX_COMMIT, reconsume_times, prepared_offset,
+            sys_flag | self._store_bit | (_BORN_V6 if born[2] else 0),
+            born_timestamp or _time_ns() // 1_000_000, body, tail, topic_b,
+            tx == 0 or tx == _TX_COMMIT, reconsume_times, prepared_offset, born[0], born[1],
+            self._heads6 if born[2] else self._heads4,
         )  # fmt: skip
+
+    def _host(self, host: str) -> Host:
+        """`record.parse_host`, cached (bounded). Raises ValueError."""
+        got = self._hosts.get(host)
+        if got is None:
+            got = record.parse_host(host)
+            if len(self._hosts) > 256:
+                self._hosts.clear()
+            self._hosts[host] = got
+        return got
+
+    def _message_fields(self, m: Message) -> tuple[Host, int] | PutResult:
+        """The born host and sys flag of a `Message` in a batch, written as given, or
+        MESSAGE_ILLEGAL: an integer that does not fit its field, a host that does not
+        parse, a store host other than the store's, host bits of `sys_flag` that
+        disagree with the hosts (`ipc.accepts`)."""
+        why = int_fields_problem(m)
+        if why is None:
+            try:
+                born = self._host(m.born_host)
+                given = None if m.store_host == UNSET_STORE_HOST else self._host(m.store_host)
+            except ValueError as e:
+                return PutResult(PutMessageStatus.MESSAGE_ILLEGAL, str(e))
+            why = hosts_problem(m.sys_flag, born, self._store, self._store_host, given)
+            if why is None:
+                return born, m.sys_flag & ~(_BORN_V6 | _STORE_V6)
+        return PutResult(PutMessageStatus.MESSAGE_ILLEGAL, why)
 
     # --- targets ----------------------------------------------------------------------
 
@@ -731,14 +785,13 @@ class StoreClient:
         index = start // seg_size
         target = self._pviews[index % self._pool_n] if self._pool_n else self._target(index)
         pos = start - index * seg_size
-        size, crc, qid, flag, sysf, born, body, tail, _tb, _tk, rt, po = p
+        size, crc, qid, flag, sysf, born, body, tail, _tb, _tk, rt, po, ba, bp, head = p
         blen = len(body)
-        _HEAD.pack_into(
+        head.pack_into(
             target, pos, size, MESSAGE_MAGIC_CODE, crc, qid, flag, qo, start, sysf, born,
-            self._born_addr, self._born_port, now, self._store_addr, self._store_port, rt, po,
-            blen,
+            ba, bp, now, self._store_addr, self._store_port, rt, po, blen,
         )  # fmt: skip
-        b0 = pos + _HEAD_LEN
+        b0 = pos + head.size
         target[b0 : b0 + blen] = body
         target[b0 + blen : pos + size] = tail
         _I32_PACK(
@@ -771,15 +824,15 @@ class StoreClient:
             seq += 1
         target = self._target(index)
         pos = start - index * seg_size
-        sa, sp, ba, bp = self._store_addr, self._store_port, self._born_addr, self._born_port
+        sa, sp = self._store_addr, self._store_port
         for i, p in enumerate(preps):
-            size, crc, qid, flag, sysf, born, body, tail, _tb, _tk, rt, po = p
+            size, crc, qid, flag, sysf, born, body, tail, _tb, _tk, rt, po, ba, bp, head = p
             blen = len(body)
-            _HEAD.pack_into(
+            head.pack_into(
                 target, pos, size, MESSAGE_MAGIC_CODE, crc, qid, flag, qoffs[i],
                 start, sysf, born, ba, bp, now, sa, sp, rt, po, blen,
             )  # fmt: skip
-            b0 = pos + _HEAD_LEN
+            b0 = pos + head.size
             target[b0 : b0 + blen] = body
             target[b0 + blen : pos + size] = tail
             _I32_PACK(buf, state_off + (seq % count) * row, c.STATE_DONE)
@@ -998,12 +1051,19 @@ class StoreClient:
                 )
                 return [bad for _ in msgs]
             preps: list[_Prep] = []
+            prep: _Prep | PutResult
             for i, m in enumerate(msgs):
                 if isinstance(m, Message):
-                    prep = self._prepare(
-                        m.topic, m.body, None, None, m.properties, m.queue_id, m.flag,
-                        m.sys_flag, m.reconsume_times, m.prepared_transaction_offset,
-                    )  # fmt: skip
+                    fields = self._message_fields(m)
+                    if isinstance(fields, PutResult):
+                        prep = fields
+                    else:
+                        born, sys_flag = fields
+                        prep = self._prepare(
+                            m.topic, m.body, None, None, m.properties, m.queue_id, m.flag,
+                            sys_flag, m.reconsume_times, m.prepared_transaction_offset, born,
+                            m.born_timestamp,
+                        )  # fmt: skip
                 else:
                     try:
                         get = m.get

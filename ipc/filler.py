@@ -37,9 +37,10 @@ def filler_record(
     Raises ValueError when even an empty-body record of this topic does not fit.
     """
     tlen = len(topic.encode("utf-8"))
+    store_v6 = record.parse_host(store_host)[2]
     for props in ({FILLER_PROPERTY: "1"}, {}):
         plen = len(record.encode_properties(props))
-        body_len = size - record.record_length(0, tlen, plen)
+        body_len = size - record.record_length(0, tlen, plen, store_v6=store_v6)
         if body_len >= 0:
             msg = Message(
                 topic, bytes(body_len), props, queue_id=queue_id, flag=FILLER_FLAG,

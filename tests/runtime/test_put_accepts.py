@@ -6,13 +6,18 @@ Python types refused at the door with the parameter's name."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import subprocess
 import sys
 
 import pytest
 
-from mqstore import AsyncStoreClient, Message, PutMessageStatus, StoreClient
+from mqstore import AsyncStoreClient, Message, PutMessageStatus, PutResult, StoreClient
+from mqstore.engine import record
+from mqstore.engine.commitlog import CommitLog
+from mqstore.ipc.filler import filler_record
+from tests.runtime.conftest import StoreFactory
 from tests.runtime.harness import REPO, Store, wait_for
 
 ILLEGAL = PutMessageStatus.MESSAGE_ILLEGAL
@@ -108,3 +113,84 @@ def test_queue_ids_outside_the_topics_queues_are_refused(store: Store) -> None:
     out = _mqstore("topic", str(store.path), "list")
     assert out.returncode == 0 and "cannot register" not in store.output(), store.output()
     assert [r.body for r in store.read_log() if r.topic == "T"] == [b"last", b"grown"]
+
+
+def _stored_bytes(store: Store, r: PutResult) -> bytes:
+    cl = CommitLog.open(
+        store.path / "commitlog", store.config["segment_size_bytes"], read_only=True
+    )
+    try:
+        return cl.read_bytes(r.physical_offset, r.size)
+    finally:
+        cl.close()
+
+
+def _reference(m: Message, r: PutResult) -> bytes:
+    """What engine.record's encoder writes for `m` at the place the put went to."""
+    want = record.encode(m)
+    assert want.status is record.EncodeStatus.OK, want
+    buf = bytearray(len(want.data))
+    record.patch_append_fields(buf, 0, want, r.queue_offset, r.physical_offset, r.store_timestamp)
+    return bytes(buf)
+
+
+@pytest.mark.parametrize("store_host", ["127.0.0.1:10911", "[fd00::7]:10911"])
+def test_message_fields_are_written_as_given(make_store: StoreFactory, store_host: str) -> None:
+    """born_host (IPv6 too), born_timestamp and sys_flag were replaced by 127.0.0.1:0, the
+    current time and cleared host bits; a store with an IPv6 store_host refused attach."""
+    st = make_store({"store_host": store_host})
+    given = [
+        Message("T", b"v6", {"a": "b"}, queue_id=1, born_host="[::1]:5555", born_timestamp=42),
+        Message("T", b"v4", born_host="10.1.2.3:77", born_timestamp=43, flag=7,
+                sys_flag=int(record.SysFlag.TRANSACTION_COMMIT), reconsume_times=2),
+        Message("T", b"own store host", born_host="[::1]:1", store_host=store_host,
+                born_timestamp=44, sys_flag=0x10 | (0x20 if "[" in store_host else 0)),
+    ]  # fmt: skip
+    with StoreClient.attach(st.path) as client:
+        rs = client.put_batch(given)
+        assert [r.status for r in rs] == [PutMessageStatus.PUT_OK] * 3, rs
+        single = client.put("T", b"plain", queue_id=0)
+        assert single.ok, single
+        got = client.get_by_msg_id(single.msg_id)
+        assert got is not None and got.body == b"plain" and got.store_host == store_host
+    assert st.stop() == 0
+    for m, r in zip(given, rs, strict=True):
+        assert _stored_bytes(st, r) == _reference(dataclasses.replace(m, store_host=store_host), r)
+    recs = {r.body: r for r in st.read_log()}
+    assert recs[b"v6"].born_host == "[::1]:5555" and recs[b"v6"].born_timestamp == 42
+    assert recs[b"v6"].sys_flag & 0x30 == (0x30 if "[" in store_host else 0x10)
+    assert recs[b"v4"].born_host == "10.1.2.3:77" and recs[b"v4"].reconsume_times == 2
+    plain = recs[b"plain"]
+    assert plain.born_host == "127.0.0.1:0" and plain.store_host == store_host
+    assert abs(plain.born_timestamp - plain.store_timestamp) < 60_000  # unset: now
+
+
+def test_message_fields_that_cannot_be_written_as_given_are_refused(store: Store) -> None:
+    refused = {
+        "is not this store's": Message("T", b"x", store_host="10.9.9.9:10911"),
+        "bad host": Message("T", b"x", born_host="nonsense"),
+        "host bits": Message("T", b"x", sys_flag=0x10),  # IPv6 bit, IPv4 born host
+        "flag": Message("T", b"x", flag=2**40),
+        "born_timestamp": Message("T", b"x", born_timestamp=2**63),
+        "reconsume_times": Message("T", b"x", reconsume_times=-(2**31) - 1),
+    }
+    with StoreClient.attach(store.path) as client:
+        for why, m in refused.items():
+            rs = client.put_batch([Message("T", b"fine"), m])
+            assert {r.status for r in rs} == {ILLEGAL}, (why, rs)
+            assert why in rs[0].reason and "message 1 of the batch" in rs[0].reason, (why, rs)
+        assert client.positions()["reserved"] == 0
+        assert client.put("T", b"after", queue_id=0).ok
+
+
+@pytest.mark.parametrize("store_host", ["127.0.0.1:10911", "[fd00::7]:10911"])
+def test_a_dead_producers_filler_fits_its_reservation_with_either_store_host(
+    store_host: str,
+) -> None:
+    """The committer fills a dead producer's reservation; with an IPv6 store host the
+    filler came out 12 bytes too long and could not be made."""
+    smallest = record.record_length(0, 1, 0, store_v6="[" in store_host)  # an empty put
+    for size in (smallest, smallest + 1, 500):
+        rec = filler_record(size, "T", 0, store_host)
+        assert len(rec.data) == size
+        assert record.check_record(rec.data, 0).status is record.CheckStatus.OK
