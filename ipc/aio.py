@@ -55,7 +55,17 @@ from mqstore.engine.reader import StoreReader
 from mqstore.engine.record import Message
 from mqstore.ipc import channel
 from mqstore.ipc import control as c
-from mqstore.ipc.client import StoreClient
+from mqstore.ipc.accepts import (
+    BOOL,
+    INT,
+    OPT_STR,
+    STR,
+    check_batch,
+    check_batch_item,
+    check_put_types,
+    check_types,
+)
+from mqstore.ipc.client import StoreClient, check_attach_types
 from mqstore.ipc.filler import is_filler
 from mqstore.ipc.logtail import LogQueues
 from mqstore.ipc.read_results import PullResult
@@ -233,6 +243,11 @@ class AsyncStoreClient:
         loop_waits: bool = True,
         raise_on_status: bool = False,
     ) -> None:
+        check_attach_types("attach", store_dir, topic_queue_nums, timeout_s)
+        check_types(
+            "attach", concurrency=(concurrency, INT), read_path=(read_path, STR),
+            loop_waits=(loop_waits, BOOL),
+        )  # fmt: skip
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         if read_path not in READ_PATHS:
@@ -372,7 +387,10 @@ class AsyncStoreClient:
         wait_store: bool = True,
     ) -> PutResult:
         """`StoreClient.put`, awaited: under SYNC_FLUSH with `wait_store` it returns once
-        the record is on disk; the loop runs meanwhile."""
+        the record is on disk; the loop runs meanwhile. TypeError for an argument of the
+        wrong type, here, before anything runs on a thread."""
+        check_put_types("put() argument {!r}", topic, body, tags, keys, properties, queue_id)
+        check_types("put", wait_store=(wait_store, BOOL))
         loop = self._live()
         on_loop = self._waits is not None and wait_store and self._sync
         kw = {
@@ -393,10 +411,14 @@ class AsyncStoreClient:
     async def put_batch(
         self, messages: Iterable[Mapping[str, Any] | Message], *, wait_store: bool = True
     ) -> list[PutResult]:
-        """`StoreClient.put_batch`, awaited (all or nothing, one segment)."""
+        """`StoreClient.put_batch`, awaited (all or nothing, one segment). TypeError for
+        a message or field of the wrong type, here."""
+        msgs: list[Any] = check_batch(messages)
+        for i, m in enumerate(msgs):
+            check_batch_item(i, m)
+        check_types("put_batch", wait_store=(wait_store, BOOL))
         loop = self._live()
         on_loop = self._waits is not None and wait_store and self._sync
-        msgs = list(messages)
         rs, client = await loop.run_in_executor(
             self._puts, self._put_batch, msgs, wait_store and not on_loop
         )
@@ -474,6 +496,10 @@ class AsyncStoreClient:
         Only what is durable is returned: flushed (SYNC_FLUSH) or committed (ASYNC).
         Pulls share one thread: a long poll delays the pulls behind it. A topic outside
         RocketMQ's name rule raises ValueError (`engine.names`)."""
+        check_types(
+            "pull", topic=(topic, STR), queue_id=(queue_id, INT), offset=(offset, INT),
+            max_count=(max_count, INT), tags=(tags, OPT_STR), wait_ms=(wait_ms, INT),
+        )  # fmt: skip
         check_topic(topic)
         loop = self._live()
         return await loop.run_in_executor(

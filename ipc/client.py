@@ -63,8 +63,15 @@ from mqstore.engine.topics import QueueCounts
 from mqstore.ipc import access, channel
 from mqstore.ipc import control as c
 from mqstore.ipc.accepts import (
+    BOOL,
+    NUMBER,
+    PATH,
     UNSET_STORE_HOST,
     Host,
+    check_batch,
+    check_batch_item,
+    check_put_types,
+    check_types,
     hosts_problem,
     int_fields_problem,
     queue_id_problem,
@@ -114,6 +121,7 @@ _RECV_TICK_US: Final = 50_000  # a sync wait re-checks deadline and flags this o
 _RESEND_S: Final = 0.5  # and re-sends its request this often (a restarted flusher)
 
 OK: Final = PutMessageStatus.PUT_OK
+_PUT_LABEL: Final = "put() argument {!r}"
 _BATCH_FIELDS: Final = frozenset(("topic", "body", "tags", "keys", "properties", "queue_id"))
 _monotonic: Final = time.monotonic
 
@@ -158,6 +166,25 @@ def _attach_checked(store_dir: str, ctl: str, pool: str) -> c.ControlBlock:
     return cb
 
 
+def check_attach_types(
+    method: str, store_dir: object, topic_queue_nums: object, timeout_s: object
+) -> None:
+    """TypeError for `attach`'s arguments of the wrong type (shared with AsyncStoreClient)."""
+    check_types(method, store_dir=(store_dir, PATH), timeout_s=(timeout_s, NUMBER))
+    if topic_queue_nums is not None:
+        if not isinstance(topic_queue_nums, Mapping):
+            raise TypeError(
+                f"{method}() argument 'topic_queue_nums' must be a mapping of str to int, "
+                f"not {type(topic_queue_nums).__name__}"
+            )
+        for topic, n in topic_queue_nums.items():
+            if not isinstance(topic, str) or type(n) is not int:
+                raise TypeError(
+                    f"{method}() argument 'topic_queue_nums' must map str to int, not "
+                    f"{type(topic).__name__} to {type(n).__name__}"
+                )
+
+
 class _Busy(Exception):
     def __init__(self, status: PutMessageStatus, reason: str) -> None:
         super().__init__(reason)
@@ -187,6 +214,7 @@ class StoreClient:
         timeout_s: float = 10.0,
         raise_on_status: bool = False,
     ) -> None:
+        check_attach_types("attach", store_dir, topic_queue_nums, timeout_s)
         self.store_dir = os.path.realpath(os.fspath(store_dir))
         self.raise_on_status = raise_on_status
         self.topic_queue_nums: dict[str, int] = dict(topic_queue_nums or {})
@@ -453,7 +481,7 @@ class StoreClient:
         if not properties and type(keys) is str:
             try:
                 got = self._keyed_tail(topic, tags, keys)
-            except (TypeError, UnicodeError) as e:
+            except UnicodeError as e:  # a lone surrogate: no UTF-8 form
                 return PutResult(PutMessageStatus.MESSAGE_ILLEGAL, f"bad message: {e}")
             if type(got) is PutResult:
                 return got
@@ -465,10 +493,7 @@ class StoreClient:
             # items, None) otherwise; a miss builds the properties and asks the encoder.
             simple = not properties and keys is None
             pkey = (topic, tags, None) if simple else None
-            try:
-                ent = self._tails.get(pkey) if simple else None
-            except TypeError:  # unhashable topic or tags: the encoder says what is wrong
-                pkey = None
+            ent = self._tails.get(pkey) if simple else None
         if ent is None:
             d = dict(properties) if properties else {}
             if tags is not None:
@@ -479,15 +504,12 @@ class StoreClient:
                 )
             props: Mapping[str, str] = d
             if not simple:
-                try:
-                    pkey = (topic, tuple(d.items()), None)
-                    ent = self._tails.get(pkey)
-                except TypeError:
-                    pkey = None
+                pkey = (topic, tuple(d.items()), None)
+                ent = self._tails.get(pkey)
         if ent is None:
             try:
                 ent = self._tail(topic, props)
-            except (TypeError, AttributeError, ValueError) as e:
+            except ValueError as e:  # UnicodeEncodeError: a lone surrogate
                 return PutResult(PutMessageStatus.MESSAGE_ILLEGAL, f"bad message: {e}")
             if pkey is not None:
                 if len(self._tails) > 4096:
@@ -497,10 +519,7 @@ class StoreClient:
             return ent
         tail, fixed, topic_b = ent  # type: ignore[misc]
         if type(body) is not bytes:
-            if isinstance(body, bytearray | memoryview):
-                body = bytes(body)
-            else:
-                return PutResult(PutMessageStatus.MESSAGE_ILLEGAL, "body must be bytes")
+            body = bytes(body)  # bytearray or memoryview (check_put_types)
         blen = len(body)
         if blen > self._max_body:
             return PutResult(
@@ -952,9 +971,13 @@ class StoreClient:
         Under SYNC_FLUSH with `wait_store` it returns once the record is on disk
         (group commit); with `wait_store=False` or ASYNC_FLUSH it returns once the record
         is in the pool or page cache. Never raises for expected outcomes, unless attached
-        with `raise_on_status` (then any status but PUT_OK raises its `PutError`).
+        with `raise_on_status` (then any status but PUT_OK raises its `PutError`); raises
+        TypeError for an argument of the wrong type, naming it (`ipc.accepts`).
         """
         t0 = _perf_ns()
+        check_put_types(_PUT_LABEL, topic, body, tags, keys, properties, queue_id)
+        if type(wait_store) is not bool:
+            check_types("put", wait_store=(wait_store, BOOL))
         with self._tlock:
             if (
                 self._fork_gen != _FORKS[0]
@@ -1028,7 +1051,8 @@ class StoreClient:
 
         Each item is a dict of `put`'s keyword arguments (plus `topic` and `body`) or an
         `engine.record.Message` (its topic, body, properties, queue id, flag, sys flag).
-        A bad message fails the whole batch with its status; nothing is written.
+        A bad message fails the whole batch with its status; nothing is written. A
+        message or field of the wrong type raises TypeError naming it (`ipc.accepts`).
         """
         results = self._put_batch(messages, wait_store)
         return raise_if_failed(results) if self.raise_on_status else results
@@ -1037,7 +1061,10 @@ class StoreClient:
         self, messages: Iterable[Mapping[str, Any] | Message], wait_store: bool
     ) -> list[PutResult]:
         t0 = _perf_ns()
-        msgs = list(messages)
+        msgs: list[Any] = check_batch(messages)
+        for i, m in enumerate(msgs):
+            check_batch_item(i, m)
+        check_types("put_batch", wait_store=(wait_store, BOOL))
         with self._tlock:
             why = self._ensure_live()
             if why:
@@ -1076,8 +1103,8 @@ class StoreClient:
                             prep = PutResult(
                                 PutMessageStatus.MESSAGE_ILLEGAL, f"unknown fields {unknown}"
                             )
-                    except (KeyError, TypeError, ValueError, AttributeError) as e:
-                        prep = PutResult(PutMessageStatus.MESSAGE_ILLEGAL, f"bad message: {e}")
+                    except KeyError as e:
+                        prep = PutResult(PutMessageStatus.MESSAGE_ILLEGAL, f"missing field {e}")
                 if type(prep) is PutResult:
                     self._record(t0, len(msgs), 0, prep.status, False)
                     bad = PutResult(prep.status, f"message {i} of the batch: {prep.reason}")

@@ -28,7 +28,8 @@ position moved: a wake-up is one 8-byte read of shared memory, no core spins.
 Consumer offsets go to `<store>/config/consumerOffset.json` (`engine.offsets`).
 
 A topic or group name outside RocketMQ's rule (`engine.names`) raises ValueError with
-the reason: no such queue or group can exist.
+the reason: no such queue or group can exist. An argument of the wrong type raises
+TypeError naming it (`ipc.accepts.check_types`).
 
 Thread-safe: one lock serialises the reader (a long poll does not hold it while it
 sleeps). Not fork-safe: build a new one in a child.
@@ -48,6 +49,7 @@ from mqstore.engine.offsets import ConsumerOffsets
 from mqstore.engine.reader import MAX_TIMESTAMP_MS, Geometry, StoreReader
 from mqstore.engine.record import DecodedRecord
 from mqstore.ipc import control as c
+from mqstore.ipc.accepts import INT, OPT_INT, OPT_STR, STR, check_types
 from mqstore.ipc.channel import SupervisorUnavailable
 from mqstore.ipc.filler import is_filler
 from mqstore.ipc.read_results import GetMessageStatus, PullResult
@@ -161,6 +163,10 @@ class ClientReads:
         code, then the record's TAGS). With `wait_ms` > 0, a pull that finds nothing
         (OFFSET_OVERFLOW_ONE, NO_MESSAGE_IN_QUEUE, NO_MATCHED_LOGIC_QUEUE, or only
         filtered-out messages) waits up to that long for new messages to be dispatched."""
+        check_types(
+            "pull", topic=(topic, STR), queue_id=(queue_id, INT), offset=(offset, INT),
+            max_count=(max_count, INT), tags=(tags, OPT_STR), wait_ms=(wait_ms, INT),
+        )  # fmt: skip
         check_topic(topic)
         if max_count < 1:
             raise ValueError("max_count must be at least 1")
@@ -183,12 +189,14 @@ class ClientReads:
                 step = min(step * 2, POLL_MAX_STEP_S)
 
     def min_offset(self, topic: str, queue_id: int) -> int:
+        check_types("min_offset", topic=(topic, STR), queue_id=(queue_id, INT))
         check_topic(topic)
         with self._lock:
             return self._open(min(self.dispatched(), self.durable())).min_offset(topic, queue_id)
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         """The queue offset after the last readable message (0 for an unknown queue)."""
+        check_types("max_offset", topic=(topic, STR), queue_id=(queue_id, INT))
         check_topic(topic)
         with self._lock:
             return self._open(min(self.dispatched(), self.durable())).max_offset(topic, queue_id)
@@ -196,6 +204,9 @@ class ClientReads:
     def offset_for_time(self, topic: str, queue_id: int, ts_ms: int) -> int:
         """RocketMQ's getOffsetInQueueByTime: the first queue offset stored at or after
         `ts_ms` (clamped to the queue's range)."""
+        check_types(
+            "offset_for_time", topic=(topic, STR), queue_id=(queue_id, INT), ts_ms=(ts_ms, INT)
+        )
         check_topic(topic)
         with self._lock:
             reader = self._open(min(self.dispatched(), self.durable()))
@@ -213,6 +224,10 @@ class ClientReads:
         """Messages of `topic` with `key` (UNIQ_KEY or one of KEYS) stored in
         [begin_ms, end_ms] (default: now), through the index as RocketMQ's queryMessage,
         each re-checked to carry the key; physical offsets ascending."""
+        check_types(
+            "query", topic=(topic, STR), key=(key, STR), begin_ms=(begin_ms, INT),
+            end_ms=(end_ms, OPT_INT), max_count=(max_count, INT),
+        )  # fmt: skip
         check_topic(topic)
         end = int(time.time() * 1000) if end_ms is None else min(end_ms, MAX_TIMESTAMP_MS)
         with self._lock:
@@ -223,6 +238,7 @@ class ClientReads:
 
     def get(self, physical_offset: int) -> DecodedRecord | None:
         """The message at `physical_offset`; None when there is none (or not yet durable)."""
+        check_types("get", physical_offset=(physical_offset, INT))
         with self._lock:
             rec = self._open(self.durable()).get_by_offset(physical_offset)
         return None if rec is None or is_filler(rec) else rec
@@ -230,6 +246,7 @@ class ClientReads:
     def get_by_msg_id(self, msg_id: str) -> DecodedRecord | None:
         """The message with this offset message id; None when there is none. Raises
         ValueError for a malformed id."""
+        check_types("get_by_msg_id", msg_id=(msg_id, STR))
         with self._lock:
             rec = self._open(self.durable()).get_by_msg_id(msg_id)
         return None if rec is None or is_filler(rec) else rec
@@ -238,12 +255,19 @@ class ClientReads:
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Persist the group's next offset in (topic, queue_id) (durable on return)."""
+        check_types(
+            "commit_offset", group=(group, STR), topic=(topic, STR), queue_id=(queue_id, INT),
+            offset=(offset, INT),
+        )  # fmt: skip
         check_group(group)
         check_topic(topic)
         self._offsets.commit(group, topic, queue_id, offset)
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
         """The group's committed offset, -1 when it never committed one."""
+        check_types(
+            "committed_offset", group=(group, STR), topic=(topic, STR), queue_id=(queue_id, INT)
+        )
         check_group(group)
         check_topic(topic)
         with self._lock:

@@ -151,7 +151,7 @@ def test_batch_pull_and_statuses(store: Store, read_path: str) -> None:
             assert [r.queue_offset for r in rs] == list(range(5))
             r = await aio.put("b", b"tagged", tags="t1", keys=["k"], queue_id=1)
             assert r.ok and r.queue_offset == 5
-            bad = await aio.put("b", "not bytes", queue_id=1)  # type: ignore[arg-type]
+            bad = await aio.put("b", b"x", queue_id=99)  # the topic has 4 queues
             assert bad.status is PutMessageStatus.MESSAGE_ILLEGAL
             nowait = await aio.put("b", b"no wait", queue_id=1, wait_store=False)
             assert nowait.ok

@@ -31,7 +31,7 @@ with StoreClient.attach(store) as c:
     for k in range(n):
         r = c.put("metrics", body, queue_id=k % 4)
         assert r.ok, r
-    assert c.put("metrics", "not bytes").status.name == "MESSAGE_ILLEGAL"
+    assert c.put("not a topic", body).status.name == "MESSAGE_ILLEGAL"
 """
 
 

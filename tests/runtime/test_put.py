@@ -83,7 +83,7 @@ def test_put_batch_dicts_and_messages(store: Store) -> None:
     [
         ({"topic": "", "body": b"x"}, PutMessageStatus.MESSAGE_ILLEGAL),
         ({"topic": "t" * 128, "body": b"x"}, PutMessageStatus.MESSAGE_ILLEGAL),
-        ({"topic": "t", "body": "text"}, PutMessageStatus.MESSAGE_ILLEGAL),
+        ({"topic": "t/x", "body": b"x"}, PutMessageStatus.MESSAGE_ILLEGAL),
         ({"topic": "t", "body": b"x", "queue_id": -1}, PutMessageStatus.MESSAGE_ILLEGAL),
         ({"topic": "t", "body": b"x" * (4 * 1024 * 1024 + 1)}, PutMessageStatus.MESSAGE_ILLEGAL),
         ({"topic": "t", "body": b"x", "properties": {"k": "v" * 40000}},

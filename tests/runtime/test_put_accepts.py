@@ -194,3 +194,58 @@ def test_a_dead_producers_filler_fits_its_reservation_with_either_store_host(
         rec = filler_record(size, "T", 0, store_host)
         assert len(rec.data) == size
         assert record.check_record(rec.data, 0).status is record.CheckStatus.OK
+
+
+def test_wrong_python_types_raise_type_error_naming_the_parameter(store: Store) -> None:
+    """`keys=123` raised "TypeError: can only join an iterable" from deep inside; every
+    public method now checks its arguments' types at the door."""
+    with StoreClient.attach(store.path) as client:
+        calls = {
+            "put() argument 'keys'": lambda: client.put("T", b"x", keys=123),
+            "put() argument 'keys'[1]": lambda: client.put("T", b"x", keys=["a", 2]),
+            "put() argument 'body'": lambda: client.put("T", "text"),
+            "put() argument 'topic'": lambda: client.put(b"T", b"x"),
+            "put() argument 'tags'": lambda: client.put("T", b"x", tags=1),
+            "put() argument 'properties'['k']": lambda: client.put("T", b"x", properties={"k": 1}),
+            "put() argument 'queue_id'": lambda: client.put("T", b"x", queue_id="1"),
+            "put() argument 'wait_store'": lambda: client.put("T", b"x", wait_store=None),
+            "put_batch() argument 'messages'": lambda: client.put_batch(5),
+            "put_batch() messages[1]": lambda: client.put_batch([{"topic": "T", "body": b""}, 7]),
+            "put_batch() messages[0]['keys']": lambda: client.put_batch(
+                [{"topic": "T", "body": b"x", "keys": 123}]
+            ),
+            "put_batch() messages[0].born_host": lambda: client.put_batch(
+                [Message("T", b"x", born_host=None)]
+            ),
+            "put_batch() messages[0].flag": lambda: client.put_batch(
+                [Message("T", b"x", flag="1")]
+            ),
+            "pull() argument 'queue_id'": lambda: client.pull("T", "0", 0),
+            "query() argument 'key'": lambda: client.query("T", 5),
+            "get() argument 'physical_offset'": lambda: client.get("0"),
+            "commit_offset() argument 'offset'": lambda: client.commit_offset("g", "T", 0, 1.5),
+            "attach() argument 'timeout_s'": lambda: StoreClient.attach(store.path, timeout_s="1"),
+        }
+        for name, call in calls.items():
+            with pytest.raises(TypeError) as got:
+                call()
+            assert str(got.value).startswith(f"{name} must be "), (name, got.value)
+        # content problems stay statuses
+        assert client.put("T", b"x", keys="").status is ILLEGAL
+        assert client.put("T", b"x", properties={"k": ""}).status is ILLEGAL
+        assert client.put_batch([{"body": b"x"}])[0].status is ILLEGAL  # missing topic
+        assert client.positions()["reserved"] == 0
+        assert client.put("T", bytearray(b"still writable"), keys=("a", "b"), queue_id=0).ok
+
+    async def aio() -> None:
+        async with AsyncStoreClient.attach(store.path) as a:
+            with pytest.raises(TypeError, match=r"^put\(\) argument 'keys' must be"):
+                await a.put("T", b"x", keys=123)
+            with pytest.raises(TypeError, match=r"^pull\(\) argument 'offset' must be"):
+                await a.pull("T", 0, None)
+            with pytest.raises(TypeError, match=r"^put_batch\(\) messages\[0\]\['body'\]"):
+                await a.put_batch([{"topic": "T", "body": "text"}])
+
+    asyncio.run(aio())
+    assert store.stop() == 0
+    assert [r.body for r in store.read_log()] == [b"still writable"]
