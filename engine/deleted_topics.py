@@ -24,7 +24,8 @@ from typing import Any
 
 from mqstore.engine import fileio, jsonconfig, topics
 from mqstore.engine.commitlog import CommitLog, ScanStop
-from mqstore.engine.consumequeue import CONSUME_QUEUE_DIR, valid_topic_dir
+from mqstore.engine.consumequeue import CONSUME_QUEUE_DIR
+from mqstore.engine.names import check_topic
 from mqstore.engine.offsets import ConsumerOffsets
 
 FILE_NAME = "deletedTopics.json"
@@ -78,8 +79,7 @@ def delete_topic(
     of the whole commit log (headers only) to find its end. Raises ValueError (a topic
     that is no safe directory name, a corrupt log), StoreIOError."""
     d = os.fspath(store_dir)
-    if not valid_topic_dir(topic):
-        raise ValueError(f"bad topic name {topic!r}")
+    check_topic(topic)
     log = CommitLog.open(os.path.join(d, "commitlog"), segment_size_bytes, read_only=True)
     try:
         sc = log.scan(check_crc=False, read_body=False)

@@ -23,14 +23,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import re
 from collections.abc import Iterator
 from typing import Final
+
+from mqstore.engine.names import check_group
 
 GROUPS_DIR: Final = ".mqstore-groups"
 # RocketMQ's rule for topic and group names (Validators.VALID_PATTERN_STR), also what
 # makes a name safe as a file name here.
-_VALID_NAME: Final = re.compile(r"^[%|a-zA-Z0-9_-]{1,255}$")
 
 
 class GroupInUse(Exception):
@@ -44,14 +44,8 @@ class GroupInUse(Exception):
         self.group = group
 
 
-def check_group_name(group: str) -> None:
-    """Raise ValueError unless `group` follows RocketMQ's name rule."""
-    if not _VALID_NAME.match(group):
-        raise ValueError(f"bad consumer group name {group!r}: use 1 to 255 of a-z A-Z 0-9 _ - % |")
-
-
 def _open(store_dir: str | os.PathLike[str], group: str) -> int:
-    check_group_name(group)
+    check_group(group)
     d = os.path.join(os.fspath(store_dir), GROUPS_DIR)
     with contextlib.suppress(FileExistsError):
         os.mkdir(d, 0o700)  # in the store only: a missing store raises FileNotFoundError

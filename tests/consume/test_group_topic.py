@@ -128,7 +128,7 @@ def test_group_commands_refuse_bad_arguments(store: Store) -> None:
     d = str(store.path)
     assert _cli("group", d, "reset", "--group", "g", "--topic", "gt").returncode == 2
     bad = _cli("group", d, "delete", "--group", "../x")
-    assert bad.returncode == 2 and "bad consumer group name" in bad.stderr
+    assert bad.returncode == 2 and "consumer group name '../x' is not allowed" in bad.stderr
     assert _cli("group", d, "rename", "--group", "g").returncode == 2
     nope = _cli("group", d, "reset", "--group", "g", "--topic", "none", "--to", "latest")
     assert nope.returncode == 2 and "has no queues" in nope.stderr

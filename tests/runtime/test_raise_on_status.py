@@ -56,7 +56,7 @@ def test_raise_on_status_raises_for_bad_input_and_writes_nothing(store: Store) -
             client.put("", b"x")
         assert got.value.status is PutMessageStatus.MESSAGE_ILLEGAL and got.value.result.reason
         with pytest.raises(MessageIllegalError) as batch:
-            client.put_batch([{"topic": "ok", "body": b"1"}, {"topic": "t", "body": "text"}])
+            client.put_batch([{"topic": "ok", "body": b"1"}, {"topic": "a/b", "body": b"2"}])
         assert len(batch.value.results) == 2
         assert "message 1 of the batch" in batch.value.result.reason
         assert client.positions()["reserved"] == 0  # nothing written

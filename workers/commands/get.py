@@ -31,8 +31,8 @@ from mqstore.engine.segment import SegmentNameError, SegmentSizeError
 from mqstore.engine.storedir import read_flushed_offset
 from mqstore.ipc.filler import is_filler
 from mqstore.ipc.locks import store_lock_holder
-from mqstore.workers.commands._records import add_body_argument, print_records
 from mqstore.workers.commands._common import topic_arg
+from mqstore.workers.commands._records import add_body_argument, print_records
 
 NAME = "get"
 HELP = "read messages by queue offset, message id, physical offset, key or time"

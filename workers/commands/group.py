@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from mqstore.engine import fileio, topics
+from mqstore.engine.names import check_group
 from mqstore.engine.offsets import NO_OFFSET, ConsumerOffsets
-from mqstore.ipc.groups import GroupInUse, check_group_name, no_members
+from mqstore.ipc.groups import GroupInUse, no_members
 from mqstore.workers.commands._common import action_first
 from mqstore.workers.commands._reads import Reads, open_reads
 from mqstore.workers.commands.get import parse_time_ms
@@ -140,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         if args.group is None:
             return _fail(f"{args.action} needs --group G")
         try:
-            check_group_name(args.group)
+            check_group(args.group)
         except ValueError as e:
             return _fail(str(e))
     if args.action == "reset" and (args.topic is None or args.to is None):
