@@ -124,7 +124,7 @@ def test_the_packed_ipv4_headers_match_the_table() -> None:
         "STORETIMESTAMP", "STOREHOSTADDRESS", "store port", "RECONSUMETIMES",
         "PREPARED TRANSACTION OFFSET", "BODY length",
     ]  # fmt: skip
-    for fmt in (client._HEAD.format, record._V4V4.format):
+    for fmt in (client._head_struct(False, False).format, record._V4V4.format):
         offsets = _row_offsets(fmt, fields)
         for f in fields:
             if f in RECORD:

@@ -176,6 +176,7 @@ def _producer(
         out.put(("error", index, f"producer {index}: {e}"))
         out.put(("done", index, kind, 0, {}, {}, []))
         return
+    out.put(("ready", index))
     with client:
         while True:
             if quota is not None and seq >= quota:
@@ -407,12 +408,20 @@ def run_demo(
     done = 0
     for p in [*procs, *([cons] if cons else [])]:
         p.start()
+    # The load's seconds count from when every producer has attached (or failed to):
+    # starting a spawned interpreter can take longer than a short run on a busy machine.
     t0 = time.monotonic()
-    deadline = None if opts.seconds is None else t0 + opts.seconds
+    deadline: float | None = None
+    started = 0
 
     def handle(msg: tuple[Any, ...], window: Counter[str]) -> None:
-        nonlocal done, cons_result
+        nonlocal done, cons_result, started, t0, deadline
         tag = msg[0]
+        if tag in ("ready", "error"):
+            started += 1
+            if started == nprod:
+                t0 = time.monotonic()
+                deadline = None if opts.seconds is None else t0 + opts.seconds
         if tag in ("stat", "done"):
             k = live.kinds[msg[2]]
             k.add(msg[3], msg[4], {int(b): n for b, n in msg[5].items()})
