@@ -10,10 +10,10 @@ how far it got (`DispatchResult.next_offset`); a process loop calls it again fro
 For every record:
 
 * BLANK (end of segment): hop to the next segment (the walk does it);
-* a record for which `skip(header)` is true (mqstore's filler, see `ipc.filler`): no
-  index entries; if it holds a queue offset, that offset gets a pre-blank unit, so the
-  queue stays dense, its max offset is right after recovery, and readers skip it without
-  knowing about fillers;
+* a filler (`engine.filler.is_filler`, what the publisher writes over a dead producer's
+  reservation): no index entries; if it holds a queue offset, that offset gets a
+  pre-blank unit, so the queue stays dense, its max offset is right after recovery, and
+  readers skip it without decoding it;
 * a record whose topic breaks RocketMQ's name rule (`engine.names`; the client never
   writes one, an older store or another writer might) or whose queue id is negative:
   no consume-queue unit and no directory, only an entry in `DispatchResult.refused`;
@@ -50,13 +50,12 @@ from mqstore.engine import deleted_topics
 from mqstore.engine.checkpoint import CheckpointFields
 from mqstore.engine.commitlog import CommitLog, ScanStop
 from mqstore.engine.consumequeue import ConsumeQueueStore, PutStatus, QueueKey
+from mqstore.engine.filler import is_filler
 from mqstore.engine.indexfile import IndexService
 from mqstore.engine.names import topic_problem
 from mqstore.engine.reader import Geometry
 from mqstore.engine.record import RecordHeader, takes_queue_offset
 from mqstore.engine.segment_queue import SegmentQueue
-
-SkipPredicate = Callable[[RecordHeader], bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +111,7 @@ class DispatchResult:
     reason: str = ""
     records: int = 0  # message records walked (skipped ones included)
     units_written: int = 0
-    skipped: int = 0  # records the skip predicate took out, and of deleted topics
+    skipped: int = 0  # fillers (a pre-blank unit each) and records of deleted topics
     index_keys: int = 0
     last_store_timestamp: int = 0
     put_statuses: Counter[PutStatus] = field(default_factory=Counter)
@@ -138,13 +137,11 @@ class Dispatcher:
         queues: ConsumeQueueStore,
         index: IndexService | None = None,
         *,
-        skip: SkipPredicate | None = None,
         checkpoint: CheckpointFields | None = None,
     ) -> None:
         self.log = log
         self.queues = queues
         self.index = index
-        self.skip = skip
         self.checkpoint = checkpoint
         # Topics deleted while the store was stopped: their records below the end offset
         # stay out of the queues and the index (engine.deleted_topics).
@@ -160,7 +157,6 @@ class Dispatcher:
         store_dir: str | os.PathLike[str],
         geometry: Geometry,
         *,
-        skip: SkipPredicate | None = None,
         checkpoint: CheckpointFields | None = None,
         index_enabled: bool = True,
         max_msgs_num_batch: int = 64,
@@ -187,7 +183,7 @@ class Dispatcher:
                 on_roll=on_index_roll,
             )
             index.load()
-        return cls(log, queues, index, skip=skip, checkpoint=checkpoint)
+        return cls(log, queues, index, checkpoint=checkpoint)
 
     def resume_offset(self) -> int:
         """Where dispatching resumes (RocketMQ's reputFromOffset at start): the queues'
@@ -276,7 +272,7 @@ class Dispatcher:
             res.skipped += 1  # a record of a deleted topic
             return
         takes = takes_queue_offset(h.sys_flag)
-        if self.skip is not None and self.skip(h):
+        if is_filler(h):
             res.skipped += 1
             if takes and topic_problem(h.topic) is None and h.queue_id >= 0:
                 cq = self.queues.find_or_create(h.topic, h.queue_id)

@@ -11,8 +11,9 @@ store; `refresh()` finds it again).
 Files another process creates later (a new commit-log segment, consume-queue file,
 queue, index file) are picked up when a read runs off what the reader knows.
 
-Statuses are RocketMQ's GetMessageStatus. Pre-blank units and records for which
-`is_filler(record)` is true (mqstore's fillers) are skipped like filtered-out messages.
+Statuses are RocketMQ's GetMessageStatus. Pre-blank units and fillers
+(`engine.filler.is_filler`: what the publisher writes over a dead producer's reservation)
+are skipped like filtered-out messages; no lookup returns a filler.
 
 Cost: one consume-queue refresh (a binary search in the last file) per `get_messages`,
 then one record decode per message. Not thread-safe: one reader per thread.
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from mqstore.conf.settings import StoreSettings
 from mqstore.engine.commitlog import CommitLog, LookupStatus
 from mqstore.engine.consumequeue import ConsumeQueue, ConsumeQueueStore, CqUnit, detect_file_size
+from mqstore.engine.filler import is_filler
 from mqstore.engine.indexfile import IndexService
 from mqstore.engine.record import (
     PROPERTY_KEYS,
@@ -49,7 +51,6 @@ QUERY_ROUNDS = 3
 MAX_EXT_ADDR = -2_147_483_649  # ConsumeQueueExt addresses are <= this (spec §3.2)
 
 MaxOffsetFn = Callable[[], int]
-FillerPredicate = Callable[[DecodedRecord], bool]
 
 
 class GetStatus(enum.Enum):
@@ -130,14 +131,12 @@ class StoreReader:
         geometry: Geometry,
         *,
         max_offset_fn: MaxOffsetFn | None = None,
-        is_filler: FillerPredicate | None = None,
         max_msgs_num_batch: int = 64,
     ) -> None:
         """Open everything read-only. Raises SegmentSizeError, IndexGeometryError,
         StoreIOError."""
         self.store_dir = os.fspath(store_dir)
         self.geometry = geometry
-        self.is_filler = is_filler
         self._max_offset_fn = max_offset_fn
         queue = SegmentQueue(
             os.path.join(self.store_dir, "commitlog"), geometry.segment_size_bytes, read_only=True
@@ -169,7 +168,6 @@ class StoreReader:
         settings: StoreSettings | None = None,
         *,
         max_offset_fn: MaxOffsetFn | None = None,
-        is_filler: FillerPredicate | None = None,
     ) -> StoreReader:
         """A reader with the store's own geometry (`Geometry.of`)."""
         s = settings or StoreSettings()
@@ -177,7 +175,6 @@ class StoreReader:
             store_dir,
             Geometry.of(store_dir, s),
             max_offset_fn=max_offset_fn,
-            is_filler=is_filler,
             max_msgs_num_batch=s.max_msgs_num_batch,
         )
 
@@ -222,8 +219,13 @@ class StoreReader:
         return self.log.min_offset()
 
     def get_by_offset(self, physical_offset: int) -> DecodedRecord | None:
-        """The record starting at `physical_offset`; None when there is none (or it is
-        past the limit, or not a valid record, or its body fails its CRC)."""
+        """The message starting at `physical_offset`; None when there is none (or it is
+        past the limit, or not a valid record, or its body fails its CRC, or a filler)."""
+        rec = self._record_at(physical_offset)
+        return None if rec is None or is_filler(rec) else rec
+
+    def _record_at(self, physical_offset: int) -> DecodedRecord | None:
+        """`get_by_offset`, fillers included."""
         limit = self.limit()
         if physical_offset < 0 or physical_offset >= limit:
             return None
@@ -364,7 +366,7 @@ class StoreReader:
                 if not res.messages:
                     res.status = GetStatus.MESSAGE_WAS_REMOVING
                 continue
-            if self.is_filler is not None and self.is_filler(rec):
+            if is_filler(rec):  # a queue built by a dispatcher that kept it (RocketMQ's)
                 continue
             if wanted is not None and rec.properties.get(PROPERTY_TAGS) not in wanted:
                 continue
@@ -375,7 +377,7 @@ class StoreReader:
         return res
 
     def _record_of(self, u: CqUnit) -> DecodedRecord | None:
-        rec = self.get_by_offset(u.physical_offset)
+        rec = self._record_at(u.physical_offset)
         if rec is None or rec.size != u.size:
             return None
         return rec
@@ -412,14 +414,12 @@ class StoreReader:
             first_ts = -1
             for off in offsets:
                 seen.add(off)
-                rec = self.get_by_offset(off)
+                rec = self._record_at(off)
                 if rec is None:
                     continue
                 if first_ts < 0:
                     first_ts = rec.store_timestamp
-                if record_has_key(rec, topic, key) and not (
-                    self.is_filler is not None and self.is_filler(rec)
-                ):
+                if record_has_key(rec, topic, key) and not is_filler(rec):
                     out.append(rec)
             if out or first_ts < 0:
                 break

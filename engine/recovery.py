@@ -59,7 +59,7 @@ from mqstore.engine.consumequeue import (
     cq_file_size,
     queue_dirs,
 )
-from mqstore.engine.dispatch import Dispatcher, DispatchResult, DispatchStop, SkipPredicate
+from mqstore.engine.dispatch import Dispatcher, DispatchResult, DispatchStop
 from mqstore.engine.indexfile import IndexService
 from mqstore.engine.reader import Geometry
 from mqstore.engine.record import (
@@ -332,7 +332,6 @@ def recover_store(
     *,
     geometry: Geometry | None = None,
     dry_run: bool = False,
-    skip: SkipPredicate | None = None,
     progress: Progress | None = None,
     clear_abort: bool = False,
     clock_ms: Callable[[], int] | None = None,
@@ -341,9 +340,9 @@ def recover_store(
     """Recover the store (see the module doc) and return the report.
 
     `abnormal` overrides the `abort` test (a supervisor that writes `abort` at boot
-    passes what it found before writing it); `skip` is the dispatcher's filler
-    predicate; `progress(done, total)` is called per segment. Raises StoreIOError,
-    SegmentSizeError, IndexGeometryError.
+    passes what it found before writing it); `progress(done, total)` is called per
+    segment. Fillers are re-dispatched as the dispatcher does (`engine.filler`). Raises
+    StoreIOError, SegmentSizeError, IndexGeometryError.
     """
     t0 = time.perf_counter()
     s = settings or StoreSettings()
@@ -428,7 +427,7 @@ def recover_store(
                     redo = cq.max_physical_offset
                     dispatch_from = min(dispatch_from, max(redo, log.min_offset(), 0))
             build = index if s.message_index_enable else None
-            disp = None if ro else Dispatcher(log, cqs, build, skip=skip, checkpoint=cp_fields)
+            disp = None if ro else Dispatcher(log, cqs, build, checkpoint=cp_fields)
             res = DispatchResult(dispatch_from, dispatch_from, DispatchStop.END_OF_DATA)
             if disp is not None and dispatch_from < start.start_offset:
                 pre = disp.dispatch(dispatch_from, start.start_offset)

@@ -31,6 +31,7 @@ from pathlib import Path
 from mqstore.engine import fileio
 from mqstore.engine.checkpoint import CHECKPOINT_FILE, CheckpointError, CheckpointFields
 from mqstore.engine.commitlog import CommitLog
+from mqstore.engine.filler import is_filler
 from mqstore.engine.findings import Finding, Severity
 from mqstore.engine.segment import SegmentSizeError
 
@@ -143,10 +144,12 @@ def infer_segment_size(
 
 @dataclass(frozen=True)
 class CheckSummary:
-    """What `StoreDir.check` looked at, for the report's last line."""
+    """What `StoreDir.check` looked at, for the report's last line. `records` counts
+    every message record, `fillers` those of them that are fillers (`engine.filler`)."""
 
     segments: int
     records: int
+    fillers: int
     min_offset: int
     end_offset: int
     segment_size_bytes: int
@@ -210,16 +213,17 @@ class StoreDir:
         if self._log is None:
             assert self._open_error is not None
             out.append(self._open_error)
-            return out, CheckSummary(len(self.segment_files), 0, 0, 0, self.segment_size_bytes)
+            return out, CheckSummary(len(self.segment_files), 0, 0, 0, 0, self.segment_size_bytes)
         log = self._log
         out.extend(log.check())
-        records = 0
+        records = fillers = 0
         last_store_ts = 0
         end = 0
         if len(log.queue):
             sc = log.scan(check_crc=False, read_body=False)
             for rec in sc:
                 records += 1
+                fillers += is_filler(rec.header)
                 last_store_ts = max(last_store_ts, rec.header.store_timestamp)
             end = sc.end_offset
         out.extend(self._check_checkpoint(last_store_ts, records))
@@ -245,6 +249,7 @@ class StoreDir:
         summary = CheckSummary(
             segments=len(log.queue),
             records=records,
+            fillers=fillers,
             min_offset=log.min_offset() if len(log.queue) else 0,
             end_offset=end,
             segment_size_bytes=self.segment_size_bytes,

@@ -66,7 +66,6 @@ from mqstore.ipc.accepts import (
     check_types,
 )
 from mqstore.ipc.client import StoreClient, check_attach_types
-from mqstore.ipc.filler import is_filler
 from mqstore.ipc.logtail import LogQueues
 from mqstore.ipc.read_results import PullResult
 from mqstore.ipc.reads import ClientReads, for_client
@@ -461,7 +460,6 @@ class AsyncStoreClient:
                     self.store_dir,
                     self._main._store_geometry,
                     max_offset_fn=self._limit,
-                    is_filler=is_filler,
                 )
             return PullResult.of(self._reader.get_messages(topic, queue_id, offset, max_count))
         if self._log_queues is None:

@@ -4,7 +4,7 @@
 touched, opened lazily). Three steps, each with one owner of the position it moves:
 
 * `publish()`: advance `published_pos` over contiguous DONE reservation slots. A slot
-  RESERVED by a process that is gone gets a filler (`ipc.filler`) and counts as DONE,
+  RESERVED by a process that is gone gets a filler (`engine.filler`) and counts as DONE,
   so a producer killed mid-put never stalls the log. Called inside `commit()`.
 * `commit(least_pages)`: under the commit lock, publish, then copy the pool buffers'
   `[committed, published)` into the files with pwrite (pool on) or just move
@@ -25,9 +25,9 @@ import time
 from typing import Final
 
 from mqstore.engine import fileio, storedir
+from mqstore.engine.filler import INTERNAL_TOPIC, write_filler
 from mqstore.engine.segment import OS_PAGE_SIZE, Segment, segment_file_name
 from mqstore.ipc import control as c
-from mqstore.ipc.filler import INTERNAL_TOPIC, write_filler
 from mqstore.ipc.locks import COMMIT_LOCK, FileLock
 
 DEAD_CHECK_AFTER_S: Final = 0.02  # a slot must be stuck this long before its pid is checked

@@ -17,10 +17,10 @@ import os
 from collections.abc import Iterator
 
 from mqstore.engine.commitlog import CommitLog, ScanStop
+from mqstore.engine.filler import is_filler
 from mqstore.engine.reader import GetResult, GetStatus
 from mqstore.engine.record import DecodedRecord
 from mqstore.engine.storedir import list_segments
-from mqstore.ipc.filler import is_filler
 
 _TX_MASK = 0xC
 _TX_COMMIT = 0x8

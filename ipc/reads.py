@@ -51,7 +51,6 @@ from mqstore.engine.record import DecodedRecord
 from mqstore.ipc import control as c
 from mqstore.ipc.accepts import INT, OPT_INT, OPT_STR, STR, check_types
 from mqstore.ipc.channel import SupervisorUnavailable
-from mqstore.ipc.filler import is_filler
 from mqstore.ipc.read_results import GetMessageStatus, PullResult
 
 if TYPE_CHECKING:
@@ -121,7 +120,6 @@ class ClientReads:
                 self.store_dir,
                 store.geometry,
                 max_offset_fn=lambda: self._limit,
-                is_filler=is_filler,
                 max_msgs_num_batch=store.settings.max_msgs_num_batch,
             )
             self._generation = gen
@@ -240,16 +238,14 @@ class ClientReads:
         """The message at `physical_offset`; None when there is none (or not yet durable)."""
         check_types("get", physical_offset=(physical_offset, INT))
         with self._lock:
-            rec = self._open(self.durable()).get_by_offset(physical_offset)
-        return None if rec is None or is_filler(rec) else rec
+            return self._open(self.durable()).get_by_offset(physical_offset)
 
     def get_by_msg_id(self, msg_id: str) -> DecodedRecord | None:
         """The message with this offset message id; None when there is none. Raises
         ValueError for a malformed id."""
         check_types("get_by_msg_id", msg_id=(msg_id, STR))
         with self._lock:
-            rec = self._open(self.durable()).get_by_msg_id(msg_id)
-        return None if rec is None or is_filler(rec) else rec
+            return self._open(self.durable()).get_by_msg_id(msg_id)
 
     # --- consumer offsets ---------------------------------------------------------------
 

@@ -13,7 +13,9 @@ the chain) is decoded with a fixed number of numpy / Arrow operations per batch:
 - hosts are formatted once per distinct address, message ids with a hex lookup table.
 
 The only per-record Python work left is the body CRC (`zlib.crc32` over a memoryview
-slice, via `map`), and it runs after the pushed-down filters, on the rows kept.
+slice, via `map`), and it runs after the pushed-down filters, on the rows kept. Fillers
+(`engine.filler`) are not rows: the few records carrying the filler flag are put to the
+engine's rule one by one.
 
 Records that do not fit the fast layout (V2 magic, IPv6 hosts) or whose text is not
 UTF-8 go through the engine's own `decode()` for their batch: slower, same rows.
@@ -54,6 +56,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mqstore.engine import record as rec
+from mqstore.engine.filler import FILLER_FLAG, is_filler
 from mqstore.pipeline.schema import ARROW_SCHEMA, COLUMN_NAMES, PROPERTIES_TYPE
 
 FAST_HEADER_BYTES = 88
@@ -188,6 +191,16 @@ def gather_headers(nb: npt.NDArray[np.uint8], starts: IntArray) -> npt.NDArray[A
     )
     rows = windows[starts]
     return rows.view(HEADER_DTYPE).reshape(len(starts))
+
+
+def filler_mask(buf: bytes, starts: IntArray, h: npt.NDArray[Any]) -> BoolArray:
+    """Which records are fillers (`engine.filler.is_filler`). Their flag picks the few
+    candidates in bulk; the engine's rule decides each one from its header."""
+    mask: BoolArray = h["flag"] == FILLER_FLAG
+    for i in np.nonzero(mask)[0].tolist():
+        header = rec.check_record(buf, int(starts[i]), check_crc=False, read_body=False)
+        mask[i] = is_filler(header)
+    return mask
 
 
 def _signed_byte(nb: npt.NDArray[np.uint8], pos: IntArray) -> IntArray:
@@ -358,7 +371,7 @@ def build_fast(
 ) -> pa.RecordBatch:
     """Rows for sound fast-layout records; raises ArrowInvalid when some text is not UTF-8."""
     lay = fast_layout(nb, starts, h)
-    keep = flt.numeric_mask(h["queue_id"], h["store_timestamp"])
+    keep = flt.numeric_mask(h["queue_id"], h["store_timestamp"]) & ~filler_mask(buf, starts, h)
     topic = slices_to_array(data, nb, lay.topic_pos, lay.topic_len, pa.string())
     if flt.topics is not None:
         keep &= np.asarray(pc.is_in(topic, value_set=pa.array(sorted(flt.topics), pa.string())))
@@ -414,7 +427,7 @@ def build_slow(
     rows = []
     for pos in starts:
         d = rec.decode(buf, pos)
-        if not flt.matches(d.topic, d.queue_id, d.store_timestamp):
+        if is_filler(d) or not flt.matches(d.topic, d.queue_id, d.store_timestamp):
             continue
         if not d.crc_ok and not include_corrupt:
             continue

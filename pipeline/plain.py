@@ -3,8 +3,9 @@
 This is the yardstick the data source is measured and tested against: the most direct
 way to read a local store with the engine's codec. Each segment is read from its first
 byte, record after record, until a BLANK, the first record that fails its checks, or the
-readable end (the flushed offset of a live store). Records whose body CRC does not match
-are skipped unless asked for.
+readable end (the flushed offset of a live store). Fillers (`engine.filler`) are not
+messages and are skipped; records whose body CRC does not match are skipped unless asked
+for.
 
 Who may call: the benchmark, tests, anyone wanting a simple local read. Cost: one read of
 each segment, then several microseconds of Python per record.
@@ -17,6 +18,7 @@ from collections.abc import Iterator
 
 from mqstore.engine import fileio, storedir
 from mqstore.engine import record as rec
+from mqstore.engine.filler import is_filler
 
 
 def read_file(path: str) -> bytes:
@@ -32,7 +34,7 @@ def read_file(path: str) -> bytes:
 def iter_records(
     store_dir: str | os.PathLike[str], *, include_corrupt: bool = False
 ) -> Iterator[rec.DecodedRecord]:
-    """Every record of a local store, in commit-log order."""
+    """Every message record of a local store, in commit-log order."""
     flushed = storedir.read_flushed_offset(store_dir)
     for seg in storedir.list_segments(store_dir):
         if seg.size_bytes == 0:
@@ -47,6 +49,6 @@ def iter_records(
                 break
             if d.physical_offset != seg.start_offset + pos:
                 break
-            if d.crc_ok or include_corrupt:
+            if (d.crc_ok or include_corrupt) and not is_filler(d):
                 yield d
             pos += d.size

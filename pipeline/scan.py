@@ -189,7 +189,8 @@ def scan_split(
     flt: RecordFilter = NO_FILTER,
     opts: ScanOptions = ScanOptions(),
 ) -> Iterator[pa.RecordBatch]:
-    """Batches of the records the split owns that pass `flt` (and their checks)."""
+    """Batches of the records the split owns that pass `flt` and their checks; never a
+    filler (`engine.filler`)."""
     bound = opts.blank_bound
     if spec.begin == 0:
         read_from, trust_start = 0, True

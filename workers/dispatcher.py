@@ -35,23 +35,13 @@ from mqstore.engine.checkpoint import StoreCheckpoint
 from mqstore.engine.dispatch import Dispatcher, DispatchStop
 from mqstore.engine.fileio import StoreIOError
 from mqstore.engine.reader import Geometry
-from mqstore.engine.record import RecordHeader
 from mqstore.ipc import control as c
-from mqstore.ipc.filler import FILLER_FLAG, FILLER_PROPERTY
 from mqstore.workers.base import ExitCode, WorkerContext
 
 MAX_RECORDS_PER_ROUND: Final = 4096
 BUSY_WAIT_S: Final = 0.001
 IDLE_WAIT_S: Final = 0.008
 DRAIN_S: Final = 2.0
-
-
-def is_filler_header(h: RecordHeader) -> bool:
-    """`ipc.filler.is_filler` from the header alone: the filler's flag and zero born time,
-    with its marker property (or no properties, when the marker did not fit)."""
-    if h.flag != FILLER_FLAG or h.born_timestamp != 0:
-        return False
-    return h.properties.get(FILLER_PROPERTY) == "1" or not h.properties
 
 
 class _Checkpoint:
@@ -118,7 +108,6 @@ def main(ctx: WorkerContext) -> int:
         disp = Dispatcher.open(
             ctx.store_dir,
             Geometry.of(ctx.store_dir, s),
-            skip=is_filler_header,
             checkpoint=cp.file,
             index_enabled=s.message_index_enable,
             max_msgs_num_batch=s.max_msgs_num_batch,

@@ -68,7 +68,6 @@ from mqstore.workers.base import (
     say_reload,
     setup_logging,
 )
-from mqstore.workers.dispatcher import is_filler_header
 from mqstore.workers.metrics import MetricsServer, StoreCollector
 
 log = logging.getLogger("mqstore.supervisor")
@@ -252,7 +251,6 @@ class Supervisor:
                 self.store_dir,
                 self.settings,
                 geometry=self.geometry,
-                skip=is_filler_header,
                 abnormal=was_dirty,
             )
             write_report(self.store_dir, report)

@@ -12,6 +12,7 @@ import pytest
 from mqstore.engine.commitlog import CommitLog
 from mqstore.engine.consumequeue import ConsumeQueueStore
 from mqstore.engine.dispatch import Dispatcher
+from mqstore.engine.filler import filler_record
 from mqstore.engine.indexfile import IndexService
 from mqstore.engine.reader import Geometry, GetStatus, StoreReader, parse_tag_filter
 from mqstore.engine.record import DecodedRecord, Message
@@ -147,17 +148,14 @@ def test_key_collisions_are_rechecked(tmp_path: Path) -> None:
 def test_fillers_and_pre_blanks_are_skipped(tmp_path: Path) -> None:
     log = open_log(tmp_path)
     log.append(message(0))
-    log.append(message(1, flag=0x4D514649))
+    filler = log.append_encoded(filler_record(200, "T", 0), "T", 0)
     log.append(message(2))
     cqs, idx = ConsumeQueueStore(tmp_path, CQ_FILE), IndexService(tmp_path, SLOTS, ENTRIES)
-
-    def skip_h(h: object) -> bool:
-        return getattr(h, "flag", 0) == 0x4D514649
-
-    Dispatcher(log, cqs, idx, skip=skip_h).dispatch(0, log.max_offset())
+    Dispatcher(log, cqs, idx).dispatch(0, log.max_offset())
     for c in (log, cqs, idx):
         c.close()
-    with _reader(tmp_path, is_filler=lambda rec: rec.flag == 0x4D514649) as r:
+    with _reader(tmp_path) as r:
+        assert r.get_by_offset(filler.wrote_offset) is None
         g = r.get_messages("T", 0, 0, 10)
         assert [m.queue_offset for m in g.messages] == [0, 2] and g.next_offset == 3
         assert r.get_messages("T", 0, 1, 1).messages[0].queue_offset == 2

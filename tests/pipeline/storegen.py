@@ -12,10 +12,11 @@ from __future__ import annotations
 import random
 import struct
 import zlib
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 
 from mqstore.engine import record as rec
+from mqstore.engine.filler import write_filler
 from mqstore.engine.storedir import FLUSHED_OFFSET_FILE, FLUSHED_OFFSET_MAGIC
 
 BASE_TS_MS = 1_700_000_000_000
@@ -43,12 +44,15 @@ def write_store(
     ts_step_ms: int = 7,
     v2_every: int = 0,
     stale_after_blank: bool = False,
+    fillers: Collection[int] = (),
 ) -> list[int]:
     """Write `messages` as `root/commitlog/<20 digits>` files; return their physical offsets.
 
     `v2_every` = n > 0 writes every n-th record in the V2 layout. `stale_after_blank`
     fills the bytes after each BLANK header with a copy of the segment's first record,
     its PHYSICALOFFSET patched to where the copy lies (old pool bytes at their worst).
+    The messages whose index is in `fillers` are put as if their producer died after
+    reserving: the publisher's `write_filler` takes their place, size and queue offset.
     """
     log = root / "commitlog"
     log.mkdir(parents=True, exist_ok=True)
@@ -77,7 +81,10 @@ def write_store(
         key = (msg.topic, msg.queue_id)
         qo = queue_offsets.get(key, 0)
         queue_offsets[key] = qo + 1
-        rec.patch_append_fields(buf, pos, enc, qo, seg_start + pos, ts)
+        if i in fillers:
+            write_filler(buf, pos, len(enc.data), msg.topic, msg.queue_id, qo, seg_start + pos, ts)
+        else:
+            rec.patch_append_fields(buf, pos, enc, qo, seg_start + pos, ts)
         offsets.append(seg_start + pos)
         pos += len(enc.data)
         ts += ts_step_ms

@@ -206,6 +206,22 @@ def test_time_filter_skips_segments_and_rows(tmp_path: Path) -> None:
     assert source.plan_splits(plan, RecordFilter(topics=frozenset())) == []
 
 
+def test_fillers_are_never_rows(tmp_path: Path) -> None:
+    root = tmp_path / "f"
+    msgs = storegen.mixed_messages(400)
+    dead = set(range(3, 400, 37))
+    offsets = storegen.write_store(root, msgs, segment_bytes=16384, v2_every=5, fillers=dead)
+    want = expected(root)
+    assert [r["physical_offset"] for r in want] == [
+        o for i, o in enumerate(offsets) if i not in dead
+    ]
+    biggest = largest_record(root)
+    for split in (997, 5003, 1 << 20):
+        assert by_offset(read_rows(root, split, max_record_bytes=biggest)) == want
+        kept = read_rows(root, split, max_record_bytes=biggest, include_corrupt=True)
+        assert by_offset(kept) == want
+
+
 def test_store_uri_and_missing_store(tmp_path: Path) -> None:
     root = tmp_path / "u"
     storegen.write_store(root, storegen.mixed_messages(20))

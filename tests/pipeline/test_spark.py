@@ -183,6 +183,24 @@ def test_export_to_parquet_round_trips(spark: Any, mixed_store: Path, tmp_path: 
     assert by_offset(r.asDict(recursive=True) for r in back) == want
 
 
+def test_fillers_are_no_rows_in_any_job(spark: Any, tmp_path: Path) -> None:
+    root = tmp_path / "fillers"
+    dead = {3, 77, 150, 151, 298}  # producers that died after reserving
+    msgs = storegen.mixed_messages(300)
+    offsets = storegen.write_store(root, msgs, segment_bytes=16384, v2_every=7, fillers=dead)
+    want = expected(root)
+    assert [r["physical_offset"] for r in want] == [
+        o for i, o in enumerate(offsets) if i not in dead
+    ]
+    assert rows_of(spark, root, splitBytes="3001", maxRecordBytes="4096") == want
+    assert jobs.stats(spark, str(root), 1000).records == len(want)
+    assert jobs.audit(spark, str(root)).records_checked == len(want)
+    out = tmp_path / "export"
+    assert jobs.export(spark, str(root), str(out)).rows == len(want)
+    back = spark.read.parquet(str(out)).drop("date").collect()
+    assert by_offset(r.asDict(recursive=True) for r in back) == want
+
+
 def test_cli_jobs(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root, offsets = _damaged_store(tmp_path)
     assert cli.main(["pipeline", "stats", str(root), "--json", "--window", "1s"]) == 0

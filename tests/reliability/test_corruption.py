@@ -26,9 +26,9 @@ import pytest
 
 from mqstore import StoreClient
 from mqstore.engine.commitlog import CommitLog
+from mqstore.engine.filler import is_filler
 from mqstore.engine.reader import StoreReader
 from mqstore.engine.record import DecodedRecord, encode_properties
-from mqstore.ipc.filler import is_filler
 from tests.reliability.conftest import FIGURES, FULL, sized
 from tests.reliability.verify import check_errors, queue_view, record_matches, run_check
 from tests.reliability.workload import message, parse_body
@@ -231,7 +231,7 @@ def test_corruption(
         for r in recs:
             by_q.setdefault((r.topic, r.queue_id), []).append(r.physical_offset)
         served = queue_view(d)
-        with StoreReader.open(d, is_filler=is_filler) as rd:
+        with StoreReader.open(d) as rd:
             for q, offs in served.items():
                 for off in offs:
                     r2 = rd.get_by_offset(off)
@@ -274,7 +274,7 @@ def test_reader_never_serves_a_record_failing_its_crc(
     _flip(seg, pos + rng.randrange(body_at, body_at + body_len), rng)
     FIGURES["corruptions tried"] += 1
     assert any(f["severity"] == "ERROR" for f in run_check(d)["findings"]), f"seed {seed}"
-    with StoreReader.open(d, is_filler=is_filler) as rd:
+    with StoreReader.open(d) as rd:
         assert rd.get_by_offset(off) is None, f"served a record failing its CRC (seed {seed})"
     served = {o for offs in queue_view(d).values() for o in offs}
     assert off not in served, f"consume queue served a record failing its CRC (seed {seed})"

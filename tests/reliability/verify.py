@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mqstore.engine.filler import is_filler
 from mqstore.engine.reader import GetStatus, StoreReader
 from mqstore.engine.record import PROPERTY_KEYS, PROPERTY_TAGS, DecodedRecord
-from mqstore.ipc.filler import is_filler
 from tests.reliability.workload import MAX_BATCH, Acks, message, parse_body
 from tests.runtime.harness import REPO, Store, check_chain
 
@@ -47,7 +47,7 @@ def check_errors(path: Path) -> list[str]:
 def queue_view(path: Path) -> dict[tuple[str, int], list[int]]:
     """Physical offsets served through the consume queues, per (topic, queue id)."""
     got: dict[tuple[str, int], list[int]] = {}
-    with StoreReader.open(path, is_filler=is_filler) as rd:
+    with StoreReader.open(path) as rd:
         for topic, qid in rd.queues.keys():  # noqa: SIM118 (iterating yields queues)
             offs: list[int] = []
             off = rd.min_offset(topic, qid)
@@ -126,7 +126,7 @@ def verify_queues(store: Store) -> list[str]:
     """The consume queues serve exactly the log's records, queue by queue (run after a
     start: recovery re-dispatches what the last run's dispatcher had not)."""
     problems: list[str] = []
-    recs = [r for r in store.read_log() if not is_filler(r)]
+    recs = store.read_log()
     by_queue: dict[tuple[str, int], list[int]] = {}
     for r in sorted(recs, key=lambda r: r.physical_offset):
         by_queue.setdefault((r.topic, r.queue_id), []).append(r.physical_offset)

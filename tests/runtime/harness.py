@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from mqstore.engine.commitlog import CommitLog
+from mqstore.engine.filler import is_filler
 from mqstore.engine.record import DecodedRecord
 from mqstore.ipc import channel
 from mqstore.ipc.control import leftover_shm
-from mqstore.ipc.filler import is_filler
 
 REPO = Path(__file__).resolve().parent.parent.parent
 DEFAULT_CONFIG: dict[str, Any] = {

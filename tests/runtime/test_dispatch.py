@@ -18,7 +18,6 @@ from mqstore import PutMessageStatus, StoreClient
 from mqstore.conf.load import load_settings
 from mqstore.engine.reader import GetStatus, StoreReader
 from mqstore.ipc.commit import pid_alive
-from mqstore.ipc.filler import is_filler
 from tests.runtime.conftest import StoreFactory
 from tests.runtime.harness import REPO, Store, wait_for
 
@@ -31,7 +30,7 @@ def _dispatched_up_to_flushed(st: Store) -> bool:
 
 
 def _pull_all(path: Path, topic: str, queue_id: int) -> list[Any]:
-    reader = StoreReader.open(path, load_settings(path).settings, is_filler=is_filler)
+    reader = StoreReader.open(path, load_settings(path).settings)
     try:
         out: list[Any] = []
         offset = 0

@@ -14,11 +14,12 @@ import pytest
 
 from mqstore import PutMessageStatus, StoreClient
 from mqstore.engine.checkpoint import StoreCheckpoint
+from mqstore.engine.filler import is_filler
 from mqstore.engine.storedir import read_flushed_offset
 from mqstore.ipc import channel
 from mqstore.ipc.commit import pid_alive
 from mqstore.ipc.control import leftover_shm
-from mqstore.ipc.filler import is_filler
+from mqstore.pipeline import plain
 from tests.runtime.conftest import StoreFactory
 from tests.runtime.harness import REPO, Store, check_chain, wait_for
 
@@ -75,6 +76,17 @@ def test_client_killed_after_reserving_gets_a_filler_and_no_stall(store: Store) 
     check_chain(recs, store.config["segment_size_bytes"])
     assert is_filler(recs[0]) and recs[0].topic == "crash" and recs[0].queue_offset == 0
     assert [x.body for x in recs[1:]] == [b"x0", b"x1", b"x2"]
+    # every other reader of the stopped store agrees
+    assert [x.body for x in plain.iter_records(store.path)] == [b"x0", b"x1", b"x2"]
+    check = subprocess.run(
+        [sys.executable, "-m", "mqstore", "check", str(store.path), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    summary = json.loads(check.stdout)["summary"]
+    assert (summary["records"], summary["fillers"]) == (4, 1)
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ import pytest
 from mqstore import AsyncStoreClient, Message, PutMessageStatus, PutResult, StoreClient
 from mqstore.engine import record
 from mqstore.engine.commitlog import CommitLog
-from mqstore.ipc.filler import filler_record
+from mqstore.engine.filler import filler_record
 from tests.runtime.conftest import StoreFactory
 from tests.runtime.harness import REPO, Store, wait_for
 

@@ -13,7 +13,6 @@ from mqstore.engine.reader import StoreReader
 from mqstore.engine.record import DecodedRecord
 from mqstore.ipc.channel import SupervisorUnavailable
 from mqstore.ipc.client import StoreClient
-from mqstore.ipc.filler import is_filler
 from mqstore.ipc.locks import store_lock_holder
 from mqstore.ipc.reads import ClientReads, for_client
 
@@ -35,7 +34,7 @@ class Reads:
             self.live = for_client(self.client)
         else:
             settings = load_settings(store_dir, config, os.environ).settings
-            self.offline = StoreReader.open(store_dir, settings, is_filler=is_filler)
+            self.offline = StoreReader.open(store_dir, settings)
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         if self.live is not None:

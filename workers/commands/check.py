@@ -1,6 +1,8 @@
 """`mqstore check DIR [--json]`: verify every record, the file chain and the checkpoint.
 
-Prints one line per finding (severity, offset, file, what is wrong), then a summary.
+Prints one line per finding (severity, offset, file, what is wrong), then a summary:
+records, of which fillers (what the publisher wrote over a dead producer's reservation,
+`engine.filler`; not messages, but sound records), segments, the valid data's range.
 ERROR findings are faults and make the exit status 1; WARNING and INFO lines are
 reported (an empty trailing pre-allocated segment, an abort file, zeros after the last
 record) without failing, unless `--strict`, where warnings fail too. Exit 2: not a store
@@ -53,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"{f.severity.name:<7} {where:<18} {f.file or '-'}: {f.what}")
         verdict = "FAILED" if failed else "ok"
         print(
-            f"{verdict}: {summary.records} records in {summary.segments} segments of "
+            f"{verdict}: {summary.records} records ({summary.fillers} fillers) in "
+            f"{summary.segments} segments of "
             f"{summary.segment_size_bytes} bytes, valid data {summary.min_offset}.."
             f"{summary.end_offset}; {counts[Severity.ERROR]} errors, "
             f"{counts[Severity.WARNING]} warnings, {counts[Severity.INFO]} notes"

@@ -227,7 +227,6 @@ class _QueueSource:
     def __init__(self, store_dir: str, topic: str, offsets: list[int] | None = None) -> None:
         from mqstore.conf.load import load_settings
         from mqstore.engine.reader import StoreReader
-        from mqstore.ipc.filler import is_filler
 
         settings = load_settings(Path(store_dir), None, os.environ).settings
         self.topic = topic
@@ -235,7 +234,6 @@ class _QueueSource:
             store_dir,
             settings,
             max_offset_fn=lambda: read_flushed_offset(store_dir) or 0,
-            is_filler=is_filler,
         )
         self.queues = range(settings.default_topic_queue_nums)
         self.offsets = (

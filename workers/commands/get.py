@@ -29,7 +29,6 @@ from mqstore.engine.reader import MAX_TIMESTAMP_MS, GetStatus, MaxOffsetFn, Stor
 from mqstore.engine.record import DecodedRecord
 from mqstore.engine.segment import SegmentNameError, SegmentSizeError
 from mqstore.engine.storedir import read_flushed_offset
-from mqstore.ipc.filler import is_filler
 from mqstore.ipc.locks import store_lock_holder
 from mqstore.workers.commands._common import topic_arg
 from mqstore.workers.commands._records import add_body_argument, print_records
@@ -92,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
                 return read_flushed_offset(store) or 0
 
     try:
-        reader = StoreReader.open(store, settings, max_offset_fn=limit, is_filler=is_filler)
+        reader = StoreReader.open(store, settings, max_offset_fn=limit)
     except (SegmentSizeError, SegmentNameError, IndexGeometryError, fileio.StoreIOError) as e:
         return _bad(str(e))
     with reader:

@@ -21,10 +21,8 @@ from pathlib import Path
 from mqstore.conf.load import ConfigError, load_settings
 from mqstore.engine import fileio
 from mqstore.engine.indexfile import IndexGeometryError
-from mqstore.engine.record import RecordHeader
 from mqstore.engine.recovery import recover_store, write_report
 from mqstore.engine.segment import SegmentNameError, SegmentSizeError
-from mqstore.ipc.filler import FILLER_FLAG
 from mqstore.ipc.locks import StoreLockHeld, store_lock_holder, take_store_lock
 
 NAME = "recover"
@@ -39,11 +37,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--keep-abort", action="store_true", help="leave the abort file (next start recovers again)"
     )
-
-
-def is_filler_header(h: RecordHeader) -> bool:
-    """mqstore's filler records (`ipc.filler`), seen by the dispatcher."""
-    return h.flag == FILLER_FLAG and h.born_timestamp == 0
 
 
 def _progress(done: int, total: int) -> None:
@@ -78,7 +71,6 @@ def run(args: argparse.Namespace) -> int:
             store,
             settings,
             dry_run=args.dry_run,
-            skip=is_filler_header,
             progress=_progress,
             clear_abort=not args.keep_abort and not args.dry_run,
         )
