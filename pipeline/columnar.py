@@ -13,9 +13,9 @@ the chain) is decoded with a fixed number of numpy / Arrow operations per batch:
 - hosts are formatted once per distinct address, message ids with a hex lookup table.
 
 The only per-record Python work left is the body CRC (`zlib.crc32` over a memoryview
-slice, via `map`), and it runs after the pushed-down filters, on the rows kept. Fillers
-(`engine.filler`) are not rows: the few records carrying the filler flag are put to the
-engine's rule one by one.
+slice, via `map`), and it runs after the DataFrame's own conditions (`RecordFilter`), on
+the rows kept. Fillers (`engine.filler`) are not rows: the few records carrying the
+filler flag are put to the engine's rule one by one.
 
 Records that do not fit the fast layout (V2 magic, IPv6 hosts) or whose text is not
 UTF-8 go through the engine's own `decode()` for their batch: slower, same rows.
@@ -96,43 +96,21 @@ _AR12 = np.arange(12, dtype=np.int64)
 
 @dataclass(frozen=True, slots=True)
 class RecordFilter:
-    """Conditions pushed down from Spark, ANDed; None means no condition on that column.
+    """Which records a DataFrame holds: the `topic`, `fromStoreTimestamp` and
+    `toStoreTimestamp` options of `pipeline.source`, ANDed; None means no condition.
 
-    Bounds are inclusive. A filter that can match nothing (`is_empty`) lets the reader
-    skip everything.
+    Bounds are inclusive, and `ts_min <= ts_max` when both are set (the source refuses
+    the options otherwise). It is fixed when the DataFrame is loaded, so every query on
+    that DataFrame reads the same records.
     """
 
-    topics: frozenset[str] | None = None
-    queue_ids: frozenset[int] | None = None
-    queue_id_min: int | None = None
-    queue_id_max: int | None = None
+    topic: str | None = None
     ts_min: int | None = None
     ts_max: int | None = None
 
     @property
     def active(self) -> bool:
-        return any(
-            v is not None
-            for v in (
-                self.topics,
-                self.queue_ids,
-                self.queue_id_min,
-                self.queue_id_max,
-                self.ts_min,
-                self.ts_max,
-            )
-        )
-
-    def is_empty(self) -> bool:
-        """True when no record can pass (say `topic = 'a' AND topic = 'b'`)."""
-        if self.topics is not None and not self.topics:
-            return True
-        if self.queue_ids is not None and not self.queue_ids:
-            return True
-        lo, hi = self.queue_id_min, self.queue_id_max
-        if lo is not None and hi is not None and lo > hi:
-            return True
-        return self.ts_min is not None and self.ts_max is not None and self.ts_min > self.ts_max
+        return any(v is not None for v in (self.topic, self.ts_min, self.ts_max))
 
     def overlaps_time(self, first_ms: int | None, last_ms: int | None) -> bool:
         """Can a record stored in [first_ms, last_ms] pass? None bounds are open."""
@@ -140,28 +118,16 @@ class RecordFilter:
             return False
         return not (self.ts_min is not None and last_ms is not None and last_ms < self.ts_min)
 
-    def matches(self, topic: str, queue_id: int, store_timestamp: int) -> bool:
+    def matches(self, topic: str, store_timestamp: int) -> bool:
         """The per-record form, for the engine-decoded path."""
-        if self.topics is not None and topic not in self.topics:
-            return False
-        if self.queue_ids is not None and queue_id not in self.queue_ids:
-            return False
-        if self.queue_id_min is not None and queue_id < self.queue_id_min:
-            return False
-        if self.queue_id_max is not None and queue_id > self.queue_id_max:
+        if self.topic is not None and topic != self.topic:
             return False
         if self.ts_min is not None and store_timestamp < self.ts_min:
             return False
         return not (self.ts_max is not None and store_timestamp > self.ts_max)
 
-    def numeric_mask(self, queue_id: npt.NDArray[Any], store_ts: npt.NDArray[Any]) -> BoolArray:
-        mask = np.ones(len(queue_id), dtype=np.bool_)
-        if self.queue_ids is not None:
-            mask &= np.isin(queue_id, np.fromiter(self.queue_ids, dtype=np.int64))
-        if self.queue_id_min is not None:
-            mask &= queue_id >= self.queue_id_min
-        if self.queue_id_max is not None:
-            mask &= queue_id <= self.queue_id_max
+    def time_mask(self, store_ts: npt.NDArray[Any]) -> BoolArray:
+        mask = np.ones(len(store_ts), dtype=np.bool_)
         if self.ts_min is not None:
             mask &= store_ts >= self.ts_min
         if self.ts_max is not None:
@@ -371,10 +337,10 @@ def build_fast(
 ) -> pa.RecordBatch:
     """Rows for sound fast-layout records; raises ArrowInvalid when some text is not UTF-8."""
     lay = fast_layout(nb, starts, h)
-    keep = flt.numeric_mask(h["queue_id"], h["store_timestamp"]) & ~filler_mask(buf, starts, h)
+    keep = flt.time_mask(h["store_timestamp"]) & ~filler_mask(buf, starts, h)
     topic = slices_to_array(data, nb, lay.topic_pos, lay.topic_len, pa.string())
-    if flt.topics is not None:
-        keep &= np.asarray(pc.is_in(topic, value_set=pa.array(sorted(flt.topics), pa.string())))
+    if flt.topic is not None:
+        keep &= np.asarray(pc.equal(topic, pa.scalar(flt.topic, pa.string())))
     if not keep.all():
         sel = np.nonzero(keep)[0]
         starts, h = starts[sel], h[sel]
@@ -427,7 +393,7 @@ def build_slow(
     rows = []
     for pos in starts:
         d = rec.decode(buf, pos)
-        if is_filler(d) or not flt.matches(d.topic, d.queue_id, d.store_timestamp):
+        if is_filler(d) or not flt.matches(d.topic, d.store_timestamp):
             continue
         if not d.crc_ok and not include_corrupt:
             continue

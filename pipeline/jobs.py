@@ -4,7 +4,8 @@ Each returns plain Python values (dataclasses, lists of dicts) and prints nothin
 CLI (`workers/commands/pipeline.py`) formats them and tests check them.
 
 - `stats`: records and bytes per topic and queue, overall and per time window, with rates.
-- `query`: the records of a topic / key / time range (topic and time pushed down).
+- `query`: the records of a topic / key / time range (topic and time as the source's
+  options, so only what they select is read).
 - `audit`: every record's CRC and structure; the corrupt ranges.
 - `export`: Parquet partitioned by topic and UTC date.
 
@@ -131,13 +132,16 @@ def query(
     client assigned), as RocketMQ's index does. Times are epoch ms, inclusive."""
     from pyspark.sql import functions as F
 
-    df = load(spark, uri, options)
-    if topic is not None:
-        df = df.filter(F.col("topic") == topic)
-    if from_ms is not None:
-        df = df.filter(F.col("store_timestamp") >= from_ms)
-    if to_ms is not None:
-        df = df.filter(F.col("store_timestamp") <= to_ms)
+    selected = {
+        name: str(value)
+        for name, value in (
+            ("topic", topic),
+            ("fromStoreTimestamp", from_ms),
+            ("toStoreTimestamp", to_ms),
+        )
+        if value is not None
+    }
+    df = load(spark, uri, {**(options or {}), **selected})
     if key is not None:
         df = df.filter(
             F.array_contains(F.split(F.coalesce(F.col("keys"), F.lit("")), " "), key)

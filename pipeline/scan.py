@@ -225,14 +225,13 @@ def scan_split(
         if len(starts) and starts[0] < begin:
             owned = starts >= begin
             starts, headers = starts[owned], headers[owned]
-        if not flt.is_empty():
-            for i in range(0, len(starts), opts.batch_rows):
-                batch = columnar.decode_run(
-                    buf, nb, data, starts[i : i + opts.batch_rows],
-                    headers[i : i + opts.batch_rows], flt, opts.include_corrupt,
-                )  # fmt: skip
-                if batch.num_rows:
-                    yield batch
+        for i in range(0, len(starts), opts.batch_rows):
+            batch = columnar.decode_run(
+                buf, nb, data, starts[i : i + opts.batch_rows],
+                headers[i : i + opts.batch_rows], flt, opts.include_corrupt,
+            )  # fmt: skip
+            if batch.num_rows:
+                yield batch
         if why in (Stop.OWNED_END, Stop.BLANK):
             return
         at_readable_end = read_from + len(buf) >= spec.readable_bytes

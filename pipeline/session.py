@@ -11,7 +11,6 @@ What a first run would otherwise trip on, and what is done about it:
   modules this process imported, is added with `addPyFile`. An executor that runs the
   same installed environment would find them anyway; the zip makes a bare one work too
   (it still needs pyarrow and numpy, as any PySpark executor running Arrow does).
-- A reader that filters for itself needs `spark.sql.python.filterPushdown.enabled`.
 - A master set in code overrides `spark-submit --master`: under spark-submit (its
   gateway is already running) no master is set here unless one is given.
 
@@ -36,7 +35,6 @@ from mqstore.pipeline.source import register
 DEFAULT_MASTER = "local[*]"
 SHIPPED_CONF = "spark.mqstore.modulesShipped"  # set once the zip is added to a context
 BASE_CONF: dict[str, str] = {
-    "spark.sql.python.filterPushdown.enabled": "true",
     "spark.ui.showConsoleProgress": "true",
     "spark.sql.session.timeZone": "UTC",
 }

@@ -1,66 +1,76 @@
 """`spark.read.format("mqstore").load(store_dir)`: a PySpark 4 Python data source.
 
-Register it once per session with `register(spark)` (which also turns on
-`spark.sql.python.filterPushdown.enabled`, without which Spark refuses a reader that
-filters for itself). Then:
+Register it once per session with `register(spark)`. Then:
 
     spark.read.format("mqstore").load("file:///data/store")       # or a local path, s3://...
     spark.read.format("mqstore").option("includeCorrupt", "true").load(path)   # for audits
+    spark.read.format("mqstore").option("topic", "orders").load(path)   # reads less
 
-Options (all strings, as Spark passes them):
+Options (all strings, as Spark passes them; names are case-insensitive, and one this
+source does not know is refused, so a misspelt `topic` never reads the whole store):
 
-| option           | default            | meaning                                             |
-|------------------|--------------------|-----------------------------------------------------|
-| splitBytes       | 67108864 (64 MiB)  | byte length of a split; a segment is cut into these  |
-| maxRecordBytes   | 4259840            | largest record the writer allowed (4 MiB + 64 KiB)  |
-| batchRows        | 16384              | rows per Arrow batch                                |
-| includeCorrupt   | false              | also rows failing their checks (`problem` set)      |
-| flushedOffset    | true               | read a live store only up to its flushed offset     |
-| timeOrdered      | true               | skip segments outside a pushed-down time range      |
+| option             | default            | meaning                                           |
+|--------------------|--------------------|---------------------------------------------------|
+| splitBytes         | 67108864 (64 MiB)  | byte length of a split; a segment is cut into these |
+| maxRecordBytes     | 4259840            | largest record the writer allowed (4 MiB + 64 KiB) |
+| batchRows          | 16384              | rows per Arrow batch                              |
+| includeCorrupt     | false              | also rows failing their checks (`problem` set)    |
+| flushedOffset      | true               | read a live store only up to its flushed offset   |
+| timeOrdered        | true               | skip segments outside the store-time range        |
+| topic              | (every topic)      | only this topic's records are rows                |
+| fromStoreTimestamp | (no bound)         | only records stored at or after this epoch ms     |
+| toStoreTimestamp   | (no bound)         | only records stored at or before this epoch ms    |
 
 `includeCorrupt` adds records whose body CRC does not match and one row per unreadable
 byte range (see `pipeline.schema`). `timeOrdered` relies on store times not going back
 from one segment to the next (RocketMQ stamps them under the append lock); it reads
 only each segment's first record header. Set it to false for a log written by clocks
-that jumped back.
+that jumped back. With `topic` or a store-time range, an unreadable byte range is no
+row (it has neither). Fillers (`engine.filler`: what the publisher writes over a dead
+producer's reservation) are never rows.
 
-Pushed-down filters (exact: Spark need not re-check them): `topic` =, IN; `queue_id`
-=, IN, <, <=, >, >=; `store_timestamp` =, <, <=, >, >=. Others stay with Spark.
+No filter is pushed down. Spark 4's Python data sources keep the plan of the last query
+that pushed filters (its partitions and read function) on the DataFrame's table provider
+(`PythonDataSourceV2.readInfo`, shared by every query on the DataFrame), and a later
+query on it that pushes none (a plain `count()`) runs that plan again: it would see only
+the rows the earlier filter kept. So `where` clauses stay with Spark, and what a
+DataFrame reads is decided once, by its options (`topic` and the store-time range
+above), for every query on it. Give the options to read less.
 
-Planning (the driver's Python worker) lists the store through `pyarrow.fs` and, when a
-time filter is pushed down, reads each segment's first record header (about 100
-bytes) to skip segments. Reading happens on executors (`pipeline.scan`); nothing attaches
-shared memory, so an executor only needs the files to be reachable by URI.
+Planning (the driver's Python worker) lists the store through `pyarrow.fs` and, with a
+store-time range, reads each segment's first record header (about 100 bytes) to skip
+segments. Spark plans a DataFrame's read once, at its first query: later queries on it
+read the same segments up to the same offsets (a live store's flushed offset then), so
+load the store again to see what was written since. (A session that turns on
+`spark.sql.python.filterPushdown.enabled` plans again for each query with a filter.)
+Reading happens on executors (`pipeline.scan`); nothing attaches shared memory, so an
+executor only needs the files to be reachable by URI.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceReader,
-    EqualTo,
-    Filter,
-    GreaterThan,
-    GreaterThanOrEqual,
-    In,
-    InputPartition,
-    LessThan,
-    LessThanOrEqual,
-)
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from mqstore.engine import record as rec
 from mqstore.pipeline import scan, storefs
-from mqstore.pipeline.columnar import NO_FILTER, RecordFilter
+from mqstore.pipeline.columnar import RecordFilter
 from mqstore.pipeline.schema import DDL
 
 FORMAT_NAME = "mqstore"
 DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
-PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+# what Spark's options hold (lower-cased: Spark hands them over case-insensitively)
+OPTIONS = frozenset(
+    name.lower()
+    for name in (
+        "path", "splitBytes", "maxRecordBytes", "batchRows", "includeCorrupt",
+        "flushedOffset", "timeOrdered", "topic", "fromStoreTimestamp", "toStoreTimestamp",
+    )
+)  # fmt: skip
 _PEEK_BYTES = 128
 
 
@@ -71,12 +81,44 @@ def _flag(options: Mapping[str, str], name: str, default: bool) -> bool:
     return raw.strip().lower() in ("1", "true", "yes", "on")
 
 
+def _whole(raw: str) -> int | None:
+    try:
+        return int(raw)
+    except ValueError:
+        return None
+
+
 def _int(options: Mapping[str, str], name: str, default: int) -> int:
     raw = options.get(name)
-    value = default if raw is None else int(raw)
-    if value <= 0:
+    if raw is None:
+        return default
+    value = _whole(raw)
+    if value is None or value <= 0:
         raise ValueError(f"option {name} must be a positive integer, got {raw!r}")
     return value
+
+
+def _epoch_ms(options: Mapping[str, str], name: str) -> int | None:
+    raw = options.get(name)
+    if raw is None:
+        return None
+    value = _whole(raw)
+    if value is None:
+        raise ValueError(f"option {name} must be epoch milliseconds, got {raw!r}")
+    return value
+
+
+def record_filter(options: Mapping[str, str]) -> RecordFilter:
+    """The records a DataFrame holds, from its `topic` and store-time options. Raises
+    ValueError for an empty topic or a range that ends before it starts."""
+    topic = options.get("topic")
+    if topic is not None and not topic:
+        raise ValueError("option topic must name a topic, got an empty string")
+    lo = _epoch_ms(options, "fromStoreTimestamp")
+    hi = _epoch_ms(options, "toStoreTimestamp")
+    if lo is not None and hi is not None and lo > hi:
+        raise ValueError(f"option fromStoreTimestamp {lo} is after toStoreTimestamp {hi}")
+    return RecordFilter(topic=topic, ts_min=lo, ts_max=hi)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +127,7 @@ class ReadPlan:
 
     uri: str
     opts: scan.ScanOptions
+    filter: RecordFilter
     split_bytes: int
     honour_flushed: bool
     time_ordered: bool
@@ -104,12 +147,11 @@ def first_store_timestamp(fs: Any, seg: storefs.Segment) -> int | None:
     return rec.peek_store_timestamp(raw)
 
 
-def plan_splits(plan: ReadPlan, flt: RecordFilter) -> list[scan.SplitSpec]:
-    """Cut every readable segment into splits; drop segments outside the time filter."""
+def plan_splits(plan: ReadPlan) -> list[scan.SplitSpec]:
+    """Cut every readable segment into splits; drop segments outside the store-time range."""
     listing = storefs.open_store(plan.uri, honour_flushed_offset=plan.honour_flushed)
     segments = listing.segments
-    if flt.is_empty():
-        return []
+    flt = plan.filter
     keep = [True] * len(segments)
     if plan.time_ordered and (flt.ts_min is not None or flt.ts_max is not None):
         fs, _root = storefs.resolve(plan.uri)
@@ -131,95 +173,22 @@ def plan_splits(plan: ReadPlan, flt: RecordFilter) -> list[scan.SplitSpec]:
     return splits
 
 
-def _path(f: Filter) -> str | None:
-    attr = getattr(f, "attribute", None)
-    return attr[0] if isinstance(attr, tuple) and len(attr) == 1 else None
-
-
-def _ints(values: Iterable[Any]) -> frozenset[int] | None:
-    vals = list(values)
-    if all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
-        return frozenset(vals)
-    return None
-
-
-def absorb(flt: RecordFilter, f: Filter) -> RecordFilter | None:
-    """`flt` narrowed by `f`, or None when `f` is not one this source applies."""
-    col = _path(f)
-    value: Any = getattr(f, "value", None)
-    if col == "topic":
-        if isinstance(f, EqualTo) and isinstance(value, str):
-            new = frozenset([value])
-        elif isinstance(f, In) and all(isinstance(v, str) for v in value):
-            new = frozenset(value)
-        else:
-            return None
-        return replace(flt, topics=new if flt.topics is None else flt.topics & new)
-    if col not in ("queue_id", "store_timestamp"):
-        return None
-    if isinstance(f, In):
-        ints = _ints(value)
-        if col != "queue_id" or ints is None:
-            return None
-        return replace(flt, queue_ids=ints if flt.queue_ids is None else flt.queue_ids & ints)
-    if not isinstance(value, int) or isinstance(value, bool):
-        return None
-    lo: int | None = None
-    hi: int | None = None
-    if isinstance(f, EqualTo):
-        lo = hi = value
-    elif isinstance(f, GreaterThan):
-        lo = value + 1
-    elif isinstance(f, GreaterThanOrEqual):
-        lo = value
-    elif isinstance(f, LessThan):
-        hi = value - 1
-    elif isinstance(f, LessThanOrEqual):
-        hi = value
-    else:
-        return None
-    if col == "queue_id":
-        return replace(
-            flt,
-            queue_id_min=_max(flt.queue_id_min, lo),
-            queue_id_max=_min(flt.queue_id_max, hi),
-        )
-    return replace(flt, ts_min=_max(flt.ts_min, lo), ts_max=_min(flt.ts_max, hi))
-
-
-def _max(a: int | None, b: int | None) -> int | None:
-    return b if a is None else a if b is None else max(a, b)
-
-
-def _min(a: int | None, b: int | None) -> int | None:
-    return b if a is None else a if b is None else min(a, b)
-
-
 class MqStoreReader(DataSourceReader):
-    """Plans splits on the driver; reads one split per task on executors."""
+    """Plans splits on the driver; reads one split per task on executors.
+
+    It has no `pushFilters` (see the module doc): what it reads is its `ReadPlan`, made
+    from the DataFrame's options alone."""
 
     def __init__(self, plan: ReadPlan) -> None:
         self.plan = plan
-        self.filter = NO_FILTER
-
-    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
-        kept = []
-        for f in filters:
-            narrowed = absorb(self.filter, f)
-            if narrowed is None:
-                kept.append(f)
-            else:
-                self.filter = narrowed
-        return kept
 
     def partitions(self) -> Sequence[InputPartition]:
-        return [SplitPartition(s) for s in plan_splits(self.plan, self.filter)]
+        return [SplitPartition(s) for s in plan_splits(self.plan)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         fs, _root = storefs.resolve(self.plan.uri)
         assert isinstance(partition, SplitPartition)
-        spec = partition.spec
-        yield from scan.scan_split(fs, spec, self.filter, self.plan.opts)
+        yield from scan.scan_split(fs, partition.spec, self.plan.filter, self.plan.opts)
 
 
 class MqStoreDataSource(DataSource):
@@ -233,7 +202,14 @@ class MqStoreDataSource(DataSource):
         return DDL
 
     def reader(self, schema: Any) -> DataSourceReader:
+        """Raises ValueError for a missing store, an unknown option or a bad value."""
         opts = self.options
+        unknown = sorted(set(opts) - OPTIONS)
+        if unknown:
+            raise ValueError(
+                f'spark.read.format("mqstore"): unknown option(s) {", ".join(unknown)}; '
+                f"known: {', '.join(sorted(OPTIONS - {'path'}))}"
+            )
         uri = opts.get("path")
         if not uri:
             raise ValueError('spark.read.format("mqstore") needs a store: .load(store_dir)')
@@ -244,6 +220,7 @@ class MqStoreDataSource(DataSource):
                 batch_rows=_int(opts, "batchRows", scan.DEFAULT_BATCH_ROWS),
                 include_corrupt=_flag(opts, "includeCorrupt", False),
             ),
+            filter=record_filter(opts),
             split_bytes=_int(opts, "splitBytes", DEFAULT_SPLIT_BYTES),
             honour_flushed=_flag(opts, "flushedOffset", True),
             time_ordered=_flag(opts, "timeOrdered", True),
@@ -252,6 +229,5 @@ class MqStoreDataSource(DataSource):
 
 
 def register(spark: Any) -> None:
-    """Make `format("mqstore")` available in this session and enable filter pushdown."""
-    spark.conf.set(PUSHDOWN_CONF, "true")
+    """Make `format("mqstore")` available in this session."""
     spark.dataSource.register(MqStoreDataSource)

@@ -7,12 +7,14 @@ these tests try hundreds of split layouts in a second. The oracle is the plain r
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql.datasource import CaseInsensitiveDict
 
 from mqstore.engine import record as rec
 from mqstore.pipeline import plain, scan, source, storefs
@@ -34,10 +36,10 @@ def read_rows(
 ) -> list[dict[str, Any]]:
     """Every row of every split, as the Spark tasks would produce them."""
     opts = scan.ScanOptions(max_record_bytes=max_record_bytes, include_corrupt=include_corrupt)
-    plan = source.ReadPlan(str(store), opts, split_bytes, honour_flushed, True)
+    plan = source.ReadPlan(str(store), opts, flt, split_bytes, honour_flushed, True)
     fs, _root = storefs.resolve(str(store))
     rows: list[dict[str, Any]] = []
-    for spec in source.plan_splits(plan, flt):
+    for spec in source.plan_splits(plan):
         for batch in scan.scan_split(fs, spec, flt, opts):
             rows.extend(batch.to_pylist())
     return rows
@@ -193,17 +195,41 @@ def test_time_filter_skips_segments_and_rows(tmp_path: Path) -> None:
     everything = expected(root)
     lo = everything[250]["store_timestamp"]
     hi = everything[320]["store_timestamp"]
-    flt = RecordFilter(ts_min=lo, ts_max=hi, topics=frozenset({"orders", "tópico"}))
-    want = [
-        r
-        for r in everything
-        if lo <= r["store_timestamp"] <= hi and r["topic"] in ("orders", "tópico")
-    ]
-    plan = source.ReadPlan(str(root), scan.ScanOptions(), 16384, True, True)
-    kept = source.plan_splits(plan, flt)
-    assert 0 < len(kept) < len(source.plan_splits(plan, NO_FILTER))
+    flt = RecordFilter(topic="tópico", ts_min=lo, ts_max=hi)
+    want = [r for r in everything if lo <= r["store_timestamp"] <= hi and r["topic"] == "tópico"]
+    assert want
+    plan = source.ReadPlan(str(root), scan.ScanOptions(), flt, 16384, True, True)
+    everywhere = source.ReadPlan(str(root), scan.ScanOptions(), NO_FILTER, 16384, True, True)
+    assert 0 < len(source.plan_splits(plan)) < len(source.plan_splits(everywhere))
     assert by_offset(read_rows(root, 16384, flt=flt)) == want
-    assert source.plan_splits(plan, RecordFilter(topics=frozenset())) == []
+
+
+def _options(**kw: str) -> CaseInsensitiveDict:
+    return CaseInsensitiveDict({"path": "/nowhere", **kw})
+
+
+def test_options_select_the_records() -> None:
+    flt = source.record_filter(
+        _options(TOPIC="orders", fromStoreTimestamp="5", tostoretimestamp="9")
+    )
+    assert flt == RecordFilter(topic="orders", ts_min=5, ts_max=9)
+    assert source.record_filter(_options()) == NO_FILTER
+
+
+@pytest.mark.parametrize(
+    ("opts", "message"),
+    [
+        ({"topic": ""}, "option topic must name a topic"),
+        ({"fromStoreTimestamp": "9", "toStoreTimestamp": "5"}, "fromStoreTimestamp 9 is after"),
+        ({"toStoreTimestamp": "yesterday"}, "must be epoch milliseconds"),
+        ({"topics": "orders"}, "unknown option(s) topics"),  # misspelt: would read everything
+        ({"splitBytes": "64k"}, "option splitBytes must be a positive integer, got '64k'"),
+        ({"batchRows": "0"}, "option batchRows must be a positive integer, got '0'"),
+    ],
+)
+def test_bad_options_are_refused(opts: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        source.MqStoreDataSource(_options(**opts)).reader(None)
 
 
 def test_fillers_are_never_rows(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -84,26 +85,67 @@ def test_v2_ipv6_compressed_and_stale_bytes_with_many_splits(spark: Any, mixed_s
     assert rows_of(spark, mixed_store, splitBytes="5003", maxRecordBytes=biggest) == want
 
 
-def test_pushed_down_filters_give_what_spark_filtering_gives(spark: Any, mixed_store: Path) -> None:
+def _matrix(want: list[dict[str, Any]]) -> dict[str, tuple[Any, Callable[[Any], bool]]]:
+    """Filters on every kind of column, each with the same test on the engine's rows."""
+    from pyspark.sql import functions as F
+
+    lo, hi = want[100]["store_timestamp"], want[400]["store_timestamp"]
+    mid = want[250]["physical_offset"]
+    return {
+        "topic and queue": (
+            (F.col("topic") == "payments") & (F.col("queue_id") == 1),
+            lambda r: r["topic"] == "payments" and r["queue_id"] == 1,
+        ),
+        "topics": (
+            F.col("topic").isin("orders", "tópico"),
+            lambda r: r["topic"] in ("orders", "tópico"),
+        ),
+        "queue range": (F.col("queue_id") >= 2, lambda r: r["queue_id"] >= 2),
+        "tags": (F.col("tags") == "b", lambda r: r["tags"] == "b"),
+        "keys": (F.col("keys").contains("order-3"), lambda r: "order-3" in (r["keys"] or "")),
+        "time range": (
+            (F.col("store_timestamp") >= lo) & (F.col("store_timestamp") < hi),
+            lambda r: lo <= r["store_timestamp"] < hi,
+        ),
+        "offsets": (
+            (F.col("physical_offset") > mid) & (F.col("queue_offset") <= 60),
+            lambda r: r["physical_offset"] > mid and r["queue_offset"] <= 60,
+        ),
+        "nothing": (F.col("topic") == "nothing-here", lambda r: False),
+    }
+
+
+def test_every_query_on_a_dataframe_answers_as_if_it_were_the_first(
+    spark: Any, mixed_store: Path
+) -> None:
+    """A filtered query must leave nothing behind for the next query on the DataFrame:
+    not a plain count, not a grouping, not a filter Spark cannot hand to the source."""
     from pyspark.sql import functions as F
 
     want = expected(mixed_store)
-    lo, hi = want[100]["store_timestamp"], want[400]["store_timestamp"]
+    topics = Counter(r["topic"] for r in want)
+    long_bodies = sum(1 for r in want if len(r["body"]) > 100)
     df = jobs.load(spark, str(mixed_store), {"splitBytes": "8192"})
-    got = df.filter(
-        F.col("topic").isin("orders", "payments")
-        & (F.col("queue_id") >= 1)
-        & (F.col("store_timestamp") >= lo)
-        & (F.col("store_timestamp") < hi)
-    ).collect()
-    assert by_offset(r.asDict(recursive=True) for r in got) == [
-        r
-        for r in want
-        if r["topic"] in ("orders", "payments")
-        and r["queue_id"] >= 1
-        and lo <= r["store_timestamp"] < hi
-    ]
-    assert df.filter(F.col("topic") == "nothing-here").count() == 0
+    assert df.count() == len(want)
+    for name, (condition, keep) in _matrix(want).items():
+        assert df.where(condition).count() == sum(1 for r in want if keep(r)), name
+        assert df.count() == len(want), f"a count after the {name} filter"
+        by_topic = {r.topic: r["count"] for r in df.groupBy("topic").count().collect()}
+        assert by_topic == topics, f"topics after the {name} filter"
+        assert df.where(F.length("body") > 100).count() == long_bodies, name
+
+
+def test_options_choose_what_a_dataframe_reads(spark: Any, mixed_store: Path) -> None:
+    want = expected(mixed_store)
+    lo, hi = want[100]["store_timestamp"], want[400]["store_timestamp"]
+    chosen = [r for r in want if r["topic"] == "orders" and lo <= r["store_timestamp"] <= hi]
+    opts = {"topic": "orders", "fromStoreTimestamp": str(lo), "toStoreTimestamp": str(hi)}
+    df = jobs.load(spark, str(mixed_store), {**opts, "splitBytes": "8192"})
+    assert by_offset(r.asDict(recursive=True) for r in df.collect()) == chosen
+    assert df.where("queue_id = 1").count() == sum(1 for r in chosen if r["queue_id"] == 1)
+    assert df.count() == len(chosen)
+    with pytest.raises(Exception, match=re.escape("unknown option(s) topics")):
+        jobs.load(spark, str(mixed_store), {"topics": "orders"}).count()
 
 
 def test_live_store_stops_at_the_flushed_offset(spark: Any, tmp_path: Path) -> None:
@@ -218,6 +260,8 @@ def test_cli_jobs(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     )
     lines = capsys.readouterr().out.splitlines()
     assert [json.loads(x)["physical_offset"] for x in lines] == [offsets[5]]
+    assert cli.main(["pipeline", "query", str(root), "--from", str(t + 1), "--to", str(t)]) == 2
+    assert f"--from {t + 1} is after --to {t}" in capsys.readouterr().err
 
     out = tmp_path / "pq"
     assert cli.main(["pipeline", "export", str(root), "--to", str(out)]) == 0

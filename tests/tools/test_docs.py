@@ -51,3 +51,11 @@ def test_top_level_readme_links_the_docs_and_keeps_its_first_lines() -> None:
     assert "](docs/README.md)" in text
     first = text.splitlines()[:5]
     assert first[3].startswith("make run") and first[4].startswith("make test")
+
+
+def test_pipeline_doc_lists_every_option_the_source_takes() -> None:
+    from mqstore.pipeline.source import OPTIONS
+
+    text = (DOCS / "pipeline.md").read_text()
+    rows = {m.lower() for m in re.findall(r"^\| `([A-Za-z]+)` \|", text, flags=re.MULTILINE)}
+    assert rows == OPTIONS - {"path"}

@@ -201,6 +201,11 @@ def _print_audit(result: Any, as_json: bool) -> None:
 def run(args: argparse.Namespace) -> int:
     from mqstore.pipeline import jobs, session, storefs
 
+    if args.job == "query" and None not in (args.from_ms, args.to_ms) and args.from_ms > args.to_ms:
+        print(
+            f"mqstore pipeline: --from {args.from_ms} is after --to {args.to_ms}", file=sys.stderr
+        )
+        return 2
     try:
         listing = storefs.open_store(args.store_dir)
     except (storefs.StoreNotFound, OSError, ValueError) as e:
