@@ -14,6 +14,7 @@ Cost: one scan of the store each (export: one scan and one write).
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass
 from typing import Any
 
@@ -210,12 +211,20 @@ def export(
     options: dict[str, str] | None = None,
 ) -> Export:
     """Write the records as Parquet under `out`, partitioned by `topic` and `date`
-    (UTC day of the store time, yyyy-MM-dd). `mode` is Spark's save mode."""
+    (UTC day of the store time, yyyy-MM-dd). `mode` is Spark's save mode. Raises
+    FileExistsError, having written nothing, when `out` exists and `mode` is
+    errorifexists (`overwrite` replaces it, `append` adds to it)."""
+    from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
 
     df = load(spark, uri, options).select(*RECORD_FIELDS)
     df = df.withColumn("date", F.to_date(F.timestamp_millis(F.col("store_timestamp"))))
-    df.write.mode(mode).partitionBy("topic", "date").parquet(out)
+    try:
+        df.write.mode(mode).partitionBy("topic", "date").parquet(out)
+    except AnalysisException as e:
+        if e.getCondition() != "PATH_ALREADY_EXISTS":
+            raise
+        raise FileExistsError(errno.EEXIST, "export target exists", out) from None
     written = spark.read.parquet(out)
     parts = written.groupBy("topic", "date").count().orderBy("topic", "date").collect()
     return Export(

@@ -13,6 +13,11 @@ What a first run would otherwise trip on, and what is done about it:
   (it still needs pyarrow and numpy, as any PySpark executor running Arrow does).
 - A master set in code overrides `spark-submit --master`: under spark-submit (its
   gateway is already running) no master is set here unless one is given.
+- Spark's own output (log4j's WARN lines, the JVM's warnings, the `[Stage 0:>` progress
+  bar) shares the caller's stderr: `spark_log` sends what the JVM prints to a file
+  instead, and the progress bar shows only on a terminal.
+- Without Java, pyspark raises `JAVA_GATEWAY_EXITED` with no reason: `SparkStartError`
+  says which java spark-submit looked for and how to get one.
 
 Who may call: the CLI jobs and tests. Cost: starting a JVM (~5 s, ~640 MiB).
 """
@@ -25,19 +30,29 @@ import shutil
 import sys
 import tempfile
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import mqstore
+from mqstore.pipeline.java import JAVA_VERSIONS, missing_java
 from mqstore.pipeline.source import register
 
 DEFAULT_MASTER = "local[*]"
 SHIPPED_CONF = "spark.mqstore.modulesShipped"  # set once the zip is added to a context
 BASE_CONF: dict[str, str] = {
-    "spark.ui.showConsoleProgress": "true",
     "spark.sql.session.timeZone": "UTC",
 }
+PROGRESS_CONF = "spark.ui.showConsoleProgress"
+
+
+class SparkStartError(RuntimeError):
+    """Spark's JVM did not start; the message says why and what to do about it."""
+
+
+class JavaNotFound(SparkStartError):
+    """There is no java where Spark's scripts look (`pipeline.java`)."""
 
 
 def _is_loopback(master: str | None) -> bool:
@@ -84,20 +99,47 @@ def owns_session() -> bool:
     return SparkSession.getActiveSession() is None
 
 
+@contextmanager
+def _output_to(log: Path | None) -> Iterator[None]:
+    """Point this process's stdout and stderr (fds 1 and 2) at `log` while the block runs,
+    so a JVM spawned inside it prints there for its whole life (pyspark spawns it with
+    the inherited fds). Process-wide while it lasts: for a CLI, not a threaded host."""
+    if log is None:
+        yield
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for each in (*saved, fd):
+            os.close(each)
+
+
 def start_session(
     app_name: str,
     master: str | None = None,
     conf: Mapping[str, str] | None = None,
     *,
     ship_modules: bool = True,
+    spark_log: Path | None = None,
 ) -> Any:
     """Start (or join) a SparkSession ready for `format("mqstore")`.
 
     `master` None means `local[*]`, or whatever spark-submit was given when launched by it.
     A session already running in this process is joined (its master and static settings
     stay as they are); `owns_session()` tells a caller whether to stop it afterwards.
+    `spark_log`: the file a JVM started here prints to (appended) instead of this
+    process's stdout and stderr. Raises SparkStartError when the JVM does not start.
     """
     prepare_environment(master)
+    from pyspark.errors import PySparkRuntimeError
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
@@ -105,9 +147,23 @@ def start_session(
         builder = builder.master(master)
     elif not launched_by_spark_submit():
         builder = builder.master(DEFAULT_MASTER)
-    for key, value in {**BASE_CONF, **(conf or {})}.items():
+    progress = spark_log is None and sys.stderr.isatty()  # `\r` bars garble a file
+    for key, value in {**BASE_CONF, PROGRESS_CONF: str(progress).lower(), **(conf or {})}.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    try:
+        with _output_to(spark_log):
+            spark = builder.getOrCreate()
+    except PySparkRuntimeError as e:
+        if e.getCondition() != "JAVA_GATEWAY_EXITED":
+            raise
+        missing = missing_java()
+        if missing is not None:
+            raise JavaNotFound(missing) from None
+        where = "its log" if spark_log is not None else "its output above"
+        raise SparkStartError(
+            f"Spark's JVM exited before it started (Spark 4 runs on Java {JAVA_VERSIONS}); "
+            f"see {where}"
+        ) from None
     spark.sparkContext.setLogLevel("WARN")
     if ship_modules and spark.conf.get(SHIPPED_CONF, "false") != "true":
         # once per context: Spark refuses a second file of the same name

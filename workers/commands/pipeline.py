@@ -7,19 +7,27 @@
     mqstore pipeline export DIR --to OUT [--mode errorifexists|overwrite|append]
 
 Every job runs in local mode (`local[*]`) unless `--master` names a cluster (say
-`spark://127.0.0.1:7077`); under spark-submit, its master is used. Spark's console
-progress bar shows on stderr; results go to stdout. Times are ISO 8601 (UTC unless
-they carry an offset) or epoch milliseconds. DIR may be a local path or a URI that
-`pyarrow.fs` understands (`file://`, `s3://`, `hdfs://`).
+`spark://127.0.0.1:7077`); under spark-submit, its master is used. Results go to
+stdout, mqstore's own lines to stderr; what Spark's JVM prints
+(log4j, its warnings) goes to a temporary file, named on stderr and kept when the job
+fails, or with `--verbose` to stderr with the progress bar (on a terminal). Times are
+ISO 8601 (UTC unless they carry an offset) or epoch milliseconds. DIR may be a local
+path or a URI that `pyarrow.fs` understands (`file://`, `s3://`, `hdfs://`).
+
+What a first run lacks is one line with the fix, exit 2: the `[spark]` extra, Java, or
+(export) a new output path.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
+import tempfile
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from mqstore.workers.commands._common import topic_arg
@@ -29,6 +37,9 @@ from mqstore.workers.commands._records import add_body_argument, encode_body
 NAME = "pipeline"
 HELP = "Spark jobs over a store: stats, query, audit, export"
 
+# The [spark] extra's packages (pyproject.toml) and py4j, which pyspark brings: a job that
+# cannot import one of these is told to install the extra, not shown the traceback.
+_SPARK_EXTRA = frozenset({"pyspark", "pyarrow", "py4j"})
 _DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)?$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1}
 
@@ -61,6 +72,12 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("store_dir", help="store directory, or a URI pyarrow.fs understands")
     p.add_argument("--master", default=None, help="Spark master (default local[*])")
     p.add_argument("--split-bytes", type=int, default=None, help="bytes per split (default 64 MiB)")
+    p.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        help="Spark's own log on stderr (default: a file, named when the job fails)",
+    )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -199,7 +216,21 @@ def _print_audit(result: Any, as_json: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mqstore.pipeline import jobs, session, storefs
+    try:
+        return _run_job(args)
+    except ModuleNotFoundError as e:
+        if (e.name or "").partition(".")[0] not in _SPARK_EXTRA:
+            raise
+        print(
+            f"mqstore pipeline: no module {e.name!r}: the pipeline needs the [spark] extra: "
+            "pip install 'mqstore[spark]'",
+            file=sys.stderr,
+        )
+        return 2
+
+
+def _run_job(args: argparse.Namespace) -> int:
+    from mqstore.pipeline import storefs
 
     if args.job == "query" and None not in (args.from_ms, args.to_ms) and args.from_ms > args.to_ms:
         print(
@@ -223,9 +254,42 @@ def run(args: argparse.Namespace) -> int:
         f"mqstore pipeline {args.job}: {len(listing.segments)} segment(s), {size:,} bytes{live}",
         file=sys.stderr,
     )
+    log = None if args.verbose else _new_spark_log(args.job)
+    code = 1  # what an exception leaves: the log is kept and named
+    try:
+        code = _run_on_spark(args, log)
+    finally:
+        if log is not None:
+            _settle_spark_log(log, code)
+    return code
+
+
+def _new_spark_log(job: str) -> Path:
+    fd, name = tempfile.mkstemp(prefix=f"mqstore-pipeline-{job}-", suffix=".log")
+    os.close(fd)
+    return Path(name)
+
+
+def _settle_spark_log(log: Path, code: int) -> None:
+    """Keep and name Spark's log after a failure (exit 1: a crash, a JVM that did not start,
+    corrupt records found); remove it after success and after a refusal (exit 2), whose
+    one line said all there is."""
+    if code in (0, 2) or log.stat().st_size == 0:
+        log.unlink()
+    else:
+        print(f"mqstore pipeline: Spark's log: {log}", file=sys.stderr)
+
+
+def _run_on_spark(args: argparse.Namespace, log: Path | None) -> int:
+    from mqstore.pipeline import jobs, session
+
     options = {} if args.split_bytes is None else {"splitBytes": str(args.split_bytes)}
     owned = session.owns_session()
-    spark = session.start_session(f"mqstore pipeline {args.job}", args.master)
+    try:
+        spark = session.start_session(f"mqstore pipeline {args.job}", args.master, spark_log=log)
+    except session.SparkStartError as e:
+        print(f"mqstore pipeline: {e}", file=sys.stderr)
+        return 2 if isinstance(e, session.JavaNotFound) else 1
     try:
         if args.job == "stats":
             _print_stats(jobs.stats(spark, args.store_dir, args.window, options), args.json)
@@ -244,13 +308,27 @@ def run(args: argparse.Namespace) -> int:
             _print_audit(result, args.json)
             return 0 if result.ok else 1
         if args.job == "export":
-            done = jobs.export(spark, args.store_dir, args.out, mode=args.mode, options=options)
-            print(
-                f"exported {done.rows:,} records to {done.out} "
-                f"({len(done.partitions)} topic/date partitions)"
-            )
-            return 0
+            return _export(spark, args, options)
         raise AssertionError(f"unknown job {args.job}")
     finally:
         if owned:
             spark.stop()
+
+
+def _export(spark: Any, args: argparse.Namespace, options: dict[str, str]) -> int:
+    from mqstore.pipeline import jobs
+
+    try:
+        done = jobs.export(spark, args.store_dir, args.out, mode=args.mode, options=options)
+    except FileExistsError:
+        print(
+            f"mqstore pipeline export: {args.out} exists, nothing written: "
+            "--mode overwrite replaces it, --mode append adds to it",
+            file=sys.stderr,
+        )
+        return 2
+    print(
+        f"exported {done.rows:,} records to {done.out} "
+        f"({len(done.partitions)} topic/date partitions)"
+    )
+    return 0
