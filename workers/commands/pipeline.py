@@ -5,10 +5,11 @@
                                 [--body text|base64|hex]
     mqstore pipeline audit  DIR [--json]          exit 1 when anything is corrupt
     mqstore pipeline export DIR --to OUT [--mode errorifexists|overwrite|append]
+    mqstore pipeline cluster [--host H] [--port P] [--cores N] [--memory M] [--print]
 
 Every job runs in local mode (`local[*]`) unless `--master` names a cluster (say
-`spark://127.0.0.1:7077`); under spark-submit, its master is used. Results go to
-stdout, mqstore's own lines to stderr; what Spark's JVM prints
+`spark://127.0.0.1:7077`, which `pipeline cluster` runs); under spark-submit, its master
+is used. Results go to stdout, mqstore's own lines to stderr; what Spark's JVM prints
 (log4j, its warnings) goes to a temporary file, named on stderr and kept when the job
 fails, or with `--verbose` to stderr with the progress bar (on a terminal). Times are
 ISO 8601 (UTC unless they carry an offset) or epoch milliseconds. DIR may be a local
@@ -24,10 +25,13 @@ import argparse
 import json
 import os
 import re
+import signal
 import sys
 import tempfile
+import time
 from datetime import UTC, datetime
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from mqstore.workers.commands._common import topic_arg
@@ -105,6 +109,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=["errorifexists", "overwrite", "append", "ignore"],
         default="errorifexists",
     )
+    c = jobs.add_parser("cluster", help="run a Spark standalone master and worker for --master")
+    c.add_argument("--host", default="127.0.0.1", help="address both bind (127.0.0.1)")
+    c.add_argument("--port", type=int, default=7077, help="master port (7077; 0: any free)")
+    c.add_argument("--webui-port", type=int, default=8080, help="master web UI (8080; 0: any)")
+    c.add_argument("--cores", type=int, default=None, help="worker cores (default: all)")
+    c.add_argument("--memory", default=None, help="worker memory, e.g. 2g (default: all but 1g)")
+    c.add_argument(
+        "--dir", type=Path, default=Path("spark-cluster"),
+        help="logs and executors' work dirs (./spark-cluster)",
+    )  # fmt: skip
+    c.add_argument(
+        "--print", dest="print_only", action="store_true",
+        help="print the two spark-class commands instead of running them",
+    )  # fmt: skip
 
 
 def _fmt_ms(ms: int) -> str:
@@ -217,7 +235,7 @@ def _print_audit(result: Any, as_json: bool) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        return _run_job(args)
+        return _run_cluster(args) if args.job == "cluster" else _run_job(args)
     except ModuleNotFoundError as e:
         if (e.name or "").partition(".")[0] not in _SPARK_EXTRA:
             raise
@@ -332,3 +350,52 @@ def _export(spark: Any, args: argparse.Namespace, options: dict[str, str]) -> in
         f"({len(done.partitions)} topic/date partitions)"
     )
     return 0
+
+
+def _run_cluster(args: argparse.Namespace) -> int:
+    """Run a master and a worker until Ctrl-C or SIGTERM (the handlers only record it;
+    this loop stops the daemons), printing the master's URL on stdout once the worker
+    has registered. Exit 1 when a daemon exits or does not start."""
+    from mqstore.pipeline import cluster
+    from mqstore.pipeline.java import missing_java
+
+    spec = cluster.ClusterSpec(
+        host=args.host, port=args.port, webui_port=args.webui_port,
+        cores=args.cores, memory=args.memory, cluster_dir=args.dir,
+    )  # fmt: skip
+    if args.print_only:
+        cluster.write_commands(spec, sys.stdout)
+        return 0
+    missing = missing_java()
+    if missing is not None:
+        print(f"mqstore pipeline cluster: {missing}", file=sys.stderr)
+        return 2
+    signals: list[int] = []
+
+    def record(signum: int, _frame: FrameType | None) -> None:
+        signals.append(signum)
+
+    previous = {sig: signal.signal(sig, record) for sig in (signal.SIGINT, signal.SIGTERM)}
+    daemons = cluster.Cluster(spec)
+    try:
+        url = daemons.start(stopping=lambda: bool(signals))
+        print(url, flush=True)
+        print(
+            f"mqstore pipeline cluster: master {url}, one worker; logs and executors in "
+            f"{spec.cluster_dir}; Ctrl-C stops both",
+            file=sys.stderr,
+        )
+        while not signals:
+            gone = daemons.exited()
+            if gone is not None:
+                print(f"mqstore pipeline cluster: {gone}", file=sys.stderr)
+                return 1
+            time.sleep(0.5)
+        return 0
+    except cluster.ClusterError as e:
+        print(f"mqstore pipeline cluster: {e}", file=sys.stderr)
+        return 1
+    finally:
+        daemons.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
