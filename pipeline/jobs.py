@@ -202,6 +202,19 @@ class Export:
     partitions: list[tuple[str, str]]  # (topic, date) written
 
 
+def _partition_counts(spark: Any, out: str) -> dict[tuple[str, str], int]:
+    """Rows per (topic, date) partition under `out`; {} when it holds no Parquet yet."""
+    from pyspark.errors import AnalysisException
+
+    try:
+        parts = spark.read.parquet(out).groupBy("topic", "date").count().collect()
+    except AnalysisException as e:
+        if e.getCondition() not in ("PATH_NOT_FOUND", "UNABLE_TO_INFER_SCHEMA"):
+            raise
+        return {}
+    return {(str(r.topic), str(r.date)): int(r["count"]) for r in parts}
+
+
 def export(
     spark: Any,
     uri: str,
@@ -213,10 +226,15 @@ def export(
     """Write the records as Parquet under `out`, partitioned by `topic` and `date`
     (UTC day of the store time, yyyy-MM-dd). `mode` is Spark's save mode. Raises
     FileExistsError, having written nothing, when `out` exists and `mode` is
-    errorifexists (`overwrite` replaces it, `append` adds to it)."""
+    errorifexists (`overwrite` replaces it, `append` adds to it).
+
+    The result counts what this call wrote, never what was there before: with `append`
+    and `ignore` the partitions under `out` are counted before and after (one more read
+    of the output), so `ignore` on an existing `out` reports 0 rows."""
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
 
+    before = _partition_counts(spark, out) if mode in ("append", "ignore") else {}
     df = load(spark, uri, options).select(*RECORD_FIELDS)
     df = df.withColumn("date", F.to_date(F.timestamp_millis(F.col("store_timestamp"))))
     try:
@@ -225,10 +243,10 @@ def export(
         if e.getCondition() != "PATH_ALREADY_EXISTS":
             raise
         raise FileExistsError(errno.EEXIST, "export target exists", out) from None
-    written = spark.read.parquet(out)
-    parts = written.groupBy("topic", "date").count().orderBy("topic", "date").collect()
+    after = _partition_counts(spark, out)
+    written = {k: n - before.get(k, 0) for k, n in sorted(after.items())}
     return Export(
-        rows=sum(int(r["count"]) for r in parts),
+        rows=sum(written.values()),
         out=out,
-        partitions=[(r.topic, str(r.date)) for r in parts],
+        partitions=[k for k, n in written.items() if n > 0],
     )

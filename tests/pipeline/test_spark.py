@@ -225,6 +225,23 @@ def test_export_to_parquet_round_trips(spark: Any, mixed_store: Path, tmp_path: 
     assert by_offset(r.asDict(recursive=True) for r in back) == want
 
 
+def test_export_counts_what_it_wrote_not_what_was_there(
+    spark: Any, mixed_store: Path, tmp_path: Path
+) -> None:
+    """`append` reported the rows already under OUT as exported too, and `ignore` on an
+    existing OUT reported a full export when it wrote nothing."""
+    out = str(tmp_path / "export")
+    n = len(expected(mixed_store))
+    assert jobs.export(spark, str(mixed_store), out).rows == n
+    again = jobs.export(spark, str(mixed_store), out, mode="append")
+    assert again.rows == n and spark.read.parquet(out).count() == 2 * n
+    skipped = jobs.export(spark, str(mixed_store), out, mode="ignore")
+    assert (skipped.rows, skipped.partitions) == (0, [])
+    assert spark.read.parquet(out).count() == 2 * n
+    fresh = jobs.export(spark, str(mixed_store), str(tmp_path / "new"), mode="ignore")
+    assert fresh.rows == n
+
+
 def test_fillers_are_no_rows_in_any_job(spark: Any, tmp_path: Path) -> None:
     root = tmp_path / "fillers"
     dead = {3, 77, 150, 151, 298}  # producers that died after reserving

@@ -345,6 +345,9 @@ def _export(spark: Any, args: argparse.Namespace, options: dict[str, str]) -> in
             file=sys.stderr,
         )
         return 2
+    if args.mode == "ignore" and done.rows == 0:
+        print(f"{done.out} exists: --mode ignore wrote nothing")
+        return 0
     print(
         f"exported {done.rows:,} records to {done.out} "
         f"({len(done.partitions)} topic/date partitions)"
