@@ -435,11 +435,13 @@ def encode(msg: Message, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) ->
         store_addr, store_port, store_v6 = parse_host(msg.store_host)
     except ValueError as e:
         return _illegal(str(e))
-    sys_flag = msg.sys_flag & ~(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6)
+    # Plain ints: IntFlag's ~ keeps only the bits it names, which dropped the
+    # compression-type bits (0x700) and every higher bit of the caller's sys flag.
+    sys_flag = int(msg.sys_flag) & ~(_BORN_V6 | _STORE_V6)
     if born_v6:
-        sys_flag |= SysFlag.BORNHOST_V6
+        sys_flag |= _BORN_V6
     if store_v6:
-        sys_flag |= SysFlag.STOREHOST_V6
+        sys_flag |= _STORE_V6
     total = record_length(len(body), len(topic_b), len(props_b), born_v6=born_v6, store_v6=store_v6)
     if total > max_message_size + RECORD_SIZE_SLACK:
         return _illegal(f"record is {total} bytes; the cap is maxMessageSize + 64 KiB")

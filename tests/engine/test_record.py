@@ -272,3 +272,12 @@ def test_decode_of_encode_is_identity(msg: r.Message, qoff: int, phys: int, ts: 
     assert r.parse_host(x.born_host)[:2] == r.parse_host(msg.born_host)[:2]
     assert r.parse_host(x.store_host)[:2] == r.parse_host(msg.store_host)[:2]
     assert x.crc_ok and x.sys_flag & 0xF == msg.sys_flag
+
+
+@pytest.mark.parametrize("sys_flag", [r.COMPRESSION_ZLIB | r.SysFlag.COMPRESSED, -1, 0x4000_0040])
+def test_sys_flag_bits_beyond_the_named_ones_are_written_as_given(sys_flag: int) -> None:
+    """IntFlag's `~` dropped every bit it does not name (compression type 0x700 too);
+    found by the C encoder's differential test."""
+    rec = r.encode(r.Message("t", b"x", sys_flag=sys_flag))
+    written = int.from_bytes(rec.data[r.POS_SYSFLAG : r.POS_SYSFLAG + 4], "big", signed=True)
+    assert written == sys_flag & ~0x30
