@@ -6,24 +6,34 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test lint bench reliability clean
+NATIVE_SRC := $(wildcard native/*.c native/*.h)
+NATIVE_SO  := mqstore/.native-built
+ASAN_LIB   = $(shell $(CC) -print-file-name=libasan.so)
 
-setup: $(STAMP)
+.PHONY: setup run test lint bench reliability clean sanitize
 
-$(STAMP): pyproject.toml
+setup: $(STAMP) $(NATIVE_SO)
+
+# The editable install builds the C extension mqstore._native (setup.py: gcc and the
+# Python headers); later edits of native/ rebuild it in place.
+$(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev,spark]'
 	touch $(STAMP)
 
+$(NATIVE_SO): $(STAMP) $(NATIVE_SRC)
+	$(PY) setup.py --quiet build_ext --inplace
+	touch $(NATIVE_SO)
+
 run: $(STAMP)
 	$(PY) -m mqstore.workers.demo_run
 
-test: $(STAMP)
+test: $(STAMP) $(NATIVE_SO)
 	$(PY) -m pytest tests --ignore=tests/load
 	@if [ -d tests/load ]; then $(PY) -m pytest -n 4 tests/load; fi
 
-lint: $(STAMP)
+lint: $(STAMP) $(NATIVE_SO)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
@@ -37,5 +47,17 @@ reliability: $(STAMP)
 	MQSTORE_RELIABILITY_FULL=1 MQSTORE_RELIABILITY_REPORT=reliability.json \
 		$(PY) -m pytest tests/reliability -m reliability -n 2
 
+# The native tests against an AddressSanitizer + UndefinedBehaviorSanitizer build of the
+# extension (built aside in build/sanitize, loaded by tests/native/conftest.py); a Python
+# host needs libasan preloaded. Leaks are not checked: the interpreter keeps its own.
+sanitize: $(STAMP)
+	rm -rf build/sanitize
+	MQSTORE_SANITIZE=1 $(PY) setup.py --quiet build_ext \
+		--build-lib build/sanitize/lib --build-temp build/sanitize/tmp --force
+	MQSTORE_NATIVE_SO=$$(ls build/sanitize/lib/mqstore/_native*.so) \
+		LD_PRELOAD=$(ASAN_LIB) ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
+		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+		$(PY) -m pytest tests/native -p no:cacheprovider
+
 clean:
-	rm -rf $(VENV) data build *.egg-info
+	rm -rf $(VENV) data build *.egg-info mqstore/*.so $(NATIVE_SO)

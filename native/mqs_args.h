@@ -1,0 +1,24 @@
+/* Argument checks at the door of every entry point: the parameter's name is in the
+ * TypeError / ValueError, as CPython's own modules do it. */
+#ifndef MQS_ARGS_H
+#define MQS_ARGS_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#include "mqs_record.h"
+
+/* 0 on success; -1 with an exception set. */
+int mqs_arg_i64(PyObject *o, const char *name, int64_t *out);
+int mqs_arg_i32(PyObject *o, const char *name, int32_t *out);
+/* A bytes object of exactly 4 or 16 bytes (an IPv4 or IPv6 address), and a port. */
+int mqs_arg_host(PyObject *addr, PyObject *port, const char *name, struct mqs_host *out);
+/* A read-only contiguous buffer; release with PyBuffer_Release. */
+int mqs_arg_buffer(PyObject *o, const char *name, Py_buffer *view);
+/* A writable contiguous buffer; release with PyBuffer_Release. */
+int mqs_arg_wbuffer(PyObject *o, const char *name, Py_buffer *view);
+/* Fill m's topic, properties and hosts from bytes objects (borrowed: keep them alive). */
+int mqs_arg_bytes(PyObject *o, const char *name, const uint8_t **p, size_t *len);
+
+#endif
