@@ -16,6 +16,10 @@ SOURCES = [
     "native/mqs_args.c",
     "native/mqs_crc32.c",
     "native/mqs_record.c",
+    "native/mqs_append.c",
+    "native/mqs_crashpoint.c",
+    "native/mqs_futex.c",
+    "native/mqs_live.c",
 ]
 
 cflags = ["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-O2", "-fno-strict-aliasing"]

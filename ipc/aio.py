@@ -10,18 +10,16 @@ The event loop never blocks on the store:
   the next segment file up to `os_page_cache_busy_timeout_ms`) run on a thread of the
   client's own, through a blocking `StoreClient` (one per thread) with
   `wait_store=False`.
-* **The flush wait** (SYNC_FLUSH with `wait_store`) is on the loop: the client owns a
-  datagram socket registered with `loop.add_reader`; each put sends the flusher one
-  request ("answer when flushed up to my end", `ipc.channel`) and awaits a future.
-  Every reply carries the flushed offset and settles every pending put it covers, so
-  any number of concurrent awaits share one group-committed fsync without a thread
-  each. A watchdog task re-sends requests a restarting flusher lost, settles puts the
-  control block shows flushed, and answers FLUSH_DISK_TIMEOUT after
+* **The flush wait** (SYNC_FLUSH with `wait_store`) is on the loop: each put awaits a
+  future; one thread of the client's own sleeps in the futex wait on the control
+  block's flushed position (no GIL) for the nearest end awaited, and settles every
+  future the flushed position covers, so any number of concurrent awaits share one
+  group-committed fsync without a thread each. It answers FLUSH_DISK_TIMEOUT after
   `sync_flush_timeout_ms` and FLUSH_DISK_FAILED once the store is read-only, as the
   blocking client does.
-* **Fallback** (a runtime whose flusher does not speak `ipc.channel`'s datagrams): the
-  whole blocking put, wait included, runs on one of `concurrency` threads (default 8),
-  which sleep in the kernel without the GIL; up to `concurrency` awaits share an fsync.
+* **`loop_waits=False`**: the whole blocking put, wait included, runs on one of
+  `concurrency` threads (default 8), which sleep in the kernel without the GIL; up to
+  `concurrency` awaits share an fsync.
 * **Pulls** run on one more thread with a reader of their own: `ipc.reads.ClientReads`
   (the blocking client's read path: consume queues up to the dispatcher's position, tag
   filter, long polling with `wait_ms`, which holds that thread) when the store runs a
@@ -33,9 +31,9 @@ The event loop never blocks on the store:
 An acknowledgement means what the blocking client's does (docs/durability.md).
 Statuses, never exceptions, for expected outcomes.
 
-The loop-native wait reads three private attributes of `StoreClient` (`_flusher_addr`,
-`_sync_timeout_s`, `_cb`); a public `StoreClient.flush_target()` returning them would
-make it independent of the client's internals.
+The loop-native wait reads three private attributes of `StoreClient` (`_app`,
+`_sync_timeout_s`, `_cb`); a public `StoreClient.wait_flushed()` would make it
+independent of the client's internals.
 """
 
 from __future__ import annotations
@@ -43,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import threading
 import time
 from collections.abc import Generator, Iterable, Mapping, Sequence
@@ -76,126 +73,103 @@ DEFAULT_CONCURRENCY: Final = 8
 # log), "consume_queues" (engine.reader.StoreReader), "log" (ipc.logtail.LogQueues).
 READ_PATHS: Final = ("auto", "consume_queues", "log")
 _WATCH_S: Final = 0.05
-_RESEND_S: Final = 0.5
-_FLUSH_REQ = getattr(channel, "FLUSH_REQ", None)  # the flusher's datagram protocol
-_FLUSH_REP = getattr(channel, "FLUSH_REP", None)
 OK: Final = PutMessageStatus.PUT_OK
 Settled = tuple[PutMessageStatus, str]
 
 
-class _Waiter:
-    __slots__ = ("end", "fut", "sent_at", "started")
-
-    def __init__(self, end: int, fut: asyncio.Future[Settled]) -> None:
-        self.end = end
-        self.fut = fut
-        self.started = time.monotonic()
-        self.sent_at = 0.0
-
-
 class _FlushWaits:
-    """Flush waits on the loop: one datagram socket, futures settled by replies."""
+    """Flush waits on the loop, without a thread per await: one thread of its own sleeps
+    in the futex wait (`Appender.wait_flushed`, no GIL) for the nearest end any await
+    waits for; each time the flushed position moves it settles, on the loop, every
+    future it covers. The flushed position in the control block is the only thing that
+    settles a future OK."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, main: StoreClient) -> None:
-        assert _FLUSH_REQ is not None
         self._loop = loop
         self._main = main
-        self._waiters: dict[int, _Waiter] = {}
-        self._rid = 0
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
-        sock.bind("")  # autobind: an abstract address of our own
-        sock.setblocking(False)
-        self._sock = sock
-        loop.add_reader(sock.fileno(), self._on_replies)
-        self._watchdog = loop.create_task(self._watch(), name="mqstore-aio-watchdog")
+        self._cond = threading.Condition()
+        self._waiters: list[tuple[int, float, asyncio.Future[Settled]]] = []
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="mqstore-aio-flush", daemon=True)
+        self._thread.start()
 
     async def close(self) -> None:
-        self._watchdog.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._watchdog
-        self._loop.remove_reader(self._sock.fileno())
-        self._sock.close()
-        self._settle(0, PutMessageStatus.SERVICE_NOT_AVAILABLE, "the client was closed")
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        await self._loop.run_in_executor(None, self._thread.join)
+        self._settle_all(PutMessageStatus.SERVICE_NOT_AVAILABLE, "the client was closed")
 
-    def _settle(self, flushed: int, status: PutMessageStatus, reason: str) -> None:
-        for rid in [r for r, w in self._waiters.items() if status is not OK or w.end <= flushed]:
-            w = self._waiters.pop(rid)
-            if not w.fut.done():
-                w.fut.set_result((status, reason))
+    def _settle_all(self, status: PutMessageStatus, reason: str) -> None:
+        with self._cond:
+            waiters, self._waiters = self._waiters, []
+        for _end, _t, fut in waiters:
+            if not fut.done():
+                fut.set_result((status, reason))
 
-    def _on_replies(self) -> None:
-        assert _FLUSH_REP is not None
-        best = -1
-        failed = False
-        while True:
-            try:
-                data = self._sock.recv(64)
-            except OSError:  # BlockingIOError: drained
-                break
-            _rid, flushed, status = _FLUSH_REP.unpack_from(data)
-            if status == channel.REPLY_OK:
-                best = max(best, flushed)
-            else:
-                failed = True
-        if failed:
-            self._settle(
-                0, PutMessageStatus.FLUSH_DISK_FAILED, "fsync failed: the store is read-only"
-            )
-        elif best >= 0:
-            self._settle(best, OK, "")
-
-    def _send(self, rid: int, w: _Waiter, client: StoreClient) -> None:
-        assert _FLUSH_REQ is not None
-        try:
-            self._sock.sendto(_FLUSH_REQ.pack(rid, w.end), client._flusher_addr)
-            w.sent_at = time.monotonic()
-        except OSError:  # the flusher restarts or its queue is full: the watchdog resends
-            w.sent_at = 0.0
-
-    async def _watch(self) -> None:
+    def _run(self) -> None:
         main = self._main
         while True:
-            await asyncio.sleep(_WATCH_S)
-            if not self._waiters:
+            with self._cond:
+                while not self._waiters and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                end = min(w[0] for w in self._waiters)
+            try:
+                code = main._app.wait_flushed(end, int(_WATCH_S * 1e9))
+                flushed = main._cb.get(c.OFF_FLUSHED)
+            except (AttributeError, ValueError, TypeError):  # re-attaching: look again
+                time.sleep(_WATCH_S)
                 continue
             now = time.monotonic()
-            with contextlib.suppress(AttributeError, ValueError, TypeError):  # re-attaching
-                cb = main._cb
-                if cb.flags & c.FLAG_READ_ONLY:
-                    self._settle(
-                        0, PutMessageStatus.FLUSH_DISK_FAILED, "fsync failed: store is read-only"
-                    )
-                    continue
-                self._settle(cb.get(c.OFF_FLUSHED), OK, "")
             timeout = main._sync_timeout_s
-            for rid, w in list(self._waiters.items()):
-                if now - w.started >= timeout:
-                    del self._waiters[rid]
-                    if not w.fut.done():
-                        w.fut.set_result(
-                            (
-                                PutMessageStatus.FLUSH_DISK_TIMEOUT,
-                                f"not flushed within syncFlushTimeout ({timeout * 1000:.0f} ms)",
-                            )
-                        )
-                elif now - w.sent_at >= _RESEND_S:
-                    self._send(rid, w, main)
+            with self._cond:
+                done = [
+                    w
+                    for w in self._waiters
+                    if code == 2 or w[0] <= flushed or now - w[1] >= timeout
+                ]
+                self._waiters = [w for w in self._waiters if w not in done]
+            if done:
+                self._loop.call_soon_threadsafe(self._settle, done, flushed, code, timeout)
+
+    @staticmethod
+    def _settle(
+        done: list[tuple[int, float, asyncio.Future[Settled]]], flushed: int, code: int,
+        timeout: float,
+    ) -> None:  # fmt: skip
+        for end, _t, fut in done:
+            if fut.done():
+                continue
+            if code == 2:
+                fut.set_result(
+                    (PutMessageStatus.FLUSH_DISK_FAILED, "fsync failed: the store is read-only")
+                )
+            elif end <= flushed:
+                fut.set_result((OK, ""))
+            else:
+                fut.set_result(
+                    (
+                        PutMessageStatus.FLUSH_DISK_TIMEOUT,
+                        f"not flushed within syncFlushTimeout ({timeout * 1000:.0f} ms)",
+                    )
+                )
 
     async def wait(self, end: int, client: StoreClient) -> Settled:
         """Until the log is flushed up to `end` (or why not)."""
         with contextlib.suppress(AttributeError, ValueError, TypeError):
             if client._cb.get(c.OFF_FLUSHED) >= end:
                 return OK, ""
-        self._rid += 1
-        rid = self._rid
         fut: asyncio.Future[Settled] = self._loop.create_future()
-        w = _Waiter(end, fut)
-        self._waiters[rid] = w
-        self._send(rid, w, client)
+        with self._cond:
+            self._waiters.append((end, time.monotonic(), fut))
+            self._cond.notify()
         try:
             return await fut
         except asyncio.CancelledError:
-            self._waiters.pop(rid, None)
+            with self._cond:
+                self._waiters = [w for w in self._waiters if w[2] is not fut]
             raise
 
 
@@ -332,7 +306,7 @@ class AsyncStoreClient:
         )
         self._sync = doc.get("settings", {}).get("flush_disk_type", "SYNC_FLUSH") == "SYNC_FLUSH"
         self._main = await loop.run_in_executor(self._reads, self._new_client)
-        if self._loop_waits and _FLUSH_REQ is not None and hasattr(self._main, "_flusher_addr"):
+        if self._loop_waits:
             self._waits = _FlushWaits(loop, self._main)
 
     async def close(self) -> None:

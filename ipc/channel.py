@@ -1,4 +1,4 @@
-"""How runtime processes find and talk to each other (Linux abstract Unix sockets).
+"""How runtime processes find the supervisor (a Linux abstract Unix socket).
 
 Abstract socket names leave nothing in the file system, so a crashed run leaves no
 stale socket file behind; they are derived from the store's real path, like the
@@ -10,10 +10,10 @@ shared-memory names.
   client's reads use instead of guessing (the connection then stays open: the client's
   row is freed when it closes); `{"op": "status"}` -> the status document;
   `{"op": "stop"}` -> begins a graceful stop.
-* Flusher: a datagram socket `\\0mqs-<h>-<gen>-flush`. Request `<qq` (request id,
-  end offset): "answer when the log is flushed up to here"; a request id < 0 only wakes
-  the flusher. Reply `<qqi` (request id, flushed offset, status) to the sender's
-  autobound address.
+
+No socket is on the put path: sync acknowledgements are futex waits on the owner-only
+control block's flushed position (`native/mqs_futex.c`), so nothing another local user
+sends can acknowledge a put.
 """
 
 from __future__ import annotations
@@ -22,24 +22,13 @@ import contextlib
 import json
 import os
 import socket
-import struct
-from typing import Any, Final
+from typing import Any
 
 from mqstore.ipc.control import store_hash
-
-FLUSH_REQ: Final = struct.Struct("<qq")
-FLUSH_REP: Final = struct.Struct("<qqi")
-REPLY_OK: Final = 0
-REPLY_FAILED: Final = 1
-WAKE_ID: Final = -1
 
 
 def supervisor_address(store_dir: str | os.PathLike[str]) -> str:
     return f"\0mqstore-{store_hash(store_dir)}-sup"
-
-
-def flusher_address(store_dir: str | os.PathLike[str], generation: int) -> str:
-    return f"\0mqs-{store_hash(store_dir)}-{generation}-flush"
 
 
 class SupervisorUnavailable(ConnectionError):

@@ -5,59 +5,55 @@
         assert r.status is PutMessageStatus.PUT_OK
 
 Attaching asks the supervisor (Unix socket) for the shared-memory names and layout and
-maps them; from then on a put asks nobody, except a sync put's one round trip to the
-flusher. A put runs in the caller's process:
+maps them; from then on a put asks nobody. A put runs in the caller's process:
 
-1. **Validate and encode, outside any lock**: what a put accepts (`ipc.accepts`: topic
-   name, queue id within the topic's queues, message fields written as given or
-   refused; MESSAGE_ILLEGAL with the reason, nothing reserved), the topic-and-properties
-   tail (cached per (topic, properties), the reference encoder decides on a miss), CRC
-   the body. Born and store hosts may be IPv4 or IPv6 (sysflag 0x10 / 0x20).
-2. **Reserve, under the reservation lock** (`fcntl`, so a producer killed while holding
-   it never wedges the store): read the flags, pick the position (rolling the segment
-   with a BLANK when the record and 8 bytes do not fit), check the pool buffer of that
-   segment is free and its file exists, take the queue offset and the store timestamp,
-   and write a RESERVED slot. Nothing else.
-3. **Copy, outside the lock**: header with the final fields, body and tail straight into
-   the pool buffer (pool on) or the segment's mapping (pool off); then the slot is DONE.
-   The committer publishes contiguous DONE slots; a slot whose producer died gets a
-   filler record, so a dead producer never stalls the log.
-4. **SYNC_FLUSH with wait_store**: one datagram to the flusher, one reply once the
-   group-committed fsync covers the record (or FLUSH_DISK_TIMEOUT / FLUSH_DISK_FAILED).
+1. **Validate, in Python**: what a put accepts (`ipc.accepts`: topic name, queue id
+   within the topic's queues, message fields written as given or refused;
+   MESSAGE_ILLEGAL with the reason, nothing reserved), topic and properties (cached per
+   (topic, properties), the reference encoder decides on a miss). Born and store hosts
+   may be IPv4 or IPv6 (sysflag 0x10 / 0x20). `_prepare` builds the `_Prep`.
+2. **The rest in one C call** (`mqstore._native.Appender.put`, `native/mqs_append.c`):
+   CRC the body; take the reservation lock (a robust process-shared mutex, with the
+   busy timeout as deadline); reserve space, slot, queue offset and store timestamp;
+   unlock; encode the record straight into the pool buffer (pool on) or the segment's
+   mapping (pool off); mark the slot DONE. `put_batch` is one call too.
+3. **The rare paths stay in Python** (the C call answers FALLBACK): a segment roll with
+   a BLANK, waits for the next file, a pool buffer or slots, a new queue-table row,
+   flags that refuse writes. `_reserve` then reserves under the same mutex and the C
+   encoder writes the records (`Appender.write`).
+4. **SYNC_FLUSH with wait_store**: a futex wait on the control block's flushed position
+   (`Appender.wait_flushed`, GIL released, 20 ms ticks for signals and the deadline);
+   PUT_OK only once the flusher's flushed_pos covers the record.
 
-Thread-safe: one `threading.Lock` per client serialises puts of its threads (fcntl locks
-belong to the process). Fork-safe: a forked child re-attaches on its first call. If the
-supervisor stops or dies, the next call re-attaches or returns SERVICE_NOT_AVAILABLE;
-it never writes into a stale pool.
+The protocol (reserve, complete, abandon, publish, fill, repair) is `ipc.reservation`.
+The committer publishes contiguous DONE slots; a slot whose producer died (its liveness
+byte is free) gets a filler record, so a dead producer never stalls the log.
+
+Thread-safe: one `threading.Lock` per client serialises puts of its threads. Fork-safe:
+a forked child re-attaches on its first call. If the supervisor stops or dies, the next
+call re-attaches or returns SERVICE_NOT_AVAILABLE; it never writes into a stale pool.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import mmap
 import os
 import select
-import socket
 import struct
 import threading
 import time
 import weakref
-import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
+from mqstore import _native
 from mqstore.conf.settings import settings_from_doc
 from mqstore.engine import fileio, record
 from mqstore.engine.diskguard import DISK_FULL_BIT, decode_state
 from mqstore.engine.names import topic_problem
 from mqstore.engine.reader import Geometry
-from mqstore.engine.record import (
-    END_FILE_MIN_BLANK_LENGTH,
-    MESSAGE_MAGIC_CODE,
-    DecodedRecord,
-    Message,
-)
+from mqstore.engine.record import END_FILE_MIN_BLANK_LENGTH, DecodedRecord, Message
 from mqstore.engine.segment import segment_file_name
 from mqstore.engine.topics import QueueCounts
 from mqstore.ipc import access, channel
@@ -76,36 +72,22 @@ from mqstore.ipc.accepts import (
     int_fields_problem,
     queue_id_problem,
 )
-from mqstore.ipc.locks import RESERVE_LOCK, FileLock
 from mqstore.ipc.read_results import PullResult
 from mqstore.ipc.reads import ClientReads, for_client
+from mqstore.ipc.reservation import LiveLock
 from mqstore.ipc.results import PutMessageStatus, PutResult, error_for, raise_if_failed
 
-
-def _head_struct(born_v6: bool, store_v6: bool) -> struct.Struct:
-    """The V1 fixed part up to the body (engine.record's table): 88 bytes with IPv4
-    hosts, 12 more for each IPv6 one (sysflag bits 0x10 / 0x20 say which)."""
-    return struct.Struct(f">iIiiiqqiq{16 if born_v6 else 4}siq{16 if store_v6 else 4}siiqi")
-
-
-_I16: Final = struct.Struct(">h")
-_BLANK: Final = struct.Struct(">iI")
 _SLOT_PACK: Final = c.SLOT.pack_into
 _I64_PACK: Final = c.I64.pack_into
 _I64_UNPACK: Final = c.I64.unpack_from
-_I32_PACK: Final = c.I32.pack_into
 _PAIR_PACK: Final = c.PAIR.pack_into
 _PAIR_UNPACK: Final = c.PAIR.unpack_from
-_HEAD_UNPACK: Final = struct.Struct("<11q").unpack_from  # offsets 8..95 of the header
-_crc32: Final = zlib.crc32
-_flock: Final = fcntl.flock
-_LOCK_EX: Final = fcntl.LOCK_EX
-_LOCK_UN: Final = fcntl.LOCK_UN
 _tuple_new: Final = tuple.__new__
 _time_ns: Final = time.time_ns
 _perf_ns: Final = time.perf_counter_ns
 _TX_MASK: Final = 0xC
 _TX_COMMIT: Final = 0x8
+_FALLBACK: Final = _native.FALLBACK
 _BORN_V6: Final = 0x10
 _STORE_V6: Final = 0x20
 _DEFAULT_BORN: Final[Host] = (b"\x7f\x00\x00\x01", 0, False)  # 127.0.0.1:0
@@ -117,8 +99,7 @@ _PHASE_FLUSH: Final = c.CF_PHASES + 2 * c.PHASE_FIELDS
 _PHASE_TOP: Final = c.PHASE_BUCKETS - 1
 _HIST_TOP: Final = c.HIST_BUCKETS - 1
 _STALE_CHECK_S: Final = 0.01
-_RECV_TICK_US: Final = 50_000  # a sync wait re-checks deadline and flags this often
-_RESEND_S: Final = 0.5  # and re-sends its request this often (a restarted flusher)
+_INT32_MAX: Final = 2**31 - 1
 
 OK: Final = PutMessageStatus.PUT_OK
 _PUT_LABEL: Final = "put() argument {!r}"
@@ -129,15 +110,15 @@ _monotonic: Final = time.monotonic
 _FORKS = [0]
 
 
-# The reservation locks of this process's clients: a forked child closes its copies at
-# once (the lock is the open file's, shared with the parent: a copy kept in a child
-# that never puts would keep a dead parent's lock held and wedge every producer).
-_RESERVE_LOCKS: weakref.WeakSet[FileLock] = weakref.WeakSet()
+# The liveness locks of this process's clients: a forked child closes its copies at
+# once (the lock is the open file description's, shared with the parent: a copy kept in
+# a child would make a dead parent look alive, and its reservations never filled).
+_LIVE_LOCKS: weakref.WeakSet[LiveLock] = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
     _FORKS[0] += 1
-    for lock in list(_RESERVE_LOCKS):
+    for lock in list(_LIVE_LOCKS):
         with contextlib.suppress(OSError):
             lock.forget()
 
@@ -196,11 +177,14 @@ class _Refused(Exception):
     pass
 
 
-# A prepared message: (size, crc, queue_id, flag, sys_flag, born_ts, body, tail, topic_b,
-# takes_offset, reconsume_times, prepared_offset, born address, born port, header struct)
-_Prep = tuple[
-    int, int, int, int, int, int, bytes, bytes, bytes, bool, int, int, bytes, int, struct.Struct
-]
+# A prepared (validated) message, as the C appender reads it (native/mqs_module.c):
+# (size, queue_id, flag, sys_flag, born_ts, body, topic_b, properties_b, takes_offset,
+#  reconsume_times, prepared_offset, born_addr, born_port, store_addr, store_port)
+_Prep = tuple[int, int, int, int, int, bytes, bytes, bytes, bool, int, int, bytes, int, bytes, int]
+_P_SIZE: Final = 0
+_P_QUEUE: Final = 1
+_P_TOPIC: Final = 6
+_P_TAKES: Final = 8
 
 
 class StoreClient:
@@ -222,8 +206,8 @@ class StoreClient:
         self._tlock = threading.Lock()
         self._closed = False
         self._attached = False
-        self._tails: dict[object, tuple[bytes, int, bytes] | PutResult] = {}
-        self._heads: dict[tuple[str, str | None], tuple[bytes, bytes, int, bytes]] = {}
+        self._tails: dict[object, tuple[bytes, bytes, int] | PutResult] = {}
+        self._heads: dict[tuple[str, str | None], tuple[bytes, int, bytes]] = {}
         self._rr: dict[str, int] = {}
         self._attach()
 
@@ -287,24 +271,21 @@ class StoreClient:
         # The store's settings and file sizes, for the read side (`ipc.reads.for_client`).
         self._store_settings = settings_from_doc(info["settings"])
         self._store_geometry = Geometry(**info["geometry"])
-        self._flusher_addr = channel.flusher_address(self.store_dir, self._generation)
         addr, port, v6 = self._store = record.parse_host(self._store_host)
         self._store_addr, self._store_port, self._store_v6 = addr, port, v6
-        self._store_bit = _STORE_V6 if v6 else 0
-        self._heads4 = _head_struct(False, v6)  # born host IPv4 (put's default, 127.0.0.1:0)
-        self._heads6 = _head_struct(True, v6)
         self._hosts: dict[str, Host] = {}
-        self._rlock = FileLock(os.path.join(self.store_dir, RESERVE_LOCK))
-        _RESERVE_LOCKS.add(self._rlock)
-        self._rlock_fd = self._rlock.fd
         self._msg_id_prefix = (addr + struct.pack(">i", port)).hex().upper()
-        self._fsock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
-        self._fsock.bind("")  # autobind: an abstract address of our own
-        # Blocking, with a kernel receive timeout: one recv() syscall per wait, no poll().
-        self._fsock.setsockopt(
-            socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 0, _RECV_TICK_US)
-        )
-        self._req_id = 0
+        self._busy_ns = int(self._busy_timeout_s * 1e9)
+        self._sync_timeout_ns = int(self._sync_timeout_s * 1e9)
+        try:
+            self._live = LiveLock(self.store_dir)
+        except OSError:
+            cb.close()
+            sock.close()
+            raise
+        _LIVE_LOCKS.add(self._live)
+        self._app = _native.Appender(cb.buf, cb.pool_buf, self._pid)
+        self._cur: tuple[int, mmap.mmap | None] = (-2, None)  # the newest mapped segment
         self._qslots: dict[tuple[bytes, int], int] = {}
         self._pviews: list[memoryview] = []
         if self._pool_n:
@@ -331,10 +312,11 @@ class StoreClient:
             mm.close()
             fileio.close(fd)
         self._maps.clear()
+        self._cur = (-2, None)
         del self._buf
+        self._app.close()
         self._cb.close()
-        self._rlock.close()
-        self._fsock.close()
+        self._live.close()
         self._sock.close()
 
     def close(self) -> None:
@@ -367,14 +349,15 @@ class StoreClient:
         if self._closed:
             return "the client is closed"
         if self._fork_gen != _FORKS[0] or self._pid != os.getpid():
-            # A forked child: start over with our own handles. The reservation lock's
-            # descriptor is the parent's open file: keeping it would keep a parent's lock
-            # alive after the parent dies.
+            # A forked child: start over with our own handles. The liveness lock's
+            # descriptor is the parent's open file: keeping it would make a dead parent
+            # look alive.
             with contextlib.suppress(OSError):
-                self._rlock.forget()  # done at fork already (_after_fork_in_child)
+                self._live.forget()  # done at fork already (_after_fork_in_child)
             self._attached = False
             self._pviews = []
             self._maps = {}
+            self._cur = (-2, None)
             try:
                 self._attach()
             except (OSError, ValueError) as e:
@@ -402,8 +385,8 @@ class StoreClient:
 
     # --- encoding ---------------------------------------------------------------------
 
-    def _tail(self, topic: str, props: Mapping[str, str]) -> tuple[bytes, int, bytes] | PutResult:
-        """(topic-and-properties tail, record length without body, topic bytes), or
+    def _tail(self, topic: str, props: Mapping[str, str]) -> tuple[bytes, bytes, int] | PutResult:
+        """(topic bytes, properties bytes, record length without body), or
         MESSAGE_ILLEGAL for a topic outside RocketMQ's name rule (`engine.names`) or
         what the reference encoder refuses. Cached by the callers."""
         why = topic_problem(topic)
@@ -417,28 +400,26 @@ class StoreClient:
             return PutResult(PutMessageStatus[rec.status.value], rec.reason)
         topic_b = topic.encode("utf-8")
         props_b = record.encode_properties(props)
-        tail = b"".join((bytes((len(topic_b),)), topic_b, _I16.pack(len(props_b)), props_b))
         fixed = record.record_length(0, len(topic_b), len(props_b), store_v6=self._store_v6)
-        return tail, fixed, topic_b
+        return topic_b, props_b, fixed
 
     def _keyed_tail(
         self, topic: str, tags: str | None, keys: str
-    ) -> tuple[bytes, int, bytes] | PutResult:
-        """The tail for properties {TAGS: tags, KEYS: keys} without the encoder: the
-        (topic, tags) part is cached (validated by the encoder once), KEYS is checked
-        as `properties_problem` would and appended. O(len(keys))."""
+    ) -> tuple[bytes, bytes, int] | PutResult:
+        """(topic, properties, fixed length) for properties {TAGS: tags, KEYS: keys}
+        without the encoder: the (topic, tags) part is cached (validated by the encoder
+        once), KEYS is checked as `properties_problem` would and appended. O(len(keys))."""
         head = self._heads.get((topic, tags))
         if head is None:
             base = self._tail(topic, {record.PROPERTY_TAGS: tags} if tags is not None else {})
             if type(base) is PutResult:
                 return base
-            tail0, fixed0, topic_b = base  # type: ignore[misc]
-            props0 = tail0[1 + len(topic_b) + 2 :]
-            head = (tail0[: 1 + len(topic_b)], props0, fixed0 - len(props0), topic_b)
+            topic_b, props0, fixed0 = base  # type: ignore[misc]
+            head = (props0, fixed0 - len(props0), topic_b)
             if len(self._heads) > 4096:
                 self._heads.clear()
             self._heads[(topic, tags)] = head
-        topic_part, props0, fixed_np, topic_b = head
+        props0, fixed_np, topic_b = head
         if not keys:
             return PutResult(
                 PutMessageStatus.MESSAGE_ILLEGAL,
@@ -456,7 +437,7 @@ class StoreClient:
                 PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
                 f"properties are {plen} UTF-8 bytes; at most 32767 are allowed",
             )
-        return b"".join((topic_part, _I16.pack(plen), props)), fixed_np + plen, topic_b
+        return topic_b, props, fixed_np + plen
 
     def _prepare(
         self,
@@ -517,7 +498,7 @@ class StoreClient:
                 self._tails[pkey] = ent
         if type(ent) is PutResult:
             return ent
-        tail, fixed, topic_b = ent  # type: ignore[misc]
+        topic_b, props_b, fixed = ent  # type: ignore[misc]
         if type(body) is not bytes:
             body = bytes(body)  # bytearray or memoryview (check_put_types)
         blen = len(body)
@@ -544,11 +525,9 @@ class StoreClient:
             )
         tx = sys_flag & _TX_MASK
         return (
-            size, _crc32(body) & 0x7FFFFFFF if blen else 0, queue_id, flag,
-            sys_flag | self._store_bit | (_BORN_V6 if born[2] else 0),
-            born_timestamp or _time_ns() // 1_000_000, body, tail, topic_b,
-            tx == 0 or tx == _TX_COMMIT, reconsume_times, prepared_offset, born[0], born[1],
-            self._heads6 if born[2] else self._heads4,
+            size, queue_id, flag, sys_flag, born_timestamp or _time_ns() // 1_000_000, body,
+            topic_b, props_b, tx == 0 or tx == _TX_COMMIT, reconsume_times, prepared_offset,
+            born[0], born[1], self._store_addr, self._store_port,
         )  # fmt: skip
 
     def _host(self, host: str) -> Host:
@@ -592,42 +571,48 @@ class StoreClient:
             mm = fileio.mmap_file(fd, self._seg_size, writable=True, path=path)
             got = (fd, mm)
             self._maps[index] = got
+            if index > self._cur[0]:
+                self._cur = (index, mm)  # the C put writes here while it is the last
             for old in [i for i in self._maps if i < index - 1]:
                 ofd, omm = self._maps.pop(old)
                 omm.close()
                 fileio.close(ofd)
         return got[1]
 
-    # --- reservation ------------------------------------------------------------------
+    # --- reservation: the general path (rolls, waits, new queue rows) ---------------------
 
-    def _repair(self, buf: memoryview) -> None:
-        """The last holder died inside the critical section: redo its queue offsets."""
-        seq_now = _I64_UNPACK(buf, c.OFF_SEQ)[0]
-        start = _I64_UNPACK(buf, c.OFF_CS_SEQ)[0]
-        cb = self._cb
-        for s in range(start, seq_now):
-            _off, qo, _ts, _size, _pid, qslot, _st = cb.slot(s)
-            if qslot >= 0:
-                p = self._qtable_off + qslot * c.QROW + 8
-                if _I64_UNPACK(buf, p)[0] < qo + 1:
-                    _I64_PACK(buf, p, qo + 1)
-        _I64_PACK(buf, c.OFF_CS_PID, 0)
+    def _lock_failed(self, code: int) -> _Busy:
+        """The status for a reservation lock the C side could not take."""
+        if code == _native.LOCK_TIMEOUT:
+            return _Busy(
+                PutMessageStatus.OS_PAGECACHE_BUSY,
+                "the reservation lock was not free within osPageCacheBusyTimeOutMills "
+                f"({self._busy_timeout_s * 1000:.0f} ms): another producer holds it",
+            )
+        return _Busy(
+            PutMessageStatus.SERVICE_NOT_AVAILABLE,
+            "the reservation lock is unrecoverable (a producer died while repairing it); "
+            "restart the store",
+        )
 
     def _reserve(self, preps: list[_Prep]) -> tuple[int, int, int, int, list[int]]:
-        """Reserve space for `preps` (one segment). Returns (first seq, start offset,
-        blank size before it (0: none), store timestamp, queue offsets). Raises _Busy,
-        _Refused. Caller holds the thread lock, not the file lock."""
+        """Reserve space for `preps` (one segment) when the C call could not: a roll, a
+        wait, a new queue row. Returns (first seq, start offset, blank size before it (0:
+        none), store timestamp, queue offsets). Raises _Busy, _Refused. Caller holds the
+        thread lock. Same steps, order and mutex as `native/mqs_append.c: mqs_reserve`."""
         total = 0
         for p in preps:
-            total += p[0]
+            total += p[_P_SIZE]
         buf = self._buf
         seg_size = self._seg_size
         deadline = 0.0
         pause = 0.00005
-        rlock = self._rlock
+        app = self._app
         pid = self._pid
         while True:
-            rlock.acquire()
+            code = app.lock(self._busy_ns)
+            if code:
+                raise self._lock_failed(code)
             try:
                 flags = _I64_UNPACK(buf, c.OFF_FLAGS)[0]
                 if flags & (c.FLAG_REFUSE_WRITES | c.FLAG_READ_ONLY | c.FLAG_STOPPED) or not (
@@ -645,8 +630,6 @@ class StoreClient:
                         f"the disk is full ({ratio:.1%} used); writes resume by themselves "
                         "once the cleaner has freed space"
                     )
-                if _I64_UNPACK(buf, c.OFF_CS_PID)[0]:
-                    self._repair(buf)
                 reserved, seq = _PAIR_UNPACK(buf, c.OFF_RESERVED)
                 index = reserved // seg_size
                 pos = reserved - index * seg_size
@@ -671,7 +654,9 @@ class StoreClient:
                 elif seq + nslots - _I64_UNPACK(buf, c.OFF_PUBLISHED_SEQ)[0] > self._slot_count:
                     why = "slots"
                 if not why:
-                    _PAIR_PACK(buf, c.OFF_CS_PID, pid, seq)
+                    # The intent record (cs_seq, then cs_pid), as mqs_reserve writes it.
+                    _I64_PACK(buf, c.OFF_CS_SEQ, seq)
+                    _I64_PACK(buf, c.OFF_CS_PID, pid)
                     now = _time_ns() // 1_000_000
                     first = seq
                     slot_off = c.SLOTS_OFF
@@ -689,17 +674,18 @@ class StoreClient:
                     qslots = self._qslots
                     qtable_off = self._qtable_off
                     for p in preps:
-                        key = (p[8], p[2])
+                        key = (p[_P_TOPIC], p[_P_QUEUE])
                         qs = qslots.get(key)
                         if qs is None:
-                            qs = self._cb.find_or_add_queue(p[8], p[2])
+                            qs = self._cb.find_or_add_queue(p[_P_TOPIC], p[_P_QUEUE])
                             if qs < 0:
+                                _I64_PACK(buf, c.OFF_CS_PID, 0)
                                 raise _Busy(
                                     PutMessageStatus.SERVICE_NOT_AVAILABLE,
                                     "the queue table of the control block is full",
                                 )
                             qslots[key] = qs
-                        if p[9]:
+                        if p[_P_TAKES]:
                             qo = qupd.get(qs)
                             if qo is None:
                                 qo = _I64_UNPACK(buf, qtable_off + qs * c.QROW + 8)[0]
@@ -708,18 +694,18 @@ class StoreClient:
                             qo = 0
                         qoffs.append(qo)
                         _SLOT_PACK(
-                            buf, slot_off + (seq % count) * slot_row,
-                            at, qo, now, p[0], pid, qs if p[9] else -2, c.STATE_RESERVED,
+                            buf, slot_off + (seq % count) * slot_row, at, qo, now, p[_P_SIZE],
+                            pid, qs if p[_P_TAKES] else -2, c.STATE_RESERVED,
                         )  # fmt: skip
                         seq += 1
-                        at += p[0]
+                        at += p[_P_SIZE]
                     _PAIR_PACK(buf, c.OFF_RESERVED, end, seq)  # the commit point
                     for qs, nxt in qupd.items():
                         _I64_PACK(buf, qtable_off + qs * c.QROW + 8, nxt)
                     _I64_PACK(buf, c.OFF_CS_PID, 0)
                     return first, start, blank, now, qoffs
             finally:
-                rlock.release()
+                app.unlock()
             # Not enough room: the pool buffer, the next file or the slot ring is busy.
             now_s = time.monotonic()
             if deadline == 0.0:
@@ -742,163 +728,69 @@ class StoreClient:
             time.sleep(pause)
             pause = min(pause * 2, 0.002)
 
-    def _reserve_one(self, p: _Prep) -> tuple[int, int, int, int, int, int] | None:
-        """The common case in one try: one record, no roll, no wait, a known queue, no
-        repair. Returns (seq, start, store timestamp, queue offset, lock wait ns, time
-        the lock was taken), or None and the caller takes the general path (`_reserve`).
-        Same steps and order as `_reserve`."""
-        buf = self._buf
-        qs = self._qslots.get((p[8], p[2]))
-        if qs is None:
-            return None
-        size = p[0]
-        fd = self._rlock_fd
-        t_wait = _perf_ns()
-        _flock(fd, _LOCK_EX)
-        t_locked = _perf_ns()
-        try:
-            # One read of the header's first words: reserved, seq, published, published_seq,
-            # committed, flushed, flags, generation, supervisor pid, allocated, cs_pid.
-            reserved, seq, _pub, pseq, committed, _fl, flags, _g, _sp, allocated, cs_pid = (
-                _HEAD_UNPACK(buf, c.OFF_RESERVED)
-            )
-            seg_size = self._seg_size
-            index = reserved // seg_size
-            end = reserved + size
-            if (
-                flags != c.FLAG_RUNNING
-                or cs_pid
-                or end + END_FILE_MIN_BLANK_LENGTH > (index + 1) * seg_size
-                or end > allocated
-                or (self._pool_n and committed < (index - self._pool_n + 1) * seg_size)
-                or seq + 1 - pseq > self._slot_count
-                or _I64_UNPACK(buf, c.OFF_DISK_STATE)[0] & DISK_FULL_BIT
-            ):
-                return None
-            pid = self._pid
-            _PAIR_PACK(buf, c.OFF_CS_PID, pid, seq)
-            now = _time_ns() // 1_000_000
-            if p[9]:
-                qpos = self._qtable_off + qs * c.QROW + 8
-                qo = _I64_UNPACK(buf, qpos)[0]
-                _SLOT_PACK(
-                    buf, c.SLOTS_OFF + (seq % self._slot_count) * c.SLOT_ROW,
-                    reserved, qo, now, size, pid, qs, c.STATE_RESERVED,
-                )  # fmt: skip
-                _PAIR_PACK(buf, c.OFF_RESERVED, end, seq + 1)  # the commit point
-                _I64_PACK(buf, qpos, qo + 1)
-            else:
-                qo = 0
-                _SLOT_PACK(
-                    buf, c.SLOTS_OFF + (seq % self._slot_count) * c.SLOT_ROW,
-                    reserved, 0, now, size, pid, -2, c.STATE_RESERVED,
-                )  # fmt: skip
-                _PAIR_PACK(buf, c.OFF_RESERVED, end, seq + 1)
-            _I64_PACK(buf, c.OFF_CS_PID, 0)
-            return seq, reserved, now, qo, t_locked - t_wait, t_locked
-        finally:
-            _flock(fd, _LOCK_UN)
-
-    def _copy_one(self, p: _Prep, seq: int, start: int, now: int, qo: int) -> None:
-        seg_size = self._seg_size
-        index = start // seg_size
-        target = self._pviews[index % self._pool_n] if self._pool_n else self._target(index)
-        pos = start - index * seg_size
-        size, crc, qid, flag, sysf, born, body, tail, _tb, _tk, rt, po, ba, bp, head = p
-        blen = len(body)
-        head.pack_into(
-            target, pos, size, MESSAGE_MAGIC_CODE, crc, qid, flag, qo, start, sysf, born,
-            ba, bp, now, self._store_addr, self._store_port, rt, po, blen,
-        )  # fmt: skip
-        b0 = pos + head.size
-        target[b0 : b0 + blen] = body
-        target[b0 + blen : pos + size] = tail
-        _I32_PACK(
-            self._buf, c.SLOTS_OFF + (seq % self._slot_count) * c.SLOT_ROW + c.SLOT_STATE_OFF,
-            c.STATE_DONE,
-        )  # fmt: skip
-
     def _abandon(self, first: int, count: int) -> None:
         """Hand reservations this process will not finish to the publisher's filler."""
         for seq in range(first, first + count):
             if self._cb.slot_state(seq) == c.STATE_RESERVED:
                 self._cb.set_slot_state(seq, c.STATE_ABANDONED)
 
-    # --- copying ----------------------------------------------------------------------
-
     def _copy(
         self, preps: list[_Prep], first: int, start: int, blank: int, now: int, qoffs: list[int]
     ) -> None:
+        """The general path's copy: the C encoder writes each record (and the BLANK
+        that ends the previous segment) and marks its slot DONE."""
         seg_size = self._seg_size
-        buf = self._buf
         seq = first
-        state_off = c.SLOTS_OFF + c.SLOT_STATE_OFF
-        count = self._slot_count
-        row = c.SLOT_ROW
         index = start // seg_size
+        write = self._app.write
         if blank:
-            prev = self._target(index - 1)
-            _BLANK.pack_into(prev, seg_size - blank, blank, record.BLANK_MAGIC_CODE)
-            _I32_PACK(buf, state_off + (seq % count) * row, c.STATE_DONE)
+            write(self._target(index - 1), seg_size - blank, seq, None, 0, 0, blank)
             seq += 1
         target = self._target(index)
         pos = start - index * seg_size
-        sa, sp = self._store_addr, self._store_port
         for i, p in enumerate(preps):
-            size, crc, qid, flag, sysf, born, body, tail, _tb, _tk, rt, po, ba, bp, head = p
-            blen = len(body)
-            head.pack_into(
-                target, pos, size, MESSAGE_MAGIC_CODE, crc, qid, flag, qoffs[i],
-                start, sysf, born, ba, bp, now, sa, sp, rt, po, blen,
-            )  # fmt: skip
-            b0 = pos + head.size
-            target[b0 : b0 + blen] = body
-            target[b0 + blen : pos + size] = tail
-            _I32_PACK(buf, state_off + (seq % count) * row, c.STATE_DONE)
+            write(target, pos, seq, p, qoffs[i], start, now)
             seq += 1
-            pos += size
-            start += size
+            pos += p[_P_SIZE]
+            start += p[_P_SIZE]
+
+    # --- the common case: one C call ------------------------------------------------------
+
+    def _target_now(self) -> tuple[mmap.mmap | None, int]:
+        """What the C put writes into: (None, -1) with the pool on (it holds the pool),
+        else the newest mapped segment and its index (another index: FALLBACK)."""
+        if self._pool_n:
+            return None, -1
+        index, mm = self._cur
+        return mm, index
+
+    def _put_one(self, qslot: int, p: _Prep) -> tuple[int, int, int, int, int] | int:
+        """`Appender.put`: (seq, start, store timestamp, queue offset, lock wait ns) or a
+        code (FALLBACK, LOCK_TIMEOUT, LOCK_BROKEN)."""
+        target, index = self._target_now()
+        return self._app.put(target, index, qslot, p, self._busy_ns)
+
+    def _put_many(
+        self, qslots: list[int], preps: list[_Prep]
+    ) -> tuple[int, int, int, list[int], int] | int:
+        """`Appender.put_batch`, as `_put_one` for a batch."""
+        target, index = self._target_now()
+        return self._app.put_batch(target, index, qslots, preps, self._busy_ns)
 
     # --- flush wait -------------------------------------------------------------------
 
     def _wait_flushed(self, end: int) -> tuple[PutMessageStatus, str]:
-        buf = self._buf
-        if _I64_UNPACK(buf, c.OFF_FLUSHED)[0] >= end:
+        """Until the flusher's flushed_pos covers `end` (a futex wait on the control
+        block, `native/mqs_futex.c`), the sync flush timeout, or a failed fsync."""
+        code = self._app.wait_flushed(end, self._sync_timeout_ns)
+        if code == 0:
             return OK, ""
-        self._req_id += 1
-        rid = self._req_id
-        deadline = time.monotonic() + self._sync_timeout_s
-        sock = self._fsock
-        req = channel.FLUSH_REQ.pack(rid, end)
-        sent_at = 0.0
-        while True:
-            now = _monotonic()
-            if now >= deadline:
-                return (
-                    PutMessageStatus.FLUSH_DISK_TIMEOUT,
-                    f"not flushed within syncFlushTimeout ({self._sync_timeout_s * 1000:.0f} ms)",
-                )
-            if now - sent_at >= _RESEND_S:  # first send, or the flusher may have lost it
-                try:
-                    sock.sendto(req, self._flusher_addr)
-                    sent_at = now
-                except OSError:  # the flusher is restarting: try again shortly
-                    time.sleep(min(0.01, deadline - now))
-                    continue
-            try:
-                data = sock.recv(64)  # returns within _RECV_TICK_US (SO_RCVTIMEO)
-            except (BlockingIOError, InterruptedError):
-                if _I64_UNPACK(buf, c.OFF_FLAGS)[0] & c.FLAG_READ_ONLY:
-                    return PutMessageStatus.FLUSH_DISK_FAILED, "fsync failed: store is read-only"
-                if _I64_UNPACK(buf, c.OFF_FLUSHED)[0] >= end:
-                    return OK, ""
-                continue
-            got, _flushed, status = channel.FLUSH_REP.unpack_from(data)
-            if got != rid:
-                continue  # a late answer to an earlier request
-            if status == channel.REPLY_OK:
-                return OK, ""
-            return PutMessageStatus.FLUSH_DISK_FAILED, "fsync failed: the store is read-only"
+        if code == 1:
+            return (
+                PutMessageStatus.FLUSH_DISK_TIMEOUT,
+                f"not flushed within syncFlushTimeout ({self._sync_timeout_s * 1000:.0f} ms)",
+            )
+        return PutMessageStatus.FLUSH_DISK_FAILED, "fsync failed: the store is read-only"
 
     # --- statistics ---------------------------------------------------------------------
 
@@ -993,18 +885,19 @@ class StoreClient:
                 self._record(t0, 1, 0, prep.status, False)
                 return self._failed(prep)
             p: _Prep = prep  # type: ignore[assignment]
-            size = p[0]
-            fast = self._reserve_one(p)
-            if fast is not None:
-                seq, start, now, qo, lock_ns, t_locked = fast
-                try:
-                    self._copy_one(p, seq, start, now, qo)
-                except BaseException:  # e.g. KeyboardInterrupt mid-copy: never stall the log
-                    self._abandon(seq, 1)
-                    raise
+            size = p[_P_SIZE]
+            qs = self._qslots.get((p[_P_TOPIC], p[_P_QUEUE]))
+            t_wait = _perf_ns()
+            got = _FALLBACK if qs is None else self._put_one(qs, p)
+            if type(got) is tuple:
+                _seq, start, now, qo, lock_ns = got
+                t_locked = t_wait + lock_ns
+            elif got != _FALLBACK:
+                busy = self._lock_failed(got)  # type: ignore[arg-type]
+                self._record(t0, 1, 0, busy.status, False)
+                return self._failed(PutResult(busy.status, busy.reason))
             else:
                 preps = [p]
-                t_wait = _perf_ns()
                 try:
                     first, start, blank, now, qoffs = self._reserve(preps)
                 except _Busy as e:
@@ -1032,7 +925,7 @@ class StoreClient:
             self._record(t0, 1, size, status, sync, (lock_ns, t_locked, t_copied, t_done))
             result: PutResult = _tuple_new(
                 PutResult,
-                (status, reason, f"{self._msg_id_prefix}{start:016X}", start, size, p[2], qo, now),
+                (status, reason, f"{self._msg_id_prefix}{start:016X}", start, size, p[1], qo, now),
             )
             if status is not OK and self.raise_on_status:
                 raise error_for(result)
@@ -1110,7 +1003,7 @@ class StoreClient:
                     bad = PutResult(prep.status, f"message {i} of the batch: {prep.reason}")
                     return [bad for _ in msgs]
                 preps.append(prep)  # type: ignore[arg-type]
-            total = sum(p[0] for p in preps)
+            total = sum(p[_P_SIZE] for p in preps)
             if total + END_FILE_MIN_BLANK_LENGTH > self._seg_size:
                 bad = PutResult(
                     PutMessageStatus.MESSAGE_ILLEGAL,
@@ -1119,20 +1012,31 @@ class StoreClient:
                 self._record(t0, len(msgs), 0, bad.status, False)
                 return [bad for _ in msgs]
             t_wait = _perf_ns()
-            try:
-                first, start, blank, now, qoffs = self._reserve(preps)
-            except _Busy as e:
-                self._record(t0, len(msgs), 0, e.status, False)
-                return [PutResult(e.status, e.reason) for _ in msgs]
-            except _Refused as e:
-                self._record(t0, len(msgs), 0, PutMessageStatus.SERVICE_NOT_AVAILABLE, False)
-                return [PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, str(e)) for _ in msgs]
-            t_locked = _perf_ns()
-            try:
-                self._copy(preps, first, start, blank, now, qoffs)
-            except BaseException:
-                self._abandon(first, len(preps) + (1 if blank else 0))
-                raise
+            qget = self._qslots.get
+            qslots = [qget((p[_P_TOPIC], p[_P_QUEUE]), -1) for p in preps]
+            got = _FALLBACK if -1 in qslots else self._put_many(qslots, preps)
+            if type(got) is tuple:
+                _first, start, now, qoffs, lock_ns = got
+                t_locked = t_wait + lock_ns
+            elif got != _FALLBACK:
+                busy = self._lock_failed(got)  # type: ignore[arg-type]
+                self._record(t0, len(msgs), 0, busy.status, False)
+                return [PutResult(busy.status, busy.reason) for _ in msgs]
+            else:
+                try:
+                    first, start, blank, now, qoffs = self._reserve(preps)
+                except _Busy as e:
+                    self._record(t0, len(msgs), 0, e.status, False)
+                    return [PutResult(e.status, e.reason) for _ in msgs]
+                except _Refused as e:
+                    self._record(t0, len(msgs), 0, PutMessageStatus.SERVICE_NOT_AVAILABLE, False)
+                    return [PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, str(e)) for _ in msgs]
+                t_locked = _perf_ns()
+                try:
+                    self._copy(preps, first, start, blank, now, qoffs)
+                except BaseException:
+                    self._abandon(first, len(preps) + (1 if blank else 0))
+                    raise
             t_copied = _perf_ns()
             status, reason = OK, ""
             sync = self._sync and wait_store
@@ -1146,10 +1050,11 @@ class StoreClient:
             at = start
             prefix = self._msg_id_prefix
             for p, qo in zip(preps, qoffs, strict=True):
-                size = p[0]
+                size = p[_P_SIZE]
                 out.append(
                     _tuple_new(
-                        PutResult, (status, reason, f"{prefix}{at:016X}", at, size, p[2], qo, now)
+                        PutResult,
+                        (status, reason, f"{prefix}{at:016X}", at, size, p[_P_QUEUE], qo, now),
                     )
                 )
                 at += size

@@ -4,8 +4,9 @@
 touched, opened lazily). Three steps, each with one owner of the position it moves:
 
 * `publish()`: advance `published_pos` over contiguous DONE reservation slots. A slot
-  RESERVED by a process that is gone gets a filler (`engine.filler`) and counts as DONE,
-  so a producer killed mid-put never stalls the log. Called inside `commit()`.
+  RESERVED by a process that is gone (its liveness byte is free: `ipc.reservation`)
+  gets a filler (`engine.filler`) and counts as DONE, so a producer killed mid-put never
+  stalls the log. Called inside `commit()`.
 * `commit(least_pages)`: under the commit lock, publish, then copy the pool buffers'
   `[committed, published)` into the files with pwrite (pool on) or just move
   `committed` (pool off: producers wrote into the files' mappings). Never past
@@ -29,12 +30,15 @@ from mqstore.engine.filler import INTERNAL_TOPIC, write_filler
 from mqstore.engine.segment import OS_PAGE_SIZE, Segment, segment_file_name
 from mqstore.ipc import control as c
 from mqstore.ipc.locks import COMMIT_LOCK, FileLock
+from mqstore.ipc.reservation import LiveTable
 
 DEAD_CHECK_AFTER_S: Final = 0.02  # a slot must be stuck this long before its pid is checked
 
 
 def pid_alive(pid: int) -> bool:
-    """True while `pid` exists and is not a zombie."""
+    """True while `pid` exists and is not a zombie. For processes this one started (the
+    supervisor's workers, tests); producers are judged by `ipc.reservation.LiveTable`,
+    which a reused pid cannot fool."""
     if pid <= 0:
         return False
     try:
@@ -69,6 +73,7 @@ class LogFiles:
         self._commit_lock = FileLock(os.path.join(store_dir, COMMIT_LOCK))
         self._stuck: tuple[int, float] = (-1, 0.0)
         self._flushed_fd = -1
+        self._live = LiveTable(store_dir)
 
     def segment(self, index: int) -> Segment:
         seg = self._segs.get(index)
@@ -92,6 +97,7 @@ class LogFiles:
             seg.close()
         self._segs.clear()
         self._commit_lock.close()
+        self._live.close()
         if self._flushed_fd >= 0:
             fileio.close(self._flushed_fd)
             self._flushed_fd = -1
@@ -103,7 +109,7 @@ class LogFiles:
         if self._stuck[0] != seq:
             self._stuck = (seq, now)
             return False
-        return now - self._stuck[1] >= DEAD_CHECK_AFTER_S and not pid_alive(pid)
+        return now - self._stuck[1] >= DEAD_CHECK_AFTER_S and not self._live.alive(pid)
 
     def publish_locked(self, *, force: bool = False) -> int:
         """`publish()` under the commit lock."""

@@ -5,7 +5,7 @@ Created by the supervisor (`ControlBlock.create`), mapped by workers, clients an
 and `mqs-<h>-<gen>-pool`, where `<h>` hashes the store's real path and `<gen>` is the
 supervisor's generation, so leftovers of a crashed run are found by prefix and removed.
 
-Header, layout version 1 (little-endian int64 unless said):
+Header, layout version 3 (little-endian int64 unless said):
 
 | off | field            | written only by                                          |
 | --- | ---------------- | -------------------------------------------------------- |
@@ -54,6 +54,22 @@ Header, layout version 1 (little-endian int64 unless said):
 | 480 | nonce            | supervisor: random, also in `.mqstore-ipc.json`; clients |
 |     |                  | refuse a block without it (`ipc.access`)                 |
 
+Native area at 2048 (layout version 3), owned by the C core (`native/mqs_layout.h`
+mirrors these offsets; `ipc.reservation` and `native/mqs_futex.h` say how they are used):
+
+| off  | field            | written only by                                          |
+| ---- | ---------------- | -------------------------------------------------------- |
+| 2048 | reserve_mutex    | the serialising step of reservations: a robust, process- |
+|      |                  | shared pthread mutex (64 bytes), made by the supervisor  |
+| 2112 | flush_seq u32    | flusher: bumped after each move of flushed_pos (futex)   |
+| 2116 | flusher_wake u32 | producers and committer: bumped to wake it (futex)       |
+| 2120 | flusher_sleeps   | flusher (u32): 1 while it waits on flusher_wake          |
+| 2124 | lock_broken u32  | a producer that found the mutex ENOTRECOVERABLE          |
+| 2128 | sync_request     | sync producers (compare-and-swap max): furthest end      |
+|      |                  | anyone waits for                                         |
+| 2136 | lock_timeouts    | producers: reservation-lock waits that timed out         |
+| 2144 | owner_dead       | producers: repairs after a holder died in the section    |
+
 Workers table at 512: 8 rows of 64 bytes (pid, heartbeat_ms, restarts, state, name 32s),
 written by the worker (heartbeat) and the supervisor (pid, restarts, state).
 
@@ -92,9 +108,10 @@ from dataclasses import dataclass
 from multiprocessing import resource_tracker, shared_memory
 from typing import Final
 
+from mqstore import _native
 from mqstore.engine.findings import Finding, Severity
 
-MAGIC_VERSION: Final = 0x4D51_4354_4C00_0002  # "MQCTL", layout version 2
+MAGIC_VERSION: Final = 0x4D51_4354_4C00_0003  # "MQCTL", layout version 3
 
 OFF_RESERVED: Final = 8
 OFF_SEQ: Final = 16
@@ -143,6 +160,15 @@ OFF_DISPATCH_LAG_SUM_MS: Final = 472
 OFF_NONCE: Final = 480
 OFF_DISPATCH_LAG_HIST: Final = 1024
 DISPATCH_LAG_BUCKETS: Final = 18
+# The native area (2048..2303), see the module docstring.
+OFF_RESERVE_MUTEX: Final = 2048
+OFF_FLUSH_SEQ: Final = 2112
+OFF_FLUSHER_WAKE: Final = 2116
+OFF_FLUSHER_SLEEPS: Final = 2120
+OFF_LOCK_BROKEN: Final = 2124
+OFF_SYNC_REQUEST: Final = 2128
+OFF_LOCK_TIMEOUTS: Final = 2136
+OFF_OWNER_DEAD: Final = 2144
 
 
 def bucket_of(value: int, shift: int, buckets: int) -> int:
@@ -288,7 +314,7 @@ class ControlBlock:
         self.buf: memoryview = ctl.buf
         self.pool_buf: memoryview | None = pool.buf if pool is not None else None
         if I64.unpack_from(self.buf, 0)[0] != MAGIC_VERSION:
-            raise ValueError(f"{ctl.name}: not an mqstore control block (layout version 1)")
+            raise ValueError(f"{ctl.name}: not an mqstore control block (layout version 3)")
         self.segment_size = self.get(OFF_SEGMENT_SIZE)
         self.pool_buffers = self.get(OFF_POOL_BUFFERS)
         self.slot_count = self.get(OFF_SLOT_COUNT)
@@ -353,9 +379,10 @@ class ControlBlock:
             (OFF_GENERATION, generation),
             (OFF_SUP_PID, os.getpid()),
             (OFF_NONCE, nonce),
-            (0, MAGIC_VERSION),
         ):
             I64.pack_into(b, off, v)
+        _native.init_control(b)
+        I64.pack_into(b, 0, MAGIC_VERSION)  # last: a block with its magic is complete
         return cls(ctl, pool, owner=True)
 
     @classmethod

@@ -15,7 +15,6 @@ closes the inherited descriptor and opens its own (`FileLock.forget`).
 | file in the store dir      | what it serialises                                     |
 | -------------------------- | ------------------------------------------------------ |
 | `lock`                     | the supervisor's exclusive hold on the store (its pid) |
-| `.mqstore-reserve.lock`    | producers' reservation step (offsets, slots)           |
 | `.mqstore-commit.lock`     | the commit step (committer, or the flusher on demand)  |
 """
 
@@ -26,7 +25,6 @@ import os
 from typing import Final
 
 STORE_LOCK: Final = "lock"
-RESERVE_LOCK: Final = ".mqstore-reserve.lock"
 COMMIT_LOCK: Final = ".mqstore-commit.lock"
 
 

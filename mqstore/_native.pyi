@@ -29,3 +29,81 @@ def encode(
     store_timestamp: int = 0,
 ) -> bytes:
     """One V1 record laid out as `engine.record.encode` does (inputs already validated)."""
+
+# --- the put (native/mqs_append.c); codes a put returns instead of a result ----------
+
+FALLBACK: int  # not the common case: the caller's general path reserves
+LOCK_TIMEOUT: int  # the reservation lock was not free within the timeout
+LOCK_BROKEN: int  # the reservation mutex is ENOTRECOVERABLE
+LAYOUT: dict[str, int]  # the control-block offsets C uses (ipc.control must agree)
+
+# (size, queue_id, flag, sys_flag, born_ts, body, topic, properties, takes_offset,
+#  reconsume_times, prepared_offset, born_addr, born_port, store_addr, store_port)
+Prep = tuple[int, int, int, int, int, bytes, bytes, bytes, bool, int, int, bytes, int, bytes, int]
+
+class Appender:
+    """One producer's put path over a control block (and its pool, or None)."""
+
+    def __init__(self, ctl: Buffer, pool: Buffer | None, pid: int) -> None: ...
+    def put(
+        self, target: Buffer | None, target_index: int, qslot: int, prep: Prep, timeout_ns: int, /
+    ) -> tuple[int, int, int, int, int] | int:
+        """(seq, start, store_ts, queue_offset, lock_wait_ns), or a code < 0."""
+
+    def put_batch(
+        self,
+        target: Buffer | None,
+        target_index: int,
+        qslots: list[int],
+        preps: list[Prep],
+        timeout_ns: int,
+        /,
+    ) -> tuple[int, int, int, list[int], int] | int:
+        """(first_seq, start, store_ts, queue_offsets, lock_wait_ns), or a code < 0."""
+
+    def write(
+        self,
+        target: Buffer,
+        pos: int,
+        seq: int,
+        prep: Prep | None,
+        queue_offset: int,
+        physical_offset: int,
+        store_timestamp: int,
+        /,
+    ) -> None:
+        """The general path's copy of one reserved record (None: a BLANK of
+        `store_timestamp` bytes), then its slot DONE."""
+
+    def lock(self, timeout_ns: int, /) -> int:
+        """0 once held (a dead holder's section repaired first), or a code < 0."""
+
+    def unlock(self) -> None: ...
+    def wait_flushed(self, end: int, timeout_ns: int, /) -> int:
+        """0 flushed up to `end`, 1 timed out, 2 the store is read-only."""
+
+    def close(self) -> None: ...
+
+def init_control(ctl: Buffer, /) -> None:
+    """Supervisor, once: the robust, process-shared reservation mutex."""
+
+def flushed_wake_all(ctl: Buffer, /) -> None:
+    """Flusher: after moving flushed_pos, wake every sync waiter."""
+
+def flusher_wake(ctl: Buffer, /) -> None:
+    """Wake the flusher if it sleeps."""
+
+def sync_request(ctl: Buffer, /) -> int:
+    """The furthest end a sync producer waits for."""
+
+def flusher_sleep(ctl: Buffer, timeout_ns: int, /) -> bool:
+    """Flusher: sleep until a sync request is pending (True) or the timeout passes."""
+
+def reserve_fence(ctl: Buffer, timeout_ns: int, /) -> int:
+    """Take and release the reservation lock (0), or a code < 0."""
+
+def live_hold(fd: int, pid: int, /) -> None:
+    """Hold the liveness byte of `pid` through `fd` (OFD read lock)."""
+
+def live_check(fd: int, pid: int, /) -> bool:
+    """Whether a live producer holds the byte of `pid`."""

@@ -8,8 +8,15 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <time.h>
+
+#include "mqs_append.h"
 #include "mqs_args.h"
+#include "mqs_crashpoint.h"
 #include "mqs_crc32.h"
+#include "mqs_futex.h"
+#include "mqs_layout.h"
+#include "mqs_live.h"
 #include "mqs_record.h"
 
 /* Copies and CRCs of at least this many bytes run with the GIL released. */
@@ -123,6 +130,598 @@ static PyObject *py_encode(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kw)
     return out;
 }
 
+
+/* ---- the put ------------------------------------------------------------------------ */
+
+/* A prepared message, as ipc/client.py's _prepare builds it:
+ * (size, queue_id, flag, sys_flag, born_ts, body, topic, properties, takes_offset,
+ *  reconsume_times, prepared_offset, born_addr, born_port, store_addr, store_port) */
+#define PREP_FIELDS 15
+
+static int parse_prep(PyObject *t, struct mqs_item *it)
+{
+    if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != PREP_FIELDS) {
+        PyErr_SetString(PyExc_TypeError, "prep must be a tuple of 15 fields (ipc.client._Prep)");
+        return -1;
+    }
+    PyObject **f = &PyTuple_GET_ITEM(t, 0);
+    struct mqs_message *m = &it->msg;
+    int64_t size;
+    if (mqs_arg_i64(f[0], "size", &size) < 0 || mqs_arg_i32(f[1], "queue_id", &m->queue_id) < 0 ||
+        mqs_arg_i32(f[2], "flag", &m->flag) < 0 || mqs_arg_i32(f[3], "sys_flag", &m->sys_flag) < 0 ||
+        mqs_arg_i64(f[4], "born_timestamp", &m->born_timestamp) < 0 ||
+        mqs_arg_bytes(f[5], "body", &m->body, &m->body_len) < 0 ||
+        mqs_arg_bytes(f[6], "topic", &m->topic, &m->topic_len) < 0 ||
+        mqs_arg_bytes(f[7], "properties", &m->props, &m->props_len) < 0 ||
+        mqs_arg_i32(f[9], "reconsume_times", &m->reconsume_times) < 0 ||
+        mqs_arg_i64(f[10], "prepared_offset", &m->prepared_offset) < 0 ||
+        mqs_arg_host(f[11], f[12], "born_addr", &m->born) < 0 ||
+        mqs_arg_host(f[13], f[14], "store_addr", &m->store) < 0)
+        return -1;
+    if (m->topic_len < 1 || m->topic_len > 127 || m->props_len > 32767) {
+        PyErr_SetString(PyExc_ValueError, "topic or properties out of range (validate first)");
+        return -1;
+    }
+    it->takes_offset = PyObject_IsTrue(f[8]);
+    it->size = (int64_t)mqs_record_length(m);
+    if (it->size != size) {
+        PyErr_Format(PyExc_ValueError, "prep says %lld bytes, the record is %lld",
+                     (long long)size, (long long)it->size);
+        return -1;
+    }
+    return 0;
+}
+
+typedef struct {
+    PyObject_HEAD
+    struct mqs_appender a;
+    Py_buffer ctl, pool;
+    int open, has_pool, busy;
+} Appender;
+
+static int appender_ready(Appender *self)
+{
+    if (!self->open) {
+        PyErr_SetString(PyExc_ValueError, "the appender is closed");
+        return -1;
+    }
+    return 0;
+}
+
+static int appender_init(Appender *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"ctl", "pool", "pid", NULL};
+    PyObject *ctl, *pool, *pid;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO:Appender", kwlist, &ctl, &pool, &pid))
+        return -1;
+    if (self->open) {
+        PyErr_SetString(PyExc_TypeError, "Appender is initialised once");
+        return -1;
+    }
+    if (mqs_arg_i32(pid, "pid", &self->a.pid) < 0)
+        return -1;
+    if (mqs_arg_wbuffer(ctl, "ctl", &self->ctl) < 0)
+        return -1;
+    uint8_t *c = self->ctl.buf;
+    if (self->ctl.len < MQS_SLOTS_OFF || *mqs_i64(c, 0) != MQS_MAGIC_VERSION) {
+        PyBuffer_Release(&self->ctl);
+        PyErr_SetString(PyExc_ValueError, "ctl is not a control block of layout version 3");
+        return -1;
+    }
+    self->a.ctl = c;
+    self->a.seg_size = *mqs_i64(c, MQS_OFF_SEGMENT_SIZE);
+    self->a.pool_n = *mqs_i64(c, MQS_OFF_POOL_BUFFERS);
+    self->a.slot_count = *mqs_i64(c, MQS_OFF_SLOT_COUNT);
+    self->a.qtable_off = MQS_SLOTS_OFF + self->a.slot_count * MQS_SLOT_ROW;
+    int64_t need = self->a.qtable_off + *mqs_i64(c, MQS_OFF_QCAP) * MQS_QROW;
+    if (self->ctl.len < need || self->a.seg_size <= 0 || self->a.slot_count <= 0) {
+        PyBuffer_Release(&self->ctl);
+        PyErr_SetString(PyExc_ValueError, "ctl is shorter than its geometry says");
+        return -1;
+    }
+    self->a.pool = NULL;
+    if (pool != Py_None) {
+        if (mqs_arg_wbuffer(pool, "pool", &self->pool) < 0) {
+            PyBuffer_Release(&self->ctl);
+            return -1;
+        }
+        if (self->a.pool_n <= 0 || self->pool.len < self->a.pool_n * self->a.seg_size) {
+            PyBuffer_Release(&self->ctl);
+            PyBuffer_Release(&self->pool);
+            PyErr_SetString(PyExc_ValueError, "pool is shorter than pool_buffers segments");
+            return -1;
+        }
+        self->a.pool = self->pool.buf;
+        self->has_pool = 1;
+    } else if (self->a.pool_n != 0) {
+        PyBuffer_Release(&self->ctl);
+        PyErr_SetString(PyExc_ValueError, "the control block has a pool: pass it");
+        return -1;
+    }
+    self->open = 1;
+    return 0;
+}
+
+static PyObject *appender_close(Appender *self, PyObject *Py_UNUSED(a))
+{
+    if (self->busy) {
+        PyErr_SetString(PyExc_BufferError, "the appender is in use by another thread");
+        return NULL;
+    }
+    if (self->open) {
+        PyBuffer_Release(&self->ctl);
+        if (self->has_pool)
+            PyBuffer_Release(&self->pool);
+        self->open = self->has_pool = 0;
+    }
+    Py_RETURN_NONE;
+}
+
+static void appender_dealloc(Appender *self)
+{
+    if (self->open) {
+        PyBuffer_Release(&self->ctl);
+        if (self->has_pool)
+            PyBuffer_Release(&self->pool);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The lock, without the GIL when it has to wait. */
+static int take_lock(Appender *self, int64_t timeout_ns, int64_t *waited)
+{
+    int64_t t0 = mono_ns();
+    int rc = mqs_lock(self->a.ctl, 0);
+    if (rc == MQS_LOCK_TIMEOUT && timeout_ns > 0) {
+        Py_BEGIN_ALLOW_THREADS rc = mqs_lock(self->a.ctl, timeout_ns);
+        Py_END_ALLOW_THREADS
+    }
+    *waited = mono_ns() - t0;
+    return rc;
+}
+
+/* Where a record at physical offset `off` is written: the pool buffer, or the caller's
+ * mapping of segment `off / seg_size` (checked to hold `size` bytes there). */
+static uint8_t *dest(Appender *self, Py_buffer *target, int64_t off, int64_t size)
+{
+    if (self->has_pool)
+        return mqs_pool_at(&self->a, off);
+    int64_t pos = off % self->a.seg_size;
+    if (target->buf == NULL || pos + size > target->len)
+        return NULL;
+    return (uint8_t *)target->buf + pos;
+}
+
+static void copy_all(Appender *self, uint8_t *const *dst, const struct mqs_item *items, int n,
+                     const int64_t *qoffs, const struct mqs_reservation *r)
+{
+    int64_t at = r->start;
+    for (int i = 0; i < n; i++) {
+        mqs_copy(dst[i], &items[i].msg, qoffs[i], at, r->store_ts);
+        mqs_mark_done(self->a.ctl, self->a.slot_count, r->seq + i);
+        at += items[i].size;
+    }
+}
+
+/* Reserve and copy `n` parsed items: the code (< 0) or 0 with r and qoffs filled. */
+static int append_items(Appender *self, PyObject *target_obj, PyObject *index_obj,
+                        struct mqs_item *items, int n, int64_t timeout_ns, int64_t *qoffs,
+                        struct mqs_reservation *r, int64_t *waited)
+{
+    int64_t target_index = -1;
+    Py_buffer target = {0};
+    if (mqs_arg_i64(index_obj, "target_index", &target_index) < 0)
+        return -100;
+    if (!self->has_pool && target_obj != Py_None &&
+        mqs_arg_wbuffer(target_obj, "target", &target) < 0)
+        return -100;
+    int64_t bytes = 0;
+    for (int i = 0; i < n; i++) {
+        bytes += (int64_t)items[i].msg.body_len;
+        items[i].msg.body_crc = 0;
+    }
+    if (bytes >= MQS_NOGIL_BYTES) {
+        Py_BEGIN_ALLOW_THREADS for (int i = 0; i < n; i++) items[i].msg.body_crc =
+            mqs_body_crc(items[i].msg.body, items[i].msg.body_len);
+        Py_END_ALLOW_THREADS
+    } else {
+        for (int i = 0; i < n; i++)
+            items[i].msg.body_crc = mqs_body_crc(items[i].msg.body, items[i].msg.body_len);
+    }
+    int rc = take_lock(self, timeout_ns, waited);
+    if (rc != MQS_OK) {
+        if (target.obj)
+            PyBuffer_Release(&target);
+        return rc;
+    }
+    if (!self->has_pool && target.buf == NULL)
+        target_index = -2; /* no mapping yet: the general path maps it */
+    rc = mqs_reserve(&self->a, items, n, target_index, qoffs, r);
+    if (rc == MQS_OK && !self->has_pool) {
+        int64_t end = r->start % self->a.seg_size;
+        for (int i = 0; i < n; i++)
+            end += items[i].size;
+        if (end > target.len) { /* a mapping shorter than the segment: never here */
+            mqs_unlock(self->a.ctl);
+            PyBuffer_Release(&target);
+            PyErr_SetString(PyExc_ValueError, "target is shorter than the segment");
+            return -100;
+        }
+    }
+    mqs_unlock(self->a.ctl);
+    if (rc != MQS_OK) {
+        if (target.obj)
+            PyBuffer_Release(&target);
+        return rc;
+    }
+    uint8_t *one[1];
+    uint8_t **dst = n == 1 ? one : PyMem_Malloc(sizeof(uint8_t *) * (size_t)n);
+    int64_t at = r->start;
+    for (int i = 0; i < n; i++) {
+        dst[i] = dest(self, &target, at, items[i].size);
+        at += items[i].size;
+    }
+    self->busy++;
+    if (bytes >= MQS_NOGIL_BYTES) {
+        Py_BEGIN_ALLOW_THREADS copy_all(self, dst, items, n, qoffs, r);
+        Py_END_ALLOW_THREADS
+    } else {
+        copy_all(self, dst, items, n, qoffs, r);
+    }
+    self->busy--;
+    if (dst != one)
+        PyMem_Free(dst);
+    if (target.obj)
+        PyBuffer_Release(&target);
+    return MQS_OK;
+}
+
+static PyObject *appender_put(Appender *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError,
+                        "put(target, target_index, qslot, prep, timeout_ns) takes 5 arguments");
+        return NULL;
+    }
+    if (appender_ready(self) < 0)
+        return NULL;
+    struct mqs_item it;
+    int64_t timeout_ns, qo, waited = 0;
+    struct mqs_reservation r;
+    if (mqs_arg_i32(args[2], "qslot", &it.qslot) < 0 || parse_prep(args[3], &it) < 0 ||
+        mqs_arg_i64(args[4], "timeout_ns", &timeout_ns) < 0)
+        return NULL;
+    int rc = append_items(self, args[0], args[1], &it, 1, timeout_ns, &qo, &r, &waited);
+    if (rc == -100)
+        return NULL;
+    if (rc != MQS_OK)
+        return PyLong_FromLong(rc);
+    return Py_BuildValue("(LLLLL)", (long long)r.seq, (long long)r.start,
+                         (long long)r.store_ts, (long long)qo, (long long)waited);
+}
+
+static PyObject *appender_put_batch(Appender *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError,
+                        "put_batch(target, target_index, qslots, preps, timeout_ns) takes 5 "
+                        "arguments");
+        return NULL;
+    }
+    if (appender_ready(self) < 0)
+        return NULL;
+    if (!PyList_CheckExact(args[2]) || !PyList_CheckExact(args[3]) ||
+        PyList_GET_SIZE(args[2]) != PyList_GET_SIZE(args[3]) || PyList_GET_SIZE(args[2]) < 1 ||
+        PyList_GET_SIZE(args[2]) > self->a.slot_count) {
+        PyErr_SetString(PyExc_TypeError,
+                        "qslots and preps must be lists of one length, 1 to slot_count");
+        return NULL;
+    }
+    int n = (int)PyList_GET_SIZE(args[2]);
+    int64_t timeout_ns, waited = 0;
+    if (mqs_arg_i64(args[4], "timeout_ns", &timeout_ns) < 0)
+        return NULL;
+    struct mqs_item *items = PyMem_Calloc((size_t)n, sizeof *items);
+    int64_t *qoffs = PyMem_Calloc((size_t)n, sizeof *qoffs);
+    PyObject *out = NULL;
+    if (items == NULL || qoffs == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (int i = 0; i < n; i++)
+        if (mqs_arg_i32(PyList_GET_ITEM(args[2], i), "qslots[i]", &items[i].qslot) < 0 ||
+            parse_prep(PyList_GET_ITEM(args[3], i), &items[i]) < 0)
+            goto done;
+    struct mqs_reservation r;
+    int rc = append_items(self, args[0], args[1], items, n, timeout_ns, qoffs, &r, &waited);
+    if (rc == -100)
+        goto done;
+    if (rc != MQS_OK) {
+        out = PyLong_FromLong(rc);
+        goto done;
+    }
+    PyObject *q = PyList_New(n);
+    if (q == NULL)
+        goto done;
+    for (int i = 0; i < n; i++)
+        PyList_SET_ITEM(q, i, PyLong_FromLongLong(qoffs[i]));
+    out = Py_BuildValue("(LLLNL)", (long long)r.seq, (long long)r.start, (long long)r.store_ts,
+                        q, (long long)waited);
+done:
+    PyMem_Free(items);
+    PyMem_Free(qoffs);
+    return out;
+}
+
+/* The general path's copy: one record (or the BLANK, prep None) at `pos` of `target`,
+ * then its slot DONE. */
+static PyObject *appender_write(Appender *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "write(target, pos, seq, prep, queue_offset, "
+                                         "physical_offset, store_timestamp) takes 7 arguments");
+        return NULL;
+    }
+    if (appender_ready(self) < 0)
+        return NULL;
+    int64_t pos, seq, qo, po, sts;
+    if (mqs_arg_i64(args[1], "pos", &pos) < 0 || mqs_arg_i64(args[2], "seq", &seq) < 0 ||
+        mqs_arg_i64(args[4], "queue_offset", &qo) < 0 ||
+        mqs_arg_i64(args[5], "physical_offset", &po) < 0 ||
+        mqs_arg_i64(args[6], "store_timestamp", &sts) < 0)
+        return NULL;
+    struct mqs_item it;
+    int blank = args[3] == Py_None;
+    if (!blank && parse_prep(args[3], &it) < 0)
+        return NULL;
+    int64_t size = blank ? sts : it.size; /* a BLANK's size comes in store_timestamp */
+    Py_buffer t;
+    if (mqs_arg_wbuffer(args[0], "target", &t) < 0)
+        return NULL;
+    if (pos < 0 || pos + (blank ? MQS_END_FILE_MIN_BLANK : size) > t.len) {
+        PyBuffer_Release(&t);
+        PyErr_SetString(PyExc_ValueError, "the record does not fit the target at pos");
+        return NULL;
+    }
+    uint8_t *dst = (uint8_t *)t.buf + pos;
+    if (blank) {
+        mqs_blank_write(dst, (int32_t)size);
+    } else {
+        it.msg.body_crc = mqs_body_crc(it.msg.body, it.msg.body_len);
+        mqs_copy(dst, &it.msg, qo, po, sts);
+    }
+    mqs_mark_done(self->a.ctl, self->a.slot_count, seq);
+    PyBuffer_Release(&t);
+    Py_RETURN_NONE;
+}
+
+static PyObject *appender_lock(Appender *self, PyObject *arg)
+{
+    int64_t timeout_ns, waited;
+    if (appender_ready(self) < 0 || mqs_arg_i64(arg, "timeout_ns", &timeout_ns) < 0)
+        return NULL;
+    return PyLong_FromLong(take_lock(self, timeout_ns, &waited));
+}
+
+static PyObject *appender_unlock(Appender *self, PyObject *Py_UNUSED(a))
+{
+    if (appender_ready(self) < 0)
+        return NULL;
+    mqs_unlock(self->a.ctl);
+    Py_RETURN_NONE;
+}
+
+#define WAIT_TICK_NS (20 * 1000 * 1000)
+
+/* A sync put's wait: 0 flushed, 1 timed out, 2 the store is read-only (fsync failed). */
+static PyObject *appender_wait_flushed(Appender *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int64_t end, timeout_ns;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "wait_flushed(end, timeout_ns) takes 2 arguments");
+        return NULL;
+    }
+    if (appender_ready(self) < 0 || mqs_arg_i64(args[0], "end", &end) < 0 ||
+        mqs_arg_i64(args[1], "timeout_ns", &timeout_ns) < 0)
+        return NULL;
+    int64_t deadline = mono_ns() + timeout_ns;
+    uint8_t *ctl = self->a.ctl;
+    self->busy++;
+    for (;;) {
+        int64_t left = deadline - mono_ns();
+        int64_t tick = left < WAIT_TICK_NS ? left : WAIT_TICK_NS;
+        int rc;
+        if (tick <= 0)
+            tick = 1;
+        Py_BEGIN_ALLOW_THREADS rc = mqs_wait_flushed_tick(ctl, end, tick);
+        Py_END_ALLOW_THREADS
+        if (rc == MQS_FLUSHED || rc == MQS_FLUSH_FAILED) {
+            self->busy--;
+            return PyLong_FromLong(rc == MQS_FLUSHED ? 0 : 2);
+        }
+        if (PyErr_CheckSignals() < 0) {
+            self->busy--;
+            return NULL;
+        }
+        if (mono_ns() >= deadline) {
+            self->busy--;
+            return PyLong_FromLong(1);
+        }
+    }
+}
+
+static PyMethodDef appender_methods[] = {
+    {"put", (PyCFunction)(void (*)(void))appender_put, METH_FASTCALL,
+     "put(target, target_index, qslot, prep, timeout_ns) -> (seq, start, store_ts, "
+     "queue_offset, lock_wait_ns) | int: the whole common-case put, or a code (< 0)."},
+    {"put_batch", (PyCFunction)(void (*)(void))appender_put_batch, METH_FASTCALL,
+     "put_batch(target, target_index, qslots, preps, timeout_ns) -> (first_seq, start, "
+     "store_ts, queue_offsets, lock_wait_ns) | int"},
+    {"write", (PyCFunction)(void (*)(void))appender_write, METH_FASTCALL,
+     "write(target, pos, seq, prep, queue_offset, physical_offset, store_timestamp): the "
+     "general path's copy of one reserved record (prep None: a BLANK of store_timestamp "
+     "bytes), then its slot DONE."},
+    {"lock", (PyCFunction)appender_lock, METH_O,
+     "lock(timeout_ns) -> int: take the reservation lock (0) or a code (< 0)."},
+    {"unlock", (PyCFunction)appender_unlock, METH_NOARGS, "unlock(): release it."},
+    {"wait_flushed", (PyCFunction)(void (*)(void))appender_wait_flushed, METH_FASTCALL,
+     "wait_flushed(end, timeout_ns) -> 0 flushed | 1 timed out | 2 flush failed."},
+    {"close", (PyCFunction)appender_close, METH_NOARGS, "Release the shared buffers."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject AppenderType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "mqstore._native.Appender",
+    .tp_basicsize = sizeof(Appender),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Appender(ctl, pool, pid): one producer's put path over a control block.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)appender_init,
+    .tp_dealloc = (destructor)appender_dealloc,
+    .tp_methods = appender_methods,
+};
+
+/* ---- control-block helpers for the supervisor, the flusher and the committer ------- */
+
+static int ctl_of(PyObject *o, Py_buffer *v)
+{
+    if (mqs_arg_wbuffer(o, "ctl", v) < 0)
+        return -1;
+    if (v->len < MQS_SLOTS_OFF) {
+        PyBuffer_Release(v);
+        PyErr_SetString(PyExc_ValueError, "ctl is shorter than a control block");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *py_init_control(PyObject *Py_UNUSED(m), PyObject *arg)
+{
+    Py_buffer v;
+    if (ctl_of(arg, &v) < 0)
+        return NULL;
+    int rc = mqs_mutex_init(v.buf);
+    PyBuffer_Release(&v);
+    if (rc != 0) {
+        errno = rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_flushed_wake_all(PyObject *Py_UNUSED(m), PyObject *arg)
+{
+    Py_buffer v;
+    if (ctl_of(arg, &v) < 0)
+        return NULL;
+    mqs_flushed_wake_all(v.buf);
+    PyBuffer_Release(&v);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_flusher_wake(PyObject *Py_UNUSED(m), PyObject *arg)
+{
+    Py_buffer v;
+    if (ctl_of(arg, &v) < 0)
+        return NULL;
+    mqs_flusher_wake(v.buf);
+    PyBuffer_Release(&v);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_sync_request(PyObject *Py_UNUSED(m), PyObject *arg)
+{
+    Py_buffer v;
+    if (ctl_of(arg, &v) < 0)
+        return NULL;
+    int64_t r = mqs_sync_request(v.buf);
+    PyBuffer_Release(&v);
+    return PyLong_FromLongLong(r);
+}
+
+static PyObject *py_flusher_sleep(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
+{
+    int64_t timeout_ns;
+    if (n != 2) {
+        PyErr_SetString(PyExc_TypeError, "flusher_sleep(ctl, timeout_ns) takes 2 arguments");
+        return NULL;
+    }
+    if (mqs_arg_i64(args[1], "timeout_ns", &timeout_ns) < 0)
+        return NULL;
+    Py_buffer v;
+    if (ctl_of(args[0], &v) < 0)
+        return NULL;
+    int r;
+    Py_BEGIN_ALLOW_THREADS r = mqs_flusher_sleep(v.buf, timeout_ns > 0 ? timeout_ns : 1);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&v);
+    return PyBool_FromLong(r);
+}
+
+static PyObject *py_reserve_fence(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
+{
+    int64_t timeout_ns;
+    if (n != 2) {
+        PyErr_SetString(PyExc_TypeError, "reserve_fence(ctl, timeout_ns) takes 2 arguments");
+        return NULL;
+    }
+    if (mqs_arg_i64(args[1], "timeout_ns", &timeout_ns) < 0)
+        return NULL;
+    Py_buffer v;
+    if (ctl_of(args[0], &v) < 0)
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS rc = mqs_lock(v.buf, timeout_ns);
+    if (rc == MQS_OK)
+        mqs_unlock(v.buf);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&v);
+    return PyLong_FromLong(rc);
+}
+
+static PyObject *py_live_hold(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
+{
+    int32_t fd;
+    int64_t pid;
+    if (n != 2) {
+        PyErr_SetString(PyExc_TypeError, "live_hold(fd, pid) takes 2 arguments");
+        return NULL;
+    }
+    if (mqs_arg_i32(args[0], "fd", &fd) < 0 || mqs_arg_i64(args[1], "pid", &pid) < 0)
+        return NULL;
+    int rc = mqs_live_hold(fd, pid);
+    if (rc != 0) {
+        errno = rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_live_check(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
+{
+    int32_t fd;
+    int64_t pid;
+    if (n != 2) {
+        PyErr_SetString(PyExc_TypeError, "live_check(fd, pid) takes 2 arguments");
+        return NULL;
+    }
+    if (mqs_arg_i32(args[0], "fd", &fd) < 0 || mqs_arg_i64(args[1], "pid", &pid) < 0)
+        return NULL;
+    int rc = mqs_live_check(fd, pid);
+    if (rc < 0) {
+        errno = -rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return PyBool_FromLong(rc);
+}
+
 static PyMethodDef methods[] = {
     {"crc32", (PyCFunction)(void (*)(void))py_crc32, METH_FASTCALL,
      "crc32(data, value=0) -> int: zlib.crc32, folded with PCLMULQDQ where the CPU has it."},
@@ -133,6 +732,24 @@ static PyMethodDef methods[] = {
     {"encode", (PyCFunction)(void (*)(void))py_encode, METH_VARARGS | METH_KEYWORDS,
      "encode(topic, body, properties, *, ...) -> bytes: one V1 record, as "
      "engine.record.encode lays it out (the inputs already validated)."},
+    {"init_control", py_init_control, METH_O,
+     "init_control(ctl): supervisor, once: the robust process-shared reservation mutex."},
+    {"flushed_wake_all", py_flushed_wake_all, METH_O,
+     "flushed_wake_all(ctl): flusher, after moving flushed_pos: wake every sync waiter."},
+    {"flusher_wake", py_flusher_wake, METH_O,
+     "flusher_wake(ctl): wake the flusher if it sleeps."},
+    {"sync_request", py_sync_request, METH_O,
+     "sync_request(ctl) -> int: the furthest end a sync producer waits for."},
+    {"flusher_sleep", (PyCFunction)(void (*)(void))py_flusher_sleep, METH_FASTCALL,
+     "flusher_sleep(ctl, timeout_ns) -> bool: flusher: sleep until a sync request is "
+     "pending (True) or the timeout passes."},
+    {"reserve_fence", (PyCFunction)(void (*)(void))py_reserve_fence, METH_FASTCALL,
+     "reserve_fence(ctl, timeout_ns) -> int: take and release the reservation lock (0), "
+     "so that no producer is inside the section; or a code (< 0)."},
+    {"live_hold", (PyCFunction)(void (*)(void))py_live_hold, METH_FASTCALL,
+     "live_hold(fd, pid): hold the liveness byte of `pid` through descriptor fd."},
+    {"live_check", (PyCFunction)(void (*)(void))py_live_check, METH_FASTCALL,
+     "live_check(fd, pid) -> bool: whether a live producer holds the byte of `pid`."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -142,7 +759,45 @@ static struct PyModuleDef module = {
     NULL, NULL, NULL, NULL,
 };
 
+static int add_layout(PyObject *m)
+{
+    PyObject *d = Py_BuildValue(
+        "{sLsisisisisisisisisisisisisisisisisisisi}", "MAGIC_VERSION",
+        (long long)MQS_MAGIC_VERSION, "OFF_RESERVED", MQS_OFF_RESERVED, "OFF_SEQ", MQS_OFF_SEQ,
+        "OFF_PUBLISHED_SEQ", MQS_OFF_PUBLISHED_SEQ, "OFF_COMMITTED", MQS_OFF_COMMITTED,
+        "OFF_FLUSHED", MQS_OFF_FLUSHED, "OFF_FLAGS", MQS_OFF_FLAGS, "OFF_ALLOCATED",
+        MQS_OFF_ALLOCATED, "OFF_CS_PID", MQS_OFF_CS_PID, "OFF_CS_SEQ", MQS_OFF_CS_SEQ,
+        "OFF_DISK_STATE", MQS_OFF_DISK_STATE, "OFF_RESERVE_MUTEX", MQS_OFF_RESERVE_MUTEX,
+        "OFF_FLUSH_SEQ", MQS_OFF_FLUSH_SEQ, "OFF_FLUSHER_WAKE", MQS_OFF_FLUSHER_WAKE,
+        "OFF_FLUSHER_SLEEPS", MQS_OFF_FLUSHER_SLEEPS, "OFF_SYNC_REQUEST",
+        MQS_OFF_SYNC_REQUEST, "OFF_LOCK_TIMEOUTS", MQS_OFF_LOCK_TIMEOUTS, "OFF_OWNER_DEAD",
+        MQS_OFF_OWNER_DEAD, "SLOTS_OFF", MQS_SLOTS_OFF, "SLOT_ROW", MQS_SLOT_ROW);
+    if (d == NULL)
+        return -1;
+    int rc = PyModule_AddObjectRef(m, "LAYOUT", d);
+    Py_DECREF(d);
+    return rc;
+}
+
 PyMODINIT_FUNC PyInit__native(void)
 {
-    return PyModule_Create(&module);
+    char err[256];
+    if (mqs_crashpoint_init(err, sizeof err) < 0) {
+        PyErr_SetString(PyExc_ValueError, err);
+        return NULL;
+    }
+    if (PyType_Ready(&AppenderType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&AppenderType);
+    if (PyModule_AddObject(m, "Appender", (PyObject *)&AppenderType) < 0 || add_layout(m) < 0 ||
+        PyModule_AddIntConstant(m, "FALLBACK", MQS_FALLBACK) < 0 ||
+        PyModule_AddIntConstant(m, "LOCK_TIMEOUT", MQS_LOCK_TIMEOUT) < 0 ||
+        PyModule_AddIntConstant(m, "LOCK_BROKEN", MQS_LOCK_BROKEN) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

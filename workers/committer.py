@@ -3,19 +3,18 @@
 Each tick (every `commit_interval_ms`, or at once when producers are about to run out
 of pool buffers): publish the finished reservations, then commit with
 `commit_least_pages`, or with 0 once `commit_thorough_interval_ms` has passed since the
-last thorough commit. After a commit that moved data it wakes the flusher. A pool buffer
+last thorough commit. After a commit that moved data it wakes the flusher if it sleeps
+(a futex word in the control block, `mqstore._native.flusher_wake`). A pool buffer
 is free again as soon as its segment is fully committed (producers check that).
 Drain on stop: commit everything published, bounded in time.
 """
 
 from __future__ import annotations
 
-import contextlib
-import socket
 import time
 from typing import Final
 
-from mqstore.ipc import channel
+from mqstore import _native
 from mqstore.ipc import control as c
 from mqstore.ipc.commit import LogFiles
 from mqstore.workers.base import ExitCode, WorkerContext
@@ -27,10 +26,6 @@ DRAIN_S: Final = 2.0
 def main(ctx: WorkerContext) -> int:
     cb = ctx.cb
     files = LogFiles(ctx.store_dir, cb, ctx.settings.store_host)
-    wake = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
-    wake.setblocking(False)
-    flusher = channel.flusher_address(ctx.store_dir, cb.generation)
-    wake_msg = channel.FLUSH_REQ.pack(channel.WAKE_ID, 0)
     size = cb.segment_size
     last = last_thorough = time.monotonic()
     try:
@@ -53,9 +48,7 @@ def main(ctx: WorkerContext) -> int:
                 continue
             last = now
             if files.commit(0 if pressure else least):
-                # OSError: the flusher is restarting; it flushes on its own interval.
-                with contextlib.suppress(OSError):
-                    wake.sendto(wake_msg, flusher)
+                _native.flusher_wake(cb.buf)
         deadline = time.monotonic() + DRAIN_S
         while time.monotonic() < deadline:
             files.commit(0)
@@ -64,5 +57,4 @@ def main(ctx: WorkerContext) -> int:
             time.sleep(0.005)
         return ExitCode.OK
     finally:
-        wake.close()
         files.close()

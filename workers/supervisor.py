@@ -42,6 +42,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Final
 
+from mqstore import _native
 from mqstore.conf.load import ConfigError, load_settings
 from mqstore.conf.settings import settings_doc
 from mqstore.engine import fileio
@@ -54,7 +55,8 @@ from mqstore.engine.segment import SegmentNameError, SegmentSizeError
 from mqstore.ipc import access, channel
 from mqstore.ipc import control as c
 from mqstore.ipc.commit import LogFiles
-from mqstore.ipc.locks import RESERVE_LOCK, FileLock, StoreLockHeld, take_store_lock
+from mqstore.ipc.locks import StoreLockHeld, take_store_lock
+from mqstore.ipc.reservation import live_lock_path
 from mqstore.workers import sdnotify, stats
 from mqstore.workers.allocator import ensure_segments
 from mqstore.workers.base import (
@@ -197,12 +199,15 @@ class Supervisor:
             {"ctl": cb.ctl_name, "pool": cb.pool_name, "nonce": nonce, "pid": os.getpid()},
             share,
         )
-        reserve = FileLock(os.path.join(self.store_dir, RESERVE_LOCK))
-        if share:
-            access.share_with_group(reserve.path, self.store_dir, reserve.fd)
-        else:
-            os.fchmod(reserve.fd, 0o600)
-        reserve.close()
+        # The producers' liveness bytes (ipc.reservation): every client opens this file.
+        live = os.open(live_lock_path(self.store_dir), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            if share:
+                access.share_with_group(live_lock_path(self.store_dir), self.store_dir, live)
+            else:
+                os.fchmod(live, 0o600)
+        finally:
+            os.close(live)
         for off in (
             c.OFF_RESERVED, c.OFF_PUBLISHED, c.OFF_COMMITTED, c.OFF_FLUSHED, c.OFF_DISPATCHED,
         ):  # fmt: skip
@@ -599,10 +604,10 @@ class Supervisor:
         assert cb is not None
         s = self.settings
         cb.set_flag(c.FLAG_REFUSE_WRITES)
-        fence = FileLock(os.path.join(self.store_dir, RESERVE_LOCK))
-        fence.acquire()  # no producer is inside the reservation step after this
-        fence.release()
-        fence.close()
+        # No producer is inside the reservation step after this (one that is stopped in
+        # it does not hold the stop up: its reservation is filled at the drain).
+        if _native.reserve_fence(cb.buf, int(STOP_WORKER_S * 1e9)) != 0:
+            self._say("a producer holds the reservation lock; draining without it", "WARNING")
         for w in self.workers:
             if w.proc is not None:
                 w.proc.send_signal(signal.SIGTERM)

@@ -1,8 +1,7 @@
 """Child-process scripts for the crash tests (run as `python -m tests.runtime.helpers_child`).
 
-`hold-lock DIR`: attach, then stop inside the reservation critical section after the
-commit point (slot RESERVED, `seq` advanced, queue offset not yet written back), print
-"ready" and sleep, to be killed with SIGKILL.
+`put-twice DIR`: attach, put b"warm" and b"crash" to ("crash", 0) without waiting; run
+with MQSTORE_CRASHPOINT set, it kills or stops itself inside the second put.
 `reserve-only DIR`: attach, then put with the copy step replaced by a sleep: the space is
 reserved, the slot never becomes DONE. Prints "ready" from inside the copy step.
 `attach-exit DIR`: attach, put one message, exit without closing.
@@ -14,27 +13,14 @@ import os
 import sys
 import time
 
-from mqstore.ipc import control as c
 from mqstore.ipc.client import StoreClient
 
 
-def hold_lock(store_dir: str) -> None:
+def put_twice(store_dir: str) -> None:
     client = StoreClient.attach(store_dir)
-    cb = client._cb
-    buf = cb.buf
-    client._rlock.acquire()
-    reserved, seq = c.PAIR.unpack_from(buf, c.OFF_RESERVED)
-    c.PAIR.pack_into(buf, c.OFF_CS_PID, os.getpid(), seq)
-    qs = cb.find_or_add_queue(b"crash", 0)
-    qo = cb.get(cb.qrow_off(qs) + 8)
-    size = 200
-    c.SLOT.pack_into(
-        buf, c.SLOTS_OFF + (seq % cb.slot_count) * c.SLOT_ROW,
-        reserved, qo, int(time.time() * 1000), size, os.getpid(), qs, c.STATE_RESERVED,
-    )  # fmt: skip
-    c.PAIR.pack_into(buf, c.OFF_RESERVED, reserved + size, seq + 1)
-    print("ready", flush=True)
-    time.sleep(600)
+    for body in (b"warm", b"crash"):
+        r = client.put("crash", body, queue_id=0, wait_store=False)
+        print(r.status.value, flush=True)
 
 
 def reserve_only(store_dir: str) -> None:
@@ -73,7 +59,7 @@ def produce_until_refused(store_dir: str) -> None:
 
 
 MODES = {
-    "hold-lock": hold_lock,
+    "put-twice": put_twice,
     "reserve-only": reserve_only,
     "attach-exit": attach_exit,
     "produce": produce_until_refused,

@@ -19,7 +19,7 @@ from mqstore import StoreAccessDenied, StoreClient
 from mqstore.ipc import access, channel
 from mqstore.ipc import control as c
 from mqstore.ipc.client import _attach_checked
-from mqstore.ipc.locks import RESERVE_LOCK
+from mqstore.ipc.reservation import LIVE_LOCK
 from tests.runtime.conftest import StoreFactory
 from tests.runtime.harness import Store
 
@@ -82,7 +82,7 @@ def test_what_a_store_creates_is_owner_only(store: Store) -> None:
     for name in (names["ctl"], names["pool"]):
         st = os.stat(Path("/dev/shm") / str(name).lstrip("/"))
         assert (stat.S_IMODE(st.st_mode), st.st_uid) == (0o600, os.getuid()), name
-    for lock in ("lock", RESERVE_LOCK):
+    for lock in ("lock", LIVE_LOCK):
         assert _mode(store.path / lock) == 0o600, lock
     for seg in (store.path / "commitlog").iterdir():
         assert _mode(seg) == 0o600, seg
@@ -100,7 +100,7 @@ def test_the_group_option_shares_with_the_store_directory_group(
     gid = os.stat(store.path).st_gid
     assert _mode(store.path) == 0o2750
     assert _mode(store.path / access.NAMES_FILE) == 0o640
-    assert _mode(store.path / RESERVE_LOCK) == 0o660
+    assert _mode(store.path / LIVE_LOCK) == 0o660
     names = _names(store)
     for name in (names["ctl"], names["pool"]):
         st = os.stat(Path("/dev/shm") / str(name).lstrip("/"))

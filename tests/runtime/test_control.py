@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from mqstore import _native
 from mqstore.ipc import control as c
 from mqstore.ipc.locks import FileLock, StoreLockHeld, store_lock_holder, take_store_lock
 
@@ -27,11 +28,17 @@ def test_layout_regions_do_not_overlap() -> None:
     assert c.CLIENTS_OFF + c.MAX_CLIENTS * c.CLIENT_ROW <= c.SLOTS_OFF
     assert c.OFF_SEQ == c.OFF_RESERVED + 8  # written together, one pack: the commit point
     assert c.OFF_CS_SEQ == c.OFF_CS_PID + 8
-    # The client's fast path reads offsets 8..95 with one unpack, in this order.
-    order = [c.OFF_RESERVED, c.OFF_SEQ, c.OFF_PUBLISHED, c.OFF_PUBLISHED_SEQ, c.OFF_COMMITTED,
-             c.OFF_FLUSHED, c.OFF_FLAGS, c.OFF_GENERATION, c.OFF_SUP_PID, c.OFF_ALLOCATED,
-             c.OFF_CS_PID]  # fmt: skip
-    assert order == list(range(8, 96, 8))
+    # The native area sits between the dispatch-lag histogram and the client rows.
+    assert c.OFF_DISPATCH_LAG_HIST + 8 * c.DISPATCH_LAG_BUCKETS <= c.OFF_RESERVE_MUTEX
+    assert c.OFF_OWNER_DEAD + 8 <= c.CLIENTS_OFF
+
+
+def test_the_c_core_uses_the_same_layout() -> None:
+    """native/mqs_layout.h mirrors ipc/control.py: every offset C uses, compared."""
+    layout = dict(_native.LAYOUT)
+    assert layout.pop("MAGIC_VERSION") == c.MAGIC_VERSION
+    for name, off in layout.items():
+        assert getattr(c, name) == off, name
 
 
 def test_create_attach_and_fields(cb: c.ControlBlock, tmp_path: Path) -> None:

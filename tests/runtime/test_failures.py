@@ -8,15 +8,17 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from mqstore import PutMessageStatus, StoreClient
+from mqstore import PutMessageStatus, StoreClient, _native
 from mqstore.engine.checkpoint import StoreCheckpoint
 from mqstore.engine.filler import is_filler
 from mqstore.engine.storedir import read_flushed_offset
 from mqstore.ipc import channel
+from mqstore.ipc import control as c
 from mqstore.ipc.commit import pid_alive
 from mqstore.ipc.control import leftover_shm
 from mqstore.pipeline import plain
@@ -41,6 +43,17 @@ def _child(mode: str, store: Store, expect: str = "ready") -> subprocess.Popen[s
     return proc
 
 
+def _crash_child(store: Store, point: str, rc: int) -> None:
+    """A producer that puts twice ("crash", queue 0) with MQSTORE_CRASHPOINT=point: the
+    first put registers the queue row (general path), the second takes the C path."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MQSTORE_CRASHPOINT": point}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.runtime.helpers_child", "put-twice", str(store.path)],
+        capture_output=True, text=True, env=env, cwd=str(REPO), timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == rc, (proc.returncode, proc.stdout, proc.stderr)
+
+
 def _kill(proc: subprocess.Popen[str]) -> None:
     proc.kill()
     proc.wait()  # reaped: no zombie whose pid still looks alive
@@ -49,18 +62,20 @@ def _kill(proc: subprocess.Popen[str]) -> None:
 
 
 def test_client_killed_inside_the_lock_does_not_wedge_the_store(store: Store) -> None:
+    """SIGKILLed inside the reservation mutex after its commit point (the crash point
+    reserve-locked): the next locker gets EOWNERDEAD and repairs the queue offset."""
     with StoreClient.attach(store.path) as client:
         assert client.put("crash", b"before", queue_id=0).status is OK
-        child = _child("hold-lock", store)
-        _kill(child)
+        _crash_child(store, "reserve-locked:kill", -signal.SIGKILL)
         r = client.put("crash", b"after", queue_id=0)
         assert r.status is OK, r.reason
-        assert r.queue_offset == 2  # the dead reservation kept offset 1
+        assert r.queue_offset == 3  # the dead reservation kept offset 2 ("warm" took 1)
+        assert client._cb.get(c.OFF_OWNER_DEAD) == 1
     assert store.stop() == 0
     recs = store.read_log(keep_fillers=True)
     check_chain(recs, store.config["segment_size_bytes"])
-    assert [is_filler(x) for x in recs] == [False, True, False]
-    assert [x.body for x in store.read_log()] == [b"before", b"after"]
+    assert [is_filler(x) for x in recs] == [False, False, True, False]
+    assert [x.body for x in store.read_log()] == [b"before", b"warm", b"after"]
 
 
 def test_client_killed_after_reserving_gets_a_filler_and_no_stall(store: Store) -> None:
@@ -87,6 +102,55 @@ def test_client_killed_after_reserving_gets_a_filler_and_no_stall(store: Store) 
     assert check.returncode == 0, check.stdout + check.stderr
     summary = json.loads(check.stdout)["summary"]
     assert (summary["records"], summary["fillers"]) == (4, 1)
+
+
+@pytest.mark.parametrize("point", ["copy-half:kill:2", "before-done:kill:2"])
+def test_client_killed_in_the_c_copy_gets_a_filler(store: Store, point: str) -> None:
+    """Killed by the crash point halfway through the body, or with the record copied but
+    its slot not DONE: the publisher fills the slot (the liveness byte is free), the
+    half record is never read, and later puts take the next offsets."""
+    with StoreClient.attach(store.path) as client:
+        _crash_child(store, point, -signal.SIGKILL)
+        rs = [client.put("crash", b"y%d" % i, queue_id=0) for i in range(2)]
+        assert [r.status for r in rs] == [OK] * 2, [r.reason for r in rs]
+        assert [r.queue_offset for r in rs] == [2, 3]
+        wait_for(lambda: store.status()["fillers"] == 1, 10, "the filler")
+    assert store.stop() == 0
+    recs = store.read_log(keep_fillers=True)
+    check_chain(recs, store.config["segment_size_bytes"])
+    assert [is_filler(x) for x in recs] == [False, True, False, False]
+    assert [x.body for x in store.read_log()] == [b"warm", b"y0", b"y1"]
+
+
+def test_a_stopped_holder_makes_others_busy_not_hang(make_store: StoreFactory) -> None:
+    """SIGSTOPped inside the reservation mutex (alive, so robustness cannot help): other
+    puts return OS_PAGECACHE_BUSY within the busy timeout; once it dies, puts go on."""
+    store = make_store({"os_page_cache_busy_timeout_ms": 300})
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MQSTORE_CRASHPOINT": "reserve-locked:stop"}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.runtime.helpers_child", "put-twice", str(store.path)],
+        stdout=subprocess.PIPE, text=True, env=env, cwd=str(REPO),
+    )  # fmt: skip
+    try:
+        wait_for(lambda: _state(child.pid) == "T", 30, "the producer to stop itself")
+        with StoreClient.attach(store.path) as client:
+            t0 = time.monotonic()
+            r = client.put("other", b"x", queue_id=0)
+            took = time.monotonic() - t0
+            assert r.status is PutMessageStatus.OS_PAGECACHE_BUSY, r
+            assert "reservation lock" in r.reason
+            assert 0.25 <= took < 5, took
+            _kill(child)
+            r = client.put("other", b"x", queue_id=0)
+            assert r.status is OK, r.reason
+    finally:
+        if child.poll() is None:
+            _kill(child)
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
 
 
 @pytest.mark.slow
@@ -322,17 +386,19 @@ def test_status_command_json_and_table(store: Store) -> None:
 
 
 def test_exception_mid_copy_abandons_the_reservation(store: Store) -> None:
+    """The general path (here forced: the C call answers FALLBACK) raising between its
+    reservation and its copy hands the slot to the filler."""
     with StoreClient.attach(store.path) as client:
         assert client.put("ab", b"first", queue_id=0).status is OK
-        real = client._copy_one
 
         def boom(*_a: object) -> None:
             raise KeyboardInterrupt
 
-        client._copy_one = boom  # type: ignore[assignment,method-assign]
+        client._put_one = lambda *_a: _native.FALLBACK  # type: ignore[method-assign]
+        client._copy = boom  # type: ignore[assignment,method-assign]
         with pytest.raises(KeyboardInterrupt):
             client.put("ab", b"lost", queue_id=0)
-        client._copy_one = real  # type: ignore[method-assign]
+        del client._copy, client._put_one
         r = client.put("ab", b"third", queue_id=0)  # a stalled log would time out here
         assert r.status is OK and r.queue_offset == 2
     assert store.stop() == 0

@@ -1,0 +1,204 @@
+#define _GNU_SOURCE
+#include "mqs_append.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+
+#include "mqs_crashpoint.h"
+#include "mqs_layout.h"
+
+static pthread_mutex_t *mutex_of(uint8_t *ctl)
+{
+    return (pthread_mutex_t *)(void *)(ctl + MQS_OFF_RESERVE_MUTEX);
+}
+
+static int64_t load(uint8_t *ctl, int64_t off)
+{
+    return __atomic_load_n(mqs_i64(ctl, off), __ATOMIC_ACQUIRE);
+}
+
+static void store(uint8_t *ctl, int64_t off, int64_t v)
+{
+    __atomic_store_n(mqs_i64(ctl, off), v, __ATOMIC_RELEASE);
+}
+
+int mqs_mutex_init(uint8_t *ctl)
+{
+    _Static_assert(sizeof(pthread_mutex_t) <= MQS_OFF_FLUSH_SEQ - MQS_OFF_RESERVE_MUTEX,
+                   "the mutex must fit its 64 bytes");
+    pthread_mutexattr_t at;
+    int rc = pthread_mutexattr_init(&at);
+    if (rc == 0)
+        rc = pthread_mutexattr_setpshared(&at, PTHREAD_PROCESS_SHARED);
+    if (rc == 0)
+        rc = pthread_mutexattr_setrobust(&at, PTHREAD_MUTEX_ROBUST);
+    if (rc == 0)
+        rc = pthread_mutex_init(mutex_of(ctl), &at);
+    pthread_mutexattr_destroy(&at);
+    return rc;
+}
+
+/* The holder died inside the section. Its intent record (cs_pid, cs_seq) says which
+ * slots it may have reserved: those below `seq` are committed (the commit point is the
+ * store of reserved/seq) and keep their queue offsets, so the queue rows' next offsets
+ * are moved past them (the holder may have died before writing them back). Slots at or
+ * after `seq` were never committed and are overwritten by the next reservation. Their
+ * RESERVED slots are filled by the publisher once it sees the pid dead. */
+static void repair(uint8_t *ctl)
+{
+    int64_t cs_pid = load(ctl, MQS_OFF_CS_PID);
+    if (cs_pid != 0) {
+        int64_t slot_count = load(ctl, MQS_OFF_SLOT_COUNT);
+        int64_t qtable_off = MQS_SLOTS_OFF + slot_count * MQS_SLOT_ROW;
+        int64_t seq = load(ctl, MQS_OFF_SEQ);
+        for (int64_t s = load(ctl, MQS_OFF_CS_SEQ); s < seq; s++) {
+            int64_t row = MQS_SLOTS_OFF + (s % slot_count) * MQS_SLOT_ROW;
+            int32_t qslot = *mqs_i32(ctl, row + MQS_SLOT_QSLOT);
+            int64_t qo = *mqs_i64(ctl, row + MQS_SLOT_QO);
+            if (qslot >= 0) {
+                int64_t *next = mqs_i64(ctl, qtable_off + qslot * MQS_QROW + MQS_QROW_NEXT);
+                if (*next < qo + 1)
+                    store(ctl, (uint8_t *)next - ctl, qo + 1);
+            }
+        }
+        store(ctl, MQS_OFF_CS_PID, 0);
+    }
+}
+
+static int locked(uint8_t *ctl, int rc)
+{
+    if (rc == 0) {
+        if (load(ctl, MQS_OFF_CS_PID) != 0) /* a holder raised inside (Python path) */
+            repair(ctl);
+        return MQS_OK;
+    }
+    if (rc == EOWNERDEAD) {
+        repair(ctl);
+        __atomic_add_fetch(mqs_i64(ctl, MQS_OFF_OWNER_DEAD), 1, __ATOMIC_RELAXED);
+        if (pthread_mutex_consistent(mutex_of(ctl)) == 0)
+            return MQS_OK;
+        rc = ENOTRECOVERABLE;
+    }
+    if (rc == ENOTRECOVERABLE) {
+        __atomic_store_n(mqs_u32(ctl, MQS_OFF_LOCK_BROKEN), 1, __ATOMIC_RELEASE);
+        return MQS_LOCK_BROKEN;
+    }
+    if (rc == ETIMEDOUT || rc == EBUSY) {
+        return MQS_LOCK_TIMEOUT;
+    }
+    return MQS_LOCK_BROKEN;
+}
+
+int mqs_lock(uint8_t *ctl, int64_t wait_ns)
+{
+    if (wait_ns <= 0)
+        return locked(ctl, pthread_mutex_trylock(mutex_of(ctl)));
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += wait_ns / 1000000000;
+    ts.tv_nsec += wait_ns % 1000000000;
+    if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+    }
+    int rc = locked(ctl, pthread_mutex_clocklock(mutex_of(ctl), CLOCK_MONOTONIC, &ts));
+    if (rc == MQS_LOCK_TIMEOUT)
+        __atomic_add_fetch(mqs_i64(ctl, MQS_OFF_LOCK_TIMEOUTS), 1, __ATOMIC_RELAXED);
+    return rc;
+}
+
+void mqs_unlock(uint8_t *ctl)
+{
+    pthread_mutex_unlock(mutex_of(ctl));
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int mqs_reserve(struct mqs_appender *a, const struct mqs_item *items, int n,
+                int64_t target_index, int64_t *qoffs, struct mqs_reservation *r)
+{
+    uint8_t *ctl = a->ctl;
+    int64_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += items[i].size;
+    int64_t reserved = load(ctl, MQS_OFF_RESERVED);
+    int64_t seq = load(ctl, MQS_OFF_SEQ);
+    int64_t index = reserved / a->seg_size;
+    int64_t end = reserved + total;
+    if (load(ctl, MQS_OFF_FLAGS) != MQS_FLAG_RUNNING || load(ctl, MQS_OFF_CS_PID) != 0 ||
+        end + MQS_END_FILE_MIN_BLANK > (index + 1) * a->seg_size ||
+        end > load(ctl, MQS_OFF_ALLOCATED) ||
+        (a->pool_n && load(ctl, MQS_OFF_COMMITTED) < (index - a->pool_n + 1) * a->seg_size) ||
+        seq + n - load(ctl, MQS_OFF_PUBLISHED_SEQ) > a->slot_count ||
+        (load(ctl, MQS_OFF_DISK_STATE) & MQS_DISK_FULL_BIT) ||
+        (!a->pool_n && index != target_index))
+        return MQS_FALLBACK;
+    /* The intent record first: a holder that dies from here on is repaired. */
+    store(ctl, MQS_OFF_CS_SEQ, seq);
+    store(ctl, MQS_OFF_CS_PID, a->pid);
+    int64_t ts = now_ms();
+    int64_t at = reserved;
+    for (int i = 0; i < n; i++) {
+        int64_t qo = 0;
+        if (items[i].takes_offset) {
+            int64_t next = load(ctl, a->qtable_off + items[i].qslot * MQS_QROW + MQS_QROW_NEXT);
+            qo = next;
+            for (int j = 0; j < i; j++) /* an earlier message of this batch, same queue */
+                if (items[j].takes_offset && items[j].qslot == items[i].qslot && qoffs[j] >= qo)
+                    qo = qoffs[j] + 1;
+        }
+        qoffs[i] = qo;
+        uint8_t *row = ctl + MQS_SLOTS_OFF + ((seq + i) % a->slot_count) * MQS_SLOT_ROW;
+        *mqs_i64(row, MQS_SLOT_OFFSET) = at;
+        *mqs_i64(row, MQS_SLOT_QO) = qo;
+        *mqs_i64(row, MQS_SLOT_TS) = ts;
+        *mqs_i32(row, MQS_SLOT_SIZE) = (int32_t)items[i].size;
+        *mqs_i32(row, MQS_SLOT_PID) = a->pid;
+        *mqs_i32(row, MQS_SLOT_QSLOT) = items[i].takes_offset ? items[i].qslot : -2;
+        __atomic_store_n(mqs_i32(row, MQS_SLOT_STATE), MQS_STATE_RESERVED, __ATOMIC_RELEASE);
+        at += items[i].size;
+    }
+    /* The commit point: the space and the slots are this producer's. */
+    store(ctl, MQS_OFF_RESERVED, end);
+    store(ctl, MQS_OFF_SEQ, seq + n);
+    mqs_crashpoint_hit(MQS_CP_RESERVE_LOCKED);
+    for (int i = 0; i < n; i++)
+        if (items[i].takes_offset)
+            store(ctl, a->qtable_off + items[i].qslot * MQS_QROW + MQS_QROW_NEXT, qoffs[i] + 1);
+    store(ctl, MQS_OFF_CS_PID, 0);
+    r->seq = seq;
+    r->start = reserved;
+    r->store_ts = ts;
+    return MQS_OK;
+}
+
+uint8_t *mqs_pool_at(struct mqs_appender *a, int64_t off)
+{
+    int64_t index = off / a->seg_size;
+    return a->pool + (index % a->pool_n) * a->seg_size + (off - index * a->seg_size);
+}
+
+void mqs_copy(uint8_t *dst, const struct mqs_message *m, int64_t queue_offset,
+              int64_t physical_offset, int64_t store_ts)
+{
+    size_t h = mqs_record_write_head(dst, m, queue_offset, physical_offset, store_ts);
+    size_t half = m->body_len / 2;
+    memcpy(dst + h, m->body, half);
+    mqs_crashpoint_hit(MQS_CP_COPY_HALF);
+    memcpy(dst + h + half, m->body + half, m->body_len - half);
+    mqs_record_write_tail(dst + h + m->body_len, m);
+    mqs_crashpoint_hit(MQS_CP_BEFORE_DONE);
+}
+
+void mqs_mark_done(uint8_t *ctl, int64_t slot_count, int64_t seq)
+{
+    int64_t row = MQS_SLOTS_OFF + (seq % slot_count) * MQS_SLOT_ROW;
+    __atomic_store_n(mqs_i32(ctl, row + MQS_SLOT_STATE), MQS_STATE_DONE, __ATOMIC_RELEASE);
+}

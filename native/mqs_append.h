@@ -1,0 +1,65 @@
+/* The reservation protocol's producer side, in C: the serialising step (a robust,
+ * process-shared mutex in the control block, with a deadline), its repair after a
+ * holder died, the reservation of space, slots and queue offsets, the copy and the
+ * done-mark. The protocol as a whole (who does reserve, complete, abandon, publish,
+ * fill and repair) is documented in ipc/reservation.py. No Python object here. */
+#ifndef MQS_APPEND_H
+#define MQS_APPEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mqs_record.h"
+
+enum {
+    MQS_OK = 0,
+    MQS_FALLBACK = -1,     /* not the common case: the caller takes the general path */
+    MQS_LOCK_TIMEOUT = -2, /* the reservation lock was not free within the timeout */
+    MQS_LOCK_BROKEN = -3,  /* the lock is ENOTRECOVERABLE: the store must restart */
+};
+
+struct mqs_appender {
+    uint8_t *ctl;
+    uint8_t *pool; /* NULL: pool off, records go into the segment's mapping */
+    int64_t seg_size, pool_n, slot_count, qtable_off;
+    int32_t pid;
+};
+
+/* Supervisor, once, on a zeroed control block: make the mutex robust and shared. */
+int mqs_mutex_init(uint8_t *ctl);
+
+/* Take the reservation lock: at once if free (0), else MQS_LOCK_TIMEOUT when `wait_ns`
+ * is 0. With `wait_ns` > 0, wait up to that long (call without the GIL). A holder that
+ * died is repaired first. Returns MQS_OK, MQS_LOCK_TIMEOUT or MQS_LOCK_BROKEN. */
+int mqs_lock(uint8_t *ctl, int64_t wait_ns);
+void mqs_unlock(uint8_t *ctl);
+
+struct mqs_item {
+    struct mqs_message msg;
+    int64_t size;  /* mqs_record_length(&msg) */
+    int32_t qslot; /* queue-table row */
+    int takes_offset;
+};
+
+struct mqs_reservation {
+    int64_t seq, start, store_ts;
+};
+
+/* Under the lock: reserve `n` records at the current end when that needs no roll, no
+ * wait and no queue row (else MQS_FALLBACK, nothing written). `target_index`: the
+ * segment whose mapping the caller holds (pool off), -1 with the pool on. Writes the
+ * RESERVED slots and queue offsets (into qoffs). */
+int mqs_reserve(struct mqs_appender *a, const struct mqs_item *items, int n,
+                int64_t target_index, int64_t *qoffs, struct mqs_reservation *r);
+
+/* Where the record at physical offset `off` goes with the pool on. */
+uint8_t *mqs_pool_at(struct mqs_appender *a, int64_t off);
+
+/* Write one record at dst (crash points copy-half and before-done inside). */
+void mqs_copy(uint8_t *dst, const struct mqs_message *m, int64_t queue_offset,
+              int64_t physical_offset, int64_t store_ts);
+
+/* The slot of `seq` is DONE (release: its bytes are visible first). */
+void mqs_mark_done(uint8_t *ctl, int64_t slot_count, int64_t seq);
+
+#endif

@@ -1,0 +1,83 @@
+#include "mqs_futex.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mqs_layout.h"
+
+/* Shared futexes (no FUTEX_PRIVATE_FLAG): waiters and wakers are different processes. */
+static void futex_wait(uint32_t *word, uint32_t seen, int64_t timeout_ns)
+{
+    struct timespec ts = {timeout_ns / 1000000000, timeout_ns % 1000000000};
+    syscall(SYS_futex, word, FUTEX_WAIT, seen, &ts, NULL, 0); /* EAGAIN/EINTR/ETIMEDOUT: fine */
+}
+
+static void futex_wake(uint32_t *word, int n)
+{
+    syscall(SYS_futex, word, FUTEX_WAKE, n, NULL, NULL, 0);
+}
+
+static int64_t load(uint8_t *ctl, int64_t off)
+{
+    return __atomic_load_n(mqs_i64(ctl, off), __ATOMIC_SEQ_CST);
+}
+
+void mqs_flusher_wake(uint8_t *ctl)
+{
+    if (__atomic_load_n(mqs_u32(ctl, MQS_OFF_FLUSHER_SLEEPS), __ATOMIC_SEQ_CST)) {
+        __atomic_add_fetch(mqs_u32(ctl, MQS_OFF_FLUSHER_WAKE), 1, __ATOMIC_SEQ_CST);
+        futex_wake(mqs_u32(ctl, MQS_OFF_FLUSHER_WAKE), 1);
+    }
+}
+
+int mqs_wait_flushed_tick(uint8_t *ctl, int64_t end, int64_t tick_ns)
+{
+    uint32_t *seq = mqs_u32(ctl, MQS_OFF_FLUSH_SEQ);
+    uint32_t seen = __atomic_load_n(seq, __ATOMIC_SEQ_CST);
+    if (load(ctl, MQS_OFF_FLUSHED) >= end)
+        return MQS_FLUSHED;
+    if (load(ctl, MQS_OFF_FLAGS) & MQS_FLAG_READ_ONLY)
+        return MQS_FLUSH_FAILED;
+    /* The request: the furthest end anyone waits for (a max, by compare-and-swap). */
+    int64_t *req = mqs_i64(ctl, MQS_OFF_SYNC_REQUEST);
+    int64_t cur = __atomic_load_n(req, __ATOMIC_SEQ_CST);
+    while (cur < end &&
+           !__atomic_compare_exchange_n(req, &cur, end, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+        ;
+    mqs_flusher_wake(ctl);
+    futex_wait(seq, seen, tick_ns);
+    if (load(ctl, MQS_OFF_FLUSHED) >= end) /* the shared word is the truth */
+        return MQS_FLUSHED;
+    if (load(ctl, MQS_OFF_FLAGS) & MQS_FLAG_READ_ONLY)
+        return MQS_FLUSH_FAILED;
+    return MQS_WAIT_AGAIN;
+}
+
+void mqs_flushed_wake_all(uint8_t *ctl)
+{
+    __atomic_add_fetch(mqs_u32(ctl, MQS_OFF_FLUSH_SEQ), 1, __ATOMIC_SEQ_CST);
+    futex_wake(mqs_u32(ctl, MQS_OFF_FLUSH_SEQ), INT_MAX);
+}
+
+int64_t mqs_sync_request(uint8_t *ctl)
+{
+    return load(ctl, MQS_OFF_SYNC_REQUEST);
+}
+
+int mqs_flusher_sleep(uint8_t *ctl, int64_t timeout_ns)
+{
+    uint32_t *wake = mqs_u32(ctl, MQS_OFF_FLUSHER_WAKE);
+    uint32_t *sleeps = mqs_u32(ctl, MQS_OFF_FLUSHER_SLEEPS);
+    uint32_t seen = __atomic_load_n(wake, __ATOMIC_SEQ_CST);
+    /* Say we sleep, then look for work: a producer that recorded its request before
+     * this store sees no sleeper and does not wake us, but we see its request. */
+    __atomic_store_n(sleeps, 1, __ATOMIC_SEQ_CST);
+    if (load(ctl, MQS_OFF_SYNC_REQUEST) <= load(ctl, MQS_OFF_FLUSHED))
+        futex_wait(wake, seen, timeout_ns);
+    __atomic_store_n(sleeps, 0, __ATOMIC_SEQ_CST);
+    return load(ctl, MQS_OFF_SYNC_REQUEST) > load(ctl, MQS_OFF_FLUSHED);
+}
