@@ -36,6 +36,7 @@ call re-attaches or returns SERVICE_NOT_AVAILABLE; it never writes into a stale 
 
 from __future__ import annotations
 
+import array
 import contextlib
 import mmap
 import os
@@ -92,12 +93,7 @@ _BORN_V6: Final = 0x10
 _STORE_V6: Final = 0x20
 _DEFAULT_BORN: Final[Host] = (b"\x7f\x00\x00\x01", 0, False)  # 127.0.0.1:0
 _STATS_EVERY: Final = 256
-_STATUS_FIELD: Final = {st: c.CF_STATUS + i for i, st in enumerate(PutMessageStatus)}
-_PHASE_LOCK: Final = c.CF_PHASES
-_PHASE_APPEND: Final = c.CF_PHASES + c.PHASE_FIELDS
-_PHASE_FLUSH: Final = c.CF_PHASES + 2 * c.PHASE_FIELDS
-_PHASE_TOP: Final = c.PHASE_BUCKETS - 1
-_HIST_TOP: Final = c.HIST_BUCKETS - 1
+_STATUS_INDEX: Final = {st: i for i, st in enumerate(PutMessageStatus)}
 _STALE_CHECK_S: Final = 0.01
 _INT32_MAX: Final = 2**31 - 1
 
@@ -294,8 +290,8 @@ class StoreClient:
             self._pviews = [cb.pool_buf[k * s : (k + 1) * s] for k in range(self._pool_n)]
         self._maps: dict[int, tuple[int, mmap.mmap]] = {}
         self._last_stale_check = time.monotonic()
-        self._stats = [0] * c.CLIENT_FIELDS
-        self._stats[0] = self._pid
+        self._stats = array.array("q", bytes(8 * c.CLIENT_FIELDS))  # counted in C
+        self._stats[c.CF_PID] = self._pid
         self._since_stats = 0
         self._attached = True
 
@@ -806,37 +802,17 @@ class StoreClient:
         """Count one put call of `n` messages into this client's row (published every
         `_STATS_EVERY` calls). `phases`: (lock wait ns, lock taken at, copied at, done at)
         of a call that reserved; the flush wait is counted for sync calls only."""
-        st = self._stats
         if phases is None:
-            lat = _perf_ns() - t0
+            self._app.count(
+                self._stats, n, nbytes, _STATUS_INDEX[status], status is OK, sync,
+                _perf_ns() - t0, -1, 0, 0,
+            )  # fmt: skip
         else:
             lock_ns, t_locked, t_copied, t_done = phases
-            lat = t_done - t0
-            st[_PHASE_LOCK + c.PHASE_BUCKETS] += lock_ns
-            b = (lock_ns // 1000).bit_length()
-            st[_PHASE_LOCK + (b if b < _PHASE_TOP else _PHASE_TOP)] += 1
-            ns = t_copied - t_locked
-            st[_PHASE_APPEND + c.PHASE_BUCKETS] += ns
-            b = (ns // 1000).bit_length()
-            st[_PHASE_APPEND + (b if b < _PHASE_TOP else _PHASE_TOP)] += 1
-            if sync:
-                ns = t_done - t_copied
-                st[_PHASE_FLUSH + c.PHASE_BUCKETS] += ns
-                b = (ns // 1000).bit_length()
-                st[_PHASE_FLUSH + (b if b < _PHASE_TOP else _PHASE_TOP)] += 1
-        if status is OK:
-            st[c.CF_PUTS] += n
-            st[c.CF_BYTES] += nbytes
-        else:
-            st[c.CF_ERRORS] += n
-        st[_STATUS_FIELD[status]] += n
-        if lat > st[c.CF_LAT_MAX_NS]:
-            st[c.CF_LAT_MAX_NS] = lat
-        st[c.CF_LAT_SUM_NS] += lat
-        if sync:
-            st[c.CF_SYNC_PUTS] += n
-        b = (lat // 1000).bit_length()
-        st[c.CF_HIST + (b if b < _HIST_TOP else _HIST_TOP)] += 1
+            self._app.count(
+                self._stats, n, nbytes, _STATUS_INDEX[status], status is OK, sync,
+                t_done - t0, lock_ns, t_copied - t_locked, t_done - t_copied,
+            )  # fmt: skip
         self._since_stats += 1
         if self._since_stats >= _STATS_EVERY:
             self._publish_stats()

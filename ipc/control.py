@@ -104,6 +104,7 @@ import contextlib
 import hashlib
 import os
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing import resource_tracker, shared_memory
 from typing import Final
@@ -586,5 +587,5 @@ class ControlBlock:
         off = self.client_off(index)
         self.buf[off : off + CLIENT_ROW] = bytes(CLIENT_ROW)
 
-    def write_client(self, index: int, values: list[int]) -> None:
+    def write_client(self, index: int, values: Sequence[int]) -> None:
         _CLIENT.pack_into(self.buf, self.client_off(index), *values)

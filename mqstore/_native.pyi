@@ -75,6 +75,23 @@ class Appender:
         """The general path's copy of one reserved record (None: a BLANK of
         `store_timestamp` bytes), then its slot DONE."""
 
+    def count(
+        self,
+        stats: Buffer,
+        n: int,
+        nbytes: int,
+        status_index: int,
+        ok: bool,
+        sync: bool,
+        lat_ns: int,
+        lock_ns: int,
+        append_ns: int,
+        flush_ns: int,
+        /,
+    ) -> None:
+        """One put call into the client's statistics row (an array('q') laid out as
+        ipc.control's CF_* fields); lock_ns < 0: a call that never reserved."""
+
     def lock(self, timeout_ns: int, /) -> int:
         """0 once held (a dead holder's section repaired first), or a code < 0."""
 

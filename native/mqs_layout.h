@@ -61,6 +61,20 @@
 
 #define MQS_END_FILE_MIN_BLANK 8
 
+/* A client's statistics row (ipc/control.py: CF_*), counted by Appender.count. */
+#define MQS_CF_PUTS 1
+#define MQS_CF_ERRORS 2
+#define MQS_CF_BYTES 3
+#define MQS_CF_LAT_MAX_NS 4
+#define MQS_CF_SYNC_PUTS 5
+#define MQS_CF_LAT_SUM_NS 6
+#define MQS_CF_STATUS 7
+#define MQS_CF_HIST 18
+#define MQS_HIST_BUCKETS 32
+#define MQS_CF_PHASES 50
+#define MQS_PHASE_BUCKETS 24
+#define MQS_CLIENT_FIELDS (MQS_CF_PHASES + 3 * (MQS_PHASE_BUCKETS + 1))
+
 static inline int64_t *mqs_i64(uint8_t *ctl, int64_t off)
 {
     return (int64_t *)(void *)(ctl + off);

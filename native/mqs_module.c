@@ -557,7 +557,78 @@ static PyObject *appender_wait_flushed(Appender *self, PyObject *const *args, Py
     }
 }
 
+/* log2-µs bucket: bit_length(ns / 1000), capped at `top`. */
+static int64_t bucket(int64_t ns, int64_t top)
+{
+    uint64_t us = ns > 0 ? (uint64_t)ns / 1000 : 0;
+    int64_t b = us ? 64 - __builtin_clzll(us) : 0;
+    return b < top ? b : top;
+}
+
+static void count_phase(int64_t *st, int phase, int64_t ns)
+{
+    int64_t *p = st + MQS_CF_PHASES + phase * (MQS_PHASE_BUCKETS + 1);
+    p[MQS_PHASE_BUCKETS] += ns;
+    p[bucket(ns, MQS_PHASE_BUCKETS - 1)] += 1;
+}
+
+/* count(stats, n, nbytes, status_index, ok, sync, lat_ns, lock_ns, append_ns, flush_ns):
+ * one put call into this client's statistics row (an array('q') of CLIENT_FIELDS), as
+ * ipc/control.py lays it out; lock_ns < 0: a call that never reserved (no phases). */
+static PyObject *appender_count(Appender *Py_UNUSED(self), PyObject *const *args,
+                                Py_ssize_t nargs)
+{
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "count() takes 10 arguments");
+        return NULL;
+    }
+    int64_t v[9];
+    static const char *names[9] = {"n", "nbytes", "status_index", "ok", "sync",
+                                   "lat_ns", "lock_ns", "append_ns", "flush_ns"};
+    for (int i = 0; i < 9; i++)
+        if (mqs_arg_i64(args[i + 1], names[i], &v[i]) < 0)
+            return NULL;
+    int64_t n = v[0], nbytes = v[1], status = v[2], ok = v[3], sync = v[4], lat = v[5];
+    if (status < 0 || MQS_CF_STATUS + status >= MQS_CF_HIST) {
+        PyErr_SetString(PyExc_ValueError, "status_index out of range");
+        return NULL;
+    }
+    Py_buffer b;
+    if (mqs_arg_wbuffer(args[0], "stats", &b) < 0)
+        return NULL;
+    if (b.len != MQS_CLIENT_FIELDS * 8 || ((uintptr_t)b.buf & 7)) {
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_ValueError, "stats must be an array('q') of CLIENT_FIELDS");
+        return NULL;
+    }
+    int64_t *st = b.buf;
+    if (v[6] >= 0) {
+        count_phase(st, 0, v[6]);
+        count_phase(st, 1, v[7]);
+        if (sync)
+            count_phase(st, 2, v[8]);
+    }
+    if (ok) {
+        st[MQS_CF_PUTS] += n;
+        st[MQS_CF_BYTES] += nbytes;
+    } else {
+        st[MQS_CF_ERRORS] += n;
+    }
+    st[MQS_CF_STATUS + status] += n;
+    if (lat > st[MQS_CF_LAT_MAX_NS])
+        st[MQS_CF_LAT_MAX_NS] = lat;
+    st[MQS_CF_LAT_SUM_NS] += lat;
+    if (sync)
+        st[MQS_CF_SYNC_PUTS] += n;
+    st[MQS_CF_HIST + bucket(lat, MQS_HIST_BUCKETS - 1)] += 1;
+    PyBuffer_Release(&b);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef appender_methods[] = {
+    {"count", (PyCFunction)(void (*)(void))appender_count, METH_FASTCALL,
+     "count(stats, n, nbytes, status_index, ok, sync, lat_ns, lock_ns, append_ns, "
+     "flush_ns): one put call into the client's statistics row (lock_ns < 0: no phases)."},
     {"put", (PyCFunction)(void (*)(void))appender_put, METH_FASTCALL,
      "put(target, target_index, qslot, prep, timeout_ns) -> (seq, start, store_ts, "
      "queue_offset, lock_wait_ns) | int: the whole common-case put, or a code (< 0)."},
@@ -762,14 +833,16 @@ static struct PyModuleDef module = {
 static int add_layout(PyObject *m)
 {
     PyObject *d = Py_BuildValue(
-        "{sLsisisisisisisisisisisisisisisisisisisi}", "MAGIC_VERSION",
+        "{sLsisisisisisisisisisisisisisisisisisisisisisisi}", "MAGIC_VERSION",
         (long long)MQS_MAGIC_VERSION, "OFF_RESERVED", MQS_OFF_RESERVED, "OFF_SEQ", MQS_OFF_SEQ,
         "OFF_PUBLISHED_SEQ", MQS_OFF_PUBLISHED_SEQ, "OFF_COMMITTED", MQS_OFF_COMMITTED,
         "OFF_FLUSHED", MQS_OFF_FLUSHED, "OFF_FLAGS", MQS_OFF_FLAGS, "OFF_ALLOCATED",
         MQS_OFF_ALLOCATED, "OFF_CS_PID", MQS_OFF_CS_PID, "OFF_CS_SEQ", MQS_OFF_CS_SEQ,
         "OFF_DISK_STATE", MQS_OFF_DISK_STATE, "OFF_RESERVE_MUTEX", MQS_OFF_RESERVE_MUTEX,
         "OFF_FLUSH_SEQ", MQS_OFF_FLUSH_SEQ, "OFF_FLUSHER_WAKE", MQS_OFF_FLUSHER_WAKE,
-        "OFF_FLUSHER_SLEEPS", MQS_OFF_FLUSHER_SLEEPS, "OFF_SYNC_REQUEST",
+        "OFF_FLUSHER_SLEEPS", MQS_OFF_FLUSHER_SLEEPS, "CLIENT_FIELDS", MQS_CLIENT_FIELDS,
+        "CF_HIST", MQS_CF_HIST, "CF_PHASES", MQS_CF_PHASES, "PHASE_BUCKETS",
+        MQS_PHASE_BUCKETS, "OFF_SYNC_REQUEST",
         MQS_OFF_SYNC_REQUEST, "OFF_LOCK_TIMEOUTS", MQS_OFF_LOCK_TIMEOUTS, "OFF_OWNER_DEAD",
         MQS_OFF_OWNER_DEAD, "SLOTS_OFF", MQS_SLOTS_OFF, "SLOT_ROW", MQS_SLOT_ROW);
     if (d == NULL)
