@@ -28,13 +28,14 @@ appender keeps a small cache keyed by (topic, properties, born host, store host)
 front of it a memo of the last message's shape (properties compared as maps, since
 RocketMQ's properties are an unordered map: equal maps share one encoded tail): the
 first message with a given key goes through `encode`; if it is valid with IPv4 hosts,
-its topic-and-properties tail and its host bytes are cached, and later messages with
-the same key are packed straight into the segment with one `struct.pack_into` (header
-with the three appender fields already in place), one body copy and one tail copy.
+its topic and properties bytes and its host bytes are cached, and later messages with
+the same key are written straight into the segment by the C encoder the producers' put
+path uses (`mqstore._native.write_record`, one call: CRC, header with the three appender
+fields in place, body, tail).
 Anything the cache does not vouch for (new key, non-`bytes` body, body over the limit,
 negative queue id, a numeric field out of range) falls back to `encode`, so statuses
 and bytes are exactly the reference encoder's (a test compares both). One caveat: a
-numeric field out of range is only noticed when packing, after a roll may have
+numeric field out of range is only noticed when writing, after a roll may have
 happened; the log stays valid (a BLANK and a fresh segment), the message is refused.
 
 **Reading.** `read(offset)` decodes one record. `scan(from_offset)` walks records,
@@ -52,16 +53,15 @@ import enum
 import os
 import struct
 import time
-import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
+from mqstore import _native
 from mqstore.engine import record
 from mqstore.engine.findings import Finding, Severity
 from mqstore.engine.record import (
     END_FILE_MIN_BLANK_LENGTH,
-    MESSAGE_MAGIC_CODE,
     CheckStatus,
     DecodedRecord,
     EncodedRecord,
@@ -84,12 +84,6 @@ from mqstore.engine.segment import (
 )
 from mqstore.engine.segment_queue import Allocator, SegmentAllocationError, SegmentQueue
 
-# The whole fixed part of a V1 record with IPv4 born and store hosts (88 bytes), with the
-# appender's three fields in place: TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET
-# PHYSICALOFFSET SYSFLAG BORNTIMESTAMP BORNHOST(4s i) STORETIMESTAMP STOREHOST(4s i)
-# RECONSUMETIMES PREPAREDOFFSET BODYLEN. Same layout as engine.record's table.
-_HEAD_V4V4: Final = struct.Struct(">iIiiiqqiq4siq4siiqi")
-_HEAD_LEN: Final = _HEAD_V4V4.size  # 88
 _V6_BITS: Final = 0x30
 _TX_MASK: Final = 0xC
 _TX_COMMIT: Final = 0x8
@@ -100,8 +94,7 @@ _I16: Final = struct.Struct(">h")
 _QO_PO: Final = struct.Struct(">qq")
 _TAIL_CACHE_MAX: Final = 4096
 _FIXED_V4V4_BYTES: Final = record.record_length(0, 0, 0)  # 91
-_pack_head: Final = _HEAD_V4V4.pack_into
-_crc32: Final = zlib.crc32
+_write_record: Final = _native.write_record  # the put path's C encoder
 _time_ns: Final = time.time_ns
 _tuple_new: Final = tuple.__new__
 
@@ -185,7 +178,8 @@ class ScannedRecord(NamedTuple):
 
 
 class _Tail(NamedTuple):
-    tail: bytes  # topic length, topic, properties length, properties
+    topic: bytes
+    properties: bytes
     fixed_bytes: int  # record length minus body length
     born_addr: bytes
     born_port: int
@@ -202,9 +196,9 @@ class _Prepared(NamedTuple):
     store_port: int
 
 
-def _make_tail(topic: object, props: Mapping[str, str]) -> tuple[bytes, int] | None:
-    """(topic-and-properties tail, record length without the body) for IPv4 hosts, as
-    `engine.record.encode` lays them out; None unless encode would accept them."""
+def _make_tail(topic: object, props: Mapping[str, str]) -> tuple[bytes, bytes, int] | None:
+    """(topic bytes, properties bytes, record length without the body) for IPv4 hosts,
+    as `engine.record.encode` lays them out; None unless encode would accept them."""
     try:
         if not isinstance(topic, str):
             return None
@@ -218,8 +212,7 @@ def _make_tail(topic: object, props: Mapping[str, str]) -> tuple[bytes, int] | N
         return None
     if len(props_b) > record.MAX_PROPERTIES_BYTES:
         return None
-    tail = b"".join((bytes((len(topic_b),)), topic_b, _I16.pack(len(props_b)), props_b))
-    return tail, _FIXED_V4V4_BYTES + len(topic_b) + len(props_b)
+    return topic_b, props_b, _FIXED_V4V4_BYTES + len(topic_b) + len(props_b)
 
 
 def _takes_offset(sys_flag: int) -> bool:
@@ -475,12 +468,12 @@ class CommitLog:
                 return self._append_slow(msg)
         except TypeError:  # unhashable or odd-typed fields: the encoder says what is wrong
             return self._append_slow(msg)
-        tail, fixed_bytes, born_addr, born_port, store_addr, store_port = ent
+        topic_b, props_b, fixed_bytes, born_addr, born_port, store_addr, store_port = ent
         blen = len(body)
         total = fixed_bytes + blen
         seg = self._last
         # A cached segment that was destroyed meanwhile has an empty, read-only target:
-        # the pack below fails and the slow path finds the real last segment.
+        # the write below fails and the slow path finds the real last segment.
         if seg is None or seg.wrote_position + total + END_FILE_MIN_BLANK_LENGTH > seg.size_bytes:
             got = self._segment_for(total)
             if type(got) is AppendResult:
@@ -498,18 +491,15 @@ class CommitLog:
         qkey = (msg.topic, queue_id)
         qo = self._offsets.get(qkey, 0) if takes else 0
         try:
-            _pack_head(
-                target, pos, total, MESSAGE_MAGIC_CODE,
-                _crc32(body) & 0x7FFFFFFF if blen else 0,
-                queue_id, msg.flag, qo, phys, sys_flag & ~_V6_BITS, msg.born_timestamp,
-                born_addr, born_port, now, store_addr, store_port,
-                msg.reconsume_times, msg.prepared_transaction_offset, blen,
+            _write_record(
+                target, pos,
+                (total, queue_id, msg.flag, sys_flag, msg.born_timestamp, body, topic_b,
+                 props_b, takes, msg.reconsume_times, msg.prepared_transaction_offset,
+                 born_addr, born_port, store_addr, store_port),
+                qo, phys, now,
             )  # fmt: skip
-        except (struct.error, TypeError):
+        except (ValueError, TypeError):
             return self._append_slow(msg)
-        p = pos + _HEAD_LEN
-        target[p : p + blen] = body
-        target[p + blen : pos + total] = tail
         seg.wrote_position = pos + total
         seg.store_timestamp = now
         if takes:
@@ -609,7 +599,7 @@ class CommitLog:
             if ent is None:
                 return None
             ents.append(ent)
-            total += ent[1] + len(msg.body)
+            total += ent.fixed_bytes + len(msg.body)
         got = self._segment_for(total)
         if type(got) is AppendResult:
             return [got for _ in msgs]
@@ -624,9 +614,8 @@ class CommitLog:
         out: list[AppendResult] = []
         append = out.append
         try:
-            for msg, (tail, fixed_bytes, born_addr, born_port, store_addr, store_port) in zip(
-                msgs, ents, strict=True
-            ):
+            for msg, ent in zip(msgs, ents, strict=True):
+                topic_b, props_b, fixed_bytes, born_addr, born_port, store_addr, store_port = ent
                 body = msg.body
                 blen = len(body)
                 size = fixed_bytes + blen
@@ -642,23 +631,20 @@ class CommitLog:
                     qo = offsets.get(qkey, 0)
                     offsets[qkey] = qo + 1
                 phys = start + pos
-                _pack_head(
-                    target, pos, size, MESSAGE_MAGIC_CODE,
-                    _crc32(body) & 0x7FFFFFFF if blen else 0,
-                    queue_id, msg.flag, qo, phys, sys_flag & ~_V6_BITS, msg.born_timestamp,
-                    born_addr, born_port, now, store_addr, store_port,
-                    msg.reconsume_times, msg.prepared_transaction_offset, blen,
+                _write_record(
+                    target, pos,
+                    (size, queue_id, msg.flag, sys_flag, msg.born_timestamp, body, topic_b,
+                     props_b, takes, msg.reconsume_times, msg.prepared_transaction_offset,
+                     born_addr, born_port, store_addr, store_port),
+                    qo, phys, now,
                 )  # fmt: skip
-                p = pos + _HEAD_LEN
-                target[p : p + blen] = body
-                target[p + blen : pos + size] = tail
                 append(
                     _tuple_new(
                         AppendResult, (_PUT_OK, phys, size, qo, now, "", store_addr, store_port)
                     )
                 )
                 pos += size
-        except (struct.error, TypeError):
+        except (ValueError, TypeError):
             # A numeric field out of range: undo the offsets taken; the bytes written past
             # wrote_position are invisible and get overwritten. The slow path judges.
             for qkey, old in before.items():
@@ -690,23 +676,25 @@ class CommitLog:
             and isinstance(msg.queue_id, int)
             and msg.queue_id >= 0
         ):
-            blen = len(body)
+            size = ent.fixed_bytes + len(body)
+            tx = msg.sys_flag & _TX_MASK
+            out = bytearray(size)  # appender fields zero, as encode() leaves them
             try:
-                head = _HEAD_V4V4.pack(
-                    ent.fixed_bytes + blen, MESSAGE_MAGIC_CODE,
-                    zlib.crc32(body) & 0x7FFFFFFF if blen else 0,
-                    msg.queue_id, msg.flag, 0, 0, msg.sys_flag & ~_V6_BITS, msg.born_timestamp,
-                    ent.born_addr, ent.born_port, 0, ent.store_addr, ent.store_port,
-                    msg.reconsume_times, msg.prepared_transaction_offset, blen,
+                _write_record(
+                    out, 0,
+                    (size, msg.queue_id, msg.flag, msg.sys_flag, msg.born_timestamp, body,
+                     ent.topic, ent.properties, tx == 0 or tx == _TX_COMMIT,
+                     msg.reconsume_times, msg.prepared_transaction_offset, ent.born_addr,
+                     ent.born_port, ent.store_addr, ent.store_port),
+                    0, 0, 0,
                 )  # fmt: skip
-            except (struct.error, TypeError):
+            except (ValueError, TypeError):
                 pass
             else:
-                tx = msg.sys_flag & _TX_MASK
                 return _tuple_new(
                     _Prepared,
                     (
-                        b"".join((head, body, ent.tail)),
+                        bytes(out),
                         56,
                         (msg.topic, msg.queue_id),
                         tx == 0 or tx == _TX_COMMIT,

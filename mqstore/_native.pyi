@@ -101,6 +101,18 @@ class Appender:
 
     def close(self) -> None: ...
 
+def write_record(
+    target: Buffer,
+    pos: int,
+    prep: Prep,
+    queue_offset: int,
+    physical_offset: int,
+    store_timestamp: int,
+    /,
+) -> None:
+    """One record at `target[pos:]` (engine.commitlog's appender). ValueError / TypeError
+    for a field out of range or a target that cannot hold it."""
+
 def init_control(ctl: Buffer, /) -> None:
     """Supervisor, once: the robust, process-shared reservation mutex."""
 

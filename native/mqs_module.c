@@ -659,6 +659,41 @@ static PyTypeObject AppenderType = {
     .tp_methods = appender_methods,
 };
 
+/* write_record(target, pos, prep, queue_offset, physical_offset, store_timestamp): one
+ * record into any writable buffer (engine.commitlog's single-process appender). */
+static PyObject *py_write_record(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
+{
+    if (n != 6) {
+        PyErr_SetString(PyExc_TypeError, "write_record(target, pos, prep, queue_offset, "
+                                         "physical_offset, store_timestamp) takes 6 arguments");
+        return NULL;
+    }
+    int64_t pos, qo, po, sts;
+    struct mqs_item it;
+    if (mqs_arg_i64(args[1], "pos", &pos) < 0 || parse_prep(args[2], &it) < 0 ||
+        mqs_arg_i64(args[3], "queue_offset", &qo) < 0 ||
+        mqs_arg_i64(args[4], "physical_offset", &po) < 0 ||
+        mqs_arg_i64(args[5], "store_timestamp", &sts) < 0)
+        return NULL;
+    Py_buffer t;
+    if (mqs_arg_wbuffer(args[0], "target", &t) < 0)
+        return NULL;
+    if (pos < 0 || pos + it.size > t.len) {
+        PyBuffer_Release(&t);
+        PyErr_SetString(PyExc_ValueError, "the record does not fit the target at pos");
+        return NULL;
+    }
+    it.msg.body_crc = mqs_body_crc(it.msg.body, it.msg.body_len);
+    if (it.msg.body_len >= MQS_NOGIL_BYTES) {
+        Py_BEGIN_ALLOW_THREADS mqs_record_write((uint8_t *)t.buf + pos, &it.msg, qo, po, sts);
+        Py_END_ALLOW_THREADS
+    } else {
+        mqs_record_write((uint8_t *)t.buf + pos, &it.msg, qo, po, sts);
+    }
+    PyBuffer_Release(&t);
+    Py_RETURN_NONE;
+}
+
 /* ---- control-block helpers for the supervisor, the flusher and the committer ------- */
 
 static int ctl_of(PyObject *o, Py_buffer *v)
@@ -803,6 +838,9 @@ static PyMethodDef methods[] = {
     {"encode", (PyCFunction)(void (*)(void))py_encode, METH_VARARGS | METH_KEYWORDS,
      "encode(topic, body, properties, *, ...) -> bytes: one V1 record, as "
      "engine.record.encode lays it out (the inputs already validated)."},
+    {"write_record", (PyCFunction)(void (*)(void))py_write_record, METH_FASTCALL,
+     "write_record(target, pos, prep, queue_offset, physical_offset, store_timestamp): "
+     "one record into a writable buffer (engine.commitlog)."},
     {"init_control", py_init_control, METH_O,
      "init_control(ctl): supervisor, once: the robust process-shared reservation mutex."},
     {"flushed_wake_all", py_flushed_wake_all, METH_O,
