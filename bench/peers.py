@@ -61,7 +61,7 @@ FULL_PLAN = PeerPlan(
         "sqlite_normal": (1, 4, 16),
         "lmdb_sync": (1, 4),
         "lmdb_nosync": (1, 4),
-        "lmdb_writemap": (1, 4),
+        "lmdb_writemap": (1, 2, 4),
         "fdatasync_append": (1, 4, 16, 64),
         "disk_fdatasync": (1,),
     },
