@@ -122,7 +122,8 @@ static int64_t now_ms(void)
 }
 
 int mqs_reserve(struct mqs_appender *a, const struct mqs_item *items, int n,
-                int64_t target_index, int64_t *qoffs, struct mqs_reservation *r)
+                int64_t target_index, int64_t target_len, int64_t *qoffs,
+                struct mqs_reservation *r)
 {
     uint8_t *ctl = a->ctl;
     int64_t total = 0;
@@ -138,7 +139,7 @@ int mqs_reserve(struct mqs_appender *a, const struct mqs_item *items, int n,
         (a->pool_n && load(ctl, MQS_OFF_COMMITTED) < (index - a->pool_n + 1) * a->seg_size) ||
         seq + n - load(ctl, MQS_OFF_PUBLISHED_SEQ) > a->slot_count ||
         (load(ctl, MQS_OFF_DISK_STATE) & MQS_DISK_FULL_BIT) ||
-        (!a->pool_n && index != target_index))
+        (!a->pool_n && (index != target_index || end - index * a->seg_size > target_len)))
         return MQS_FALLBACK;
     /* The intent record first: a holder that dies from here on is repaired. */
     store(ctl, MQS_OFF_CS_SEQ, seq);

@@ -46,11 +46,12 @@ struct mqs_reservation {
 };
 
 /* Under the lock: reserve `n` records at the current end when that needs no roll, no
- * wait and no queue row (else MQS_FALLBACK, nothing written). `target_index`: the
- * segment whose mapping the caller holds (pool off), -1 with the pool on. Writes the
- * RESERVED slots and queue offsets (into qoffs). */
+ * wait and no queue row (else MQS_FALLBACK, nothing written). `target_index` and
+ * `target_len`: the segment whose mapping the caller holds and its length (pool off;
+ * ignored with the pool on). Writes the RESERVED slots and queue offsets (qoffs). */
 int mqs_reserve(struct mqs_appender *a, const struct mqs_item *items, int n,
-                int64_t target_index, int64_t *qoffs, struct mqs_reservation *r);
+                int64_t target_index, int64_t target_len, int64_t *qoffs,
+                struct mqs_reservation *r);
 
 /* Where the record at physical offset `off` goes with the pool on. */
 uint8_t *mqs_pool_at(struct mqs_appender *a, int64_t off);

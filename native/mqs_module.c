@@ -343,18 +343,7 @@ static int append_items(Appender *self, PyObject *target_obj, PyObject *index_ob
     }
     if (!self->has_pool && target.buf == NULL)
         target_index = -2; /* no mapping yet: the general path maps it */
-    rc = mqs_reserve(&self->a, items, n, target_index, qoffs, r);
-    if (rc == MQS_OK && !self->has_pool) {
-        int64_t end = r->start % self->a.seg_size;
-        for (int i = 0; i < n; i++)
-            end += items[i].size;
-        if (end > target.len) { /* a mapping shorter than the segment: never here */
-            mqs_unlock(self->a.ctl);
-            PyBuffer_Release(&target);
-            PyErr_SetString(PyExc_ValueError, "target is shorter than the segment");
-            return -100;
-        }
-    }
+    rc = mqs_reserve(&self->a, items, n, target_index, target.len, qoffs, r);
     mqs_unlock(self->a.ctl);
     if (rc != MQS_OK) {
         if (target.obj)
