@@ -114,6 +114,7 @@ from mqstore.engine.findings import Finding, Severity
 
 MAGIC_VERSION: Final = 0x4D51_4354_4C00_0003  # "MQCTL", layout version 3
 
+OFF_MAGIC_VERSION: Final = 0
 OFF_RESERVED: Final = 8
 OFF_SEQ: Final = 16
 OFF_PUBLISHED: Final = 24
@@ -314,7 +315,7 @@ class ControlBlock:
         assert ctl.buf is not None
         self.buf: memoryview = ctl.buf
         self.pool_buf: memoryview | None = pool.buf if pool is not None else None
-        if I64.unpack_from(self.buf, 0)[0] != MAGIC_VERSION:
+        if I64.unpack_from(self.buf, OFF_MAGIC_VERSION)[0] != MAGIC_VERSION:
             raise ValueError(f"{ctl.name}: not an mqstore control block (layout version 3)")
         self.segment_size = self.get(OFF_SEGMENT_SIZE)
         self.pool_buffers = self.get(OFF_POOL_BUFFERS)
@@ -383,7 +384,7 @@ class ControlBlock:
         ):
             I64.pack_into(b, off, v)
         _native.init_control(b)
-        I64.pack_into(b, 0, MAGIC_VERSION)  # last: a block with its magic is complete
+        I64.pack_into(b, OFF_MAGIC_VERSION, MAGIC_VERSION)  # last: a block with it is complete
         return cls(ctl, pool, owner=True)
 
     @classmethod
