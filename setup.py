@@ -12,14 +12,14 @@ import os
 from setuptools import Extension, setup
 
 SOURCES = [
-    "native/mqs_module.c",
-    "native/mqs_args.c",
-    "native/mqs_crc32.c",
-    "native/mqs_record.c",
-    "native/mqs_append.c",
-    "native/mqs_crashpoint.c",
-    "native/mqs_futex.c",
-    "native/mqs_live.c",
+    "ipc/native/mqs_module.c",
+    "ipc/native/mqs_args.c",
+    "ipc/native/mqs_crc32.c",
+    "ipc/native/mqs_record.c",
+    "ipc/native/mqs_append.c",
+    "ipc/native/mqs_crashpoint.c",
+    "ipc/native/mqs_futex.c",
+    "ipc/native/mqs_live.c",
 ]
 
 cflags = ["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-O2", "-fno-strict-aliasing"]
@@ -36,7 +36,7 @@ setup(
         Extension(
             "mqstore._native",
             sources=SOURCES,
-            depends=[f"native/{n}" for n in os.listdir("native") if n.endswith(".h")],
+            depends=[f"ipc/native/{n}" for n in os.listdir("ipc/native") if n.endswith(".h")],
             extra_compile_args=cflags,
             extra_link_args=ldflags,
         )

@@ -12,7 +12,7 @@ shared-memory names.
   `{"op": "stop"}` -> begins a graceful stop.
 
 No socket is on the put path: sync acknowledgements are futex waits on the owner-only
-control block's flushed position (`native/mqs_futex.c`), so nothing another local user
+control block's flushed position (`ipc/native/mqs_futex.c`), so nothing another local user
 sends can acknowledge a put.
 """
 

@@ -12,7 +12,7 @@ maps them; from then on a put asks nobody. A put runs in the caller's process:
    MESSAGE_ILLEGAL with the reason, nothing reserved), topic and properties (cached per
    (topic, properties), the reference encoder decides on a miss). Born and store hosts
    may be IPv4 or IPv6 (sysflag 0x10 / 0x20). `_prepare` builds the `_Prep`.
-2. **The rest in one C call** (`mqstore._native.Appender.put`, `native/mqs_append.c`):
+2. **The rest in one C call** (`mqstore._native.Appender.put`, `ipc/native/mqs_append.c`):
    CRC the body; take the reservation lock (a robust process-shared mutex, with the
    busy timeout as deadline); reserve space, slot, queue offset and store timestamp;
    unlock; encode the record straight into the pool buffer (pool on) or the segment's
@@ -173,7 +173,7 @@ class _Refused(Exception):
     pass
 
 
-# A prepared (validated) message, as the C appender reads it (native/mqs_module.c):
+# A prepared (validated) message, as the C appender reads it (ipc/native/mqs_module.c):
 # (size, queue_id, flag, sys_flag, born_ts, body, topic_b, properties_b, takes_offset,
 #  reconsume_times, prepared_offset, born_addr, born_port, store_addr, store_port)
 _Prep = tuple[int, int, int, int, int, bytes, bytes, bytes, bool, int, int, bytes, int, bytes, int]
@@ -595,7 +595,7 @@ class StoreClient:
         """Reserve space for `preps` (one segment) when the C call could not: a roll, a
         wait, a new queue row. Returns (first seq, start offset, blank size before it (0:
         none), store timestamp, queue offsets). Raises _Busy, _Refused. Caller holds the
-        thread lock. Same steps, order and mutex as `native/mqs_append.c: mqs_reserve`."""
+        thread lock. Same steps, order and mutex as `ipc/native/mqs_append.c: mqs_reserve`."""
         total = 0
         for p in preps:
             total += p[_P_SIZE]
@@ -777,7 +777,7 @@ class StoreClient:
 
     def _wait_flushed(self, end: int) -> tuple[PutMessageStatus, str]:
         """Until the flusher's flushed_pos covers `end` (a futex wait on the control
-        block, `native/mqs_futex.c`), the sync flush timeout, or a failed fsync."""
+        block, `ipc/native/mqs_futex.c`), the sync flush timeout, or a failed fsync."""
         code = self._app.wait_flushed(end, self._sync_timeout_ns)
         if code == 0:
             return OK, ""

@@ -54,8 +54,8 @@ Header, layout version 3 (little-endian int64 unless said):
 | 480 | nonce            | supervisor: random, also in `.mqstore-ipc.json`; clients |
 |     |                  | refuse a block without it (`ipc.access`)                 |
 
-Native area at 2048 (layout version 3), owned by the C core (`native/mqs_layout.h`
-mirrors these offsets; `ipc.reservation` and `native/mqs_futex.h` say how they are used):
+Native area at 2048 (layout version 3), owned by the C core (`ipc/native/mqs_layout.h`
+mirrors these offsets; `ipc.reservation` and `ipc/native/mqs_futex.h` say how they are used):
 
 | off  | field            | written only by                                          |
 | ---- | ---------------- | -------------------------------------------------------- |

@@ -1,7 +1,7 @@
 """The flusher process: group commit under SYNC_FLUSH, RocketMQ's flush rules under ASYNC.
 
 **SYNC_FLUSH** (RocketMQ's GroupCommitService, with the pool on too), over the control
-block, without sockets (`native/mqs_futex.c`): a sync producer records the end it waits
+block, without sockets (`ipc/native/mqs_futex.c`): a sync producer records the end it waits
 for in `sync_request` (the furthest one wins) and wakes the flusher if it sleeps; the
 flusher commits on demand (publish + pwrite of the pool, under the commit lock), forces
 once, publishes the new `flushed_pos`, and wakes every waiter with one FUTEX_WAKE. Each

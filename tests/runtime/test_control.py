@@ -34,7 +34,7 @@ def test_layout_regions_do_not_overlap() -> None:
 
 
 def test_the_c_core_uses_the_same_layout() -> None:
-    """native/mqs_layout.h mirrors ipc/control.py: every offset C uses, compared."""
+    """ipc/native/mqs_layout.h mirrors ipc/control.py: every offset C uses, compared."""
     layout = dict(_native.LAYOUT)
     assert layout.pop("MAGIC_VERSION") == c.MAGIC_VERSION
     for name, off in layout.items():

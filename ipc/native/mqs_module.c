@@ -853,7 +853,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "mqstore._native",
-    "The per-message hot path of a put, in C (see native/mqs_module.c).", -1, methods,
+    "The per-message hot path of a put, in C (see ipc/native/mqs_module.c).", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 
