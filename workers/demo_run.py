@@ -241,7 +241,9 @@ def _keep_running(store: DemoStore, until: float | None, tty: bool) -> None:
         return
     last = 0.0
     shown = ""
-    while until is None or time.monotonic() < until:
+    first = True  # one status at least, even when the load ran past `until`
+    while first or until is None or time.monotonic() < until:
+        first = False
         now = time.monotonic()
         if now - last >= 1.0:
             doc = _status(store.path)
