@@ -19,8 +19,10 @@ Signal handlers only record (SIGTERM/SIGINT set `stopping` and poke the wakeup f
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
+import io
 import logging
 import os
 import select
@@ -47,9 +49,25 @@ def log_line(component: str, msg: str, level: str = "INFO") -> str:
     return f"<{SYSLOG_PRIORITY.get(level, 6)}>{level} mqstore {component}: {text}"
 
 
+def write_line(line: str) -> None:
+    """Write `line` on stderr in one unbuffered write(2), so that the lines of several
+    processes sharing the stream do not interleave. A failed write (a pipe whose reader
+    exited, a full disk) drops the line: logging never kills a process, and nothing is
+    left buffered to fail again at exit."""
+    data = (line + "\n").encode("utf-8", "backslashreplace")
+    try:
+        os.write(sys.stderr.fileno(), data)
+    except (AttributeError, ValueError, io.UnsupportedOperation):  # no fd (a test's capture)
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+    except OSError:
+        pass
+
+
 def say(component: str, msg: str, level: str = "INFO") -> None:
     """Write one log line on stderr (the supervisor's and its workers' stderr is the log)."""
-    print(log_line(component, msg, level), file=sys.stderr, flush=True)
+    write_line(log_line(component, msg, level))
 
 
 class LineFormatter(logging.Formatter):
@@ -66,9 +84,21 @@ class LineFormatter(logging.Formatter):
         return log_line(self.component, super().format(record), level)
 
 
+class LineHandler(logging.Handler):
+    """`logging` records written as `say` writes its lines (`write_line`)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record)
+        except Exception:  # a bad format string in a record: logging's own reporting
+            self.handleError(record)
+            return
+        write_line(line)
+
+
 def setup_logging(component: str) -> None:
     """Route `logging` (WARNING and up) to stderr in `say`'s form."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler = LineHandler()
     handler.setFormatter(LineFormatter(component))
     logging.basicConfig(level=logging.WARNING, handlers=[handler], force=True)
 

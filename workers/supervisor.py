@@ -70,6 +70,12 @@ from mqstore.workers.base import (
     say_reload,
     setup_logging,
 )
+from mqstore.workers.control_socket import (
+    MAX_REQUEST_BYTES,
+    REPLY_TIMEOUT_S,
+    Conn,
+    parse_request,
+)
 from mqstore.workers.metrics import MetricsServer, StoreCollector
 
 log = logging.getLogger("mqstore.supervisor")
@@ -139,7 +145,7 @@ class Supervisor:
         self.cb: c.ControlBlock | None = None
         self.workers: list[_Worker] = []
         self.clients: dict[int, int] = {}  # client row -> pid
-        self.conns: dict[socket.socket, tuple[bytearray, int]] = {}  # conn -> (buf, row)
+        self.conns: dict[socket.socket, Conn] = {}
         self.retired = stats.Totals()
         self.prev_sample: stats.Sample | None = None
         self.last_sample: stats.Sample | None = None
@@ -350,75 +356,99 @@ class Supervisor:
     def _accept(self, sel: selectors.BaseSelector) -> None:
         while True:
             try:
-                conn, _ = self.listener.accept()
+                sock, _ = self.listener.accept()
             except BlockingIOError:
                 return
-            why = access.peer_refusal(conn, self.store_dir, self.settings.ipc_allow_group)
+            sock.setblocking(False)
+            why = access.peer_refusal(sock, self.store_dir, self.settings.ipc_allow_group)
             if why:  # another user: one line saying why, and nothing else
                 self._say(f"refused a connection: {why}", "WARNING")
-                with contextlib.suppress(OSError):
-                    conn.settimeout(1.0)
-                    conn.sendall(json.dumps({"error": why, "denied": True}).encode() + b"\n")
-                conn.close()
+                with contextlib.suppress(OSError):  # a fresh socket's buffer takes it
+                    sock.send(json.dumps({"error": why, "denied": True}).encode() + b"\n")
+                sock.close()
                 continue
-            conn.setblocking(False)
-            self.conns[conn] = (bytearray(), -1)
-            sel.register(conn, selectors.EVENT_READ)
+            self.conns[sock] = Conn(sock)
+            sel.register(sock, selectors.EVENT_READ)
 
-    def _drop(self, sel: selectors.BaseSelector, conn: socket.socket) -> None:
-        _buf, row = self.conns.pop(conn)
-        sel.unregister(conn)
-        conn.close()
-        if row >= 0 and self.cb is not None:
-            self.retired.add_row(self.cb.client_row(row))
-            self.cb.clear_client(row)
-            self.clients.pop(row, None)
+    def _drop(self, sel: selectors.BaseSelector, conn: Conn) -> None:
+        """Close a connection and free the client row its attach holds."""
+        self.conns.pop(conn.sock)
+        sel.unregister(conn.sock)
+        conn.sock.close()
+        if conn.row >= 0 and self.cb is not None:
+            self.retired.add_row(self.cb.client_row(conn.row))
+            self.cb.clear_client(conn.row)
+            self.clients.pop(conn.row, None)
 
-    def _on_conn(self, sel: selectors.BaseSelector, conn: socket.socket) -> None:
-        buf, _row = self.conns[conn]
+    def _on_conn(self, sel: selectors.BaseSelector, conn: Conn, events: int) -> None:
+        """Read requests and answer them, one at a time: while a reply waits for its
+        reader, the connection is watched for writing only (`workers.control_socket`)."""
         try:
-            data = conn.recv(65536)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            data = b""
-        if not data:
-            self._drop(sel, conn)
-            return
-        buf += data
-        while b"\n" in buf:
-            line, _, rest = bytes(buf).partition(b"\n")
-            buf[:] = rest
-            try:
-                req = json.loads(line)
-                if not isinstance(req, dict):
-                    raise TypeError(f"a request is a JSON object, not {type(req).__name__}")
-                reply = self._handle(req, conn)
-            except (ValueError, KeyError, TypeError) as e:
-                reply = {"error": f"bad request: {e}"}
-            try:
-                conn.setblocking(True)
-                conn.sendall(json.dumps(reply).encode() + b"\n")
-                conn.setblocking(False)
-            except OSError:
+            if events & selectors.EVENT_WRITE:
+                conn.send_pending()
+            elif not self._receive(conn):
                 self._drop(sel, conn)
                 return
+            while not conn.outbuf and not conn.closing:
+                line = conn.next_line()
+                if line is None:
+                    break
+                req, why = parse_request(line)
+                conn.queue_reply(self._handle(req, conn) if req else {"error": why})
+                conn.send_pending()
+            if not conn.outbuf and conn.oversized():
+                conn.closing = True
+                conn.queue_reply({"error": f"bad request: a line over {MAX_REQUEST_BYTES} bytes"})
+                conn.send_pending()
+        except OSError:
+            self._drop(sel, conn)
+            return
+        if conn.closing and not conn.outbuf:
+            self._drop(sel, conn)
+            return
+        want = selectors.EVENT_WRITE if conn.outbuf else selectors.EVENT_READ
+        if sel.get_key(conn.sock).events != want:
+            sel.modify(conn.sock, want)
 
-    def _handle(self, req: dict[str, Any], conn: socket.socket) -> dict[str, Any]:
+    @staticmethod
+    def _receive(conn: Conn) -> bool:
+        """Take what the peer sent; False when it has closed its end."""
+        try:
+            data = conn.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return True
+        except OSError:
+            return False
+        conn.inbuf += data
+        return bool(data)
+
+    def _drop_stalled(self, sel: selectors.BaseSelector) -> None:
+        """Drop each connection whose reader has left a reply untaken too long."""
+        now = time.monotonic()
+        for conn in [cn for cn in self.conns.values() if cn.stalled(now)]:
+            self._say(
+                f"dropped a client connection that took no reply for {REPLY_TIMEOUT_S:g} s",
+                "WARNING",
+            )
+            self._drop(sel, conn)
+
+    def _handle(self, req: dict[str, Any], conn: Conn) -> dict[str, Any]:
+        """The reply to a valid request (`control_socket.parse_request`)."""
         cb = self.cb
         assert cb is not None
-        op = req.get("op")
+        op = req["op"]
         if op == "attach":
             if self.stopping:
                 return {"error": "the supervisor is stopping"}
+            if conn.row >= 0:
+                return {"error": f"this connection is already attached as client {conn.row}"}
             free = [i for i in range(c.MAX_CLIENTS) if i not in self.clients]
             if not free:
                 return {"error": f"too many clients attached (max {c.MAX_CLIENTS})"}
             row = free[0]
-            pid = int(req.get("pid", 0))
-            self.clients[row] = pid
+            self.clients[row] = req["pid"]
             cb.clear_client(row)
-            self.conns[conn] = (self.conns[conn][0], row)
+            conn.row = row
             s = self.settings
             return {
                 "ctl": cb.ctl_name,
@@ -439,10 +469,9 @@ class Supervisor:
             }
         if op == "status":
             return self.status()
-        if op == "stop":
-            self.stopping = True
-            return {"ok": True, "pid": os.getpid()}
-        return {"error": f"unknown op {op!r}"}
+        assert op == "stop", op
+        self.stopping = True
+        return {"ok": True, "pid": os.getpid()}
 
     def status(self) -> dict[str, Any]:
         cb = self.cb
@@ -534,7 +563,7 @@ class Supervisor:
             sel.register(self.listener, selectors.EVENT_READ)
             sel.register(wake_r, selectors.EVENT_READ)
             while not self.stopping:
-                for key, _ in sel.select(TICK_S):
+                for key, mask in sel.select(TICK_S):
                     if key.fileobj is self.listener:
                         self._accept(sel)
                     elif key.fd == wake_r:
@@ -544,7 +573,8 @@ class Supervisor:
                         except BlockingIOError:
                             pass
                     else:
-                        self._on_conn(sel, key.fileobj)  # type: ignore[arg-type]
+                        self._on_conn(sel, self.conns[key.fileobj], mask)  # type: ignore[index]
+                self._drop_stalled(sel)
                 if self.reload_requested:
                     self.reload_requested = False
                     self._reload()
@@ -553,7 +583,7 @@ class Supervisor:
                 self._take_sample()
             self._notify("STOPPING=1", "STATUS=draining")
             code = self.shutdown()
-            for conn in list(self.conns):
+            for conn in list(self.conns.values()):
                 self._drop(sel, conn)
             sel.close()
             final = code if self.exit_code == ExitCode.OK else int(self.exit_code)

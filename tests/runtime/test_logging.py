@@ -3,13 +3,20 @@ its workers' stderr is one event led by a syslog priority and a level."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
+import subprocess
+import sys
+from pathlib import Path
 
+from mqstore import StoreClient
+from mqstore.ipc import channel
 from mqstore.workers.base import log_line
 from tests.runtime.conftest import StoreFactory
-from tests.runtime.harness import wait_for
+from tests.runtime.harness import REPO, Store, wait_for
+from tests.runtime.test_access import NOBODY, ROOT_ONLY, _as_user
 
 LINE = re.compile(r"^<([3467])>(ERROR|WARNING|INFO|DEBUG) mqstore [a-z]+: \S")
 
@@ -35,3 +42,43 @@ def test_every_line_has_a_priority_and_a_level(make_store: StoreFactory) -> None
     for ln in lines:
         m = LINE.match(ln)
         assert m is not None and prio[m.group(1)] == m.group(2)
+
+
+@ROOT_ONLY
+def test_a_log_reader_that_exited_does_not_kill_the_supervisor(tmp_path: Path) -> None:
+    """stderr a pipe whose reader exited, then another user connects: logging the
+    refusal failed with EPIPE and the supervisor died with its workers."""
+    store = Store(tmp_path / "store")
+    r, w = os.pipe()
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mqstore", "start", str(store.path)],
+        stdout=w, stderr=w, env=env, cwd=str(REPO),
+    )  # fmt: skip
+    os.close(w)
+    try:
+        store.proc = proc
+        wait_for(store._up, 60, "the supervisor to answer")
+        store.wait_workers_running()
+        os.close(r)  # the log's reader exits
+        r = -1
+
+        def status() -> str:
+            return json.dumps(channel.request(store.path, {"op": "status"}))
+
+        refused = json.loads(_as_user(status, NOBODY, NOBODY))
+        assert refused.get("denied") is True, refused
+        assert proc.poll() is None, "the supervisor died logging the refusal"
+        assert store.status()["flags"] == ["running"]
+        with StoreClient.attach(store.path) as client:
+            assert client.put("t", b"after", queue_id=0).ok
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    finally:
+        if r >= 0:
+            os.close(r)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        store.proc = None
+    assert store.shm_leftovers() == []
