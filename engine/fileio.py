@@ -187,16 +187,26 @@ def _wrap(op: str, path: StrPath, cause: OSError) -> StoreIOError:
     return StoreIOError(op, path, cause)
 
 
+# A store file that is a symbolic link is refused, never written through: a link to a file
+# outside the store would have recovery extend, truncate or delete that file.
+_NOT_A_LINK = OSError(
+    errno.ELOOP,
+    "is a symbolic link: store files are opened without following links (O_NOFOLLOW); "
+    "put the file itself in the store",
+)
+
+
 def open_file(path: StrPath, *, create: bool, read_only: bool = False, mode: int = 0o600) -> int:
-    """Open a store file and return its fd (O_CLOEXEC)."""
+    """Open a store file and return its fd (O_CLOEXEC, O_NOFOLLOW). Raises StoreIOError,
+    with ELOOP when `path` is a symbolic link."""
     flags = os.O_RDONLY if read_only else os.O_RDWR
     if create:
         flags |= os.O_CREAT
     try:
         _check_fault("open")
-        return os.open(path, flags | os.O_CLOEXEC, mode)
+        return os.open(path, flags | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
     except OSError as e:
-        raise _wrap("open", path, e) from e
+        raise _wrap("open", path, _NOT_A_LINK if e.errno == errno.ELOOP else e) from e
 
 
 def close(fd: int, path: StrPath = "?") -> None:
@@ -362,6 +372,7 @@ def write_file_atomic(
     tmp = p.with_name(p.name + ".tmp")
     fd = open_file(tmp, create=True, mode=mode)
     try:
+        os.fchmod(fd, mode)  # a .tmp left by an older run keeps its mode through O_CREAT
         ftruncate(fd, 0, tmp)
         pwrite(fd, data, 0, tmp)
         fsync(fd, tmp)

@@ -97,5 +97,5 @@ def update(path: str, change: Callable[[dict[str, Any]], bool]) -> dict[str, Any
         doc = read(path)
         if change(doc):
             data = json.dumps(doc, indent=1, sort_keys=False).encode("utf-8") + b"\n"
-            fileio.write_file_atomic(path, data, mode=0o644)
+            fileio.write_file_atomic(path, data)
         return doc

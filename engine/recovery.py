@@ -153,9 +153,7 @@ def _qkey(key: tuple[str, int]) -> str:
 
 def write_report(store_dir: str | os.PathLike[str], report: RecoveryReport) -> None:
     """Keep the report as `<store>/recovery.json` (atomic replace)."""
-    fileio.write_file_atomic(
-        os.path.join(store_dir, REPORT_FILE), report.to_json().encode("utf-8"), mode=0o644
-    )
+    fileio.write_file_atomic(os.path.join(store_dir, REPORT_FILE), report.to_json().encode("utf-8"))
 
 
 def read_report(store_dir: str | os.PathLike[str]) -> RecoveryReport | None:

@@ -49,7 +49,11 @@ def _open(store_dir: str | os.PathLike[str], group: str) -> int:
     d = os.path.join(os.fspath(store_dir), GROUPS_DIR)
     with contextlib.suppress(FileExistsError):
         os.mkdir(d, 0o700)  # in the store only: a missing store raises FileNotFoundError
-    return os.open(os.path.join(d, f"{group}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    return os.open(
+        os.path.join(d, f"{group}.lock"),
+        os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+        0o600,
+    )
 
 
 class GroupMember:

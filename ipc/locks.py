@@ -33,7 +33,7 @@ class FileLock:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
 
     def acquire(self) -> None:
         fcntl.flock(self.fd, fcntl.LOCK_EX)
@@ -84,7 +84,7 @@ def take_store_lock(store_dir: str) -> int:
     Returns the fd (keep it open for the supervisor's life). Raises StoreLockHeld.
     """
     path = os.path.join(store_dir, STORE_LOCK)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -145,7 +145,7 @@ def open_log_view(store_dir: str, settings: StoreSettings, clock_ms: ClockMs) ->
 
 def write_status(store_dir: str, doc: dict[str, Any]) -> None:
     fileio.write_file_atomic(
-        os.path.join(store_dir, STATUS_FILE), json.dumps(doc, indent=1).encode(), mode=0o644
+        os.path.join(store_dir, STATUS_FILE), json.dumps(doc, indent=1).encode()
     )
 
 

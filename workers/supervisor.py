@@ -178,6 +178,8 @@ class Supervisor:
             self._lock_fd = take_store_lock(self.store_dir)
         except StoreLockHeld as e:
             raise BootError(ExitCode.BOOT_ERROR, str(e)) from e
+        except OSError as e:  # a lock file that is a symbolic link (ELOOP), say
+            raise BootError(ExitCode.BOOT_ERROR, f"cannot take the store lock: {e}") from e
         abort = os.path.join(self.store_dir, ABORT_FILE)
         was_dirty = os.path.exists(abort)
         fileio.write_file_atomic(abort, b"")

@@ -1,0 +1,70 @@
+"""The files a store writes (issue 15): owner-only modes for every file and directory,
+and no store file is ever a symbolic link that the store writes through."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from mqstore import StoreClient
+from mqstore.engine.recovery import REPORT_FILE
+from mqstore.workers.cleaner import STATUS_FILE
+from tests.runtime.conftest import StoreFactory
+from tests.runtime.harness import Store, wait_for
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def test_every_file_and_directory_the_store_writes_is_owner_only(store: Store) -> None:
+    with StoreClient.attach(store.path) as client:
+        for i in range(20):
+            assert client.put("t", b"m%d" % i, queue_id=0).ok
+        client.commit_offset("g", "t", 0, 5)  # a consumer-offsets file (engine.jsonconfig)
+    wait_for(lambda: (store.path / STATUS_FILE).exists(), 60, "the cleaner's status file")
+    assert store.stop() == 0
+    written = (store.path / REPORT_FILE, store.path / STATUS_FILE)
+    assert all(p.exists() for p in written), written
+    wrong = []
+    for root, dirs, files in os.walk(store.path):
+        for d in dirs:
+            if _mode(Path(root) / d) != 0o700:
+                wrong.append((Path(root) / d, oct(_mode(Path(root) / d))))
+        for f in files:
+            p = Path(root) / f
+            if p.name == "mqstore.toml":  # the test's own configuration file
+                continue
+            if _mode(p) != 0o600:
+                wrong.append((p, oct(_mode(p))))
+    assert wrong == []
+    assert _mode(store.path) == 0o700
+
+
+@pytest.mark.parametrize("which", [0, -1], ids=["segment-with-data", "last-segment"])
+def test_a_segment_that_is_a_symlink_is_refused_not_written_through(
+    make_store: StoreFactory, tmp_path: Path, which: int
+) -> None:
+    store = make_store()
+    with StoreClient.attach(store.path) as client:
+        assert client.put("t", b"x" * 100, queue_id=0).ok
+    assert store.stop() == 0
+    last = sorted((store.path / "commitlog").iterdir())[which]
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(b"not the store's" * 10)
+    before = outside.read_bytes()
+    last.unlink()
+    last.symlink_to(outside)
+    store.start(wait=False)
+    assert store.proc is not None
+    code = store.proc.wait(60)
+    assert code != 0
+    out = store.output()
+    assert "is a symbolic link" in out and last.name in out, out[-2000:]
+    assert outside.read_bytes() == before  # not extended, not truncated
+    assert last.is_symlink()  # not deleted
+    store.proc = None
+    store._log.close()
