@@ -11,6 +11,7 @@ protocol back to the supervisor (gunicorn's arbiter style):
 | 3    | CONFIG_ERROR: settings cannot be used     | halts (no restart loop)            |
 | 4    | BOOT_ERROR: cannot start at all           | halts                              |
 | 5    | FLUSH_FAILED: an fsync failed             | keeps the store read-only          |
+| 6    | IO_FAILED: a store file's I/O failed      | keeps the store read-only, no restart |
 | else | a crash                                   | restarts with backoff              |
 
 Every loop: beat, wait (interval or wakeup), tick; after the loop, a bounded drain.
@@ -115,6 +116,12 @@ class ExitCode(enum.IntEnum):
     CONFIG_ERROR = 3
     BOOT_ERROR = 4
     FLUSH_FAILED = 5
+    IO_FAILED = 6
+
+
+# The fd on which a worker that exits IO_FAILED writes why, one line (its number is in
+# this environment variable; the supervisor reads the other end when the worker exits).
+REASON_FD_ENV = "MQSTORE_REASON_FD"
 
 
 def reload_settings(

@@ -60,6 +60,7 @@ from mqstore.ipc.reservation import live_lock_path
 from mqstore.workers import sdnotify, stats
 from mqstore.workers.allocator import ensure_segments
 from mqstore.workers.base import (
+    REASON_FD_ENV,
     WORKER_EXITED,
     WORKER_HALTED,
     WORKER_RUNNING,
@@ -118,6 +119,7 @@ class _Worker:
     restart_at: float = 0.0
     last_exit: int | None = None
     halted: bool = False
+    reason_fd: int = -1  # read end of the pipe the worker explains an IO_FAILED on
 
 
 class BootError(Exception):
@@ -151,6 +153,7 @@ class Supervisor:
         self.last_sample: stats.Sample | None = None
         self._lock_fd = -1
         self._ready_sent = False
+        self.read_only_reason = ""  # why the store turned read-only, for status
 
     # --- boot ---------------------------------------------------------------------------
 
@@ -286,10 +289,33 @@ class Supervisor:
         faults_for = env.get(FAULTS_FOR_ENV)
         if faults_for is not None and w.spec.name not in faults_for.split(","):
             env.pop("MQSTORE_FAULTS", None)
-        w.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, close_fds=True, env=env)
+        self._close_reason(w)
+        w.reason_fd, reason_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        env[REASON_FD_ENV] = str(reason_w)
+        try:
+            w.proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, close_fds=True, env=env, pass_fds=(reason_w,)
+            )
+        finally:
+            os.close(reason_w)
         w.started = time.monotonic()
         cb.set_worker(w.index, w.spec.name, w.proc.pid, w.restarts, WORKER_STARTING)
         cb.beat(w.index, time.time_ns() // 1_000_000)
+
+    @staticmethod
+    def _close_reason(w: _Worker) -> None:
+        if w.reason_fd >= 0:
+            os.close(w.reason_fd)
+            w.reason_fd = -1
+
+    def _reason(self, w: _Worker) -> str:
+        """What a worker that exited IO_FAILED wrote about why, or a stand-in."""
+        try:
+            got = os.read(w.reason_fd, 4096).decode("utf-8", "replace").strip()
+        except OSError:
+            got = ""
+        self._close_reason(w)
+        return got or f"{w.spec.name}: an I/O error (exit {int(ExitCode.IO_FAILED)})"
 
     def _watch_workers(self) -> None:
         cb = self.cb
@@ -321,6 +347,19 @@ class Supervisor:
                 cb.set_worker(w.index, w.spec.name, 0, w.restarts, WORKER_HALTED)
                 self.exit_code = ExitCode.BOOT_ERROR
                 self.stopping = True
+                continue
+            if code == ExitCode.IO_FAILED:
+                # Fail closed: the store stays up, read-only, and the worker is not
+                # restarted into the same failure (a restart cannot undo a lost write).
+                cb.set_flag(c.FLAG_READ_ONLY)
+                self.read_only_reason = self.read_only_reason or self._reason(w)
+                w.halted = True
+                cb.set_worker(w.index, w.spec.name, 0, w.restarts, WORKER_HALTED)
+                self._say(
+                    f"{w.spec.name} failed an I/O operation; the store is read-only, not "
+                    f"restarting it: {self.read_only_reason}",
+                    "ERROR",
+                )
                 continue
             if code == ExitCode.FLUSH_FAILED:
                 cb.set_flag(c.FLAG_READ_ONLY)
@@ -476,6 +515,12 @@ class Supervisor:
         return {"ok": True, "pid": os.getpid()}
 
     def status(self) -> dict[str, Any]:
+        doc = self._status_doc()
+        if self.read_only_reason:
+            doc["read_only_reason"] = self.read_only_reason
+        return doc
+
+    def _status_doc(self) -> dict[str, Any]:
         cb = self.cb
         assert cb is not None
         totals = stats.live_totals(cb, self.clients).merged(self.retired)
@@ -657,6 +702,8 @@ class Supervisor:
                 cb.set_flag(c.FLAG_READ_ONLY)
             cb.set_worker(w.index, w.spec.name, 0, w.restarts, WORKER_EXITED)
             w.proc = None
+        for w in self.workers:
+            self._close_reason(w)
         code = int(ExitCode.OK)
         files = LogFiles(self.store_dir, cb, s.store_host)
         try:
