@@ -335,7 +335,10 @@ class Supervisor:
                 age = time.time_ns() // 1_000_000 - hb
                 if now - w.started > hb_timeout and age > hb_timeout * 1000:
                     self._say(
-                        f"{w.spec.name} (pid {w.proc.pid}) missed heartbeats; killing it", "WARNING"
+                        f"{w.spec.name} (pid {w.proc.pid}) sent no heartbeat for {age} ms "
+                        f"(heartbeat_timeout_ms {self.settings.heartbeat_timeout_ms}); "
+                        "killing it with SIGKILL",
+                        "WARNING",
                     )
                     w.proc.kill()
                 continue
@@ -371,7 +374,8 @@ class Supervisor:
             w.restart_at = now + delay / 1000
             cb.set_worker(w.index, w.spec.name, 0, w.restarts, WORKER_EXITED)
             self._say(
-                f"{w.spec.name} exited with {code}; restart {w.restarts} in {delay} ms", "WARNING"
+                f"{w.spec.name} {describe_exit(code)}; restart {w.restarts} in {delay} ms",
+                "WARNING",
             )
 
     def _worker_docs(self) -> list[dict[str, Any]]:
@@ -759,6 +763,20 @@ class Supervisor:
                 os.close(self._lock_fd)
                 self._lock_fd = -1
         return code
+
+
+def describe_exit(code: int) -> str:
+    """How a worker ended, for the log (gunicorn's arbiter names the signal):
+    "exited with 1 (CRASH)", "was killed by SIGKILL"."""
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    try:
+        return f"exited with {code} ({ExitCode(code).name})"
+    except ValueError:
+        return f"exited with {code}"
 
 
 def run_supervisor(

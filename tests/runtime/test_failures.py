@@ -320,6 +320,10 @@ def test_silent_worker_is_killed_and_restarted(make_store: StoreFactory) -> None
         return bool(w["restarts"] >= 1 and w["pid"] not in (0, before["pid"]))
 
     wait_for(replaced, 30, "the silent allocator to be replaced")
+    out = st.output()  # the supervisor says why it killed it, and how it ended
+    assert f"allocator (pid {before['pid']}) sent no heartbeat for " in out, out[-2000:]
+    assert "(heartbeat_timeout_ms 1000); killing it with SIGKILL" in out
+    assert "allocator was killed by SIGKILL; restart 1" in out
     assert st.stop() == 0
 
 
