@@ -13,19 +13,22 @@ from mqstore import StoreClient
 from mqstore.engine.recovery import REPORT_FILE
 from mqstore.workers.cleaner import STATUS_FILE
 from tests.runtime.conftest import StoreFactory
-from tests.runtime.harness import Store, wait_for
+from tests.runtime.harness import wait_for
 
 
 def _mode(path: Path) -> int:
     return stat.S_IMODE(os.lstat(path).st_mode)
 
 
-def test_every_file_and_directory_the_store_writes_is_owner_only(store: Store) -> None:
+def test_every_file_and_directory_the_store_writes_is_owner_only(
+    make_store: StoreFactory,
+) -> None:
+    store = make_store({"clean_resource_interval_ms": 200})  # the cleaner's status soon
     with StoreClient.attach(store.path) as client:
         for i in range(20):
             assert client.put("t", b"m%d" % i, queue_id=0).ok
         client.commit_offset("g", "t", 0, 5)  # a consumer-offsets file (engine.jsonconfig)
-    wait_for(lambda: (store.path / STATUS_FILE).exists(), 60, "the cleaner's status file")
+    wait_for(lambda: (store.path / STATUS_FILE).exists(), 120, "the cleaner's status file")
     assert store.stop() == 0
     written = (store.path / REPORT_FILE, store.path / STATUS_FILE)
     assert all(p.exists() for p in written), written
