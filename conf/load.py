@@ -147,6 +147,14 @@ def _validate(name: str, value: Any, source: str) -> None:
                 f"{name}: bad value {value!r} from {source}; allowed: ip:port or [ipv6]:port"
             )
 
+    if name == "metrics_host":
+        try:
+            ipaddress.ip_address(str(value))
+        except ValueError:
+            raise ConfigError(
+                f"{name}: bad value {value!r} from {source}; allowed: an IPv4 or IPv6 address"
+            ) from None
+
 
 def _read_text(path: Path) -> str:
     """The config file's text; a missing or unreadable file is a ConfigError (exit 3 at

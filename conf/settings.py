@@ -148,6 +148,12 @@ class StoreSettings:
     default_topic_queue_nums: int = _f(4, "defaultTopicQueueNums", "queues", "Queues per topic")
     store_host: str = _f("127.0.0.1:10911", None, "ip:port", "Store host for records/msg ids")
     metrics_port: int = _f(0, "metricsPromExporterPort", "port", "0 = off")
+    metrics_host: str = _f(
+        "127.0.0.1",
+        "metricsPromExporterHost",
+        "ip",
+        "Metrics bind address: 127.0.0.1 this machine only; 0.0.0.0 or :: every interface",
+    )
 
     ipc_allow_group: bool = _f(
         False,

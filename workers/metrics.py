@@ -263,9 +263,11 @@ def _log2_buckets(counts: list[int], shift: int, unit: float) -> list[tuple[str,
 
 
 class MetricsServer:
-    """The HTTP endpoint on 127.0.0.1:`port` (a daemon thread of the supervisor)."""
+    """The HTTP endpoint on `host`:`port` (a daemon thread of the supervisor). It has no
+    authentication: any address but a loopback one exposes the store's figures to
+    whoever reaches that interface."""
 
-    def __init__(self, port: int, collector: StoreCollector) -> None:
+    def __init__(self, host: str, port: int, collector: StoreCollector) -> None:
         from prometheus_client import ProcessCollector, start_http_server
 
         from mqstore.workers.build_info import BuildInfoCollector
@@ -274,7 +276,7 @@ class MetricsServer:
         self.registry.register(collector)
         self.registry.register(BuildInfoCollector())
         ProcessCollector(registry=self.registry)  # process_* of the supervisor: cpu, rss, fds
-        server, thread = start_http_server(port, addr="127.0.0.1", registry=self.registry)
+        server, thread = start_http_server(port, addr=host, registry=self.registry)
         self._server: Any = server
         self._thread = thread
         self.port = int(server.server_address[1])

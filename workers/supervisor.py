@@ -247,10 +247,13 @@ class Supervisor:
         if port:
             collector = StoreCollector(self.store_dir, lambda: self.cb, self._metrics_totals)
             try:
-                self.metrics = MetricsServer(port, collector)
+                self.metrics = MetricsServer(s.metrics_host, port, collector)
             except OSError as e:
-                raise BootError(ExitCode.BOOT_ERROR, f"cannot serve metrics on {port}: {e}") from e
-            self._say(f"metrics on http://127.0.0.1:{self.metrics.port}/metrics")
+                raise BootError(
+                    ExitCode.BOOT_ERROR, f"cannot serve metrics on {s.metrics_host}:{port}: {e}"
+                ) from e
+            host = f"[{s.metrics_host}]" if ":" in s.metrics_host else s.metrics_host
+            self._say(f"metrics on http://{host}:{self.metrics.port}/metrics")
         self._say(
             f"pid {os.getpid()} serving {self.store_dir} from offset {end} "
             f"({s.flush_disk_type.value}, pool {'off' if not pool_n else f'{pool_n} buffers'})"

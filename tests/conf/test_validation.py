@@ -185,3 +185,12 @@ def test_a_config_file_that_is_not_toml_is_a_config_error(tmp_path: Path) -> Non
     conf.write_text("[store\n")
     with pytest.raises(ConfigError, match="is not valid TOML"):
         load_settings(config_path=conf)
+
+
+def test_metrics_host_must_be_an_ip_address(tmp_path: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text("metricsPromExporterHost=::1\n")
+    assert load_settings(tmp_path, conf, {}).settings.metrics_host == "::1"
+    conf.write_text("metricsPromExporterHost=metrics.example\n")
+    with pytest.raises(ConfigError, match="metrics_host: bad value 'metrics.example'"):
+        load_settings(tmp_path, conf, {})

@@ -14,6 +14,7 @@ import urllib.error
 import urllib.request
 
 import psutil
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import mqstore
@@ -44,8 +45,8 @@ def _free_port() -> int:
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-def _scrape(port: int) -> Samples:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+def _scrape(port: int, host: str = "127.0.0.1") -> Samples:
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=30) as r:
         text = r.read().decode()
     out: Samples = {}
     for fam in text_string_to_metric_families(text):
@@ -200,6 +201,18 @@ def test_metrics_off_by_default(store: Store) -> None:
         if conn.status == psutil.CONN_LISTEN
     ]
     assert listening == []
+
+
+def test_metrics_bind_to_the_configured_address_only(make_store: StoreFactory) -> None:
+    """The endpoint was always on 127.0.0.1; `metrics_host` chooses the interface
+    (another loopback address here, so the test stays on this machine)."""
+    port = _free_port()
+    store = make_store({"metrics_port": port, "metrics_host": "127.0.0.2"})
+    store.wait_workers_running()
+    assert f"metrics on http://127.0.0.2:{port}/metrics" in store.output()
+    assert "mqstore_build_info" in {name for name, _ in _scrape(port, "127.0.0.2")}
+    with pytest.raises(urllib.error.URLError):
+        _scrape(port, "127.0.0.1")  # nothing listens there
 
 
 def test_oldest_message_age_is_the_age_of_the_first_message(make_store: StoreFactory) -> None:
