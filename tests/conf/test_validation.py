@@ -192,5 +192,5 @@ def test_metrics_host_must_be_an_ip_address(tmp_path: Path) -> None:
     conf.write_text("metricsPromExporterHost=::1\n")
     assert load_settings(tmp_path, conf, {}).settings.metrics_host == "::1"
     conf.write_text("metricsPromExporterHost=metrics.example\n")
-    with pytest.raises(ConfigError, match="metrics_host: bad value 'metrics.example'"):
+    with pytest.raises(ConfigError, match=r"metrics_host: bad value 'metrics\.example'"):
         load_settings(tmp_path, conf, {})

@@ -20,7 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--metrics-port",
         type=int,
         default=None,
-        help="serve Prometheus metrics on metrics_host:N (127.0.0.1 by default; overrides metrics_port; 0 = off)",
+        help="serve Prometheus metrics on metrics_host:N (overrides metrics_port; 0 = off)",
     )
     p.add_argument(
         "--create", action="store_true", help="create DIR (and its parents) when it does not exist"
