@@ -6,6 +6,7 @@ are in its README); they are always copied before use, never opened in place.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +15,41 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 REAL_STORES = REPO / "tests" / "data" / "rocketmq-real"
+SHM = Path("/dev/shm")
+_SHM_AT_START: set[str] = set()
+
+
+def _store_segments() -> set[str]:
+    return {n for n in os.listdir(SHM) if n.startswith("mqs-")} if SHM.is_dir() else set()
+
+
+def _mapped_anywhere(names: set[str]) -> set[str]:
+    """The names among `names` that some process still maps (or holds open)."""
+    used: set[str] = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+        except OSError:
+            continue
+        used.update(n for n in names if f"/dev/shm/{n}" in maps)
+    return used
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _SHM_AT_START.update(_store_segments())
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Shared memory is never left behind: a store segment that appeared during this
+    session and that no process maps any more is a supervisor's that died uncleanly
+    (a crash test's); it is unlinked, and named, so the machine stays clean. Only the
+    controlling process does it, never an xdist worker while others still run."""
+    if hasattr(session.config, "workerinput"):
+        return
+    new = _store_segments() - _SHM_AT_START
+    for name in sorted(new - _mapped_anywhere(new)):
+        (SHM / name).unlink(missing_ok=True)
+        print(f"\nremoved a store's shared memory left behind by a test: {name}")
 
 
 @pytest.fixture(scope="session")
