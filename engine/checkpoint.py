@@ -89,7 +89,9 @@ class StoreCheckpoint(CheckpointFields):
                 if not read_only and len(raw) < CHECKPOINT_SIZE_BYTES:
                     fileio.ftruncate(self._fd, CHECKPOINT_SIZE_BYTES, self.path)
             else:
-                fileio.ftruncate(self._fd, CHECKPOINT_SIZE_BYTES, self.path)
+                # Real blocks, not a hole: rewriting the checkpoint never needs new space,
+                # so a full disk cannot stop a flush or a boot (docs/durability.md).
+                fileio.fallocate(self._fd, CHECKPOINT_SIZE_BYTES, self.path)
                 fileio.fsync(self._fd, self.path)
                 fileio.fsync_dir(os.path.dirname(self.path) or ".")
                 fields = CheckpointFields()

@@ -50,6 +50,7 @@ from mqstore.engine import deleted_topics
 from mqstore.engine.checkpoint import CheckpointFields
 from mqstore.engine.commitlog import CommitLog, ScanStop
 from mqstore.engine.consumequeue import ConsumeQueueStore, PutStatus, QueueKey
+from mqstore.engine.fileio import StoreIOError, is_no_space
 from mqstore.engine.filler import is_filler
 from mqstore.engine.indexfile import IndexService
 from mqstore.engine.names import topic_problem
@@ -150,6 +151,15 @@ class Dispatcher:
         # metrics): bucket i counts records dispatched within 2^i ms of their store time.
         self.lag_hist: list[int] | None = None
         self.lag_sum_ms = 0
+        # Recovery sets `defer_on_no_space`: a record whose consume-queue file cannot be
+        # created on a full disk, and every record after it, is left to the dispatcher
+        # process (it resumes from the queues' end once there is room), so that a full
+        # disk never stops a store from booting. `deferred` says why ("" if nothing was).
+        self.defer_on_no_space = False
+        self.deferred = ""
+        # The next queue offset of each queue as the deferred records say: the queues
+        # lag the log, and the producers' offset table must not (recovery merges it).
+        self.deferred_next: dict[QueueKey, int] = {}
 
     @classmethod
     def open(
@@ -266,7 +276,21 @@ class Dispatcher:
 
     def dispatch_record(self, offset: int, h: RecordHeader, res: DispatchResult) -> None:
         """Dispatch one checked message record at log `offset` into `res` (recovery
-        drives its own validating walk and calls this). Raises StoreIOError."""
+        drives its own validating walk and calls this). Raises StoreIOError (with
+        `defer_on_no_space`, not for a full disk: see `deferred`)."""
+        if not self.deferred:
+            try:
+                self._dispatch_record(offset, h, res)
+                return
+            except StoreIOError as e:
+                if not (self.defer_on_no_space and is_no_space(e)):
+                    raise
+                self.deferred = f"dispatch from {offset} left to the dispatcher: {e}"
+        if takes_queue_offset(h.sys_flag) and h.queue_id >= 0:
+            key = (h.topic, h.queue_id)
+            self.deferred_next[key] = max(self.deferred_next.get(key, 0), h.queue_offset + 1)
+
+    def _dispatch_record(self, offset: int, h: RecordHeader, res: DispatchResult) -> None:
         res.records += 1
         if self.deleted and offset < self.deleted.get(h.topic, -1):
             res.skipped += 1  # a record of a deleted topic

@@ -51,6 +51,16 @@ class StoreIOError(OSError):
         self.path = os.fspath(path)
 
 
+NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def is_no_space(e: BaseException) -> bool:
+    """`e` says the file system (or the quota) is full: a condition that passes once space
+    is freed, unlike EIO. Workers that only need new space wait and retry on it instead
+    of failing the store closed (docs/durability.md, "A full disk")."""
+    return isinstance(e, OSError) and e.errno in NO_SPACE_ERRNOS
+
+
 _faults: dict[str, Callable[[], BaseException]] = {}
 _fault_skips: dict[str, int] = {}
 

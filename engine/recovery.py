@@ -109,6 +109,9 @@ class RecoveryReport:
     # short) and rebuilt from the log: "topic/qid" -> the first bad queue offset
     queues_rebuilt: dict[str, int] = field(default_factory=dict)
     queue_files_extended: list[str] = field(default_factory=list)  # short, zero-filled
+    # why re-dispatch stopped early ("" if it did not): a full disk had no room for a new
+    # consume-queue file; the dispatcher process goes on from there once there is
+    dispatch_deferred: str = ""
     seconds: float = 0.0
     finished_at_ms: int = 0
 
@@ -143,6 +146,7 @@ class RecoveryReport:
                 if self.queues_rebuilt
                 else ""
             )
+            + (f"{self.dispatch_deferred}, " if self.dispatch_deferred else "")
             + f"{self.seconds:.3f} s"
         )
 
@@ -376,6 +380,7 @@ def recover_store(
         max_msgs_num_batch=s.max_msgs_num_batch,
         clock_ms=clock_ms or now_ms,
     )
+    disp: Dispatcher | None = None
     try:
         max_phy_cq = cqs.max_physical_offset() if ro else cqs.recover()
         report.index_files_destroyed = index.load(
@@ -425,7 +430,10 @@ def recover_store(
                     redo = cq.max_physical_offset
                     dispatch_from = min(dispatch_from, max(redo, log.min_offset(), 0))
             build = index if s.message_index_enable else None
-            disp = None if ro else Dispatcher(log, cqs, build, checkpoint=cp_fields)
+            if not ro:
+                disp = Dispatcher(log, cqs, build, checkpoint=cp_fields)
+            if disp is not None:
+                disp.defer_on_no_space = True  # boot needs no new space: see Dispatcher
             res = DispatchResult(dispatch_from, dispatch_from, DispatchStop.END_OF_DATA)
             if disp is not None and dispatch_from < start.start_offset:
                 pre = disp.dispatch(dispatch_from, start.start_offset)
@@ -481,6 +489,7 @@ def recover_store(
                         res.units_written += more.units_written
                         res.index_keys += more.index_keys
                         report.dispatch_from = min(report.dispatch_from, redo)
+                report.dispatch_deferred = disp.deferred if disp is not None else ""
                 report.records_redispatched = res.units_written
                 report.index_keys_redispatched = res.index_keys
                 cqs.correct_min_offsets(max(log.min_offset(), 0))
@@ -497,7 +506,11 @@ def recover_store(
                     if index.files:
                         cp.index_msg_timestamp = index.files[-1].end_timestamp
                     cp.flush()
-        report.queue_offsets = {_qkey(k): v for k, v in cqs.queue_offset_table().items()}
+        table = cqs.queue_offset_table()
+        if disp is not None:
+            for k, v in disp.deferred_next.items():
+                table[k] = max(table.get(k, 0), v)
+        report.queue_offsets = {_qkey(k): v for k, v in table.items()}
         if clear_abort and abnormal and not ro:
             fileio.unlink(os.path.join(d, ABORT_FILE), missing_ok=True)
             fileio.fsync_dir(d)

@@ -66,6 +66,7 @@ the GIL). Reference counts are under a lock. One appender at a time.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import enum
@@ -347,6 +348,12 @@ class Segment(ReferenceCounted):
             fileio.ftruncate(fd, 0, tmp)
             fileio.fallocate(fd, size_bytes, tmp)
             fileio.fsync(fd, tmp)
+        except fileio.StoreIOError:
+            # A file that could not be allocated (a full disk) must not keep the blocks
+            # it got: the next try, after space is freed, starts again from nothing.
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
         finally:
             fileio.close(fd, tmp)
         fileio.rename(tmp, path)

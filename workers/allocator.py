@@ -6,7 +6,8 @@ It watches `reserved_pos` and makes sure the segment being written and the next
 then publishes `allocated_upto`, the end of the last ready file. Producers never reserve
 past it (they wait, then fail with CREATE_MAPPED_FILE_FAILED). Before it creates a file
 it checks that the free space can hold it (`engine.diskguard.space_problem`); when it
-cannot, it creates nothing, says so once, and tries again next tick.
+cannot (or the fallocate fails with ENOSPC or EDQUOT) it creates nothing, says so once
+per file, and tries again next tick: a full disk passes, it never fails the store.
 """
 
 from __future__ import annotations
@@ -19,36 +20,43 @@ from mqstore.engine import fileio
 from mqstore.engine.diskguard import space_problem
 from mqstore.engine.segment import Segment, segment_file_name
 from mqstore.ipc import control as c
-from mqstore.workers.base import ExitCode, WorkerContext
+from mqstore.workers.base import Condition, ExitCode, WorkerContext
 
 AHEAD: Final = 2
 TICK_S: Final = 0.005
-_last_problem: dict[str, str] = {}  # log dir -> the last space problem reported
+_no_space: dict[str, Condition] = {}  # log dir -> the file it has no room for, said once
 
 
 def ensure_segments(store_dir: str, cb: c.ControlBlock, settings: StoreSettings) -> int:
     """Create missing files for the current segment and the next AHEAD; publish and
-    return `allocated_upto`. Allocator (and supervisor at boot) only. Raises StoreIOError."""
+    return `allocated_upto`. Allocator (and supervisor at boot) only. Raises StoreIOError
+    (not for a full disk: that is waited out, see the module doc)."""
     size = cb.segment_size
     log_dir = os.path.join(store_dir, "commitlog")
     fileio.makedirs(log_dir)
     first = cb.get(c.OFF_RESERVED) // size
     ready = first
+    cond = _no_space.setdefault(log_dir, Condition("allocator"))
     for index in range(first, first + AHEAD + 1):
         path = os.path.join(log_dir, segment_file_name(index * size))
         if os.path.exists(path):
             ready = index + 1
             continue
+        # No room for the file: producers wait, then get CREATE_MAPPED_FILE_FAILED; the
+        # cleaner's deletions (or an operator's) make room, and the next tick tries again.
+        # Said once per file, not every tick (the free bytes in the line change).
         problem = space_problem(log_dir, size)
         if problem:
-            # No room for the file: producers wait, then get CREATE_MAPPED_FILE_FAILED;
-            # the cleaner's deletions make room, and the next tick tries again.
-            if problem != _last_problem.get(log_dir):
-                print(f"mqstore allocator: not creating {path}: {problem}", flush=True)
-            _last_problem[log_dir] = problem
+            cond.report(path, f"not creating {path}: {problem}")
             break
-        _last_problem.pop(log_dir, None)
-        seg = Segment.create(log_dir, index * size, size)
+        try:
+            seg = Segment.create(log_dir, index * size, size)
+        except fileio.StoreIOError as e:
+            if not fileio.is_no_space(e):
+                raise
+            cond.report(path, f"not creating {path}: {e}")
+            break
+        cond.clear(f"space is back: created {path}")
         ready = index + 1
         try:
             if settings.warm_mapped_file_enable:

@@ -71,6 +71,25 @@ def say(component: str, msg: str, level: str = "INFO") -> None:
     write_line(log_line(component, msg, level))
 
 
+class Condition:
+    """A condition that repeats every tick (no space for a file) logged once when it
+    starts, again when it changes (its `key`), and once when it ends, never every tick."""
+
+    def __init__(self, component: str) -> None:
+        self.component = component
+        self.key = ""
+
+    def report(self, key: str, msg: str, level: str = "WARNING") -> None:
+        if key != self.key:
+            say(self.component, msg, level)
+            self.key = key
+
+    def clear(self, msg: str) -> None:
+        if self.key:
+            say(self.component, msg)
+            self.key = ""
+
+
 class LineFormatter(logging.Formatter):
     """`logging` records in `say`'s form (tracebacks folded into the same line)."""
 

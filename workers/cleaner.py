@@ -69,7 +69,7 @@ from mqstore.engine.segment import ClockMs, SegmentNameError, SegmentSizeError, 
 from mqstore.engine.segment_queue import SegmentQueue, SleepMs
 from mqstore.engine.storedir import read_flushed_offset
 from mqstore.ipc import control as c
-from mqstore.workers.base import ExitCode, WorkerContext
+from mqstore.workers.base import Condition, ExitCode, WorkerContext
 
 log = logging.getLogger("mqstore.cleaner")
 
@@ -412,17 +412,21 @@ def main(ctx: WorkerContext) -> int:
         on_progress=ctx.beat,
         sleep_ms=pause,
     )
+    failing = Condition("cleaner")
     while not ctx.stopping:
         ctx.beat()
         cleaner.settings = ctx.settings
         try:
             wait_s = cleaner.tick()
         except (fileio.StoreIOError, SegmentSizeError, SegmentNameError) as e:
-            # A failed unlink or read, or a file that is not a segment: report and try
-            # again next interval (a crash loop would help nobody; deleting nothing is
-            # always safe). The disk check still runs every second meanwhile.
-            print(f"mqstore cleaner: {e}", file=sys.stderr)
+            # A failed unlink or read, a file that is not a segment, no space for the
+            # status file: report (once while it repeats) and try again next interval (a
+            # crash loop would help nobody; deleting nothing is always safe). The disk
+            # check still runs every second meanwhile.
+            failing.report(str(e), str(e))
             wait_s = cleaner.settings.clean_resource_interval_ms / 1000
+        else:
+            failing.clear("the last run's error is gone")
         ctx.wait(min(wait_s, 0.5))
     return int(ExitCode.OK)
 

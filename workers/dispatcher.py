@@ -33,15 +33,16 @@ from mqstore.conf.settings import FlushDiskType
 from mqstore.engine import topics
 from mqstore.engine.checkpoint import StoreCheckpoint
 from mqstore.engine.dispatch import Dispatcher, DispatchStop
-from mqstore.engine.fileio import StoreIOError
+from mqstore.engine.fileio import StoreIOError, is_no_space
 from mqstore.engine.reader import Geometry
 from mqstore.ipc import control as c
-from mqstore.workers.base import ExitCode, WorkerContext
+from mqstore.workers.base import Condition, ExitCode, WorkerContext
 
 MAX_RECORDS_PER_ROUND: Final = 4096
 BUSY_WAIT_S: Final = 0.001
 IDLE_WAIT_S: Final = 0.008
 DRAIN_S: Final = 2.0
+NO_SPACE_WAIT_S: Final = 0.5  # between tries while a full disk holds dispatch up
 
 
 class _Checkpoint:
@@ -169,10 +170,30 @@ def main(ctx: WorkerContext) -> int:
         else:
             disp.queues.flush(s.flush_consume_queue_least_pages)
 
+    no_space = Condition("dispatcher")
+
+    def round_or_wait_for_space() -> bool:
+        """`round_once`, but a full disk (no room for a new consume-queue or index
+        file) is waited out, not failed: said once, retried every `NO_SPACE_WAIT_S`
+        from the same offset (units already written come back ALREADY_BUILT)."""
+        try:
+            moved = round_once()
+        except StoreIOError as e:
+            if not is_no_space(e):
+                raise
+            no_space.report(
+                f"{e.op} {e.path}",
+                f"dispatch waits at {offset} for space on the disk: {e}",
+            )
+            return False
+        if moved:
+            no_space.clear(f"space is back: dispatching again from {offset}")
+        return moved
+
     try:
         while not ctx.stopping:
             ctx.beat()
-            moved = round_once()
+            moved = round_or_wait_for_space()
             now = time.monotonic()
             s = ctx.settings
             if now - last_thorough >= s.flush_consume_queue_thorough_interval_ms / 1000:
@@ -184,10 +205,10 @@ def main(ctx: WorkerContext) -> int:
             if moved:
                 wait = BUSY_WAIT_S
                 continue
-            ctx.wait(wait)
+            ctx.wait(NO_SPACE_WAIT_S if no_space.key else wait)
             wait = min(wait * 2, IDLE_WAIT_S)
         deadline = time.monotonic() + DRAIN_S
-        while time.monotonic() < deadline and round_once():
+        while time.monotonic() < deadline and round_or_wait_for_space():
             pass
         flush_queues(thorough=True)
         return ExitCode.OK

@@ -66,15 +66,21 @@ def write_config(store_dir: Path, config: Mapping[str, Any]) -> None:
 class Store:
     """`config_outside`: the settings go to `<path>.toml` beside the store directory and
     the supervisor is started with `--config` (as `/etc/mqstore/x.conf` is), so nothing
-    in the store directory tells a client the settings."""
+    in the store directory tells a client the settings. `log_path`: where the supervisor's
+    output goes (default beside the store; a full-disk test keeps it off the full disk)."""
 
     def __init__(
-        self, path: Path, config: Mapping[str, Any] | None = None, *, config_outside: bool = False
+        self,
+        path: Path,
+        config: Mapping[str, Any] | None = None,
+        *,
+        config_outside: bool = False,
+        log_path: Path | None = None,
     ) -> None:
         self.path = path
         self.config = {**DEFAULT_CONFIG, **(config or {})}
         self.proc: subprocess.Popen[bytes] | None = None
-        self.log_path = path.parent / f"{path.name}-supervisor.log"
+        self.log_path = log_path or path.parent / f"{path.name}-supervisor.log"
         path.mkdir(parents=True, exist_ok=True)
         self.config_path = path.parent / f"{path.name}.toml" if config_outside else None
         if self.config_path is None:
