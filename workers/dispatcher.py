@@ -20,6 +20,10 @@ the flusher published (`OFF_FLUSHED_TS`), as RocketMQ's FlushConsumeQueueService
 While the store runs, the dispatcher is the checkpoint's only writer; the supervisor
 writes it again at shutdown, after the workers have stopped.
 
+A full disk (ENOSPC or EDQUOT creating a consume-queue or index file) is waited out, not
+failed closed: the round is retried from the same offset every `NO_SPACE_WAIT_S`, said
+once when it starts and once when space is back (docs/durability.md, "A full disk").
+
 Drain on stop: dispatch up to the limit, flush every queue and the index, write the
 checkpoint.
 """
