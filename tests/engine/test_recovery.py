@@ -528,3 +528,33 @@ def test_a_segment_cut_short_before_the_preallocated_next_one(tmp_path: Path) ->
     assert (rep.end_offset, rep.stop) == (last.wrote_offset, "CORRUPT")
     assert _pull_all(tmp_path) == sorted(r.wrote_offset for r in results[:-1])
     _assert_consistent(tmp_path)
+
+
+def test_a_full_disk_defers_re_dispatch_and_offsets_come_from_the_log(tmp_path: Path) -> None:
+    """Recovery needs no new space: when a consume-queue file cannot be created (ENOSPC),
+    the rest is left to the dispatcher, the boot succeeds, and the producers' next queue
+    offsets are those of the log, not of the lagging queues (which would reuse offsets)."""
+    log = open_log(tmp_path)
+    results = write_messages(log, 30)
+    cqs, idx = ConsumeQueueStore(tmp_path, CQ_FILE), IndexService(tmp_path, SLOTS, ENTRIES)
+    Dispatcher(log, cqs, idx).dispatch(0, results[1].wrote_offset)  # queue 1 has no file yet
+    log.queue.flush_all()
+    for c in (log, cqs, idx):
+        c.close()
+    StoreCheckpoint(tmp_path / "checkpoint").close()
+    fileio.set_fault("fallocate", lambda: OSError(errno.ENOSPC, "injected: disk full"))
+    rep = _recover(tmp_path)
+    assert (
+        f"dispatch from {results[1].wrote_offset} left to the dispatcher" in rep.dispatch_deferred
+    )
+    assert "dispatch from" in rep.summary()
+    assert rep.queue_offsets == {"T/0": 15, "T/1": 15}
+    assert _pull_all(tmp_path) == [results[0].wrote_offset]
+    fileio.clear_faults()  # space is back: the dispatcher goes on from the queues' end
+    disp = Dispatcher.open(tmp_path, GEO)
+    try:
+        disp.dispatch(disp.resume_offset(), disp.log.max_offset())
+    finally:
+        disp.close()
+    assert _pull_all(tmp_path) == [r.wrote_offset for r in results]
+    assert not list(tmp_path.rglob("*.tmp"))  # the failed allocation kept no blocks
