@@ -12,10 +12,19 @@ import pytest
 from tests.runtime.harness import Store
 
 StoreFactory = Callable[..., Store]
+_LOG_TAIL_LINES = 60
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Keep each phase's report on the item, so a fixture's teardown knows the test failed."""
+    report = yield
+    setattr(item, f"report_{report.when}", report)
+    return report
 
 
 @pytest.fixture
-def make_store(tmp_path: Path) -> Iterator[StoreFactory]:
+def make_store(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[StoreFactory]:
     """`make_store(config=None, env=None, start=True, config_outside=False) -> Store`; all
     stopped at teardown."""
     made: list[Store] = []
@@ -35,6 +44,12 @@ def make_store(tmp_path: Path) -> Iterator[StoreFactory]:
         return s
 
     yield make
+    failed = getattr(request.node, "report_call", None)
+    if failed is not None and failed.failed:
+        for s in made:  # the supervisors' own account of what happened, in the report
+            if s.log_path.exists():
+                tail = s.log_path.read_text(errors="replace").splitlines()[-_LOG_TAIL_LINES:]
+                print(f"--- {s.log_path.name} (last {len(tail)} lines) ---", *tail, sep="\n")
     problems = []
     for s in made:
         s.stop()

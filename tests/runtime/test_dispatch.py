@@ -85,7 +85,8 @@ def test_killed_dispatcher_resumes_without_duplicates(make_store: StoreFactory) 
 
     def restarted() -> bool:
         w = next(w for w in st.status()["workers"] if w["name"] == "dispatcher")
-        return bool(w["restarts"] == 1 and w["pid"] and w["pid"] != before["pid"])
+        # At least one restart: a loaded machine may also see a slow restart killed once.
+        return bool(w["restarts"] >= 1 and w["pid"] and w["pid"] != before["pid"])
 
     wait_for(restarted, 30, "the dispatcher to be restarted")
     second = _put_many(st, 30, "c")
