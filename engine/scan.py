@@ -1,0 +1,188 @@
+"""The record scanner: walk a range of a commit-log segment and return every record's
+header fields as columns (compact native arrays), not one Python object per record.
+
+Everything that reads the log in bulk (the dispatcher, recovery, reads, the Spark source,
+`mqstore check` and `dump`) walks with `scan_records`. It dispatches to the C twin
+`mqstore._native.scan_records` (which releases the GIL while walking) when the
+extension has it, else to `scan_records_py`, the reference: `engine.record.check_record`
+record by record. A record the scanner accepts is exactly one `check_record` accepts
+(same CRC rule, same torn-end rule), and where it stops, `reason` is `check_record`'s.
+
+Columns are memoryviews of native-endian arrays, read-only, `len == count`:
+`scan.pos[i]` is record i's start in `buf`. Record i's index-key hashes are
+`key_hash[key_first[i]:key_first[i + 1]]`: `indexfile.key_hash(build_key(topic, k))`
+for k in [UNIQ_KEY] + the non-empty KEYS tokens split on ' ', in
+`IndexService.build_index`'s order; none for a filler. The ROLLBACK and
+already-indexed rules stay the dispatcher's.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from array import array
+from dataclasses import dataclass
+from typing import Final
+
+from mqstore.engine import filler, indexfile
+from mqstore.engine.record import (
+    MESSAGE_MAGIC_CODE,
+    Buffer,
+    CheckStatus,
+    RecordHeader,
+    check_record,
+)
+
+BIT_BODY_CRC_OK: Final = 0x1  # `bits`: the body CRC matched (or was not checked)
+BIT_FILLER: Final = 0x2  # `bits`: `engine.filler.is_filler` says the record is a filler
+
+
+class ScanStop(enum.IntEnum):
+    """Why a scan stopped."""
+
+    LIMIT = 0  # reached `limit` or `max_records`; stop_pos is where the next record starts
+    BLANK = 1  # a BLANK (end-of-segment) record starts at stop_pos; blank_size = its TOTALSIZE
+    CORRUPT = 2  # the record at stop_pos fails check_record (zeros / illegal magic = end
+    # of written data, or damage); `reason` is check_record's reason text
+
+
+@dataclass(frozen=True, slots=True)
+class RecordScan:
+    """The records a scan accepted, as columns, and where and why it stopped."""
+
+    count: int
+    stop: ScanStop
+    stop_pos: int
+    reason: str
+    blank_size: int
+    pos: memoryview  # 'q' record start, a position in `buf`
+    size: memoryview  # 'i' TOTALSIZE
+    queue_id: memoryview  # 'i'
+    queue_offset: memoryview  # 'q'
+    physical_offset: memoryview  # 'q' the PHYSICALOFFSET field as stored
+    sys_flag: memoryview  # 'i'
+    flag: memoryview  # 'i'
+    born_timestamp: memoryview  # 'q'
+    store_timestamp: memoryview  # 'q'
+    tags_code: memoryview  # 'q' exactly what check_record's tags_code is
+    body_pos: memoryview  # 'q' position in buf
+    body_len: memoryview  # 'i'
+    topic_pos: memoryview  # 'q'
+    topic_len: memoryview  # 'i'
+    props_pos: memoryview  # 'q'
+    props_len: memoryview  # 'i'
+    bits: memoryview  # 'B' BIT_BODY_CRC_OK (1 when check_crc is False), BIT_FILLER
+    key_first: memoryview  # 'i' len count + 1
+    key_hash: memoryview  # 'i'
+
+
+# Column name -> array typecode, in RecordScan's order (key_first / key_hash apart).
+COLUMNS: Final = (
+    ("pos", "q"), ("size", "i"), ("queue_id", "i"), ("queue_offset", "q"),
+    ("physical_offset", "q"), ("sys_flag", "i"), ("flag", "i"), ("born_timestamp", "q"),
+    ("store_timestamp", "q"), ("tags_code", "q"), ("body_pos", "q"), ("body_len", "i"),
+    ("topic_pos", "q"), ("topic_len", "i"), ("props_pos", "q"), ("props_len", "i"),
+    ("bits", "B"),
+)  # fmt: skip
+
+_I8 = struct.Struct(">b")
+_I16 = struct.Struct(">h")
+
+
+def _record_scan(
+    count: int, stop: ScanStop, stop_pos: int, reason: str, blank_size: int, cols: list[memoryview]
+) -> RecordScan:
+    """A RecordScan from its columns in COLUMNS' order, then key_first and key_hash."""
+    (
+        pos, size, queue_id, queue_offset, physical_offset, sys_flag, flag, born_timestamp,
+        store_timestamp, tags_code, body_pos, body_len, topic_pos, topic_len, props_pos,
+        props_len, bits, key_first, key_hash,
+    ) = cols  # fmt: skip
+    return RecordScan(
+        count, stop, stop_pos, reason, blank_size, pos, size, queue_id, queue_offset,
+        physical_offset, sys_flag, flag, born_timestamp, store_timestamp, tags_code, body_pos,
+        body_len, topic_pos, topic_len, props_pos, props_len, bits, key_first, key_hash,
+    )  # fmt: skip
+
+
+def _readonly(a: array[int]) -> memoryview:
+    return memoryview(a).toreadonly()
+
+
+def _spans(buf: Buffer, h: RecordHeader) -> tuple[int, int, int, int]:
+    """(topic_pos, topic_len, props_pos, props_len) of an accepted record. A negative
+    stored length reads as 0, as check_record counts it."""
+    p = h.body_pos + h.body_len
+    if h.magic == MESSAGE_MAGIC_CODE:
+        topic_len = _I8.unpack_from(buf, p)[0]
+        p += 1
+    else:
+        topic_len = _I16.unpack_from(buf, p)[0]
+        p += 2
+    topic_len = max(topic_len, 0)
+    props_pos = p + topic_len + 2
+    props_len = max(_I16.unpack_from(buf, props_pos - 2)[0], 0)
+    return p, topic_len, props_pos, props_len
+
+
+def _key_hashes(h: RecordHeader) -> list[int]:
+    """The index-key hashes of a message, in `IndexService.build_index`'s order."""
+    keys = [h.uniq_key] if h.uniq_key else []
+    if h.keys:
+        keys.extend(k for k in h.keys.split(" ") if k)
+    return [indexfile.key_hash(indexfile.build_key(h.topic, k)) for k in keys]
+
+
+def _end(buf: Buffer, pos: int, limit: int) -> int:
+    """The scan's end: `limit` within the buffer (negative: the buffer's length)."""
+    if pos < 0:
+        raise ValueError(f"scan position {pos} is negative")
+    return len(buf) if limit < 0 else min(limit, len(buf))
+
+
+def scan_records_py(
+    buf: Buffer, pos: int, limit: int, *, check_crc: bool = True, max_records: int = -1
+) -> RecordScan:
+    """The reference scanner: `check_record` at `pos`, then at each next record, until
+    `limit` (negative: the buffer's end), `max_records` (negative: no cap), a BLANK or a
+    record check_record rejects. Never raises on bad bytes; ValueError if `pos` < 0."""
+    end = _end(buf, pos, limit)
+    cols = {name: array(code) for name, code in COLUMNS}
+    key_first, key_hash = array("i", [0]), array("i")
+    stop, reason, blank_size = ScanStop.LIMIT, "", 0
+    p = pos
+    while p < end and max_records != len(cols["pos"]):
+        h = check_record(buf, p, check_crc=check_crc, limit=end)
+        if h.status is not CheckStatus.OK:
+            if h.status is CheckStatus.BLANK:
+                stop, blank_size = ScanStop.BLANK, h.size
+            else:
+                stop, reason = ScanStop.CORRUPT, h.reason
+            break
+        is_filler = filler.is_filler(h)
+        topic_pos, topic_len, props_pos, props_len = _spans(buf, h)
+        row = (
+            p, h.size, h.queue_id, h.queue_offset, h.physical_offset, h.sys_flag, h.flag,
+            h.born_timestamp, h.store_timestamp, h.tags_code, h.body_pos, h.body_len,
+            topic_pos, topic_len, props_pos, props_len,
+            (BIT_BODY_CRC_OK if h.body_crc_ok else 0) | (BIT_FILLER if is_filler else 0),
+        )  # fmt: skip
+        for (name, _code), value in zip(COLUMNS, row, strict=True):
+            cols[name].append(value)
+        if not is_filler:
+            key_hash.extend(_key_hashes(h))
+        key_first.append(len(key_hash))
+        p += h.size
+    columns = [_readonly(cols[name]) for name, _code in COLUMNS]
+    columns += [_readonly(key_first), _readonly(key_hash)]
+    return _record_scan(len(cols["pos"]), stop, p, reason, blank_size, columns)
+
+
+def scan_records(
+    buf: Buffer, pos: int, limit: int, *, check_crc: bool = True, max_records: int = -1
+) -> RecordScan:
+    """Walk whole records in buf[pos:limit]. Never raises on bad bytes (stops CORRUPT).
+
+    See `scan_records_py` for the arguments; the answer is the same whichever twin runs.
+    """
+    return scan_records_py(buf, pos, limit, check_crc=check_crc, max_records=max_records)

@@ -1,0 +1,180 @@
+"""The reference scanner (`engine.scan.scan_records_py`) against `check_record` walked
+record by record: every column, every stop, on logs with V1 and V2 records, IPv6 hosts,
+fillers, the schedule topic, non-ASCII keys, BLANKs, zeros and damage."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from mqstore.engine import filler, indexfile, record
+from mqstore.engine.record import CheckStatus, Message
+from mqstore.engine.scan import RecordScan, ScanStop, scan_records, scan_records_py
+from tests.engine.scanlog import blank, encoded, filler_bytes, lay_out
+
+T0 = 1_700_000_000_000
+
+
+def _msg(i: int, **kw: object) -> Message:
+    fields: dict[str, object] = {
+        "topic": "T",
+        "body": f"body-{i}".encode() * (i % 4),
+        "properties": {"TAGS": f"tag{i % 3}", "KEYS": f"k{i}  common", "UNIQ_KEY": f"U{i}"},
+        "queue_id": i % 3,
+        "flag": i,
+        "born_timestamp": T0 - i,
+    }
+    fields.update(kw)
+    return Message(**fields)  # type: ignore[arg-type]
+
+
+def _mixed_log() -> bytes:
+    """Eight records of every kind the scanner must tell apart, then zeros."""
+    return lay_out([
+        encoded(_msg(0)),
+        encoded(_msg(1), v2=True),
+        encoded(_msg(2, born_host="[::1]:5000", store_host="[fe80::2]:10911")),
+        filler_bytes(200, "T", 1),
+        encoded(_msg(4, topic="SCHEDULE_TOPIC_XXXX", properties={"DELAY": "3", "TAGS": "x"})),
+        encoded(_msg(5, topic="tópico", properties={"KEYS": "ключ 鍵 😀", "TAGS": "标签"})),
+        encoded(_msg(6, properties={})),
+        encoded(_msg(7, sys_flag=0xC), v2=True),
+        bytes(300),
+    ])  # fmt: skip
+
+
+def _walk(buf: bytes, pos: int, end: int) -> list[tuple[int, record.RecordHeader]]:
+    """check_record from `pos` while it accepts, up to `end`."""
+    out = []
+    while pos < end:
+        h = record.check_record(buf, pos, limit=end)
+        if h.status is not CheckStatus.OK:
+            break
+        out.append((pos, h))
+        pos += h.size
+    return out
+
+
+def _assert_matches_walk(buf: bytes, scan: RecordScan, pos: int, end: int) -> None:
+    walked = _walk(buf, pos, end)[: scan.count]
+    assert scan.count == len(walked)
+    for i, (p, h) in enumerate(walked):
+        assert scan.pos[i] == p
+        assert scan.size[i] == h.size
+        assert scan.queue_id[i] == h.queue_id
+        assert scan.queue_offset[i] == h.queue_offset
+        assert scan.physical_offset[i] == h.physical_offset
+        assert scan.sys_flag[i] == h.sys_flag
+        assert scan.flag[i] == h.flag
+        assert scan.born_timestamp[i] == h.born_timestamp
+        assert scan.store_timestamp[i] == h.store_timestamp
+        assert scan.tags_code[i] == h.tags_code
+        assert (scan.body_pos[i], scan.body_len[i]) == (h.body_pos, h.body_len)
+        topic = buf[scan.topic_pos[i] : scan.topic_pos[i] + scan.topic_len[i]]
+        assert topic.decode("utf-8", errors="replace") == h.topic
+        props = buf[scan.props_pos[i] : scan.props_pos[i] + scan.props_len[i]]
+        assert record.decode_properties(props) == h.properties
+        assert scan.props_pos[i] + scan.props_len[i] == p + h.size
+        is_filler = filler.is_filler(h)
+        assert scan.bits[i] == 1 | (2 if is_filler else 0)
+        keys = [] if is_filler else [h.uniq_key or "", *(h.keys or "").split(" ")]
+        want = [indexfile.key_hash(indexfile.build_key(h.topic, k)) for k in keys if k]
+        assert list(scan.key_hash[scan.key_first[i] : scan.key_first[i + 1]]) == want
+    assert len(scan.key_first) == scan.count + 1
+    assert scan.key_first[scan.count] == len(scan.key_hash)
+
+
+def test_a_mixed_log_scans_as_check_record_walks_it() -> None:
+    buf = _mixed_log()
+    scan = scan_records_py(buf, 0, -1)
+    assert scan.count == 8
+    assert scan.stop is ScanStop.CORRUPT
+    assert scan.stop_pos == len(buf) - 300
+    assert scan.reason == "illegal magic code 0x00000000"
+    assert list(scan.bits) == [1, 1, 1, 3, 1, 1, 1, 1]
+    assert scan.tags_code[4] == T0 + 4 + 10_000  # the schedule topic: delivery time
+    assert [scan.key_first[i + 1] - scan.key_first[i] for i in range(8)] == [3, 3, 3, 0, 0, 3, 0, 3]
+    _assert_matches_walk(buf, scan, 0, len(buf))
+
+
+def test_columns_are_readonly_native_arrays() -> None:
+    scan = scan_records_py(_mixed_log(), 0, -1)
+    for name, code in [("pos", "q"), ("size", "i"), ("tags_code", "q"), ("bits", "B")]:
+        col = getattr(scan, name)
+        assert (col.format, col.readonly, len(col)) == (code, True, scan.count)
+    assert (scan.key_first.format, scan.key_hash.format) == ("i", "i")
+
+
+def test_every_start_limit_and_cap_agree_with_the_walk() -> None:
+    buf = _mixed_log()
+    starts = [p for p, _h in _walk(buf, 0, len(buf))]
+    for pos in starts:
+        for end in [*starts, len(buf) - 300, len(buf) - 1]:
+            for cap in (-1, 0, 1, 3):
+                scan = scan_records_py(buf, pos, end, max_records=cap)
+                _assert_matches_walk(buf, scan, pos, end)
+                if cap >= 0:
+                    assert scan.count <= cap
+
+
+def test_limit_stops_at_a_record_boundary_and_a_torn_record_is_corrupt() -> None:
+    buf = _mixed_log()
+    one = scan_records_py(buf, 0, -1, max_records=1)
+    assert (one.count, one.stop, one.stop_pos) == (1, ScanStop.LIMIT, one.size[0])
+    at = scan_records_py(buf, 0, one.size[0])
+    assert (at.count, at.stop, at.stop_pos, at.reason) == (1, ScanStop.LIMIT, one.size[0], "")
+    torn = scan_records_py(buf, 0, one.size[0] + 50)
+    assert (torn.count, torn.stop, torn.stop_pos) == (1, ScanStop.CORRUPT, one.size[0])
+    assert torn.reason.startswith("TOTALSIZE ")
+    past = scan_records_py(buf, len(buf) + 10, -1)
+    assert (past.count, past.stop, past.stop_pos) == (0, ScanStop.LIMIT, len(buf) + 10)
+
+
+def test_a_blank_stops_the_scan_with_its_size() -> None:
+    buf = lay_out([encoded(_msg(0)), encoded(_msg(1)), blank(500), bytes(492)])
+    scan = scan_records_py(buf, 0, -1)
+    assert (scan.count, scan.stop, scan.blank_size) == (2, ScanStop.BLANK, 500)
+    assert scan.stop_pos == len(buf) - 500
+
+
+def test_a_body_crc_mismatch_stops_unless_crc_is_not_checked() -> None:
+    buf = bytearray(_mixed_log())
+    second = record.check_record(buf, 0).size
+    h = record.check_record(buf, second)
+    buf[h.body_pos] ^= 0xFF
+    scan = scan_records_py(buf, 0, -1)
+    assert (scan.count, scan.stop, scan.stop_pos) == (1, ScanStop.CORRUPT, second)
+    assert scan.reason == "body CRC mismatch"
+    unchecked = scan_records_py(buf, 0, -1, check_crc=False)
+    assert unchecked.count == 8
+    assert list(unchecked.bits)[1] == 1
+
+
+def test_a_torn_end_is_corrupt() -> None:
+    buf = bytearray(_mixed_log())
+    buf[record.check_record(buf, 0).size - 1] = 0
+    scan = scan_records_py(buf, 0, -1)
+    assert (scan.count, scan.stop, scan.stop_pos) == (0, ScanStop.CORRUPT, 0)
+    assert "torn write" in scan.reason
+
+
+def test_negative_lengths_read_as_zero_as_check_record_counts_them() -> None:
+    data = bytearray(encoded(_msg(0, body=b"", properties={})))
+    struct.pack_into(">i", data, 84, -5)  # BODY length of a V1 record with IPv4 hosts
+    struct.pack_into(">h", data, len(data) - 2, -1)  # PROPERTIES length
+    h = record.check_record(data, 0)
+    assert h.status is CheckStatus.OK, h.reason
+    scan = scan_records_py(bytes(data), 0, -1)
+    assert (scan.count, scan.body_len[0], scan.props_len[0]) == (1, 0, 0)
+    assert scan.props_pos[0] == len(data)
+
+
+def test_a_negative_start_is_refused() -> None:
+    with pytest.raises(ValueError, match="negative"):
+        scan_records_py(b"", -1, -1)
+
+
+def test_scan_records_answers_as_the_reference() -> None:
+    buf = _mixed_log()
+    assert scan_records(buf, 0, -1) == scan_records_py(buf, 0, -1)
