@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-NATIVE_SRC := $(wildcard ipc/native/*.c ipc/native/*.h)
+NATIVE_SRC := $(wildcard ipc/native/*.c ipc/native/*.h engine/native/*.c engine/native/*.h)
 NATIVE_SO  := mqstore/.native-built
 ASAN_LIB   = $(shell $(CC) -print-file-name=libasan.so)
 
@@ -15,7 +15,7 @@ ASAN_LIB   = $(shell $(CC) -print-file-name=libasan.so)
 setup: $(STAMP) $(NATIVE_SO)
 
 # The editable install builds the C extension mqstore._native (setup.py: gcc and the
-# Python headers); later edits of ipc/native/ rebuild it in place.
+# Python headers); later edits of ipc/native/ and engine/native/ rebuild it in place.
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip

@@ -20,7 +20,10 @@ SOURCES = [
     "ipc/native/mqs_crashpoint.c",
     "ipc/native/mqs_futex.c",
     "ipc/native/mqs_live.c",
+    "engine/native/mqs_scan.c",
+    "engine/native/mqs_scan_py.c",
 ]
+NATIVE_DIRS = ["ipc/native", "engine/native"]
 
 cflags = ["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-O2", "-fno-strict-aliasing"]
 ldflags: list[str] = []
@@ -36,7 +39,8 @@ setup(
         Extension(
             "mqstore._native",
             sources=SOURCES,
-            depends=[f"ipc/native/{n}" for n in os.listdir("ipc/native") if n.endswith(".h")],
+            include_dirs=NATIVE_DIRS,
+            depends=[f"{d}/{n}" for d in NATIVE_DIRS for n in os.listdir(d) if n.endswith(".h")],
             extra_compile_args=cflags,
             extra_link_args=ldflags,
         )

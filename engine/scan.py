@@ -2,11 +2,12 @@
 header fields as columns (compact native arrays), not one Python object per record.
 
 Everything that reads the log in bulk (the dispatcher, recovery, reads, the Spark source,
-`mqstore check` and `dump`) walks with `scan_records`. It dispatches to the C twin
-`mqstore._native.scan_records` (which releases the GIL while walking) when the
-extension has it, else to `scan_records_py`, the reference: `engine.record.check_record`
-record by record. A record the scanner accepts is exactly one `check_record` accepts
-(same CRC rule, same torn-end rule), and where it stops, `reason` is `check_record`'s.
+`mqstore check` and `dump`) walks with `scan_records`: the C twin
+`mqstore._native.scan_records` (engine/native/mqs_scan.c), which walks without the GIL
+while it holds the buffer. `scan_records_py` is the reference: `engine.record.check_record`
+record by record; tests/native/test_scan_diff.py compares the two column by column. A
+record the scanner accepts is exactly one `check_record` accepts (same CRC rule, same
+torn-end rule), and where it stops, `reason` is `check_record`'s.
 
 Columns are memoryviews of native-endian arrays, read-only, `len == count`:
 `scan.pos[i]` is record i's start in `buf`. Record i's index-key hashes are
@@ -22,8 +23,9 @@ import enum
 import struct
 from array import array
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal
 
+from mqstore import _native
 from mqstore.engine import filler, indexfile
 from mqstore.engine.record import (
     MESSAGE_MAGIC_CODE,
@@ -77,7 +79,9 @@ class RecordScan:
 
 
 # Column name -> array typecode, in RecordScan's order (key_first / key_hash apart).
-COLUMNS: Final = (
+ColumnCode = Literal["q", "i", "B"]  # array typecodes: int64, int32, uint8
+
+COLUMNS: Final[tuple[tuple[str, ColumnCode], ...]] = (
     ("pos", "q"), ("size", "i"), ("queue_id", "i"), ("queue_offset", "q"),
     ("physical_offset", "q"), ("sys_flag", "i"), ("flag", "i"), ("born_timestamp", "q"),
     ("store_timestamp", "q"), ("tags_code", "q"), ("body_pos", "q"), ("body_len", "i"),
@@ -85,6 +89,7 @@ COLUMNS: Final = (
     ("bits", "B"),
 )  # fmt: skip
 
+_ROW_COLUMNS: Final = tuple(c for c in COLUMNS if c[0] != "tags_code")
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 
@@ -103,6 +108,12 @@ def _record_scan(
         physical_offset, sys_flag, flag, born_timestamp, store_timestamp, tags_code, body_pos,
         body_len, topic_pos, topic_len, props_pos, props_len, bits, key_first, key_hash,
     )  # fmt: skip
+
+
+def _wrap64(code: int) -> int:
+    """A tags code as the 'q' column holds it: the schedule topic's delivery time is a
+    long addition in RocketMQ, which wraps (check_record's int does not)."""
+    return (code + (1 << 63)) % (1 << 64) - (1 << 63)
 
 
 def _readonly(a: array[int]) -> memoryview:
@@ -159,15 +170,16 @@ def scan_records_py(
             else:
                 stop, reason = ScanStop.CORRUPT, h.reason
             break
+        cols["tags_code"].append(_wrap64(h.tags_code))
         is_filler = filler.is_filler(h)
         topic_pos, topic_len, props_pos, props_len = _spans(buf, h)
         row = (
             p, h.size, h.queue_id, h.queue_offset, h.physical_offset, h.sys_flag, h.flag,
-            h.born_timestamp, h.store_timestamp, h.tags_code, h.body_pos, h.body_len,
+            h.born_timestamp, h.store_timestamp, h.body_pos, h.body_len,
             topic_pos, topic_len, props_pos, props_len,
             (BIT_BODY_CRC_OK if h.body_crc_ok else 0) | (BIT_FILLER if is_filler else 0),
         )  # fmt: skip
-        for (name, _code), value in zip(COLUMNS, row, strict=True):
+        for (name, _code), value in zip(_ROW_COLUMNS, row, strict=True):
             cols[name].append(value)
         if not is_filler:
             key_hash.extend(_key_hashes(h))
@@ -183,6 +195,33 @@ def scan_records(
 ) -> RecordScan:
     """Walk whole records in buf[pos:limit]. Never raises on bad bytes (stops CORRUPT).
 
-    See `scan_records_py` for the arguments; the answer is the same whichever twin runs.
+    The arguments are `scan_records_py`'s, and so is the answer, from C: O(bytes) for the
+    CRC, O(records) for the rest; the GIL is released while walking. Raises MemoryError
+    when the columns do not fit (cap them with `max_records`), ValueError if `pos` < 0.
     """
-    return scan_records_py(buf, pos, limit, check_crc=check_crc, max_records=max_records)
+    count, stop, stop_pos, blank_size, raw, fixups = _native.scan_records(
+        buf, pos, limit, check_crc=check_crc, max_records=max_records
+    )
+    codes: list[ColumnCode] = [code for _name, code in COLUMNS] + ["i", "i"]
+    cols = [memoryview(b).cast(code) for b, code in zip(raw, codes, strict=True)]
+    if fixups:
+        cols[_TAGS] = _fix_tags(buf, memoryview(fixups).cast("q"), cols, check_crc)
+    reason = ""
+    if stop == ScanStop.CORRUPT:  # the reason's text is check_record's, whatever it is
+        end = len(buf) if limit < 0 else min(limit, len(buf))
+        reason = check_record(buf, stop_pos, check_crc=check_crc, limit=end).reason
+    return _record_scan(count, ScanStop(stop), stop_pos, reason, blank_size, cols)
+
+
+_TAGS: Final = [name for name, _code in COLUMNS].index("tags_code")
+
+
+def _fix_tags(
+    buf: Buffer, fixups: memoryview, cols: list[memoryview], check_crc: bool
+) -> memoryview:
+    """The tags codes C leaves to the reference (a schedule-topic DELAY that is not
+    ASCII, which Python's int() may read as Unicode digits)."""
+    tags = array("q", cols[_TAGS])
+    for i in fixups:
+        tags[i] = _wrap64(check_record(buf, cols[0][i], check_crc=check_crc).tags_code)
+    return _readonly(tags)

@@ -136,3 +136,14 @@ def live_hold(fd: int, pid: int, /) -> None:
 
 def live_check(fd: int, pid: int, /) -> bool:
     """Whether a live producer holds the byte of `pid`."""
+
+# --- the record scanner (engine/native/mqs_scan.c) ---------------------------------------
+
+def scan_records(
+    buf: Buffer, pos: int, limit: int, *, check_crc: bool = True, max_records: int = -1
+) -> tuple[int, int, int, int, tuple[bytes, ...], bytes]:
+    """Walk whole records in buf[pos:limit] without the GIL -> (count, stop, stop_pos,
+    blank_size, columns, fixups): bytes columns in `engine.scan.COLUMNS`' order, then
+    key_first and key_hash; `fixups` ('q') the records whose tags code the caller takes
+    from the reference. `engine.scan.scan_records` builds the RecordScan from this.
+    MemoryError when the columns do not fit; ValueError if `pos` < 0."""

@@ -18,6 +18,7 @@
 #include "mqs_layout.h"
 #include "mqs_live.h"
 #include "mqs_record.h"
+#include "mqs_scan_py.h"
 
 /* Copies and CRCs of at least this many bytes run with the GIL released. */
 #define MQS_NOGIL_BYTES (64 * 1024)
@@ -824,6 +825,11 @@ static PyMethodDef methods[] = {
      "crc32_slice8(data) -> int: the portable slicing-by-8 CRC alone (for tests)."},
     {"crc32_uses_pclmul", py_crc32_uses_pclmul, METH_NOARGS,
      "crc32_uses_pclmul() -> bool: whether crc32 folds with PCLMULQDQ on this CPU."},
+    {"scan_records", (PyCFunction)(void (*)(void))mqs_py_scan_records,
+     METH_VARARGS | METH_KEYWORDS,
+     "scan_records(buf, pos, limit, *, check_crc=True, max_records=-1) -> (count, stop, "
+     "stop_pos, blank_size, columns, fixups): the record scanner (engine/native/mqs_scan.c; "
+     "engine.scan.scan_records is its door)."},
     {"encode", (PyCFunction)(void (*)(void))py_encode, METH_VARARGS | METH_KEYWORDS,
      "encode(topic, body, properties, *, ...) -> bytes: one V1 record, as "
      "engine.record.encode lays it out (the inputs already validated)."},

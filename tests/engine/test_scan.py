@@ -8,10 +8,10 @@ import struct
 
 import pytest
 
-from mqstore.engine import filler, indexfile, record
+from mqstore.engine import record
 from mqstore.engine.record import CheckStatus, Message
-from mqstore.engine.scan import RecordScan, ScanStop, scan_records, scan_records_py
-from tests.engine.scanlog import blank, encoded, filler_bytes, lay_out
+from mqstore.engine.scan import ScanStop, scan_records, scan_records_py
+from tests.engine.scanlog import assert_matches_walk, blank, encoded, filler_bytes, lay_out, walk
 
 T0 = 1_700_000_000_000
 
@@ -44,47 +44,6 @@ def _mixed_log() -> bytes:
     ])  # fmt: skip
 
 
-def _walk(buf: bytes, pos: int, end: int) -> list[tuple[int, record.RecordHeader]]:
-    """check_record from `pos` while it accepts, up to `end`."""
-    out = []
-    while pos < end:
-        h = record.check_record(buf, pos, limit=end)
-        if h.status is not CheckStatus.OK:
-            break
-        out.append((pos, h))
-        pos += h.size
-    return out
-
-
-def _assert_matches_walk(buf: bytes, scan: RecordScan, pos: int, end: int) -> None:
-    walked = _walk(buf, pos, end)[: scan.count]
-    assert scan.count == len(walked)
-    for i, (p, h) in enumerate(walked):
-        assert scan.pos[i] == p
-        assert scan.size[i] == h.size
-        assert scan.queue_id[i] == h.queue_id
-        assert scan.queue_offset[i] == h.queue_offset
-        assert scan.physical_offset[i] == h.physical_offset
-        assert scan.sys_flag[i] == h.sys_flag
-        assert scan.flag[i] == h.flag
-        assert scan.born_timestamp[i] == h.born_timestamp
-        assert scan.store_timestamp[i] == h.store_timestamp
-        assert scan.tags_code[i] == h.tags_code
-        assert (scan.body_pos[i], scan.body_len[i]) == (h.body_pos, h.body_len)
-        topic = buf[scan.topic_pos[i] : scan.topic_pos[i] + scan.topic_len[i]]
-        assert topic.decode("utf-8", errors="replace") == h.topic
-        props = buf[scan.props_pos[i] : scan.props_pos[i] + scan.props_len[i]]
-        assert record.decode_properties(props) == h.properties
-        assert scan.props_pos[i] + scan.props_len[i] == p + h.size
-        is_filler = filler.is_filler(h)
-        assert scan.bits[i] == 1 | (2 if is_filler else 0)
-        keys = [] if is_filler else [h.uniq_key or "", *(h.keys or "").split(" ")]
-        want = [indexfile.key_hash(indexfile.build_key(h.topic, k)) for k in keys if k]
-        assert list(scan.key_hash[scan.key_first[i] : scan.key_first[i + 1]]) == want
-    assert len(scan.key_first) == scan.count + 1
-    assert scan.key_first[scan.count] == len(scan.key_hash)
-
-
 def test_a_mixed_log_scans_as_check_record_walks_it() -> None:
     buf = _mixed_log()
     scan = scan_records_py(buf, 0, -1)
@@ -95,7 +54,7 @@ def test_a_mixed_log_scans_as_check_record_walks_it() -> None:
     assert list(scan.bits) == [1, 1, 1, 3, 1, 1, 1, 1]
     assert scan.tags_code[4] == T0 + 4 + 10_000  # the schedule topic: delivery time
     assert [scan.key_first[i + 1] - scan.key_first[i] for i in range(8)] == [3, 3, 3, 0, 0, 3, 0, 3]
-    _assert_matches_walk(buf, scan, 0, len(buf))
+    assert_matches_walk(buf, scan, 0, len(buf))
 
 
 def test_columns_are_readonly_native_arrays() -> None:
@@ -108,14 +67,12 @@ def test_columns_are_readonly_native_arrays() -> None:
 
 def test_every_start_limit_and_cap_agree_with_the_walk() -> None:
     buf = _mixed_log()
-    starts = [p for p, _h in _walk(buf, 0, len(buf))]
+    starts = [p for p, _h in walk(buf, 0, len(buf))]
     for pos in starts:
         for end in [*starts, len(buf) - 300, len(buf) - 1]:
             for cap in (-1, 0, 1, 3):
                 scan = scan_records_py(buf, pos, end, max_records=cap)
-                _assert_matches_walk(buf, scan, pos, end)
-                if cap >= 0:
-                    assert scan.count <= cap
+                assert_matches_walk(buf, scan, pos, end, cap=cap)
 
 
 def test_limit_stops_at_a_record_boundary_and_a_torn_record_is_corrupt() -> None:

@@ -1,0 +1,408 @@
+/* The record scanner: the twin of engine/scan.py's scan_records_py. Each record is
+ * checked as engine/record.py's check_record checks it (the comments name its steps),
+ * then its fields, tags code, filler bit and index-key hashes go into the columns. */
+#include "mqs_scan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "mqs_crc32.h"
+#include "mqs_record.h"
+
+#define MQS_MESSAGE_MAGIC_V2 0xDAA320ABu
+#define MQS_MIN_RECORD 91         /* record_length(0, 0, 0) */
+#define MQS_FILLER_FLAG 0x4D514649 /* engine.filler.FILLER_FLAG */
+
+const uint8_t MQS_SCAN_WIDTH[MQS_NCOLS] = {8, 4, 4, 8, 8, 4, 4, 8, 8, 8, 8, 4, 8, 4, 8, 4, 1};
+
+/* RocketMQ's default messageDelayLevel (engine.record.DELAY_LEVEL_MS), levels 1..18. */
+static const int64_t DELAY_LEVEL_MS[18] = {
+    1000,   5000,   10000,  30000,  60000,  120000,  180000,  240000,  300000,
+    360000, 420000, 480000, 540000, 600000, 1200000, 1800000, 3600000, 7200000,
+};
+
+static uint32_t rd32(const uint8_t *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+static int64_t rd64(const uint8_t *p)
+{
+    return (int64_t)(((uint64_t)rd32(p) << 32) | rd32(p + 4));
+}
+
+static int16_t rd16(const uint8_t *p)
+{
+    return (int16_t)(uint16_t)(((unsigned)p[0] << 8) | p[1]);
+}
+
+static uint32_t jstep(uint32_t h, uint32_t unit)
+{
+    return 31u * h + unit;
+}
+
+/* One code point's UTF-16 units into the hash. */
+static uint32_t jcode_point(uint32_t h, uint32_t cp)
+{
+    if (cp < 0x10000)
+        return jstep(h, cp);
+    cp -= 0x10000;
+    return jstep(jstep(h, 0xD800 + (cp >> 10)), 0xDC00 + (cp & 0x3FF));
+}
+
+uint32_t mqs_java_hash_utf8(uint32_t h, const uint8_t *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            h = jstep(h, c);
+            i++;
+            continue;
+        }
+        size_t need;
+        uint32_t cp;
+        uint8_t lo = 0x80, hi = 0xBF; /* the second byte's range narrows for some leads */
+        if (c >= 0xC2 && c <= 0xDF) {
+            need = 1, cp = c & 0x1Fu;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            need = 2, cp = c & 0x0Fu;
+            lo = c == 0xE0 ? 0xA0 : 0x80;
+            hi = c == 0xED ? 0x9F : 0xBF;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            need = 3, cp = c & 0x07u;
+            lo = c == 0xF0 ? 0x90 : 0x80;
+            hi = c == 0xF4 ? 0x8F : 0xBF;
+        } else {
+            h = jstep(h, 0xFFFD);
+            i++;
+            continue;
+        }
+        size_t k = 1;
+        for (; k <= need && i + k < n; k++) {
+            uint8_t b = s[i + k];
+            if (b < lo || b > hi)
+                break;
+            cp = (cp << 6) | (b & 0x3Fu);
+            lo = 0x80, hi = 0xBF;
+        }
+        /* a sequence cut short is one U+FFFD for its lead and the good bytes after it */
+        h = k <= need ? jstep(h, 0xFFFD) : jcode_point(h, cp);
+        i += k;
+    }
+    return h;
+}
+
+/* --- the columns ------------------------------------------------------------------- */
+
+static int grow(void **p, int64_t cap, size_t width)
+{
+    void *q = realloc(*p, (size_t)cap * width);
+    if (q == NULL)
+        return -1;
+    *p = q;
+    return 0;
+}
+
+static int reserve_row(struct mqs_scan *s)
+{
+    if (s->key_first == NULL) {
+        if (grow((void **)&s->key_first, 1024, sizeof(int32_t)) < 0)
+            return -1;
+        s->key_first[0] = 0;
+    }
+    if (s->count + 1 < s->cap)
+        return 0;
+    int64_t cap = s->cap ? 2 * s->cap : 1024;
+    for (int c = 0; c < MQS_NCOLS; c++)
+        if (grow(&s->col[c], cap, MQS_SCAN_WIDTH[c]) < 0)
+            return -1;
+    if (grow((void **)&s->key_first, cap + 1, sizeof(int32_t)) < 0)
+        return -1;
+    s->cap = cap;
+    return 0;
+}
+
+static void put64(struct mqs_scan *s, int c, int64_t v)
+{
+    ((int64_t *)s->col[c])[s->count] = v;
+}
+
+static void put32(struct mqs_scan *s, int c, int32_t v)
+{
+    ((int32_t *)s->col[c])[s->count] = v;
+}
+
+static int push_key(struct mqs_scan *s, uint32_t h)
+{
+    if (s->nkeys == s->key_cap) {
+        int64_t cap = s->key_cap ? 2 * s->key_cap : 2048;
+        if (grow((void **)&s->key_hash, cap, sizeof(int32_t)) < 0)
+            return -1;
+        s->key_cap = cap;
+    }
+    int32_t v = (int32_t)h; /* indexfile.key_hash: abs, abs(MIN_VALUE) -> 0 */
+    s->key_hash[s->nkeys++] = v == INT32_MIN ? 0 : (v < 0 ? -v : v);
+    return 0;
+}
+
+static int push_fixup(struct mqs_scan *s)
+{
+    if (s->nfixup == s->fixup_cap) {
+        int64_t cap = s->fixup_cap ? 2 * s->fixup_cap : 16;
+        if (grow((void **)&s->fixup, cap, sizeof(int64_t)) < 0)
+            return -1;
+        s->fixup_cap = cap;
+    }
+    s->fixup[s->nfixup++] = s->count;
+    return 0;
+}
+
+void mqs_scan_free(struct mqs_scan *s)
+{
+    for (int c = 0; c < MQS_NCOLS; c++)
+        free(s->col[c]);
+    free(s->key_first);
+    free(s->key_hash);
+    free(s->fixup);
+    memset(s, 0, sizeof *s);
+}
+
+/* --- one record -------------------------------------------------------------------- */
+
+struct span {
+    const uint8_t *p;
+    size_t n;
+};
+
+/* What the properties say, as record.decode_properties reads them (last pair wins). */
+struct props {
+    struct span tags, keys, uniq, delay, filler_value;
+    int pairs;       /* pairs kept */
+    int other_pairs; /* pairs kept whose name is not MQSTORE_FILLER */
+};
+
+static int name_is(struct span name, const char *want)
+{
+    size_t n = strlen(want);
+    return name.n == n && memcmp(name.p, want, n) == 0;
+}
+
+/* decode_properties keeps a 0x02-separated pair when its first 0x01 is neither its first
+ * nor its last character. The separators are ASCII, so that is decided on bytes, and the
+ * names compared are ASCII, so a name equals one iff its bytes do. */
+static void parse_props(const uint8_t *p, size_t n, struct props *out)
+{
+    memset(out, 0, sizeof *out);
+    const uint8_t *end = p + n;
+    while (p < end) {
+        const uint8_t *sep = memchr(p, 0x02, (size_t)(end - p));
+        const uint8_t *stop = sep ? sep : end;
+        const uint8_t *eq = memchr(p, 0x01, (size_t)(stop - p));
+        if (eq != NULL && eq > p && eq < stop - 1) {
+            struct span name = {p, (size_t)(eq - p)};
+            struct span value = {eq + 1, (size_t)(stop - eq - 1)};
+            out->pairs++;
+            if (name_is(name, "MQSTORE_FILLER"))
+                out->filler_value = value;
+            else
+                out->other_pairs++;
+            if (name_is(name, "TAGS"))
+                out->tags = value;
+            else if (name_is(name, "KEYS"))
+                out->keys = value;
+            else if (name_is(name, "UNIQ_KEY"))
+                out->uniq = value;
+            else if (name_is(name, "DELAY"))
+                out->delay = value;
+        }
+        if (sep == NULL)
+            break;
+        p = sep + 1;
+    }
+}
+
+/* int(value) for an ASCII value, as Python reads it: optional ASCII whitespace around, a
+ * sign, decimal digits with single underscores between them. Returns 1 and the level
+ * (capped at 18: delivery_time_ms caps it) or 0 for what int() refuses; -1 when the value
+ * is not ASCII (the caller leaves it to the reference). */
+static int delay_level(struct span v, int *level)
+{
+    for (size_t i = 0; i < v.n; i++)
+        if (v.p[i] >= 0x80)
+            return -1;
+    size_t i = 0, n = v.n;
+    while (i < n && (v.p[i] == ' ' || (v.p[i] >= 0x09 && v.p[i] <= 0x0D)))
+        i++;
+    while (n > i && (v.p[n - 1] == ' ' || (v.p[n - 1] >= 0x09 && v.p[n - 1] <= 0x0D)))
+        n--;
+    int neg = 0;
+    if (i < n && (v.p[i] == '+' || v.p[i] == '-'))
+        neg = v.p[i++] == '-';
+    if (i == n)
+        return 0;
+    int64_t value = 0;
+    for (int digit_before = 0; i < n; i++) {
+        uint8_t c = v.p[i];
+        if (c >= '0' && c <= '9') {
+            value = value * 10 + (c - '0');
+            if (value > 18)
+                value = 18;
+            digit_before = 1;
+        } else if (c == '_' && digit_before && i + 1 < n && v.p[i + 1] >= '0' &&
+                   v.p[i + 1] <= '9') {
+            digit_before = 0;
+        } else {
+            return 0;
+        }
+    }
+    *level = neg ? -(int)value : (int)value;
+    return 1;
+}
+
+/* check_record's tags code: the TAGS value's Java hash, or on the schedule topic with a
+ * positive DELAY level, the delivery time. Returns -1 when the reference must say. */
+static int tags_code(const struct props *pr, struct span topic, int64_t store_ts, int64_t *code)
+{
+    *code = pr->tags.p ? (int32_t)mqs_java_hash_utf8(0, pr->tags.p, pr->tags.n) : 0;
+    if (pr->delay.p == NULL || !name_is(topic, "SCHEDULE_TOPIC_XXXX"))
+        return 0;
+    int level = 0;
+    int rc = delay_level(pr->delay, &level);
+    if (rc < 0)
+        return -1;
+    if (rc > 0 && level > 0) /* a long add in Java: it wraps */
+        *code = (int64_t)((uint64_t)store_ts + (uint64_t)DELAY_LEVEL_MS[level - 1]);
+    return 0;
+}
+
+/* The index keys of IndexService.build_index, in its order: topic#UNIQ_KEY, then
+ * topic#k for each non-empty KEYS token split on ' '. */
+static int push_keys(struct mqs_scan *s, const struct props *pr, struct span topic)
+{
+    uint32_t base = jstep(mqs_java_hash_utf8(0, topic.p, topic.n), '#');
+    if (pr->uniq.p && push_key(s, mqs_java_hash_utf8(base, pr->uniq.p, pr->uniq.n)) < 0)
+        return -1;
+    const uint8_t *p = pr->keys.p, *end = p + pr->keys.n;
+    while (p != NULL && p < end) {
+        const uint8_t *sp = memchr(p, ' ', (size_t)(end - p));
+        const uint8_t *stop = sp ? sp : end;
+        if (stop > p && push_key(s, mqs_java_hash_utf8(base, p, (size_t)(stop - p))) < 0)
+            return -1;
+        if (sp == NULL)
+            break;
+        p = sp + 1;
+    }
+    return 0;
+}
+
+/* check_record's verdict on the message record at buf[pos:end] (its magic already read):
+ * 1 OK with the fields' spans in the out-parameters, 0 rejected. */
+struct layout {
+    int64_t fixed;    /* the body length field ends here: 72 + BH + SH */
+    int64_t body_len; /* 0 when the stored length is negative */
+    int64_t topic_at, topic_len, props_at, props_len;
+};
+
+static int check(const uint8_t *r, int64_t total, int tl, int check_crc, struct layout *l)
+{
+    int32_t sys_flag = (int32_t)rd32(r + 36);
+    l->fixed = 72 + (sys_flag & MQS_BORN_V6 ? 20 : 8) + (sys_flag & MQS_STORE_V6 ? 20 : 8);
+    /* any field that would run past TOTALSIZE makes the fields add up to more */
+    if (l->fixed + tl + 2 > total)
+        return 0;
+    int32_t body_len = (int32_t)rd32(r + l->fixed - 4);
+    l->body_len = body_len > 0 ? body_len : 0;
+    if (l->fixed + l->body_len + tl + 2 > total)
+        return 0;
+    if (body_len > 0 && check_crc &&
+        (mqs_crc32(0, r + l->fixed, (size_t)body_len) & 0x7FFFFFFFu) != rd32(r + 8))
+        return 0;
+    l->topic_at = l->fixed + l->body_len + tl;
+    int topic_len = tl == 1 ? (int8_t)r[l->topic_at - 1] : rd16(r + l->topic_at - 2);
+    l->topic_len = topic_len > 0 ? topic_len : 0;
+    l->props_at = l->topic_at + l->topic_len + 2;
+    if (l->props_at > total)
+        return 0;
+    int props_len = rd16(r + l->props_at - 2);
+    l->props_len = props_len > 0 ? props_len : 0;
+    if (l->props_at + l->props_len != total)
+        return 0;
+    /* the torn-end rule: properties never end in a zero byte */
+    return !(l->props_len > 0 && r[total - 1] == 0);
+}
+
+static int add_row(struct mqs_scan *s, const uint8_t *buf, int64_t pos, int64_t total,
+                   const struct layout *l)
+{
+    const uint8_t *r = buf + pos;
+    int32_t sys_flag = (int32_t)rd32(r + 36), flag = (int32_t)rd32(r + 16);
+    int64_t born = rd64(r + 40);
+    int64_t store_ts = rd64(r + 48 + (sys_flag & MQS_BORN_V6 ? 20 : 8));
+    struct span topic = {r + l->topic_at, (size_t)l->topic_len};
+    struct props pr;
+    parse_props(r + l->props_at, (size_t)l->props_len, &pr);
+    int filler = flag == MQS_FILLER_FLAG && born == 0 &&
+                 (pr.pairs == 0 || (pr.other_pairs == 0 && pr.filler_value.n == 1 &&
+                                    pr.filler_value.p[0] == '1'));
+    int64_t code;
+    if (tags_code(&pr, topic, store_ts, &code) < 0 && push_fixup(s) < 0)
+        return -1;
+    put64(s, MQS_COL_POS, pos);
+    put32(s, MQS_COL_SIZE, (int32_t)total);
+    put32(s, MQS_COL_QUEUE_ID, (int32_t)rd32(r + 12));
+    put64(s, MQS_COL_QUEUE_OFFSET, rd64(r + 20));
+    put64(s, MQS_COL_PHYSICAL_OFFSET, rd64(r + 28));
+    put32(s, MQS_COL_SYS_FLAG, sys_flag);
+    put32(s, MQS_COL_FLAG, flag);
+    put64(s, MQS_COL_BORN_TIMESTAMP, born);
+    put64(s, MQS_COL_STORE_TIMESTAMP, store_ts);
+    put64(s, MQS_COL_TAGS_CODE, code);
+    put64(s, MQS_COL_BODY_POS, pos + l->fixed);
+    put32(s, MQS_COL_BODY_LEN, (int32_t)l->body_len);
+    put64(s, MQS_COL_TOPIC_POS, pos + l->topic_at);
+    put32(s, MQS_COL_TOPIC_LEN, (int32_t)l->topic_len);
+    put64(s, MQS_COL_PROPS_POS, pos + l->props_at);
+    put32(s, MQS_COL_PROPS_LEN, (int32_t)l->props_len);
+    ((uint8_t *)s->col[MQS_COL_BITS])[s->count] =
+        MQS_BIT_BODY_CRC_OK | (filler ? MQS_BIT_FILLER : 0);
+    if (!filler && push_keys(s, &pr, topic) < 0)
+        return -1;
+    s->count++;
+    s->key_first[s->count] = (int32_t)s->nkeys;
+    return 0;
+}
+
+int mqs_scan_run(struct mqs_scan *s, const uint8_t *buf, int64_t pos, int64_t end, int check_crc,
+                 int64_t max_records)
+{
+    s->stop = MQS_SCAN_LIMIT;
+    if (reserve_row(s) < 0)
+        return -1;
+    while (pos < end && s->count != max_records) {
+        s->stop_pos = pos;
+        if (end - pos < 8) {
+            s->stop = MQS_SCAN_CORRUPT; /* fewer than 8 bytes left */
+            return 0;
+        }
+        int64_t total = (int32_t)rd32(buf + pos);
+        uint32_t magic = rd32(buf + pos + 4);
+        if (magic == MQS_BLANK_MAGIC) {
+            s->stop = MQS_SCAN_BLANK;
+            s->blank_size = (int32_t)total;
+            return 0;
+        }
+        int tl = magic == MQS_MESSAGE_MAGIC ? 1 : magic == MQS_MESSAGE_MAGIC_V2 ? 2 : 0;
+        struct layout l;
+        if (tl == 0 || total < MQS_MIN_RECORD || total > end - pos ||
+            !check(buf + pos, total, tl, check_crc, &l)) {
+            s->stop = MQS_SCAN_CORRUPT;
+            return 0;
+        }
+        if (reserve_row(s) < 0 || add_row(s, buf, pos, total, &l) < 0)
+            return -1;
+        pos += total;
+    }
+    s->stop_pos = pos;
+    return 0;
+}

@@ -1,0 +1,60 @@
+/* The record scanner (issue 13): walk whole commit-log records and return their header
+ * fields and spans as columns. The reference is engine/scan.py (`scan_records_py`, which
+ * is engine/record.py's `check_record` record by record); the column table and their
+ * order are `engine.scan.COLUMNS`, and tests/native/test_scan_diff.py compares the two
+ * column by column. Pure C: no Python object is touched, so the caller walks without
+ * the GIL. */
+#ifndef MQS_SCAN_H
+#define MQS_SCAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum mqs_scan_stop { MQS_SCAN_LIMIT = 0, MQS_SCAN_BLANK = 1, MQS_SCAN_CORRUPT = 2 };
+
+/* Columns in engine.scan.COLUMNS' order; MQS_SCAN_WIDTH gives each one's element size. */
+enum mqs_scan_col {
+    MQS_COL_POS, MQS_COL_SIZE, MQS_COL_QUEUE_ID, MQS_COL_QUEUE_OFFSET,
+    MQS_COL_PHYSICAL_OFFSET, MQS_COL_SYS_FLAG, MQS_COL_FLAG, MQS_COL_BORN_TIMESTAMP,
+    MQS_COL_STORE_TIMESTAMP, MQS_COL_TAGS_CODE, MQS_COL_BODY_POS, MQS_COL_BODY_LEN,
+    MQS_COL_TOPIC_POS, MQS_COL_TOPIC_LEN, MQS_COL_PROPS_POS, MQS_COL_PROPS_LEN, MQS_COL_BITS,
+    MQS_NCOLS
+};
+
+extern const uint8_t MQS_SCAN_WIDTH[MQS_NCOLS];
+
+#define MQS_BIT_BODY_CRC_OK 0x1
+#define MQS_BIT_FILLER 0x2
+
+/* One scan's output, grown with realloc as records are accepted. Zero it before use;
+ * free it with mqs_scan_free. */
+struct mqs_scan {
+    int64_t count, cap;
+    void *col[MQS_NCOLS];
+    int32_t *key_first; /* count + 1 entries */
+    int32_t *key_hash;
+    int64_t nkeys, key_cap;
+    /* Records whose tags code this scanner does not compute: the schedule topic with a
+     * DELAY value that is not ASCII (Python's int() reads any Unicode digit). The caller
+     * computes those with the reference; everything else about them is filled in. */
+    int64_t *fixup;
+    int64_t nfixup, fixup_cap;
+    int stop;
+    int64_t stop_pos;
+    int32_t blank_size;
+};
+
+/* Walk buf[pos:end] (end <= the buffer's length, 0 <= pos) as the reference does:
+ * stop at `end`, after `max_records` (< 0: no cap), at a BLANK or at a record
+ * check_record rejects. Returns 0, or -1 when memory ran out (the scan is then partial). */
+int mqs_scan_run(struct mqs_scan *s, const uint8_t *buf, int64_t pos, int64_t end, int check_crc,
+                 int64_t max_records);
+
+void mqs_scan_free(struct mqs_scan *s);
+
+/* Java's String.hashCode, continued from `h`, over the UTF-16 code units of `s` decoded
+ * as Python's bytes.decode("utf-8", "replace") decodes it (U+FFFD per maximal invalid
+ * subpart, surrogate pairs above U+FFFF). */
+uint32_t mqs_java_hash_utf8(uint32_t h, const uint8_t *s, size_t n);
+
+#endif

@@ -1,0 +1,14 @@
+/* mqstore._native.scan_records: the record scanner's entry point (mqs_scan.h). */
+#ifndef MQS_SCAN_PY_H
+#define MQS_SCAN_PY_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+/* scan_records(buf, pos, limit, *, check_crc=True, max_records=-1) -> (count, stop,
+ * stop_pos, blank_size, columns, fixups): `columns` are bytes in engine.scan.COLUMNS'
+ * order, then key_first and key_hash; `fixups` ('q') the records whose tags code the
+ * caller takes from the reference. engine.scan.scan_records builds the RecordScan. */
+PyObject *mqs_py_scan_records(PyObject *module, PyObject *args, PyObject *kwargs);
+
+#endif
