@@ -38,12 +38,12 @@ StoreIOError (and SegmentSizeError, IndexGeometryError for stores it cannot open
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 import os
 import struct
 import time
-import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
@@ -63,14 +63,14 @@ from mqstore.engine.dispatch import Dispatcher, DispatchResult, DispatchStop
 from mqstore.engine.indexfile import IndexService
 from mqstore.engine.reader import Geometry
 from mqstore.engine.record import (
-    BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
-    CheckStatus,
     SysFlag,
     check_record,
     takes_queue_offset,
 )
+from mqstore.engine.scan import RecordScan, scan_records
+from mqstore.engine.scan import ScanStop as RecordStop
 from mqstore.engine.segment import ReadStatus, Segment, now_ms
 from mqstore.engine.segment_queue import SegmentQueue
 
@@ -539,21 +539,17 @@ def _finish_empty(
     report.index_entries_truncated = index.truncate_dirty(0)
 
 
-_HEAD: Final = struct.Struct(">iIiiiqqi")  # TOTALSIZE .. SYSFLAG (36 bytes)
-_Q: Final = struct.Struct(">q")
-_I: Final = struct.Struct(">i")
-_H: Final = struct.Struct(">h")
+_CHUNK: Final = 8192  # records per scanner call: bounded columns, the GIL free meanwhile
 
 
 class _Walk:
     """Recovery's validating walk: RocketMQ's checkMessageAndReturnSize with the CRC, in
     one pass that also dispatches what the consume queues and index lack.
 
-    The common case (a valid record) is checked inline with a handful of unpacks and one
-    CRC; anything odd goes through `engine.record.check_record`, so statuses and reasons
-    are exactly the commit log's scan's. A record is parsed in full (properties) only
-    when it must be dispatched. Stops as `RecordScan` does (zeros, corrupt record, BLANK
-    in the last segment).
+    The records are checked by the record scanner (`engine.scan`, in C: the same verdicts
+    and reasons as `engine.record.check_record`), a chunk at a time. A record is parsed
+    in full only when a queue or the index lacks it. Stops as `CommitLog.scan` does
+    (zeros, corrupt record, BLANK in the last segment).
     """
 
     def __init__(
@@ -617,118 +613,59 @@ class _Walk:
         """Walk one segment from `pos`. Returns (pos where it stopped, records, why,
         reason); LIMIT here means "go on in the next segment" (a BLANK or the end of a
         full segment)."""
-        unpack_head = _HEAD.unpack_from
-        crc32 = zlib.crc32
-        check_crc = self.check_crc
         n = 0
-        while True:
-            if pos >= read:
-                if pos >= size:
-                    return pos, n, ScanStop.LIMIT, ""
-                return pos, n, ScanStop.END_OF_DATA, ""
-            ok = False
-            if pos + 88 <= read:
-                total, magic, crc, _qid, _flag, _qo, _phys, sys_flag = unpack_head(view, pos)
-                if magic == BLANK_MAGIC_CODE:
-                    return pos, n, ScanStop.LIMIT, ""
-                rec_end = pos + total
-                bh = 20 if sys_flag & 0x10 else 8
-                sh = 20 if sys_flag & 0x20 else 8
-                p = pos + 48 + bh
-                if (
-                    magic in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
-                    and total >= 91
-                    and rec_end <= read
-                    and pos + 72 + bh + sh + 3 <= rec_end
-                ):
-                    store_ts = _Q.unpack_from(view, p)[0]
-                    p += 8 + sh + 12
-                    body_len = _I.unpack_from(view, p)[0]
-                    p += 4
-                    if (
-                        body_len >= 0
-                        and p + body_len + 3 <= rec_end
-                        and (
-                            not check_crc
-                            or body_len == 0
-                            or crc32(view[p : p + body_len]) & 0x7FFFFFFF == crc
-                        )
-                    ):
-                        p += body_len
-                        if magic == MESSAGE_MAGIC_CODE:
-                            topic_len = view[p] - 256 if view[p] > 127 else view[p]
-                            tl = 1
-                        else:
-                            topic_len = _H.unpack_from(view, p)[0]
-                            tl = 2
-                        if topic_len >= 0 and p + tl + topic_len + 2 <= rec_end:
-                            props_at = p + tl + topic_len + 2
-                            props_len = _H.unpack_from(view, props_at - 2)[0]
-                            if props_len < 0:
-                                props_len = 0  # as record_length counts it
-                            expect = 72 + bh + sh + body_len + tl + topic_len + 2
-                            if expect + props_len == total and (
-                                props_len == 0 or view[rec_end - 1] != 0
-                            ):  # a torn end leaves zeros (check_record says why)
-                                ok = True
-                                n += 1
-                                self.last_store_timestamp = store_ts
-                                offset = base + pos
-                                if offset >= self.dispatch_from and self.disp is not None:
-                                    self._dispatch(
-                                        view, pos, read, offset, total, sys_flag,
-                                        view[p + tl : p + tl + topic_len],
-                                        view[props_at : props_at + props_len],
-                                    )  # fmt: skip
-                                pos = rec_end
-            if ok:
-                continue
-            h = check_record(view, pos, check_crc=check_crc, read_body=True, limit=read)
-            if h.status is CheckStatus.OK:  # the inline check is stricter: trust this one
-                n += 1
-                self.last_store_timestamp = h.store_timestamp
-                if base + pos >= self.dispatch_from and self.disp is not None:
-                    self.disp.dispatch_record(base + pos, h, self.res)
-                pos += h.size
-                continue
-            if h.status is CheckStatus.BLANK:
+        while pos < read:
+            scan = scan_records(view, pos, read, check_crc=self.check_crc, max_records=_CHUNK)
+            if scan.count:
+                n += scan.count
+                self.last_store_timestamp = scan.store_timestamp[scan.count - 1]
+                if self.disp is not None:
+                    self._dispatch(view, base, read, scan)
+            pos = scan.stop_pos
+            if scan.stop is RecordStop.BLANK:
                 return pos, n, ScanStop.LIMIT, ""
-            head = bytes(view[pos : pos + 8])
-            if head == bytes(len(head)):
-                return pos, n, ScanStop.END_OF_DATA, ""
-            return pos, n, ScanStop.CORRUPT, h.reason
+            if scan.stop is RecordStop.CORRUPT:
+                head = bytes(view[pos : pos + 8])
+                if head == bytes(len(head)):
+                    return pos, n, ScanStop.END_OF_DATA, ""
+                return pos, n, ScanStop.CORRUPT, scan.reason
+        return pos, n, ScanStop.LIMIT if pos >= size else ScanStop.END_OF_DATA, ""
 
-    def _dispatch(
-        self,
-        view: memoryview,
-        pos: int,
-        read: int,
-        offset: int,
-        total: int,
-        sys_flag: int,
-        topic_raw: memoryview,
-        props_raw: memoryview,
-    ) -> None:
-        """Dispatch unless both the queue and the index already hold the record."""
-        need = False
-        if (sys_flag & 0xC) in (0, 8):  # takes a queue offset (NOT, COMMIT)
-            key = (bytes(topic_raw), _I.unpack_from(view, pos + 12)[0])
-            cq = self._cq_cache.get(key)
+    def _dispatch(self, view: memoryview, base: int, read: int, scan: RecordScan) -> None:
+        """Dispatch the scanned records at or past `dispatch_from` that the queue or the
+        index lacks (a record whose queue unit and index keys are there is skipped)."""
+        assert self.disp is not None
+        pos, size, queue_id, sys_flag = scan.pos, scan.size, scan.queue_id, scan.sys_flag
+        topic_pos, topic_len, key_first = scan.topic_pos, scan.topic_len, scan.key_first
+        ends: dict[tuple[bytes, int], int] = {}  # queue -> its max physical offset, -1 none
+        for i in range(bisect.bisect_left(pos, self.dispatch_from - base), scan.count):
+            offset = base + pos[i]
+            need = False
+            if not sys_flag[i] & 0x4:  # takes a queue offset (NOT, COMMIT)
+                tp = topic_pos[i]
+                key = (view[tp : tp + topic_len[i]].tobytes(), queue_id[i])
+                cq_end = ends.get(key)
+                if cq_end is None:
+                    cq_end = ends[key] = self._queue_end(key)
+                need = offset + size[i] > cq_end
+            if not need and key_first[i + 1] > key_first[i]:  # has index keys
+                end_phy, has_end = self._index_end
+                need = not (offset < end_phy or (offset == end_phy and has_end))
+            if need:
+                h = check_record(view, pos[i], check_crc=False, read_body=False, limit=read)
+                self.disp.dispatch_record(offset, h, self.res)
+                self._index_end = self._read_index_end()
+                ends.clear()
+
+    def _queue_end(self, key: tuple[bytes, int]) -> int:
+        """The max physical offset of the queue of (topic bytes, queue id); -1 if none."""
+        cq = self._cq_cache.get(key)
+        if cq is None:
+            cq = self.cqs.get(key[0].decode("utf-8", errors="replace"), key[1])
             if cq is None:
-                cq = self.cqs.get(key[0].decode("utf-8", errors="replace"), key[1])
-                if cq is not None:
-                    self._cq_cache[key] = cq
-            need = cq is None or offset + total > cq.max_physical_offset
-        if not need:
-            end_phy, has_end = self._index_end
-            if not (offset < end_phy or (offset == end_phy and has_end)):
-                raw = bytes(props_raw)
-                need = b"KEYS\x01" in raw or b"UNIQ_KEY\x01" in raw
-        if need:
-            assert self.disp is not None
-            h = check_record(view, pos, check_crc=False, read_body=False, limit=read)
-            self.disp.dispatch_record(offset, h, self.res)
-            self._index_end = self._read_index_end()
+                return -1
+            self._cq_cache[key] = cq
+        return cq.max_physical_offset
 
     def _read_index_end(self) -> tuple[int, bool]:
         if self.disp is None or self.disp.index is None:

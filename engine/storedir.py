@@ -31,8 +31,8 @@ from pathlib import Path
 from mqstore.engine import fileio
 from mqstore.engine.checkpoint import CHECKPOINT_FILE, CheckpointError, CheckpointFields
 from mqstore.engine.commitlog import CommitLog
-from mqstore.engine.filler import is_filler
 from mqstore.engine.findings import Finding, Severity
+from mqstore.engine.scan import BIT_FILLER
 from mqstore.engine.segment import SegmentSizeError
 
 FLUSHED_OFFSET_FILE = "flushed_offset"
@@ -220,11 +220,11 @@ class StoreDir:
         last_store_ts = 0
         end = 0
         if len(log.queue):
-            sc = log.scan(check_crc=False, read_body=False)
-            for rec in sc:
-                records += 1
-                fillers += is_filler(rec.header)
-                last_store_ts = max(last_store_ts, rec.header.store_timestamp)
+            sc = log.scan_chunks(check_crc=False)
+            for chunk in sc:
+                records += chunk.scan.count
+                fillers += sum(1 for b in chunk.scan.bits if b & BIT_FILLER)
+                last_store_ts = max(last_store_ts, *chunk.scan.store_timestamp)
             end = sc.end_offset
         out.extend(self._check_checkpoint(last_store_ts, records))
         if running_pid is not None:

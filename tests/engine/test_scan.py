@@ -5,13 +5,17 @@ fillers, the schedule topic, non-ASCII keys, BLANKs, zeros and damage."""
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 
 import pytest
 
 from mqstore.engine import record
+from mqstore.engine.commitlog import CommitLog
+from mqstore.engine.commitlog import ScanStop as LogStop
 from mqstore.engine.record import CheckStatus, Message
 from mqstore.engine.scan import ScanStop, scan_records, scan_records_py
 from tests.engine.scanlog import assert_matches_walk, blank, encoded, filler_bytes, lay_out, walk
+from tests.engine.storebuild import message, open_log, write_messages
 
 T0 = 1_700_000_000_000
 
@@ -135,3 +139,48 @@ def test_a_negative_start_is_refused() -> None:
 def test_scan_records_answers_as_the_reference() -> None:
     buf = _mixed_log()
     assert scan_records(buf, 0, -1) == scan_records_py(buf, 0, -1)
+
+
+def _same_walk(log: CommitLog, start: int | None, to: int | None, check_crc: bool) -> None:
+    """`CommitLog.scan_chunks` walks as `CommitLog.scan`: records, stop, end, reason."""
+    old = log.scan(start, check_crc=check_crc, to_offset=to)
+    want = [(r.offset, r.header.size, r.header.tags_code) for r in old]
+    new = log.scan_chunks(start, check_crc=check_crc, to_offset=to)
+    got = [
+        (c.base + c.scan.pos[i], c.scan.size[i], c.scan.tags_code[i])
+        for c in new
+        for i in range(c.scan.count)
+    ]
+    assert got == want
+    assert (new.stop, new.end_offset, new.reason, new.records) == (
+        old.stop, old.end_offset, old.reason, old.records,
+    )  # fmt: skip
+
+
+def _poke(store: Path, offset: int, data: bytes) -> None:
+    """Write `data` at commit-log offset `offset` of a closed log (4 KiB segments)."""
+    with open(store / "commitlog" / f"{offset - offset % 4096:020d}", "r+b") as f:
+        f.seek(offset % 4096)
+        f.write(data)
+
+
+def test_the_chunked_log_walk_is_the_record_walk(tmp_path: Path) -> None:
+    log = open_log(tmp_path, size=4096)
+    results = write_messages(log, 60)  # a dozen segments, each ended by a BLANK
+    starts, end = [r.wrote_offset for r in results], log.max_offset()
+    cuts = [None, 0, starts[1], starts[7] + 3, starts[30], end, 1 << 40]
+    for start in [None, starts[0], starts[5], starts[29], end, 7, 1 << 40]:
+        for to in cuts:
+            _same_walk(log, start, to, True)
+    log.close()
+    _poke(tmp_path, end, b"\x01" * 40)  # junk after the last record: CORRUPT
+    h = record.check_record(record.encode(message(40)).data, 0)
+    _poke(tmp_path, starts[40] + h.body_pos, b"\xff")  # a body CRC fault
+    log = open_log(tmp_path, size=4096)
+    crc = log.scan_chunks()
+    assert sum(c.scan.count for c in crc) == 40
+    assert (crc.stop, crc.reason) == (LogStop.CORRUPT, "body CRC mismatch")
+    for check_crc in (True, False):
+        for start in [None, starts[39], starts[41]]:
+            _same_walk(log, start, None, check_crc)
+    log.close()

@@ -16,6 +16,7 @@ import itertools
 import sys
 
 from mqstore.engine.commitlog import ScanStop
+from mqstore.engine.record import decode
 from mqstore.workers.commands._common import add_store_arguments, open_store
 from mqstore.workers.commands._records import add_body_argument, print_records
 
@@ -50,8 +51,9 @@ def run(args: argparse.Namespace) -> int:
         log = store.commitlog
         if len(log.queue) == 0:
             return 0
-        sc = log.scan(args.from_offset, check_crc=False)
-        printed = print_records(itertools.islice(sc.decoded(), args.limit), args.body)
+        sc = log.scan_chunks(args.from_offset, check_crc=False)
+        decoded = (decode(c.view, p) for c in sc for p in c.scan.pos)
+        printed = print_records(itertools.islice(decoded, args.limit), args.body)
         if sc.stop is ScanStop.OFFSET_NOT_FOUND:
             print(f"mqstore dump: offset {sc.from_offset} is in no segment", file=sys.stderr)
             return 2
