@@ -40,7 +40,9 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import itertools
 import json
+import operator
 import os
 import struct
 import time
@@ -634,11 +636,41 @@ class _Walk:
     def _dispatch(self, view: memoryview, base: int, read: int, scan: RecordScan) -> None:
         """Dispatch the scanned records at or past `dispatch_from` that the queue or the
         index lacks (a record whose queue unit and index keys are there is skipped)."""
+        start = bisect.bisect_left(scan.pos, self.dispatch_from - base)
+        if start < scan.count and not self._all_held(view, base, scan, start):
+            self._dispatch_each(view, base, read, scan, start)
+
+    def _all_held(self, view: memoryview, base: int, scan: RecordScan, start: int) -> bool:
+        """True when the queues and the index hold every record from `start` on: decided
+        per queue (its last record in the chunk) and from the index's end, with C-level
+        iteration only. False sends the chunk record by record (`_dispatch_each`)."""
+        end_phy, has_end = self._index_end
+        first = max(bisect.bisect_left(scan.pos, end_phy - base), start)
+        if first < scan.count and has_end and base + scan.pos[first] == end_phy:
+            first += 1  # the record at the index's end is indexed
+        if first < scan.count and scan.key_first[scan.count] > scan.key_first[first]:
+            return False  # a record past the index's end has keys
+        if any(map(operator.and_, scan.sys_flag[start:], itertools.repeat(0x4))):
+            return False  # PREPARED / ROLLBACK records: see record by record
+        tp = scan.topic_pos[start:]
+        topics = map(
+            bytes,
+            map(view.__getitem__, map(slice, tp, map(operator.add, tp, scan.topic_len[start:]))),
+        )
+        ends = map(operator.add, scan.pos[start:], scan.size[start:])
+        queues = zip(topics, scan.queue_id[start:], strict=True)
+        last_end = dict(zip(queues, ends, strict=True))  # per queue: its last record's end
+        return all(base + end <= self._queue_end(key) for key, end in last_end.items())
+
+    def _dispatch_each(
+        self, view: memoryview, base: int, read: int, scan: RecordScan, start: int
+    ) -> None:
+        """`_dispatch`, record by record from `start`."""
         assert self.disp is not None
         pos, size, queue_id, sys_flag = scan.pos, scan.size, scan.queue_id, scan.sys_flag
         topic_pos, topic_len, key_first = scan.topic_pos, scan.topic_len, scan.key_first
         ends: dict[tuple[bytes, int], int] = {}  # queue -> its max physical offset, -1 none
-        for i in range(bisect.bisect_left(pos, self.dispatch_from - base), scan.count):
+        for i in range(start, scan.count):
             offset = base + pos[i]
             need = False
             if not sys_flag[i] & 0x4:  # takes a queue offset (NOT, COMMIT)
