@@ -233,7 +233,29 @@ def _store_host_of(data: bytes, ts_pos: int) -> tuple[bytes, int]:
     return bytes(data[p : p + sh - 4]), _I32.unpack_from(data, p + sh - 4)[0]
 
 
-class RecordScan:
+class _LogWalk:
+    """Where a walk over the log is: set while iterating, read after (`RecordScan`,
+    `ChunkScan`)."""
+
+    def __init__(
+        self, log: CommitLog, from_offset: int, *, check_crc: bool, to_offset: int
+    ) -> None:
+        self._log = log
+        self.from_offset = from_offset
+        self.check_crc = check_crc
+        self.to_offset = to_offset
+        self.end_offset = from_offset
+        self.stop = ScanStop.END_OF_DATA
+        self.reason = ""
+        self.records = 0
+
+    def _end(self, offset: int, stop: ScanStop, reason: str = "") -> None:
+        self.end_offset = offset
+        self.stop = stop
+        self.reason = reason
+
+
+class RecordScan(_LogWalk):
     """A validating walk over the log; iterate it, then read `end_offset` / `stop`.
 
     Yields a `ScannedRecord` per valid message record (BLANKs are hopped, not yielded).
@@ -251,15 +273,8 @@ class RecordScan:
         read_body: bool,
         to_offset: int,
     ) -> None:
-        self._log = log
-        self.from_offset = from_offset
-        self.check_crc = check_crc
+        super().__init__(log, from_offset, check_crc=check_crc, to_offset=to_offset)
         self.read_body = read_body
-        self.to_offset = to_offset
-        self.end_offset = from_offset
-        self.stop = ScanStop.END_OF_DATA
-        self.reason = ""
-        self.records = 0
         self._gen: Iterator[tuple[int, RecordHeader, memoryview, int]] | None = None
 
     def __iter__(self) -> Iterator[ScannedRecord]:
@@ -324,11 +339,6 @@ class RecordScan:
                         return
             seg, pos = next_seg, 0
 
-    def _end(self, offset: int, stop: ScanStop, reason: str = "") -> None:
-        self.end_offset = offset
-        self.stop = stop
-        self.reason = reason
-
 
 class LogChunk(NamedTuple):
     """Records of one segment, as columns: `scan.pos[i]` is a position in `view`, whose
@@ -348,7 +358,7 @@ def _head(scan: ScannedColumns, n: int) -> ScannedColumns:
     )  # fmt: skip
 
 
-class ChunkScan:
+class ChunkScan(_LogWalk):
     """`RecordScan`'s walk through the record scanner (`engine.scan`, in C), a chunk of
     columns at a time: iterate it for `LogChunk`s, then read `end_offset` / `stop`.
 
@@ -356,18 +366,6 @@ class ChunkScan:
     data ends, `stop` why, `reason` the corrupt record's fault, `records` how many were
     yielded. Holds one segment view while suspended. O(bytes) for the CRC, in C.
     """
-
-    def __init__(
-        self, log: CommitLog, from_offset: int, *, check_crc: bool, to_offset: int
-    ) -> None:
-        self._log = log
-        self.from_offset = from_offset
-        self.check_crc = check_crc
-        self.to_offset = to_offset
-        self.end_offset = from_offset
-        self.stop = ScanStop.END_OF_DATA
-        self.reason = ""
-        self.records = 0
 
     def __iter__(self) -> Iterator[LogChunk]:
         queue = self._log.queue
@@ -425,11 +423,6 @@ class ChunkScan:
                 )
                 return
             seg, pos = nxt, 0
-
-    def _end(self, offset: int, stop: ScanStop, reason: str = "") -> None:
-        self.end_offset = offset
-        self.stop = stop
-        self.reason = reason
 
 
 def _check_chunk(chunk: LogChunk, path: str | None, seen: dict[QueueKey, int]) -> list[Finding]:
