@@ -104,7 +104,9 @@ def profile_recovery(store: Path, out: Path) -> None:
     text.write(f"abnormal recovery of {store.name}: {rep.summary()}\n\n")
     for key in ("cumulative", "tottime"):
         pstats.Stats(prof, stream=text).sort_stats(key).print_stats(25)
-    out.write_text(text.getvalue().replace(str(store.parent), "<work>"))
+    repo = str(Path(__file__).resolve().parents[1]) + os.sep
+    stdlib = os.path.dirname(os.__file__) + os.sep  # no machine paths in the results
+    out.write_text(text.getvalue().replace(repo, "").replace(stdlib, "<stdlib>/"))
 
 
 def recover(store: Path, *, abort: bool) -> Any:
