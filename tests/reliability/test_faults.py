@@ -1,8 +1,8 @@
 """Fault seam at the runtime level: fsync or pwrite raise EIO or ENOSPC inside the worker
 that does them (MQSTORE_FAULTS through the engine/fileio seam, after some successful
 calls). The store turns read-only, every waiter gets an error, nothing is acknowledged
-falsely (every PUT_OK is in the log after a clean restart), the processes live on, and
-`mqstore status` says the store is read-only."""
+falsely (every PUT_OK that waited for the flush is in the log after a clean restart),
+the processes live on, and `mqstore status` says the store is read-only."""
 
 from __future__ import annotations
 
@@ -31,17 +31,19 @@ def test_io_fault_turns_the_store_read_only(
     env = {"MQSTORE_FAULTS": f"{op}:{err}", "MQSTORE_FAULTS_FOR": worker,
            "MQSTORE_FAULTS_AFTER": "3"}  # fmt: skip
     st = make_store(env=env)
-    acked: dict[int, int] = {}
+    acked: dict[int, int] = {}  # waited for the flush: must survive
+    unwaited: dict[int, int] = {}  # wait_store=False: may be lost to the failed disk
     failed: list[PutMessageStatus] = []
     lock = threading.Lock()
 
     def produce(t: int) -> None:
         with StoreClient.attach(st.path) as c:
             for i in range(t * 1000, t * 1000 + 300):
-                r = c.put(**message("flt", i), wait_store=i % 3 != 0)  # type: ignore[arg-type]
+                wait = i % 3 != 0
+                r = c.put(**message("flt", i), wait_store=wait)  # type: ignore[arg-type]
                 with lock:
                     if r.ok:
-                        acked[i] = r.physical_offset
+                        (acked if wait else unwaited)[i] = r.physical_offset
                     else:
                         failed.append(r.status)
                         if r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE:
@@ -70,5 +72,9 @@ def test_io_fault_turns_the_store_read_only(
     for i, off in acked.items():
         want = message("flt", i)
         assert off in recs and recs[off].body == want["body"], f"acknowledged {i} lost"
+    # docs/durability.md: a put that did not wait is in memory only, so a write the disk
+    # refused may take it (the pool dies with the store); it is counted, not failed.
+    lost = [i for i, off in unwaited.items() if off not in recs]
     FIGURES[f"faults injected: {op}:{err}"] += 1
     FIGURES["acknowledged messages checked (faults)"] += len(acked)
+    FIGURES["unwaited acknowledged lost to I/O faults (allowed)"] += len(lost)
