@@ -6,7 +6,9 @@ run, and measures them itself when run alone):
 * `peers`:  SQLite, LMDB, fdatasync appends, the disk (`bench/peers.py`);
 * `put`:    mqstore's put through the public client, sync/async, pool on/off, batch,
             memory (`bench/bench_put.py`); needs the runtime (`mqstore start`);
-* `append`: the engine's single-process append (`bench/bench_append.py`).
+* `append`: the engine's single-process append (`bench/bench_append.py`);
+* `pull`:   one consumer's pull() against one producer's async put, same store
+            (`bench/bench_pull.py`); needs the runtime.
 
 Each writes `bench/results/<name>.json`, `<name>.md` (table, goals and their ratios,
 command, git commit, machine) and `<name>.png`. Stores and peer files go under one
@@ -25,7 +27,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from bench import bench_put, peers, report
+from bench import bench_pull, bench_put, peers, report
 from bench.options import Options
 from bench.procs import BenchError
 from bench.report import RESULTS, Column, Report
@@ -69,6 +71,7 @@ BENCHMARKS: dict[str, Callable[[Options], Report | None]] = {
     "peers": peers.benchmark,
     "put": bench_put.benchmark,
     "append": _append,
+    "pull": bench_pull.benchmark,
 }
 
 

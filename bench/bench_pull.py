@@ -1,0 +1,198 @@
+"""One consumer pulling through the public `pull()`, against the put rate of the same run.
+
+    python -m bench pull [--quick] [--duration S]
+
+Issue 13's goal "consumers keep up": one consumer reading a store through
+`StoreClient.pull()` reads at least as many messages per second as one producer puts
+with ASYNC_FLUSH.
+
+For each write-pool setting (on, off) a fresh ASYNC_FLUSH store is started
+(`bench.bench_put.running_store`) and:
+
+1. **put**: one producer process puts for the configured time exactly as the put
+   benchmark does (`bench.bench_put._put_producer`: `StoreClient.put(topic, 1 KiB body,
+   tags="TagA", keys=<unique>)`, async), which fills the store; its rate is the goal's
+   basis;
+2. **pull**: one consumer process attaches, waits (untimed) until every message put is
+   pullable (the queues' max offsets add up to the count put), then pulls every queue of
+   the topic from offset 0 to its end, round robin, `max_count` messages per call
+   (`PULL_SIZES`; 32 is RocketMQ's default pullBatchSize), and checks it got every
+   message with its 1 KiB body. Pull variants (`PULL_MODES`) are measured on the same
+   store one after another; the put rate is not re-measured between them.
+
+Messages per second = messages returned / (end of the last pull - start of the first);
+the latency is per `pull()` call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.bench_put import BODY_BYTES, TOPIC, _api, _collect_errors, _put_producer, running_store
+from bench.options import Options
+from bench.procs import BenchError, FnProducer, Producer, RunResult, run_producers
+from bench.report import Column, Goal, Report
+
+PULL_SIZES = (32, 256)
+QUEUES = 4  # the store's default_topic_queue_nums, which the producer spreads over
+READY_TIMEOUT_S = 30.0
+
+
+def _wait_pullable(client: Any, expected: int) -> list[int]:
+    """Every queue's max offset, once they add up to `expected` (dispatch has caught up).
+    Raises BenchError after READY_TIMEOUT_S."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while True:
+        ends = [client.max_offset(TOPIC, q) for q in range(QUEUES)]
+        if sum(ends) >= expected:
+            return ends
+        if time.monotonic() > deadline:
+            raise BenchError(
+                f"only {sum(ends)} of {expected} messages pullable: {client.positions()}"
+            )
+        time.sleep(0.05)
+
+
+def _pull_consumer(index: int, params: Mapping[str, Any]) -> Producer:
+    """A `Producer` whose operation is one `pull()`: it returns the messages pulled."""
+    StoreClient, _ = _api()
+    stack = contextlib.ExitStack()
+    client = stack.enter_context(StoreClient.attach(params["store_dir"]))
+    ends = _wait_pullable(client, int(params["expected"]))
+    size = int(params["max_count"])
+    pull = client.pull
+    offsets = [0] * QUEUES
+    live = [q for q in range(QUEUES) if ends[q] > 0]
+    turn = 0
+    bad: list[str] = []
+
+    def step() -> int:
+        nonlocal turn
+        q = live[turn % len(live)]
+        turn += 1
+        got = pull(TOPIC, q, offsets[q], size)
+        msgs = got.messages
+        if not msgs:
+            bad.append(f"queue {q} at {offsets[q]}: {got.status.name}")
+            raise BenchError(bad[0])
+        for m in msgs:
+            if len(m.body) != BODY_BYTES:
+                raise BenchError(f"queue {q}: a body of {len(m.body)} bytes")
+        offsets[q] = got.next_offset
+        if offsets[q] >= ends[q]:
+            live.remove(q)
+        return len(msgs)
+
+    def close() -> None:
+        stack.close()
+        if live:
+            raise BenchError(f"queues {live} not read to their end: {offsets} of {ends}")
+
+    return FnProducer(step, close)
+
+
+def pull_runs(root: Path, *, pool: bool, duration_s: float) -> list[RunResult]:
+    """The put run, then each pull run, on one fresh store."""
+    name = f"async_{'pool' if pool else 'nopool'}"
+    runs: list[RunResult] = []
+    with running_store(root, name, sync=False, pool=pool) as store:
+        work = store.store_dir.parent / "procs"
+        params: dict[str, Any] = {
+            "store_dir": str(store.store_dir),
+            "wait_store": True,
+            "errors_dir": str(work),
+            "unique_keys": True,
+        }
+        put = run_producers(
+            f"put {name}", _put_producer, params, producers=1, duration_s=duration_s,
+            work_dir=work, body_bytes=BODY_BYTES,
+        )  # fmt: skip
+        put.extra.update(_collect_errors(work))
+        if put.extra.get("errors"):
+            raise BenchError(f"{name}: put errors {put.extra}")
+        put.extra.update({"op": "put", "pool": pool, "max_count": 1})
+        runs.append(put)
+        for size in PULL_SIZES:
+            params.update(expected=put.messages, max_count=size)
+            r = run_producers(
+                f"pull {name} max_count={size}", _pull_consumer, params, producers=1,
+                duration_s=600.0, work_dir=work, body_bytes=BODY_BYTES,
+                max_messages=put.messages,
+            )  # fmt: skip
+            if r.messages != put.messages:
+                raise BenchError(f"{r.name}: pulled {r.messages} of {put.messages} messages")
+            r.extra.update({"op": "pull", "pool": pool, "max_count": size})
+            runs.append(r)
+    return runs
+
+
+COLUMNS = [
+    Column("name", "run", "{}"),
+    Column("msgs_per_s", "msgs/s"),
+    Column("mb_per_s", "MB/s", "{:,.1f}"),
+    Column("messages", "messages"),
+    Column("operations", "calls"),
+    Column("lat_p50_us", "p50 µs per call", "{:,.1f}"),
+    Column("lat_p99_us", "p99 µs per call", "{:,.1f}"),
+    Column("lat_max_us", "max µs per call", "{:,.0f}"),
+    Column("load_1m", "load 1m", "{:.1f}"),
+]
+
+
+def goals(runs: Sequence[RunResult]) -> list[Goal]:
+    """Per pool setting: pull at the default batch (32) >= the put rate of that store."""
+    out = []
+    for put in (r for r in runs if r.extra["op"] == "put"):
+        pool = put.extra["pool"]
+        for r in runs:
+            if r.extra["op"] != "pull" or r.extra["pool"] != pool:
+                continue
+            out.append(
+                Goal(
+                    f"{r.name} >= async 1-producer put (pool {'on' if pool else 'off'})",
+                    r.msgs_per_s,
+                    put.msgs_per_s,
+                    "msgs/s",
+                    basis=f"{put.name} = {put.msgs_per_s:,.0f} msgs/s, same store, same run",
+                )
+            )
+    return out
+
+
+def _row(r: RunResult) -> dict[str, Any]:
+    return {**r.to_dict(), "label": r.name, "load_1m": r.extra.get("load_1m")}
+
+
+def benchmark(opts: Options) -> Report:
+    """See the module doc."""
+    duration = opts.duration_s if opts.duration_s is not None else (0.5 if opts.quick else 5.0)
+    root = opts.work_root / "pull"
+    root.mkdir(parents=True, exist_ok=True)
+    runs: list[RunResult] = []
+    for pool in (True, False):
+        for r in pull_runs(root, pool=pool, duration_s=duration):
+            opts.log(f"  {r.name:32} {r.msgs_per_s:12,.0f} msgs/s  p99 {r.lat_p99_us:9.1f} µs")
+            runs.append(r)
+    return Report(
+        name="pull",
+        title="One consumer pulling through pull(), against the async put rate (1 KiB bodies)",
+        method=[
+            f"Per pool setting a fresh ASYNC_FLUSH store; one producer process puts for "
+            f"{duration:g} s (StoreClient.put, 1 KiB body, tag, a key unique to each message),"
+            " which is the put rate; then one consumer process (StoreClient.pull) reads "
+            "every message back, round robin over the topic's 4 queues.",
+            "The consumer waits, untimed, until every message put is pullable (dispatch "
+            "caught up), then pulls from queue offset 0 to each queue's end; it checks "
+            "every message was returned with its 1 KiB body.",
+            "msgs/s = messages returned / (end of the last pull - start of the first); "
+            "latency per pull() call.",
+        ],
+        columns=COLUMNS,
+        rows=[_row(r) for r in runs],
+        goals=goals(runs),
+        extra={"duration_s": duration, "pull_sizes": list(PULL_SIZES)},
+    )

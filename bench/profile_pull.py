@@ -1,0 +1,105 @@
+"""Where a pull's time goes: cProfile of one consumer draining a store through `pull()`.
+
+    python -m bench.profile_pull [--messages N] [--max-count 32] [--zero-copy]
+                                 [--pool on|off] [--top 25] [--save]
+
+Starts a fresh ASYNC_FLUSH store (as the pull benchmark does), puts `--messages` 1 KiB
+messages (tag, unique key) from this process, waits until they are all pullable, reads
+them all once without the profiler (the rate), then again under cProfile, and prints the
+functions by own time. `--save` writes `bench/results/profile_pull_<label>.txt` (the
+command, commit and machine in its head): the evidence where the pull goal is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.bench_pull import QUEUES, _wait_pullable
+from bench.bench_put import BODY_BYTES, TAGS, TOPIC, _api, running_store
+from bench.report import RESULTS, git_commit, machine
+
+
+def _drain(client: Any, ends: list[int], max_count: int, zero_copy: bool) -> int:
+    """Pull every queue from 0 to its end, round robin; the messages read."""
+    extra = {"zero_copy": True} if zero_copy else {}
+    offsets = [0] * QUEUES
+    n = 0
+    while any(offsets[q] < ends[q] for q in range(QUEUES)):
+        for q in range(QUEUES):
+            if offsets[q] < ends[q]:
+                got = client.pull(TOPIC, q, offsets[q], max_count, **extra)
+                n += len(got.messages)
+                offsets[q] = got.next_offset
+    return n
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.profile_pull", description=__doc__)
+    ap.add_argument("--messages", type=int, default=100_000)
+    ap.add_argument("--max-count", type=int, default=32)
+    ap.add_argument("--zero-copy", action="store_true")
+    ap.add_argument("--pool", choices=("on", "off"), default="on")
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--dir", default=None)
+    ap.add_argument("--save", action="store_true")
+    args = ap.parse_args(argv)
+    store_client, _ = _api()
+    root = Path(tempfile.mkdtemp(prefix="mqstore-profile-", dir=args.dir))
+    try:
+        with (
+            running_store(root, "profile", sync=False, pool=args.pool == "on") as store,
+            store_client.attach(store.store_dir) as client,
+        ):
+            body = os.urandom(BODY_BYTES)
+            refused: dict[str, int] = {}
+            for i in range(args.messages):
+                r = client.put(TOPIC, body, tags=TAGS, keys=f"k{i}")
+                if not r.ok:
+                    refused[r.status.name] = refused.get(r.status.name, 0) + 1
+            if refused:
+                print(f"puts refused: {refused}", file=sys.stderr)
+            ends = _wait_pullable(client, args.messages - sum(refused.values()))
+            t0 = time.perf_counter()
+            n = _drain(client, ends, args.max_count, args.zero_copy)
+            rate = n / (time.perf_counter() - t0)
+            prof = cProfile.Profile()
+            prof.enable()
+            _drain(client, ends, args.max_count, args.zero_copy)
+            prof.disable()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(args.top)
+    m = machine(None)
+    label = f"{args.max_count}{'_zero_copy' if args.zero_copy else ''}"
+    head = [
+        f"# python -m bench.profile_pull {' '.join(sys.argv[1:] if argv is None else argv)}",
+        f"# commit {git_commit()}, {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}",
+        f"# {m['cpu_model']}, {m['cores']} cores, Python {m['python']}, "
+        f"load {m['load_avg_1_5_15']}",
+        f"# pool {args.pool}, max_count {args.max_count}, zero_copy {args.zero_copy}: "
+        f"{rate:,.0f} msgs/s without the profiler ({1e6 / rate:.1f} µs per message)",
+        "",
+    ]
+    text = "\n".join(head) + out.getvalue()
+    print(text)
+    if args.save:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        path = RESULTS / f"profile_pull_{label}.txt"
+        path.write_text(text.replace(str(Path.cwd()) + "/", ""))
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
