@@ -61,6 +61,9 @@ QueueKey = tuple[str, int]
 StoreTimeOf = Callable[[int, int], int]  # (physical offset, size) -> store time, -1 if gone
 
 
+UNITS_PER_READ: Final = 32  # units unpacked per held slice in `ConsumeQueue.units`
+
+
 def cq_file_size(configured_bytes: int) -> int:
     """RocketMQ's getter: round up to a multiple of 20 (128 -> 140, 4096 -> 4100)."""
     if configured_bytes <= 0:
@@ -507,7 +510,8 @@ class ConsumeQueue:
 
     def units(self, from_queue_offset: int, max_count: int) -> Iterator[tuple[int, CqUnit]]:
         """(queue offset, unit) from `from_queue_offset` up to the end, at most
-        `max_count` of them, pre-blanks included. One held slice per file."""
+        `max_count` of them, pre-blanks included. Lazy: units are read `UNITS_PER_READ`
+        at a time (one held slice each), so a caller that stops early reads no more."""
         qo = max(from_queue_offset, self.min_offset())
         left = max_count
         while left > 0:
@@ -519,7 +523,9 @@ class ConsumeQueue:
             read = seg.read_position
             if pos >= read:
                 return
-            n = min(left, (read - pos) // 20)
+            n = min(left, (read - pos) // 20, UNITS_PER_READ)
+            if n <= 0:
+                return
             with seg.select(pos, n * 20) as sl:
                 if sl.status is not ReadStatus.OK:
                     return
@@ -528,8 +534,6 @@ class ConsumeQueue:
                 yield qo, u
                 qo += 1
             left -= n
-            if pos + n * 20 < seg.size_bytes:
-                return
 
     def offset_for_time(self, timestamp_ms: int, store_time_of: StoreTimeOf, log_min: int) -> int:
         """RocketMQ's getOffsetInQueueByTime (spec §3.6), over the whole queue.
