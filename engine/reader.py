@@ -22,13 +22,14 @@ then one record decode per message. Not thread-safe: one reader per thread.
 from __future__ import annotations
 
 import enum
+import itertools
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from mqstore.conf.settings import StoreSettings
-from mqstore.engine.commitlog import CommitLog, LookupStatus
+from mqstore.engine.commitlog import CommitLog
 from mqstore.engine.consumequeue import ConsumeQueue, ConsumeQueueStore, CqUnit, detect_file_size
 from mqstore.engine.filler import is_filler
 from mqstore.engine.indexfile import IndexService
@@ -37,10 +38,13 @@ from mqstore.engine.record import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     DecodedRecord,
+    RecordFields,
     SysFlag,
     parse_msg_id,
     tags_code,
 )
+from mqstore.engine.scan_decode import find_records
+from mqstore.engine.segment import ReadStatus, Segment
 from mqstore.engine.segment_queue import SegmentQueue
 from mqstore.engine.storedir import list_segments
 
@@ -69,11 +73,13 @@ class GetStatus(enum.Enum):
 
 @dataclass(slots=True)
 class GetResult:
+    """`messages` are `DecodedRecord`s, or `RecordView`s for a zero-copy read."""
+
     status: GetStatus
     next_offset: int
     min_offset: int
     max_offset: int
-    messages: list[DecodedRecord] = field(default_factory=list)
+    messages: list[RecordFields] = field(default_factory=list)
 
 
 def parse_tag_filter(tags: str | None) -> set[str] | None:
@@ -86,7 +92,7 @@ def parse_tag_filter(tags: str | None) -> set[str] | None:
     return items
 
 
-def record_has_key(rec: DecodedRecord, topic: str, key: str) -> bool:
+def record_has_key(rec: RecordFields, topic: str, key: str) -> bool:
     """The message really carries `key` (as UNIQ_KEY or a KEYS token) in `topic`."""
     if rec.topic != topic:
         return False
@@ -94,6 +100,60 @@ def record_has_key(rec: DecodedRecord, topic: str, key: str) -> bool:
         return True
     keys = rec.properties.get(PROPERTY_KEYS)
     return keys is not None and key in keys.split(" ")
+
+
+class _Selection:
+    """The result of one `get_messages` and RocketMQ's per-unit rules that build it,
+    applied to batches of units in queue order."""
+
+    def __init__(self, res: GetResult, tags: str | None) -> None:
+        self.res = res
+        self.wanted = parse_tag_filter(tags)
+        self.codes = None if self.wanted is None else {tags_code(t) for t in self.wanted}
+        self.got_bytes = 0
+
+    def may_match(self, u: CqUnit) -> bool:
+        """A real unit whose tag code the filter does not rule out (a consume-queue-ext
+        address is no tag code: the record's TAGS decide)."""
+        if u.is_pre_blank or not u.is_valid:
+            return False
+        codes = self.codes
+        return codes is None or u.tags_code <= MAX_EXT_ADDR or u.tags_code in codes
+
+    def take(
+        self,
+        units: Iterable[tuple[int, CqUnit]],
+        recs: Mapping[int, RecordFields],
+        max_count: int,
+        max_bytes: int,
+    ) -> bool:
+        """Go through `units` in order with their records (`recs`, by offset); False
+        when the result is full before a real unit (the pull ends there)."""
+        res = self.res
+        for qo, u in units:
+            if u.is_pre_blank or not u.is_valid:
+                res.next_offset = qo + 1
+                continue
+            if res.messages and (
+                len(res.messages) >= max_count or self.got_bytes + u.size > max_bytes
+            ):
+                return False
+            res.next_offset = qo + 1
+            if not self.may_match(u):
+                continue
+            rec = recs.get(u.physical_offset)
+            if rec is None or rec.size != u.size:
+                if not res.messages:
+                    res.status = GetStatus.MESSAGE_WAS_REMOVING
+                continue
+            if is_filler(rec):  # a queue built by a dispatcher that kept it (RocketMQ's)
+                continue
+            if self.wanted is not None and rec.properties.get(PROPERTY_TAGS) not in self.wanted:
+                continue
+            res.messages.append(rec)
+            self.got_bytes += u.size
+            res.status = GetStatus.FOUND
+        return True
 
 
 def _detect_segment_size(store_dir: str) -> int | None:
@@ -221,23 +281,54 @@ class StoreReader:
     def get_by_offset(self, physical_offset: int) -> DecodedRecord | None:
         """The message starting at `physical_offset`; None when there is none (or it is
         past the limit, or not a valid record, or its body fails its CRC, or a filler)."""
-        rec = self._record_at(physical_offset)
-        return None if rec is None or is_filler(rec) else rec
-
-    def _record_at(self, physical_offset: int) -> DecodedRecord | None:
-        """`get_by_offset`, fillers included."""
-        limit = self.limit()
-        if physical_offset < 0 or physical_offset >= limit:
+        rec = self._records([(physical_offset, 0)]).get(physical_offset)
+        if rec is None or is_filler(rec):
             return None
-        if self.log.queue.find(physical_offset) is None:
-            self.log.queue.refresh()
-        res = self.log.read(physical_offset)
-        if res.status is not LookupStatus.FOUND or res.record is None:
-            return None
-        rec = res.record
-        if physical_offset + rec.size > limit or not rec.crc_ok:
-            return None  # never serve a record whose body fails its CRC
+        assert isinstance(rec, DecodedRecord)  # a copying read
         return rec
+
+    def _segment(self, physical_offset: int) -> Segment | None:
+        """The segment holding `physical_offset`, looking for new files once if none."""
+        seg = self.log.queue.find(physical_offset)
+        if seg is None:
+            self.log.queue.refresh()
+            seg = self.log.queue.find(physical_offset)
+        return seg
+
+    def _records(
+        self, spans: Sequence[tuple[int, int]], *, zero_copy: bool = False
+    ) -> dict[int, RecordFields]:
+        """The record at each log offset of `spans` ((offset, expected size, 0 when
+        unknown)), keyed by offset, fillers included; an offset is missing when no valid
+        record (CRC included) starts there and ends at or below the limit. One mapped
+        view per segment, decoded through the record scanner (`engine.scan_decode`)."""
+        limit = self.limit()
+        todo = sorted({off: size for off, size in spans if 0 <= off < limit}.items())
+        out: dict[int, RecordFields] = {}
+        k = 0
+        while k < len(todo):
+            seg = self._segment(todo[k][0])
+            if seg is None:
+                k += 1
+                continue
+            seg_end = min(seg.start_offset + seg.size_bytes, limit)
+            j = k
+            while j < len(todo) and todo[j][0] < seg_end:
+                j += 1
+            group, k = todo[k:j], j
+            base = group[0][0]
+            last, last_size = group[-1]
+            sized = all(size > 0 for _, size in group)
+            end = min(seg_end, last + last_size) if sized else seg_end
+            with seg.select(base - seg.start_offset, end - base) as sl:
+                if sl.status is not ReadStatus.OK:
+                    continue
+                found = find_records(
+                    sl.view, [o - base for o, _ in group], [s for _, s in group],
+                    zero_copy=zero_copy,
+                )  # fmt: skip
+            out.update((base + pos, rec) for pos, rec in found.items())
+        return out
 
     def get_by_msg_id(self, msg_id: str) -> DecodedRecord | None:
         """Through the physical offset inside the id (`engine.record.parse_msg_id`); the
@@ -323,10 +414,14 @@ class StoreReader:
         *,
         max_bytes: int = DEFAULT_MAX_BYTES,
         tags: str | None = None,
+        zero_copy: bool = False,
     ) -> GetResult:
         """RocketMQ's getMessage (spec §8.17): up to `max_count` messages (and about
         `max_bytes`; at least one) from queue offset `offset`. `tags` ("a || b")
-        filters on the unit's tag code, then on the record's TAGS."""
+        filters on the unit's tag code, then on the record's TAGS. With `zero_copy` the
+        messages are `RecordView`s (bodies are views of the mapped log: see its doc for
+        how long they live), else `DecodedRecord`s. Records are decoded a batch of units
+        at a time (`_records`), never more than the messages still wanted."""
         cq = self._queue(topic, queue_id)
         if cq is None:
             return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
@@ -341,46 +436,21 @@ class StoreReader:
             return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
         if offset > hi:
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, lo if lo == 0 else hi, lo, hi)
-        wanted = parse_tag_filter(tags)
-        codes = None if wanted is None else {tags_code(t) for t in wanted}
-        res = GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, lo, hi)
-        scan = min(max(MIN_SCAN_UNITS, max_count), hi - offset)
-        got_bytes = 0
-        nxt = offset
-        units = list(cq.units(offset, scan))
-        if not units:
+        units = cq.units(offset, min(max(MIN_SCAN_UNITS, max_count), hi - offset))
+        batch = list(itertools.islice(units, max_count))
+        if not batch:
             per = cq.file_size_bytes // 20
             return GetResult(GetStatus.OFFSET_FOUND_NULL, offset + per - offset % per, lo, hi)
-        for qo, u in units:
-            if u.is_pre_blank or not u.is_valid:
-                nxt = qo + 1
-                continue
-            if res.messages and (len(res.messages) >= max_count or got_bytes + u.size > max_bytes):
+        sel = _Selection(GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, lo, hi), tags)
+        while batch:
+            wanted = [(u.physical_offset, u.size) for _qo, u in batch if sel.may_match(u)]
+            if not sel.take(
+                batch, self._records(wanted, zero_copy=zero_copy), max_count, max_bytes
+            ):
                 break
-            nxt = qo + 1
-            if codes is not None and u.tags_code > MAX_EXT_ADDR and u.tags_code not in codes:
-                # (a consume-queue-ext address is no tag code: the record's TAGS decide)
-                continue
-            rec = self._record_of(u)
-            if rec is None:
-                if not res.messages:
-                    res.status = GetStatus.MESSAGE_WAS_REMOVING
-                continue
-            if is_filler(rec):  # a queue built by a dispatcher that kept it (RocketMQ's)
-                continue
-            if wanted is not None and rec.properties.get(PROPERTY_TAGS) not in wanted:
-                continue
-            res.messages.append(rec)
-            got_bytes += u.size
-            res.status = GetStatus.FOUND
-        res.next_offset = nxt
-        return res
-
-    def _record_of(self, u: CqUnit) -> DecodedRecord | None:
-        rec = self._record_at(u.physical_offset)
-        if rec is None or rec.size != u.size:
-            return None
-        return rec
+            # (once full, one unit more: pre-blanks right after the last message are passed)
+            batch = list(itertools.islice(units, max(1, max_count - len(sel.res.messages))))
+        return sel.res
 
     def offset_for_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """RocketMQ's getOffsetInQueueByTime (see `ConsumeQueue.offset_for_time`)."""
@@ -412,14 +482,16 @@ class StoreReader:
             if not offsets:
                 break
             first_ts = -1
+            recs = self._records([(off, 0) for off in offsets])
             for off in offsets:
                 seen.add(off)
-                rec = self._record_at(off)
+                rec = recs.get(off)
                 if rec is None:
                     continue
                 if first_ts < 0:
                     first_ts = rec.store_timestamp
                 if record_has_key(rec, topic, key) and not is_filler(rec):
+                    assert isinstance(rec, DecodedRecord)  # a copying read
                     out.append(rec)
             if out or first_ts < 0:
                 break

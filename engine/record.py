@@ -636,8 +636,9 @@ class RecordError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class DecodedRecord:
-    """Every field of one message record, as RocketMQ's `MessageDecoder` reads it."""
+class RecordFields:
+    """Every field of one message record, as RocketMQ's `MessageDecoder` reads it; the
+    body is a copy (`DecodedRecord`) or a view of the mapped log (`RecordView`)."""
 
     physical_offset: int
     size: int
@@ -655,7 +656,7 @@ class DecodedRecord:
     reconsume_times: int
     prepared_transaction_offset: int
     topic: str
-    body: bytes
+    body: bytes | memoryview
     properties: dict[str, str]
     tags: str | None
     keys: str | None
@@ -688,6 +689,30 @@ class DecodedRecord:
             "keys": self.keys,
             "msg_id": self.msg_id,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedRecord(RecordFields):
+    """A message record whose body is its own copy (what every read returns by default)."""
+
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RecordView(RecordFields):
+    """A message record whose body is a read-only memoryview of the mapped commit log
+    (a zero-copy read: `StoreReader.get_messages(..., zero_copy=True)`).
+
+    The view keeps its segment's mapping alive for as long as it (or any slice of it)
+    exists: the reader never unmaps a mapping with views (closing it leaves the unmap
+    to the last view's release), and a segment that retention deletes meanwhile stays
+    readable, since an unlinked file's pages live on while mapped. Holding views holds
+    memory and the deleted file's disk space: `body.release()` them, or drop them, once
+    read. Appends never write over bytes already written, so the view shows the record
+    as it was read.
+    """
+
+    body: memoryview
 
 
 def decompress_body(body: bytes, sys_flag: int) -> bytes:

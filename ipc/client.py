@@ -46,7 +46,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, Literal, overload
 
 from mqstore import _native
 from mqstore.conf.settings import settings_from_doc
@@ -73,7 +73,7 @@ from mqstore.ipc.accepts import (
     int_fields_problem,
     queue_id_problem,
 )
-from mqstore.ipc.read_results import PullResult
+from mqstore.ipc.read_results import PullResult, PullViews
 from mqstore.ipc.reads import ClientReads, for_client
 from mqstore.ipc.reservation import LiveLock
 from mqstore.ipc.results import PutMessageStatus, PutResult, error_for, raise_if_failed
@@ -1059,6 +1059,7 @@ class StoreClient:
         reads: ClientReads = got[1]
         return reads
 
+    @overload
     def pull(
         self,
         topic: str,
@@ -1068,12 +1069,40 @@ class StoreClient:
         *,
         tags: str | None = None,
         wait_ms: int = 0,
-    ) -> PullResult:
+        zero_copy: Literal[False] = False,
+    ) -> PullResult: ...
+    @overload
+    def pull(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int = 32,
+        *,
+        tags: str | None = None,
+        wait_ms: int = 0,
+        zero_copy: Literal[True],
+    ) -> PullViews: ...
+    def pull(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int = 32,
+        *,
+        tags: str | None = None,
+        wait_ms: int = 0,
+        zero_copy: bool = False,
+    ) -> PullResult | PullViews:
         """Up to `max_count` messages of (topic, queue_id) from queue offset `offset`; see
-        `ipc.reads.ClientReads.pull` (statuses, `tags="a || b"`, long polling)."""
-        return self._read_side().pull(
-            topic, queue_id, offset, max_count, tags=tags, wait_ms=wait_ms
-        )
+        `ipc.reads.ClientReads.pull` (statuses, `tags="a || b"`, long polling, and
+        `zero_copy`: bodies as views of the mapped log)."""
+        reads = self._read_side()
+        if zero_copy:
+            return reads.pull(
+                topic, queue_id, offset, max_count, tags=tags, wait_ms=wait_ms, zero_copy=True
+            )
+        return reads.pull(topic, queue_id, offset, max_count, tags=tags, wait_ms=wait_ms)
 
     def get(self, physical_offset: int) -> DecodedRecord | None:
         """The message at `physical_offset` (None when there is none, or not durable)."""

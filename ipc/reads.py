@@ -41,7 +41,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, NamedTuple
+from typing import TYPE_CHECKING, Final, Literal, NamedTuple, overload
 
 from mqstore.conf.settings import FlushDiskType, StoreSettings
 from mqstore.engine.names import check_group, check_topic
@@ -49,9 +49,9 @@ from mqstore.engine.offsets import ConsumerOffsets
 from mqstore.engine.reader import MAX_TIMESTAMP_MS, Geometry, StoreReader
 from mqstore.engine.record import DecodedRecord
 from mqstore.ipc import control as c
-from mqstore.ipc.accepts import INT, OPT_INT, OPT_STR, STR, check_types
+from mqstore.ipc.accepts import BOOL, INT, OPT_INT, OPT_STR, STR, check_types
 from mqstore.ipc.channel import SupervisorUnavailable
-from mqstore.ipc.read_results import GetMessageStatus, PullResult
+from mqstore.ipc.read_results import GetMessageStatus, PullResult, PullViews
 
 if TYPE_CHECKING:
     from mqstore.ipc.client import StoreClient
@@ -140,12 +140,22 @@ class ClientReads:
     # --- queue reads --------------------------------------------------------------------
 
     def _pull_once(
-        self, topic: str, queue_id: int, offset: int, max_count: int, tags: str | None
-    ) -> PullResult:
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        tags: str | None,
+        zero_copy: bool,
+    ) -> PullResult | PullViews:
         with self._lock:
             reader = self._open(min(self.dispatched(), self.durable()))
-            return PullResult.of(reader.get_messages(topic, queue_id, offset, max_count, tags=tags))
+            res = reader.get_messages(
+                topic, queue_id, offset, max_count, tags=tags, zero_copy=zero_copy
+            )
+            return PullViews.of(res) if zero_copy else PullResult.of(res)
 
+    @overload
     def pull(
         self,
         topic: str,
@@ -155,15 +165,42 @@ class ClientReads:
         *,
         tags: str | None = None,
         wait_ms: int = 0,
-    ) -> PullResult:
+        zero_copy: Literal[False] = False,
+    ) -> PullResult: ...
+    @overload
+    def pull(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int = 32,
+        *,
+        tags: str | None = None,
+        wait_ms: int = 0,
+        zero_copy: Literal[True],
+    ) -> PullViews: ...
+    def pull(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int = 32,
+        *,
+        tags: str | None = None,
+        wait_ms: int = 0,
+        zero_copy: bool = False,
+    ) -> PullResult | PullViews:
         """Up to `max_count` messages of (topic, queue_id) from queue offset `offset`
         (RocketMQ's getMessage). `tags` ("a || b") keeps only those tags (the unit's tag
         code, then the record's TAGS). With `wait_ms` > 0, a pull that finds nothing
         (OFFSET_OVERFLOW_ONE, NO_MESSAGE_IN_QUEUE, NO_MATCHED_LOGIC_QUEUE, or only
-        filtered-out messages) waits up to that long for new messages to be dispatched."""
+        filtered-out messages) waits up to that long for new messages to be dispatched.
+        With `zero_copy`, a `PullViews`: bodies are views of the mapped log, not copies
+        (`engine.record.RecordView` says how long they live)."""
         check_types(
             "pull", topic=(topic, STR), queue_id=(queue_id, INT), offset=(offset, INT),
             max_count=(max_count, INT), tags=(tags, OPT_STR), wait_ms=(wait_ms, INT),
+            zero_copy=(zero_copy, BOOL),
         )  # fmt: skip
         check_topic(topic)
         if max_count < 1:
@@ -171,7 +208,7 @@ class ClientReads:
         deadline = time.monotonic() + wait_ms / 1000
         while True:
             seen = self.dispatched()
-            res = self._pull_once(topic, queue_id, offset, max_count, tags)
+            res = self._pull_once(topic, queue_id, offset, max_count, tags, zero_copy)
             if res.status not in _EMPTY or wait_ms <= 0:
                 return res
             if res.status is GetMessageStatus.NO_MATCHED_MESSAGE:

@@ -12,7 +12,7 @@ from importlib.metadata import version as _dist_version
 from mqstore.conf.load import ConfigError
 from mqstore.engine.checkpoint import CheckpointError
 from mqstore.engine.fileio import StoreIOError
-from mqstore.engine.record import DecodedRecord, Message, RecordError
+from mqstore.engine.record import DecodedRecord, Message, RecordError, RecordView
 from mqstore.engine.segment import SegmentNameError, SegmentSizeError
 from mqstore.engine.storedir import StoreDirError
 from mqstore.ipc.access import StoreAccessDenied
@@ -20,7 +20,7 @@ from mqstore.ipc.aio import AsyncStoreClient
 from mqstore.ipc.channel import SupervisorUnavailable
 from mqstore.ipc.client import StoreClient
 from mqstore.ipc.locks import StoreLockHeld
-from mqstore.ipc.read_results import GetMessageStatus, PullResult
+from mqstore.ipc.read_results import GetMessageStatus, PullResult, PullViews
 from mqstore.ipc.reads import ClientReads
 from mqstore.ipc.results import (
     FlushError,
@@ -47,10 +47,12 @@ __all__ = [
     "Message",
     "MessageIllegalError",
     "PullResult",
+    "PullViews",
     "PutError",
     "PutMessageStatus",
     "PutResult",
     "RecordError",
+    "RecordView",
     "SegmentNameError",
     "SegmentSizeError",
     "ServiceUnavailableError",

@@ -4,6 +4,7 @@ and the real RocketMQ stores."""
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,8 +16,9 @@ from mqstore.engine.dispatch import Dispatcher
 from mqstore.engine.filler import filler_record
 from mqstore.engine.indexfile import IndexService
 from mqstore.engine.reader import Geometry, GetStatus, StoreReader, parse_tag_filter
-from mqstore.engine.record import DecodedRecord, Message
+from mqstore.engine.record import DecodedRecord, Message, RecordView
 from mqstore.engine.recovery import recover_store
+from mqstore.ipc.read_results import PullViews
 from tests.engine.storebuild import (
     CQ_FILE,
     ENTRIES,
@@ -222,3 +224,54 @@ def test_reader_opens_nothing_for_writing(tmp_path: Path) -> None:
     with pytest.raises((PermissionError, TypeError)):
         log.append(message(99))
     log.close()
+
+
+def _maps_of(path: str) -> int:
+    """How many mappings of `path` this process has (a deleted file's too)."""
+    with open("/proc/self/maps") as f:
+        return sum(1 for line in f if path in line)
+
+
+def test_zero_copy_views_outlive_retention_and_the_reader(tmp_path: Path) -> None:
+    """The rule in `RecordView`'s doc: views keep their mapping until released; the
+    reader neither unmaps under them nor fails; a deleted segment stays readable."""
+    build_store(tmp_path, 60)
+    with _reader(tmp_path) as r:
+        copies = r.get_messages("T", 0, 0, 8)
+        got = r.get_messages("T", 0, 0, 8, zero_copy=True)
+        first = r.log.queue.segments[0].path
+        assert got.messages[-1].physical_offset < r.log.queue.segments[1].start_offset
+        views = [m.body for m in got.messages]
+        assert all(isinstance(m, RecordView) for m in got.messages)
+        assert all(v.readonly for v in views) and len(views) == 8
+        assert [bytes(v) for v in views] == [m.body for m in copies.messages]
+        # retention, as the cleaner does it (its own mapping, then unlink)
+        writer = open_log(tmp_path)
+        assert writer.queue.delete_expired_by_time(
+            0, delete_files_interval_ms=0, interval_forcibly_ms=0, clean_immediately=True,
+            max_files=1,
+        ) == 1  # fmt: skip
+        writer.close()
+        assert not Path(first).exists()
+        r.refresh()  # the reader drops the deleted segment: its mapping has views
+        assert r.get_messages("T", 0, 0, 1).status is GetStatus.OFFSET_TOO_SMALL
+    assert _maps_of(first) == 1  # reader closed, file gone: still mapped for the views
+    assert [bytes(v) for v in views] == [m.body for m in copies.messages]
+    del got
+    for v in views:
+        v.release()
+    gc.collect()
+    assert _maps_of(first) == 0  # the last view released: unmapped
+
+
+def test_pull_views_release_on_exit(tmp_path: Path) -> None:
+    build_store(tmp_path, 10)
+    with _reader(tmp_path) as r:
+        with PullViews.of(r.get_messages("T", 1, 0, 4, zero_copy=True)) as pulled:
+            body = pulled.messages[0].body
+            part = body[:3]
+            assert bytes(body) == b"body-1" * 5
+        with pytest.raises(ValueError, match="released"):
+            bytes(body)
+        assert bytes(part) == b"bod"  # a slice lives on until released itself
+        part.release()

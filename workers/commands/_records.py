@@ -19,7 +19,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from mqstore.engine.record import DecodedRecord
+from mqstore.engine.record import RecordFields
 
 BODY_FORMATS = ("text", "base64", "hex")
 
@@ -48,18 +48,18 @@ def encode_body(body: bytes, body_format: str) -> tuple[str, str]:
     return base64.b64encode(body).decode("ascii"), "base64"
 
 
-def record_json(rec: DecodedRecord, body_format: str) -> dict[str, Any]:
+def record_json(rec: RecordFields, body_format: str) -> dict[str, Any]:
     """`rec.to_json_dict()` with its body in `body_format` and `body_encoding` after it."""
     out: dict[str, Any] = {}
     for k, v in rec.to_json_dict().items():
         if k == "body":
-            out["body"], out["body_encoding"] = encode_body(rec.body, body_format)
+            out["body"], out["body_encoding"] = encode_body(bytes(rec.body), body_format)
         else:
             out[k] = v
     return out
 
 
-def print_records(recs: Iterable[DecodedRecord], body_format: str) -> int:
+def print_records(recs: Iterable[RecordFields], body_format: str) -> int:
     """One JSON object per line on stdout; returns how many were printed."""
     n = 0
     out = sys.stdout

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from mqstore.conf.load import ConfigError, load_settings
 from mqstore.engine import fileio
 from mqstore.engine.indexfile import IndexGeometryError
 from mqstore.engine.reader import MAX_TIMESTAMP_MS, GetStatus, MaxOffsetFn, StoreReader
-from mqstore.engine.record import DecodedRecord
+from mqstore.engine.record import RecordFields
 from mqstore.engine.segment import SegmentNameError, SegmentSizeError
 from mqstore.engine.storedir import read_flushed_offset
 from mqstore.ipc.locks import store_lock_holder
@@ -99,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(r: StoreReader, args: argparse.Namespace) -> int:
-    recs: list[DecodedRecord] = []
+    recs: Sequence[RecordFields] = []
     if args.msg_id is not None:
         try:
             rec = r.get_by_msg_id(args.msg_id)

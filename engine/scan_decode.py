@@ -1,0 +1,174 @@
+"""Message objects from the record scanner's columns: how reads decode the log.
+
+A read knows where its records start (consume-queue units, an index hit, the offset in
+a message id). `find_records(view, starts)` walks them with `engine.scan.scan_records`
+(CRC checked) and builds one `DecodedRecord` (a copy of the body) or `RecordView` (the
+body a view of `view`) per record found, from the scanner's columns; only what the
+columns lack (magic, body CRC, hosts, reconsume times, prepared offset) is read from
+the record's fixed header, with one struct unpack.
+
+Where wanted records follow one another with at most `gap_bytes` between them, one scan
+walks the whole run (the records in the gaps are walked and dropped); otherwise each is
+scanned alone. A start the walk passed over without a record beginning there is scanned
+alone too, so that the answer at every start is exactly what `engine.record.decode` and
+`check_record` (CRC on) say there: a record, or nothing. Records with an IPv6 host (rare:
+the fixed header then has other offsets) take a few more unpacks.
+
+Any reader; no state but small caches of formatted hosts and topics (bounded).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import Final
+
+from mqstore import _native
+from mqstore.engine.record import (
+    POS_BORNHOST,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    DecodedRecord,
+    RecordFields,
+    RecordView,
+    SysFlag,
+    decode_properties,
+    format_host,
+)
+from mqstore.engine.scan import BIT_BODY_CRC_OK, RecordScan, scan_records
+
+# From byte 4 of a record with IPv4 hosts: MAGIC, BODYCRC, (QUEUEID .. BORNTIMESTAMP),
+# BORNHOST+port, (STORETIMESTAMP), STOREHOST+port, RECONSUMETIMES, PREPARED offset.
+_V4_FIXED: Final = struct.Struct(">Ii36x8s8x8siq")
+_MAGIC_CRC: Final = struct.Struct(">Ii")
+_RECONSUME_PREPARED: Final = struct.Struct(">iq")
+_V6_HOSTS: Final = SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6
+_U64: Final = (1 << 64) - 1
+_CACHE_MAX: Final = 4096
+# Join wanted records into one scan across gaps of up to this many bytes: worth it with
+# the C scanner (a record walked and dropped costs far less than a scan call); the Python
+# reference walks a dropped record at the cost of a wanted one, so it scans each alone.
+DEFAULT_GAP_BYTES: Final = 64 * 1024 if hasattr(_native, "scan_records") else 0
+
+_hosts: dict[bytes, str] = {}  # address + port bytes -> "ip:port"
+_id_heads: dict[bytes, str] = {}  # store address + port bytes -> its message-id hex
+_topics: dict[bytes, str] = {}
+
+
+def _cached(cache: dict[bytes, str], raw: bytes, make: str) -> str:
+    if len(cache) >= _CACHE_MAX:
+        cache.clear()
+    cache[raw] = make
+    return make
+
+
+def _host(raw: bytes) -> str:
+    got = _hosts.get(raw)
+    if got is None:
+        got = _cached(_hosts, raw, format_host(raw[:-4], int.from_bytes(raw[-4:], signed=True)))
+    return got
+
+
+def _msg_id(store: bytes, physical_offset: int) -> str:
+    """`engine.record.make_msg_id`, with the store host's hex cached."""
+    head = _id_heads.get(store)
+    if head is None:
+        head = _cached(_id_heads, store, store.hex().upper())
+    return f"{head}{physical_offset & _U64:016X}"
+
+
+def _topic(raw: memoryview) -> str:
+    key = bytes(raw)
+    got = _topics.get(key)
+    if got is None:
+        got = _cached(_topics, key, key.decode("utf-8", errors="replace"))
+    return got
+
+
+def _fixed(view: memoryview, pos: int, sys_flag: int) -> tuple[int, int, bytes, bytes, int, int]:
+    """(magic, body CRC, born host, store host, reconsume times, prepared offset) from the
+    record's fixed header; a host is its address and port bytes."""
+    if not sys_flag & _V6_HOSTS:
+        got: tuple[int, int, bytes, bytes, int, int] = _V4_FIXED.unpack_from(view, pos + 4)
+        return got
+    magic, crc = _MAGIC_CRC.unpack_from(view, pos + 4)
+    born_end = pos + POS_BORNHOST + (20 if sys_flag & SysFlag.BORNHOST_V6 else 8)
+    store_p = born_end + 8
+    store_end = store_p + (20 if sys_flag & SysFlag.STOREHOST_V6 else 8)
+    reconsume, prepared = _RECONSUME_PREPARED.unpack_from(view, store_end)
+    born = bytes(view[pos + POS_BORNHOST : born_end])
+    return magic, crc, born, bytes(view[store_p:store_end]), reconsume, prepared
+
+
+def _build(view: memoryview, sc: RecordScan, i: int, zero_copy: bool) -> RecordFields:
+    """The record of scan row `i`, from its columns and its fixed header."""
+    pos = sc.pos[i]
+    sys_flag = sc.sys_flag[i]
+    magic, crc, born, store, reconsume, prepared = _fixed(view, pos, sys_flag)
+    bp = sc.body_pos[i]
+    body = view[bp : bp + sc.body_len[i]]
+    pp = sc.props_pos[i]
+    props = decode_properties(view[pp : pp + sc.props_len[i]]) if sc.props_len[i] else {}
+    tp = sc.topic_pos[i]
+    phys = sc.physical_offset[i]
+    head = (
+        phys, sc.size[i], magic, crc, bool(sc.bits[i] & BIT_BODY_CRC_OK), sc.queue_id[i],
+        sc.flag[i], sc.queue_offset[i], sys_flag, sc.born_timestamp[i], _host(born),
+        sc.store_timestamp[i], _host(store), reconsume, prepared,
+        _topic(view[tp : tp + sc.topic_len[i]]),
+    )  # fmt: skip
+    tail = (props, props.get(PROPERTY_TAGS), props.get(PROPERTY_KEYS), _msg_id(store, phys))
+    if zero_copy:
+        return RecordView(*head, body, *tail)
+    return DecodedRecord(*head, bytes(body), *tail)
+
+
+def _walk(
+    view: memoryview, run: Sequence[int], end: int, zero_copy: bool, found: dict[int, RecordFields]
+) -> None:
+    """Scan from the run's first start to `end` (one record when the run has one start),
+    keeping the rows that begin at a start of the run; then as the module doc says."""
+    todo = list(run)
+    while todo:
+        sc = scan_records(view, todo[0], end, max_records=1 if len(todo) == 1 else -1)
+        wanted = set(todo)
+        for i in range(sc.count):
+            if sc.pos[i] in wanted:
+                found[sc.pos[i]] = _build(view, sc, i, zero_copy)
+        stop = sc.stop_pos
+        for s in todo:
+            if s < stop and s not in found and s != todo[0]:  # walked over, not aligned
+                _walk(view, [s], end, zero_copy, found)
+        todo = [s for s in todo if s >= stop]
+        if todo and todo[0] == stop:  # the scan stopped there: no valid record
+            todo.pop(0)
+
+
+def find_records(
+    view: memoryview,
+    starts: Sequence[int],
+    sizes: Sequence[int],
+    *,
+    zero_copy: bool = False,
+    gap_bytes: int = DEFAULT_GAP_BYTES,
+) -> dict[int, RecordFields]:
+    """The valid record (CRC checked, ending within `view`) at each of `starts`
+    (positions in `view`, ascending, distinct), keyed by start; a start without one is
+    missing. `sizes[k]` is the record size expected at `starts[k]` (0 when unknown: that
+    start is scanned alone). Bodies are copies, or with `zero_copy` slices of `view`.
+    O(bytes walked)."""
+    found: dict[int, RecordFields] = {}
+    k, n = 0, len(starts)
+    while k < n:
+        j = k
+        while (
+            j + 1 < n
+            and sizes[j] > 0
+            and sizes[j + 1] > 0
+            and 0 <= starts[j + 1] - starts[j] - sizes[j] <= gap_bytes
+        ):
+            j += 1
+        end = starts[j] + sizes[j] if sizes[j] > 0 else len(view)
+        _walk(view, starts[k : j + 1], min(end, len(view)), zero_copy, found)
+        k = j + 1
+    return found
