@@ -16,9 +16,9 @@ For each write-pool setting (on, off) a fresh ASYNC_FLUSH store is started
 2. **pull**: one consumer process attaches, waits (untimed) until every message put is
    pullable (the queues' max offsets add up to the count put), then pulls every queue of
    the topic from offset 0 to its end, round robin, `max_count` messages per call
-   (`PULL_SIZES`; 32 is RocketMQ's default pullBatchSize), and checks it got every
-   message with its 1 KiB body. Pull variants (`PULL_MODES`) are measured on the same
-   store one after another; the put rate is not re-measured between them.
+   (32 is RocketMQ's default pullBatchSize), and checks it got every message with its
+   1 KiB body. The pull variants (`PULL_MODES`: batch size, copied or zero-copy bodies)
+   are measured on the same store one after another; the put is not re-run between them.
 
 Messages per second = messages returned / (end of the last pull - start of the first);
 the latency is per `pull()` call.
@@ -37,7 +37,9 @@ from bench.options import Options
 from bench.procs import BenchError, FnProducer, Producer, RunResult, run_producers
 from bench.report import Column, Goal, Report
 
-PULL_SIZES = (32, 256)
+# (max_count, zero_copy) of each pull run: RocketMQ's default batch, a large one, and the
+# default batch with bodies as views of the mapping (`pull(..., zero_copy=True)`)
+PULL_MODES = ((32, False), (256, False), (32, True))
 QUEUES = 4  # the store's default_topic_queue_nums, which the producer spreads over
 READY_TIMEOUT_S = 30.0
 
@@ -64,6 +66,7 @@ def _pull_consumer(index: int, params: Mapping[str, Any]) -> Producer:
     client = stack.enter_context(StoreClient.attach(params["store_dir"]))
     ends = _wait_pullable(client, int(params["expected"]))
     size = int(params["max_count"])
+    zero_copy = bool(params["zero_copy"])
     pull = client.pull
     offsets = [0] * QUEUES
     live = [q for q in range(QUEUES) if ends[q] > 0]
@@ -74,7 +77,7 @@ def _pull_consumer(index: int, params: Mapping[str, Any]) -> Producer:
         nonlocal turn
         q = live[turn % len(live)]
         turn += 1
-        got = pull(TOPIC, q, offsets[q], size)
+        got = pull(TOPIC, q, offsets[q], size, zero_copy=zero_copy)
         msgs = got.messages
         if not msgs:
             bad.append(f"queue {q} at {offsets[q]}: {got.status.name}")
@@ -116,16 +119,17 @@ def pull_runs(root: Path, *, pool: bool, duration_s: float) -> list[RunResult]:
             raise BenchError(f"{name}: put errors {put.extra}")
         put.extra.update({"op": "put", "pool": pool, "max_count": 1})
         runs.append(put)
-        for size in PULL_SIZES:
-            params.update(expected=put.messages, max_count=size)
+        for size, zero_copy in PULL_MODES:
+            params.update(expected=put.messages, max_count=size, zero_copy=zero_copy)
+            label = f"pull {name} max_count={size}{' zero_copy' if zero_copy else ''}"
             r = run_producers(
-                f"pull {name} max_count={size}", _pull_consumer, params, producers=1,
+                label, _pull_consumer, params, producers=1,
                 duration_s=600.0, work_dir=work, body_bytes=BODY_BYTES,
                 max_messages=put.messages,
             )  # fmt: skip
             if r.messages != put.messages:
                 raise BenchError(f"{r.name}: pulled {r.messages} of {put.messages} messages")
-            r.extra.update({"op": "pull", "pool": pool, "max_count": size})
+            r.extra.update({"op": "pull", "pool": pool, "max_count": size, "zero_copy": zero_copy})
             runs.append(r)
     return runs
 
@@ -194,5 +198,5 @@ def benchmark(opts: Options) -> Report:
         columns=COLUMNS,
         rows=[_row(r) for r in runs],
         goals=goals(runs),
-        extra={"duration_s": duration, "pull_sizes": list(PULL_SIZES)},
+        extra={"duration_s": duration, "pull_modes": [list(m) for m in PULL_MODES]},
     )

@@ -443,10 +443,11 @@ class StoreReader:
             return GetResult(GetStatus.OFFSET_FOUND_NULL, offset + per - offset % per, lo, hi)
         sel = _Selection(GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, lo, hi), tags)
         while batch:
-            wanted = [(u.physical_offset, u.size) for _qo, u in batch if sel.may_match(u)]
-            if not sel.take(
-                batch, self._records(wanted, zero_copy=zero_copy), max_count, max_bytes
-            ):
+            # once full, `take` decides on the units alone: nothing more is decoded
+            full = len(sel.res.messages) >= max_count
+            wanted = [(u.physical_offset, u.size) for _, u in batch if sel.may_match(u)]
+            recs = {} if full else self._records(wanted, zero_copy=zero_copy)
+            if not sel.take(batch, recs, max_count, max_bytes):
                 break
             # (once full, one unit more: pre-blanks right after the last message are passed)
             batch = list(itertools.islice(units, max(1, max_count - len(sel.res.messages))))

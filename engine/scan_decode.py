@@ -20,7 +20,7 @@ Any reader; no state but small caches of formatted hosts and topics (bounded).
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Final
 
 from mqstore import _native
@@ -42,7 +42,7 @@ from mqstore.engine.scan import BIT_BODY_CRC_OK, RecordScan, scan_records
 _V4_FIXED: Final = struct.Struct(">Ii36x8s8x8siq")
 _MAGIC_CRC: Final = struct.Struct(">Ii")
 _RECONSUME_PREPARED: Final = struct.Struct(">iq")
-_V6_HOSTS: Final = SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6
+_V6_HOSTS: Final = int(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6)  # an int: IntFlag's & is slow
 _U64: Final = (1 << 64) - 1
 _CACHE_MAX: Final = 4096
 # Join wanted records into one scan across gaps of up to this many bytes: worth it with
@@ -100,27 +100,45 @@ def _fixed(view: memoryview, pos: int, sys_flag: int) -> tuple[int, int, bytes, 
     return magic, crc, born, bytes(view[store_p:store_end]), reconsume, prepared
 
 
-def _build(view: memoryview, sc: RecordScan, i: int, zero_copy: bool) -> RecordFields:
-    """The record of scan row `i`, from its columns and its fixed header."""
-    pos = sc.pos[i]
-    sys_flag = sc.sys_flag[i]
-    magic, crc, born, store, reconsume, prepared = _fixed(view, pos, sys_flag)
-    bp = sc.body_pos[i]
-    body = view[bp : bp + sc.body_len[i]]
-    pp = sc.props_pos[i]
-    props = decode_properties(view[pp : pp + sc.props_len[i]]) if sc.props_len[i] else {}
-    tp = sc.topic_pos[i]
-    phys = sc.physical_offset[i]
-    head = (
-        phys, sc.size[i], magic, crc, bool(sc.bits[i] & BIT_BODY_CRC_OK), sc.queue_id[i],
-        sc.flag[i], sc.queue_offset[i], sys_flag, sc.born_timestamp[i], _host(born),
-        sc.store_timestamp[i], _host(store), reconsume, prepared,
-        _topic(view[tp : tp + sc.topic_len[i]]),
+def _columns(sc: RecordScan) -> Iterator[tuple[int, ...]]:
+    """The scan's rows as tuples of the columns `_build_rows` reads, in its order."""
+    return zip(
+        sc.pos.tolist(), sc.size.tolist(), sc.queue_id.tolist(), sc.queue_offset.tolist(),
+        sc.physical_offset.tolist(), sc.sys_flag.tolist(), sc.flag.tolist(),
+        sc.born_timestamp.tolist(), sc.store_timestamp.tolist(), sc.bits.tolist(),
+        sc.body_pos.tolist(), sc.body_len.tolist(), sc.topic_pos.tolist(),
+        sc.topic_len.tolist(), sc.props_pos.tolist(), sc.props_len.tolist(), strict=True,
     )  # fmt: skip
-    tail = (props, props.get(PROPERTY_TAGS), props.get(PROPERTY_KEYS), _msg_id(store, phys))
-    if zero_copy:
-        return RecordView(*head, body, *tail)
-    return DecodedRecord(*head, bytes(body), *tail)
+
+
+def _build_rows(
+    view: memoryview,
+    sc: RecordScan,
+    wanted: set[int],
+    zero_copy: bool,
+    found: dict[int, RecordFields],
+) -> None:
+    """The record of every scan row that starts at a position in `wanted`, from its
+    columns and its fixed header, into `found`."""
+    for (
+        pos, size, queue_id, queue_offset, phys, sys_flag, flag, born_ts, store_ts, bits,
+        bp, bl, tp, tl, pp, pl,
+    ) in _columns(sc):  # fmt: skip
+        if pos not in wanted:
+            continue
+        magic, crc, born, store, reconsume, prepared = _fixed(view, pos, sys_flag)
+        props = decode_properties(view[pp : pp + pl]) if pl else {}
+        head = (
+            phys, size, magic, crc, bool(bits & BIT_BODY_CRC_OK), queue_id, flag,
+            queue_offset, sys_flag, born_ts, _host(born), store_ts, _host(store), reconsume,
+            prepared, _topic(view[tp : tp + tl]),
+        )  # fmt: skip
+        tail = (props, props.get(PROPERTY_TAGS), props.get(PROPERTY_KEYS), _msg_id(store, phys))
+        body = view[bp : bp + bl]
+        if zero_copy:
+            found[pos] = RecordView(*head, body, *tail)
+        else:
+            found[pos] = DecodedRecord(*head, bytes(body), *tail)
 
 
 def _walk(
@@ -131,13 +149,10 @@ def _walk(
     todo = list(run)
     while todo:
         sc = scan_records(view, todo[0], end, max_records=1 if len(todo) == 1 else -1)
-        wanted = set(todo)
-        for i in range(sc.count):
-            if sc.pos[i] in wanted:
-                found[sc.pos[i]] = _build(view, sc, i, zero_copy)
+        _build_rows(view, sc, set(todo), zero_copy, found)
         stop = sc.stop_pos
         for s in todo:
-            if s < stop and s not in found and s != todo[0]:  # walked over, not aligned
+            if s < stop and s not in found:  # walked over: no record of the walk starts there
                 _walk(view, [s], end, zero_copy, found)
         todo = [s for s in todo if s >= stop]
         if todo and todo[0] == stop:  # the scan stopped there: no valid record
