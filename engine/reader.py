@@ -43,8 +43,7 @@ from mqstore.engine.record import (
     parse_msg_id,
     tags_code,
 )
-from mqstore.engine.scan_decode import find_records
-from mqstore.engine.segment import ReadStatus, Segment
+from mqstore.engine.scan_decode import read_records
 from mqstore.engine.segment_queue import SegmentQueue
 from mqstore.engine.storedir import list_segments
 
@@ -287,48 +286,12 @@ class StoreReader:
         assert isinstance(rec, DecodedRecord)  # a copying read
         return rec
 
-    def _segment(self, physical_offset: int) -> Segment | None:
-        """The segment holding `physical_offset`, looking for new files once if none."""
-        seg = self.log.queue.find(physical_offset)
-        if seg is None:
-            self.log.queue.refresh()
-            seg = self.log.queue.find(physical_offset)
-        return seg
-
     def _records(
         self, spans: Sequence[tuple[int, int]], *, zero_copy: bool = False
     ) -> dict[int, RecordFields]:
-        """The record at each log offset of `spans` ((offset, expected size, 0 when
-        unknown)), keyed by offset, fillers included; an offset is missing when no valid
-        record (CRC included) starts there and ends at or below the limit. One mapped
-        view per segment, decoded through the record scanner (`engine.scan_decode`)."""
-        limit = self.limit()
-        todo = sorted({off: size for off, size in spans if 0 <= off < limit}.items())
-        out: dict[int, RecordFields] = {}
-        k = 0
-        while k < len(todo):
-            seg = self._segment(todo[k][0])
-            if seg is None:
-                k += 1
-                continue
-            seg_end = min(seg.start_offset + seg.size_bytes, limit)
-            j = k
-            while j < len(todo) and todo[j][0] < seg_end:
-                j += 1
-            group, k = todo[k:j], j
-            base = group[0][0]
-            last, last_size = group[-1]
-            sized = all(size > 0 for _, size in group)
-            end = min(seg_end, last + last_size) if sized else seg_end
-            with seg.select(base - seg.start_offset, end - base) as sl:
-                if sl.status is not ReadStatus.OK:
-                    continue
-                found = find_records(
-                    sl.view, [o - base for o, _ in group], [s for _, s in group],
-                    zero_copy=zero_copy,
-                )  # fmt: skip
-            out.update((base + pos, rec) for pos, rec in found.items())
-        return out
+        """`engine.scan_decode.read_records` of the log, up to the limit: fillers
+        included, only valid records (CRC checked) that end at or below the limit."""
+        return read_records(self.log.queue, spans, self.limit(), zero_copy=zero_copy)
 
     def get_by_msg_id(self, msg_id: str) -> DecodedRecord | None:
         """Through the physical offset inside the id (`engine.record.parse_msg_id`); the

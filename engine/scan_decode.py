@@ -1,11 +1,12 @@
 """Message objects from the record scanner's columns: how reads decode the log.
 
 A read knows where its records start (consume-queue units, an index hit, the offset in
-a message id). `find_records(view, starts)` walks them with `engine.scan.scan_records`
-(CRC checked) and builds one `DecodedRecord` (a copy of the body) or `RecordView` (the
-body a view of `view`) per record found, from the scanner's columns; only what the
-columns lack (magic, body CRC, hosts, reconsume times, prepared offset) is read from
-the record's fixed header, with one struct unpack.
+a message id). `read_records(segment_queue, spans, limit)` finds them in the mapped
+segments; within one segment's view, `find_records(view, starts)` walks them with
+`engine.scan.scan_records` (CRC checked) and builds one `DecodedRecord` (a copy of the
+body) or `RecordView` (the body a view of `view`) per record found, from the scanner's
+columns; only what the columns lack (magic, body CRC, hosts, reconsume times, prepared
+offset) is read from the record's fixed header, with one struct unpack.
 
 Where wanted records follow one another with at most `gap_bytes` between them, one scan
 walks the whole run (the records in the gaps are walked and dropped); otherwise each is
@@ -36,6 +37,8 @@ from mqstore.engine.record import (
     format_host,
 )
 from mqstore.engine.scan import BIT_BODY_CRC_OK, RecordScan, scan_records
+from mqstore.engine.segment import ReadStatus, Segment
+from mqstore.engine.segment_queue import SegmentQueue
 
 # From byte 4 of a record with IPv4 hosts: MAGIC, BODYCRC, (QUEUEID .. BORNTIMESTAMP),
 # BORNHOST+port, (STORETIMESTAMP), STOREHOST+port, RECONSUMETIMES, PREPARED offset.
@@ -187,3 +190,46 @@ def find_records(
         _walk(view, starts[k : j + 1], min(end, len(view)), zero_copy, found)
         k = j + 1
     return found
+
+
+def _segment(queue: SegmentQueue, physical_offset: int) -> Segment | None:
+    """The segment holding `physical_offset`, looking for new files once if none."""
+    seg = queue.find(physical_offset)
+    if seg is None:
+        queue.refresh()
+        seg = queue.find(physical_offset)
+    return seg
+
+
+def read_records(
+    queue: SegmentQueue, spans: Sequence[tuple[int, int]], limit: int, *, zero_copy: bool = False
+) -> dict[int, RecordFields]:
+    """The record at each log offset of `spans` ((offset, expected size or 0 when
+    unknown)) of a read-only segment queue, keyed by offset; an offset is missing when
+    no valid record (CRC included) starts there and ends at or below `limit`. One held
+    view per segment, walked by `find_records`; new segment files are looked for once
+    when an offset is in none. Fillers are records like any other here."""
+    todo = sorted({off: size for off, size in spans if 0 <= off < limit}.items())
+    out: dict[int, RecordFields] = {}
+    k = 0
+    while k < len(todo):
+        seg = _segment(queue, todo[k][0])
+        if seg is None:
+            k += 1
+            continue
+        seg_end = min(seg.start_offset + seg.size_bytes, limit)
+        j = k
+        while j < len(todo) and todo[j][0] < seg_end:
+            j += 1
+        group, k = todo[k:j], j
+        base, (last, last_size) = group[0][0], group[-1]
+        sized = all(size > 0 for _, size in group)
+        end = min(seg_end, last + last_size) if sized else seg_end
+        with seg.select(base - seg.start_offset, end - base) as sl:
+            if sl.status is not ReadStatus.OK:
+                continue
+            found = find_records(
+                sl.view, [o - base for o, _ in group], [s for _, s in group], zero_copy=zero_copy
+            )
+        out.update((base + pos, rec) for pos, rec in found.items())
+    return out

@@ -14,12 +14,13 @@ Not thread-safe: one per thread.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from mqstore.engine.commitlog import CommitLog, ScanStop
 from mqstore.engine.filler import is_filler
 from mqstore.engine.reader import GetResult, GetStatus
-from mqstore.engine.record import DecodedRecord
+from mqstore.engine.record import DecodedRecord, RecordFields
+from mqstore.engine.scan_decode import read_records
 from mqstore.engine.storedir import list_segments
 
 _TX_MASK = 0xC
@@ -90,15 +91,13 @@ class LogTail:
         if sc.end_offset > self.position:
             self.position = sc.end_offset  # a BLANK hopped at the end
 
-    def read(self, physical_offset: int) -> DecodedRecord | None:
+    def read_many(self, offsets: Sequence[int]) -> dict[int, RecordFields]:
+        """The valid records (CRC checked) starting at `offsets`, by offset, decoded
+        through the record scanner (`engine.scan_decode.read_records`)."""
         log = self._open()
         if log is None:
-            return None
-        got = log.read(physical_offset)
-        if got.record is None:
-            log.queue.refresh()
-            got = log.read(physical_offset)
-        return got.record
+            return {}
+        return read_records(log.queue, [(off, 0) for off in offsets], 1 << 62)
 
     def close(self) -> None:
         if self._log is not None:
@@ -145,22 +144,18 @@ class LogQueues:
         if offset > hi:
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, 0, hi)
         res = GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, 0, hi)
-        nxt = offset
-        for qo in range(offset, hi):
-            if len(res.messages) >= max_count:
-                break
-            nxt = qo + 1
-            phys = q[qo]
-            if phys < 0:
-                continue
-            rec = self.tail.read(phys)
-            if rec is None:
-                if not res.messages:
-                    res.status = GetStatus.MESSAGE_WAS_REMOVING
-                continue
-            res.messages.append(rec)
-            res.status = GetStatus.FOUND
-        res.next_offset = nxt
+        while res.next_offset < hi and len(res.messages) < max_count:
+            units = q[res.next_offset : res.next_offset + max_count - len(res.messages)]
+            recs = self.tail.read_many([phys for phys in units if phys >= 0])
+            for phys in units:
+                res.next_offset += 1
+                rec = recs.get(phys)
+                if rec is None:
+                    if phys >= 0 and not res.messages:
+                        res.status = GetStatus.MESSAGE_WAS_REMOVING
+                    continue
+                res.messages.append(rec)
+                res.status = GetStatus.FOUND
         return res
 
     def close(self) -> None:
