@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import io
 import os
-import pstats
 import shutil
 import sys
 import tempfile
@@ -26,7 +24,7 @@ from typing import Any
 
 from bench.bench_pull import QUEUES, _wait_pullable
 from bench.bench_put import BODY_BYTES, TAGS, TOPIC, _api, running_store
-from bench.report import RESULTS, git_commit, machine
+from bench.profiles import report_profile
 
 
 def _drain(client: Any, ends: list[int], max_count: int, zero_copy: bool) -> int:
@@ -78,26 +76,15 @@ def main(argv: list[str] | None = None) -> int:
             prof.disable()
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    out = io.StringIO()
-    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(args.top)
-    m = machine(None)
     label = f"{args.max_count}{'_zero_copy' if args.zero_copy else ''}"
-    head = [
-        f"# python -m bench.profile_pull {' '.join(sys.argv[1:] if argv is None else argv)}",
-        f"# commit {git_commit()}, {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}",
-        f"# {m['cpu_model']}, {m['cores']} cores, Python {m['python']}, "
-        f"load {m['load_avg_1_5_15']}",
-        f"# pool {args.pool}, max_count {args.max_count}, zero_copy {args.zero_copy}: "
+    report_profile(
+        f"python -m bench.profile_pull {' '.join(sys.argv[1:] if argv is None else argv)}",
+        prof,
+        top=args.top,
+        summary=f"pool {args.pool}, max_count {args.max_count}, zero_copy {args.zero_copy}: "
         f"{rate:,.0f} msgs/s without the profiler ({1e6 / rate:.1f} µs per message)",
-        "",
-    ]
-    text = "\n".join(head) + out.getvalue()
-    print(text)
-    if args.save:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        path = RESULTS / f"profile_pull_{label}.txt"
-        path.write_text(text.replace(str(Path.cwd()) + "/", ""))
-        print(f"wrote {path}")
+        save_as=f"profile_pull_{label}.txt" if args.save else None,
+    )
     return 0
 
 

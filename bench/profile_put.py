@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import io
 import os
-import pstats
 import shutil
 import sys
 import tempfile
@@ -25,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.bench_put import BODY_BYTES, TAGS, TOPIC, _api, running_store
-from bench.report import RESULTS, git_commit, machine
+from bench.profiles import report_profile
 
 
 def _puts(client: Any, n: int, batch: int, unique: bool, start: int) -> int:
@@ -81,25 +79,14 @@ def main(argv: list[str] | None = None) -> int:
             prof.disable()
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    out = io.StringIO()
-    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(args.top)
-    m = machine(None)
-    head = [
-        f"# python -m bench.profile_put {' '.join(sys.argv[1:] if argv is None else argv)}",
-        f"# commit {git_commit()}, {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}",
-        f"# {m['cpu_model']}, {m['cores']} cores, Python {m['python']}, "
-        f"load {m['load_avg_1_5_15']}",
-        f"# mode {args.mode}, pool {args.pool}, keys {args.keys}, batch {args.batch or '-'}: "
+    report_profile(
+        f"python -m bench.profile_put {' '.join(sys.argv[1:] if argv is None else argv)}",
+        prof,
+        top=args.top,
+        summary=f"mode {args.mode}, pool {args.pool}, keys {args.keys}, batch {args.batch or '-'}: "
         f"{rate:,.0f} msgs/s without the profiler ({1e6 / rate:.1f} µs per message)",
-        "",
-    ]
-    text = "\n".join(head) + out.getvalue()
-    print(text)
-    if args.save:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        path = RESULTS / f"profile_put_{args.mode}_{args.pool}_{args.keys}.txt"
-        path.write_text(text.replace(str(Path.cwd()) + "/", ""))
-        print(f"wrote {path}")
+        save_as=f"profile_put_{args.mode}_{args.pool}_{args.keys}.txt" if args.save else None,
+    )
     return 0
 
 

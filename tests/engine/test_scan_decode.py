@@ -5,6 +5,7 @@ every kind of record, a damaged body, an embedded record and zeros; zero-copy bo
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 
 from hypothesis import given, settings
@@ -14,21 +15,13 @@ from mqstore.engine import record
 from mqstore.engine.record import CheckStatus, DecodedRecord, Message, RecordView
 from mqstore.engine.scan_decode import find_records
 from tests.engine.scanlog import encoded, filler_bytes, lay_out
-
-T0 = 1_700_000_000_000
+from tests.engine.storebuild import message
 
 
 def _msg(i: int, **kw: object) -> Message:
-    fields: dict[str, object] = {
-        "topic": "T",
-        "body": f"body-{i}".encode() * (i % 5),
-        "properties": {"TAGS": f"tag{i % 3}", "KEYS": f"k{i}", "UNIQ_KEY": f"U{i}"},
-        "queue_id": i % 3,
-        "flag": i,
-        "born_timestamp": T0 - i,
-    }
-    fields.update(kw)
-    return Message(**fields)  # type: ignore[arg-type]
+    """`storebuild.message` with a body of 0 to 4 parts and other fields replaced."""
+    fields: dict[str, object] = {"body": f"body-{i}".encode() * (i % 5), **kw}
+    return dataclasses.replace(message(i), **fields)  # type: ignore[arg-type]
 
 
 def _log() -> tuple[bytes, list[int]]:
