@@ -15,8 +15,14 @@ Statuses are RocketMQ's GetMessageStatus. Pre-blank units and fillers
 (`engine.filler.is_filler`: what the publisher writes over a dead producer's reservation)
 are skipped like filtered-out messages; no lookup returns a filler.
 
+Records are found and decoded through the record scanner (`engine.scan_decode`): a
+pull's records in one C walk per run of nearby records, each message built from the
+walk's columns; `get_messages(..., zero_copy=True)` gives `RecordView`s, whose bodies
+are views of the mapping (`engine.record.RecordView` says how long they live).
+
 Cost: one consume-queue refresh (a binary search in the last file) per `get_messages`,
-then one record decode per message. Not thread-safe: one reader per thread.
+then one scan per run of records and one message object per record. Not thread-safe:
+one reader per thread.
 """
 
 from __future__ import annotations
