@@ -58,11 +58,11 @@ _id_heads: dict[bytes, str] = {}  # store address + port bytes -> its message-id
 _topics: dict[bytes, str] = {}
 
 
-def _cached(cache: dict[bytes, str], raw: bytes, make: str) -> str:
+def _cached(cache: dict[bytes, str], raw: bytes, value: str) -> str:
     if len(cache) >= _CACHE_MAX:
         cache.clear()
-    cache[raw] = make
-    return make
+    cache[raw] = value
+    return value
 
 
 def _host(raw: bytes) -> str:
