@@ -61,9 +61,6 @@ QueueKey = tuple[str, int]
 StoreTimeOf = Callable[[int, int], int]  # (physical offset, size) -> store time, -1 if gone
 
 
-UNITS_PER_READ: Final = 32  # units unpacked per held slice in `ConsumeQueue.units`
-
-
 def cq_file_size(configured_bytes: int) -> int:
     """RocketMQ's getter: round up to a multiple of 20 (128 -> 140, 4096 -> 4100)."""
     if configured_bytes <= 0:
@@ -508,10 +505,13 @@ class ConsumeQueue:
             return None
         return self._unit_at(lo)
 
-    def units(self, from_queue_offset: int, max_count: int) -> Iterator[tuple[int, CqUnit]]:
+    def units(
+        self, from_queue_offset: int, max_count: int, *, per_read: int = 1 << 62
+    ) -> Iterator[tuple[int, CqUnit]]:
         """(queue offset, unit) from `from_queue_offset` up to the end, at most
-        `max_count` of them, pre-blanks included. Lazy: units are read `UNITS_PER_READ`
-        at a time (one held slice each), so a caller that stops early reads no more."""
+        `max_count` of them, pre-blanks included. Units are read `per_read` at a time
+        (default: the rest of each file), one held slice each: a reader that may stop
+        early (a pull) asks for a few, so that it unpacks no more than it uses."""
         qo = max(from_queue_offset, self.min_offset())
         left = max_count
         while left > 0:
@@ -523,7 +523,7 @@ class ConsumeQueue:
             read = seg.read_position
             if pos >= read:
                 return
-            n = min(left, (read - pos) // 20, UNITS_PER_READ)
+            n = min(left, (read - pos) // 20, per_read)
             if n <= 0:
                 return
             with seg.select(pos, n * 20) as sl:

@@ -57,6 +57,7 @@ MAX_TIMESTAMP_MS = (1 << 63) - 1
 DEFAULT_MAX_BYTES = 256 * 1024  # maxTransferBytesOnMessageInMemory
 MIN_SCAN_UNITS = 16000 // 20  # RocketMQ scans at least 16000 bytes of units per pull
 QUERY_ROUNDS = 3
+UNITS_PER_READ = 32  # consume-queue units unpacked at a time by a pull
 MAX_EXT_ADDR = -2_147_483_649  # ConsumeQueueExt addresses are <= this (spec §3.2)
 
 MaxOffsetFn = Callable[[], int]
@@ -405,7 +406,8 @@ class StoreReader:
             return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
         if offset > hi:
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, lo if lo == 0 else hi, lo, hi)
-        units = cq.units(offset, min(max(MIN_SCAN_UNITS, max_count), hi - offset))
+        scan = min(max(MIN_SCAN_UNITS, max_count), hi - offset)
+        units = cq.units(offset, scan, per_read=UNITS_PER_READ)
         batch = list(itertools.islice(units, max_count))
         if not batch:
             per = cq.file_size_bytes // 20
