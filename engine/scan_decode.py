@@ -20,6 +20,7 @@ Any reader; no state but small caches of formatted hosts and topics (bounded).
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections.abc import Iterator, Sequence
 from typing import Final
@@ -103,15 +104,16 @@ def _fixed(view: memoryview, pos: int, sys_flag: int) -> tuple[int, int, bytes, 
     return magic, crc, born, bytes(view[store_p:store_end]), reconsume, prepared
 
 
-def _columns(sc: RecordScan) -> Iterator[tuple[int, ...]]:
-    """The scan's rows as tuples of the columns `_build_rows` reads, in its order."""
-    return zip(
-        sc.pos.tolist(), sc.size.tolist(), sc.queue_id.tolist(), sc.queue_offset.tolist(),
-        sc.physical_offset.tolist(), sc.sys_flag.tolist(), sc.flag.tolist(),
-        sc.born_timestamp.tolist(), sc.store_timestamp.tolist(), sc.bits.tolist(),
-        sc.body_pos.tolist(), sc.body_len.tolist(), sc.topic_pos.tolist(),
-        sc.topic_len.tolist(), sc.props_pos.tolist(), sc.props_len.tolist(), strict=True,
+def _wanted_rows(sc: RecordScan, wanted: set[int]) -> Iterator[tuple[int, ...]]:
+    """The rows that start at a position in `wanted`, as tuples of the columns
+    `_build_rows` reads, in its order (the other rows are skipped in C)."""
+    mask = [pos in wanted for pos in sc.pos.tolist()]
+    cols = (
+        sc.pos, sc.size, sc.queue_id, sc.queue_offset, sc.physical_offset, sc.sys_flag,
+        sc.flag, sc.born_timestamp, sc.store_timestamp, sc.bits, sc.body_pos, sc.body_len,
+        sc.topic_pos, sc.topic_len, sc.props_pos, sc.props_len,
     )  # fmt: skip
+    return zip(*(itertools.compress(c.tolist(), mask) for c in cols), strict=True)
 
 
 def _build_rows(
@@ -126,9 +128,7 @@ def _build_rows(
     for (
         pos, size, queue_id, queue_offset, phys, sys_flag, flag, born_ts, store_ts, bits,
         bp, bl, tp, tl, pp, pl,
-    ) in _columns(sc):  # fmt: skip
-        if pos not in wanted:
-            continue
+    ) in _wanted_rows(sc, wanted):  # fmt: skip
         magic, crc, born, store, reconsume, prepared = _fixed(view, pos, sys_flag)
         props = decode_properties(view[pp : pp + pl]) if pl else {}
         head = (
