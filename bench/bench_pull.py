@@ -20,6 +20,9 @@ For each write-pool setting (on, off) a fresh ASYNC_FLUSH store is started
    (32 is RocketMQ's default pullBatchSize), and checks it got every message with its
    1 KiB body. The pull variants (`PULL_MODES`: batch size, copied or zero-copy bodies)
    are measured on the same store one after another; the put is not re-run between them.
+3. **peer**: one process reads the same consume-queue units and decodes each record with
+   the reference decoder (`engine.record.decode` through `CommitLog.read`), as pulls did
+   before they went through the record scanner: the same-run yardstick for the scanner.
 
 Messages per second = messages returned / (end of the last pull - start of the first);
 the latency is per `pull()` call.
@@ -28,6 +31,7 @@ the latency is per `pull()` call.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -36,7 +40,7 @@ from typing import Any
 from bench.bench_put import BODY_BYTES, TOPIC, _api, _collect_errors, _put_producer, running_store
 from bench.options import Options
 from bench.procs import BenchError, FnProducer, Producer, RunResult, run_producers
-from bench.report import Column, Goal, Report
+from bench.report import RESULTS, Column, Goal, Report
 
 # (max_count, zero_copy) of each pull run: RocketMQ's default batch, a large one, and the
 # default batch with bodies as views of the mapping (`pull(..., zero_copy=True)`)
@@ -97,6 +101,39 @@ def _pull_consumer(index: int, params: Mapping[str, Any]) -> Producer:
     return FnProducer(step, close)
 
 
+def _reference_consumer(index: int, params: Mapping[str, Any]) -> Producer:
+    """The peer: the same consume-queue units, each record decoded by the reference
+    decoder (`CommitLog.read`: `engine.record.decode`), as pulls did before the scanner;
+    no statuses, limits or filters. One operation reads `max_count` units of a queue."""
+    from mqstore.engine.reader import StoreReader
+
+    reader = StoreReader.open(params["store_dir"])
+    ends: list[int] = params["ends"]
+    size = int(params["max_count"])
+    offsets = [0] * QUEUES
+    live = [q for q in range(QUEUES) if ends[q] > 0]
+    turn = 0
+
+    def step() -> int:
+        nonlocal turn
+        q = live[turn % len(live)]
+        turn += 1
+        cq = reader.queues.get(TOPIC, q)
+        assert cq is not None
+        n = 0
+        for _qo, u in cq.units(offsets[q], min(size, ends[q] - offsets[q])):
+            rec = reader.log.read(u.physical_offset).record
+            if rec is None or not rec.crc_ok or len(rec.body) != BODY_BYTES:
+                raise BenchError(f"queue {q}: no valid record at {u.physical_offset}")
+            n += 1
+        offsets[q] += n
+        if offsets[q] >= ends[q]:
+            live.remove(q)
+        return n
+
+    return FnProducer(step, reader.close)
+
+
 def pull_runs(root: Path, *, pool: bool, duration_s: float) -> list[RunResult]:
     """The put run, then each pull run, on one fresh store."""
     StoreClient, _ = _api()
@@ -131,6 +168,14 @@ def pull_runs(root: Path, *, pool: bool, duration_s: float) -> list[RunResult]:
                 raise BenchError(f"{r.name}: pulled {r.messages} of {sum(ends)} messages")
             r.extra.update({"op": "pull", "pool": pool, "max_count": size, "zero_copy": zero_copy})
             runs.append(r)
+        params.update(max_count=PULL_MODES[0][0])
+        peer = run_producers(
+            f"peer reference decode {name} max_count={PULL_MODES[0][0]}", _reference_consumer,
+            params, producers=1, duration_s=600.0, work_dir=work, body_bytes=BODY_BYTES,
+            max_messages=sum(ends),
+        )  # fmt: skip
+        peer.extra.update({"op": "peer", "pool": pool, "max_count": PULL_MODES[0][0]})
+        runs.append(peer)
     return runs
 
 
@@ -148,23 +193,51 @@ COLUMNS = [
 ]
 
 
+def _committed_put_rate(pool: bool) -> tuple[float, str] | None:
+    """The async 1-producer put rate in the committed put results (bench/results/
+    put.json), with where it comes from; None when it is not there."""
+    path = RESULTS / "put.json"
+    if not path.is_file():
+        return None
+    doc = json.loads(path.read_text())
+    name = f"async_{'pool' if pool else 'nopool'}"
+    for row in doc["rows"]:
+        if row.get("name") == name and row.get("producers") == 1:
+            return float(row["msgs_per_s"]), f"put.json of {doc['git_commit']}, {doc['when_utc']}"
+    return None
+
+
 def goals(runs: Sequence[RunResult]) -> list[Goal]:
-    """Per pool setting: pull at the default batch (32) >= the put rate of that store."""
+    """Per pool setting, each pull >= the put rate measured on its store in this run,
+    and >= the committed put benchmark's rate (its basis when puts here were refused or
+    slowed by a loaded machine)."""
     out = []
     for put in (r for r in runs if r.extra["op"] == "put"):
         pool = put.extra["pool"]
+        on = "on" if pool else "off"
+        committed = _committed_put_rate(pool)
         for r in runs:
             if r.extra["op"] != "pull" or r.extra["pool"] != pool:
                 continue
             out.append(
                 Goal(
-                    f"{r.name} >= async 1-producer put (pool {'on' if pool else 'off'})",
+                    f"{r.name} >= async 1-producer put (pool {on})",
                     r.msgs_per_s,
                     put.msgs_per_s,
                     "msgs/s",
                     basis=f"{put.name} = {put.msgs_per_s:,.0f} msgs/s, same store, same run",
                 )
             )
+            if committed is not None:
+                out.append(
+                    Goal(
+                        f"{r.name} >= committed async 1-producer put (pool {on})",
+                        r.msgs_per_s,
+                        committed[0],
+                        "msgs/s",
+                        basis=committed[1],
+                    )
+                )
     return out
 
 
@@ -196,6 +269,11 @@ def benchmark(opts: Options) -> Report:
             "message was returned with its 1 KiB body.",
             "msgs/s = messages returned / (end of the last pull - start of the first); "
             "latency per pull() call.",
+            "peer reference decode: one process reads the same consume-queue units and "
+            "decodes each record with engine.record.decode (CommitLog.read), as pulls did "
+            "before the record scanner; 32 units per operation.",
+            "Goals: each pull against the put of its own store in this run, and against "
+            "the committed put benchmark (bench/results/put.json).",
         ],
         columns=COLUMNS,
         rows=[_row(r) for r in runs],
