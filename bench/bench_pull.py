@@ -50,17 +50,17 @@ READY_TIMEOUT_S = 120.0
 
 
 def _wait_pullable(client: Any, expected: int) -> list[int]:
-    """Every queue's max offset, once they add up to `expected` (dispatch has caught up).
-    Raises BenchError after READY_TIMEOUT_S."""
+    """Every queue's max offset, once they add up to `expected` (dispatch has caught up)
+    and the flusher is done (so that its writeback does not run during the first pull
+    measured). Raises BenchError after READY_TIMEOUT_S."""
     deadline = time.monotonic() + READY_TIMEOUT_S
     while True:
         ends = [client.max_offset(TOPIC, q) for q in range(QUEUES)]
-        if sum(ends) >= expected:
+        pos = client.positions()
+        if sum(ends) >= expected and pos["flushed"] == pos["committed"]:
             return ends
         if time.monotonic() > deadline:
-            raise BenchError(
-                f"only {sum(ends)} of {expected} messages pullable: {client.positions()}"
-            )
+            raise BenchError(f"only {sum(ends)} of {expected} messages pullable: {pos}")
         time.sleep(0.05)
 
 
