@@ -700,9 +700,10 @@ class Segment(ReferenceCounted):
             try:
                 mm.close()
             except BufferError:
-                # A reader kept a sub-view past release(): leave the mapping to the
-                # garbage collector (it closes when the last view goes); the file can
-                # still be unlinked. check() reports it.
+                # Views of the mapping are still held (zero-copy reads hand them out:
+                # `engine.record.RecordView`): leave the mapping to the garbage
+                # collector, which unmaps it when the last view goes; the file can
+                # still be unlinked (its pages live while mapped). check() reports it.
                 self._unmap_deferred = True
         self.target = memoryview(b"")  # appends after cleanup fail loudly
         self._write_buffer = None
@@ -756,7 +757,9 @@ class Segment(ReferenceCounted):
             if self._ref_count < 1:
                 err(f"available with reference count {self._ref_count}")
         if self._unmap_deferred:
-            out.append(Finding(Severity.WARNING, "unmapped late: a reader kept a view", self.path))
+            out.append(
+                Finding(Severity.WARNING, "unmapped late: views of it were still held", self.path)
+            )
         if (
             deep
             and self._write_buffer is not None
