@@ -52,12 +52,20 @@ class StoreIOError(OSError):
 
 
 NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+# The operations that ask the file system for new space. ENOSPC anywhere else is not a
+# full disk to wait out: a failed sync may have dropped the dirty pages it was forcing
+# (Linux marks them clean, so a retry can succeed over lost data), and the others
+# (mmap, unlink, close) do not allocate.
+SPACE_OPS = frozenset({"open", "ftruncate", "fallocate", "pwrite", "rename", "mkdir"})
 
 
 def is_no_space(e: BaseException) -> bool:
     """`e` says the file system (or the quota) is full: a condition that passes once space
     is freed, unlike EIO. Workers that only need new space wait and retry on it instead
-    of failing the store closed (docs/durability.md, "A full disk")."""
+    of failing the store closed (docs/durability.md, "A full disk"). Only for an
+    operation that asks for space (`SPACE_OPS`); a failed sync is never one."""
+    if isinstance(e, StoreIOError) and e.op not in SPACE_OPS:
+        return False
     return isinstance(e, OSError) and e.errno in NO_SPACE_ERRNOS
 
 

@@ -20,7 +20,8 @@ from mqstore.engine import fileio
 from mqstore.engine.diskguard import space_problem
 from mqstore.engine.segment import Segment, segment_file_name
 from mqstore.ipc import control as c
-from mqstore.workers.base import Condition, ExitCode, WorkerContext
+from mqstore.workers.base import Condition, WorkerContext
+from mqstore.workers.service import Service, run
 
 AHEAD: Final = 2
 TICK_S: Final = 0.005
@@ -70,13 +71,17 @@ def ensure_segments(store_dir: str, cb: c.ControlBlock, settings: StoreSettings)
     return upto
 
 
-def main(ctx: WorkerContext) -> int:
-    cb = ctx.cb
-    size = cb.segment_size
-    while not ctx.stopping:
-        ctx.beat()
+class Allocator(Service):
+    name = "allocator"
+
+    def tick(self) -> float:
+        cb = self.ctx.cb
+        size = cb.segment_size
         need = cb.get(c.OFF_RESERVED) // size + AHEAD + 1
         if need * size > cb.get(c.OFF_ALLOCATED):
-            ensure_segments(ctx.store_dir, cb, ctx.settings)
-        ctx.wait(TICK_S)
-    return ExitCode.OK
+            ensure_segments(self.ctx.store_dir, cb, self.ctx.settings)
+        return TICK_S
+
+
+def main(ctx: WorkerContext) -> int:
+    return run(ctx, Allocator(ctx))

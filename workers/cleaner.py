@@ -69,7 +69,8 @@ from mqstore.engine.segment import ClockMs, SegmentNameError, SegmentSizeError, 
 from mqstore.engine.segment_queue import SegmentQueue, SleepMs
 from mqstore.engine.storedir import read_flushed_offset
 from mqstore.ipc import control as c
-from mqstore.workers.base import Condition, ExitCode, WorkerContext
+from mqstore.workers.base import Condition, WorkerContext
+from mqstore.workers.service import Service, run
 
 log = logging.getLogger("mqstore.cleaner")
 
@@ -412,23 +413,34 @@ def main(ctx: WorkerContext) -> int:
         on_progress=ctx.beat,
         sleep_ms=pause,
     )
-    failing = Condition("cleaner")
-    while not ctx.stopping:
-        ctx.beat()
-        cleaner.settings = ctx.settings
+    return run(ctx, CleanerService(ctx, cleaner))
+
+
+class CleanerService(Service):
+    """The cleaner's tick as a worker. A failed unlink, read or sync fails the store
+    closed like any worker's I/O; two things are retried instead, reported once while
+    they repeat: a file in `commitlog/` that is not a segment (deleting nothing is always
+    safe) and no space for the status file (the deletions are how space comes back)."""
+
+    name = "cleaner"
+
+    def __init__(self, ctx: WorkerContext, cleaner: Cleaner) -> None:
+        super().__init__(ctx)
+        self.cleaner = cleaner
+        self.failing = Condition("cleaner")
+
+    def tick(self) -> float:
+        self.cleaner.settings = self.ctx.settings
         try:
-            wait_s = cleaner.tick()
+            wait_s = self.cleaner.tick()
         except (fileio.StoreIOError, SegmentSizeError, SegmentNameError) as e:
-            # A failed unlink or read, a file that is not a segment, no space for the
-            # status file: report (once while it repeats) and try again next interval (a
-            # crash loop would help nobody; deleting nothing is always safe). The disk
-            # check still runs every second meanwhile.
-            failing.report(str(e), str(e))
-            wait_s = cleaner.settings.clean_resource_interval_ms / 1000
+            if isinstance(e, fileio.StoreIOError) and not fileio.is_no_space(e):
+                raise
+            self.failing.report(str(e), str(e))
+            wait_s = self.cleaner.settings.clean_resource_interval_ms / 1000
         else:
-            failing.clear("the last run's error is gone")
-        ctx.wait(min(wait_s, 0.5))
-    return int(ExitCode.OK)
+            self.failing.clear("the last run's error is gone")
+        return min(wait_s, 0.5)
 
 
 __all__ = [

@@ -6,7 +6,8 @@ of pool buffers): publish the finished reservations, then commit with
 last thorough commit. After a commit that moved data it wakes the flusher if it sleeps
 (a futex word in the control block, `mqstore._native.flusher_wake`). A pool buffer
 is free again as soon as its segment is fully committed (producers check that).
-Drain on stop: commit everything published, bounded in time.
+Drain on stop: commit everything published, bounded in time. A failed pwrite fails the
+store closed (`workers.service`).
 """
 
 from __future__ import annotations
@@ -17,44 +18,53 @@ from typing import Final
 from mqstore import _native
 from mqstore.ipc import control as c
 from mqstore.ipc.commit import LogFiles
-from mqstore.workers.base import ExitCode, WorkerContext
+from mqstore.workers.base import WorkerContext
+from mqstore.workers.service import Service, run
 
 POLL_S: Final = 0.002
-DRAIN_S: Final = 2.0
+
+
+class Committer(Service):
+    name = "committer"
+
+    def __init__(self, ctx: WorkerContext) -> None:
+        super().__init__(ctx)
+        self.files = LogFiles(ctx.store_dir, ctx.cb, ctx.settings.store_host)
+        self.last = self.last_thorough = time.monotonic()
+
+    def _pressure(self) -> bool:
+        """Producers are about to run out of pool buffers: commit now, whole pages or not."""
+        cb = self.ctx.cb
+        size = cb.segment_size
+        return cb.pool_buffers > 0 and (
+            cb.get(c.OFF_RESERVED) // size - cb.get(c.OFF_COMMITTED) // size >= cb.pool_buffers - 1
+        )
+
+    def tick(self) -> float:
+        s = self.ctx.settings
+        now = time.monotonic()
+        pressure = self._pressure()
+        if now - self.last_thorough >= s.commit_thorough_interval_ms / 1000:
+            least = 0
+            self.last_thorough = now
+        elif pressure or now - self.last >= s.commit_interval_ms / 1000:
+            least = s.commit_least_pages
+        else:
+            self.files.publish_locked()
+            return POLL_S
+        self.last = now
+        if self.files.commit(0 if pressure else least):
+            _native.flusher_wake(self.ctx.cb.buf)
+        return POLL_S
+
+    def drain_step(self) -> bool:
+        self.files.commit(0)
+        cb = self.ctx.cb
+        return cb.get(c.OFF_PUBLISHED) >= cb.get(c.OFF_RESERVED)
+
+    def close(self) -> None:
+        self.files.close()
 
 
 def main(ctx: WorkerContext) -> int:
-    cb = ctx.cb
-    files = LogFiles(ctx.store_dir, cb, ctx.settings.store_host)
-    size = cb.segment_size
-    last = last_thorough = time.monotonic()
-    try:
-        while not ctx.stopping:
-            ctx.beat()
-            ctx.wait(POLL_S)
-            s = ctx.settings
-            now = time.monotonic()
-            pressure = cb.pool_buffers > 0 and (
-                cb.get(c.OFF_RESERVED) // size - cb.get(c.OFF_COMMITTED) // size
-                >= cb.pool_buffers - 1
-            )
-            if now - last_thorough >= s.commit_thorough_interval_ms / 1000:
-                least = 0
-                last_thorough = now
-            elif pressure or now - last >= s.commit_interval_ms / 1000:
-                least = s.commit_least_pages
-            else:
-                files.publish_locked()
-                continue
-            last = now
-            if files.commit(0 if pressure else least):
-                _native.flusher_wake(cb.buf)
-        deadline = time.monotonic() + DRAIN_S
-        while time.monotonic() < deadline:
-            files.commit(0)
-            if cb.get(c.OFF_PUBLISHED) >= cb.get(c.OFF_RESERVED):
-                break
-            time.sleep(0.005)
-        return ExitCode.OK
-    finally:
-        files.close()
+    return run(ctx, Committer(ctx))

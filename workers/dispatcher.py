@@ -8,9 +8,11 @@ write pool on, published (complete records written straight into the mapping) wi
 off. Its position goes to the control block (`OFF_DISPATCHED`), where readers,
 `mqstore status` and the cleaner's "never delete what is not dispatched" rule read it.
 
-Loop, as every worker: beat, dispatch what is there (in bounded rounds, so the heartbeat
-stays fresh under load), then wait: 1 ms while records keep coming (RocketMQ's reput
-sleeps 1 ms), backing off to `IDLE_WAIT_S` when the log is quiet.
+Loop, as every worker (`workers.service`): beat, wait, then dispatch what is there (in
+bounded rounds, so the heartbeat stays fresh under load); no wait while records keep
+coming, then 1 ms (RocketMQ's reput sleeps 1 ms), backing off to `IDLE_WAIT_S` when the
+log is quiet. Any other I/O error (EIO anywhere, a failed sync, ENOSPC where no new space
+is needed) fails the store closed, as in every worker.
 
 Consume-queue flush: every `flush_consume_queue_interval_ms` with
 `flush_consume_queue_least_pages`, or thoroughly (0 pages) once
@@ -41,11 +43,11 @@ from mqstore.engine.fileio import StoreIOError, is_no_space
 from mqstore.engine.reader import Geometry
 from mqstore.ipc import control as c
 from mqstore.workers.base import Condition, ExitCode, WorkerContext
+from mqstore.workers.service import Service, run
 
 MAX_RECORDS_PER_ROUND: Final = 4096
 BUSY_WAIT_S: Final = 0.001
 IDLE_WAIT_S: Final = 0.008
-DRAIN_S: Final = 2.0
 NO_SPACE_WAIT_S: Final = 0.5  # between tries while a full disk holds dispatch up
 
 
@@ -98,7 +100,12 @@ class _TopicRegistry:
                 if topic not in self._known:
                     topics.ensure_topic(self._ctx.store_dir, topic, max(default, n))
                     self._known.add(topic)
-        except (StoreIOError, ValueError) as e:
+        except StoreIOError as e:
+            if not is_no_space(e):
+                raise  # fails the store closed, as any worker's I/O error
+            print(f"mqstore dispatcher: cannot register topics: {e}", flush=True)
+            return  # no room for topics.json: retried when the queues grow again
+        except ValueError as e:
             print(f"mqstore dispatcher: cannot register topics: {e}", flush=True)
             return  # retried when the queues grow again
         self._seen_queues = len(disp.queues)
@@ -106,7 +113,6 @@ class _TopicRegistry:
 
 def main(ctx: WorkerContext) -> int:
     """The worker: `WorkerSpec("dispatcher", "mqstore.workers.dispatcher:main")`."""
-    cb = ctx.cb
     s = ctx.settings
     cp = _Checkpoint(ctx)
     try:
@@ -118,27 +124,44 @@ def main(ctx: WorkerContext) -> int:
             max_msgs_num_batch=s.max_msgs_num_batch,
             on_index_roll=cp.on_index_roll,
         )
+    except StoreIOError:
+        cp.file.close()
+        raise  # fails the store closed (`worker_main`), as any worker's I/O error
     except (OSError, ValueError) as e:
         print(f"mqstore dispatcher: cannot open the consume queues or index: {e}", flush=True)
         cp.file.close()
         return ExitCode.BOOT_ERROR
-    offset = max(disp.resume_offset(), 0)
-    segment_size = disp.log.queue.segment_size_bytes
-    disp.log.queue.release_before(offset)
-    cb.set(c.OFF_DISPATCHED, offset)
-    registry = _TopicRegistry(ctx)
-    registry.update(disp)
-    lag = cb.histogram(c.OFF_DISPATCH_LAG_HIST, c.DISPATCH_LAG_BUCKETS)  # never reset
-    disp.lag_hist = lag
-    disp.lag_sum_ms = cb.get(c.OFF_DISPATCH_LAG_SUM_MS)
-    dispatched = 0
-    wait = BUSY_WAIT_S
-    last_flush = last_thorough = time.monotonic()
+    return run(ctx, DispatchService(ctx, disp, cp))
 
-    def round_once() -> bool:
+
+class DispatchService(Service):
+    """The dispatcher's loop state: where it is in the log, the waits, the flush times."""
+
+    name = "dispatcher"
+
+    def __init__(self, ctx: WorkerContext, disp: Dispatcher, cp: _Checkpoint) -> None:
+        super().__init__(ctx)
+        self.disp = disp
+        self.cp = cp
+        cb = ctx.cb
+        self.offset = max(disp.resume_offset(), 0)
+        self.segment_size = disp.log.queue.segment_size_bytes
+        disp.log.queue.release_before(self.offset)
+        cb.set(c.OFF_DISPATCHED, self.offset)
+        self.registry = _TopicRegistry(ctx)
+        self.registry.update(disp)
+        self.lag = cb.histogram(c.OFF_DISPATCH_LAG_HIST, c.DISPATCH_LAG_BUCKETS)  # never reset
+        disp.lag_hist = self.lag
+        disp.lag_sum_ms = cb.get(c.OFF_DISPATCH_LAG_SUM_MS)
+        self.dispatched = 0
+        self.idle_wait = BUSY_WAIT_S
+        self.last_flush = self.last_thorough = time.monotonic()
+        self.no_space = Condition("dispatcher")
+
+    def round_once(self) -> bool:
         """Dispatch one bounded round; True if it moved."""
-        nonlocal offset, dispatched
-        limit = _limit(ctx)
+        cb, disp, offset = self.ctx.cb, self.disp, self.offset
+        limit = _limit(self.ctx)
         if offset >= limit:
             return False
         res = disp.dispatch(offset, limit, max_records=MAX_RECORDS_PER_ROUND)
@@ -146,24 +169,25 @@ def main(ctx: WorkerContext) -> int:
             # A record below committed that does not check out: never guess past it.
             print(f"mqstore dispatcher: stopped at {res.next_offset}: {res.reason}", flush=True)
         moved = res.next_offset > offset
-        if res.next_offset // segment_size > offset // segment_size:
+        if res.next_offset // self.segment_size > offset // self.segment_size:
             # Segments wholly dispatched are not needed again: keep the mapped window small
             # so the dispatcher's memory does not grow with the log.
             disp.log.queue.release_before(res.next_offset)
-        offset = res.next_offset
-        dispatched += res.records
+        self.offset = res.next_offset
+        self.dispatched += res.records
         if res.last_store_timestamp:
             cb.set(c.OFF_DISPATCHED_TS, res.last_store_timestamp)
-        cb.set(c.OFF_DISPATCHED_RECORDS, dispatched)
+        cb.set(c.OFF_DISPATCHED_RECORDS, self.dispatched)
         if res.records:
-            for i, n in enumerate(lag):
+            for i, n in enumerate(self.lag):
                 cb.set(c.OFF_DISPATCH_LAG_HIST + 8 * i, n)
             cb.set(c.OFF_DISPATCH_LAG_SUM_MS, disp.lag_sum_ms)
-        cb.set(c.OFF_DISPATCHED, offset)
-        registry.update(disp)
+        cb.set(c.OFF_DISPATCHED, self.offset)
+        self.registry.update(disp)
         return moved
 
-    def flush_queues(thorough: bool) -> None:
+    def flush_queues(self, thorough: bool) -> None:
+        disp, cp = self.disp, self.cp
         logics = cp.file.logics_msg_timestamp
         if thorough:
             disp.queues.flush_all()
@@ -172,50 +196,51 @@ def main(ctx: WorkerContext) -> int:
             cp.file.logics_msg_timestamp = logics
             cp.flush()
         else:
-            disp.queues.flush(s.flush_consume_queue_least_pages)
+            disp.queues.flush(self.ctx.settings.flush_consume_queue_least_pages)
 
-    no_space = Condition("dispatcher")
-
-    def round_or_wait_for_space() -> bool:
+    def round_or_wait_for_space(self) -> bool:
         """`round_once`, but a full disk (no room for a new consume-queue or index
         file) is waited out, not failed: said once, retried every `NO_SPACE_WAIT_S`
         from the same offset (units already written come back ALREADY_BUILT)."""
         try:
-            moved = round_once()
+            moved = self.round_once()
         except StoreIOError as e:
             if not is_no_space(e):
                 raise
-            no_space.report(
+            self.no_space.report(
                 f"{e.op} {e.path}",
-                f"dispatch waits at {offset} for space on the disk: {e}",
+                f"dispatch waits at {self.offset} for space on the disk: {e}",
             )
             return False
         if moved:
-            no_space.clear(f"space is back: dispatching again from {offset}")
+            self.no_space.clear(f"space is back: dispatching again from {self.offset}")
         return moved
 
-    try:
-        while not ctx.stopping:
-            ctx.beat()
-            moved = round_or_wait_for_space()
-            now = time.monotonic()
-            s = ctx.settings
-            if now - last_thorough >= s.flush_consume_queue_thorough_interval_ms / 1000:
-                flush_queues(thorough=True)
-                last_thorough = last_flush = now
-            elif now - last_flush >= s.flush_consume_queue_interval_ms / 1000:
-                flush_queues(thorough=False)
-                last_flush = now
-            if moved:
-                wait = BUSY_WAIT_S
-                continue
-            ctx.wait(NO_SPACE_WAIT_S if no_space.key else wait)
-            wait = min(wait * 2, IDLE_WAIT_S)
-        deadline = time.monotonic() + DRAIN_S
-        while time.monotonic() < deadline and round_or_wait_for_space():
-            pass
-        flush_queues(thorough=True)
-        return ExitCode.OK
-    finally:
-        disp.close()
-        cp.file.close()
+    def tick(self) -> float:
+        moved = self.round_or_wait_for_space()
+        now = time.monotonic()
+        s = self.ctx.settings
+        if now - self.last_thorough >= s.flush_consume_queue_thorough_interval_ms / 1000:
+            self.flush_queues(thorough=True)
+            self.last_thorough = self.last_flush = now
+        elif now - self.last_flush >= s.flush_consume_queue_interval_ms / 1000:
+            self.flush_queues(thorough=False)
+            self.last_flush = now
+        if moved:
+            self.idle_wait = BUSY_WAIT_S
+            return 0.0
+        wait = NO_SPACE_WAIT_S if self.no_space.key else self.idle_wait
+        self.idle_wait = min(self.idle_wait * 2, IDLE_WAIT_S)
+        return wait
+
+    def drain_step(self) -> bool:
+        """Dispatch up to the limit (the runner bounds it by `drain_s`)."""
+        return not self.round_or_wait_for_space()
+
+    def finish(self) -> None:
+        """Flush every queue, the index and the checkpoint, drained or out of time."""
+        self.flush_queues(thorough=True)
+
+    def close(self) -> None:
+        self.disp.close()
+        self.cp.file.close()

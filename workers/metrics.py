@@ -55,10 +55,12 @@ class StoreCollector(Collector):
         store_dir: str,
         cb: Callable[[], c.ControlBlock | None],
         totals: Callable[[], stats.Totals],
+        read_only: Callable[[], dict[str, str] | None] = lambda: None,
     ) -> None:
         self.store_dir = store_dir
         self._cb = cb
         self._totals = totals
+        self._read_only = read_only
         self._lock = threading.Lock()
         self._seen: set[str] = set()
         self._allocated = 0
@@ -182,6 +184,21 @@ class StoreCollector(Collector):
         for bit, name in c.FLAG_NAMES.items():
             flags.add_metric([name], 1.0 if word_flags & bit else 0.0)
         yield flags
+        yield _read_only(word_flags, self._read_only())
+
+
+def _read_only(word_flags: int, reason: dict[str, str] | None) -> Metric:
+    """1 while the store refuses writes after an I/O failure, labelled with the first
+    failure's worker, operation and errno (empty until a worker's reason is in)."""
+    m = GaugeMetricFamily(
+        "mqstore_read_only",
+        "1 = read-only after an I/O failure; the labels name the worker, syscall and errno",
+        labels=["worker", "op", "errno"],
+    )
+    r = reason or {}
+    value = 1.0 if word_flags & c.FLAG_READ_ONLY else 0.0
+    m.add_metric([r.get("worker", ""), r.get("op", ""), r.get("errno", "")], value)
+    return m
 
 
 def _counters(cb: c.ControlBlock, totals: stats.Totals) -> Iterator[Metric]:

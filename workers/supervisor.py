@@ -78,6 +78,7 @@ from mqstore.workers.control_socket import (
     parse_request,
 )
 from mqstore.workers.metrics import MetricsServer, StoreCollector
+from mqstore.workers.service import parse_reason
 
 log = logging.getLogger("mqstore.supervisor")
 
@@ -153,7 +154,9 @@ class Supervisor:
         self.last_sample: stats.Sample | None = None
         self._lock_fd = -1
         self._ready_sent = False
-        self.read_only_reason = ""  # why the store turned read-only, for status
+        # Why the store turned read-only (`service.read_only_reason`), for status and
+        # metrics: the first worker's reason; later ones are logged only.
+        self.read_only: dict[str, str] | None = None
 
     # --- boot ---------------------------------------------------------------------------
 
@@ -245,7 +248,9 @@ class Supervisor:
             self._spawn(w)
         port = self.metrics_port if self.metrics_port is not None else s.metrics_port
         if port:
-            collector = StoreCollector(self.store_dir, lambda: self.cb, self._metrics_totals)
+            collector = StoreCollector(
+                self.store_dir, lambda: self.cb, self._metrics_totals, lambda: self.read_only
+            )
             try:
                 self.metrics = MetricsServer(s.metrics_host, port, collector)
             except OSError as e:
@@ -311,14 +316,18 @@ class Supervisor:
             os.close(w.reason_fd)
             w.reason_fd = -1
 
-    def _reason(self, w: _Worker) -> str:
-        """What a worker that exited IO_FAILED wrote about why, or a stand-in."""
+    def _reason(self, w: _Worker) -> dict[str, str]:
+        """What a worker that failed closed wrote about why, or a stand-in."""
         try:
-            got = os.read(w.reason_fd, 4096).decode("utf-8", "replace").strip()
+            got = os.read(w.reason_fd, 4096)
         except OSError:
-            got = ""
+            got = b""
         self._close_reason(w)
-        return got or f"{w.spec.name}: an I/O error (exit {int(ExitCode.IO_FAILED)})"
+        return parse_reason(got, w.spec.name)
+
+    @property
+    def read_only_reason(self) -> str:
+        return self.read_only["message"] if self.read_only else ""
 
     def _watch_workers(self) -> None:
         cb = self.cb
@@ -354,21 +363,20 @@ class Supervisor:
                 self.exit_code = ExitCode.BOOT_ERROR
                 self.stopping = True
                 continue
-            if code == ExitCode.IO_FAILED:
+            if code in (ExitCode.IO_FAILED, ExitCode.FLUSH_FAILED):
                 # Fail closed: the store stays up, read-only, and the worker is not
                 # restarted into the same failure (a restart cannot undo a lost write).
                 cb.set_flag(c.FLAG_READ_ONLY)
-                self.read_only_reason = self.read_only_reason or self._reason(w)
+                reason = self._reason(w)
+                self.read_only = self.read_only or reason
                 w.halted = True
                 cb.set_worker(w.index, w.spec.name, 0, w.restarts, WORKER_HALTED)
                 self._say(
-                    f"{w.spec.name} failed an I/O operation; the store is read-only, not "
-                    f"restarting it: {self.read_only_reason}",
+                    f"{w.spec.name} {describe_exit(code)}; the store is read-only, not "
+                    f"restarting it: {reason['message']}",
                     "ERROR",
                 )
                 continue
-            if code == ExitCode.FLUSH_FAILED:
-                cb.set_flag(c.FLAG_READ_ONLY)
             w.restarts += 1
             s = self.settings
             delay = min(
@@ -523,8 +531,9 @@ class Supervisor:
 
     def status(self) -> dict[str, Any]:
         doc = self._status_doc()
-        if self.read_only_reason:
-            doc["read_only_reason"] = self.read_only_reason
+        if self.read_only:
+            doc["read_only_reason"] = self.read_only["message"]
+            doc["read_only"] = dict(self.read_only)
         return doc
 
     def _status_doc(self) -> dict[str, Any]:
@@ -705,8 +714,9 @@ class Supervisor:
                 self._say(f"{w.spec.name} did not stop in time; killing it", "WARNING")
                 w.proc.kill()
                 code = w.proc.wait()
-            if code == ExitCode.FLUSH_FAILED:
+            if code in (ExitCode.IO_FAILED, ExitCode.FLUSH_FAILED):  # in its drain
                 cb.set_flag(c.FLAG_READ_ONLY)
+                self.read_only = self.read_only or self._reason(w)
             cb.set_worker(w.index, w.spec.name, 0, w.restarts, WORKER_EXITED)
             w.proc = None
         for w in self.workers:
@@ -728,7 +738,8 @@ class Supervisor:
                 time.sleep(0.005)
             clean = False
             if cb.flags & c.FLAG_READ_ONLY:
-                self._say("the store is read-only after a failed fsync; not flushing", "ERROR")
+                why = self.read_only_reason or "a worker's I/O failed"
+                self._say(f"the store is read-only ({why}); not flushing", "ERROR")
             else:
                 for attempt in range(FLUSH_RETRIES):
                     try:

@@ -15,13 +15,13 @@ from mqstore.engine.fileio import StoreIOError
 from mqstore.ipc import control as c
 from mqstore.ipc.control import ControlBlock
 from mqstore.workers.base import (
-    REASON_FD_ENV,
     WORKER_RUNNING,
     ExitCode,
     WorkerContext,
     say,
     setup_logging,
 )
+from mqstore.workers.service import fail_closed
 
 
 def main(argv: list[str]) -> int:
@@ -55,28 +55,14 @@ def main(argv: list[str]) -> int:
     cb.set_worker_state(ctx.index, WORKER_RUNNING)  # booted: settings loaded, block mapped
     try:
         return int(fn(ctx))
-    except StoreIOError as e:
-        # Fail closed (Kafka's LogDirFailureChannel): no more writes, the reason where
-        # the supervisor puts it in status, and an exit code that is not restarted.
-        cb.set_flag(c.FLAG_READ_ONLY)
-        reason = f"{name}: {e}"
-        say(name, f"I/O error, the store is read-only: {reason}", "ERROR")
-        _report_reason(reason)
-        return ExitCode.IO_FAILED
+    except StoreIOError as e:  # before its loop (the loop's own are `service.run`'s)
+        return fail_closed(ctx, e)
     except Exception:
         logging.getLogger("mqstore").exception("crashed")
         return ExitCode.CRASH
     finally:
         with contextlib.suppress(BufferError):
             cb.close()
-
-
-def _report_reason(reason: str) -> None:
-    """Tell the supervisor why this worker fails (one write, at most PIPE_BUF bytes)."""
-    fd = os.environ.get(REASON_FD_ENV, "")
-    if fd.isdigit():
-        with contextlib.suppress(OSError):
-            os.write(int(fd), reason.encode("utf-8", "backslashreplace")[:512])
 
 
 if __name__ == "__main__":
