@@ -42,6 +42,7 @@ One writer (the dispatcher); readers open files read-only in their own process.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import struct
@@ -157,20 +158,36 @@ class IndexFile:
         prev_end_phy_offset: int = 0,
         prev_end_timestamp: int = 0,
     ) -> IndexFile:
-        """A new, zeroed (sparse) file named by `now_ms_value` (bumped by 1 ms while the
-        name is taken), its header begin/end set to the previous file's end values when
-        they are > 0, as RocketMQ's getAndCreateLastIndexFile does. Raises StoreIOError."""
+        """A new, zeroed file named by `now_ms_value` (bumped by 1 ms while the name is
+        taken), its header begin/end set to the previous file's end values when they are
+        > 0, as RocketMQ's getAndCreateLastIndexFile does.
+
+        Allocated, not sparse: built as `<name>.tmp` (fallocate, fsync), then renamed
+        into place, as commit-log segments and consume queues are. A sparse file on a
+        full file system (a tmpfs above all) would take its pages on first touch through
+        the mapping, and a page the file system cannot give is SIGBUS, not an error; a
+        full disk fails here instead, with a StoreIOError whose errno is ENOSPC
+        (`fileio.is_no_space`: the dispatcher waits it out), and leaves no file behind.
+        Cost: one fallocate of the file's size and two fsyncs. Raises StoreIOError."""
         directory = os.fspath(directory)
         fileio.makedirs(directory)
         ms = now_ms_value
         while os.path.exists(os.path.join(directory, index_file_name(ms))):
             ms += 1
         path = os.path.join(directory, index_file_name(ms))
-        fd = fileio.open_file(path, create=True)
+        tmp = path + ".tmp"
+        fd = fileio.open_file(tmp, create=True)
         try:
-            fileio.ftruncate(fd, index_file_size(hash_slot_num, index_num), path)
+            fileio.ftruncate(fd, 0, tmp)
+            fileio.fallocate(fd, index_file_size(hash_slot_num, index_num), tmp)
+            fileio.fsync(fd, tmp)
+        except fileio.StoreIOError:
+            with contextlib.suppress(OSError):  # no blocks kept for a file never used
+                os.unlink(tmp)
+            raise
         finally:
-            fileio.close(fd, path)
+            fileio.close(fd, tmp)
+        fileio.rename(tmp, path)
         fileio.fsync_dir(directory)
         f = cls(path, hash_slot_num, index_num)
         if prev_end_phy_offset > 0:

@@ -183,11 +183,32 @@ def test_real_rust_index(real_store_copy: StoreCopy) -> None:
 
 def test_create_failure_is_a_store_io_error(tmp_path: Path) -> None:
     svc = IndexService(tmp_path, 4, 10, clock_ms=Clock())
-    fileio.set_fault("ftruncate", lambda: OSError(errno.ENOSPC, "injected"))
+    fileio.set_fault("fallocate", lambda: OSError(errno.ENOSPC, "injected"))
     with pytest.raises(fileio.StoreIOError) as ei:
         svc.build_index("T", "k", None, 0, T0, 0)
     assert ei.value.errno == errno.ENOSPC
     svc.close()
+
+
+def test_a_new_index_file_is_allocated_not_sparse(tmp_path: Path) -> None:
+    """Every block of a new index file is taken at creation: on a full tmpfs a sparse
+    file's first touch through the mapping is SIGBUS, not an error."""
+    f = IndexFile.create(tmp_path, 4096, 16_384, now_ms_value=T0)
+    st = os.stat(f.path)
+    assert st.st_size == f.size_bytes
+    assert st.st_blocks * 512 >= f.size_bytes, (st.st_blocks * 512, f.size_bytes)
+    assert sorted(os.listdir(tmp_path)) == [f.file_name]
+    f.close()
+
+
+def test_no_space_for_an_index_file_leaves_nothing(tmp_path: Path) -> None:
+    """ENOSPC while allocating: a StoreIOError the dispatcher waits out (is_no_space), and
+    no file under an index name nor a .tmp holding blocks."""
+    fileio.set_fault("fallocate", lambda: OSError(errno.ENOSPC, "injected"))
+    with pytest.raises(fileio.StoreIOError) as ei:
+        IndexFile.create(tmp_path, 4, 10, now_ms_value=T0)
+    assert fileio.is_no_space(ei.value) and ei.value.op == "fallocate"
+    assert os.listdir(tmp_path) == []
 
 
 def test_flush_failure_is_a_store_io_error(tmp_path: Path) -> None:

@@ -267,3 +267,43 @@ def test_full_disk_no_crash_loop_boots_and_resumes(tiny_fs: Path, tmp_path: Path
     finally:
         st.stop()
     assert st.shm_leftovers() == []
+
+
+# An index file of 8.4 MB on the 24 MiB disk, nearly all of it pages no key touched yet.
+BIG_INDEX_CONFIG = {
+    **TINY_CONFIG,
+    "consume_queue_file_size_bytes": 20 * 4096,
+    "max_hash_slot_num": 100_000,
+    "max_index_num": 400_000,
+    "disk_space_warning_level_ratio": 1.0,  # the guard out of the way: this is the index's
+    "disk_space_clean_forcibly_ratio": 1.0,
+}
+
+
+@pytest.mark.slow
+def test_index_pages_are_taken_before_the_disk_fills(tiny_fs: Path, tmp_path: Path) -> None:
+    """The index file is allocated when it is created. It was sparse: once the tmpfs was
+    full, the dispatcher's first touch of an untouched index page was SIGBUS and it
+    crash-looped; now every key still goes in, and a query finds it."""
+    st = Store(tiny_fs / "store", BIG_INDEX_CONFIG, log_path=tmp_path / "supervisor.log")
+    st.start()
+    try:
+        st.wait_workers_running()
+        with StoreClient.attach(st.path) as client:
+            first = client.put("idx", b"first", keys="k-first", queue_id=0)
+            assert first.status is PutMessageStatus.PUT_OK, first
+            wait_for(lambda: client.max_offset("idx", 0) == 1, 30, "the first dispatch")
+            _fill(tiny_fs / "filler")  # not a block left
+            n = 300  # keys over most of the 98 hash-slot pages
+            for i in range(n):
+                r = client.put("idx", b"m%d" % i, keys=f"key-{i}", queue_id=0)
+                assert r.status is PutMessageStatus.PUT_OK, r
+            wait_for(lambda: client.max_offset("idx", 0) == n + 1, 30, "every put dispatched")
+            hits = client.query("idx", f"key-{n - 1}")
+            assert [h.body for h in hits] == [b"m%d" % (n - 1)], hits
+        workers = _workers(st)
+        assert workers["dispatcher"] == ("running", 0), (workers, st.output()[-3000:])
+        assert st.stop() == 0, st.output()[-3000:]
+    finally:
+        st.stop()
+    assert st.shm_leftovers() == []
