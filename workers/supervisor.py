@@ -77,6 +77,7 @@ from mqstore.workers.control_socket import (
     Conn,
     parse_request,
 )
+from mqstore.workers.heartbeat import HeartbeatJudge
 from mqstore.workers.metrics import MetricsServer, StoreCollector
 from mqstore.workers.service import parse_reason
 
@@ -121,6 +122,7 @@ class _Worker:
     last_exit: int | None = None
     halted: bool = False
     reason_fd: int = -1  # read end of the pipe the worker explains an IO_FAILED on
+    judge: HeartbeatJudge | None = None
 
 
 class BootError(Exception):
@@ -307,6 +309,7 @@ class Supervisor:
         finally:
             os.close(reason_w)
         w.started = time.monotonic()
+        w.judge = HeartbeatJudge(w.proc.pid)
         cb.set_worker(w.index, w.spec.name, w.proc.pid, w.restarts, WORKER_STARTING)
         cb.beat(w.index, time.time_ns() // 1_000_000)
 
@@ -343,16 +346,7 @@ class Supervisor:
                 continue
             code = w.proc.poll()
             if code is None:
-                _name, _pid, hb, _r, _st = cb.worker(w.index)
-                age = time.time_ns() // 1_000_000 - hb
-                if now - w.started > hb_timeout and age > hb_timeout * 1000:
-                    self._say(
-                        f"{w.spec.name} (pid {w.proc.pid}) sent no heartbeat for {age} ms "
-                        f"(heartbeat_timeout_ms {self.settings.heartbeat_timeout_ms}); "
-                        "killing it with SIGKILL",
-                        "WARNING",
-                    )
-                    w.proc.kill()
+                self._judge_heartbeat(w, now, hb_timeout)
                 continue
             w.proc = None
             w.last_exit = code
@@ -388,6 +382,23 @@ class Supervisor:
                 f"{w.spec.name} {describe_exit(code)}; restart {w.restarts} in {delay} ms",
                 "WARNING",
             )
+
+    def _judge_heartbeat(self, w: _Worker, now: float, hb_timeout: float) -> None:
+        """SIGKILL a worker silent for longer than `heartbeat_timeout_ms` of the time it
+        could run (`workers.heartbeat`: waiting for a CPU is not held against it)."""
+        cb = self.cb
+        assert cb is not None and w.proc is not None and w.judge is not None
+        _name, _pid, hb, _r, _st = cb.worker(w.index)
+        silent, starved = w.judge.silence(hb, time.time_ns() // 1_000_000)
+        if now - w.started <= hb_timeout or silent <= hb_timeout * 1000:
+            return
+        self._say(
+            f"{w.spec.name} (pid {w.proc.pid}) sent no heartbeat for {silent + starved} ms, "
+            f"{silent} ms of it with a CPU to run on (heartbeat_timeout_ms "
+            f"{self.settings.heartbeat_timeout_ms}); killing it with SIGKILL",
+            "WARNING",
+        )
+        w.proc.kill()
 
     def _worker_docs(self) -> list[dict[str, Any]]:
         cb = self.cb

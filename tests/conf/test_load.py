@@ -48,3 +48,12 @@ def test_errors_name_key_value_source(tmp_path: Path) -> None:
     p.write_text("nope = 1\n")
     with pytest.raises(ConfigError, match="nope"):
         load_settings(config_path=p)
+
+
+def test_heartbeat_timeout_from_broker_conf(tmp_path: Path) -> None:
+    """RocketMQ has no such key: broker.conf takes mqstore's own name, as for every
+    setting without one (a Spark node may need more than the 5 s default)."""
+    (tmp_path / "broker.conf").write_text("flushDiskType=SYNC_FLUSH\nheartbeat_timeout_ms=20000\n")
+    loaded = load_settings(store_dir=tmp_path)
+    assert loaded.settings.heartbeat_timeout_ms == 20_000
+    assert loaded.source_of("heartbeat_timeout_ms").endswith("broker.conf:2")

@@ -1,0 +1,87 @@
+"""Heartbeats under load: a worker that is merely starved of CPU is not killed.
+
+Before, two cores busy with a Spark job made the supervisor SIGKILL a healthy committer
+twice: a heartbeat older than `heartbeat_timeout_ms` was taken as death whatever the
+reason. Now the time a worker spent waiting for a CPU is not held against it
+(`workers.heartbeat`); a stuck worker is still killed (`test_failures`)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from mqstore import PutMessageStatus, StoreClient
+from mqstore.conf.settings import StoreSettings
+from mqstore.workers.heartbeat import HeartbeatJudge, runqueue_wait_ns
+from tests.runtime.harness import Store, wait_for
+
+SPIN = "import os, sys\nos.nice(int(sys.argv[1]))\nwhile True:\n    pass\n"
+
+
+@contextlib.contextmanager
+def _spinners(n: int, nice: int = 0, cpu: int | None = None) -> Iterator[list[int]]:
+    """`n` processes that only burn CPU (pinned to `cpu` when given); killed on exit."""
+    procs = []
+    try:
+        for _ in range(n):
+            p = subprocess.Popen([sys.executable, "-c", SPIN, str(nice)])
+            if cpu is not None:
+                os.sched_setaffinity(p.pid, {cpu})
+            procs.append(p)
+        yield [p.pid for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/schedstat"), reason="no schedstat")
+def test_a_starved_process_is_judged_on_the_time_it_had() -> None:
+    """A process that never beats, pinned to one CPU with two spinners niced above it:
+    its silence is nearly all run-queue wait, so the judge holds almost none of it
+    against it."""
+    with _spinners(2, nice=-10, cpu=0), _spinners(1, cpu=0) as (starved,):
+        judge = HeartbeatJudge(starved)
+        beat = time.time_ns() // 1_000_000
+        judge.silence(beat, beat)
+        t0 = time.monotonic()
+        wait_for(lambda: runqueue_wait_ns(starved) > 0, 10, "schedstat to move")
+        time.sleep(1.5)  # the starvation being measured: nothing to wait for but time
+        silent, starved_ms = judge.silence(beat, time.time_ns() // 1_000_000)
+        wall_ms = (time.monotonic() - t0) * 1000
+    assert starved_ms > 0.8 * wall_ms, (silent, starved_ms, wall_ms)
+    assert silent < 0.3 * wall_ms, (silent, starved_ms, wall_ms)
+
+
+@pytest.mark.slow
+def test_busy_cores_do_not_get_workers_killed(tmp_path: os.PathLike[str]) -> None:
+    """Every core spun by processes niced above the store's (as a batch job's executors
+    may be), for longer than the default heartbeat timeout, with puts going on: no
+    worker is killed or restarted, and every put is answered."""
+    timeout_s = StoreSettings().heartbeat_timeout_ms / 1000
+    st = Store(tmp_path / "store")  # type: ignore[operator]
+    st.start()
+    try:
+        st.wait_workers_running()
+        with StoreClient.attach(st.path) as client, _spinners(2 * (os.cpu_count() or 2), -10):
+            end = time.monotonic() + timeout_s * 1.6
+            while time.monotonic() < end:
+                r = client.put("busy", b"x" * 200)
+                assert r.status is PutMessageStatus.PUT_OK, r
+        rows = {w["name"]: (w["state"], w["restarts"]) for w in st.status()["workers"]}
+        assert set(rows.values()) == {("running", 0)}, (rows, st.output()[-3000:])
+        assert "killing it" not in st.output()
+        assert st.stop() == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            if st.proc is not None:
+                os.kill(st.proc.pid, signal.SIGTERM)
+        st.stop()
+    assert st.shm_leftovers() == []
