@@ -48,3 +48,29 @@ def test_an_io_error_in_a_worker_makes_the_store_read_only(
     assert all(w["restarts"] == 0 for w in others), others
     assert st.stop() == 5  # FLUSH_FAILED: not everything reserved reached the disk
     assert (st.path / "abort").exists()
+
+
+def test_the_reason_is_in_metrics_and_the_supervisors_words(make_store: StoreFactory) -> None:
+    """The metrics name the failure (worker, syscall, errno) and so does the supervisor's
+    log, at the failure and at the stop; before, any IO_FAILED was "read-only after a
+    failed fsync", and the metrics had only the flag."""
+    from tests.runtime.test_metrics import _free_port, _scrape, _v
+
+    port = _free_port()
+    st = make_store(
+        {"flush_disk_type": "ASYNC_FLUSH", "metrics_port": port},
+        env={"MQSTORE_FAULTS": "pwrite:EIO", "MQSTORE_FAULTS_FOR": "committer"},
+    )
+    labels = {"worker": "", "op": "", "errno": ""}
+    assert _v(_scrape(port), "mqstore_read_only", **labels) == 0.0
+    with StoreClient.attach(st.path) as client:
+        wait_for(lambda: client.put("t", b"x" * 16384).status is not PutMessageStatus.PUT_OK,
+                 120, "the committer's pwrite to fail")  # fmt: skip
+    wait_for(lambda: st.status().get("read_only"), 60, "the reason in status")
+    labels = {"worker": "committer", "op": "pwrite", "errno": "EIO"}
+    assert _v(_scrape(port), "mqstore_read_only", **labels) == 1.0
+    assert st.stop() == 5
+    out = st.output()
+    assert "committer exited with 6 (IO_FAILED); the store is read-only" in out, out
+    assert "after a failed fsync" not in out
+    assert "the store is read-only (committer: pwrite " in out, out
