@@ -10,12 +10,13 @@ protocol back to the supervisor (gunicorn's arbiter style):
 | 0    | stopped when asked                        | nothing                            |
 | 3    | CONFIG_ERROR: settings cannot be used     | halts (no restart loop)            |
 | 4    | BOOT_ERROR: cannot start at all           | halts                              |
-| 5    | FLUSH_FAILED: an fsync failed             | keeps the store read-only          |
-| 6    | IO_FAILED: a store file's I/O failed      | keeps the store read-only, no restart |
+| 5    | FLUSH_FAILED: the flusher's I/O failed    | keeps the store read-only, no restart |
+| 6    | IO_FAILED: another worker's I/O failed    | keeps the store read-only, no restart |
 | else | a crash                                   | restarts with backoff              |
 
-Every loop: beat, wait (interval or wakeup), tick; after the loop, a bounded drain.
-Signal handlers only record (SIGTERM/SIGINT set `stopping` and poke the wakeup fd).
+Every loop: beat, wait (interval or wakeup), tick; after the loop, a bounded drain
+(`workers.service.run`, which also fails the store closed on a StoreIOError). Signal
+handlers only record (SIGTERM/SIGINT set `stopping` and poke the wakeup fd).
 """
 
 from __future__ import annotations
@@ -138,8 +139,9 @@ class ExitCode(enum.IntEnum):
     IO_FAILED = 6
 
 
-# The fd on which a worker that exits IO_FAILED writes why, one line (its number is in
-# this environment variable; the supervisor reads the other end when the worker exits).
+# The fd on which a worker that fails closed writes why, one JSON line
+# (`service.read_only_reason`; its number is in this environment variable, and the
+# supervisor reads the other end when the worker exits).
 REASON_FD_ENV = "MQSTORE_REASON_FD"
 
 

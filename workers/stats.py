@@ -184,5 +184,32 @@ def build(
         # 0 until the cleaner's first disk check
         "cleaner": cleaner_status(store_dir, cb.get(c.OFF_DISK_STATE) or None),
         "findings": [str(f) for f in cb.check()],
+        "reservation_holder": reservation_holder(cb),
         "busy_waits": cb.get(c.OFF_BUSY),
     }
+
+
+# /proc/PID/stat state letters, as `ps` names them
+PROCESS_STATES = {"R": "running", "S": "sleeping", "D": "in I/O", "T": "stopped", "t": "traced",
+                  "Z": "zombie", "X": "dead"}  # fmt: skip
+
+
+def process_state(pid: int) -> str:
+    """What `pid` is doing (`PROCESS_STATES`), or "gone"."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        letter = stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3].decode()
+    except (OSError, ValueError):
+        return "gone"
+    return PROCESS_STATES.get(letter, letter)
+
+
+def reservation_holder(cb: c.ControlBlock) -> dict[str, Any] | None:
+    """The producer inside the reservation step now (its pid, from the intent record
+    `cs_pid`, and its state), or None. A put holds it for microseconds; one seen twice,
+    or "stopped", is what holds every other put up (they answer OS_PAGECACHE_BUSY)."""
+    pid = cb.get(c.OFF_CS_PID)
+    if pid <= 0:
+        return None
+    return {"pid": pid, "state": process_state(pid)}

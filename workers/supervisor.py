@@ -85,6 +85,9 @@ log = logging.getLogger("mqstore.supervisor")
 
 ABORT_FILE: Final = "abort"
 STOP_WORKER_S: Final = 10.0
+# A put holds the reservation lock for microseconds: one that holds it this long at a
+# stop is stopped (SIGSTOP) or starved, and the stop goes on without it.
+FENCE_S: Final = 1.0
 DRAIN_S: Final = 3.0
 FLUSH_RETRIES: Final = 3
 TICK_S: Final = 0.05
@@ -710,8 +713,14 @@ class Supervisor:
         cb.set_flag(c.FLAG_REFUSE_WRITES)
         # No producer is inside the reservation step after this (one that is stopped in
         # it does not hold the stop up: its reservation is filled at the drain).
-        if _native.reserve_fence(cb.buf, int(STOP_WORKER_S * 1e9)) != 0:
-            self._say("a producer holds the reservation lock; draining without it", "WARNING")
+        if _native.reserve_fence(cb.buf, int(FENCE_S * 1e9)) != 0:
+            holder = stats.reservation_holder(cb)
+            who = f"producer pid {holder['pid']} ({holder['state']})" if holder else "a producer"
+            self._say(
+                f"{who} holds the reservation lock; stopping without it (its reservation "
+                "is filled at the drain, as a dead producer's)",
+                "WARNING",
+            )
         for w in self.workers:
             if w.proc is not None:
                 w.proc.send_signal(signal.SIGTERM)

@@ -148,6 +148,53 @@ def test_a_stopped_holder_makes_others_busy_not_hang(make_store: StoreFactory) -
             _kill(child)
 
 
+def _mqstore(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mqstore", *args],
+        capture_output=True, text=True, cwd=str(REPO), timeout=timeout,
+    )  # fmt: skip
+
+
+def test_a_stopped_holder_is_named_and_does_not_hold_the_stop(make_store: StoreFactory) -> None:
+    """SIGSTOPped inside the reservation step: `mqstore status` names its pid, `mqstore
+    stop --timeout 15` returns within it naming the holder (the stop used to wait for
+    it forever), and once it is killed its reservation is a dead producer's: a filler
+    that keeps its queue offset, so the next put after a restart takes the one after."""
+    store = make_store({"os_page_cache_busy_timeout_ms": 300})
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MQSTORE_CRASHPOINT": "reserve-locked:stop"}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.runtime.helpers_child", "put-twice", str(store.path)],
+        stdout=subprocess.PIPE, text=True, env=env, cwd=str(REPO),
+    )  # fmt: skip
+    try:
+        wait_for(lambda: _state(child.pid) == "T", 30, "the producer to stop itself")
+        doc = json.loads(_mqstore("status", str(store.path), "--json").stdout)
+        assert doc["reservation_holder"] == {"pid": child.pid, "state": "stopped"}, doc
+        named = f"held by producer pid {child.pid} (stopped)"
+        assert named in _mqstore("status", str(store.path)).stdout
+        t0 = time.monotonic()
+        out = _mqstore("stop", str(store.path), "--timeout", "15", timeout=30)
+        took = time.monotonic() - t0
+        assert out.returncode == 0 and took < 15, (out, took)
+        assert named in out.stdout, out.stdout
+        assert store.proc is not None
+        store.proc.wait(30)  # the lock goes before the process: stop returns in between
+        assert store.stop() == 0, store.output()[-3000:]
+        assert f"producer pid {child.pid} (stopped) holds the reservation lock" in store.output()
+    finally:
+        _kill(child)
+    store.start()
+    store.wait_workers_running()
+    with StoreClient.attach(store.path) as client:
+        r = client.put("crash", b"after", queue_id=0)
+        assert r.status is OK and r.queue_offset == 2, r
+    assert store.stop() == 0
+    recs = store.read_log(keep_fillers=True)
+    assert [(is_filler(x), x.queue_offset) for x in recs] == [(False, 0), (True, 1), (False, 2)]
+    check = _mqstore("check", str(store.path))
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
 def _state(pid: int) -> str:
     with open(f"/proc/{pid}/stat") as f:
         return f.read().rsplit(")", 1)[1].split()[0]

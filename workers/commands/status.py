@@ -37,7 +37,13 @@ def status_line(doc: dict[str, Any]) -> str:
         f"{puts['puts_per_s']:,.0f} puts/s {puts['bytes_per_s'] / 1e6:,.1f} MB/s | "
         f"p99 {lat['p99']:g} µs | {fs['per_s']:,.0f} fsyncs/s | "
         f"{puts['total']:,} puts, {puts['errors']:,} failed"
+    ) + (
+        f" | reservation lock {describe_holder(h)}" if (h := doc.get("reservation_holder")) else ""
     )
+
+
+def describe_holder(holder: dict[str, Any]) -> str:
+    return f"held by producer pid {holder['pid']} ({holder['state']})"
 
 
 def render(doc: dict[str, Any]) -> Any:
@@ -64,6 +70,11 @@ def render(doc: dict[str, Any]) -> Any:
         f"{pool['free']} / {pool['buffers']}" if pool["enabled"] else "pool off",
     )
     t1.add_row("flags", ", ".join(doc["flags"]) or "-")
+    if doc.get("read_only_reason"):
+        t1.add_row("read-only because", doc["read_only_reason"])
+    holder = doc.get("reservation_holder")
+    if holder:
+        t1.add_row("reservation lock", describe_holder(holder))
     t1.add_row("flush mode", doc["settings"]["flush_disk_type"])
     puts = doc["puts"]
     t1.add_row("puts", f"{puts['total']:,} ({puts['errors']:,} failed)")
