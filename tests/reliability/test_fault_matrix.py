@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from mqstore import PutMessageStatus, StoreClient
+from tests.reliability.conftest import FIGURES
 from tests.runtime.conftest import StoreFactory
 from tests.runtime.harness import Store, wait_for
 
@@ -225,3 +226,6 @@ def _check_nothing_acked_lost(st: Store, prod: Producer, cell: Cell, flushed: in
         assert len(durable) == len(prod.acked), (len(durable), len(prod.acked), flushed)
     lost = [off for off, body in durable.items() if on_disk.get(off) != body]
     assert not lost, f"{len(lost)} acknowledged puts lost, first at {lost[0]}"
+    FIGURES[f"fault matrix cells: {cell.outcome}"] += 1
+    FIGURES["acknowledged messages checked (fault matrix)"] += len(durable)
+    FIGURES["acknowledged messages lost (fault matrix)"] += len(lost)
