@@ -85,8 +85,8 @@ log = logging.getLogger("mqstore.supervisor")
 
 ABORT_FILE: Final = "abort"
 STOP_WORKER_S: Final = 10.0
-# A put holds the reservation lock for microseconds: one that holds it this long at a
-# stop is stopped (SIGSTOP) or starved, and the stop goes on without it.
+# A put holds the reservation lock for microseconds: a stopped (SIGSTOP) producer that
+# holds it this long at a stop is gone on without; a running one gets STOP_WORKER_S.
 FENCE_S: Final = 1.0
 DRAIN_S: Final = 3.0
 FLUSH_RETRIES: Final = 3
@@ -705,6 +705,18 @@ class Supervisor:
             self.metrics.close()
             self.metrics = None
 
+    @staticmethod
+    def _fence_reservations(cb: c.ControlBlock) -> bool:
+        """Take and release the reservation lock: True when no producer is inside the
+        reservation step any more. A holder that is stopped (SIGSTOP, a debugger) is
+        given FENCE_S, a running one (maybe only starved) up to STOP_WORKER_S."""
+        if _native.reserve_fence(cb.buf, int(FENCE_S * 1e9)) == 0:
+            return True
+        holder = stats.reservation_holder(cb)
+        if holder is not None and holder["state"] in ("stopped", "traced"):
+            return False
+        return _native.reserve_fence(cb.buf, int((STOP_WORKER_S - FENCE_S) * 1e9)) == 0
+
     def shutdown(self) -> int:
         """Refuse writes, stop workers, drain, checkpoint, clean up. Returns the exit code."""
         cb = self.cb
@@ -713,7 +725,7 @@ class Supervisor:
         cb.set_flag(c.FLAG_REFUSE_WRITES)
         # No producer is inside the reservation step after this (one that is stopped in
         # it does not hold the stop up: its reservation is filled at the drain).
-        if _native.reserve_fence(cb.buf, int(FENCE_S * 1e9)) != 0:
+        if not self._fence_reservations(cb):
             holder = stats.reservation_holder(cb)
             who = f"producer pid {holder['pid']} ({holder['state']})" if holder else "a producer"
             self._say(

@@ -122,10 +122,8 @@ def test_client_killed_in_the_c_copy_gets_a_filler(store: Store, point: str) -> 
     assert [x.body for x in store.read_log()] == [b"warm", b"y0", b"y1"]
 
 
-def test_a_stopped_holder_makes_others_busy_not_hang(make_store: StoreFactory) -> None:
-    """SIGSTOPped inside the reservation mutex (alive, so robustness cannot help): other
-    puts return OS_PAGECACHE_BUSY within the busy timeout; once it dies, puts go on."""
-    store = make_store({"os_page_cache_busy_timeout_ms": 300})
+def _stopped_holder(store: Store) -> subprocess.Popen[str]:
+    """A producer that SIGSTOPs itself inside the reservation step of its second put."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "MQSTORE_CRASHPOINT": "reserve-locked:stop"}
     child = subprocess.Popen(
         [sys.executable, "-m", "tests.runtime.helpers_child", "put-twice", str(store.path)],
@@ -133,6 +131,18 @@ def test_a_stopped_holder_makes_others_busy_not_hang(make_store: StoreFactory) -
     )  # fmt: skip
     try:
         wait_for(lambda: _state(child.pid) == "T", 30, "the producer to stop itself")
+    except BaseException:
+        _kill(child)
+        raise
+    return child
+
+
+def test_a_stopped_holder_makes_others_busy_not_hang(make_store: StoreFactory) -> None:
+    """SIGSTOPped inside the reservation mutex (alive, so robustness cannot help): other
+    puts return OS_PAGECACHE_BUSY within the busy timeout; once it dies, puts go on."""
+    store = make_store({"os_page_cache_busy_timeout_ms": 300})
+    child = _stopped_holder(store)
+    try:
         with StoreClient.attach(store.path) as client:
             t0 = time.monotonic()
             r = client.put("other", b"x", queue_id=0)
@@ -161,13 +171,8 @@ def test_a_stopped_holder_is_named_and_does_not_hold_the_stop(make_store: StoreF
     it forever), and once it is killed its reservation is a dead producer's: a filler
     that keeps its queue offset, so the next put after a restart takes the one after."""
     store = make_store({"os_page_cache_busy_timeout_ms": 300})
-    env = {**os.environ, "PYTHONPATH": str(REPO), "MQSTORE_CRASHPOINT": "reserve-locked:stop"}
-    child = subprocess.Popen(
-        [sys.executable, "-m", "tests.runtime.helpers_child", "put-twice", str(store.path)],
-        stdout=subprocess.PIPE, text=True, env=env, cwd=str(REPO),
-    )  # fmt: skip
+    child = _stopped_holder(store)
     try:
-        wait_for(lambda: _state(child.pid) == "T", 30, "the producer to stop itself")
         doc = json.loads(_mqstore("status", str(store.path), "--json").stdout)
         assert doc["reservation_holder"] == {"pid": child.pid, "state": "stopped"}, doc
         named = f"held by producer pid {child.pid} (stopped)"
