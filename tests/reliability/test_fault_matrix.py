@@ -202,7 +202,9 @@ def test_worker_io_fault(make_store: StoreFactory, cell: Cell) -> None:
         },
         env={"MQSTORE_FAULTS": f"{cell.op}:{cell.err}", "MQSTORE_FAULTS_FOR": cell.worker},
     )
-    st.wait_workers_running()
+    # booted, or (a fault at its boot: the dispatcher opens its files there) halted
+    wait_for(lambda: {w["state"] for w in st.status()["workers"]} <= {"running", "halted"},
+             60, "every worker to be running or halted")  # fmt: skip
     with StoreClient.attach(st.path) as client:
         prod = Producer(client)
         if cell.outcome == READ_ONLY:
