@@ -48,6 +48,7 @@ from mqstore.workers.service import Service, run
 MAX_RECORDS_PER_ROUND: Final = 4096
 BUSY_WAIT_S: Final = 0.001
 IDLE_WAIT_S: Final = 0.008
+DRAIN_STEP_S: Final = 0.1
 NO_SPACE_WAIT_S: Final = 0.5  # between tries while a full disk holds dispatch up
 
 
@@ -234,8 +235,13 @@ class DispatchService(Service):
         return wait
 
     def drain_step(self) -> bool:
-        """Dispatch up to the limit (the runner bounds it by `drain_s`)."""
-        return not self.round_or_wait_for_space()
+        """Dispatch up to the limit, rounds back to back for up to DRAIN_STEP_S (the
+        runner bounds the whole drain by `drain_s`); True once a round finds nothing."""
+        until = time.monotonic() + DRAIN_STEP_S
+        while self.round_or_wait_for_space():
+            if time.monotonic() >= until:
+                return False
+        return True
 
     def finish(self) -> None:
         """Flush every queue, the index and the checkpoint, drained or out of time."""

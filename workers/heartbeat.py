@@ -39,6 +39,7 @@ class HeartbeatJudge:
     pid: int
     beat_ms: int = -1  # the last beat seen
     wait_at_beat_ns: int = 0  # the worker's run-queue wait when that beat was seen
+    killed: bool = False  # the supervisor sent SIGKILL (and said so)
 
     def silence(self, beat_ms: int, now_ms: int) -> tuple[int, int]:
         """`(silent_ms, starved_ms)`: how long the worker has been silent, less the time

@@ -392,6 +392,8 @@ class Supervisor:
         cb = self.cb
         assert cb is not None and w.proc is not None and w.judge is not None
         _name, _pid, hb, _r, _st = cb.worker(w.index)
+        if w.judge.killed:  # said once; its exit is seen by a later loop
+            return
         silent, starved = w.judge.silence(hb, time.time_ns() // 1_000_000)
         if now - w.started <= hb_timeout or silent <= hb_timeout * 1000:
             return
@@ -402,6 +404,7 @@ class Supervisor:
             "WARNING",
         )
         w.proc.kill()
+        w.judge.killed = True
 
     def _worker_docs(self) -> list[dict[str, Any]]:
         cb = self.cb
