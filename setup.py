@@ -22,6 +22,7 @@ SOURCES = [
     "ipc/native/mqs_live.c",
     "engine/native/mqs_scan.c",
     "engine/native/mqs_scan_py.c",
+    "engine/native/mqs_index.c",
 ]
 NATIVE_DIRS = ["ipc/native", "engine/native"]
 

@@ -47,13 +47,15 @@ import mmap
 import os
 import struct
 import time
+from array import array
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeAlias
 
+from mqstore import _native
 from mqstore.engine import fileio
 from mqstore.engine.findings import Finding, Severity
-from mqstore.engine.record import java_string_hash, transaction_type
+from mqstore.engine.record import WritableBuffer, java_string_hash, transaction_type
 from mqstore.engine.segment import ClockMs, now_ms
 
 INDEX_HEADER_SIZE: Final = 40
@@ -67,6 +69,8 @@ _I64_PACK: Final = struct.Struct(">q").pack_into
 _TAIL_PACK: Final = struct.Struct(">qii").pack_into  # end phy offset, slot count, count
 _INT_MAX: Final = 2_147_483_647
 _TX_ROLLBACK: Final = 0xC
+_ONE_KEY: Final = array("i", [0, 1])  # key_first of a single record with one key
+IntColumn: TypeAlias = "memoryview | array[int]"  # a scan column (engine.scan), or an array
 
 
 class IndexGeometryError(ValueError):
@@ -91,6 +95,94 @@ def index_file_name(ms: int) -> str:
     """`yyyyMMddHHmmssSSS` of `ms` in local time (RocketMQ's UtilAll.timeMillisToHumanString)."""
     t = time.localtime(ms / 1000)
     return time.strftime("%Y%m%d%H%M%S", t) + f"{ms % 1000:03d}"
+
+
+def put_hashes(
+    buf: WritableBuffer,
+    hash_slot_num: int,
+    index_num: int,
+    key_first: IntColumn,
+    key_hashes: IntColumn,
+    pos: IntColumn,
+    store_timestamp: IntColumn,
+    base: int,
+    rec_from: int,
+    rec_to: int,
+    key_from: int,
+) -> int:
+    """The reference of `mqstore._native.index_put`: RocketMQ's putKey (spec §4.3) for
+    each key k in [key_from, key_first[rec_to]) of record r (key_first[r] <= k <
+    key_first[r + 1]) at commit-log offset base + pos[r] and store time
+    store_timestamp[r], into the index file mapped as `buf`, until it is full. Returns
+    the next key not put. Raises ValueError for input the C twin refuses too."""
+    if not (0 < hash_slot_num < 2**31 and 0 < index_num < 2**31):
+        raise ValueError("hash_slot_num and index_num must be in [1, 2^31)")
+    if rec_from < 0 or rec_to < rec_from or base < 0:
+        raise ValueError("need 0 <= rec_from <= rec_to and base >= 0")
+    entries_at = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
+    mm = memoryview(buf)
+    if mm.nbytes < entries_at + index_num * INDEX_ENTRY_SIZE:
+        raise ValueError("buf is smaller than the index file's geometry")
+    kf = _column(key_first, "key_first", 4, rec_to + 1)
+    if any(kf[r] < 0 or kf[r + 1] < kf[r] for r in range(rec_from, rec_to)):
+        raise ValueError("key_first must rise from rec_from to rec_to")
+    if not kf[rec_from] <= key_from <= kf[rec_to]:
+        raise ValueError("key_from is outside the records' keys")
+    kh = _column(key_hashes, "key_hash", 4, kf[rec_to])
+    ps = _column(pos, "pos", 8, rec_to)
+    ts = _column(store_timestamp, "store_timestamp", 8, rec_to)
+    k, r = key_from, rec_from
+    while k < kf[rec_to]:
+        while r < rec_to and kf[r + 1] <= k:
+            r += 1
+        if ps[r] < 0 or base + ps[r] >= 2**63:
+            raise ValueError("base + pos is not a commit-log offset")
+        if not _put_hash(mm, hash_slot_num, index_num, entries_at, kh[k], base + ps[r], ts[r]):
+            break
+        k += 1
+    return k
+
+
+def _column(b: IntColumn, name: str, itemsize: int, min_len: int) -> memoryview:
+    v = memoryview(b)
+    if v.itemsize != itemsize or v.nbytes // itemsize < min_len:
+        raise ValueError(f"{name} must hold at least {min_len} items of {itemsize} bytes")
+    return v.cast("B").cast("i" if itemsize == 4 else "q")
+
+
+def _put_hash(
+    mm: memoryview, slots: int, entries: int, entries_at: int, h: int, phy: int, ts: int
+) -> bool:
+    """One key of `put_hashes`; False when the file is full."""
+    begin_ts, _e, _bp, _ep, slot_count, count = _HEADER.unpack_from(mm, 0)
+    if count >= entries:
+        return False
+    if h < 0:
+        raise ValueError("key_hash holds a negative hash")
+    if count < 0:
+        raise ValueError("the index file's index_count is negative")
+    slot_pos = INDEX_HEADER_SIZE + (h % slots) * HASH_SLOT_SIZE
+    slot_value = _I32.unpack_from(mm, slot_pos)[0]
+    if slot_value <= 0 or slot_value > count:
+        slot_value = 0
+    if slot_value == 0 and slot_count == _INT_MAX:
+        raise ValueError("the index file's hash_slot_count is at its maximum")
+    diff = 0
+    if begin_ts > 0:
+        diff = min(max((ts - begin_ts) // 1000, 0), _INT_MAX)
+    _ENTRY.pack_into(mm, entries_at + count * INDEX_ENTRY_SIZE, h, phy, diff, slot_value)
+    _I32.pack_into(mm, slot_pos, count)
+    if count <= 1:
+        _I64_PACK(mm, 0, ts)
+        _I64_PACK(mm, 16, phy)
+    if slot_value == 0:
+        slot_count += 1
+    _I64_PACK(mm, 8, ts)
+    _TAIL_PACK(mm, 24, phy, slot_count, count + 1)
+    return True
+
+
+_index_put: Final = _native.index_put  # the C twin of put_hashes
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,31 +338,30 @@ class IndexFile:
 
     def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
         """RocketMQ's putKey (spec §4.3); False when the file is full. O(1)."""
-        mm = self._mm
-        begin_ts, _e, _bp, _ep, slot_count, count = _HEADER.unpack_from(mm, 0)
-        if count >= self.index_num:
-            return False
-        h = key_hash(key)
-        slot_pos = INDEX_HEADER_SIZE + (h % self.hash_slot_num) * HASH_SLOT_SIZE
-        slot_value = _I32.unpack_from(mm, slot_pos)[0]
-        if slot_value <= 0 or slot_value > count:
-            slot_value = 0
-        diff = 0
-        if begin_ts > 0:
-            diff = min(max((store_timestamp - begin_ts) // 1000, 0), _INT_MAX)
-        _ENTRY.pack_into(
-            mm, self._entries_at + count * INDEX_ENTRY_SIZE, h, phy_offset, diff, slot_value
-        )
-        _I32.pack_into(mm, slot_pos, count)
-        if count <= 1:
-            begin_ts = store_timestamp
-            _I64_PACK(mm, 0, store_timestamp)
-            _I64_PACK(mm, 16, phy_offset)
-        if slot_value == 0:
-            slot_count += 1
-        _I64_PACK(mm, 8, store_timestamp)
-        _TAIL_PACK(mm, 24, phy_offset, slot_count, count + 1)
-        return True
+        return self.put_hashes(_ONE_KEY, array("i", [key_hash(key)]),
+                               array("q", [phy_offset]), array("q", [store_timestamp]),
+                               0, 0, 1, 0) == 1  # fmt: skip
+
+    def put_hashes(
+        self,
+        key_first: IntColumn,
+        key_hashes: IntColumn,
+        pos: IntColumn,
+        store_timestamp: IntColumn,
+        base: int,
+        rec_from: int,
+        rec_to: int,
+        key_from: int,
+    ) -> int:
+        """Put the keys of records [rec_from, rec_to) of a scan's columns (`engine.scan`:
+        key_first, key_hash, pos, store_timestamp; commit-log offset = base + pos),
+        starting at key `key_from`, until the file is full. Returns the next key not
+        put (`key_first[rec_to]`: all). C when the extension has it (`put_hashes`).
+        Raises ValueError for columns that do not fit. O(keys)."""
+        return _index_put(
+            self._mm, self.hash_slot_num, self.index_num, key_first, key_hashes, pos,
+            store_timestamp, base, rec_from, rec_to, key_from,
+        )  # fmt: skip
 
     def select_phy_offsets(self, key: str, max_num: int, begin: int, end: int) -> list[int]:
         """RocketMQ's selectPhyOffset (spec §4.4): newest first, hash compared only."""

@@ -147,3 +147,20 @@ def scan_records(
     key_first and key_hash; `fixups` ('q') the records whose tags code the caller takes
     from the reference. `engine.scan.scan_records` builds the RecordScan from this.
     MemoryError when the columns do not fit; ValueError if `pos` < 0."""
+
+# engine/native/mqs_index.c: the twin of engine.indexfile.put_hashes.
+def index_put(
+    buf: Buffer,
+    hash_slot_num: int,
+    index_num: int,
+    key_first: Buffer,
+    key_hash: Buffer,
+    pos: Buffer,
+    store_timestamp: Buffer,
+    base: int,
+    rec_from: int,
+    rec_to: int,
+    key_from: int,
+    /,
+) -> int:
+    """Put index keys into a mapped index file until it is full; the next key not put."""
