@@ -34,7 +34,7 @@ from __future__ import annotations
 import enum
 import os
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Final, NamedTuple
 
 from mqstore.engine import fileio
@@ -58,6 +58,9 @@ _UNIT: Final = struct.Struct(">qiq")
 _PRE_BLANK_BYTES: Final = _UNIT.pack(0, PRE_BLANK_SIZE, 0)
 
 QueueKey = tuple[str, int]
+# A unit for `put_units`: (queue offset, physical offset or -1 for a pre-blank, size, tags
+# code, ...): what follows is the caller's (the dispatcher keeps the record's index there).
+Unit = tuple[int, int, int, int, int]
 StoreTimeOf = Callable[[int, int], int]  # (physical offset, size) -> store time, -1 if gone
 
 
@@ -435,6 +438,48 @@ class ConsumeQueue:
         seg.append_bytes(_UNIT.pack(physical_offset, size, tags_code))
         self.max_physical_offset = physical_offset + size
         return status
+
+    def put_units(self, units: Sequence[Unit]) -> list[PutStatus]:
+        """`put` (or, for a unit of physical offset -1, `put_pre_blank`) of every unit in
+        order, one status each. Units that continue the queue exactly (the next queue
+        offset, past its commit-log end) go into a file with one slice write per run.
+        Dispatcher only. O(units). Raises StoreIOError (file creation)."""
+        out: list[PutStatus] = []
+        i = 0
+        while i < len(units):
+            j = self._append_run(units, i)
+            if j > i:
+                out.extend([PutStatus.OK] * (j - i))
+                i = j
+                continue
+            qo, phys, size, tags = units[i][:4]
+            out.append(self.put_pre_blank(qo) if phys < 0 else self.put(phys, size, tags, qo))
+            i += 1
+        return out
+
+    def _append_run(self, units: Sequence[Unit], i: int) -> int:
+        """Write units[i:j], the longest run from i that `put` would append as is into
+        the last file, with one slice write; return j (i: none)."""
+        last = self.queue.last()
+        if last is None or self.read_only or last.is_full():
+            return i
+        expect = last.start_offset + last.wrote_position
+        end_phys = self.max_physical_offset
+        n = min(len(units) - i, (last.size_bytes - last.wrote_position) // CQ_STORE_UNIT_SIZE)
+        run = bytearray(n * CQ_STORE_UNIT_SIZE)
+        j = 0
+        while j < n:
+            qo, phys, size, tags = units[i + j][:4]
+            if phys < 0 or qo * CQ_STORE_UNIT_SIZE != expect or phys + size <= end_phys:
+                break
+            _UNIT.pack_into(run, j * CQ_STORE_UNIT_SIZE, phys, size, tags)
+            expect += CQ_STORE_UNIT_SIZE
+            end_phys = phys + size
+            j += 1
+        if j:
+            last.append_bytes(memoryview(run)[: j * CQ_STORE_UNIT_SIZE])
+            self.max_physical_offset = end_phys
+        return i + j
 
     def put_pre_blank(self, queue_offset: int) -> PutStatus:
         """Write a pre-blank at `queue_offset`: the dispatcher's unit for a record that

@@ -42,21 +42,35 @@ from __future__ import annotations
 import enum
 import os
 import time
+from array import array
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final
 
 from mqstore.engine import deleted_topics
 from mqstore.engine.checkpoint import CheckpointFields
-from mqstore.engine.commitlog import CommitLog, ScanStop
-from mqstore.engine.consumequeue import ConsumeQueueStore, PutStatus, QueueKey
+from mqstore.engine.commitlog import CommitLog
+from mqstore.engine.consumequeue import ConsumeQueueStore, PutStatus, QueueKey, Unit
 from mqstore.engine.fileio import StoreIOError, is_no_space
 from mqstore.engine.filler import is_filler
-from mqstore.engine.indexfile import IndexService
+from mqstore.engine.indexfile import IndexService, build_key, key_hash
 from mqstore.engine.names import topic_problem
 from mqstore.engine.reader import Geometry
-from mqstore.engine.record import RecordHeader, takes_queue_offset
+from mqstore.engine.record import (
+    TRANSACTION_MASK,
+    CheckStatus,
+    RecordHeader,
+    check_record,
+    takes_queue_offset,
+)
+from mqstore.engine.scan import BIT_FILLER, RecordScan, ScanStop, scan_records
+from mqstore.engine.segment import ReadStatus
 from mqstore.engine.segment_queue import SegmentQueue
+
+_TX_MASK: Final = TRANSACTION_MASK
+_TX_COMMIT: Final = 0x8
+_TX_ROLLBACK: Final = 0xC
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,15 +134,6 @@ class DispatchResult:
     seconds: float = 0.0
 
 
-_SCAN_TO_STOP = {
-    ScanStop.END_OF_DATA: DispatchStop.END_OF_DATA,
-    ScanStop.BLANK_IN_LAST_SEGMENT: DispatchStop.WAIT_NEXT_SEGMENT,
-    ScanStop.CORRUPT: DispatchStop.CORRUPT,
-    ScanStop.OFFSET_NOT_FOUND: DispatchStop.OFFSET_NOT_FOUND,
-    ScanStop.LIMIT: DispatchStop.LIMIT,
-}
-
-
 class Dispatcher:
     """Builds consume queues and the index from the commit log. See the module doc."""
 
@@ -160,6 +165,9 @@ class Dispatcher:
         # The next queue offset of each queue as the deferred records say: the queues
         # lag the log, and the producers' offset table must not (recovery merges it).
         self.deferred_next: dict[QueueKey, int] = {}
+        self._at = 0  # the log offset being written, for `deferred`
+        self._topic_cache: dict[bytes, str] = {}
+        self._topic_problems: dict[str, bool] = {}
 
     @classmethod
     def open(
@@ -236,88 +244,228 @@ class Dispatcher:
         return res
 
     def _walk(self, from_offset: int, limit: int, max_records: int | None) -> DispatchResult:
+        """Scan segment by segment (`engine.scan.scan_records`) and dispatch each batch."""
         res = DispatchResult(from_offset, from_offset, DispatchStop.END_OF_DATA)
         if from_offset >= limit:
             res.stop = DispatchStop.LIMIT
             return res
-        sc = self.log.scan(from_offset, check_crc=False, read_body=False, to_offset=limit)
-        it = iter(sc)
-        stopped_early: DispatchStop | None = None
-        lag = self.lag_hist
-        now_ms = time.time_ns() // 1_000_000 if lag is not None else 0
-        try:
-            for rec in it:
-                h = rec.header
-                if rec.offset + h.size > limit:
-                    stopped_early = DispatchStop.LIMIT
-                    res.next_offset = rec.offset
-                    break
-                self.dispatch_record(rec.offset, h, res)
-                if lag is not None:
-                    ms = max(0, now_ms - h.store_timestamp)
-                    self.lag_sum_ms += ms
-                    b = ms.bit_length()
-                    lag[b if b < len(lag) else -1] += 1
-                res.next_offset = rec.offset + h.size
-                if max_records is not None and res.records >= max_records:
-                    stopped_early = DispatchStop.MAX_RECORDS
-                    break
-        finally:
-            close = getattr(it, "close", None)
-            if close is not None:
-                close()
-        if stopped_early is not None:
-            res.stop = stopped_early
+        queue = self.log.queue
+        seg = queue.find(from_offset)
+        if seg is None:
+            at_end = from_offset == queue.max_offset() or (len(queue) == 0 and from_offset == 0)
+            res.stop = DispatchStop.END_OF_DATA if at_end else DispatchStop.OFFSET_NOT_FOUND
             return res
-        res.stop = _SCAN_TO_STOP[sc.stop]
-        res.reason = sc.reason
-        res.next_offset = sc.end_offset
-        return res
+        left = -1 if max_records is None else max_records
+        pos = from_offset - seg.start_offset
+        while True:
+            base, read = seg.start_offset, seg.read_position
+            with seg.select(0, read) as sl:
+                if sl.status is not ReadStatus.OK:
+                    res.stop, res.reason = DispatchStop.CORRUPT, f"segment {sl.status}"
+                    return res
+                sc = scan_records(sl.view, pos, min(read, limit - base), check_crc=False,
+                                  max_records=left)  # fmt: skip
+                self.dispatch_scan(sl.view, base, sc, res)
+                res.next_offset = base + sc.stop_pos
+                left -= sc.count if left > 0 else 0
+                if sc.stop is ScanStop.CORRUPT:
+                    res.stop, res.reason = _why_stopped(sl.view, sc.stop_pos, read)
+                    return res
+            if left == 0:
+                res.stop = DispatchStop.MAX_RECORDS
+                return res
+            if res.next_offset >= limit:
+                res.stop = DispatchStop.LIMIT
+                return res
+            nxt = queue.find(base + seg.size_bytes)
+            if sc.stop is ScanStop.BLANK and nxt is None:
+                res.stop = DispatchStop.WAIT_NEXT_SEGMENT
+                return res
+            if nxt is None or (sc.stop is ScanStop.LIMIT and sc.stop_pos < seg.size_bytes):
+                return res  # END_OF_DATA: the readable end of the last segment
+            seg, pos = nxt, 0
 
-    def dispatch_record(self, offset: int, h: RecordHeader, res: DispatchResult) -> None:
-        """Dispatch one checked message record at log `offset` into `res` (recovery
-        drives its own validating walk and calls this). Raises StoreIOError (with
-        `defer_on_no_space`, not for a full disk: see `deferred`)."""
+    def dispatch_scan(
+        self, buf: memoryview, base: int, sc: RecordScan | _OneRecord, res: DispatchResult
+    ) -> None:
+        """Dispatch the records of a scan of `buf` (a segment's bytes from log offset
+        `base`) into `res` (recovery drives its own validating walk and may call this).
+        Raises StoreIOError (with `defer_on_no_space`, not for a full disk: see
+        `deferred`)."""
+        if not sc.count:
+            return
+        res.records += sc.count
+        if self.lag_hist is not None:
+            self._count_lags(sc.store_timestamp)
         if not self.deferred:
             try:
-                self._dispatch_record(offset, h, res)
+                self._dispatch_columns(base, self._topics(buf, sc), sc, res)
                 return
             except StoreIOError as e:
                 if not (self.defer_on_no_space and is_no_space(e)):
                     raise
-                self.deferred = f"dispatch from {offset} left to the dispatcher: {e}"
-        if takes_queue_offset(h.sys_flag) and h.queue_id >= 0:
-            key = (h.topic, h.queue_id)
-            self.deferred_next[key] = max(self.deferred_next.get(key, 0), h.queue_offset + 1)
+                self.deferred = f"dispatch from {self._at} left to the dispatcher: {e}"
+        topics = self._topics(buf, sc)
+        for i in range(sc.count):
+            if takes_queue_offset(sc.sys_flag[i]) and sc.queue_id[i] >= 0:
+                key = (topics[i], sc.queue_id[i])
+                nxt = sc.queue_offset[i] + 1
+                self.deferred_next[key] = max(self.deferred_next.get(key, 0), nxt)
 
-    def _dispatch_record(self, offset: int, h: RecordHeader, res: DispatchResult) -> None:
-        res.records += 1
-        if self.deleted and offset < self.deleted.get(h.topic, -1):
-            res.skipped += 1  # a record of a deleted topic
-            return
-        takes = takes_queue_offset(h.sys_flag)
-        if is_filler(h):
-            res.skipped += 1
-            if takes and topic_problem(h.topic) is None and h.queue_id >= 0:
-                cq = self.queues.find_or_create(h.topic, h.queue_id)
-                st = cq.put_pre_blank(h.queue_offset)
-                res.put_statuses[st] += 1
-            return
-        if takes:
-            if topic_problem(h.topic) is not None or h.queue_id < 0:
-                res.refused.append(((h.topic, h.queue_id), h.queue_offset, offset))
+    def dispatch_record(self, offset: int, h: RecordHeader, res: DispatchResult) -> None:
+        """Dispatch one checked message record at log `offset` into `res`, by the same
+        rules as `dispatch_scan` (recovery's per-record path)."""
+        filler = is_filler(h)
+        keys = [h.uniq_key] if h.uniq_key and not filler else []
+        if h.keys and not filler:
+            keys.extend(k for k in h.keys.split(" ") if k)
+        one = _OneRecord(
+            h.topic, array("q", [0]), array("i", [h.size]), array("i", [h.queue_id]),
+            array("q", [h.queue_offset]), array("i", [h.sys_flag]), array("q", [h.tags_code]),
+            array("q", [h.store_timestamp]), array("B", [BIT_FILLER if filler else 0]),
+            array("i", [0, len(keys)]),
+            array("i", [key_hash(build_key(h.topic, k)) for k in keys]),
+        )  # fmt: skip
+        self.dispatch_scan(memoryview(b""), offset, one, res)
+
+    def _topics(self, buf: memoryview, sc: RecordScan | _OneRecord) -> list[str]:
+        """Each record's topic (decoded as check_record does; cached by its bytes)."""
+        if isinstance(sc, _OneRecord):
+            return [sc.topic]
+        cache = self._topic_cache
+        out: list[str] = []
+        tp, tl = sc.topic_pos, sc.topic_len
+        for i in range(sc.count):
+            raw = bytes(buf[tp[i] : tp[i] + tl[i]])
+            t = cache.get(raw)
+            if t is None:
+                t = cache[raw] = raw.decode("utf-8", errors="replace")
+            out.append(t)
+        return out
+
+    def _count_lags(self, store_timestamp: memoryview | array[int]) -> None:
+        """Per record: dispatch time minus store time into the lag histogram."""
+        lag = self.lag_hist
+        assert lag is not None
+        now_ms = time.time_ns() // 1_000_000
+        top = len(lag) - 1
+        for ts in store_timestamp:
+            ms = now_ms - ts if now_ms > ts else 0
+            self.lag_sum_ms += ms
+            b = ms.bit_length()
+            lag[b if b < top else top] += 1
+
+    def _dispatch_columns(
+        self, base: int, topics: list[str], sc: RecordScan | _OneRecord, res: DispatchResult
+    ) -> None:
+        """The module doc's rules over a batch: consume-queue units per queue (one
+        `put_units` each), then index keys for runs of records that take them."""
+        units: dict[QueueKey, list[Unit]] = {}
+        no_index: list[int] = []  # records with keys that must not be indexed
+        pos, qid, qo, sys_flag, bits = sc.pos, sc.queue_id, sc.queue_offset, sc.sys_flag, sc.bits
+        key_first, deleted, bad = sc.key_first, self.deleted, self._bad_topics
+        for i in range(len(topics)):
+            topic, offset, sf = topics[i], base + pos[i], sys_flag[i]
+            takes = (sf & _TX_MASK) in (0, _TX_COMMIT)
+            if deleted and offset < deleted.get(topic, -1):
+                res.skipped += 1  # a record of a deleted topic
+                indexed = False
+            elif bits[i] & BIT_FILLER:
+                res.skipped += 1  # a pre-blank keeps the queue dense; no index keys
+                if takes and qid[i] >= 0 and not bad(topic):
+                    units.setdefault((topic, qid[i]), []).append((qo[i], -1, 0, 0, i))
+                indexed = False
             else:
-                cq = self.queues.find_or_create(h.topic, h.queue_id)
-                st = cq.put(offset, h.size, h.tags_code, h.queue_offset)
-                res.put_statuses[st] += 1
-                if st is PutStatus.REFUSED_GAP:
-                    res.refused.append(((h.topic, h.queue_id), h.queue_offset, offset))
-                elif st in (PutStatus.OK, PutStatus.GAP_FILLED):
-                    res.units_written += 1
-                    res.last_store_timestamp = h.store_timestamp
-                    if self.checkpoint is not None:
-                        self.checkpoint.logics_msg_timestamp = h.store_timestamp
+                if takes and (qid[i] < 0 or bad(topic)):
+                    res.refused.append(((topic, qid[i]), qo[i], offset))
+                elif takes:
+                    unit = (qo[i], offset, sc.size[i], sc.tags_code[i], i)
+                    units.setdefault((topic, qid[i]), []).append(unit)
+                indexed = sf & _TX_MASK != _TX_ROLLBACK
+            if not indexed and key_first[i + 1] > key_first[i]:
+                no_index.append(i)
+        self._write_units(base, units, sc.store_timestamp, res)
         if self.index is not None:
-            res.index_keys += self.index.build_index(
-                h.topic, h.keys, h.uniq_key, offset, h.store_timestamp, h.sys_flag
-            )
+            self._build_index(base, sc, no_index, res)
+
+    def _write_units(
+        self,
+        base: int,
+        units: dict[QueueKey, list[Unit]],
+        store_timestamp: memoryview | array[int],
+        res: DispatchResult,
+    ) -> None:
+        last = -1  # the record of the last unit written, in log order
+        refused: list[tuple[QueueKey, int, int]] = []
+        for key, todo in units.items():
+            self._at = todo[0][1] if todo[0][1] >= 0 else base
+            cq = self.queues.find_or_create(*key)
+            statuses = cq.put_units(todo)
+            for (q_off, phys, _size, _tags, i), st in zip(todo, statuses, strict=True):
+                res.put_statuses[st] += 1
+                if st is PutStatus.OK or st is PutStatus.GAP_FILLED:
+                    if phys >= 0:
+                        res.units_written += 1
+                        last = max(last, i)
+                elif st is PutStatus.REFUSED_GAP and phys >= 0:
+                    refused.append((key, q_off, phys))
+        res.refused.extend(sorted(refused, key=lambda r: r[2]))
+        if last >= 0:
+            res.last_store_timestamp = store_timestamp[last]
+            if self.checkpoint is not None:
+                self.checkpoint.logics_msg_timestamp = store_timestamp[last]
+
+    def _build_index(
+        self, base: int, sc: RecordScan | _OneRecord, no_index: list[int], res: DispatchResult
+    ) -> None:
+        """Index the runs of records between those that must not be."""
+        assert self.index is not None
+        start = 0
+        for stop in [*no_index, len(sc.pos)]:
+            if stop > start:
+                self._at = base + sc.pos[start]
+                res.index_keys += self.index.build_index_batch(
+                    sc.key_first, sc.key_hash, sc.pos, sc.store_timestamp, base, start, stop
+                )
+            start = stop + 1
+
+    def _bad_topics(self, topic: str) -> bool:
+        """Whether a topic breaks RocketMQ's name rule (cached)."""
+        bad = self._topic_problems.get(topic)
+        if bad is None:
+            bad = self._topic_problems[topic] = topic_problem(topic) is not None
+        return bad
+
+
+def _why_stopped(buf: memoryview, pos: int, read: int) -> tuple[DispatchStop, str]:
+    """A scan bounded by the limit stopped CORRUPT at `pos`: a whole record that ends
+    past the limit (LIMIT: not all of it is there to dispatch yet), zeros (END_OF_DATA),
+    or damage (CORRUPT, check_record's reason)."""
+    h = check_record(buf, pos, check_crc=False, read_body=False, limit=read)
+    if h.status is CheckStatus.OK:
+        return DispatchStop.LIMIT, ""
+    head = bytes(buf[pos : pos + 8])
+    if head == bytes(len(head)):
+        return DispatchStop.END_OF_DATA, ""
+    return DispatchStop.CORRUPT, h.reason
+
+
+@dataclass(frozen=True, slots=True)
+class _OneRecord:
+    """One checked record as a scan's columns (`Dispatcher.dispatch_record`)."""
+
+    topic: str
+    pos: array[int]
+    size: array[int]
+    queue_id: array[int]
+    queue_offset: array[int]
+    sys_flag: array[int]
+    tags_code: array[int]
+    store_timestamp: array[int]
+    bits: array[int]
+    key_first: array[int]
+    key_hash: array[int]
+
+    @property
+    def count(self) -> int:
+        return 1

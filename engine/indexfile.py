@@ -572,21 +572,44 @@ class IndexService:
         Returns keys written. Dispatcher only. Raises StoreIOError."""
         if transaction_type(sys_flag) == _TX_ROLLBACK:
             return 0
-        if not uniq_key and not keys:
-            return 0
-        f = self._last_file()
-        end_phy = f.end_phy_offset
-        if physical_offset < end_phy or (physical_offset == end_phy and f.end_timestamp > 0):
-            return 0
-        todo: list[str] = []
-        if uniq_key:
-            todo.append(build_key(topic, uniq_key))
+        todo = [uniq_key] if uniq_key else []
         if keys:
-            todo.extend(build_key(topic, k) for k in keys.split(" ") if k)
-        for k in todo:
-            while not f.put_key(k, physical_offset, store_timestamp):
+            todo.extend(k for k in keys.split(" ") if k)
+        hashes = array("i", (key_hash(build_key(topic, k)) for k in todo))
+        return self.build_index_batch(
+            array("i", [0, len(hashes)]), hashes, array("q", [0]),
+            array("q", [store_timestamp]), physical_offset, 0, 1,
+        )  # fmt: skip
+
+    def build_index_batch(
+        self,
+        key_first: IntColumn,
+        key_hashes: IntColumn,
+        pos: IntColumn,
+        store_timestamp: IntColumn,
+        base: int,
+        rec_from: int,
+        rec_to: int,
+    ) -> int:
+        """Index records [rec_from, rec_to) of a scan's columns (`IndexFile.put_hashes`),
+        in log order, skipping those already indexed (at or before the newest file's
+        end) and rolling to a new file when one fills. The caller leaves out ROLLBACK
+        messages and fillers. Returns keys written. Dispatcher only. Raises StoreIOError."""
+        end = key_first[rec_to]
+        if key_first[rec_from] == end:
+            return 0  # no keys: no file is created for them
+        f = self._last_file()
+        end_phy, has_end = f.end_phy_offset, f.end_timestamp > 0
+        while rec_from < rec_to and (
+            base + pos[rec_from] < end_phy or (base + pos[rec_from] == end_phy and has_end)
+        ):
+            rec_from += 1
+        k = start = key_first[rec_from]
+        while k < end:
+            k = f.put_hashes(key_first, key_hashes, pos, store_timestamp, base, rec_from, rec_to, k)
+            if k < end:
                 f = self._last_file()
-        return len(todo)
+        return end - start
 
     def query_offsets(
         self, topic: str, key: str, max_num: int, begin: int, end: int
