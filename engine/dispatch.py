@@ -361,30 +361,35 @@ class Dispatcher:
         """The module doc's rules over a batch: consume-queue units per queue (one
         `put_units` each), then index keys for runs of records that take them."""
         units: dict[QueueKey, list[Unit]] = {}
+        with_pre_blanks: set[QueueKey] = set()
         no_index: list[int] = []  # records with keys that must not be indexed
-        pos, qid, qo, sys_flag, bits = sc.pos, sc.queue_id, sc.queue_offset, sc.sys_flag, sc.bits
-        key_first, deleted, bad = sc.key_first, self.deleted, self._bad_topics
-        for i in range(len(topics)):
-            topic, offset, sf = topics[i], base + pos[i], sys_flag[i]
-            takes = (sf & _TX_MASK) in (0, _TX_COMMIT)
-            if deleted and offset < deleted.get(topic, -1):
+        bad = {t: self._bad_topic(t) for t in set(topics)}
+        deleted, key_first = self.deleted, sc.key_first
+        rows = zip(
+            topics, sc.pos, sc.queue_id, sc.queue_offset, sc.size, sc.tags_code, sc.sys_flag,
+            sc.bits, strict=True,
+        )  # fmt: skip
+        for i, (topic, p, q, qo, size, tags, sf, bits) in enumerate(rows):
+            tx = sf & _TX_MASK
+            takes = tx == 0 or tx == _TX_COMMIT
+            if deleted and base + p < deleted.get(topic, -1):
                 res.skipped += 1  # a record of a deleted topic
                 indexed = False
-            elif bits[i] & BIT_FILLER:
+            elif bits & BIT_FILLER:
                 res.skipped += 1  # a pre-blank keeps the queue dense; no index keys
-                if takes and qid[i] >= 0 and not bad(topic):
-                    units.setdefault((topic, qid[i]), []).append((qo[i], -1, 0, 0, i))
+                if takes and q >= 0 and not bad[topic]:
+                    units.setdefault((topic, q), []).append((qo, -1, 0, 0, i))
+                    with_pre_blanks.add((topic, q))
                 indexed = False
             else:
-                if takes and (qid[i] < 0 or bad(topic)):
-                    res.refused.append(((topic, qid[i]), qo[i], offset))
+                if takes and (q < 0 or bad[topic]):
+                    res.refused.append(((topic, q), qo, base + p))
                 elif takes:
-                    unit = (qo[i], offset, sc.size[i], sc.tags_code[i], i)
-                    units.setdefault((topic, qid[i]), []).append(unit)
-                indexed = sf & _TX_MASK != _TX_ROLLBACK
+                    units.setdefault((topic, q), []).append((qo, base + p, size, tags, i))
+                indexed = tx != _TX_ROLLBACK
             if not indexed and key_first[i + 1] > key_first[i]:
                 no_index.append(i)
-        self._write_units(base, units, sc.store_timestamp, res)
+        self._write_units(base, units, with_pre_blanks, sc.store_timestamp, res)
         if self.index is not None:
             self._build_index(base, sc, no_index, res)
 
@@ -392,6 +397,7 @@ class Dispatcher:
         self,
         base: int,
         units: dict[QueueKey, list[Unit]],
+        with_pre_blanks: set[QueueKey],
         store_timestamp: memoryview | array[int],
         res: DispatchResult,
     ) -> None:
@@ -399,15 +405,18 @@ class Dispatcher:
         refused: list[tuple[QueueKey, int, int]] = []
         for key, todo in units.items():
             self._at = todo[0][1] if todo[0][1] >= 0 else base
-            cq = self.queues.find_or_create(*key)
-            statuses = cq.put_units(todo)
+            statuses = self.queues.find_or_create(*key).put_units(todo)
+            if key not in with_pre_blanks and statuses.count(PutStatus.OK) == len(todo):
+                res.put_statuses[PutStatus.OK] += len(todo)  # the common case
+                res.units_written += len(todo)
+                last = max(last, todo[-1][4])
+                continue
             for (q_off, phys, _size, _tags, i), st in zip(todo, statuses, strict=True):
                 res.put_statuses[st] += 1
-                if st is PutStatus.OK or st is PutStatus.GAP_FILLED:
-                    if phys >= 0:
-                        res.units_written += 1
-                        last = max(last, i)
-                elif st is PutStatus.REFUSED_GAP and phys >= 0:
+                if phys >= 0 and st in (PutStatus.OK, PutStatus.GAP_FILLED):
+                    res.units_written += 1
+                    last = max(last, i)
+                elif phys >= 0 and st is PutStatus.REFUSED_GAP:
                     refused.append((key, q_off, phys))
         res.refused.extend(sorted(refused, key=lambda r: r[2]))
         if last >= 0:
@@ -429,7 +438,7 @@ class Dispatcher:
                 )
             start = stop + 1
 
-    def _bad_topics(self, topic: str) -> bool:
+    def _bad_topic(self, topic: str) -> bool:
         """Whether a topic breaks RocketMQ's name rule (cached)."""
         bad = self._topic_problems.get(topic)
         if bad is None:
