@@ -32,9 +32,12 @@ Not thread-safe: one writer process (the dispatcher) per store.
 from __future__ import annotations
 
 import enum
+import functools
+import operator
 import os
 import struct
 from collections.abc import Callable, Iterator, Sequence
+from itertools import chain, repeat
 from typing import Final, NamedTuple
 
 from mqstore.engine import fileio
@@ -56,12 +59,22 @@ CONSUME_QUEUE_DIR: Final = "consumequeue"
 MAX_GAP_FILES: Final = 4  # a gap wider than this many files is refused, not filled
 _UNIT: Final = struct.Struct(">qiq")
 _PRE_BLANK_BYTES: Final = _UNIT.pack(0, PRE_BLANK_SIZE, 0)
+_QO: Final = operator.itemgetter(0)
+_PHYS: Final = operator.itemgetter(1)
+_SIZE: Final = operator.itemgetter(2)
+_UNIT_FIELDS: Final = operator.itemgetter(1, 2, 3)
 
 QueueKey = tuple[str, int]
 # A unit for `put_units`: (queue offset, physical offset or -1 for a pre-blank, size, tags
 # code, ...): what follows is the caller's (the dispatcher keeps the record's index there).
 Unit = tuple[int, int, int, int, int]
 StoreTimeOf = Callable[[int, int], int]  # (physical offset, size) -> store time, -1 if gone
+
+
+@functools.lru_cache(maxsize=256)
+def _units_struct(n: int) -> struct.Struct:
+    """The layout of n consecutive units."""
+    return struct.Struct(">" + "qiq" * n)
 
 
 def cq_file_size(configured_bytes: int) -> int:
@@ -459,26 +472,36 @@ class ConsumeQueue:
 
     def _append_run(self, units: Sequence[Unit], i: int) -> int:
         """Write units[i:j], the longest run from i that `put` would append as is into
-        the last file, with one slice write; return j (i: none)."""
+        the last file (the next queue offsets, each past the queue's commit-log end, no
+        pre-blank), with one slice write; return j (i: none). The checks run over the
+        whole run at once (map, operator), not unit by unit in Python."""
         last = self.queue.last()
         if last is None or self.read_only or last.is_full():
             return i
         expect = last.start_offset + last.wrote_position
-        end_phys = self.max_physical_offset
-        n = min(len(units) - i, (last.size_bytes - last.wrote_position) // CQ_STORE_UNIT_SIZE)
-        run = bytearray(n * CQ_STORE_UNIT_SIZE)
-        j = 0
-        while j < n:
-            qo, phys, size, tags = units[i + j][:4]
-            if phys < 0 or qo * CQ_STORE_UNIT_SIZE != expect or phys + size <= end_phys:
-                break
-            _UNIT.pack_into(run, j * CQ_STORE_UNIT_SIZE, phys, size, tags)
-            expect += CQ_STORE_UNIT_SIZE
-            end_phys = phys + size
-            j += 1
+        if expect % CQ_STORE_UNIT_SIZE:
+            return i
+        room = (last.size_bytes - last.wrote_position) // CQ_STORE_UNIT_SIZE
+        run = units[i : i + room]
+        qo0 = expect // CQ_STORE_UNIT_SIZE
+        phys = list(map(_PHYS, run))
+        ends = list(map(operator.add, phys, map(_SIZE, run)))
+        good = list(
+            map(
+                all,
+                zip(
+                    map(operator.eq, map(_QO, run), range(qo0, qo0 + len(run))),
+                    map(operator.lt, [self.max_physical_offset, *ends], ends),
+                    map(operator.le, repeat(0), phys),
+                    strict=True,
+                ),
+            )
+        )
+        j = good.index(False) if False in good else len(good)
         if j:
-            last.append_bytes(memoryview(run)[: j * CQ_STORE_UNIT_SIZE])
-            self.max_physical_offset = end_phys
+            fields = chain.from_iterable(map(_UNIT_FIELDS, run[:j]))
+            last.append_bytes(_units_struct(j).pack(*fields))
+            self.max_physical_offset = ends[j - 1]
         return i + j
 
     def put_pre_blank(self, queue_offset: int) -> PutStatus:

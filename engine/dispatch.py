@@ -7,6 +7,15 @@ The caller chooses the limit: the committed offset under ASYNC_FLUSH, the flushe
 offset under SYNC_FLUSH, so nothing a crash can take back is ever dispatched. It returns
 how far it got (`DispatchResult.next_offset`); a process loop calls it again from there.
 
+The walk is the record scanner's (`engine.scan.scan_records`, C): one call per segment
+range gives the records as columns, and `dispatch_scan` applies the rules below to the
+whole batch. A queue's units of the batch go in with one `ConsumeQueue.put_units` call
+(one slice write per run of units in a file); the index keys come from the scan's
+`key_hash` column and go in by runs of records (`IndexService.build_index_batch`, the
+slot arithmetic in C). Batching changes no byte on disk: each queue and the index still
+receive their entries in log order. Recovery's per-record path (`dispatch_record`)
+applies the same rules to a one-record batch.
+
 For every record:
 
 * BLANK (end of segment): hop to the next segment (the walk does it);
@@ -46,6 +55,8 @@ from array import array
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import count, repeat
+from operator import add, and_
 from typing import Final
 
 from mqstore.engine import deleted_topics
@@ -333,33 +344,34 @@ class Dispatcher:
         if isinstance(sc, _OneRecord):
             return [sc.topic]
         cache = self._topic_cache
-        out: list[str] = []
-        tp, tl = sc.topic_pos, sc.topic_len
-        for i in range(sc.count):
-            raw = bytes(buf[tp[i] : tp[i] + tl[i]])
-            t = cache.get(raw)
-            if t is None:
-                t = cache[raw] = raw.decode("utf-8", errors="replace")
-            out.append(t)
-        return out
+        tp = sc.topic_pos
+        raws = list(map(bytes, map(buf.__getitem__, map(slice, tp, map(add, tp, sc.topic_len)))))
+        out: list[str | None] = list(map(cache.get, raws))
+        if None in out:
+            for raw in set(raws) - cache.keys():
+                cache[raw] = raw.decode("utf-8", errors="replace")
+            out = list(map(cache.get, raws))
+        return out  # type: ignore[return-value]  # every raw is in the cache now
 
     def _count_lags(self, store_timestamp: memoryview | array[int]) -> None:
         """Per record: dispatch time minus store time into the lag histogram."""
         lag = self.lag_hist
         assert lag is not None
         now_ms = time.time_ns() // 1_000_000
+        ages = [0 if a < 0 else a for a in map(now_ms.__sub__, store_timestamp)]
+        self.lag_sum_ms += sum(ages)
         top = len(lag) - 1
-        for ts in store_timestamp:
-            ms = now_ms - ts if now_ms > ts else 0
-            self.lag_sum_ms += ms
-            b = ms.bit_length()
-            lag[b if b < top else top] += 1
+        for b, n in Counter(map(int.bit_length, ages)).items():
+            lag[min(b, top)] += n
 
     def _dispatch_columns(
         self, base: int, topics: list[str], sc: RecordScan | _OneRecord, res: DispatchResult
     ) -> None:
         """The module doc's rules over a batch: consume-queue units per queue (one
         `put_units` each), then index keys for runs of records that take them."""
+        if self._plain(topics, sc):
+            self._dispatch_plain(base, topics, sc, res)
+            return
         units: dict[QueueKey, list[Unit]] = {}
         with_pre_blanks: set[QueueKey] = set()
         no_index: list[int] = []  # records with keys that must not be indexed
@@ -392,6 +404,38 @@ class Dispatcher:
         self._write_units(base, units, with_pre_blanks, sc.store_timestamp, res)
         if self.index is not None:
             self._build_index(base, sc, no_index, res)
+
+    def _plain(self, topics: list[str], sc: RecordScan | _OneRecord) -> bool:
+        """Whether every record of the batch is a message of a good, live topic that
+        takes a queue unit and index keys: the common case, checked column-wide."""
+        distinct = set(topics)
+        return (
+            not any(map(self._bad_topic, distinct))
+            and not (self.deleted and not distinct.isdisjoint(self.deleted))
+            and not any(map(and_, sc.bits, repeat(BIT_FILLER)))
+            and {sf & _TX_MASK for sf in set(sc.sys_flag)} <= {0, _TX_COMMIT}
+            and min(sc.queue_id) >= 0
+        )
+
+    def _dispatch_plain(
+        self, base: int, topics: list[str], sc: RecordScan | _OneRecord, res: DispatchResult
+    ) -> None:
+        """`_dispatch_columns` for a batch `_plain` accepts: every record's unit goes to
+        its queue, every key to the index."""
+        units: dict[QueueKey, list[Unit]] = {}
+        rows = zip(
+            sc.queue_offset, map(base.__add__, sc.pos), sc.size, sc.tags_code, count(),
+            strict=False,
+        )  # fmt: skip
+        for key, unit in zip(zip(topics, sc.queue_id, strict=True), rows, strict=False):
+            got = units.get(key)
+            if got is None:
+                units[key] = [unit]
+            else:
+                got.append(unit)
+        self._write_units(base, units, set(), sc.store_timestamp, res)
+        if self.index is not None:
+            self._build_index(base, sc, [], res)
 
     def _write_units(
         self,
