@@ -22,16 +22,18 @@ put's return). Measured in the same run:
 - **dispatch lag** while the producers run: the supervisor's
   `mqstore_dispatch_behind_seconds` (0 when dispatched covers committed, else now minus
   the store time of the last record dispatched), computed from each sample exactly as
-  `workers.metrics` does; p50 / p99 / max. Goal p99 <= 50 ms. Also the p99 of the
+  `workers.metrics` does; p50 / p99 / max. Goal p99 <= 50 ms. Also the dispatcher's
+  backlog (published - dispatched, KiB: what it has yet to do) p50 / p99, and the p99 of the
   dispatcher's own per-record histogram (`mqstore_dispatch_lag_seconds`, power-of-two
   ms buckets: the bucket's upper bound), over this run's records.
 - **dispatch rate**: records dispatched per second while the dispatcher was behind
   (from the first put to catch-up), against the put rate; and, after the run, the
-  dispatcher alone (`engine.dispatch.Dispatcher` in this process, one core, nothing else
-  running) replaying the first `--replay-mib` MiB of the run's log into fresh consume
+  dispatcher alone (`engine.dispatch.Dispatcher` in this process, one core, the store
+  idle) replaying the first `--replay-mib` MiB of the run's log into fresh consume
   queues and index.
-- `--profile`: py-spy samples the dispatcher process while the producers run; the
-  functions with the most samples (own and inclusive) go to `dispatch_profile.txt`.
+- `--profile`: py-spy samples the dispatcher process (waits included: `--idle`) while the
+  producers run; the functions with the most samples (own and inclusive) go to
+  `dispatch_profile.txt`.
 - `--consumers N` (default 0): N processes also pull everything (`pull(max_count=64)`)
   and the per-message lag put return -> pull return is reported (p50 / p99 / max).
 
@@ -168,6 +170,7 @@ class Samples:
 
     t_ns: array[int] = field(default_factory=lambda: array("q"))
     wall_ms: array[int] = field(default_factory=lambda: array("q"))
+    published: array[int] = field(default_factory=lambda: array("q"))
     committed: array[int] = field(default_factory=lambda: array("q"))
     dispatched: array[int] = field(default_factory=lambda: array("q"))
     records: array[int] = field(default_factory=lambda: array("q"))
@@ -188,6 +191,7 @@ def _sample(client: Any, s: Samples, stop: threading.Event) -> None:
     while not stop.wait(SAMPLE_S):
         s.t_ns.append(time.monotonic_ns())
         s.wall_ms.append(time.time_ns() // 1_000_000)
+        s.published.append(cb.get(c.OFF_PUBLISHED))
         s.committed.append(cb.get(c.OFF_COMMITTED))
         s.dispatched.append(cb.get(c.OFF_DISPATCHED))
         s.records.append(cb.get(c.OFF_DISPATCHED_RECORDS))
@@ -237,7 +241,7 @@ def _start_profile(pid: int, seconds: float, raw: Path) -> subprocess.Popen[byte
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     return subprocess.Popen(
         [spy, "record", "-p", str(pid), "-d", str(max(1, int(seconds))), "-r", "200",
-         "-f", "raw", "-o", str(raw), "--nonblocking"],
+         "-f", "raw", "-o", str(raw), "--nonblocking", "--idle"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
 
@@ -429,6 +433,9 @@ def run_once(root: Path, args: argparse.Namespace, config: str, rate: float) -> 
     first_put_ns = min(ts[0] for _q, _o, ts in puts if ts)
     put_seconds = (last_put_ns - first_put_ns) / 1e9
     behind = sorted(samples.behind_ms(i) for i in range(running_samples))
+    backlog = sorted(
+        max(0, samples.published[i] - samples.dispatched[i]) / 1024 for i in range(running_samples)
+    )
     caught_ms = None
     dispatch_rate = None
     if caught is not None:
@@ -449,6 +456,8 @@ def run_once(root: Path, args: argparse.Namespace, config: str, rate: float) -> 
         "behind_ms_p99": round(_pct(behind, 0.99), 1),
         "behind_ms_max": round(behind[-1], 1) if behind else None,
         "lag_hist_p99_ms_bound": _hist_p99_ms(hist_before, hist_after),
+        "backlog_kib_p50": round(_pct(backlog, 0.5)),
+        "backlog_kib_p99": round(_pct(backlog, 0.99)),
         "dispatch_records_per_s": None if dispatch_rate is None else round(dispatch_rate, 1),
         "dispatch_rate_series": _rate_series(samples, first_put_ns),
         "behind_ms_series": [
@@ -510,9 +519,10 @@ def _markdown(doc: dict[str, Any]) -> str:
         "",
         "| config | producers | put rate (msg/s) | messages | catch-up after last put (ms) "
         "| goal | behind p50 / p99 / max (ms) | goal | per-record lag p99 (bucket, ms) "
-        "| dispatch rate in run (rec/s) | dispatcher alone (rec/s, µs CPU/rec) "
+        "| backlog p50 / p99 (KiB) | dispatch rate in run (rec/s) "
+        "| dispatcher alone (rec/s, µs CPU/rec) "
         "| load avg before / after |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in doc["runs"]:
         target = "" if not r["target_rate"] else f" at {r['target_rate']:,.0f}/s"
@@ -521,6 +531,7 @@ def _markdown(doc: dict[str, Any]) -> str:
             f"{r['messages']:,} | {r['catch_up_ms']} | {_yes(r['goal_catch_up_met'])} | "
             f"{r['behind_ms_p50']} / {r['behind_ms_p99']} / {r['behind_ms_max']} | "
             f"{_yes(r['goal_behind_p99_met'])} | {r['lag_hist_p99_ms_bound']} | "
+            f"{r['backlog_kib_p50']:,} / {r['backlog_kib_p99']:,} | "
             f"{r['dispatch_records_per_s']:,.0f} | "
             f"{r['replay_records_per_s']:,.0f}, {r['replay_cpu_us_per_record']} | "
             f"{r['load_avg_before']} / {r['load_avg_after']} |"
