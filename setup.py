@@ -23,6 +23,7 @@ SOURCES = [
     "engine/native/mqs_scan.c",
     "engine/native/mqs_scan_py.c",
     "engine/native/mqs_index.c",
+    "engine/native/mqs_cq.c",
 ]
 NATIVE_DIRS = ["ipc/native", "engine/native"]
 

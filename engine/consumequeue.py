@@ -36,13 +36,17 @@ import functools
 import operator
 import os
 import struct
+from array import array
 from collections.abc import Callable, Iterator, Sequence
 from itertools import chain, repeat
 from typing import Final, NamedTuple
 
+from mqstore import _native
 from mqstore.engine import fileio
 from mqstore.engine.findings import Finding, Severity
+from mqstore.engine.indexfile import IntColumn
 from mqstore.engine.names import topic_problem
+from mqstore.engine.record import Buffer
 from mqstore.engine.segment import (
     DEFAULT_MMAP_SYNC,
     ClockMs,
@@ -82,6 +86,71 @@ def cq_file_size(configured_bytes: int) -> int:
     if configured_bytes <= 0:
         raise ValueError(f"consume-queue file size must be positive, got {configured_bytes}")
     return -(-configured_bytes // CQ_STORE_UNIT_SIZE) * CQ_STORE_UNIT_SIZE
+
+
+Group = tuple[bytes, int, int, bool, bytes, bytes]  # see group_units
+
+
+def group_units(
+    buf: Buffer,
+    topic_pos: IntColumn,
+    topic_len: IntColumn,
+    queue_id: IntColumn,
+    queue_offset: IntColumn,
+    pos: IntColumn,
+    size: IntColumn,
+    tags_code: IntColumn,
+    base: int,
+) -> list[Group]:
+    """The reference of `mqstore._native.group_units`: a scanned batch's records
+    grouped per (topic bytes, queue id), groups in order of first appearance. Per
+    group: (topic bytes, queue id, the first record's queue offset, dense: the queue
+    offsets run first, first + 1, ... and the commit-log ends rise, the records as
+    native 'i' bytes, their units packed as `pack_unit(base + pos, size, tags)`).
+    Raises ValueError for columns that do not fit, as the C twin does."""
+    if base < 0:
+        raise ValueError("base must not be negative")
+    view = memoryview(buf).cast("B")
+    tp_view = memoryview(topic_pos)
+    n = len(tp_view) if tp_view.itemsize == 8 else 0
+    tp, tl, qid, qo, ps, sz, tags = (
+        _exact(c, name, itemsize, n)
+        for c, name, itemsize in (
+            (topic_pos, "topic_pos", 8), (topic_len, "topic_len", 4), (queue_id, "queue_id", 4),
+            (queue_offset, "queue_offset", 8), (pos, "pos", 8), (size, "size", 4),
+            (tags_code, "tags_code", 8),
+        )
+    )  # fmt: skip
+    for r in range(n):
+        if tp[r] < 0 or tl[r] < 0 or tp[r] + tl[r] > len(view) or ps[r] < 0:
+            raise ValueError("a topic span or position is out of range")
+        if base + ps[r] + 2**31 - 1 > 2**63 - 1:
+            raise ValueError("a topic span or position is out of range")
+    groups: dict[tuple[bytes, int], list[int]] = {}
+    for r in range(n):
+        groups.setdefault((bytes(view[tp[r] : tp[r] + tl[r]]), qid[r]), []).append(r)
+    out: list[Group] = []
+    for (topic, q), recs in groups.items():
+        first, dense, last_end = qo[recs[0]], True, 0
+        units = bytearray()
+        for k, r in enumerate(recs):
+            end = base + ps[r] + sz[r]
+            if qo[r] != first + k or (k > 0 and end <= last_end):
+                dense = False
+            last_end = end
+            units += _UNIT.pack(base + ps[r], sz[r], tags[r])
+        out.append((topic, q, first, dense, array("i", recs).tobytes(), bytes(units)))
+    return out
+
+
+def _exact(b: IntColumn, name: str, itemsize: int, n: int) -> memoryview:
+    v = memoryview(b)
+    if v.itemsize != itemsize or v.nbytes // itemsize != n:
+        raise ValueError(f"{name} must hold {n} items of {itemsize} bytes")
+    return v.cast("B").cast("i" if itemsize == 4 else "q")
+
+
+group_units_c: Final = _native.group_units  # the C twin, what the dispatcher calls
 
 
 class CqUnit(NamedTuple):
@@ -503,6 +572,34 @@ class ConsumeQueue:
             last.append_bytes(_units_struct(j).pack(*fields))
             self.max_physical_offset = ends[j - 1]
         return i + j
+
+    def append_units(self, first_queue_offset: int, units: bytes) -> bool:
+        """Append packed units (`group_units`' units of a dense group) when they continue
+        the queue exactly: the first at the queue's next offset and past its commit-log
+        end. Across files, one slice write per file. False, with nothing written, when
+        they do not continue it (the caller then `put_units` them one by one).
+        Dispatcher only. Raises StoreIOError (file creation)."""
+        q = self.queue
+        current = q.max_wrote_offset()
+        if self.read_only or not units or len(q) == 0:
+            return False
+        phys, size, _tags = _UNIT.unpack_from(units, 0)
+        if first_queue_offset * CQ_STORE_UNIT_SIZE != current or phys + size <= (
+            self.max_physical_offset
+        ):
+            return False
+        done = 0
+        while done < len(units):
+            seg = q.get_last(current)
+            assert seg is not None
+            n = min(len(units) - done, seg.size_bytes - seg.wrote_position)
+            n -= n % CQ_STORE_UNIT_SIZE
+            seg.append_bytes(memoryview(units)[done : done + n])
+            done += n
+            current += n
+            phys, size, _tags = _UNIT.unpack_from(units, done - CQ_STORE_UNIT_SIZE)
+            self.max_physical_offset = phys + size
+        return True
 
     def put_pre_blank(self, queue_offset: int) -> PutStatus:
         """Write a pre-blank at `queue_offset`: the dispatcher's unit for a record that

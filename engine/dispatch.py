@@ -55,14 +55,21 @@ from array import array
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import count, repeat
+from itertools import repeat
 from operator import add, and_
 from typing import Final
 
 from mqstore.engine import deleted_topics
 from mqstore.engine.checkpoint import CheckpointFields
 from mqstore.engine.commitlog import CommitLog
-from mqstore.engine.consumequeue import ConsumeQueueStore, PutStatus, QueueKey, Unit
+from mqstore.engine.consumequeue import (
+    ConsumeQueueStore,
+    Group,
+    PutStatus,
+    QueueKey,
+    Unit,
+)
+from mqstore.engine.consumequeue import group_units_c as group_units
 from mqstore.engine.fileio import StoreIOError, is_no_space
 from mqstore.engine.filler import is_filler
 from mqstore.engine.indexfile import IndexService, build_key, key_hash
@@ -310,7 +317,7 @@ class Dispatcher:
             self._count_lags(sc.store_timestamp)
         if not self.deferred:
             try:
-                self._dispatch_columns(base, self._topics(buf, sc), sc, res)
+                self._dispatch_columns(buf, base, sc, res)
                 return
             except StoreIOError as e:
                 if not (self.defer_on_no_space and is_no_space(e)):
@@ -349,7 +356,7 @@ class Dispatcher:
         out: list[str | None] = list(map(cache.get, raws))
         if None in out:
             for raw in set(raws) - cache.keys():
-                cache[raw] = raw.decode("utf-8", errors="replace")
+                self._topic_name(raw)
             out = list(map(cache.get, raws))
         return out  # type: ignore[return-value]  # every raw is in the cache now
 
@@ -365,13 +372,20 @@ class Dispatcher:
             lag[min(b, top)] += n
 
     def _dispatch_columns(
-        self, base: int, topics: list[str], sc: RecordScan | _OneRecord, res: DispatchResult
+        self, buf: memoryview, base: int, sc: RecordScan | _OneRecord, res: DispatchResult
     ) -> None:
         """The module doc's rules over a batch: consume-queue units per queue (one
         `put_units` each), then index keys for runs of records that take them."""
-        if self._plain(topics, sc):
-            self._dispatch_plain(base, topics, sc, res)
-            return
+        if isinstance(sc, RecordScan):
+            groups = group_units(
+                buf, sc.topic_pos, sc.topic_len, sc.queue_id, sc.queue_offset, sc.pos,
+                sc.size, sc.tags_code, base,
+            )  # fmt: skip
+            names = {raw: self._topic_name(raw) for raw in {g[0] for g in groups}}
+            if self._plain(set(names.values()), sc):
+                self._dispatch_groups(base, groups, names, sc, res)
+                return
+        topics = self._topics(buf, sc)
         units: dict[QueueKey, list[Unit]] = {}
         with_pre_blanks: set[QueueKey] = set()
         no_index: list[int] = []  # records with keys that must not be indexed
@@ -401,14 +415,14 @@ class Dispatcher:
                 indexed = tx != _TX_ROLLBACK
             if not indexed and key_first[i + 1] > key_first[i]:
                 no_index.append(i)
-        self._write_units(base, units, with_pre_blanks, sc.store_timestamp, res)
+        last = self._write_units(base, units, with_pre_blanks, res)
+        self._note_last_unit(last, sc.store_timestamp, res)
         if self.index is not None:
             self._build_index(base, sc, no_index, res)
 
-    def _plain(self, topics: list[str], sc: RecordScan | _OneRecord) -> bool:
+    def _plain(self, distinct: set[str], sc: RecordScan | _OneRecord) -> bool:
         """Whether every record of the batch is a message of a good, live topic that
         takes a queue unit and index keys: the common case, checked column-wide."""
-        distinct = set(topics)
         return (
             not any(map(self._bad_topic, distinct))
             and not (self.deleted and not distinct.isdisjoint(self.deleted))
@@ -417,34 +431,54 @@ class Dispatcher:
             and min(sc.queue_id) >= 0
         )
 
-    def _dispatch_plain(
-        self, base: int, topics: list[str], sc: RecordScan | _OneRecord, res: DispatchResult
+    def _dispatch_groups(
+        self,
+        base: int,
+        groups: list[Group],
+        names: dict[bytes, str],
+        sc: RecordScan,
+        res: DispatchResult,
     ) -> None:
-        """`_dispatch_columns` for a batch `_plain` accepts: every record's unit goes to
-        its queue, every key to the index."""
-        units: dict[QueueKey, list[Unit]] = {}
-        rows = zip(
-            sc.queue_offset, map(base.__add__, sc.pos), sc.size, sc.tags_code, count(),
-            strict=False,
-        )  # fmt: skip
-        for key, unit in zip(zip(topics, sc.queue_id, strict=True), rows, strict=False):
-            got = units.get(key)
-            if got is None:
-                units[key] = [unit]
+        """`_dispatch_columns` for a batch `_plain` accepts, grouped per queue in C
+        (`consumequeue.group_units`): a dense group that continues its queue is one
+        `append_units`; any other goes unit by unit (`put_units`). Then every key."""
+        last = -1
+        rest: dict[QueueKey, list[Unit]] = {}
+        for raw, q, first_qo, dense, records, packed in groups:
+            key = (names[raw], q)
+            recs = memoryview(records).cast("i")
+            self._at = base + sc.pos[recs[0]]
+            cq = self.queues.find_or_create(*key)
+            if dense and cq.append_units(first_qo, packed):
+                res.put_statuses[PutStatus.OK] += len(recs)
+                res.units_written += len(recs)
+                last = max(last, recs[-1])
             else:
-                got.append(unit)
-        self._write_units(base, units, set(), sc.store_timestamp, res)
+                rest[key] = [
+                    (sc.queue_offset[i], base + sc.pos[i], sc.size[i], sc.tags_code[i], i)
+                    for i in recs
+                ]
+        last = max(last, self._write_units(base, rest, set(), res))
+        self._note_last_unit(last, sc.store_timestamp, res)
         if self.index is not None:
             self._build_index(base, sc, [], res)
+
+    def _topic_name(self, raw: bytes) -> str:
+        """A topic's bytes decoded as check_record does (cached)."""
+        name = self._topic_cache.get(raw)
+        if name is None:
+            name = self._topic_cache[raw] = raw.decode("utf-8", errors="replace")
+        return name
 
     def _write_units(
         self,
         base: int,
         units: dict[QueueKey, list[Unit]],
         with_pre_blanks: set[QueueKey],
-        store_timestamp: memoryview | array[int],
         res: DispatchResult,
-    ) -> None:
+    ) -> int:
+        """`put_units` per queue; the statuses into `res`. Returns the record of the last
+        unit written (-1: none)."""
         last = -1  # the record of the last unit written, in log order
         refused: list[tuple[QueueKey, int, int]] = []
         for key, todo in units.items():
@@ -463,6 +497,12 @@ class Dispatcher:
                 elif phys >= 0 and st is PutStatus.REFUSED_GAP:
                     refused.append((key, q_off, phys))
         res.refused.extend(sorted(refused, key=lambda r: r[2]))
+        return last
+
+    def _note_last_unit(
+        self, last: int, store_timestamp: memoryview | array[int], res: DispatchResult
+    ) -> None:
+        """The store time of the last unit written goes to `res` and the checkpoint."""
         if last >= 0:
             res.last_store_timestamp = store_timestamp[last]
             if self.checkpoint is not None:

@@ -164,3 +164,18 @@ def index_put(
     /,
 ) -> int:
     """Put index keys into a mapped index file until it is full; the next key not put."""
+
+# engine/native/mqs_cq.c: the twin of engine.consumequeue.group_units.
+def group_units(
+    buf: Buffer,
+    topic_pos: Buffer,
+    topic_len: Buffer,
+    queue_id: Buffer,
+    queue_offset: Buffer,
+    pos: Buffer,
+    size: Buffer,
+    tags_code: Buffer,
+    base: int,
+    /,
+) -> list[tuple[bytes, int, int, bool, bytes, bytes]]:
+    """A scanned batch's units per (topic, queue id): engine.consumequeue.group_units."""

@@ -13,6 +13,7 @@
 #include "mqs_append.h"
 #include "mqs_args.h"
 #include "mqs_crashpoint.h"
+#include "mqs_cq.h"
 #include "mqs_crc32.h"
 #include "mqs_futex.h"
 #include "mqs_index.h"
@@ -821,6 +822,7 @@ static PyObject *py_live_check(PyObject *Py_UNUSED(m), PyObject *const *args, Py
 
 static PyMethodDef methods[] = {
     MQS_INDEX_METHODS
+    MQS_CQ_METHODS
     {"crc32", (PyCFunction)(void (*)(void))py_crc32, METH_FASTCALL,
      "crc32(data, value=0) -> int: zlib.crc32, folded with PCLMULQDQ where the CPU has it."},
     {"crc32_slice8", py_crc32_slice8, METH_O,
