@@ -72,7 +72,7 @@ from mqstore.engine.consumequeue import (
 from mqstore.engine.consumequeue import group_units_c as group_units
 from mqstore.engine.fileio import StoreIOError, is_no_space
 from mqstore.engine.filler import is_filler
-from mqstore.engine.indexfile import IndexService, build_key, key_hash
+from mqstore.engine.indexfile import IndexService, KeyBatch, build_key, key_hash
 from mqstore.engine.names import topic_problem
 from mqstore.engine.reader import Geometry
 from mqstore.engine.record import (
@@ -517,9 +517,9 @@ class Dispatcher:
         for stop in [*no_index, len(sc.pos)]:
             if stop > start:
                 self._at = base + sc.pos[start]
-                res.index_keys += self.index.build_index_batch(
-                    sc.key_first, sc.key_hash, sc.pos, sc.store_timestamp, base, start, stop
-                )
+                batch = KeyBatch(sc.key_first, sc.key_hash, sc.pos, sc.store_timestamp, base,
+                                 start, stop)  # fmt: skip
+                res.index_keys += self.index.build_index_batch(batch)
             start = stop + 1
 
     def _bad_topic(self, topic: str) -> bool:

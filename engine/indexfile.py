@@ -50,7 +50,7 @@ import time
 from array import array
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Final, TypeAlias
+from typing import Final, NamedTuple, TypeAlias
 
 from mqstore import _native
 from mqstore.engine import fileio
@@ -183,6 +183,20 @@ def _put_hash(
 
 
 _index_put: Final = _native.index_put  # the C twin of put_hashes
+
+
+class KeyBatch(NamedTuple):
+    """Records [rec_from, rec_to) of a scan's columns (`engine.scan`), for the index:
+    record r's key hashes are key_hash[key_first[r]:key_first[r + 1]], its commit-log
+    offset base + pos[r], its store time store_timestamp[r]."""
+
+    key_first: IntColumn
+    key_hash: IntColumn
+    pos: IntColumn
+    store_timestamp: IntColumn
+    base: int
+    rec_from: int
+    rec_to: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,30 +352,16 @@ class IndexFile:
 
     def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
         """RocketMQ's putKey (spec §4.3); False when the file is full. O(1)."""
-        return self.put_hashes(_ONE_KEY, array("i", [key_hash(key)]),
-                               array("q", [phy_offset]), array("q", [store_timestamp]),
-                               0, 0, 1, 0) == 1  # fmt: skip
+        one = KeyBatch(_ONE_KEY, array("i", [key_hash(key)]), array("q", [0]),
+                       array("q", [store_timestamp]), phy_offset, 0, 1)  # fmt: skip
+        return self.put_hashes(one, 0) == 1
 
-    def put_hashes(
-        self,
-        key_first: IntColumn,
-        key_hashes: IntColumn,
-        pos: IntColumn,
-        store_timestamp: IntColumn,
-        base: int,
-        rec_from: int,
-        rec_to: int,
-        key_from: int,
-    ) -> int:
-        """Put the keys of records [rec_from, rec_to) of a scan's columns (`engine.scan`:
-        key_first, key_hash, pos, store_timestamp; commit-log offset = base + pos),
-        starting at key `key_from`, until the file is full. Returns the next key not
-        put (`key_first[rec_to]`: all). C when the extension has it (`put_hashes`).
-        Raises ValueError for columns that do not fit. O(keys)."""
-        return _index_put(
-            self._mm, self.hash_slot_num, self.index_num, key_first, key_hashes, pos,
-            store_timestamp, base, rec_from, rec_to, key_from,
-        )  # fmt: skip
+    def put_hashes(self, batch: KeyBatch, key_from: int) -> int:
+        """Put the keys of `batch` from key `key_from` on, until the file is full.
+        Returns the next key not put (`key_first[rec_to]`: all). In C
+        (`_native.index_put`; `put_hashes` is its twin). Raises ValueError for columns
+        that do not fit. O(keys)."""
+        return _index_put(self._mm, self.hash_slot_num, self.index_num, *batch, key_from)
 
     def select_phy_offsets(self, key: str, max_num: int, begin: int, end: int) -> list[int]:
         """RocketMQ's selectPhyOffset (spec §4.4): newest first, hash compared only."""
@@ -576,37 +576,29 @@ class IndexService:
         if keys:
             todo.extend(k for k in keys.split(" ") if k)
         hashes = array("i", (key_hash(build_key(topic, k)) for k in todo))
-        return self.build_index_batch(
-            array("i", [0, len(hashes)]), hashes, array("q", [0]),
-            array("q", [store_timestamp]), physical_offset, 0, 1,
-        )  # fmt: skip
+        one = KeyBatch(array("i", [0, len(hashes)]), hashes, array("q", [0]),
+                       array("q", [store_timestamp]), physical_offset, 0, 1)  # fmt: skip
+        return self.build_index_batch(one)
 
-    def build_index_batch(
-        self,
-        key_first: IntColumn,
-        key_hashes: IntColumn,
-        pos: IntColumn,
-        store_timestamp: IntColumn,
-        base: int,
-        rec_from: int,
-        rec_to: int,
-    ) -> int:
-        """Index records [rec_from, rec_to) of a scan's columns (`IndexFile.put_hashes`),
-        in log order, skipping those already indexed (at or before the newest file's
-        end) and rolling to a new file when one fills. The caller leaves out ROLLBACK
-        messages and fillers. Returns keys written. Dispatcher only. Raises StoreIOError."""
-        end = key_first[rec_to]
+    def build_index_batch(self, batch: KeyBatch) -> int:
+        """Index the records of `batch` in log order, skipping those already indexed
+        (at or before the newest file's end) and rolling to a new file when one fills.
+        The caller leaves out ROLLBACK messages and fillers. Returns keys written.
+        Dispatcher only. Raises StoreIOError."""
+        key_first, pos, base, rec_from = batch.key_first, batch.pos, batch.base, batch.rec_from
+        end = key_first[batch.rec_to]
         if key_first[rec_from] == end:
             return 0  # no keys: no file is created for them
         f = self._last_file()
         end_phy, has_end = f.end_phy_offset, f.end_timestamp > 0
-        while rec_from < rec_to and (
+        while rec_from < batch.rec_to and (
             base + pos[rec_from] < end_phy or (base + pos[rec_from] == end_phy and has_end)
         ):
             rec_from += 1
+        batch = batch._replace(rec_from=rec_from)
         k = start = key_first[rec_from]
         while k < end:
-            k = f.put_hashes(key_first, key_hashes, pos, store_timestamp, base, rec_from, rec_to, k)
+            k = f.put_hashes(batch, k)
             if k < end:
                 f = self._last_file()
         return end - start
