@@ -34,6 +34,8 @@ put's return). Measured in the same run:
 - `--profile`: py-spy samples the dispatcher process (waits included: `--idle`) while the
   producers run; the functions with the most samples (own and inclusive) go to
   `dispatch_profile.txt`.
+- Before the timed part one message per queue is put and dispatched, so that the
+  consume-queue files and the index file exist, as in a running store (`--cold`: not).
 - `--consumers N` (default 0): N processes also pull everything (`pull(max_count=64)`)
   and the per-message lag put return -> pull return is reported (p50 / p99 / max).
 
@@ -196,6 +198,21 @@ def _sample(client: Any, s: Samples, stop: threading.Event) -> None:
         s.dispatched.append(cb.get(c.OFF_DISPATCHED))
         s.records.append(cb.get(c.OFF_DISPATCHED_RECORDS))
         s.dispatched_ts.append(cb.get(c.OFF_DISPATCHED_TS))
+
+
+def _warm(client: Any) -> None:
+    """One message per queue, dispatched before the timed part: the consume-queue files
+    and the index file exist, as in a store that has been running."""
+    from mqstore.ipc import control as c
+
+    for q in range(QUEUES):
+        client.put(TOPIC, BODY, tags="TagA", keys=f"warm-{q}", queue_id=q, wait_store=False)
+    end = client._cb.get(c.OFF_PUBLISHED)
+    deadline = time.monotonic() + 60
+    while client._cb.get(c.OFF_DISPATCHED) < end:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the warm-up messages were not dispatched in 60 s")
+        time.sleep(0.01)
 
 
 def _lag_histogram(client: Any) -> list[int]:
@@ -393,6 +410,8 @@ def run_once(root: Path, args: argparse.Namespace, config: str, rate: float) -> 
             ready.get(timeout=120)
         with StoreClient.attach(store) as client:
             dispatcher_pid = _running_dispatcher(client)
+            if args.warm:
+                _warm(client)
             samples = Samples()
             sampling = threading.Event()
             sampler = threading.Thread(target=_sample, args=(client, samples, sampling))
@@ -628,6 +647,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--configs", default="pool-off", help=f"of {', '.join(CONFIGS)}")
     p.add_argument("--profile", action="store_true", help="py-spy the dispatcher process")
     p.add_argument("--replay-mib", type=int, default=256)
+    p.add_argument(
+        "--cold",
+        dest="warm",
+        action="store_false",
+        help="no warm-up: the first round also creates the consume-queue and index files",
+    )
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     p.add_argument("--dir", type=Path, default=None, help="parent of the temporary stores")
     args = p.parse_args(argv)
