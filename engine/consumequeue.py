@@ -392,7 +392,8 @@ class ConsumeQueue:
 
     def cut_at(self, queue_offset: int) -> int:
         """Drop the units at and after `queue_offset` (a damaged unit and all after it,
-        to be rebuilt from the log). Returns units dropped. Recovery only."""
+        to be rebuilt from the log). Returns units dropped. Recovery, and the dispatcher
+        cutting back a batch that failed (`Dispatcher._cut_back`)."""
         q = self.queue
         before = q.max_wrote_offset()
         end = max(queue_offset * 20, self.min_logic_offset)

@@ -320,6 +320,7 @@ class Dispatcher:
                 self._dispatch_columns(buf, base, sc, res)
                 return
             except StoreIOError as e:
+                self._cut_back(buf, base, sc)
                 if not (self.defer_on_no_space and is_no_space(e)):
                     raise
                 self.deferred = f"dispatch from {self._at} left to the dispatcher: {e}"
@@ -329,6 +330,22 @@ class Dispatcher:
                 key = (topics[i], sc.queue_id[i])
                 nxt = sc.queue_offset[i] + 1
                 self.deferred_next[key] = max(self.deferred_next.get(key, 0), nxt)
+
+    def _cut_back(self, buf: memoryview, base: int, sc: RecordScan | _OneRecord) -> None:
+        """Drop the units a failed batch wrote at or past the record being written
+        (`_at`). A batch writes queue by queue, not in log order, but recovery restarts
+        dispatch at the queues' highest unit (RocketMQ's rule), so the units must stay a
+        prefix of the log: a queue whose file could not be made (a full disk) would
+        otherwise lose the records that other queues' units already passed."""
+        first: dict[QueueKey, int] = {}
+        topics = self._topics(buf, sc)
+        for i in range(sc.count):
+            if base + sc.pos[i] >= self._at and sc.queue_id[i] >= 0:
+                first.setdefault((topics[i], sc.queue_id[i]), sc.queue_offset[i])
+        for key, qo in first.items():
+            cq = self.queues.get(*key)
+            if cq is not None and cq.max_offset() > qo:
+                cq.cut_at(qo)
 
     def dispatch_record(self, offset: int, h: RecordHeader, res: DispatchResult) -> None:
         """Dispatch one checked message record at log `offset` into `res`, by the same
