@@ -24,6 +24,8 @@ SOURCES = [
     "engine/native/mqs_scan_py.c",
     "engine/native/mqs_index.c",
     "engine/native/mqs_cq.c",
+    "engine/native/mqs_verify.c",
+    "engine/native/mqs_verify_py.c",
 ]
 NATIVE_DIRS = ["ipc/native", "engine/native"]
 

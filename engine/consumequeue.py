@@ -37,7 +37,7 @@ import operator
 import os
 import struct
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from itertools import chain, repeat
 from typing import Final, NamedTuple
 
@@ -676,8 +676,33 @@ class ConsumeQueue:
     ) -> Iterator[tuple[int, CqUnit]]:
         """(queue offset, unit) from `from_queue_offset` up to the end, at most
         `max_count` of them, pre-blanks included. Units are read `per_read` at a time
-        (default: the rest of each file), one held slice each: a reader that may stop
-        early (a pull) asks for a few, so that it unpacks no more than it uses."""
+        (default: the rest of each file), one held slice each, released before its units
+        are yielded: a reader that may stop early (a pull) asks for a few, so that it
+        unpacks no more than it uses."""
+        for qo, seg, pos, n in self._reads(from_queue_offset, max_count, per_read):
+            with seg.select(pos, n * 20) as sl:
+                if sl.status is not ReadStatus.OK:
+                    return
+                out = [CqUnit._make(t) for t in _UNIT.iter_unpack(sl.view)]
+            yield from enumerate(out, qo)
+
+    def unit_runs(
+        self, from_queue_offset: int, max_count: int
+    ) -> Generator[tuple[int, memoryview], None, None]:
+        """`units` as raw runs: (the first unit's queue offset, a read-only view of the
+        file's 20-byte units), one run per file. The file's slice is held until the next
+        run is asked for (or the iterator is closed): read the view, never keep it."""
+        for qo, seg, pos, n in self._reads(from_queue_offset, max_count, 1 << 62):
+            with seg.select(pos, n * 20) as sl:
+                if sl.status is not ReadStatus.OK:
+                    return
+                yield qo, sl.view
+
+    def _reads(
+        self, from_queue_offset: int, max_count: int, per_read: int
+    ) -> Iterator[tuple[int, Segment, int, int]]:
+        """Where `units` reads: (first queue offset, file, position, units), at most
+        `per_read` units each, never across a file's end."""
         qo = max(from_queue_offset, self.min_offset())
         left = max_count
         while left > 0:
@@ -692,13 +717,8 @@ class ConsumeQueue:
             n = min(left, (read - pos) // 20, per_read)
             if n <= 0:
                 return
-            with seg.select(pos, n * 20) as sl:
-                if sl.status is not ReadStatus.OK:
-                    return
-                out = [CqUnit._make(t) for t in _UNIT.iter_unpack(sl.view)]
-            for u in out:
-                yield qo, u
-                qo += 1
+            yield qo, seg, pos, n
+            qo += n
             left -= n
 
     def offset_for_time(self, timestamp_ms: int, store_time_of: StoreTimeOf, log_min: int) -> int:

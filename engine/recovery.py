@@ -75,6 +75,7 @@ from mqstore.engine.scan import RecordScan, scan_records
 from mqstore.engine.scan import ScanStop as RecordStop
 from mqstore.engine.segment import ReadStatus, Segment, now_ms
 from mqstore.engine.segment_queue import SegmentQueue
+from mqstore.engine.verify import LogBounds, verify_units
 
 ABORT_FILE: Final = "abort"
 REPORT_FILE: Final = "recovery.json"
@@ -225,9 +226,6 @@ def _extend_short_queue_files(store_dir: str, file_size: int) -> list[str]:
     ]
 
 
-_UNIT_HEAD: Final = struct.Struct(">iIiiiqq")  # size, magic, crc, queue id, flag, qo, phys
-
-
 def _verify_queues(
     cqs: ConsumeQueueStore,
     log: CommitLog,
@@ -238,68 +236,52 @@ def _verify_queues(
 ) -> dict[QueueKey, tuple[int, int]]:
     """Find each consume queue's first unit that cannot be right, and cut the queue there.
 
-    Units (pre-blanks aside) must be valid, point at or past the log's first offset and
-    past the previous unit's end, and end by `log_end`; units at commit-log offsets >=
-    `headers_from` are also compared with the record they point at (its size, magic,
-    queue id, queue offset and physical offset). `all_files`: every unit of the queue,
-    else those from the first pointing at or past `headers_from` (found by binary
-    search: the units of the segments validated, so a normal recovery's cost does not
-    grow with the store). Returns, per queue cut, (the first bad queue offset, the
-    commit-log offset to re-dispatch from). O(units checked): about 0.6 us a unit, 1.1 us
-    with the record compared."""
+    The rules are `engine.verify`'s (in C): units (pre-blanks aside) must be valid, point
+    at or past the log's first offset and past the previous unit's end, and end by
+    `log_end`; units at commit-log offsets >= `headers_from` are also compared with the
+    record they point at (its size, magic, queue id, queue offset and physical offset).
+    `all_files`: every unit of the queue, else those from the first pointing at or past
+    `headers_from` (found by binary search: the units of the segments validated, so a
+    normal recovery's cost does not grow with the store). Returns, per queue cut, (the
+    first bad queue offset, the commit-log offset to re-dispatch from). O(units checked),
+    tens of ns a unit; one held slice per commit-log segment from `headers_from` on."""
     out: dict[QueueKey, tuple[int, int]] = {}
     log_min = max(log.min_offset(), 0)
     with contextlib.ExitStack() as stack:
-        views: dict[int, memoryview] = {}  # segment start -> a held view of it
-
-        def header(phy: int) -> tuple[int, ...] | None:
-            base = phy - phy % log.queue.segment_size_bytes
-            view = views.get(base)
-            if view is None:
-                seg = log.queue.find(phy)
-                if seg is None:
-                    return None
-                sl = stack.enter_context(seg.select(0, seg.read_position))
-                if sl.status is not ReadStatus.OK:
-                    return None
-                view = views[base] = sl.view
-            pos = phy - base
-            if pos + _UNIT_HEAD.size > len(view):
-                return None
-            return _UNIT_HEAD.unpack_from(view, pos)
-
+        bounds = _log_bounds(stack, log, log_min, log_end, headers_from)
         for cq in cqs:
             lo, hi = cq.min_offset(), cq.max_offset()
             if not all_files:
                 lo = _first_unit_from(cq, lo, hi, headers_from)
-            prev_end = -1
-            bad_qo = -1
-            qid = cq.queue_id
-            for qo, u in cq.units(lo, hi - lo):
-                if u.is_pre_blank:
-                    continue
-                phy, size = u.physical_offset, u.size
-                ok = u.is_valid and phy >= prev_end and phy + size <= log_end
-                if ok and phy < log_min:
-                    ok = prev_end < 0 or prev_end <= log_min  # below the log: retention
-                if ok and phy >= headers_from and phy >= log_min:
-                    h = header(phy)
-                    ok = (
-                        h is not None
-                        and h[0] == size
-                        and h[1] in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
-                        and h[3] == qid
-                        and h[5] == qo
-                        and h[6] == phy
-                    )
-                if not ok:
-                    bad_qo = qo
-                    break
-                prev_end = phy + size
+            prev_end, bad_qo = -1, -1
+            with contextlib.closing(cq.unit_runs(lo, hi - lo)) as runs:
+                for qo, view in runs:
+                    bad_qo, prev_end = verify_units(view, qo, cq.queue_id, prev_end, bounds)
+                    if bad_qo >= 0:
+                        break
             if bad_qo >= 0:
                 cq.cut_at(bad_qo)
                 out[cq.key] = (bad_qo, max(prev_end, log_min))
     return out
+
+
+def _log_bounds(
+    stack: contextlib.ExitStack, log: CommitLog, log_min: int, log_end: int, headers_from: int
+) -> LogBounds:
+    """The check's view of the log: a slice (held on `stack`) of every segment from the
+    one holding max(headers_from, log_min) on, None for a segment that cannot be read."""
+    size = log.queue.segment_size_bytes
+    first = max(headers_from, log_min)
+    base = first - first % size
+    segments: list[memoryview | None] = []
+    for seg in log.queue.segments:
+        if seg.start_offset < base or seg.start_offset % size:
+            continue
+        k = (seg.start_offset - base) // size
+        segments.extend([None] * (k + 1 - len(segments)))
+        sl = stack.enter_context(seg.select(0, seg.read_position))
+        segments[k] = sl.view if sl.status is ReadStatus.OK else None
+    return LogBounds(log_min, log_end, headers_from, segments, base, size)
 
 
 def _first_unit_from(cq: ConsumeQueue, lo: int, hi: int, phy: int) -> int:

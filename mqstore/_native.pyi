@@ -1,5 +1,7 @@
 """Types of the C extension `mqstore._native` (sources in native/, built by setup.py)."""
 
+from collections.abc import Sequence
+
 from typing_extensions import Buffer
 
 def crc32(data: Buffer, value: int = 0, /) -> int:
@@ -179,3 +181,21 @@ def group_units(
     /,
 ) -> list[tuple[bytes, int, int, bool, bytes, bytes]]:
     """A scanned batch's units per (topic, queue id): engine.consumequeue.group_units."""
+# --- recovery's consume-queue check (engine/native/mqs_verify.c) --------------------------
+
+def verify_units(
+    units: Buffer,
+    first_queue_offset: int,
+    queue_id: int,
+    prev_end: int,
+    log_min: int,
+    log_end: int,
+    headers_from: int,
+    segments: Sequence[Buffer | None],
+    segments_base: int,
+    segment_size: int,
+    /,
+) -> tuple[int, int]:
+    """Check a run of 20-byte consume-queue units against the log without the GIL ->
+    (the first bad queue offset or -1, the new prev_end). `engine.verify.verify_units`
+    is its door. ValueError for a partial unit or a segment size <= 0."""

@@ -21,6 +21,7 @@
 #include "mqs_live.h"
 #include "mqs_record.h"
 #include "mqs_scan_py.h"
+#include "mqs_verify_py.h"
 
 /* Copies and CRCs of at least this many bytes run with the GIL released. */
 #define MQS_NOGIL_BYTES (64 * 1024)
@@ -834,6 +835,10 @@ static PyMethodDef methods[] = {
      "scan_records(buf, pos, limit, *, check_crc=True, max_records=-1) -> (count, stop, "
      "stop_pos, blank_size, columns, fixups): the record scanner (engine/native/mqs_scan.c; "
      "engine.scan.scan_records is its door)."},
+    {"verify_units", (PyCFunction)(void (*)(void))mqs_py_verify_units, METH_FASTCALL,
+     "verify_units(units, first_queue_offset, queue_id, prev_end, log_min, log_end, "
+     "headers_from, segments, segments_base, segment_size) -> (bad_queue_offset, prev_end): "
+     "recovery's consume-queue check (engine/native/mqs_verify.c; engine.verify is its door)."},
     {"encode", (PyCFunction)(void (*)(void))py_encode, METH_VARARGS | METH_KEYWORDS,
      "encode(topic, body, properties, *, ...) -> bytes: one V1 record, as "
      "engine.record.encode lays it out (the inputs already validated)."},

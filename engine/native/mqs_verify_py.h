@@ -1,0 +1,13 @@
+/* mqstore._native.verify_units: the consume-queue check's entry point (mqs_verify.h). */
+#ifndef MQS_VERIFY_PY_H
+#define MQS_VERIFY_PY_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+/* verify_units(units, first_queue_offset, queue_id, prev_end, log_min, log_end,
+ * headers_from, segments, segments_base, segment_size) -> (bad_queue_offset or -1,
+ * prev_end): engine.verify.verify_units is its door, verify_units_py its reference. */
+PyObject *mqs_py_verify_units(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+
+#endif

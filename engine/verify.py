@@ -1,0 +1,115 @@
+"""Recovery's consume-queue check: does each unit agree with the commit log?
+
+`verify_units` walks a run of 20-byte consume-queue units (`engine.consumequeue`'s
+layout) of one queue, the unit at index i having queue offset `first_queue_offset + i`,
+and returns (the first bad queue offset or -1, the new `prev_end`). A unit is right when:
+
+* it is a pre-blank (skipped: it neither passes nor moves `prev_end`); or
+* it is valid (physical offset >= 0, size > 0), starts at or past `prev_end` (the end of
+  the previous right unit; -1 before the first), and ends by `log_end`; and
+* below the log's first offset `log_min` (retention removed the record), no unit before
+  it in the run ended past `log_min`; and
+* at commit-log offsets >= `headers_from` and >= `log_min`, the record it points at has
+  the unit's size, a message magic (V1 or V2), the queue's id, the unit's queue offset
+  and its own physical offset (the 36 head bytes). `segments[k]` holds the log's bytes
+  [segments_base + k * segment_size, ...) up to its read position, or None where no
+  segment is (a unit pointing there, or past the list, is bad).
+
+`prev_end` carries from one run to the next of the same queue. `verify_units` is the C
+twin (`mqstore._native.verify_units`, engine/native/mqs_verify.c: no GIL, a segment's
+buffer taken only when a unit points into it); `verify_units_py` is the reference, and
+tests/native/test_verify_diff.py compares them. O(units): about 12 us a unit in Python,
+tens of ns in C. Both raise ValueError for a partial unit or a segment size <= 0.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from mqstore import _native
+from mqstore.engine.consumequeue import CQ_STORE_UNIT_SIZE, CqUnit
+from mqstore.engine.record import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, Buffer
+
+_UNIT: Final = struct.Struct(">qiq")
+_HEAD: Final = struct.Struct(">iIiiiqq")  # size, magic, crc, queue id, flag, qo, phys
+
+
+@dataclass(frozen=True, slots=True)
+class LogBounds:
+    """The commit log as the check sees it: its bounds and its segments' bytes."""
+
+    log_min: int  # the log's first offset (>= 0)
+    log_end: int  # where valid data ends
+    headers_from: int  # units at or past this offset are compared with their record
+    segments: Sequence[Buffer | None]
+    segments_base: int
+    segment_size: int
+
+
+def verify_units(
+    units: Buffer, first_queue_offset: int, queue_id: int, prev_end: int, log: LogBounds
+) -> tuple[int, int]:
+    """Check one run of units (see the module doc), in C."""
+    return _native.verify_units(
+        units, first_queue_offset, queue_id, prev_end, log.log_min, log.log_end,
+        log.headers_from, log.segments, log.segments_base, log.segment_size,
+    )  # fmt: skip
+
+
+def verify_units_py(
+    units: Buffer, first_queue_offset: int, queue_id: int, prev_end: int, log: LogBounds
+) -> tuple[int, int]:
+    """The reference of `verify_units`."""
+    if log.segment_size <= 0:
+        raise ValueError(f"segment_size {log.segment_size} is not positive")
+    if log.log_end < 0:
+        raise ValueError(f"log_end {log.log_end} is negative")
+    view = memoryview(units).cast("B")
+    if len(view) % CQ_STORE_UNIT_SIZE:
+        raise ValueError(f"units holds {len(view)} bytes, not whole 20-byte units")
+    for i, t in enumerate(_UNIT.iter_unpack(view)):
+        u = CqUnit._make(t)
+        if u.is_pre_blank:
+            continue
+        qo = first_queue_offset + i
+        if not _unit_ok(u, qo, queue_id, prev_end, log):
+            return qo, prev_end
+        prev_end = u.end
+    return -1, prev_end
+
+
+def _unit_ok(u: CqUnit, qo: int, queue_id: int, prev_end: int, log: LogBounds) -> bool:
+    phy, size = u.physical_offset, u.size
+    ok = u.is_valid and phy >= prev_end and phy + size <= log.log_end
+    if ok and phy < log.log_min:
+        ok = prev_end < 0 or prev_end <= log.log_min  # below the log: retention
+    if ok and phy >= log.headers_from and phy >= log.log_min:
+        h = _header(phy, log)
+        ok = (
+            h is not None
+            and h[0] == size
+            and h[1] in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
+            and h[3] == queue_id
+            and h[5] == qo
+            and h[6] == phy
+        )
+    return ok
+
+
+def _header(phy: int, log: LogBounds) -> tuple[int, ...] | None:
+    """The 36 head bytes of the record at `phy`, None where no segment holds them."""
+    if phy < log.segments_base:
+        return None
+    k, pos = divmod(phy - log.segments_base, log.segment_size)
+    if k >= len(log.segments):
+        return None
+    seg = log.segments[k]
+    if seg is None:
+        return None
+    view = memoryview(seg).cast("B")
+    if pos + _HEAD.size > len(view):
+        return None
+    return _HEAD.unpack_from(view, pos)
