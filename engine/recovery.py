@@ -75,7 +75,7 @@ from mqstore.engine.scan import RecordScan, scan_records
 from mqstore.engine.scan import ScanStop as RecordStop
 from mqstore.engine.segment import ReadStatus, Segment, now_ms
 from mqstore.engine.segment_queue import SegmentQueue
-from mqstore.engine.verify import LogBounds, verify_units
+from mqstore.engine.verify import LogBounds, queue_last_ends, verify_units
 
 ABORT_FILE: Final = "abort"
 REPORT_FILE: Final = "recovery.json"
@@ -624,8 +624,8 @@ class _Walk:
 
     def _all_held(self, view: memoryview, base: int, scan: RecordScan, start: int) -> bool:
         """True when the queues and the index hold every record from `start` on: decided
-        per queue (its last record in the chunk) and from the index's end, with C-level
-        iteration only. False sends the chunk record by record (`_dispatch_each`)."""
+        per queue (its last record in the chunk, found in C) and from the index's end.
+        False sends the chunk record by record (`_dispatch_each`)."""
         end_phy, has_end = self._index_end
         first = max(bisect.bisect_left(scan.pos, end_phy - base), start)
         if first < scan.count and has_end and base + scan.pos[first] == end_phy:
@@ -634,14 +634,7 @@ class _Walk:
             return False  # a record past the index's end has keys
         if any(map(operator.and_, scan.sys_flag[start:], itertools.repeat(0x4))):
             return False  # PREPARED / ROLLBACK records: see record by record
-        tp = scan.topic_pos[start:]
-        topics = map(
-            bytes,
-            map(view.__getitem__, map(slice, tp, map(operator.add, tp, scan.topic_len[start:]))),
-        )
-        ends = map(operator.add, scan.pos[start:], scan.size[start:])
-        queues = zip(topics, scan.queue_id[start:], strict=True)
-        last_end = dict(zip(queues, ends, strict=True))  # per queue: its last record's end
+        last_end = queue_last_ends(view, scan, start)  # per queue: its last record's end
         return all(base + end <= self._queue_end(key) for key, end in last_end.items())
 
     def _dispatch_each(

@@ -20,10 +20,16 @@ twin (`mqstore._native.verify_units`, engine/native/mqs_verify.c: no GIL, a segm
 buffer taken only when a unit points into it); `verify_units_py` is the reference, and
 tests/native/test_verify_diff.py compares them. O(units): about 12 us a unit in Python,
 tens of ns in C. Both raise ValueError for a partial unit or a segment size <= 0.
+
+`queue_last_ends` serves recovery's validating walk, which skips a chunk of scanned
+records when every queue they belong to already holds them: it gives each queue's last
+record in the chunk, keyed as the walk keys queues, found in C by hashing topic spans
+(`queue_last_ends_py` is the reference: one bytes object per record).
 """
 
 from __future__ import annotations
 
+import operator
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,6 +38,7 @@ from typing import Final
 from mqstore import _native
 from mqstore.engine.consumequeue import CQ_STORE_UNIT_SIZE, CqUnit
 from mqstore.engine.record import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, Buffer
+from mqstore.engine.scan import RecordScan
 
 _UNIT: Final = struct.Struct(">qiq")
 _HEAD: Final = struct.Struct(">iIiiiqq")  # size, magic, crc, queue id, flag, qo, phys
@@ -113,3 +120,22 @@ def _header(phy: int, log: LogBounds) -> tuple[int, ...] | None:
     if pos + _HEAD.size > len(view):
         return None
     return _HEAD.unpack_from(view, pos)
+
+
+def queue_last_ends(buf: Buffer, scan: RecordScan, start: int) -> dict[tuple[bytes, int], int]:
+    """{(topic bytes, queue id): pos + size of its last record} over the scanned records
+    from `start` on (positions in `buf`, which `scan` walked). In C, without the GIL."""
+    return _native.queue_last_ends(
+        buf, start, scan.pos, scan.size, scan.queue_id, scan.topic_pos, scan.topic_len
+    )
+
+
+def queue_last_ends_py(buf: Buffer, scan: RecordScan, start: int) -> dict[tuple[bytes, int], int]:
+    """The reference of `queue_last_ends`."""
+    view = memoryview(buf).cast("B")
+    start = min(max(start, 0), scan.count)
+    tp = scan.topic_pos[start:]
+    spans = map(slice, tp, map(operator.add, tp, scan.topic_len[start:]))
+    queues = zip(map(bytes, map(view.__getitem__, spans)), scan.queue_id[start:], strict=True)
+    ends = map(operator.add, scan.pos[start:], scan.size[start:])
+    return dict(zip(queues, ends, strict=True))

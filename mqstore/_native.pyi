@@ -199,3 +199,17 @@ def verify_units(
     """Check a run of 20-byte consume-queue units against the log without the GIL ->
     (the first bad queue offset or -1, the new prev_end). `engine.verify.verify_units`
     is its door. ValueError for a partial unit or a segment size <= 0."""
+
+def queue_last_ends(
+    buf: Buffer,
+    start: int,
+    pos: Buffer,
+    size: Buffer,
+    queue_id: Buffer,
+    topic_pos: Buffer,
+    topic_len: Buffer,
+    /,
+) -> dict[tuple[bytes, int], int]:
+    """{(topic bytes, queue id): pos + size of its last record} over records [start, n)
+    of the scanner's columns, without the GIL. ValueError for columns of unequal lengths
+    or a topic span outside `buf`. `engine.verify.queue_last_ends` is its door."""

@@ -1,6 +1,9 @@
 /* The consume-queue check (mqs_verify.h); the rules are engine/verify.py's docstring. */
 #include "mqs_verify.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 #include "mqs_record.h"
 
 #define MQS_MESSAGE_MAGIC_V2 0xDAA320ABu
@@ -64,4 +67,44 @@ int mqs_verify_run(struct mqs_verify *v)
         v->prev_end = phy + size;
     }
     return MQS_VERIFY_DONE;
+}
+
+static uint64_t queue_hash(const uint8_t *topic, int32_t len, int32_t queue_id)
+{
+    uint64_t h = 1469598103934665603ull ^ (uint32_t)queue_id; /* FNV-1a */
+    for (int32_t i = 0; i < len; i++)
+        h = (h ^ topic[i]) * 1099511628211ull;
+    return h;
+}
+
+int64_t mqs_queue_lasts(const uint8_t *buf, const int64_t *topic_pos, const int32_t *topic_len,
+                        const int32_t *queue_id, int64_t start, int64_t n, int64_t *last)
+{
+    size_t cap = 16;
+    while (cap < 2 * (size_t)(n - start))
+        cap *= 2;
+    int64_t *slot = malloc(cap * sizeof(*slot)); /* an index into `last`, -1 free */
+    if (slot == NULL)
+        return -1;
+    memset(slot, 0xff, cap * sizeof(*slot));
+    int64_t nq = 0;
+    for (int64_t i = start; i < n; i++) {
+        const uint8_t *t = buf + topic_pos[i];
+        size_t k = queue_hash(t, topic_len[i], queue_id[i]) & (cap - 1);
+        for (;; k = (k + 1) & (cap - 1)) {
+            if (slot[k] < 0) { /* a queue not seen before */
+                slot[k] = nq;
+                last[nq++] = i;
+                break;
+            }
+            int64_t j = last[slot[k]];
+            if (topic_len[j] == topic_len[i] && queue_id[j] == queue_id[i] &&
+                memcmp(buf + topic_pos[j], t, (size_t)topic_len[i]) == 0) {
+                last[slot[k]] = i;
+                break;
+            }
+        }
+    }
+    free(slot);
+    return nq;
 }

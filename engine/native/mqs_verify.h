@@ -6,6 +6,7 @@
 #define MQS_VERIFY_H
 
 #include <stdint.h>
+#include <stddef.h>
 
 enum mqs_seg_state { MQS_SEG_UNKNOWN = 0, MQS_SEG_HELD = 1, MQS_SEG_ABSENT = 2 };
 
@@ -37,5 +38,13 @@ struct mqs_verify {
  * the end of the last right one) or NEED_SEGMENT: the caller sets seg[need] to HELD or
  * ABSENT and calls again, which resumes at the same unit. */
 int mqs_verify_run(struct mqs_verify *v);
+
+/* The queues of scanned records: the last record of each distinct (topic bytes, queue
+ * id) among records [start, n) of the scanner's columns, as record indices in the order
+ * the queues first appear (engine.verify.queue_last_ends_py). Writes at most n - start
+ * indices to `last`; returns how many, or -1 when memory ran out. The topic spans lie in
+ * `buf` (the caller checked). */
+int64_t mqs_queue_lasts(const uint8_t *buf, const int64_t *topic_pos, const int32_t *topic_len,
+                        const int32_t *queue_id, int64_t start, int64_t n, int64_t *last);
 
 #endif

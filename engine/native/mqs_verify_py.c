@@ -108,3 +108,98 @@ PyObject *mqs_py_verify_units(PyObject *Py_UNUSED(module), PyObject *const *args
     PyBuffer_Release(&units);
     return out;
 }
+
+/* Take the scanner's column `o` of n elements of `width` bytes. */
+static int column(PyObject *o, const char *name, size_t width, Py_ssize_t n, Py_buffer *v)
+{
+    if (mqs_arg_buffer(o, name, v) < 0)
+        return -1;
+    if (v->len != n * (Py_ssize_t)width) {
+        PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, not %zd", name, v->len,
+                     n * (Py_ssize_t)width);
+        PyBuffer_Release(v);
+        return -1;
+    }
+    return 0;
+}
+
+/* {(topic bytes, queue id): pos + size of its last record} from the indices found. */
+static PyObject *last_ends(const Py_buffer *c, const int64_t *last, int64_t nq)
+{
+    const int64_t *pos = c[1].buf, *topic_pos = c[4].buf;
+    const int32_t *size = c[2].buf, *queue_id = c[3].buf, *topic_len = c[5].buf;
+    PyObject *out = PyDict_New();
+    for (int64_t j = 0; out != NULL && j < nq; j++) {
+        int64_t i = last[j];
+        PyObject *key = Py_BuildValue("(y#i)", (const char *)c[0].buf + topic_pos[i],
+                                      (Py_ssize_t)topic_len[i], (int)queue_id[i]);
+        PyObject *end = PyLong_FromLongLong((long long)(pos[i] + size[i]));
+        if (key == NULL || end == NULL || PyDict_SetItem(out, key, end) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(key);
+        Py_XDECREF(end);
+    }
+    return out;
+}
+
+/* Every topic span lies inside buf: the columns may come from anywhere. */
+static int spans_inside(const Py_buffer *c, Py_ssize_t n)
+{
+    const int64_t *topic_pos = c[4].buf;
+    const int32_t *topic_len = c[5].buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (topic_pos[i] < 0 || topic_len[i] < 0 || topic_pos[i] > c[0].len - topic_len[i]) {
+            PyErr_Format(PyExc_ValueError, "record %zd's topic is not inside buf", i);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+PyObject *mqs_py_queue_last_ends(PyObject *Py_UNUSED(module), PyObject *const *args,
+                                 Py_ssize_t nargs)
+{
+    static const char *names[] = {"buf", "pos", "size", "queue_id", "topic_pos", "topic_len"};
+    static const size_t width[] = {1, 8, 4, 4, 8, 4};
+    int64_t start;
+    if (nargs != 7) {
+        PyErr_Format(PyExc_TypeError, "queue_last_ends takes 7 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (mqs_arg_i64(args[1], "start", &start) < 0)
+        return NULL;
+    Py_buffer c[6];
+    int held = 0;
+    PyObject *out = NULL;
+    Py_ssize_t n = 0;
+    if (mqs_arg_buffer(args[0], "buf", &c[held]) < 0)
+        return NULL;
+    if (mqs_arg_buffer(args[2], "pos", &c[++held]) < 0)
+        goto done;
+    held++;
+    n = c[1].len / 8;
+    if (c[1].len % 8) {
+        PyErr_SetString(PyExc_ValueError, "pos holds a partial 8-byte element");
+        goto done;
+    }
+    for (; held < 6; held++)
+        if (column(args[held + 1], names[held], width[held], n, &c[held]) < 0)
+            goto done;
+    if (spans_inside(c, n) < 0)
+        goto done;
+    start = start < 0 ? 0 : start > n ? n : start;
+    int64_t *last = PyMem_Malloc(((size_t)(n - start) + 1) * sizeof(*last));
+    if (last == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t nq;
+    Py_BEGIN_ALLOW_THREADS nq = mqs_queue_lasts(c[0].buf, c[4].buf, c[5].buf, c[3].buf, start, n, last);
+    Py_END_ALLOW_THREADS
+    out = nq < 0 ? PyErr_NoMemory() : last_ends(c, last, nq);
+    PyMem_Free(last);
+done:
+    while (held-- > 0)
+        PyBuffer_Release(&c[held]);
+    return out;
+}

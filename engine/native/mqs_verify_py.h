@@ -10,4 +10,9 @@
  * prev_end): engine.verify.verify_units is its door, verify_units_py its reference. */
 PyObject *mqs_py_verify_units(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
+/* queue_last_ends(buf, start, pos, size, queue_id, topic_pos, topic_len) -> {(topic bytes,
+ * queue id): pos + size of the queue's last record}, over records [start, n) of the
+ * scanner's columns: engine.verify.queue_last_ends is its door. */
+PyObject *mqs_py_queue_last_ends(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+
 #endif

@@ -839,6 +839,9 @@ static PyMethodDef methods[] = {
      "verify_units(units, first_queue_offset, queue_id, prev_end, log_min, log_end, "
      "headers_from, segments, segments_base, segment_size) -> (bad_queue_offset, prev_end): "
      "recovery's consume-queue check (engine/native/mqs_verify.c; engine.verify is its door)."},
+    {"queue_last_ends", (PyCFunction)(void (*)(void))mqs_py_queue_last_ends, METH_FASTCALL,
+     "queue_last_ends(buf, start, pos, size, queue_id, topic_pos, topic_len) -> dict: each "
+     "queue's last scanned record's end (engine.verify.queue_last_ends is its door)."},
     {"encode", (PyCFunction)(void (*)(void))py_encode, METH_VARARGS | METH_KEYWORDS,
      "encode(topic, body, properties, *, ...) -> bytes: one V1 record, as "
      "engine.record.encode lays it out (the inputs already validated)."},

@@ -7,6 +7,9 @@ unit the rules name: invalid, out of order, past the log's end, below the log's 
 offset after a unit above it, pointing where no segment or no whole head is, and a head
 whose size, magic, queue id, queue offset or physical offset disagrees; pre-blanks
 anywhere. The units are checked in runs with prev_end carried, as recovery does.
+
+`queue_last_ends` (C) against `queue_last_ends_py` over scans of generated logs whose
+topics collide in length, bytes and queue id every way.
 """
 
 from __future__ import annotations
@@ -19,9 +22,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mqstore import _native
 from mqstore.engine.consumequeue import PRE_BLANK_SIZE, pack_unit
-from mqstore.engine.record import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
-from mqstore.engine.verify import LogBounds, verify_units, verify_units_py
+from mqstore.engine.record import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, Message
+from mqstore.engine.scan import scan_records
+from mqstore.engine.verify import (
+    LogBounds,
+    queue_last_ends,
+    queue_last_ends_py,
+    verify_units,
+    verify_units_py,
+)
+from tests.engine.scanlog import encoded, lay_out
 
 HEAD = struct.Struct(">iIiiiqq")
 QID = 3
@@ -174,3 +186,36 @@ def test_bad_arguments_raise(twin: Callable[..., tuple[int, int]]) -> None:
         twin(bytes(20), 0, QID, -1, LogBounds(0, 10, 0, [], 0, 0))
     with pytest.raises(ValueError, match="log_end"):
         twin(bytes(20), 0, QID, -1, LogBounds(0, -1, 0, [], 0, 100))
+
+
+_topics = st.sampled_from(["T", "U", "TT", "TU", "UT", "%RETRY%g", "%RETRY%h", "é", "T" * 127])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    queues=st.lists(st.tuples(_topics, st.integers(0, 3)), max_size=40),
+    pad=st.binary(max_size=9),
+    start=st.integers(-2, 45),
+)
+def test_c_finds_each_queues_last_record_as_the_reference(
+    queues: list[tuple[str, int]], pad: bytes, start: int
+) -> None:
+    buf = pad + lay_out([encoded(Message(t, b"b", {}, queue_id=q)) for t, q in queues])
+    scan = scan_records(buf, len(pad), -1, check_crc=False)
+    assert scan.count == len(queues)
+    c = queue_last_ends(buf, scan, start)
+    assert c == queue_last_ends_py(buf, scan, start)
+    assert list(c) == list(queue_last_ends_py(buf, scan, start))  # first-seen order too
+    assert len(c) == len(set(queues[max(start, 0) :]))
+
+
+def test_columns_that_disagree_with_buf_raise() -> None:
+    buf = lay_out([encoded(Message("T", b"b", {}))])
+    s = scan_records(buf, 0, -1)
+    cols = (s.pos, s.size, s.queue_id, s.topic_pos, s.topic_len)
+    with pytest.raises(ValueError, match="topic is not inside buf"):
+        _native.queue_last_ends(buf[:10], 0, *cols)
+    with pytest.raises(ValueError, match="size holds"):
+        _native.queue_last_ends(buf, 0, s.pos, b"", *cols[2:])
+    with pytest.raises(TypeError, match="topic_len"):
+        _native.queue_last_ends(buf, 0, *cols[:4], None)
