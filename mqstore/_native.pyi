@@ -181,6 +181,7 @@ def group_units(
     /,
 ) -> list[tuple[bytes, int, int, bool, bytes, bytes]]:
     """A scanned batch's units per (topic, queue id): engine.consumequeue.group_units."""
+
 # --- recovery's consume-queue check (engine/native/mqs_verify.c) --------------------------
 
 def verify_units(
