@@ -185,7 +185,7 @@ def _report(
     per_round = ", ".join(f"{d / p:.2f}x" for d, p in zip(ds, pq, strict=True))
     return Report(
         name="pipeline",
-        title="Pipeline: format(\"mqstore\") vs its Parquet export, same query",
+        title='Pipeline: format("mqstore") vs its Parquet export, same query',
         method=[
             f"Store: {count:,} records of {RECORD_BYTES} bytes "
             f"({count * RECORD_BYTES / 2**20:,.0f} MiB), 4 topics x {QUEUES} queues, 64 MiB "

@@ -1,51 +1,29 @@
-"""Turn runs of commit-log records into Arrow record batches, in bulk.
+"""Turn the record scanner's columns into Arrow record batches, in bulk.
 
-Decoding row by row in Python (`engine.record.decode`) costs several microseconds a
-record. Here a run of records whose start positions are known (`pipeline.scan` walks
-the chain) is decoded with a fixed number of numpy / Arrow operations per batch:
+`engine.scan.scan_records` walks a run of records in C (CRC included, GIL released) and
+returns each record's header fields and the spans of its body, topic and properties as
+arrays. Here those arrays become the columns of `pipeline.schema`, with a fixed number of
+numpy / Arrow operations per batch and no Python object per record:
 
-- the fixed 88-byte header of every record is gathered into one numpy structured array
-  (the V1, IPv4/IPv4 layout below, which is what brokers write);
-- the variable parts (body, topic, properties) become Arrow binary-view arrays that
-  point into the read buffer, then one C++ cast each makes them binary / string columns;
+- the scanner's numeric columns are wrapped as they are (numpy views, then Arrow);
+- the few fields it does not return (magic, BODYCRC, the hosts, RECONSUMETIMES, the
+  prepared-transaction offset) are gathered from the buffer at fixed distances from
+  the record start (`engine.record`'s positions) or from the body (`_TAIL_FROM_BODY`);
+- body, topic and properties become Arrow binary-view arrays that point into the read
+  buffer, then one C++ cast each makes them binary / string columns (the body's cast is
+  the one gather of the body bytes);
 - properties are split with Arrow's string kernels into a `map<string,string>` that
   follows RocketMQ's lenient parser (a pair with an empty name or value is dropped);
 - hosts are formatted once per distinct address, message ids with a hex lookup table.
 
-The only per-record Python work left is the body CRC (`zlib.crc32` over a memoryview
-slice, via `map`), and it runs after the DataFrame's own conditions (`RecordFilter`), on
-the rows kept. Fillers (`engine.filler`) are not rows: the few records carrying the
-filler flag are put to the engine's rule one by one.
-
-Records that do not fit the fast layout (V2 magic, IPv6 hosts) or whose text is not
-UTF-8 go through the engine's own `decode()` for their batch: slower, same rows.
-
-V1 header with IPv4 hosts (spec §1.2), as gathered here:
-
-off  size  field
-0    4     TOTALSIZE
-4    4     MAGICCODE
-8    4     BODYCRC
-12   4     QUEUEID
-16   4     FLAG
-20   8     QUEUEOFFSET
-28   8     PHYSICALOFFSET
-36   4     SYSFLAG
-40   8     BORNTIMESTAMP
-48   4+4   BORNHOST (address, port)
-56   8     STORETIMESTAMP
-64   4+4   STOREHOSTADDRESS (address, port)
-72   4     RECONSUMETIMES
-76   8     PREPARED TRANSACTION OFFSET
-84   4     BODY length
-88   n     BODY, then TOPIC length (1), TOPIC, PROPERTIES length (2), PROPERTIES
+Fillers (the scanner's BIT_FILLER) are not rows. Records with an IPv6 host, or whose text
+is not UTF-8, go through the engine's own `decode()` for their batch: slower, same rows.
 
 Who may call: `pipeline.scan` (executors). Nothing here touches files.
 """
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -56,42 +34,26 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mqstore.engine import record as rec
-from mqstore.engine.filler import FILLER_FLAG, is_filler
+from mqstore.engine.filler import is_filler
+from mqstore.engine.scan import BIT_FILLER, RecordScan
+from mqstore.engine.scan import COLUMNS as SCAN_COLUMNS
 from mqstore.pipeline.schema import ARROW_SCHEMA, COLUMN_NAMES, PROPERTIES_TYPE
 
-FAST_HEADER_BYTES = 88
-MIN_RECORD_BYTES = rec.record_length(0, 0, 0)  # 91
 HOST_V6_MASK = int(rec.SysFlag.BORNHOST_V6 | rec.SysFlag.STOREHOST_V6)
 CRC_MISMATCH = "body CRC mismatch"
+# With IPv4 hosts, STOREHOSTADDRESS follows STORETIMESTAMP.
+_STORE_HOST = rec.store_timestamp_pos(0) + 8
+# RECONSUMETIMES (4), PREPARED TRANSACTION OFFSET (8) and BODY length (4) end at the body.
+_RECONSUME_FROM_BODY = -16
+_PREPARED_FROM_BODY = -12
 
-HEADER_DTYPE = np.dtype(
-    [
-        ("size", ">i4"),
-        ("magic", ">u4"),
-        ("body_crc", ">i4"),
-        ("queue_id", ">i4"),
-        ("flag", ">i4"),
-        ("queue_offset", ">i8"),
-        ("physical_offset", ">i8"),
-        ("sys_flag", ">i4"),
-        ("born_timestamp", ">i8"),
-        ("born_addr", ">u4"),
-        ("born_port", ">i4"),
-        ("store_timestamp", ">i8"),
-        ("store_addr", ">u4"),
-        ("store_port", ">i4"),
-        ("reconsume_times", ">i4"),
-        ("prepared_transaction_offset", ">i8"),
-        ("body_len", ">i4"),
-    ]
-)
-assert HEADER_DTYPE.itemsize == FAST_HEADER_BYTES
-
+Columns = dict[str, npt.NDArray[Any]]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
 _HEX = np.frombuffer(b"".join(b"%02X" % i for i in range(256)), dtype=np.uint8).reshape(256, 2)
 _AR12 = np.arange(12, dtype=np.int64)
+_AR8 = np.arange(8, dtype=np.int64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,107 +100,32 @@ class RecordFilter:
 NO_FILTER = RecordFilter()
 
 
-# --- gathering -------------------------------------------------------------------------------
+# --- the scanner's columns ------------------------------------------------------------------
+
+
+def scan_columns(sc: RecordScan) -> Columns:
+    """The scan's per-record columns as numpy arrays (views, no copy), by name."""
+    return {
+        name: np.frombuffer(getattr(sc, name), dtype=code, count=sc.count)
+        for name, code in SCAN_COLUMNS
+    }
+
+
+def take(cols: Columns, sel: npt.NDArray[Any] | slice) -> Columns:
+    """The rows `sel` (indices, a mask or a slice) of every column."""
+    return {name: col[sel] for name, col in cols.items()}
 
 
 def as_bytes_array(buf: bytes) -> npt.NDArray[np.uint8]:
     return np.frombuffer(buf, dtype=np.uint8)
 
 
-def gather_headers(nb: npt.NDArray[np.uint8], starts: IntArray) -> npt.NDArray[Any]:
-    """The 88-byte fixed header of each record start, as a structured array (one copy).
-
-    Every start must have 88 bytes after it in the buffer (the walk guarantees 91).
-    """
-    if len(starts) == 0 or len(nb) < FAST_HEADER_BYTES:
-        return np.zeros(0, dtype=HEADER_DTYPE)
-    windows = np.lib.stride_tricks.as_strided(
-        nb, shape=(len(nb) - FAST_HEADER_BYTES + 1, FAST_HEADER_BYTES), strides=(1, 1)
-    )
-    rows = windows[starts]
-    return rows.view(HEADER_DTYPE).reshape(len(starts))
-
-
-def filler_mask(buf: bytes, starts: IntArray, h: npt.NDArray[Any]) -> BoolArray:
-    """Which records are fillers (`engine.filler.is_filler`). Their flag picks the few
-    candidates in bulk; the engine's rule decides each one from its header."""
-    mask: BoolArray = h["flag"] == FILLER_FLAG
-    for i in np.nonzero(mask)[0].tolist():
-        header = rec.check_record(buf, int(starts[i]), check_crc=False, read_body=False)
-        mask[i] = is_filler(header)
-    return mask
-
-
-def _signed_byte(nb: npt.NDArray[np.uint8], pos: IntArray) -> IntArray:
-    return np.take(nb, pos, mode="clip").astype(np.int8).astype(np.int64)
-
-
-def _signed_short(nb: npt.NDArray[np.uint8], pos: IntArray) -> IntArray:
-    hi = np.take(nb, pos, mode="clip").astype(np.int64)
-    lo = np.take(nb, pos + 1, mode="clip").astype(np.int64)
-    v = (hi << 8) | lo
-    return np.where(v >= 0x8000, v - 0x10000, v)
-
-
-@dataclass(frozen=True, slots=True)
-class Layout:
-    """Where the variable parts of each fast-layout record sit in the buffer."""
-
-    body_pos: IntArray
-    body_len: IntArray
-    topic_pos: IntArray
-    topic_len: IntArray
-    props_pos: IntArray
-    props_len: IntArray
-
-    def take(self, sel: IntArray) -> Layout:
-        return Layout(
-            self.body_pos[sel], self.body_len[sel], self.topic_pos[sel],
-            self.topic_len[sel], self.props_pos[sel], self.props_len[sel],
-        )  # fmt: skip
-
-
-def fast_layout(nb: npt.NDArray[np.uint8], starts: IntArray, h: npt.NDArray[Any]) -> Layout:
-    body_len = np.maximum(h["body_len"].astype(np.int64), 0)
-    body_pos = starts + FAST_HEADER_BYTES
-    tl_pos = body_pos + body_len
-    topic_len = np.maximum(_signed_byte(nb, tl_pos), 0)
-    topic_pos = tl_pos + 1
-    pl_pos = topic_pos + topic_len
-    props_len = np.maximum(_signed_short(nb, pl_pos), 0)
-    return Layout(body_pos, body_len, topic_pos, topic_len, pl_pos + 2, props_len)
-
-
-def check_structure(
-    buf: bytes, nb: npt.NDArray[np.uint8], base: int, starts: IntArray, limit: int
-) -> tuple[int, npt.NDArray[Any]]:
-    """How many leading records are sound, and the gathered headers of all of them.
-
-    Sound means what `engine.record.check_record` (without the CRC) accepts, plus the
-    record's own PHYSICALOFFSET equal to where it lies (`base` + its position). The walk
-    has already checked magic, TOTALSIZE range and that the record fits before `limit`.
-    """
-    h = gather_headers(nb, starts)
-    if len(starts) == 0:
-        return 0, h
-    fast = (h["magic"] == rec.MESSAGE_MAGIC_CODE) & ((h["sys_flag"] & HOST_V6_MASK) == 0)
-    ok = h["physical_offset"] == starts + base
-    lay = fast_layout(nb, starts, h)
-    size = h["size"].astype(np.int64)
-    expected = MIN_RECORD_BYTES + lay.body_len + lay.topic_len + lay.props_len
-    ok &= ~fast | ((expected == size) & (lay.body_pos + lay.body_len + 1 <= starts + size))
-    # a torn end leaves zeros where the properties end (check_record refuses it too)
-    last = nb[np.minimum(starts + size - 1, len(nb) - 1)]
-    ok &= ~fast | (lay.props_len == 0) | (last != 0)
-    slow_idx = np.nonzero(~fast & ok)[0]
-    for i in slow_idx.tolist():
-        header = rec.check_record(
-            buf, int(starts[i]), check_crc=False, read_body=False, limit=limit
-        )
-        if header.status is not rec.CheckStatus.OK:
-            ok[i] = False
-    bad = np.nonzero(~ok)[0]
-    return (int(bad[0]) if len(bad) else len(starts)), h
+def _field(nb: npt.NDArray[np.uint8], at: IntArray, dtype: str) -> npt.NDArray[Any]:
+    """The big-endian field of type `dtype` at each buffer position `at` (one gather)."""
+    width = np.dtype(dtype).itemsize
+    raw = nb[at[:, None] + np.arange(width, dtype=np.int64)]
+    out: npt.NDArray[Any] = raw.view(dtype).reshape(len(at))
+    return out
 
 
 # --- building columns ----------------------------------------------------------------------
@@ -301,87 +188,72 @@ def _hosts(addr: npt.NDArray[Any], port: npt.NDArray[Any]) -> pa.Array:
     return pa.array(names, pa.string()).take(pa.array(inverse.reshape(-1)))
 
 
-def _msg_ids(h: npt.NDArray[Any]) -> pa.Array:
-    n = len(h)
-    raw = h.view(np.uint8).reshape(n, FAST_HEADER_BYTES)
-    ident = np.concatenate([raw[:, 64:72], raw[:, 28:36]], axis=1)  # store addr, port, offset
-    chars = _HEX[ident].reshape(n * 32)
+def _msg_ids(nb: npt.NDArray[np.uint8], store_host: IntArray, pos: IntArray) -> pa.Array:
+    """`make_msg_id`: the store host's 8 bytes and PHYSICALOFFSET's 8, in upper-case hex."""
+    n = len(pos)
+    at = np.concatenate(
+        [store_host[:, None] + _AR8, (pos + rec.POS_PHYSICALOFFSET)[:, None] + _AR8], axis=1
+    )
+    chars = _HEX[nb[at]].reshape(n * 32)
     offsets = np.arange(0, 32 * n + 1, 32, dtype=np.int32)
     return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(chars))
 
 
 def _ints(a: npt.NDArray[Any], dtype: type[np.integer[Any]]) -> pa.Array:
-    return pa.array(a.astype(dtype))
+    return pa.array(a.astype(dtype, copy=False))
 
 
-def _crc_ok(buf: bytes, pos: IntArray, length: IntArray, stored: npt.NDArray[Any]) -> BoolArray:
-    view = memoryview(buf)
-    ends = pos + length
-    crcs = np.fromiter(
-        map(zlib.crc32, map(view.__getitem__, map(slice, pos.tolist(), ends.tolist()))),
-        dtype=np.int64,
-        count=len(pos),
-    )
-    ok: BoolArray = ((crcs & 0x7FFFFFFF) == stored.astype(np.int64)) | (length == 0)
-    return ok
+def _gathered(nb: npt.NDArray[np.uint8], cols: Columns) -> dict[str, pa.Array]:
+    """The columns the scanner does not return, from records with IPv4 hosts."""
+    pos, body_pos = cols["pos"], cols["body_pos"]
+    store_host = pos + _STORE_HOST
+    born_host = pos + rec.POS_BORNHOST
+    return {
+        "magic": _ints(_field(nb, pos + rec.POS_MAGIC, ">u4"), np.int64),
+        "body_crc": _ints(_field(nb, pos + rec.POS_BODYCRC, ">i4"), np.int32),
+        "born_host": _hosts(_field(nb, born_host, ">u4"), _field(nb, born_host + 4, ">i4")),
+        "store_host": _hosts(_field(nb, store_host, ">u4"), _field(nb, store_host + 4, ">i4")),
+        "reconsume_times": _ints(_field(nb, body_pos + _RECONSUME_FROM_BODY, ">i4"), np.int32),
+        "prepared_transaction_offset": _ints(
+            _field(nb, body_pos + _PREPARED_FROM_BODY, ">i8"), np.int64
+        ),
+        "msg_id": _msg_ids(nb, store_host, pos),
+    }
 
 
 def build_fast(
-    buf: bytes,
-    data: pa.Buffer,
-    nb: npt.NDArray[np.uint8],
-    starts: IntArray,
-    h: npt.NDArray[Any],
-    flt: RecordFilter,
-    include_corrupt: bool,
+    data: pa.Buffer, nb: npt.NDArray[np.uint8], cols: Columns, flt: RecordFilter, crc_ok: bool
 ) -> pa.RecordBatch:
-    """Rows for sound fast-layout records; raises ArrowInvalid when some text is not UTF-8."""
-    lay = fast_layout(nb, starts, h)
-    keep = flt.time_mask(h["store_timestamp"]) & ~filler_mask(buf, starts, h)
-    topic = slices_to_array(data, nb, lay.topic_pos, lay.topic_len, pa.string())
+    """Rows for records with IPv4 hosts; raises ArrowInvalid when some text is not UTF-8."""
+    topic = slices_to_array(data, nb, cols["topic_pos"], cols["topic_len"], pa.string())
     if flt.topic is not None:
-        keep &= np.asarray(pc.equal(topic, pa.scalar(flt.topic, pa.string())))
-    if not keep.all():
-        sel = np.nonzero(keep)[0]
-        starts, h = starts[sel], h[sel]
-        topic = topic.take(pa.array(sel))
-        lay = lay.take(sel)
-    crc_ok = _crc_ok(buf, lay.body_pos, lay.body_len, h["body_crc"])
-    if not include_corrupt and not crc_ok.all():
-        sel = np.nonzero(crc_ok)[0]
-        starts, h, crc_ok = starts[sel], h[sel], crc_ok[sel]
-        topic = topic.take(pa.array(sel))
-        lay = lay.take(sel)
-    n = len(starts)
-    body = slices_to_array(data, nb, lay.body_pos, lay.body_len, pa.binary())
-    props = properties_map(slices_to_array(data, nb, lay.props_pos, lay.props_len, pa.string()))
-    if crc_ok.all():
-        problem = pa.nulls(n, pa.string())
-    else:
-        problem = pa.array([None if ok else CRC_MISMATCH for ok in crc_ok.tolist()], pa.string())
+        keep = np.asarray(pc.equal(topic, pa.scalar(flt.topic, pa.string())))
+        if not keep.all():
+            sel = np.nonzero(keep)[0]
+            cols = take(cols, sel)
+            topic = topic.take(pa.array(sel))
+    n = len(cols["pos"])
+    body = slices_to_array(data, nb, cols["body_pos"], cols["body_len"], pa.binary())
+    props = properties_map(
+        slices_to_array(data, nb, cols["props_pos"], cols["props_len"], pa.string())
+    )
     columns: dict[str, pa.Array] = {
-        "physical_offset": _ints(h["physical_offset"], np.int64),
-        "size": _ints(h["size"], np.int32),
-        "magic": _ints(h["magic"], np.int64),
-        "body_crc": _ints(h["body_crc"], np.int32),
-        "crc_ok": pa.array(crc_ok),
-        "queue_id": _ints(h["queue_id"], np.int32),
-        "flag": _ints(h["flag"], np.int32),
-        "queue_offset": _ints(h["queue_offset"], np.int64),
-        "sys_flag": _ints(h["sys_flag"], np.int32),
-        "born_timestamp": _ints(h["born_timestamp"], np.int64),
-        "born_host": _hosts(h["born_addr"], h["born_port"]),
-        "store_timestamp": _ints(h["store_timestamp"], np.int64),
-        "store_host": _hosts(h["store_addr"], h["store_port"]),
-        "reconsume_times": _ints(h["reconsume_times"], np.int32),
-        "prepared_transaction_offset": _ints(h["prepared_transaction_offset"], np.int64),
+        "physical_offset": _ints(cols["physical_offset"], np.int64),
+        "size": _ints(cols["size"], np.int32),
+        "crc_ok": pa.repeat(pa.scalar(crc_ok), n),
+        "queue_id": _ints(cols["queue_id"], np.int32),
+        "flag": _ints(cols["flag"], np.int32),
+        "queue_offset": _ints(cols["queue_offset"], np.int64),
+        "sys_flag": _ints(cols["sys_flag"], np.int32),
+        "born_timestamp": _ints(cols["born_timestamp"], np.int64),
+        "store_timestamp": _ints(cols["store_timestamp"], np.int64),
         "topic": topic,
         "body": body,
         "properties": props,
         "tags": pc.map_lookup(props, pa.scalar(rec.PROPERTY_TAGS), "last"),
         "keys": pc.map_lookup(props, pa.scalar(rec.PROPERTY_KEYS), "last"),
-        "msg_id": _msg_ids(h) if n else pa.array([], pa.string()),
-        "problem": problem,
+        "problem": pa.repeat(pa.scalar(None if crc_ok else CRC_MISMATCH, pa.string()), n),
+        **_gathered(nb, cols),
     }
     return pa.RecordBatch.from_arrays([columns[c] for c in COLUMN_NAMES], schema=ARROW_SCHEMA)
 
@@ -426,18 +298,20 @@ def decode_run(
     buf: bytes,
     nb: npt.NDArray[np.uint8],
     data: pa.Buffer,
-    starts: IntArray,
-    h: npt.NDArray[Any],
+    cols: Columns,
     flt: RecordFilter,
-    include_corrupt: bool,
+    *,
+    crc_ok: bool = True,
 ) -> pa.RecordBatch:
-    """Rows for sound records at `starts` (headers `h` already gathered), filters applied."""
-    fast = bool(
-        np.all((h["magic"] == rec.MESSAGE_MAGIC_CODE) & ((h["sys_flag"] & HOST_V6_MASK) == 0))
-    )
-    if fast:
+    """Rows for the scanned records `cols`, fillers dropped and `flt` applied. `crc_ok`
+    says whether their body CRCs matched (the source makes a run of mismatches only
+    under includeCorrupt, so a run with crc_ok False is always kept)."""
+    keep = ((cols["bits"] & BIT_FILLER) == 0) & flt.time_mask(cols["store_timestamp"])
+    if not keep.all():
+        cols = take(cols, keep)
+    if not (cols["sys_flag"] & HOST_V6_MASK).any():
         try:
-            return build_fast(buf, data, nb, starts, h, flt, include_corrupt)
+            return build_fast(data, nb, cols, flt, crc_ok)
         except pa.ArrowInvalid:
             pass  # text that is not UTF-8: the engine replaces it, as Java does
-    return build_slow(buf, starts.tolist(), flt, include_corrupt)
+    return build_slow(buf, cols["pos"].tolist(), flt, include_corrupt=not crc_ok)

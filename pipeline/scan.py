@@ -23,9 +23,15 @@ yields one row for the unreadable range, up to the next sync point, or to the en
 readable bytes unless they are all zeros (the unwritten end of the last segment is not
 damage). A record cut by a live store's flushed offset is not damage: it is not there yet.
 
+Walking. `engine.scan.scan_records` (the record scanner, in C) walks up to `batch_rows`
+records at a time and checks each one as `engine.record.check_record` does, body CRC
+included. On top of that a record must state its own PHYSICALOFFSET and be no longer
+than `max_record_bytes`. A record whose only fault is its body CRC ends the scanner's
+walk; it is a row only under `include_corrupt`, and the walk goes on after it.
+
 Who may call: `pipeline.source` on executors, tests and the benchmark. Cost: one ranged
-read of the split plus one maximal record, a Python loop of two integer reads per record
-(the walk), then bulk decoding (`pipeline.columnar`).
+read of the split plus one maximal record, the scanner's walk, then bulk decoding
+(`pipeline.columnar`): a fixed number of Python calls per batch, none per record.
 """
 
 from __future__ import annotations
@@ -37,10 +43,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from mqstore.engine import record as rec
+from mqstore.engine.scan import ScanStop, scan_records
 from mqstore.pipeline import columnar, storefs
 from mqstore.pipeline.columnar import NO_FILTER, RecordFilter
 
@@ -52,6 +60,8 @@ _II = struct.Struct(">iI")
 _I64 = struct.Struct(">q")
 _SYNC = re.compile(rb"\xda\xa3\x20[\xa7\xab]|\xcb\xd4\x31\x94", re.DOTALL)
 _BLANK_FIRST_BYTE = 0xCB
+_MESSAGE_MAGICS = (rec.MESSAGE_MAGIC_CODE, rec.MESSAGE_MAGIC_CODE_V2)
+_MIN_RECORD_BYTES = rec.record_length(0, 0, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +89,11 @@ class ScanOptions:
 
 
 class Stop(enum.Enum):
+    MORE = "more"  # `batch_rows` records read; the walk goes on from here
     OWNED_END = "owned end"  # the next record starts at or after the split's end
     BLANK = "blank"  # the segment's end-of-file record
     CUT = "cut"  # a record runs past the readable bytes
+    BAD_CRC = "bad crc"  # a whole record whose body CRC does not match
     BROKEN = "broken"  # the bytes here are not a sound record
 
 
@@ -120,35 +132,65 @@ class Window:
         return None
 
 
-def walk(buf: bytes, pos: int, stop: int, max_record: int) -> tuple[list[int], int, Stop]:
-    """Follow TOTALSIZE from `pos` while records start before `stop`.
+@dataclass(frozen=True, slots=True)
+class Run:
+    """Sound records the split owns, read by one scanner call, and where and why it ended."""
 
-    Checks only the magic code and that TOTALSIZE is in range and fits the buffer; the
-    rest is checked in bulk (`columnar.check_structure`). Returns the starts, where it
-    stopped and why.
-    """
-    starts: list[int] = []
-    append = starts.append
-    unpack = _II.unpack_from
-    limit = len(buf)
-    v1, v2 = rec.MESSAGE_MAGIC_CODE, rec.MESSAGE_MAGIC_CODE_V2
-    lo = columnar.MIN_RECORD_BYTES
-    while pos < stop:
-        if pos + 8 > limit:
-            return starts, pos, Stop.CUT
-        total, magic = unpack(buf, pos)
-        if magic in (v1, v2):
-            if lo <= total <= max_record:
-                if pos + total > limit:
-                    return starts, pos, Stop.CUT
-                append(pos)
-                pos += total
-                continue
-            return starts, pos, Stop.BROKEN
-        if magic == rec.BLANK_MAGIC_CODE:
-            return starts, pos, Stop.BLANK
-        return starts, pos, Stop.BROKEN
-    return starts, pos, Stop.OWNED_END
+    cols: columnar.Columns
+    stopped_at: int  # buffer position
+    why: Stop
+    bad_crc: columnar.Columns | None = None  # the record at stopped_at, when why is BAD_CRC
+
+
+def _runs_past(buf: bytes, pos: int, max_record: int) -> bool:
+    """Does a record whose header looks sound start at `pos` and end past the buffer?"""
+    if pos + 8 > len(buf):
+        return True
+    total, magic = _II.unpack_from(buf, pos)
+    sane = magic in _MESSAGE_MAGICS and _MIN_RECORD_BYTES <= total <= max_record
+    return sane and pos + total > len(buf)
+
+
+def _sound(w: Window, cols: columnar.Columns, max_record: int) -> npt.NDArray[np.bool_]:
+    """What the scanner does not check: a record states its own offset, and it is no
+    longer than the writer allowed."""
+    sound: npt.NDArray[np.bool_] = (cols["physical_offset"] == cols["pos"] + w.base) & (
+        cols["size"] <= max_record
+    )
+    return sound
+
+
+def _bad_crc_record(w: Window, pos: int, max_record: int) -> columnar.Columns | None:
+    """The columns of the record at `pos` when its body CRC is its only fault."""
+    sc = scan_records(w.buf, pos, len(w.buf), check_crc=False, max_records=1)
+    cols = columnar.scan_columns(sc)
+    return cols if sc.count == 1 and _sound(w, cols, max_record).all() else None
+
+
+def read_run(w: Window, pos: int, end: int, opts: ScanOptions) -> Run:
+    """Up to `batch_rows` sound records from `pos` that start before `end`."""
+    buf = w.buf
+    sc = scan_records(buf, pos, len(buf), max_records=opts.batch_rows)
+    cols = columnar.scan_columns(sc)
+    starts = cols["pos"]
+    bad = ~_sound(w, cols, opts.max_record_bytes) | (starts >= end)
+    if bad.any():
+        k = int(np.argmax(bad))
+        at = int(starts[k])
+        return Run(
+            columnar.take(cols, slice(0, k)), at, Stop.OWNED_END if at >= end else Stop.BROKEN
+        )
+    at = sc.stop_pos
+    if at >= end:
+        return Run(cols, at, Stop.OWNED_END)
+    if sc.stop is ScanStop.BLANK:
+        return Run(cols, at, Stop.BLANK)
+    if sc.stop is ScanStop.LIMIT:
+        return Run(cols, at, Stop.MORE if at < len(buf) else Stop.CUT)
+    bad_crc = _bad_crc_record(w, at, opts.max_record_bytes)
+    if bad_crc is not None:
+        return Run(cols, at, Stop.BAD_CRC, bad_crc)
+    return Run(cols, at, Stop.CUT if _runs_past(buf, at, opts.max_record_bytes) else Stop.BROKEN)
 
 
 def _why_broken(w: Window, pos: int) -> tuple[int | None, str]:
@@ -181,6 +223,26 @@ def _scan_tail(fs: pafs.FileSystem, spec: SplitSpec, opts: ScanOptions, file_pos
             return pos + found.pos
         pos += _TAIL_CHUNK_BYTES
     return file_pos if all_zero else spec.readable_bytes
+
+
+def _batches(
+    w: Window,
+    nb: npt.NDArray[np.uint8],
+    data: pa.Buffer,
+    cols: columnar.Columns,
+    begin: int,
+    flt: RecordFilter,
+    *,
+    crc_ok: bool,
+) -> Iterator[pa.RecordBatch]:
+    """The rows of the scanned records that start in the split (at or after `begin`)."""
+    starts = cols["pos"]
+    if len(starts) and starts[0] < begin:
+        cols = columnar.take(cols, starts >= begin)
+    if len(cols["pos"]):
+        batch = columnar.decode_run(w.buf, nb, data, cols, flt, crc_ok=crc_ok)
+        if batch.num_rows:
+            yield batch
 
 
 def scan_split(
@@ -216,22 +278,17 @@ def scan_split(
             return
         pos = first.pos
     while True:
-        found, stopped_at, why = walk(buf, pos, end, opts.max_record_bytes)
-        starts = np.array(found, dtype=np.int64)
-        sound, headers = columnar.check_structure(buf, nb, w.base, starts, len(buf))
-        if sound < len(starts):
-            stopped_at, why = int(starts[sound]), Stop.BROKEN
-            starts, headers = starts[:sound], headers[:sound]
-        if len(starts) and starts[0] < begin:
-            owned = starts >= begin
-            starts, headers = starts[owned], headers[owned]
-        for i in range(0, len(starts), opts.batch_rows):
-            batch = columnar.decode_run(
-                buf, nb, data, starts[i : i + opts.batch_rows],
-                headers[i : i + opts.batch_rows], flt, opts.include_corrupt,
-            )  # fmt: skip
-            if batch.num_rows:
-                yield batch
+        run = read_run(w, pos, end, opts)
+        stopped_at, why = run.stopped_at, run.why
+        yield from _batches(w, nb, data, run.cols, begin, flt, crc_ok=True)
+        if why is Stop.MORE:
+            pos = stopped_at
+            continue
+        if run.bad_crc is not None:
+            if opts.include_corrupt:
+                yield from _batches(w, nb, data, run.bad_crc, begin, flt, crc_ok=False)
+            pos = stopped_at + int(run.bad_crc["size"][0])
+            continue
         if why in (Stop.OWNED_END, Stop.BLANK):
             return
         at_readable_end = read_from + len(buf) >= spec.readable_bytes
