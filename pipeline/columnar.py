@@ -41,19 +41,30 @@ from mqstore.pipeline.schema import ARROW_SCHEMA, COLUMN_NAMES, PROPERTIES_TYPE
 
 HOST_V6_MASK = int(rec.SysFlag.BORNHOST_V6 | rec.SysFlag.STOREHOST_V6)
 CRC_MISMATCH = "body CRC mismatch"
-# With IPv4 hosts, STOREHOSTADDRESS follows STORETIMESTAMP.
+# The fields the scanner does not return, where a record with IPv4 hosts has them
+# (engine.record's positions; STOREHOSTADDRESS follows STORETIMESTAMP, and RECONSUMETIMES,
+# the prepared-transaction offset and the body length end where the body starts).
 _STORE_HOST = rec.store_timestamp_pos(0) + 8
-# RECONSUMETIMES (4), PREPARED TRANSACTION OFFSET (8) and BODY length (4) end at the body.
-_RECONSUME_FROM_BODY = -16
-_PREPARED_FROM_BODY = -12
+_BODY_FROM_RECORD = _STORE_HOST + 8 + 16
+_EXTRA = np.dtype(
+    {
+        "names": ["magic", "body_crc", "born_addr", "born_port", "store_addr", "store_port",
+                  "reconsume_times", "prepared_transaction_offset"],
+        "formats": [">u4", ">i4", ">u4", ">i4", ">u4", ">i4", ">i4", ">i8"],
+        "offsets": [rec.POS_MAGIC, rec.POS_BODYCRC, rec.POS_BORNHOST, rec.POS_BORNHOST + 4,
+                    _STORE_HOST, _STORE_HOST + 4, _BODY_FROM_RECORD - 16,
+                    _BODY_FROM_RECORD - 12],
+        "itemsize": _BODY_FROM_RECORD,
+    }
+)  # fmt: skip
 
 Columns = dict[str, npt.NDArray[Any]]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
-_HEX = np.frombuffer(b"".join(b"%02X" % i for i in range(256)), dtype=np.uint8).reshape(256, 2)
+# byte -> its two upper-case hex characters, as one 16-bit cell (memory order kept)
+_HEX = np.frombuffer(b"".join(b"%02X" % i for i in range(256)), dtype=np.uint16)
 _AR12 = np.arange(12, dtype=np.int64)
-_AR8 = np.arange(8, dtype=np.int64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,30 +131,42 @@ def as_bytes_array(buf: bytes) -> npt.NDArray[np.uint8]:
     return np.frombuffer(buf, dtype=np.uint8)
 
 
-def _field(nb: npt.NDArray[np.uint8], at: IntArray, dtype: str) -> npt.NDArray[Any]:
-    """The big-endian field of type `dtype` at each buffer position `at` (one gather)."""
-    width = np.dtype(dtype).itemsize
-    raw = nb[at[:, None] + np.arange(width, dtype=np.int64)]
-    out: npt.NDArray[Any] = raw.view(dtype).reshape(len(at))
-    return out
+def _windows(nb: npt.NDArray[np.uint8], width: int) -> npt.NDArray[np.uint8]:
+    """Every `width`-byte window of the buffer, row i starting at byte i (a view): indexing
+    it with positions gathers those fields in one copy."""
+    rows = max(len(nb) - width + 1, 0)
+    return np.lib.stride_tricks.as_strided(nb, shape=(rows, width), strides=(1, 1))
+
+
+def _inline(nb: npt.NDArray[np.uint8], pos: IntArray, length: IntArray) -> npt.NDArray[np.uint8]:
+    """buf[pos:pos+length] for slices of at most 12 bytes, zero-padded to 12 bytes each.
+    (The buffer holds a whole record, so it is longer than 12 bytes.)"""
+    last = len(nb) - 12
+    head = _windows(nb, 12)[np.minimum(pos, last)]
+    near = np.nonzero(pos > last)[0]
+    if len(near):  # a slice that ends the buffer: byte by byte, clipped to the buffer
+        head[near] = nb[np.minimum(pos[near][:, None] + _AR12, len(nb) - 1)]
+    head[_AR12[None, :] >= length[:, None]] = 0
+    return head
 
 
 # --- building columns ----------------------------------------------------------------------
 
 
 def _view_buffer(nb: npt.NDArray[np.uint8], pos: IntArray, length: IntArray) -> pa.Buffer:
-    """Arrow binary-view structs (16 bytes each) for the slices buf[pos:pos+length]."""
-    n = len(pos)
-    views = np.zeros((n, 16), dtype=np.uint8)
-    views[:, 0:4] = length.astype("<i4").view(np.uint8).reshape(n, 4)
-    idx = np.minimum(pos[:, None] + _AR12, len(nb) - 1)
-    head = nb[idx]
-    head[_AR12[None, :] >= length[:, None]] = 0
-    views[:, 4:16] = head
-    long_ = length > 12
-    if long_.any():
-        views[long_, 8:12] = 0  # buffer index 0
-        views[long_, 12:16] = pos[long_].astype("<i4").view(np.uint8).reshape(-1, 4)
+    """Arrow binary-view structs (16 bytes each) for the slices buf[pos:pos+length]: a
+    slice of up to 12 bytes is inlined, a longer one is its 4-byte prefix, buffer 0 and
+    its offset in the buffer."""
+    views = np.zeros((len(pos), 4), dtype="<i4")
+    views[:, 0] = length
+    raw = views.view(np.uint8)
+    short = np.nonzero(length <= 12)[0]
+    long_ = np.nonzero(length > 12)[0]
+    if len(long_):
+        raw[long_, 4:8] = _windows(nb, 4)[pos[long_]]
+        views[long_, 3] = pos[long_]
+    if len(short):
+        raw[short, 4:16] = _inline(nb, pos[short], length[short])
     return pa.py_buffer(views)
 
 
@@ -188,13 +211,14 @@ def _hosts(addr: npt.NDArray[Any], port: npt.NDArray[Any]) -> pa.Array:
     return pa.array(names, pa.string()).take(pa.array(inverse.reshape(-1)))
 
 
-def _msg_ids(nb: npt.NDArray[np.uint8], store_host: IntArray, pos: IntArray) -> pa.Array:
-    """`make_msg_id`: the store host's 8 bytes and PHYSICALOFFSET's 8, in upper-case hex."""
-    n = len(pos)
-    at = np.concatenate(
-        [store_host[:, None] + _AR8, (pos + rec.POS_PHYSICALOFFSET)[:, None] + _AR8], axis=1
-    )
-    chars = _HEX[nb[at]].reshape(n * 32)
+def _msg_ids(raw: npt.NDArray[np.uint8]) -> pa.Array:
+    """`make_msg_id` from each record's fixed part: the store host's 8 bytes and
+    PHYSICALOFFSET's 8, in upper-case hex."""
+    n = len(raw)
+    ident = np.empty((n, 16), dtype=np.uint8)
+    ident[:, :8] = raw[:, _STORE_HOST : _STORE_HOST + 8]
+    ident[:, 8:] = raw[:, rec.POS_PHYSICALOFFSET : rec.POS_PHYSICALOFFSET + 8]
+    chars = _HEX[ident]  # two characters per byte
     offsets = np.arange(0, 32 * n + 1, 32, dtype=np.int32)
     return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(chars))
 
@@ -203,21 +227,19 @@ def _ints(a: npt.NDArray[Any], dtype: type[np.integer[Any]]) -> pa.Array:
     return pa.array(a.astype(dtype, copy=False))
 
 
-def _gathered(nb: npt.NDArray[np.uint8], cols: Columns) -> dict[str, pa.Array]:
-    """The columns the scanner does not return, from records with IPv4 hosts."""
-    pos, body_pos = cols["pos"], cols["body_pos"]
-    store_host = pos + _STORE_HOST
-    born_host = pos + rec.POS_BORNHOST
+def _gathered(nb: npt.NDArray[np.uint8], pos: IntArray) -> dict[str, pa.Array]:
+    """The columns the scanner does not return, from records with IPv4 hosts: their fixed
+    parts are copied out in one gather, then read as `_EXTRA` fields."""
+    raw = _windows(nb, _BODY_FROM_RECORD)[pos]
+    f = raw.view(_EXTRA).reshape(len(pos))
     return {
-        "magic": _ints(_field(nb, pos + rec.POS_MAGIC, ">u4"), np.int64),
-        "body_crc": _ints(_field(nb, pos + rec.POS_BODYCRC, ">i4"), np.int32),
-        "born_host": _hosts(_field(nb, born_host, ">u4"), _field(nb, born_host + 4, ">i4")),
-        "store_host": _hosts(_field(nb, store_host, ">u4"), _field(nb, store_host + 4, ">i4")),
-        "reconsume_times": _ints(_field(nb, body_pos + _RECONSUME_FROM_BODY, ">i4"), np.int32),
-        "prepared_transaction_offset": _ints(
-            _field(nb, body_pos + _PREPARED_FROM_BODY, ">i8"), np.int64
-        ),
-        "msg_id": _msg_ids(nb, store_host, pos),
+        "magic": _ints(f["magic"], np.int64),
+        "body_crc": _ints(f["body_crc"], np.int32),
+        "born_host": _hosts(f["born_addr"], f["born_port"]),
+        "store_host": _hosts(f["store_addr"], f["store_port"]),
+        "reconsume_times": _ints(f["reconsume_times"], np.int32),
+        "prepared_transaction_offset": _ints(f["prepared_transaction_offset"], np.int64),
+        "msg_id": _msg_ids(raw),
     }
 
 
@@ -253,7 +275,7 @@ def build_fast(
         "tags": pc.map_lookup(props, pa.scalar(rec.PROPERTY_TAGS), "last"),
         "keys": pc.map_lookup(props, pa.scalar(rec.PROPERTY_KEYS), "last"),
         "problem": pa.repeat(pa.scalar(None if crc_ok else CRC_MISMATCH, pa.string()), n),
-        **_gathered(nb, cols),
+        **_gathered(nb, cols["pos"]),
     }
     return pa.RecordBatch.from_arrays([columns[c] for c in COLUMN_NAMES], schema=ARROW_SCHEMA)
 

@@ -294,6 +294,8 @@ def scan_split(
         at_readable_end = read_from + len(buf) >= spec.readable_bytes
         if why is Stop.CUT and live_cut and at_readable_end:
             return  # the rest of this record is not flushed yet
+        if at_readable_end and not nb[stopped_at:].any():
+            return  # the unwritten end of the segment: no record, no damage
         nxt = w.find_sync(stopped_at + 1, end)
         if opts.include_corrupt and stopped_at >= begin and not flt.active:
             gap_end = _scan_tail(fs, spec, opts, read_from + stopped_at)
