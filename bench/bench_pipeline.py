@@ -16,25 +16,37 @@ One run, on one store of `--size-mib` MiB of 256-byte records (4 topics, 8 queue
   the Python side of the `mqstore` reader on one core, to tell it from what Spark adds
   (moving the Arrow batches to the JVM and turning them into rows).
 
+The profile of each Spark query is the CPU time it costs, split by process: the JVM
+(driver and executor in local mode) and its Python workers (the data source's `read`,
+planning), from the processes' own counters (`psutil`), so it holds on a loaded machine
+where wall-clock time also counts waiting for a core.
+
 Goal (issue 13): `mqstore` takes <= 1.5x the time of `parquet`. Each Spark figure is the
 median of `--repeats` rounds (one run of each reader per round, interleaved, so a burst
 of load from other processes hits one round of each) on a warm session; the store and
 the export are in the page cache (written just before, and read once before timing).
-Writes `bench/results/pipeline.{json,md,png}` with command, commit and machine.
+Writes `bench/results/pipeline.{json,md,png}` with command, commit and machine, and
+`pipeline_profile.txt`: cProfile of `scan alone` (where the Python side spends its time).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import os
+import pstats
 import shutil
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from bench.report import Column, Goal, Report, write
 from mqstore.engine import record as rec
@@ -95,6 +107,38 @@ def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - t0, out
 
 
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """One query: wall-clock seconds and CPU seconds of the JVM and of its Python workers."""
+
+    wall_s: float
+    jvm_cpu_s: float
+    python_cpu_s: float
+
+
+def _spark_cpu() -> tuple[float, float]:
+    """CPU seconds used so far by this process's descendants: (JVM, Python workers)."""
+    jvm = py = 0.0
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            t = proc.cpu_times()
+            used = t.user + t.system
+            if "java" in proc.name():
+                jvm += used
+            else:
+                py += used
+        except psutil.NoSuchProcess:
+            continue  # a worker that ended: its CPU is not counted (workers are reused)
+    return jvm, py
+
+
+def costed(fn: Callable[[], Any]) -> tuple[Cost, Any]:
+    jvm0, py0 = _spark_cpu()
+    wall, out = _timed(fn)
+    jvm1, py1 = _spark_cpu()
+    return Cost(wall, jvm1 - jvm0, py1 - py0), out
+
+
 def run_query(df: Any) -> tuple[int, int]:
     """`QUERY` on a DataFrame: (rows, total body bytes)."""
     from pyspark.sql import functions as F
@@ -117,6 +161,15 @@ def scan_alone(store: Path) -> int:
     )
 
 
+def profile_scan(store: Path) -> str:
+    """`scan_alone` under cProfile: the top functions by their own time."""
+    prof = cProfile.Profile()
+    prof.runcall(scan_alone, store)
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).strip_dirs().sort_stats("tottime").print_stats(20)
+    return out.getvalue()
+
+
 def measure(work: Path, size_mib: int, repeats: int, master: str | None) -> Report:
     store = work / "store"
     print(f"writing {size_mib} MiB of {RECORD_BYTES}-byte records ...", file=sys.stderr)
@@ -128,6 +181,7 @@ def measure(work: Path, size_mib: int, repeats: int, master: str | None) -> Repo
         secs, n = _timed(lambda: scan_alone(store))
         assert n == count, (n, count)
         scans.append(secs)
+    profile = profile_scan(store)
     spark = session.start_session(
         "bench_pipeline", master, {"spark.ui.showConsoleProgress": "false"}
     )
@@ -139,33 +193,35 @@ def measure(work: Path, size_mib: int, repeats: int, master: str | None) -> Repo
         parquet_bytes = sum(f.stat().st_size for f in out.rglob("*.parquet"))
         print(f"  export: {export_secs:.1f} s", file=sys.stderr)
         assert run_query(spark.read.parquet(str(out))) == expected  # warms the Parquet path
-        ds: list[float] = []
-        pq: list[float] = []
+        ds: list[Cost] = []
+        pq: list[Cost] = []
         for i in range(repeats):
-            secs, got = _timed(lambda: run_query(jobs.load(spark, str(store))))
+            cost, got = costed(lambda: run_query(jobs.load(spark, str(store))))
             assert got == expected, (got, expected)
-            ds.append(secs)
-            secs, got = _timed(lambda: run_query(spark.read.parquet(str(out))))
+            ds.append(cost)
+            cost, got = costed(lambda: run_query(spark.read.parquet(str(out))))
             assert got == expected, (got, expected)
-            pq.append(secs)
-            print(f"  round {i}: mqstore {ds[-1]:.2f} s, parquet {pq[-1]:.2f} s", file=sys.stderr)
+            pq.append(cost)
+            print(f"  round {i}: mqstore {ds[-1]}, parquet {pq[-1]}", file=sys.stderr)
         spark_version = spark.version
         cores = spark.sparkContext.defaultParallelism
     finally:
         spark.stop()
     return _report(
         count=count, ds=ds, pq=pq, scans=scans, export_secs=export_secs,
-        parquet_bytes=parquet_bytes, spark_version=spark_version, cores=cores,
+        parquet_bytes=parquet_bytes, spark_version=spark_version, cores=cores, profile=profile,
     )  # fmt: skip
 
 
-def _row(label: str, runs: list[float], count: int, color: str) -> dict[str, Any]:
-    secs = statistics.median(runs)
+def _row(label: str, runs: list[Cost], count: int, color: str) -> dict[str, Any]:
+    secs = statistics.median(c.wall_s for c in runs)
     return {
         "label": label,
         "seconds": round(secs, 3),
-        "runs_s": [round(x, 3) for x in runs],
+        "runs_s": [round(c.wall_s, 3) for c in runs],
         "rows_per_s": round(count / secs),
+        "jvm_cpu_s": round(statistics.median(c.jvm_cpu_s for c in runs), 2),
+        "python_cpu_s": round(statistics.median(c.python_cpu_s for c in runs), 2),
         "color": color,
     }
 
@@ -173,16 +229,19 @@ def _row(label: str, runs: list[float], count: int, color: str) -> dict[str, Any
 def _report(
     *,
     count: int,
-    ds: list[float],
-    pq: list[float],
+    ds: list[Cost],
+    pq: list[Cost],
     scans: list[float],
     export_secs: float,
     parquet_bytes: int,
     spark_version: str,
     cores: int,
+    profile: str,
 ) -> Report:
-    ds_s, pq_s = statistics.median(ds), statistics.median(pq)
-    per_round = ", ".join(f"{d / p:.2f}x" for d, p in zip(ds, pq, strict=True))
+    ds_s = statistics.median(c.wall_s for c in ds)
+    pq_s = statistics.median(c.wall_s for c in pq)
+    per_round = ", ".join(f"{d.wall_s / p.wall_s:.2f}x" for d, p in zip(ds, pq, strict=True))
+    scan_s = statistics.median(scans)
     return Report(
         name="pipeline",
         title='Pipeline: format("mqstore") vs its Parquet export, same query',
@@ -195,7 +254,11 @@ def _report(
             f"Spark {spark_version}, local mode, {cores} task slots; medians of {len(ds)} "
             "interleaved rounds on a warm session.",
             "scan alone: pipeline.scan.scan_split over every split in the benchmark's own "
-            f"process, one core, no Spark (median of {len(scans)}).",
+            f"process, one core, no Spark (median of {len(scans)}); its cProfile is in "
+            "pipeline_profile.txt.",
+            "JVM / Python workers CPU s: CPU time the query cost in the Spark JVM and in its "
+            "Python workers (psutil counters of the processes, median of the rounds): "
+            "wall-clock time on a shared machine also counts waiting for a core.",
             f"Export (jobs.export, Parquet by topic/date): {export_secs:.1f} s, "
             f"{parquet_bytes / 2**20:,.0f} MiB written.",
         ],
@@ -203,11 +266,19 @@ def _report(
             Column("label", "reader"),
             Column("seconds", "seconds", "{:,.2f}"),
             Column("rows_per_s", "rows/s"),
+            Column("jvm_cpu_s", "JVM CPU s", "{:,.2f}"),
+            Column("python_cpu_s", "Python workers CPU s", "{:,.2f}"),
         ],
         rows=[
             _row("mqstore data source (Spark)", ds, count, "tab:blue"),
             _row("Parquet export (Spark)", pq, count, "tab:gray"),
-            _row("scan alone (pipeline.scan, 1 core, no Spark)", scans, count, "tab:green"),
+            {
+                "label": "scan alone (pipeline.scan, 1 core, no Spark)",
+                "seconds": round(scan_s, 3),
+                "runs_s": [round(x, 3) for x in scans],
+                "rows_per_s": round(count / scan_s),
+                "color": "tab:green",
+            },
         ],
         goals=[
             Goal(
@@ -221,6 +292,7 @@ def _report(
         ],
         plot_key="rows_per_s",
         plot_label="rows per second",
+        extra={"scan_profile": profile},
     )
 
 
@@ -242,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_write:
         cmd = "python -m bench.bench_pipeline " + " ".join(argv or sys.argv[1:])
         paths = write(rep, command=cmd.strip(), bench_dir=work.parent)
+        profile_txt = paths["md"].with_name("pipeline_profile.txt")
+        profile_txt.write_text(f"{cmd.strip()}\n\n{rep.extra['scan_profile']}")
         print(f"wrote {paths['md']}")
     return 0
 
