@@ -20,6 +20,7 @@ SOURCES = [
     "ipc/native/mqs_crashpoint.c",
     "ipc/native/mqs_futex.c",
     "ipc/native/mqs_live.c",
+    "ipc/native/mqs_put.c",
     "engine/native/mqs_scan.c",
     "engine/native/mqs_scan_py.c",
     "engine/native/mqs_index.c",

@@ -95,6 +95,7 @@ _DEFAULT_BORN: Final[Host] = (b"\x7f\x00\x00\x01", 0, False)  # 127.0.0.1:0
 _STATS_EVERY: Final = 256
 _STATUS_INDEX: Final = {st: i for i, st in enumerate(PutMessageStatus)}
 _STALE_CHECK_S: Final = 0.01
+_STALE_CHECK_NS: Final = 10_000_000
 _INT32_MAX: Final = 2**31 - 1
 
 OK: Final = PutMessageStatus.PUT_OK
@@ -183,6 +184,19 @@ _P_TOPIC: Final = 6
 _P_TAKES: Final = 8
 
 
+# A lane: what the C put (`ipc/native/mqs_put.c`) needs of one topic, made by `_warm`
+# once the general path validated the topic (and each tags value) as `_tail` does:
+# [topic bytes, queue count, round-robin modulus, round-robin counter,
+#  queue-table row per queue id (-1: not known yet), {tags or None: properties bytes}]
+_Lane = list[Any]
+_L_QUEUES: Final = 1
+_L_RR_N: Final = 2
+_L_RR: Final = 3
+_L_QSLOTS: Final = 4
+_L_HEADS: Final = 5
+_LANES_MAX: Final = 4096
+
+
 class StoreClient:
     """A producer attached to one running store. Create with `StoreClient.attach`."""
 
@@ -199,12 +213,12 @@ class StoreClient:
         self.raise_on_status = raise_on_status
         self.topic_queue_nums: dict[str, int] = dict(topic_queue_nums or {})
         self._timeout_s = timeout_s
-        self._tlock = threading.Lock()
+        self._tlock = _native.PutLock()  # threading.Lock's API; the C put takes it too
         self._closed = False
         self._attached = False
         self._tails: dict[object, tuple[bytes, bytes, int] | PutResult] = {}
         self._heads: dict[tuple[str, str | None], tuple[bytes, int, bytes]] = {}
-        self._rr: dict[str, int] = {}
+        self._rr: dict[str, int] = {}  # round-robin counters of topics without a lane
         self._attach()
 
     @classmethod
@@ -283,6 +297,7 @@ class StoreClient:
         self._app = _native.Appender(cb.buf, cb.pool_buf, self._pid)
         self._cur: tuple[int, mmap.mmap | None] = (-2, None)  # the newest mapped segment
         self._qslots: dict[tuple[bytes, int], int] = {}
+        self._lanes: dict[str, _Lane] = {}
         self._pviews: list[memoryview] = []
         if self._pool_n:
             assert cb.pool_buf is not None
@@ -293,7 +308,34 @@ class StoreClient:
         self._stats = array.array("q", bytes(8 * c.CLIENT_FIELDS))  # counted in C
         self._stats[c.CF_PID] = self._pid
         self._since_stats = 0
+        self._configure_native()
         self._attached = True
+
+    def _configure_native(self) -> None:
+        """Hand the C put (`Appender.put_message`) what it needs: the lock, the lanes, the
+        statistics row, the result type and the outcomes of a sync wait."""
+        timed_out = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        failed = PutMessageStatus.FLUSH_DISK_FAILED
+        self._app.configure(
+            lock=self._tlock,
+            lanes=self._lanes,
+            stats=self._stats,
+            stats_off=self._cb.client_off(self._client_index),
+            result_type=PutResult,
+            outcomes=(
+                (OK, _STATUS_INDEX[OK], ""),
+                (timed_out, _STATUS_INDEX[timed_out], self._flush_reason(1)),
+                (failed, _STATUS_INDEX[failed], self._flush_reason(2)),
+            ),
+            msg_id_prefix=self._msg_id_prefix,
+            sync=self._sync,
+            sync_timeout_ns=self._sync_timeout_ns,
+            busy_ns=self._busy_ns,
+            max_body=self._max_body,
+            store_addr=self._store_addr,
+            store_port=self._store_port,
+        )
+        self._app.checked(_STALE_CHECK_NS)
 
     def _detach(self) -> None:
         if not self._attached:
@@ -363,14 +405,15 @@ class StoreClient:
         if self._attached and now - self._last_stale_check < _STALE_CHECK_S:
             return ""
         self._last_stale_check = now
-        if self._attached and self._since_stats:
-            self._publish_stats()
         if self._attached:
+            self._publish_stats()  # the C put counts into the row between two checks
             stale = self._cb.flags & c.FLAG_STOPPED
             if not stale:
                 r, _, _ = select.select([self._sock], [], [], 0)
                 stale = bool(r)  # the supervisor closed our connection: it is gone
             if not stale:
+                self._refresh_lanes()
+                self._app.checked(_STALE_CHECK_NS)
                 return ""
             self._detach()
         try:
@@ -506,8 +549,13 @@ class StoreClient:
         queues = self._qcounts.get(topic, self._default_queues)
         if queue_id is None:
             n = self.topic_queue_nums.get(topic) or queues
-            k = self._rr.get(topic, 0)
-            self._rr[topic] = k + 1
+            lane = self._lanes.get(topic)
+            if lane is None:
+                k = self._rr.get(topic, 0)
+                self._rr[topic] = k + 1
+            else:  # one counter with the C put
+                k = lane[_L_RR]
+                lane[_L_RR] = k + 1
             queue_id = k % n if n > 0 else 0
         if type(queue_id) is not int or not 0 <= queue_id < queues:
             return PutResult(
@@ -525,6 +573,53 @@ class StoreClient:
             topic_b, props_b, tx == 0 or tx == _TX_COMMIT, reconsume_times, prepared_offset,
             born[0], born[1], self._store_addr, self._store_port,
         )  # fmt: skip
+
+    # --- lanes: the C put's view of topics ---------------------------------------------
+
+    def _warm(self, topic: object, tags: object) -> None:
+        """Make the lane of `topic` and its entry for `tags` when the reference encoder
+        accepts them (`_tail`), and learn the queue rows found since. Caller holds the
+        thread lock. O(queues) for a known topic."""
+        if type(topic) is not str or not (tags is None or type(tags) is str):
+            return
+        lane = self._lanes.get(topic)
+        if lane is None:
+            try:
+                base = self._tail(topic, {})
+            except ValueError:  # a lone surrogate: the general path says so
+                return
+            if type(base) is PutResult:
+                return
+            if len(self._lanes) >= _LANES_MAX:
+                self._lanes.clear()
+            lane = [base[0], 0, 0, self._rr.pop(topic, 0), [], {}]  # type: ignore[index]
+            self._lanes[topic] = lane
+            self._refresh_lane(topic, lane)
+        heads: dict[str | None, bytes] = lane[_L_HEADS]
+        if tags not in heads:
+            try:
+                got = self._tail(topic, {record.PROPERTY_TAGS: tags} if tags is not None else {})
+            except ValueError:
+                return
+            if type(got) is not PutResult:
+                heads[tags] = got[1]  # type: ignore[index]
+        qslots: list[int] = lane[_L_QSLOTS]
+        if -1 in qslots:
+            topic_b = lane[0]
+            lane[_L_QSLOTS] = [self._qslots.get((topic_b, q), -1) for q in range(len(qslots))]
+
+    def _refresh_lanes(self) -> None:
+        """Follow `mqstore topic set` (queue counts) in every lane; at each check."""
+        for topic, lane in self._lanes.items():
+            self._refresh_lane(topic, lane)
+
+    def _refresh_lane(self, topic: str, lane: _Lane) -> None:
+        queues = self._qcounts.get(topic, self._default_queues)
+        lane[_L_RR_N] = self.topic_queue_nums.get(topic) or queues
+        if lane[_L_QUEUES] != queues:
+            lane[_L_QUEUES] = queues
+            topic_b = lane[0]
+            lane[_L_QSLOTS] = [self._qslots.get((topic_b, q), -1) for q in range(queues)]
 
     def _host(self, host: str) -> Host:
         """`record.parse_host`, cached (bounded). Raises ValueError."""
@@ -569,6 +664,7 @@ class StoreClient:
             self._maps[index] = got
             if index > self._cur[0]:
                 self._cur = (index, mm)  # the C put writes here while it is the last
+                self._app.set_target(mm, index)
             for old in [i for i in self._maps if i < index - 1]:
                 ofd, omm = self._maps.pop(old)
                 omm.close()
@@ -782,11 +878,14 @@ class StoreClient:
         if code == 0:
             return OK, ""
         if code == 1:
-            return (
-                PutMessageStatus.FLUSH_DISK_TIMEOUT,
-                f"not flushed within syncFlushTimeout ({self._sync_timeout_s * 1000:.0f} ms)",
-            )
-        return PutMessageStatus.FLUSH_DISK_FAILED, "fsync failed: the store is read-only"
+            return PutMessageStatus.FLUSH_DISK_TIMEOUT, self._flush_reason(1)
+        return PutMessageStatus.FLUSH_DISK_FAILED, self._flush_reason(2)
+
+    def _flush_reason(self, code: int) -> str:
+        """The reason of a sync wait that ended with `code` 1 (timed out) or 2 (failed)."""
+        if code == 1:
+            return f"not flushed within syncFlushTimeout ({self._sync_timeout_s * 1000:.0f} ms)"
+        return "fsync failed: the store is read-only"
 
     # --- statistics ---------------------------------------------------------------------
 
@@ -842,7 +941,33 @@ class StoreClient:
         with `raise_on_status` (then any status but PUT_OK raises its `PutError`); raises
         TypeError for an argument of the wrong type, naming it (`ipc.accepts`).
         """
+        got = self._app.put_message(topic, body, tags, keys, properties, queue_id, wait_store)
+        if type(got) is PutResult:
+            if got[0] is not OK and self.raise_on_status:
+                raise error_for(got)
+            return got
+        return self._put_slow(got, topic, body, tags, keys, properties, queue_id, wait_store)
+
+    def _put_slow(
+        self,
+        code: int | None,
+        topic: str,
+        body: bytes,
+        tags: str | None,
+        keys: str | Sequence[str] | None,
+        properties: Mapping[str, str] | None,
+        queue_id: int | None,
+        wait_store: bool,
+    ) -> PutResult:
+        """A put the C call did not finish: `code` < 0 when the reservation lock failed,
+        None when it left the put to Python (the client's checks are due, another thread
+        puts, a first put of a topic or tags value, a type or value to refuse, a roll or
+        a wait). Checks, warms the lanes, tries the C put again, else the general path."""
         t0 = _perf_ns()
+        if code is not None:
+            busy = self._lock_failed(code)
+            self._record(t0, 1, 0, busy.status, False)
+            return self._failed(PutResult(busy.status, busy.reason))
         check_put_types(_PUT_LABEL, topic, body, tags, keys, properties, queue_id)
         if type(wait_store) is not bool:
             check_types("put", wait_store=(wait_store, BOOL))
@@ -856,56 +981,84 @@ class StoreClient:
                 why = self._ensure_live()
                 if why:
                     return self._failed(PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, why))
-            prep = self._prepare(topic, body, tags, keys, properties, queue_id)
-            if type(prep) is PutResult:
-                self._record(t0, 1, 0, prep.status, False)
-                return self._failed(prep)
-            p: _Prep = prep  # type: ignore[assignment]
-            size = p[_P_SIZE]
-            qs = self._qslots.get((p[_P_TOPIC], p[_P_QUEUE]))
-            t_wait = _perf_ns()
-            got = _FALLBACK if qs is None else self._put_one(qs, p)
-            if type(got) is tuple:
-                _seq, start, now, qo, lock_ns = got
-                t_locked = t_wait + lock_ns
-            elif got != _FALLBACK:
-                busy = self._lock_failed(got)  # type: ignore[arg-type]
+            self._warm(topic, tags)
+            got = self._app.put_message(
+                topic, body, tags, keys, properties, queue_id, wait_store, True
+            )
+            if type(got) is PutResult:
+                if got[0] is not OK and self.raise_on_status:
+                    raise error_for(got)
+                return got
+            if got is not None:
+                busy = self._lock_failed(got)
                 self._record(t0, 1, 0, busy.status, False)
                 return self._failed(PutResult(busy.status, busy.reason))
-            else:
-                preps = [p]
-                try:
-                    first, start, blank, now, qoffs = self._reserve(preps)
-                except _Busy as e:
-                    self._record(t0, 1, 0, e.status, False)
-                    return self._failed(PutResult(e.status, e.reason))
-                except _Refused as e:
-                    self._record(t0, 1, 0, PutMessageStatus.SERVICE_NOT_AVAILABLE, False)
-                    return self._failed(PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, str(e)))
-                t_locked = _perf_ns()
-                lock_ns = t_locked - t_wait  # the whole reservation: lock and any waits
-                try:
-                    self._copy(preps, first, start, blank, now, qoffs)
-                except BaseException:
-                    self._abandon(first, 1 + (1 if blank else 0))
-                    raise
-                qo = qoffs[0]
-            t_copied = _perf_ns()
-            status, reason = OK, ""
-            sync = self._sync and wait_store
-            if sync:
-                status, reason = self._wait_flushed(start + size)
-                t_done = _perf_ns()
-            else:
-                t_done = t_copied
-            self._record(t0, 1, size, status, sync, (lock_ns, t_locked, t_copied, t_done))
-            result: PutResult = _tuple_new(
-                PutResult,
-                (status, reason, f"{self._msg_id_prefix}{start:016X}", start, size, p[1], qo, now),
-            )
-            if status is not OK and self.raise_on_status:
-                raise error_for(result)
-            return result
+            return self._put_general(t0, topic, body, tags, keys, properties, queue_id, wait_store)
+
+    def _put_general(
+        self,
+        t0: int,
+        topic: str,
+        body: bytes,
+        tags: str | None,
+        keys: str | Sequence[str] | None,
+        properties: Mapping[str, str] | None,
+        queue_id: int | None,
+        wait_store: bool,
+    ) -> PutResult:
+        """The put in Python (the reference of the C put): `_prepare`, then the C
+        reservation of one prepared message or `_reserve` and `_copy`. Caller holds the
+        thread lock and checked the types."""
+        prep = self._prepare(topic, body, tags, keys, properties, queue_id)
+        if type(prep) is PutResult:
+            self._record(t0, 1, 0, prep.status, False)
+            return self._failed(prep)
+        p: _Prep = prep  # type: ignore[assignment]
+        size = p[_P_SIZE]
+        qs = self._qslots.get((p[_P_TOPIC], p[_P_QUEUE]))
+        t_wait = _perf_ns()
+        got = _FALLBACK if qs is None else self._put_one(qs, p)
+        if type(got) is tuple:
+            _seq, start, now, qo, lock_ns = got
+            t_locked = t_wait + lock_ns
+        elif got != _FALLBACK:
+            busy = self._lock_failed(got)  # type: ignore[arg-type]
+            self._record(t0, 1, 0, busy.status, False)
+            return self._failed(PutResult(busy.status, busy.reason))
+        else:
+            preps = [p]
+            try:
+                first, start, blank, now, qoffs = self._reserve(preps)
+            except _Busy as e:
+                self._record(t0, 1, 0, e.status, False)
+                return self._failed(PutResult(e.status, e.reason))
+            except _Refused as e:
+                self._record(t0, 1, 0, PutMessageStatus.SERVICE_NOT_AVAILABLE, False)
+                return self._failed(PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, str(e)))
+            t_locked = _perf_ns()
+            lock_ns = t_locked - t_wait  # the whole reservation: lock and any waits
+            try:
+                self._copy(preps, first, start, blank, now, qoffs)
+            except BaseException:
+                self._abandon(first, 1 + (1 if blank else 0))
+                raise
+            qo = qoffs[0]
+        t_copied = _perf_ns()
+        status, reason = OK, ""
+        sync = self._sync and wait_store
+        if sync:
+            status, reason = self._wait_flushed(start + size)
+            t_done = _perf_ns()
+        else:
+            t_done = t_copied
+        self._record(t0, 1, size, status, sync, (lock_ns, t_locked, t_copied, t_done))
+        result: PutResult = _tuple_new(
+            PutResult,
+            (status, reason, f"{self._msg_id_prefix}{start:016X}", start, size, p[1], qo, now),
+        )
+        if status is not OK and self.raise_on_status:
+            raise error_for(result)
+        return result
 
     def _failed(self, result: PutResult) -> PutResult:
         """A put that wrote nothing: raise its `PutError` when `raise_on_status`."""

@@ -3,7 +3,8 @@
 `LogFiles` is one process's view of the commit-log files (a `Segment` per file it
 touched, opened lazily). Three steps, each with one owner of the position it moves:
 
-* `publish()`: advance `published_pos` over contiguous DONE reservation slots. A slot
+* `publish()`: advance `published_pos` over contiguous DONE reservation slots (the
+  producers do it themselves as they finish: this is the backstop). A slot
   RESERVED by a process that is gone (its liveness byte is free: `ipc.reservation`)
   gets a filler (`engine.filler`) and counts as DONE, so a producer killed mid-put never
   stalls the log. Called inside `commit()`.
@@ -25,6 +26,7 @@ import os
 import time
 from typing import Final
 
+from mqstore import _native
 from mqstore.engine import fileio, storedir
 from mqstore.engine.filler import INTERNAL_TOPIC, write_filler
 from mqstore.engine.segment import OS_PAGE_SIZE, Segment, segment_file_name
@@ -120,35 +122,28 @@ class LogFiles:
             self._commit_lock.release()
 
     def publish(self, *, force: bool = False) -> int:
-        """Advance `published_pos` over DONE slots; return slots advanced. Caller holds
-        the commit lock. `force` (supervisor's last drain, writes refused, producers
-        given time) fills every RESERVED slot: none of them was acknowledged."""
+        """Advance `published_pos` over DONE slots (`_native.publish`, the producers' own
+        lock-free step), filling the slot that stops it when its producer is gone;
+        return the slots this call advanced. Caller holds the commit lock (fills are
+        the committer's alone). `force` (supervisor's last drain, writes refused,
+        producers given time) fills every RESERVED slot: none of them was acknowledged."""
         cb = self.cb
-        ps = cb.get(c.OFF_PUBLISHED_SEQ)
-        seq = cb.get(c.OFF_SEQ)
-        start = ps
-        pub = -1
-        ts = 0
-        while ps < seq:
+        advanced = _native.publish(cb.buf)
+        while True:
+            ps = cb.get(c.OFF_PUBLISHED_SEQ)
+            if ps >= cb.get(c.OFF_SEQ):
+                return advanced
             off, qo, sts, size, pid, qslot, state = cb.slot(ps)
             if state != c.STATE_DONE:
                 abandoned = state == c.STATE_ABANDONED
                 if not (
                     abandoned or (state == c.STATE_RESERVED and (force or self._dead(ps, pid)))
                 ):
-                    break
+                    return advanced
                 self._fill(off, size, qslot, qo, sts)
                 cb.set_slot_state(ps, c.STATE_DONE)
                 cb.add(c.OFF_FILLERS, 1)
-            pub = off + size
-            ts = sts
-            ps += 1
-        if ps != start:
-            cb.set(c.OFF_PUBLISHED, pub)
-            if ts:
-                cb.set(c.OFF_PUBLISHED_TS, ts)
-            cb.set(c.OFF_PUBLISHED_SEQ, ps)
-        return ps - start
+            advanced += _native.publish(cb.buf)
 
     def _fill(self, off: int, size: int, qslot: int, qo: int, sts: int) -> None:
         index = off // self.size

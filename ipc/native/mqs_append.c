@@ -203,3 +203,42 @@ void mqs_mark_done(uint8_t *ctl, int64_t slot_count, int64_t seq)
     int64_t row = MQS_SLOTS_OFF + (seq % slot_count) * MQS_SLOT_ROW;
     __atomic_store_n(mqs_i32(ctl, row + MQS_SLOT_STATE), MQS_STATE_DONE, __ATOMIC_RELEASE);
 }
+
+/* Raise the int64 at `off` to at least `v` (several publishers may race). */
+static void store_max(uint8_t *ctl, int64_t off, int64_t v)
+{
+    int64_t cur = __atomic_load_n(mqs_i64(ctl, off), __ATOMIC_SEQ_CST);
+    while (cur < v && !__atomic_compare_exchange_n(mqs_i64(ctl, off), &cur, v, 0,
+                                                   __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+        ;
+}
+
+int64_t mqs_publish(uint8_t *ctl, int64_t slot_count)
+{
+    int64_t advanced = 0;
+    /* Pairs with the other publishers: whoever marks a slot DONE and whoever advances
+     * past the slot before it cannot both miss the other's store. */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    for (;;) {
+        int64_t ps = __atomic_load_n(mqs_i64(ctl, MQS_OFF_PUBLISHED_SEQ), __ATOMIC_SEQ_CST);
+        if (ps >= __atomic_load_n(mqs_i64(ctl, MQS_OFF_SEQ), __ATOMIC_SEQ_CST))
+            return advanced; /* the row of `ps` is not of this lap yet */
+        uint8_t *row = ctl + MQS_SLOTS_OFF + (ps % slot_count) * MQS_SLOT_ROW;
+        if (__atomic_load_n(mqs_i32(row, MQS_SLOT_STATE), __ATOMIC_SEQ_CST) != MQS_STATE_DONE)
+            return advanced;
+        int64_t end = __atomic_load_n(mqs_i64(row, MQS_SLOT_OFFSET), __ATOMIC_RELAXED) +
+                      __atomic_load_n(mqs_i32(row, MQS_SLOT_SIZE), __ATOMIC_RELAXED);
+        int64_t ts = __atomic_load_n(mqs_i64(row, MQS_SLOT_TS), __ATOMIC_RELAXED);
+        /* A seqlock's check: once another publisher moved past `ps`, the row may already
+         * hold a later lap's reservation, and what was read is not ps's. */
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (__atomic_load_n(mqs_i64(ctl, MQS_OFF_PUBLISHED_SEQ), __ATOMIC_RELAXED) != ps)
+            continue;
+        /* Position first: the slot cannot be reused before published_seq passes it. */
+        store_max(ctl, MQS_OFF_PUBLISHED, end);
+        store_max(ctl, MQS_OFF_PUBLISHED_TS, ts);
+        if (__atomic_compare_exchange_n(mqs_i64(ctl, MQS_OFF_PUBLISHED_SEQ), &ps, ps + 1, 0,
+                                        __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+            advanced++;
+    }
+}

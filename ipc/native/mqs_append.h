@@ -63,4 +63,12 @@ void mqs_copy(uint8_t *dst, const struct mqs_message *m, int64_t queue_offset,
 /* The slot of `seq` is DONE (release: its bytes are visible first). */
 void mqs_mark_done(uint8_t *ctl, int64_t slot_count, int64_t seq);
 
+/* Publish: advance published_seq over contiguous DONE slots, raising published_pos (and
+ * published_ts) to each one's end first. Lock-free (a compare-and-swap per slot), so the
+ * producer that completes the oldest pending slot publishes it and every DONE slot after
+ * it; the committer runs it too, after its fills. Returns the slots this call advanced.
+ * A caller that dies inside leaves published_pos at most one slot ahead of
+ * published_seq: the next publisher moves published_seq on. */
+int64_t mqs_publish(uint8_t *ctl, int64_t slot_count);
+
 #endif

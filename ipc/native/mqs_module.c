@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "mqs_append.h"
+#include "mqs_appender.h"
 #include "mqs_args.h"
 #include "mqs_crashpoint.h"
 #include "mqs_cq.h"
@@ -19,12 +20,11 @@
 #include "mqs_index.h"
 #include "mqs_layout.h"
 #include "mqs_live.h"
+#include "mqs_put.h"
 #include "mqs_record.h"
 #include "mqs_scan_py.h"
 #include "mqs_verify_py.h"
 
-/* Copies and CRCs of at least this many bytes run with the GIL released. */
-#define MQS_NOGIL_BYTES (64 * 1024)
 
 static PyObject *py_crc32(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs)
 {
@@ -69,16 +69,16 @@ static PyObject *py_crc32_uses_pclmul(PyObject *Py_UNUSED(m), PyObject *Py_UNUSE
 static const char *encode_kw[] = {
     "topic", "body", "properties", "queue_id", "flag", "sys_flag", "born_timestamp",
     "born_addr", "born_port", "store_addr", "store_port", "reconsume_times",
-    "prepared_offset", "queue_offset", "physical_offset", "store_timestamp", NULL,
+    "prepared_offset", "queue_offset", "physical_offset", "store_timestamp", "keys", NULL,
 };
 
 static PyObject *py_encode(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kw)
 {
-    PyObject *o[16] = {0};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|$OOOOOOOOOOOOO:encode", (char **)encode_kw,
+    PyObject *o[17] = {0};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|$OOOOOOOOOOOOOO:encode", (char **)encode_kw,
                                      &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
                                      &o[8], &o[9], &o[10], &o[11], &o[12], &o[13], &o[14],
-                                     &o[15]))
+                                     &o[15], &o[16]))
         return NULL;
     static const uint8_t loopback[4] = {127, 0, 0, 1};
     struct mqs_message msg = {0};
@@ -87,15 +87,16 @@ static PyObject *py_encode(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kw)
     msg.born.addr_len = msg.store.addr_len = 4;
     msg.store.port = 10911;
     if (mqs_arg_bytes(o[0], "topic", &msg.topic, &msg.topic_len) < 0 ||
-        mqs_arg_bytes(o[2], "properties", &msg.props, &msg.props_len) < 0)
+        mqs_arg_bytes(o[2], "properties", &msg.props, &msg.props_len) < 0 ||
+        (o[16] && mqs_arg_bytes(o[16], "keys", &msg.keys, &msg.keys_len) < 0))
         return NULL;
     if (msg.topic_len < 1 || msg.topic_len > 127) {
         PyErr_Format(PyExc_ValueError, "topic must be 1 to 127 bytes, not %zu", msg.topic_len);
         return NULL;
     }
-    if (msg.props_len > 32767) {
+    if (mqs_props_len(&msg) > 32767) {
         PyErr_Format(PyExc_ValueError, "properties must be at most 32767 bytes, not %zu",
-                     msg.props_len);
+                     mqs_props_len(&msg));
         return NULL;
     }
     if ((o[3] && mqs_arg_i32(o[3], "queue_id", &msg.queue_id) < 0) ||
@@ -166,6 +167,8 @@ static int parse_prep(PyObject *t, struct mqs_item *it)
         PyErr_SetString(PyExc_ValueError, "topic or properties out of range (validate first)");
         return -1;
     }
+    m->keys = NULL;
+    m->keys_len = 0;
     it->takes_offset = PyObject_IsTrue(f[8]);
     it->size = (int64_t)mqs_record_length(m);
     if (it->size != size) {
@@ -175,13 +178,6 @@ static int parse_prep(PyObject *t, struct mqs_item *it)
     }
     return 0;
 }
-
-typedef struct {
-    PyObject_HEAD
-    struct mqs_appender a;
-    Py_buffer ctl, pool;
-    int open, has_pool, busy;
-} Appender;
 
 static int appender_ready(Appender *self)
 {
@@ -253,6 +249,7 @@ static PyObject *appender_close(Appender *self, PyObject *Py_UNUSED(a))
         return NULL;
     }
     if (self->open) {
+        mqs_put_clear(self);
         PyBuffer_Release(&self->ctl);
         if (self->has_pool)
             PyBuffer_Release(&self->pool);
@@ -268,10 +265,11 @@ static void appender_dealloc(Appender *self)
         if (self->has_pool)
             PyBuffer_Release(&self->pool);
     }
+    mqs_put_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static int64_t mono_ns(void)
+int64_t mqs_mono_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -281,13 +279,13 @@ static int64_t mono_ns(void)
 /* The lock, without the GIL when it has to wait. */
 static int take_lock(Appender *self, int64_t timeout_ns, int64_t *waited)
 {
-    int64_t t0 = mono_ns();
+    int64_t t0 = mqs_mono_ns();
     int rc = mqs_lock(self->a.ctl, 0);
     if (rc == MQS_LOCK_TIMEOUT && timeout_ns > 0) {
         Py_BEGIN_ALLOW_THREADS rc = mqs_lock(self->a.ctl, timeout_ns);
         Py_END_ALLOW_THREADS
     }
-    *waited = mono_ns() - t0;
+    *waited = mqs_mono_ns() - t0;
     return rc;
 }
 
@@ -312,17 +310,14 @@ static void copy_all(Appender *self, uint8_t *const *dst, const struct mqs_item 
         mqs_mark_done(self->a.ctl, self->a.slot_count, r->seq + i);
         at += items[i].size;
     }
+    mqs_publish(self->a.ctl, self->a.slot_count);
 }
 
-/* Reserve and copy `n` parsed items: the code (< 0) or 0 with r and qoffs filled. */
-static int append_items(Appender *self, PyObject *target_obj, PyObject *index_obj,
-                        struct mqs_item *items, int n, int64_t timeout_ns, int64_t *qoffs,
-                        struct mqs_reservation *r, int64_t *waited)
+int mqs_append_items(Appender *self, PyObject *target_obj, int64_t target_index,
+                     struct mqs_item *items, int n, int64_t timeout_ns, int64_t *qoffs,
+                     struct mqs_reservation *r, int64_t *waited)
 {
-    int64_t target_index = -1;
     Py_buffer target = {0};
-    if (mqs_arg_i64(index_obj, "target_index", &target_index) < 0)
-        return -100;
     if (!self->has_pool && target_obj != Py_None &&
         mqs_arg_wbuffer(target_obj, "target", &target) < 0)
         return -100;
@@ -391,7 +386,10 @@ static PyObject *appender_put(Appender *self, PyObject *const *args, Py_ssize_t 
     if (mqs_arg_i32(args[2], "qslot", &it.qslot) < 0 || parse_prep(args[3], &it) < 0 ||
         mqs_arg_i64(args[4], "timeout_ns", &timeout_ns) < 0)
         return NULL;
-    int rc = append_items(self, args[0], args[1], &it, 1, timeout_ns, &qo, &r, &waited);
+    int64_t index;
+    if (mqs_arg_i64(args[1], "target_index", &index) < 0)
+        return NULL;
+    int rc = mqs_append_items(self, args[0], index, &it, 1, timeout_ns, &qo, &r, &waited);
     if (rc == -100)
         return NULL;
     if (rc != MQS_OK)
@@ -433,7 +431,10 @@ static PyObject *appender_put_batch(Appender *self, PyObject *const *args, Py_ss
             parse_prep(PyList_GET_ITEM(args[3], i), &items[i]) < 0)
             goto done;
     struct mqs_reservation r;
-    int rc = append_items(self, args[0], args[1], items, n, timeout_ns, qoffs, &r, &waited);
+    int64_t index;
+    if (mqs_arg_i64(args[1], "target_index", &index) < 0)
+        goto done;
+    int rc = mqs_append_items(self, args[0], index, items, n, timeout_ns, qoffs, &r, &waited);
     if (rc == -100)
         goto done;
     if (rc != MQS_OK) {
@@ -491,6 +492,7 @@ static PyObject *appender_write(Appender *self, PyObject *const *args, Py_ssize_
         mqs_copy(dst, &it.msg, qo, po, sts);
     }
     mqs_mark_done(self->a.ctl, self->a.slot_count, seq);
+    mqs_publish(self->a.ctl, self->a.slot_count);
     PyBuffer_Release(&t);
     Py_RETURN_NONE;
 }
@@ -513,7 +515,35 @@ static PyObject *appender_unlock(Appender *self, PyObject *Py_UNUSED(a))
 
 #define WAIT_TICK_NS (20 * 1000 * 1000)
 
-/* A sync put's wait: 0 flushed, 1 timed out, 2 the store is read-only (fsync failed). */
+int mqs_wait_flushed(Appender *self, int64_t end, int64_t timeout_ns)
+{
+    int64_t deadline = mqs_mono_ns() + timeout_ns;
+    uint8_t *ctl = self->a.ctl;
+    int out = -1;
+    self->busy++;
+    for (;;) {
+        int64_t left = deadline - mqs_mono_ns();
+        int64_t tick = left < WAIT_TICK_NS ? left : WAIT_TICK_NS;
+        int rc;
+        if (tick <= 0)
+            tick = 1;
+        Py_BEGIN_ALLOW_THREADS rc = mqs_wait_flushed_tick(ctl, end, tick);
+        Py_END_ALLOW_THREADS
+        if (rc == MQS_FLUSHED || rc == MQS_FLUSH_FAILED) {
+            out = rc == MQS_FLUSHED ? 0 : 2;
+            break;
+        }
+        if (PyErr_CheckSignals() < 0)
+            break;
+        if (mqs_mono_ns() >= deadline) {
+            out = 1;
+            break;
+        }
+    }
+    self->busy--;
+    return out;
+}
+
 static PyObject *appender_wait_flushed(Appender *self, PyObject *const *args, Py_ssize_t nargs)
 {
     int64_t end, timeout_ns;
@@ -524,30 +554,8 @@ static PyObject *appender_wait_flushed(Appender *self, PyObject *const *args, Py
     if (appender_ready(self) < 0 || mqs_arg_i64(args[0], "end", &end) < 0 ||
         mqs_arg_i64(args[1], "timeout_ns", &timeout_ns) < 0)
         return NULL;
-    int64_t deadline = mono_ns() + timeout_ns;
-    uint8_t *ctl = self->a.ctl;
-    self->busy++;
-    for (;;) {
-        int64_t left = deadline - mono_ns();
-        int64_t tick = left < WAIT_TICK_NS ? left : WAIT_TICK_NS;
-        int rc;
-        if (tick <= 0)
-            tick = 1;
-        Py_BEGIN_ALLOW_THREADS rc = mqs_wait_flushed_tick(ctl, end, tick);
-        Py_END_ALLOW_THREADS
-        if (rc == MQS_FLUSHED || rc == MQS_FLUSH_FAILED) {
-            self->busy--;
-            return PyLong_FromLong(rc == MQS_FLUSHED ? 0 : 2);
-        }
-        if (PyErr_CheckSignals() < 0) {
-            self->busy--;
-            return NULL;
-        }
-        if (mono_ns() >= deadline) {
-            self->busy--;
-            return PyLong_FromLong(1);
-        }
-    }
+    int rc = mqs_wait_flushed(self, end, timeout_ns);
+    return rc < 0 ? NULL : PyLong_FromLong(rc);
 }
 
 /* log2-µs bucket: bit_length(ns / 1000), capped at `top`. */
@@ -565,36 +573,9 @@ static void count_phase(int64_t *st, int phase, int64_t ns)
     p[bucket(ns, MQS_PHASE_BUCKETS - 1)] += 1;
 }
 
-/* count(stats, n, nbytes, status_index, ok, sync, lat_ns, lock_ns, append_ns, flush_ns):
- * one put call into this client's statistics row (an array('q') of CLIENT_FIELDS), as
- * ipc/control.py lays it out; lock_ns < 0: a call that never reserved (no phases). */
-static PyObject *appender_count(Appender *Py_UNUSED(self), PyObject *const *args,
-                                Py_ssize_t nargs)
+void mqs_count(int64_t *st, const int64_t v[9])
 {
-    if (nargs != 10) {
-        PyErr_SetString(PyExc_TypeError, "count() takes 10 arguments");
-        return NULL;
-    }
-    int64_t v[9];
-    static const char *names[9] = {"n", "nbytes", "status_index", "ok", "sync",
-                                   "lat_ns", "lock_ns", "append_ns", "flush_ns"};
-    for (int i = 0; i < 9; i++)
-        if (mqs_arg_i64(args[i + 1], names[i], &v[i]) < 0)
-            return NULL;
     int64_t n = v[0], nbytes = v[1], status = v[2], ok = v[3], sync = v[4], lat = v[5];
-    if (status < 0 || MQS_CF_STATUS + status >= MQS_CF_HIST) {
-        PyErr_SetString(PyExc_ValueError, "status_index out of range");
-        return NULL;
-    }
-    Py_buffer b;
-    if (mqs_arg_wbuffer(args[0], "stats", &b) < 0)
-        return NULL;
-    if (b.len != MQS_CLIENT_FIELDS * 8 || ((uintptr_t)b.buf & 7)) {
-        PyBuffer_Release(&b);
-        PyErr_SetString(PyExc_ValueError, "stats must be an array('q') of CLIENT_FIELDS");
-        return NULL;
-    }
-    int64_t *st = b.buf;
     if (v[6] >= 0) {
         count_phase(st, 0, v[6]);
         count_phase(st, 1, v[7]);
@@ -614,6 +595,38 @@ static PyObject *appender_count(Appender *Py_UNUSED(self), PyObject *const *args
     if (sync)
         st[MQS_CF_SYNC_PUTS] += n;
     st[MQS_CF_HIST + bucket(lat, MQS_HIST_BUCKETS - 1)] += 1;
+}
+
+/* count(stats, n, nbytes, status_index, ok, sync, lat_ns, lock_ns, append_ns, flush_ns):
+ * one put call into this client's statistics row (an array('q') of CLIENT_FIELDS), as
+ * ipc/control.py lays it out; lock_ns < 0: a call that never reserved (no phases). */
+static PyObject *appender_count(Appender *Py_UNUSED(self), PyObject *const *args,
+                                Py_ssize_t nargs)
+{
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "count() takes 10 arguments");
+        return NULL;
+    }
+    int64_t v[9];
+    static const char *names[9] = {"n", "nbytes", "status_index", "ok", "sync",
+                                   "lat_ns", "lock_ns", "append_ns", "flush_ns"};
+    for (int i = 0; i < 9; i++)
+        if (mqs_arg_i64(args[i + 1], names[i], &v[i]) < 0)
+            return NULL;
+    int64_t status = v[2];
+    if (status < 0 || MQS_CF_STATUS + status >= MQS_CF_HIST) {
+        PyErr_SetString(PyExc_ValueError, "status_index out of range");
+        return NULL;
+    }
+    Py_buffer b;
+    if (mqs_arg_wbuffer(args[0], "stats", &b) < 0)
+        return NULL;
+    if (b.len != MQS_CLIENT_FIELDS * 8 || ((uintptr_t)b.buf & 7)) {
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_ValueError, "stats must be an array('q') of CLIENT_FIELDS");
+        return NULL;
+    }
+    mqs_count(b.buf, v);
     PyBuffer_Release(&b);
     Py_RETURN_NONE;
 }
@@ -637,6 +650,7 @@ static PyMethodDef appender_methods[] = {
     {"unlock", (PyCFunction)appender_unlock, METH_NOARGS, "unlock(): release it."},
     {"wait_flushed", (PyCFunction)(void (*)(void))appender_wait_flushed, METH_FASTCALL,
      "wait_flushed(end, timeout_ns) -> 0 flushed | 1 timed out | 2 flush failed."},
+    MQS_PUT_METHODS
     {"close", (PyCFunction)appender_close, METH_NOARGS, "Release the shared buffers."},
     {NULL, NULL, 0, NULL},
 };
@@ -713,6 +727,17 @@ static PyObject *py_init_control(PyObject *Py_UNUSED(m), PyObject *arg)
         return PyErr_SetFromErrno(PyExc_OSError);
     }
     Py_RETURN_NONE;
+}
+
+static PyObject *py_publish(PyObject *Py_UNUSED(m), PyObject *arg)
+{
+    Py_buffer v;
+    if (ctl_of(arg, &v) < 0)
+        return NULL;
+    int64_t slots = *mqs_i64(v.buf, MQS_OFF_SLOT_COUNT);
+    int64_t n = slots > 0 ? mqs_publish(v.buf, slots) : 0;
+    PyBuffer_Release(&v);
+    return PyLong_FromLongLong(n);
 }
 
 static PyObject *py_flushed_wake_all(PyObject *Py_UNUSED(m), PyObject *arg)
@@ -850,6 +875,8 @@ static PyMethodDef methods[] = {
      "one record into a writable buffer (engine.commitlog)."},
     {"init_control", py_init_control, METH_O,
      "init_control(ctl): supervisor, once: the robust process-shared reservation mutex."},
+    {"publish", py_publish, METH_O,
+     "publish(ctl) -> int: advance published_pos over contiguous DONE slots (lock-free)."},
     {"flushed_wake_all", py_flushed_wake_all, METH_O,
      "flushed_wake_all(ctl): flusher, after moving flushed_pos: wake every sync waiter."},
     {"flusher_wake", py_flusher_wake, METH_O,
@@ -904,13 +931,14 @@ PyMODINIT_FUNC PyInit__native(void)
         PyErr_SetString(PyExc_ValueError, err);
         return NULL;
     }
-    if (PyType_Ready(&AppenderType) < 0)
+    if (PyType_Ready(&AppenderType) < 0 || mqs_put_ready() < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
     Py_INCREF(&AppenderType);
     if (PyModule_AddObject(m, "Appender", (PyObject *)&AppenderType) < 0 || add_layout(m) < 0 ||
+        mqs_put_add(m) < 0 ||
         PyModule_AddIntConstant(m, "FALLBACK", MQS_FALLBACK) < 0 ||
         PyModule_AddIntConstant(m, "LOCK_TIMEOUT", MQS_LOCK_TIMEOUT) < 0 ||
         PyModule_AddIntConstant(m, "LOCK_BROKEN", MQS_LOCK_BROKEN) < 0) {

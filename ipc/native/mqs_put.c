@@ -1,0 +1,486 @@
+/* The common-case put in one C call; its Python reference is ipc/client.py's general
+ * path (`StoreClient._put_general`: `_prepare`, `_reserve`, `_copy`, `_record`), and
+ * tests/native/test_put_message.py compares the two record by record.
+ *
+ * The fast path accepts exactly what the general path would accept without a doubt:
+ * exact str / bytes / int types, no properties mapping, a topic and tags the client
+ * already validated (its lanes, below), keys that need no check beyond the separators.
+ * For everything else it returns None before touching anything, and the general path
+ * answers with its own statuses and messages (ipc.accepts).
+ *
+ * A lane (ipc/client.py: `_Lane`) is a list the client builds per topic:
+ *   [topic bytes, queue count, round-robin modulus, round-robin counter,
+ *    queue-table row per queue id (-1 unknown), {tags or None: properties bytes}] */
+#include "mqs_put.h"
+
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+
+#include "mqs_args.h"
+#include "mqs_layout.h"
+
+enum { L_TOPIC, L_QUEUES, L_RR_N, L_RR, L_QSLOTS, L_HEADS, LANE_FIELDS };
+#define MQS_CLIENTS_OFF 4096 /* ipc/control.py: client statistics rows */
+#define STATS_EVERY 256 /* fast puts between two copies of the row into the control block */
+
+static unsigned fork_gen; /* bumped in a forked child: its appenders are its parent's */
+
+static void after_fork_in_child(void)
+{
+    fork_gen++;
+}
+
+/* ---- PutLock: the client's thread lock -------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyThread_type_lock lock;
+    int locked;
+} PutLock;
+
+static int putlock_init(PutLock *self, PyObject *args, PyObject *kw)
+{
+    if (PyTuple_GET_SIZE(args) || (kw && PyDict_GET_SIZE(kw))) {
+        PyErr_SetString(PyExc_TypeError, "PutLock() takes no arguments");
+        return -1;
+    }
+    if (self->lock == NULL && (self->lock = PyThread_allocate_lock()) == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+static void putlock_dealloc(PutLock *self)
+{
+    if (self->lock) {
+        if (self->locked)
+            PyThread_release_lock(self->lock);
+        PyThread_free_lock(self->lock);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int putlock_try(PutLock *self)
+{
+    if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK))
+        return 0;
+    self->locked = 1;
+    return 1;
+}
+
+static void putlock_release_held(PutLock *self)
+{
+    self->locked = 0;
+    PyThread_release_lock(self->lock);
+}
+
+static PyObject *putlock_acquire(PutLock *self, PyObject *Py_UNUSED(a))
+{
+    if (self->lock == NULL) {
+        PyErr_SetString(PyExc_ValueError, "PutLock is not initialised");
+        return NULL;
+    }
+    while (!putlock_try(self)) {
+        PyLockStatus r;
+        Py_BEGIN_ALLOW_THREADS r = PyThread_acquire_lock_timed(self->lock, -1, 1);
+        Py_END_ALLOW_THREADS
+        if (r == PY_LOCK_ACQUIRED) {
+            self->locked = 1;
+            break;
+        }
+        if (PyErr_CheckSignals() < 0)
+            return NULL;
+    }
+    Py_RETURN_TRUE;
+}
+
+static PyObject *putlock_release(PutLock *self, PyObject *Py_UNUSED(a))
+{
+    if (!self->locked) {
+        PyErr_SetString(PyExc_RuntimeError, "release unlocked lock");
+        return NULL;
+    }
+    putlock_release_held(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *putlock_exit(PutLock *self, PyObject *Py_UNUSED(args))
+{
+    if (!self->locked) {
+        PyErr_SetString(PyExc_RuntimeError, "release unlocked lock");
+        return NULL;
+    }
+    putlock_release_held(self);
+    Py_RETURN_FALSE;
+}
+
+static PyObject *putlock_locked(PutLock *self, PyObject *Py_UNUSED(a))
+{
+    return PyBool_FromLong(self->locked);
+}
+
+static PyMethodDef putlock_methods[] = {
+    {"acquire", (PyCFunction)putlock_acquire, METH_NOARGS, "Wait for the lock (GIL released)."},
+    {"release", (PyCFunction)putlock_release, METH_NOARGS, "Release it."},
+    {"locked", (PyCFunction)putlock_locked, METH_NOARGS, "Whether a thread holds it."},
+    {"__enter__", (PyCFunction)putlock_acquire, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)putlock_exit, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject PutLockType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "mqstore._native.PutLock",
+    .tp_basicsize = sizeof(PutLock),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "PutLock(): a client's thread lock (threading.Lock's acquire, release and "
+              "with), which the C put also takes, without a call into Python.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)putlock_init,
+    .tp_dealloc = (destructor)putlock_dealloc,
+    .tp_methods = putlock_methods,
+};
+
+int mqs_put_ready(void)
+{
+    static int registered;
+    if (!registered && pthread_atfork(NULL, NULL, after_fork_in_child) != 0) {
+        PyErr_SetString(PyExc_OSError, "pthread_atfork failed");
+        return -1;
+    }
+    registered = 1;
+    return PyType_Ready(&PutLockType);
+}
+
+int mqs_put_add(PyObject *m)
+{
+    return PyModule_AddObjectRef(m, "PutLock", (PyObject *)&PutLockType);
+}
+
+/* ---- configuration ------------------------------------------------------------------ */
+
+void mqs_put_clear(Appender *self)
+{
+    struct mqs_client *c = &self->c;
+    if (c->configured)
+        PyBuffer_Release(&c->stats);
+    Py_CLEAR(c->lock);
+    Py_CLEAR(c->lanes);
+    Py_CLEAR(c->result_type);
+    for (int i = 0; i < 3; i++)
+        Py_CLEAR(c->outcomes[i]);
+    Py_CLEAR(c->msg_id_prefix);
+    Py_CLEAR(c->target);
+    c->configured = 0;
+}
+
+static int outcome_ok(PyObject *o)
+{
+    return PyTuple_CheckExact(o) && PyTuple_GET_SIZE(o) == 3 && PyLong_CheckExact(PyTuple_GET_ITEM(o, 1)) &&
+           PyLong_AsLong(PyTuple_GET_ITEM(o, 1)) >= 0 &&
+           PyLong_AsLong(PyTuple_GET_ITEM(o, 1)) < MQS_CF_HIST - MQS_CF_STATUS &&
+           PyUnicode_CheckExact(PyTuple_GET_ITEM(o, 2));
+}
+
+PyObject *mqs_put_configure(Appender *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"lock", "lanes", "stats", "stats_off", "result_type", "outcomes",
+                             "msg_id_prefix", "sync", "sync_timeout_ns", "busy_ns", "max_body",
+                             "store_addr", "store_port", NULL};
+    PyObject *lock, *lanes, *stats, *rtype, *outcomes, *prefix, *store_addr, *store_port;
+    int64_t stats_off, sync_timeout_ns, busy_ns, max_body;
+    int sync;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!OLO!O!UpLLLOO:configure", kwlist,
+                                     &PutLockType, &lock, &PyDict_Type, &lanes, &stats,
+                                     &stats_off, &PyType_Type, &rtype, &PyTuple_Type, &outcomes,
+                                     &prefix, &sync, &sync_timeout_ns, &busy_ns, &max_body,
+                                     &store_addr, &store_port))
+        return NULL;
+    if (!self->open) {
+        PyErr_SetString(PyExc_ValueError, "the appender is closed");
+        return NULL;
+    }
+    if (!PyType_IsSubtype((PyTypeObject *)rtype, &PyTuple_Type) || !PyUnicode_IS_ASCII(prefix) ||
+        PyTuple_GET_SIZE(outcomes) != 3 || !outcome_ok(PyTuple_GET_ITEM(outcomes, 0)) ||
+        !outcome_ok(PyTuple_GET_ITEM(outcomes, 1)) || !outcome_ok(PyTuple_GET_ITEM(outcomes, 2))) {
+        PyErr_SetString(PyExc_ValueError, "result_type must be a tuple type, msg_id_prefix "
+                                          "ASCII, outcomes three (status, index, reason)");
+        return NULL;
+    }
+    if (stats_off < MQS_CLIENTS_OFF || stats_off + MQS_CLIENT_FIELDS * 8 > MQS_SLOTS_OFF) {
+        PyErr_SetString(PyExc_ValueError, "stats_off is not a client row of the control block");
+        return NULL;
+    }
+    struct mqs_host store;
+    const uint8_t *addr;
+    size_t len;
+    if (mqs_arg_bytes(store_addr, "store_addr", &addr, &len) < 0)
+        return NULL;
+    if (len != 4 && len != 16) {
+        PyErr_SetString(PyExc_ValueError, "store_addr must be 4 or 16 bytes");
+        return NULL;
+    }
+    if (mqs_arg_i32(store_port, "store_port", &store.port) < 0)
+        return NULL;
+    Py_buffer view;
+    if (mqs_arg_wbuffer(stats, "stats", &view) < 0)
+        return NULL;
+    if (view.len != MQS_CLIENT_FIELDS * 8 || ((uintptr_t)view.buf & 7)) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "stats must be an array('q') of CLIENT_FIELDS");
+        return NULL;
+    }
+    mqs_put_clear(self);
+    struct mqs_client *c = &self->c;
+    c->stats = view;
+    c->lock = Py_NewRef(lock);
+    c->lanes = Py_NewRef(lanes);
+    c->result_type = Py_NewRef(rtype);
+    for (int i = 0; i < 3; i++)
+        c->outcomes[i] = Py_NewRef(PyTuple_GET_ITEM(outcomes, i));
+    c->msg_id_prefix = Py_NewRef(prefix);
+    memcpy(c->store_addr, addr, len);
+    c->store.addr = c->store_addr;
+    c->store.addr_len = (int)len;
+    c->store.port = store.port;
+    c->stats_off = stats_off;
+    c->sync = sync;
+    c->sync_timeout_ns = sync_timeout_ns;
+    c->busy_ns = busy_ns;
+    c->max_body = max_body;
+    c->target_index = -2;
+    c->stale_at_ns = 0;
+    c->since_stats = 0;
+    c->fork_gen = fork_gen;
+    c->configured = 1;
+    Py_RETURN_NONE;
+}
+
+PyObject *mqs_put_set_target(Appender *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int64_t index;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "set_target(mapping, index) takes 2 arguments");
+        return NULL;
+    }
+    if (mqs_arg_i64(args[1], "index", &index) < 0)
+        return NULL;
+    Py_XSETREF(self->c.target, args[0] == Py_None ? NULL : Py_NewRef(args[0]));
+    self->c.target_index = self->c.target ? index : -2;
+    Py_RETURN_NONE;
+}
+
+PyObject *mqs_put_checked(Appender *self, PyObject *arg)
+{
+    int64_t ns;
+    if (mqs_arg_i64(arg, "stale_after_ns", &ns) < 0)
+        return NULL;
+    self->c.stale_at_ns = mqs_mono_ns() + ns;
+    Py_RETURN_NONE;
+}
+
+/* ---- the put ------------------------------------------------------------------------ */
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The offset message id: the store host's hex (the client's prefix) and the offset as
+ * 16 upper-case hex digits, as `f"{prefix}{offset:016X}"`. */
+static PyObject *msg_id(PyObject *prefix, int64_t off)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    Py_ssize_t n = PyUnicode_GET_LENGTH(prefix);
+    PyObject *s = PyUnicode_New(n + 16, 127);
+    if (s == NULL)
+        return NULL;
+    Py_UCS1 *d = PyUnicode_1BYTE_DATA(s);
+    memcpy(d, PyUnicode_1BYTE_DATA(prefix), (size_t)n);
+    for (int i = 15; i >= 0; i--, off = (int64_t)((uint64_t)off >> 4))
+        d[n + i] = (Py_UCS1)hex[off & 15];
+    return s;
+}
+
+/* PutResult(status, reason, msg_id, physical_offset, size, queue_id, queue_offset,
+ * store_timestamp), made as tuple.__new__(PutResult, ...) makes it. */
+static PyObject *result(struct mqs_client *c, PyObject *outcome, int64_t start, int64_t size,
+                        int64_t qid, int64_t qo, int64_t ts)
+{
+    PyTypeObject *t = (PyTypeObject *)c->result_type;
+    PyObject *r = t->tp_alloc(t, 8);
+    if (r == NULL)
+        return NULL;
+    PyObject *v[8] = {Py_NewRef(PyTuple_GET_ITEM(outcome, 0)),
+                      Py_NewRef(PyTuple_GET_ITEM(outcome, 2)),
+                      msg_id(c->msg_id_prefix, start),
+                      PyLong_FromLongLong(start),
+                      PyLong_FromLongLong(size),
+                      PyLong_FromLongLong(qid),
+                      PyLong_FromLongLong(qo),
+                      PyLong_FromLongLong(ts)};
+    int bad = 0;
+    for (int i = 0; i < 8; i++) {
+        bad |= v[i] == NULL;
+        PyTuple_SET_ITEM(r, i, v[i]);
+    }
+    if (bad) {
+        Py_DECREF(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* Count the put and copy the row into the control block every STATS_EVERY puts. */
+static void count(Appender *self, const int64_t v[9])
+{
+    struct mqs_client *c = &self->c;
+    mqs_count(c->stats.buf, v);
+    if (++c->since_stats >= STATS_EVERY) {
+        c->since_stats = 0;
+        memcpy(self->a.ctl + c->stats_off, c->stats.buf, MQS_CLIENT_FIELDS * 8);
+    }
+}
+
+/* The message from the arguments and the lane, or 0 (take the general path). The rules
+ * are `_prepare`'s and `_keyed_tail`'s, in their order. */
+static int message(Appender *self, PyObject *const *args, PyObject *lane, struct mqs_item *it,
+                   int64_t *rr)
+{
+    PyObject *tags = args[2], *keys = args[3], *qid_o = args[5];
+    PyObject **l = &PyList_GET_ITEM(lane, 0);
+    if (!PyBytes_CheckExact(l[L_TOPIC]) || !PyList_CheckExact(l[L_QSLOTS]) ||
+        !PyDict_CheckExact(l[L_HEADS]))
+        return 0;
+    PyObject *props = PyDict_GetItemWithError(l[L_HEADS], tags);
+    if (props == NULL || !PyBytes_CheckExact(props))
+        return 0;
+    struct mqs_message *m = &it->msg;
+    m->topic = (const uint8_t *)PyBytes_AS_STRING(l[L_TOPIC]);
+    m->topic_len = (size_t)PyBytes_GET_SIZE(l[L_TOPIC]);
+    m->props = (const uint8_t *)PyBytes_AS_STRING(props);
+    m->props_len = (size_t)PyBytes_GET_SIZE(props);
+    if (keys != Py_None) {
+        Py_ssize_t klen;
+        const char *k = PyUnicode_AsUTF8AndSize(keys, &klen);
+        if (k == NULL || klen == 0 || memchr(k, 1, (size_t)klen) || memchr(k, 2, (size_t)klen))
+            return 0; /* a lone surrogate, empty, a separator: the general path says so */
+        m->keys = (const uint8_t *)k;
+        m->keys_len = (size_t)klen;
+    }
+    if (mqs_props_len(m) > 32767)
+        return 0;
+    m->body = (const uint8_t *)PyBytes_AS_STRING(args[1]);
+    m->body_len = (size_t)PyBytes_GET_SIZE(args[1]);
+    if ((int64_t)m->body_len > self->c.max_body)
+        return 0;
+    long queues = PyLong_AsLong(l[L_QUEUES]);
+    long long qid;
+    *rr = -1;
+    if (qid_o == Py_None) {
+        long n = PyLong_AsLong(l[L_RR_N]);
+        *rr = PyLong_AsLongLong(l[L_RR]);
+        if (*rr < 0)
+            return 0;
+        qid = n > 0 ? *rr % n : 0;
+    } else {
+        int overflow;
+        qid = PyLong_AsLongLongAndOverflow(qid_o, &overflow);
+        if (overflow)
+            return 0;
+    }
+    if (PyErr_Occurred() || qid < 0 || qid >= queues || qid >= PyList_GET_SIZE(l[L_QSLOTS]))
+        return 0;
+    long qs = PyLong_AsLong(PyList_GET_ITEM(l[L_QSLOTS], (Py_ssize_t)qid));
+    if (qs < 0 || qs > INT32_MAX)
+        return 0;
+    static const uint8_t loopback[4] = {127, 0, 0, 1};
+    m->queue_id = (int32_t)qid;
+    m->born.addr = loopback;
+    m->born.addr_len = 4;
+    m->store = self->c.store;
+    m->born_timestamp = now_ms();
+    it->qslot = (int32_t)qs;
+    it->takes_offset = 1;
+    it->size = (int64_t)mqs_record_length(m);
+    return it->size + MQS_END_FILE_MIN_BLANK <= self->a.seg_size;
+}
+
+/* Reserve, copy, wait (sync), count, answer; the client's lock is held. */
+static PyObject *put_locked(Appender *self, PyObject *const *args, int64_t t0)
+{
+    struct mqs_client *c = &self->c;
+    PyObject *lane = PyDict_GetItemWithError(c->lanes, args[0]);
+    if (lane == NULL || !PyList_CheckExact(lane) || PyList_GET_SIZE(lane) != LANE_FIELDS)
+        goto fallback;
+    struct mqs_item it;
+    memset(&it, 0, sizeof it);
+    int64_t rr;
+    if (!message(self, args, lane, &it, &rr))
+        goto fallback;
+    int64_t t_wait = mqs_mono_ns(), waited = 0, qo;
+    struct mqs_reservation r;
+    int rc = mqs_append_items(self, c->target ? c->target : Py_None, c->target_index, &it, 1,
+                              c->busy_ns, &qo, &r, &waited);
+    if (rc == -100)
+        return NULL;
+    if (rc == MQS_FALLBACK)
+        goto fallback;
+    if (rc != MQS_OK)
+        return PyLong_FromLong(rc);
+    if (rr >= 0) {
+        PyObject *next = PyLong_FromLongLong(rr + 1);
+        if (next == NULL || PyList_SetItem(lane, L_RR, next) < 0)
+            return NULL;
+    }
+    int64_t t_copied = mqs_mono_ns(), t_done = t_copied;
+    int sync = c->sync && args[6] == Py_True, outcome = 0;
+    if (sync) {
+        outcome = mqs_wait_flushed(self, r.start + it.size, c->sync_timeout_ns);
+        if (outcome < 0)
+            return NULL;
+        t_done = mqs_mono_ns();
+    }
+    PyObject *oc = c->outcomes[outcome];
+    int64_t v[9] = {1, it.size, PyLong_AsLong(PyTuple_GET_ITEM(oc, 1)),
+                    outcome == 0, sync, t_done - t0, waited, t_copied - t_wait - waited,
+                    t_done - t_copied};
+    count(self, v);
+    return result(c, oc, r.start, it.size, it.msg.queue_id, qo, r.store_ts);
+fallback:
+    if (PyErr_Occurred())
+        PyErr_Clear();
+    Py_RETURN_NONE;
+}
+
+PyObject *mqs_put_message(Appender *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7 && nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "put_message(topic, body, tags, keys, properties, "
+                                         "queue_id, wait_store, held=False) takes 7 or 8 "
+                                         "arguments");
+        return NULL;
+    }
+    struct mqs_client *c = &self->c;
+    PyObject *tags = args[2], *keys = args[3], *qid = args[5], *wait = args[6];
+    if (!self->open || !c->configured || c->fork_gen != fork_gen || args[4] != Py_None ||
+        !PyUnicode_CheckExact(args[0]) || !PyBytes_CheckExact(args[1]) ||
+        (tags != Py_None && !PyUnicode_CheckExact(tags)) ||
+        (keys != Py_None && !PyUnicode_CheckExact(keys)) ||
+        (qid != Py_None && !PyLong_CheckExact(qid)) || (wait != Py_True && wait != Py_False))
+        Py_RETURN_NONE;
+    int64_t t0 = mqs_mono_ns();
+    if (t0 >= c->stale_at_ns)
+        Py_RETURN_NONE; /* the client checks its supervisor first */
+    int held = nargs == 8 && args[7] == Py_True;
+    PutLock *lock = (PutLock *)c->lock;
+    if (!held && !putlock_try(lock))
+        Py_RETURN_NONE; /* another thread puts: wait on the lock in the general path */
+    PyObject *out = put_locked(self, args, t0);
+    if (!held)
+        putlock_release_held(lock);
+    return out;
+}
