@@ -1076,14 +1076,25 @@ class StoreClient:
         A bad message fails the whole batch with its status; nothing is written. A
         message or field of the wrong type raises TypeError naming it (`ipc.accepts`).
         """
-        results = self._put_batch(messages, wait_store)
+        results = self._app.put_batch_messages(messages, wait_store)
+        if type(results) is not list:
+            results = self._put_batch(results, messages, wait_store)
         return raise_if_failed(results) if self.raise_on_status else results
 
     def _put_batch(
-        self, messages: Iterable[Mapping[str, Any] | Message], wait_store: bool
+        self,
+        code: int | None,
+        messages: Iterable[Mapping[str, Any] | Message],
+        wait_store: bool,
     ) -> list[PutResult]:
+        """A batch the C call (`Appender.put_batch_messages`) did not put: as `_put_slow`
+        for one message, then the general path in Python, its reference."""
         t0 = _perf_ns()
         msgs: list[Any] = check_batch(messages)
+        if code is not None:
+            busy = self._lock_failed(code)
+            self._record(t0, len(msgs), 0, busy.status, False)
+            return [PutResult(busy.status, busy.reason) for _ in msgs]
         for i, m in enumerate(msgs):
             check_batch_item(i, m)
         check_types("put_batch", wait_store=(wait_store, BOOL))
@@ -1093,6 +1104,16 @@ class StoreClient:
                 return [PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, why) for _ in msgs]
             if not msgs:
                 return []
+            for m in msgs:
+                if type(m) is dict:
+                    self._warm(m.get("topic"), m.get("tags"))
+            got = self._app.put_batch_messages(msgs, wait_store, True)
+            if type(got) is list:
+                return got
+            if got is not None:
+                busy = self._lock_failed(got)
+                self._record(t0, len(msgs), 0, busy.status, False)
+                return [PutResult(busy.status, busy.reason) for _ in msgs]
             if len(msgs) > self._slot_count // 2:
                 bad = PutResult(
                     PutMessageStatus.MESSAGE_ILLEGAL,

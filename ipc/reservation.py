@@ -11,13 +11,15 @@ publisher in `ipc.commit`). The fields live in the control block (`ipc.control`)
 | reserved_pos, seq       | the lock holder            | the mutex (the commit point)  |
 | slot row seq % N        | holder: RESERVED; owner:   | RESERVED under the mutex,     |
 |                         | DONE / ABANDONED;          | DONE / ABANDONED after it;    |
-|                         | publisher: filled -> DONE  | fills under the commit lock   |
+|                         | committer: filled -> DONE  | fills under the commit lock   |
 | queue row next_offset   | the lock holder            | the mutex                     |
-| published_pos, _seq     | the publisher              | the commit lock               |
+| published_pos, _ts      | any publisher: raised to a | compare-and-swap max, before  |
+|                         | DONE slot's end            | published_seq passes the slot |
+| published_seq           | any publisher              | compare-and-swap, one slot    |
 
 A slot's states (row `seq % slot_count`):
 
-    FREE --reserve--> RESERVED --complete--> DONE --publish--> (reused)
+    FREE --reserve--> RESERVED --complete--> DONE --publish (any)--> (reused)
                          |  \\--abandon--> ABANDONED --fill--> DONE
                          \\--owner dead (liveness byte free)--fill--> DONE
 
@@ -37,10 +39,21 @@ A slot's states (row `seq % slot_count`):
   (a release store: the bytes are visible first).
 * **abandon** (`StoreClient._abandon`): an exception between reserve and complete
   marks the slot ABANDONED.
-* **publish** (`ipc.commit.LogFiles.publish`, under the commit lock): advance
-  published_pos over contiguous DONE slots.
-* **fill** (the publisher): a slot ABANDONED, or RESERVED by a process that is dead, is
-  overwritten with a filler record of its length (`engine.filler`) and counts as DONE.
+* **publish** (C `mqs_publish`, lock-free; twin `publish_reference`): every producer
+  runs it right after its done-mark, and the committer after its fills. While the slot
+  at published_seq (below seq, so of this lap) is DONE: read its end and store time,
+  re-read published_seq (a changed value means another publisher moved on and the row
+  may already be a later lap's: start over), raise published_pos and published_ts to
+  them (a compare-and-swap max), then move published_seq one on with a
+  compare-and-swap. So the producer that completes the oldest pending slot publishes it
+  and every DONE slot behind it: no put waits for the committer's tick. A full fence
+  after the done-mark makes two producers finishing neighbouring slots unable to both
+  miss the other's store. A publisher that dies leaves published_pos at most one slot
+  ahead of published_seq (that slot is DONE); the next one moves published_seq on.
+* **fill** (the committer, `ipc.commit.LogFiles.publish`, under the commit lock): a
+  slot ABANDONED, or RESERVED by a process that is dead, that stops publishing is
+  overwritten with a filler record of its length (`engine.filler`), marked DONE and
+  published.
 
 **Liveness, robust to pid reuse** (`LiveLock`, `LiveTable`; LMDB's reader-table
 scheme): each producing process holds a shared open-file-description lock on the byte
@@ -60,6 +73,7 @@ import os
 from typing import Final
 
 from mqstore import _native
+from mqstore.ipc import control as c
 
 LIVE_LOCK: Final = ".mqstore-live.lock"
 
@@ -110,3 +124,25 @@ class LiveTable:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+def publish_reference(buf: bytearray) -> int:
+    """The Python twin of `_native.publish` (tests compare the two byte for byte): move
+    published_seq over contiguous DONE slots, published_pos and published_ts to the last
+    one's end and store time (never lower); return the slots advanced. One process."""
+    get = c.I64.unpack_from
+    slot_count = get(buf, c.OFF_SLOT_COUNT)[0]
+    seq = get(buf, c.OFF_SEQ)[0]
+    ps = start = get(buf, c.OFF_PUBLISHED_SEQ)[0]
+    while ps < seq:
+        off, _qo, ts, size, _pid, _qslot, state = c.SLOT.unpack_from(
+            buf, c.SLOTS_OFF + (ps % slot_count) * c.SLOT_ROW
+        )
+        if state != c.STATE_DONE:
+            break
+        for field, value in ((c.OFF_PUBLISHED, off + size), (c.OFF_PUBLISHED_TS, ts)):
+            if get(buf, field)[0] < value:
+                c.I64.pack_into(buf, field, value)
+        ps += 1
+        c.I64.pack_into(buf, c.OFF_PUBLISHED_SEQ, ps)
+    return ps - start

@@ -276,16 +276,17 @@ int64_t mqs_mono_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* The lock, without the GIL when it has to wait. */
+/* The lock, without the GIL when it has to wait (`waited`: how long; 0 when free). */
 static int take_lock(Appender *self, int64_t timeout_ns, int64_t *waited)
 {
-    int64_t t0 = mqs_mono_ns();
     int rc = mqs_lock(self->a.ctl, 0);
+    *waited = 0;
     if (rc == MQS_LOCK_TIMEOUT && timeout_ns > 0) {
+        int64_t t0 = mqs_mono_ns();
         Py_BEGIN_ALLOW_THREADS rc = mqs_lock(self->a.ctl, timeout_ns);
         Py_END_ALLOW_THREADS
+        *waited = mqs_mono_ns() - t0;
     }
-    *waited = mqs_mono_ns() - t0;
     return rc;
 }
 

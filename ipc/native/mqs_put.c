@@ -142,8 +142,15 @@ static PyTypeObject PutLockType = {
     .tp_methods = putlock_methods,
 };
 
+/* The field names of a batch's dicts, interned once. */
+static PyObject *field_names[6];
+
 int mqs_put_ready(void)
 {
+    static const char *names[6] = {"topic", "body", "tags", "keys", "properties", "queue_id"};
+    for (int i = 0; i < 6; i++)
+        if (field_names[i] == NULL && (field_names[i] = PyUnicode_InternFromString(names[i])) == NULL)
+            return -1;
     static int registered;
     if (!registered && pthread_atfork(NULL, NULL, after_fork_in_child) != 0) {
         PyErr_SetString(PyExc_OSError, "pthread_atfork failed");
@@ -345,12 +352,45 @@ static void count(Appender *self, const int64_t v[9])
     }
 }
 
-/* The message from the arguments and the lane, or 0 (take the general path). The rules
- * are `_prepare`'s and `_keyed_tail`'s, in their order. */
-static int message(Appender *self, PyObject *const *args, PyObject *lane, struct mqs_item *it,
-                   int64_t *rr)
+/* A put's fields: topic, body, tags, keys, properties, queue_id (put's arguments). */
+enum { F_TOPIC, F_BODY, F_TAGS, F_KEYS, F_PROPS, F_QID, FIELDS };
+
+/* Whether the fields have the plain types the C put takes (else: the general path). */
+static int plain(PyObject *const *f)
 {
-    PyObject *tags = args[2], *keys = args[3], *qid_o = args[5];
+    return f[F_PROPS] == Py_None && PyUnicode_CheckExact(f[F_TOPIC]) &&
+           PyBytes_CheckExact(f[F_BODY]) &&
+           (f[F_TAGS] == Py_None || PyUnicode_CheckExact(f[F_TAGS])) &&
+           (f[F_KEYS] == Py_None || PyUnicode_CheckExact(f[F_KEYS])) &&
+           (f[F_QID] == Py_None || PyLong_CheckExact(f[F_QID]));
+}
+
+/* The round-robin counters a call moved, to put back when it leaves the put to the
+ * general path (which counts again). */
+struct undo {
+    PyObject *lane, *rr; /* owned */
+};
+
+static void undo_release(struct undo *u, int n, int restore)
+{
+    for (int i = n - 1; i >= 0; i--) {
+        if (restore)
+            PyList_SetItem(u[i].lane, L_RR, Py_NewRef(u[i].rr));
+        Py_DECREF(u[i].lane);
+        Py_DECREF(u[i].rr);
+    }
+}
+
+/* The message from put's fields and its topic's lane, or 0 (take the general path). The
+ * rules are `_prepare`'s and `_keyed_tail`'s, in their order. A queue id taken from
+ * the round robin moves the lane's counter, recorded in `u` (*nu entries). */
+static int message(Appender *self, PyObject *const *f, struct mqs_item *it, struct undo *u,
+                   int *nu)
+{
+    PyObject *tags = f[F_TAGS], *keys = f[F_KEYS], *qid_o = f[F_QID];
+    PyObject *lane = PyDict_GetItemWithError(self->c.lanes, f[F_TOPIC]);
+    if (lane == NULL || !PyList_CheckExact(lane) || PyList_GET_SIZE(lane) != LANE_FIELDS)
+        return 0;
     PyObject **l = &PyList_GET_ITEM(lane, 0);
     if (!PyBytes_CheckExact(l[L_TOPIC]) || !PyList_CheckExact(l[L_QSLOTS]) ||
         !PyDict_CheckExact(l[L_HEADS]))
@@ -373,19 +413,25 @@ static int message(Appender *self, PyObject *const *args, PyObject *lane, struct
     }
     if (mqs_props_len(m) > 32767)
         return 0;
-    m->body = (const uint8_t *)PyBytes_AS_STRING(args[1]);
-    m->body_len = (size_t)PyBytes_GET_SIZE(args[1]);
+    m->body = (const uint8_t *)PyBytes_AS_STRING(f[F_BODY]);
+    m->body_len = (size_t)PyBytes_GET_SIZE(f[F_BODY]);
     if ((int64_t)m->body_len > self->c.max_body)
         return 0;
     long queues = PyLong_AsLong(l[L_QUEUES]);
     long long qid;
-    *rr = -1;
     if (qid_o == Py_None) {
         long n = PyLong_AsLong(l[L_RR_N]);
-        *rr = PyLong_AsLongLong(l[L_RR]);
-        if (*rr < 0)
+        long long rr = PyLong_AsLongLong(l[L_RR]);
+        if (rr < 0)
             return 0;
-        qid = n > 0 ? *rr % n : 0;
+        qid = n > 0 ? rr % n : 0;
+        PyObject *next = PyLong_FromLongLong(rr + 1);
+        if (next == NULL)
+            return 0;
+        u[*nu].lane = Py_NewRef(lane);
+        u[*nu].rr = Py_NewRef(l[L_RR]);
+        ++*nu;
+        PyList_SetItem(lane, L_RR, next);
     } else {
         int overflow;
         qid = PyLong_AsLongLongAndOverflow(qid_o, &overflow);
@@ -409,51 +455,62 @@ static int message(Appender *self, PyObject *const *args, PyObject *lane, struct
     return it->size + MQS_END_FILE_MIN_BLANK <= self->a.seg_size;
 }
 
-/* Reserve, copy, wait (sync), count, answer; the client's lock is held. */
-static PyObject *put_locked(Appender *self, PyObject *const *args, int64_t t0)
+/* Reserve and copy `n` messages, wait (sync), count: the outcome index (0 flushed or
+ * not asked, 1 timed out, 2 failed), a code < 0 from the reservation lock, or -100 with
+ * an exception set. The client's lock is held. */
+static int put_items(Appender *self, struct mqs_item *items, int n, int sync, int64_t t0,
+                     int64_t *qoffs, struct mqs_reservation *r)
 {
     struct mqs_client *c = &self->c;
-    PyObject *lane = PyDict_GetItemWithError(c->lanes, args[0]);
-    if (lane == NULL || !PyList_CheckExact(lane) || PyList_GET_SIZE(lane) != LANE_FIELDS)
-        goto fallback;
-    struct mqs_item it;
-    memset(&it, 0, sizeof it);
-    int64_t rr;
-    if (!message(self, args, lane, &it, &rr))
-        goto fallback;
-    int64_t t_wait = mqs_mono_ns(), waited = 0, qo;
-    struct mqs_reservation r;
-    int rc = mqs_append_items(self, c->target ? c->target : Py_None, c->target_index, &it, 1,
-                              c->busy_ns, &qo, &r, &waited);
-    if (rc == -100)
-        return NULL;
-    if (rc == MQS_FALLBACK)
-        goto fallback;
+    int64_t waited = 0, total = 0;
+    for (int i = 0; i < n; i++)
+        total += items[i].size;
+    int rc = mqs_append_items(self, c->target ? c->target : Py_None, c->target_index, items, n,
+                              c->busy_ns, qoffs, r, &waited);
     if (rc != MQS_OK)
-        return PyLong_FromLong(rc);
-    if (rr >= 0) {
-        PyObject *next = PyLong_FromLongLong(rr + 1);
-        if (next == NULL || PyList_SetItem(lane, L_RR, next) < 0)
-            return NULL;
-    }
+        return rc;
     int64_t t_copied = mqs_mono_ns(), t_done = t_copied;
-    int sync = c->sync && args[6] == Py_True, outcome = 0;
+    int outcome = 0;
     if (sync) {
-        outcome = mqs_wait_flushed(self, r.start + it.size, c->sync_timeout_ns);
+        outcome = mqs_wait_flushed(self, r->start + total, c->sync_timeout_ns);
         if (outcome < 0)
-            return NULL;
+            return -100;
         t_done = mqs_mono_ns();
     }
-    PyObject *oc = c->outcomes[outcome];
-    int64_t v[9] = {1, it.size, PyLong_AsLong(PyTuple_GET_ITEM(oc, 1)),
-                    outcome == 0, sync, t_done - t0, waited, t_copied - t_wait - waited,
+    int64_t v[9] = {n, total, PyLong_AsLong(PyTuple_GET_ITEM(c->outcomes[outcome], 1)),
+                    outcome == 0, sync, t_done - t0, waited, t_copied - t0 - waited,
                     t_done - t_copied};
     count(self, v);
-    return result(c, oc, r.start, it.size, it.msg.queue_id, qo, r.store_ts);
-fallback:
+    return outcome;
+}
+
+/* Every code but an outcome: None (general path), the lock's code, or the exception. */
+static PyObject *not_done(int rc)
+{
+    if (rc == -100)
+        return NULL;
     if (PyErr_Occurred())
         PyErr_Clear();
-    Py_RETURN_NONE;
+    if (rc == MQS_FALLBACK)
+        Py_RETURN_NONE;
+    return PyLong_FromLong(rc);
+}
+
+static PyObject *put_locked(Appender *self, PyObject *const *f, int sync, int64_t t0)
+{
+    struct mqs_item it;
+    struct mqs_reservation r;
+    struct undo u[1];
+    int nu = 0, rc = MQS_FALLBACK;
+    int64_t qo;
+    memset(&it, 0, sizeof it);
+    if (message(self, f, &it, u, &nu))
+        rc = put_items(self, &it, 1, sync, t0, &qo, &r);
+    undo_release(u, nu, rc == MQS_FALLBACK);
+    if (rc < 0)
+        return not_done(rc);
+    return result(&self->c, self->c.outcomes[rc], r.start, it.size, it.msg.queue_id, qo,
+                  r.store_ts);
 }
 
 PyObject *mqs_put_message(Appender *self, PyObject *const *args, Py_ssize_t nargs)
@@ -465,12 +522,9 @@ PyObject *mqs_put_message(Appender *self, PyObject *const *args, Py_ssize_t narg
         return NULL;
     }
     struct mqs_client *c = &self->c;
-    PyObject *tags = args[2], *keys = args[3], *qid = args[5], *wait = args[6];
-    if (!self->open || !c->configured || c->fork_gen != fork_gen || args[4] != Py_None ||
-        !PyUnicode_CheckExact(args[0]) || !PyBytes_CheckExact(args[1]) ||
-        (tags != Py_None && !PyUnicode_CheckExact(tags)) ||
-        (keys != Py_None && !PyUnicode_CheckExact(keys)) ||
-        (qid != Py_None && !PyLong_CheckExact(qid)) || (wait != Py_True && wait != Py_False))
+    PyObject *wait = args[6];
+    if (!self->open || !c->configured || c->fork_gen != fork_gen || !plain(args) ||
+        (wait != Py_True && wait != Py_False))
         Py_RETURN_NONE;
     int64_t t0 = mqs_mono_ns();
     if (t0 >= c->stale_at_ns)
@@ -479,7 +533,110 @@ PyObject *mqs_put_message(Appender *self, PyObject *const *args, Py_ssize_t narg
     PutLock *lock = (PutLock *)c->lock;
     if (!held && !putlock_try(lock))
         Py_RETURN_NONE; /* another thread puts: wait on the lock in the general path */
-    PyObject *out = put_locked(self, args, t0);
+    PyObject *out = put_locked(self, args, c->sync && wait == Py_True, t0);
+    if (!held)
+        putlock_release_held(lock);
+    return out;
+}
+
+/* put's fields from one dict of a batch, or 0: not a dict of plain fields only. */
+static int batch_fields(PyObject *d, PyObject **f)
+{
+    if (!PyDict_CheckExact(d))
+        return 0;
+    Py_ssize_t found = 0;
+    for (int i = 0; i < FIELDS; i++) {
+        PyObject *v = PyDict_GetItemWithError(d, field_names[i]);
+        if (v == NULL && PyErr_Occurred())
+            return 0;
+        found += v != NULL;
+        f[i] = v ? v : Py_None;
+    }
+    return found == PyDict_GET_SIZE(d) && f[F_TOPIC] != Py_None && f[F_BODY] != Py_None &&
+           plain(f);
+}
+
+/* One PutResult per message, from `start` on. */
+static PyObject *batch_results(struct mqs_client *c, PyObject *outcome, struct mqs_item *items,
+                               int n, const int64_t *qoffs, const struct mqs_reservation *r)
+{
+    PyObject *out = PyList_New(n);
+    int64_t at = r->start;
+    for (int i = 0; out && i < n; i++) {
+        PyObject *one = result(c, outcome, at, items[i].size, items[i].msg.queue_id, qoffs[i],
+                               r->store_ts);
+        if (one == NULL)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, i, one);
+        at += items[i].size;
+    }
+    return out;
+}
+
+/* The batch under the client's lock: its bodies and keys held (a copy may run without the
+ * GIL), all or nothing, as `StoreClient._put_batch`. */
+static PyObject *batch_locked(Appender *self, PyObject *msgs, int n, int sync, int64_t t0)
+{
+    struct mqs_item *items = PyMem_Calloc((size_t)n, sizeof *items);
+    int64_t *qoffs = PyMem_Calloc((size_t)n, sizeof *qoffs);
+    struct undo *u = PyMem_Calloc((size_t)n, sizeof *u);
+    PyObject **keep = PyMem_Calloc((size_t)n * 2, sizeof *keep);
+    if (!items || !qoffs || !u || !keep) {
+        PyMem_Free(items);
+        PyMem_Free(qoffs);
+        PyMem_Free(u);
+        PyMem_Free(keep);
+        return PyErr_NoMemory();
+    }
+    int nu = 0, rc = MQS_FALLBACK, i;
+    int64_t total = 0;
+    for (i = 0; i < n; i++) {
+        PyObject *f[FIELDS];
+        if (!batch_fields(PyList_GET_ITEM(msgs, i), f) || !message(self, f, &items[i], u, &nu))
+            break;
+        keep[2 * i] = Py_NewRef(f[F_BODY]);
+        keep[2 * i + 1] = Py_NewRef(f[F_KEYS]);
+        total += items[i].size;
+    }
+    struct mqs_reservation r;
+    if (i == n && total + MQS_END_FILE_MIN_BLANK <= self->a.seg_size)
+        rc = put_items(self, items, n, sync, t0, qoffs, &r);
+    undo_release(u, nu, rc == MQS_FALLBACK);
+    PyObject *out = rc < 0 ? not_done(rc)
+                           : batch_results(&self->c, self->c.outcomes[rc], items, n, qoffs, &r);
+    for (int k = 0; k < 2 * n; k++)
+        Py_XDECREF(keep[k]);
+    PyMem_Free(items);
+    PyMem_Free(qoffs);
+    PyMem_Free(u);
+    PyMem_Free(keep);
+    return out;
+}
+
+PyObject *mqs_put_batch_messages(Appender *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 && nargs != 3) {
+        PyErr_SetString(PyExc_TypeError,
+                        "put_batch_messages(messages, wait_store, held=False) takes 2 or 3 "
+                        "arguments");
+        return NULL;
+    }
+    struct mqs_client *c = &self->c;
+    PyObject *msgs = args[0], *wait = args[1];
+    if (!self->open || !c->configured || c->fork_gen != fork_gen || !PyList_CheckExact(msgs) ||
+        PyList_GET_SIZE(msgs) < 1 || PyList_GET_SIZE(msgs) > self->a.slot_count / 2 ||
+        (wait != Py_True && wait != Py_False))
+        Py_RETURN_NONE;
+    int64_t t0 = mqs_mono_ns();
+    if (t0 >= c->stale_at_ns)
+        Py_RETURN_NONE;
+    int held = nargs == 3 && args[2] == Py_True;
+    PutLock *lock = (PutLock *)c->lock;
+    if (!held && !putlock_try(lock))
+        Py_RETURN_NONE;
+    PyObject *out = batch_locked(self, msgs, (int)PyList_GET_SIZE(msgs), c->sync && wait == Py_True,
+                                 t0);
     if (!held)
         putlock_release_held(lock);
     return out;

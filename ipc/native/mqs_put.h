@@ -10,6 +10,7 @@
 #include "mqs_appender.h"
 
 PyObject *mqs_put_message(Appender *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *mqs_put_batch_messages(Appender *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *mqs_put_configure(Appender *self, PyObject *args, PyObject *kw);
 PyObject *mqs_put_set_target(Appender *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *mqs_put_checked(Appender *self, PyObject *arg);
@@ -26,6 +27,10 @@ int mqs_put_add(PyObject *m);
      "put_message(topic, body, tags, keys, properties, queue_id, wait_store, held=False) -> "   \
      "PutResult | int | None: the whole common-case put; a code (< 0) when the reservation "   \
      "lock failed; None: nothing done, take the general path."},                               \
+        {"put_batch_messages", (PyCFunction)(void (*)(void))mqs_put_batch_messages,            \
+         METH_FASTCALL,                                                                        \
+         "put_batch_messages(messages, wait_store, held=False) -> list[PutResult] | int | "    \
+         "None: a batch of put's dicts in one call, as put_message."},                         \
         {"configure", (PyCFunction)(void (*)(void))mqs_put_configure,                          \
          METH_VARARGS | METH_KEYWORDS,                                                         \
          "configure(lock, lanes, stats, stats_off, result_type, outcomes, msg_id_prefix, "     \

@@ -1,0 +1,289 @@
+"""The C put of one message (`Appender.put_message`) against its references, over a real
+control block: the record bytes equal `engine.record.encode`'s, it refuses (None, nothing
+written) exactly what the client's general path refuses, and its lock-free publish moves
+the published position as the Python twin (`ipc.reservation.publish_reference`) does.
+These run under ASan/UBSan too (`make sanitize`)."""
+
+from __future__ import annotations
+
+import array
+import os
+import secrets
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mqstore import _native
+from mqstore.engine import record
+from mqstore.engine.record import Message
+from mqstore.ipc import control as c
+from mqstore.ipc.reservation import publish_reference
+from mqstore.ipc.results import PutMessageStatus, PutResult
+from tests.native.test_append import expected
+
+SEG = 4 << 20
+QUEUES = 4
+MAX_BODY = 4096
+PREFIX = "7F00000100002A9F"
+TOPICS = ("TopicA", "t-2")
+KNOWN_TAGS = (None, "TagA", "ü tag")
+OK = PutMessageStatus.PUT_OK
+
+
+@pytest.fixture
+def cb(tmp_path: Path) -> Iterator[c.ControlBlock]:
+    geo = c.Geometry(segment_size=SEG, pool_buffers=2, slot_count=64, qtable_capacity=256)
+    block = c.ControlBlock.create(tmp_path, 1, geo, token=secrets.token_hex(4))
+    block.set(c.OFF_FLAGS, c.FLAG_RUNNING)
+    block.set(c.OFF_ALLOCATED, 64 * SEG)
+    try:
+        yield block
+    finally:
+        block.close()
+
+
+def lanes_of(cb: c.ControlBlock) -> dict[str, list[Any]]:
+    """The lanes `StoreClient._warm` makes, for TOPICS and KNOWN_TAGS."""
+    out: dict[str, list[Any]] = {}
+    for topic in TOPICS:
+        tb = topic.encode()
+        qslots = [cb.find_or_add_queue(tb, q) for q in range(QUEUES)]
+        heads = {
+            t: record.encode_properties({record.PROPERTY_TAGS: t} if t else {}) for t in KNOWN_TAGS
+        }
+        out[topic] = [tb, QUEUES, QUEUES, 0, qslots, heads]
+    return out
+
+
+def appender(cb: c.ControlBlock, lanes: dict[str, list[Any]]) -> _native.Appender:
+    app = _native.Appender(cb.buf, cb.pool_buf, os.getpid())
+    app.configure(
+        lock=_native.PutLock(),
+        lanes=lanes,
+        stats=array.array("q", bytes(8 * c.CLIENT_FIELDS)),
+        stats_off=cb.client_off(0),
+        result_type=PutResult,
+        outcomes=(
+            (OK, 0, ""),
+            (PutMessageStatus.FLUSH_DISK_TIMEOUT, 1, "timed out"),
+            (PutMessageStatus.FLUSH_DISK_FAILED, 10, "failed"),
+        ),
+        msg_id_prefix=PREFIX,
+        sync=False,
+        sync_timeout_ns=10**9,
+        busy_ns=10**8,
+        max_body=MAX_BODY,
+        store_addr=b"\x7f\x00\x00\x01",
+        store_port=10911,
+    )
+    app.checked(10**12)
+    return app
+
+
+def refused(tags: str | None, keys: str | None, queue_id: int | None, body: bytes) -> bool:
+    """Whether the client's general path refuses this put (or the C put leaves it to it:
+    a tags value without a lane entry)."""
+    props = {record.PROPERTY_TAGS: tags} if tags is not None else {}
+    if keys is not None:
+        props[record.PROPERTY_KEYS] = keys
+    if tags not in KNOWN_TAGS or record.properties_problem(props) or len(body) > MAX_BODY:
+        return True
+    try:
+        if len(record.encode_properties(props)) > record.MAX_PROPERTIES_BYTES:
+            return True
+    except UnicodeError:
+        return True
+    return queue_id is not None and not 0 <= queue_id < QUEUES
+
+
+@settings(
+    max_examples=300, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)  # fmt: skip
+@given(
+    topic=st.sampled_from(TOPICS),
+    body=st.binary(max_size=MAX_BODY + 2),
+    tags=st.none() | st.sampled_from(KNOWN_TAGS[1:]) | st.text(max_size=8),
+    keys=st.none() | st.text(max_size=40) | st.integers(32000, 33000).map(lambda n: "k" * n),
+    queue_id=st.none() | st.integers(-2, QUEUES + 1) | st.just(2**70),
+)
+def test_put_message_writes_the_reference_bytes_or_leaves_the_put(
+    cb: c.ControlBlock,
+    topic: str,
+    body: bytes,
+    tags: str | None,
+    keys: str | None,
+    queue_id: int | None,
+) -> None:
+    for off in (c.OFF_RESERVED, c.OFF_SEQ, c.OFF_PUBLISHED_SEQ):
+        cb.set(off, 0)
+    lanes = lanes_of(cb)
+    app = appender(cb, lanes)
+    try:
+        got = app.put_message(topic, body, tags, keys, None, queue_id, False)
+        if refused(tags, keys, queue_id, body):
+            assert got is None
+            assert cb.get(c.OFF_SEQ) == 0 and lanes[topic][3] == 0
+            return
+        assert type(got) is PutResult and got.status is OK, got
+        assert got.queue_id == (0 if queue_id is None else queue_id)
+        assert lanes[topic][3] == (1 if queue_id is None else 0)  # the round-robin counter
+        assert got.msg_id == f"{PREFIX}{got.physical_offset:016X}"
+        assert cb.pool_buf is not None
+        raw = bytes(cb.pool_buf[got.physical_offset : got.physical_offset + got.size])
+        assert raw == reference_bytes(topic, body, tags, keys, got, raw)
+        assert cb.get(c.OFF_PUBLISHED_SEQ) == 1  # the producer published its own slot
+        assert cb.get(c.OFF_PUBLISHED) >= got.physical_offset + got.size
+    finally:
+        app.close()
+
+
+def reference_bytes(topic: str, body: bytes, tags: str | None, keys: str | None, got: PutResult,
+                    raw: bytes) -> bytes:
+    """The reference encoder's record for a put the C call made (its born time read back)."""
+    (born,) = struct.unpack_from(">q", raw, 40)
+    props = {record.PROPERTY_TAGS: tags} if tags is not None else {}
+    if keys is not None:
+        props[record.PROPERTY_KEYS] = keys
+    msg = Message(
+        topic, body, props, queue_id=got.queue_id, born_timestamp=born,
+        store_host="127.0.0.1:10911",
+    )  # fmt: skip
+    return expected(msg, got.queue_offset, got.physical_offset, got.store_timestamp)
+
+
+put_fields = st.fixed_dictionaries(
+    {"topic": st.sampled_from(TOPICS), "body": st.binary(max_size=64)},
+    optional={
+        "tags": st.none() | st.sampled_from(KNOWN_TAGS[1:]) | st.text(max_size=4),
+        "keys": st.none() | st.text(max_size=12),
+        "queue_id": st.none() | st.integers(-1, QUEUES),
+    },
+)
+
+
+@settings(
+    max_examples=200, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)  # fmt: skip
+@given(st.lists(put_fields, min_size=1, max_size=5))
+def test_put_batch_messages_writes_the_reference_bytes_or_leaves_the_batch(
+    cb: c.ControlBlock, msgs: list[dict[str, Any]]
+) -> None:
+    for off in (c.OFF_RESERVED, c.OFF_SEQ, c.OFF_PUBLISHED_SEQ):
+        cb.set(off, 0)
+    lanes = lanes_of(cb)
+    app = appender(cb, lanes)
+    try:
+        got = app.put_batch_messages(msgs, False)
+        fields = [(m.get("tags"), m.get("keys"), m.get("queue_id"), m["body"]) for m in msgs]
+        if any(refused(*f) for f in fields):
+            assert got is None  # all or nothing: the general path refuses the batch
+            assert cb.get(c.OFF_SEQ) == 0 and all(lane[3] == 0 for lane in lanes.values())
+            return
+        assert type(got) is list and len(got) == len(msgs)
+        assert cb.pool_buf is not None
+        at = 0
+        spread = dict.fromkeys(TOPICS, 0)
+        for m, r in zip(msgs, got, strict=True):
+            assert r.status is OK and r.physical_offset == at
+            if m.get("queue_id") is None:
+                assert r.queue_id == spread[m["topic"]] % QUEUES
+                spread[m["topic"]] += 1
+            raw = bytes(cb.pool_buf[at : at + r.size])
+            assert raw == reference_bytes(m["topic"], m["body"], m.get("tags"), m.get("keys"), r, raw)
+            at += r.size
+        assert len({r.store_timestamp for r in got}) == 1
+        assert cb.get(c.OFF_PUBLISHED_SEQ) == len(msgs)
+    finally:
+        app.close()
+
+
+def test_put_message_leaves_unusual_types_to_the_general_path(cb: c.ControlBlock) -> None:
+    app = appender(cb, lanes_of(cb))
+    try:
+        for args in (
+            ("TopicA", bytearray(b"x"), None, None, None, None, False),
+            ("TopicA", b"x", None, ["k"], None, None, False),
+            ("TopicA", b"x", None, None, {"a": "b"}, None, False),
+            ("TopicA", b"x", None, None, None, True, False),
+            ("TopicA", b"x", None, None, None, None, 1),
+            ("Unknown", b"x", None, None, None, None, False),
+        ):
+            assert app.put_message(*args) is None, args
+        assert cb.get(c.OFF_SEQ) == 0
+    finally:
+        app.close()
+
+
+def test_put_message_leaves_the_put_when_the_client_must_check_first(cb: c.ControlBlock) -> None:
+    app = appender(cb, lanes_of(cb))
+    try:
+        app.checked(0)  # the check is due: the client's Python path runs it
+        assert app.put_message("TopicA", b"x", None, None, None, None, False) is None
+        app.checked(10**12)
+        assert type(app.put_message("TopicA", b"x", None, None, None, None, False)) is PutResult
+    finally:
+        app.close()
+
+
+def test_put_message_counts_into_the_statistics_row(cb: c.ControlBlock) -> None:
+    lanes = lanes_of(cb)
+    app = appender(cb, lanes)
+    try:
+        for _ in range(300):  # past one copy into the control block (every 256)
+            assert type(app.put_message("TopicA", b"xy", None, "k", None, 1, False)) is PutResult
+        row = cb.client_row(0)
+        assert row[c.CF_PUTS] == 256 and row[c.CF_STATUS] == 256
+        assert row[c.CF_BYTES] == 256 * cb.slot(0)[3]
+    finally:
+        app.close()
+
+
+def test_put_lock_is_a_lock() -> None:
+    lock = _native.PutLock()
+    with lock:
+        assert lock.locked()
+    assert not lock.locked()
+    with pytest.raises(RuntimeError, match="release unlocked lock"):
+        lock.release()
+
+
+# --- publish: C against the Python twin -------------------------------------------------
+
+SLOTS = 16
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    published=st.integers(0, 40),
+    states=st.lists(
+        st.sampled_from([c.STATE_RESERVED, c.STATE_DONE, c.STATE_ABANDONED]),
+        min_size=0,
+        max_size=SLOTS,
+    ),
+    sizes=st.lists(st.integers(1, 5000), min_size=SLOTS, max_size=SLOTS),
+)
+def test_publish_matches_its_python_twin(
+    published: int, states: list[int], sizes: list[int]
+) -> None:
+    buf = bytearray(c.SLOTS_OFF + SLOTS * c.SLOT_ROW)
+    struct.pack_into("<q", buf, c.OFF_SLOT_COUNT, SLOTS)
+    at = 1000 * published
+    struct.pack_into("<qq", buf, c.OFF_PUBLISHED, at, published)
+    struct.pack_into("<q", buf, c.OFF_SEQ, published + len(states))
+    for i, state in enumerate(states):
+        seq = published + i
+        c.SLOT.pack_into(
+            buf, c.SLOTS_OFF + (seq % SLOTS) * c.SLOT_ROW,
+            at, seq, 7 + seq, sizes[i], 1, 0, state,
+        )  # fmt: skip
+        at += sizes[i]
+    twin = bytearray(buf)
+    assert _native.publish(buf) == publish_reference(twin)
+    assert buf == twin
