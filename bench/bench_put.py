@@ -404,11 +404,14 @@ def put_run(
     duration_s: float,
     batch: int = 0,
     unique_keys: bool = True,
+    extra: Mapping[str, Any] | None = None,
+    tag: str = "",
 ) -> RunResult:
-    """One configuration on a fresh store."""
+    """One configuration on a fresh store (`extra`: more store settings; `tag` tells
+    runs that differ only in them apart)."""
     mode = "sync" if sync else "async"
-    name = f"{'batch' if batch else mode}_{'pool' if pool else 'nopool'}"
-    with running_store(root, f"{name}-{producers}", sync=sync, pool=pool) as store:
+    name = f"{'batch' if batch else mode}_{'pool' if pool else 'nopool'}{tag}"
+    with running_store(root, f"{name}-{producers}", sync=sync, pool=pool, extra=extra) as store:
         before = fsync_counters(status(store.store_dir)) if sync else None
         work = store.store_dir.parent / "procs"
         params = {

@@ -42,7 +42,6 @@ import mmap
 import os
 import select
 import struct
-import threading
 import time
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
@@ -592,7 +591,7 @@ class StoreClient:
                 return
             if len(self._lanes) >= _LANES_MAX:
                 self._lanes.clear()
-            lane = [base[0], 0, 0, self._rr.pop(topic, 0), [], {}]  # type: ignore[index]
+            lane = [base[0], 0, 0, self._rr.pop(topic, 0), [], {}]
             self._lanes[topic] = lane
             self._refresh_lane(topic, lane)
         heads: dict[str | None, bytes] = lane[_L_HEADS]
@@ -601,8 +600,9 @@ class StoreClient:
                 got = self._tail(topic, {record.PROPERTY_TAGS: tags} if tags is not None else {})
             except ValueError:
                 return
-            if type(got) is not PutResult:
-                heads[tags] = got[1]  # type: ignore[index]
+            if isinstance(got, PutResult):
+                return
+            heads[tags] = got[1]
         qslots: list[int] = lane[_L_QSLOTS]
         if -1 in qslots:
             topic_b = lane[0]

@@ -145,4 +145,4 @@ def publish_reference(buf: bytearray) -> int:
                 c.I64.pack_into(buf, field, value)
         ps += 1
         c.I64.pack_into(buf, c.OFF_PUBLISHED_SEQ, ps)
-    return ps - start
+    return int(ps - start)

@@ -1,6 +1,8 @@
-"""Types of the C extension `mqstore._native` (sources in native/, built by setup.py)."""
+"""Types of the C extension `mqstore._native` (sources in ipc/native/ and engine/native/,
+built by setup.py)."""
 
 from collections.abc import Sequence
+from typing import Any
 
 from typing_extensions import Buffer
 
@@ -26,6 +28,7 @@ def encode(
     store_port: int = ...,
     reconsume_times: int = 0,
     prepared_offset: int = 0,
+    keys: bytes = ...,
     queue_offset: int = 0,
     physical_offset: int = 0,
     store_timestamp: int = 0,
@@ -94,6 +97,52 @@ class Appender:
         """One put call into the client's statistics row (an array('q') laid out as
         ipc.control's CF_* fields); lock_ns < 0: a call that never reserved."""
 
+    def configure(
+        self,
+        lock: PutLock,
+        lanes: dict[str, list[Any]],
+        stats: Buffer,
+        stats_off: int,
+        result_type: type[tuple[Any, ...]],
+        outcomes: tuple[Outcome, Outcome, Outcome],
+        msg_id_prefix: str,
+        sync: bool,
+        sync_timeout_ns: int,
+        busy_ns: int,
+        max_body: int,
+        store_addr: bytes,
+        store_port: int,
+    ) -> None:
+        """What put_message needs from the client (native/mqs_put.c): its lock, lanes
+        (topic -> [topic bytes, queues, round-robin modulus, counter, queue rows,
+        {tags: properties}]), statistics row, result type and the sync outcomes."""
+
+    def put_message(
+        self,
+        topic: object,
+        body: object,
+        tags: object,
+        keys: object,
+        properties: object,
+        queue_id: object,
+        wait_store: object,
+        held: bool = False,
+        /,
+    ) -> Any:
+        """The whole common-case put: a PutResult; a code < 0 when the reservation lock
+        failed; None when nothing was done and the general path must put."""
+
+    def put_batch_messages(
+        self, messages: object, wait_store: object, held: bool = False, /
+    ) -> Any:
+        """put_message for a list of put's dicts: a list of PutResult, a code, or None."""
+
+    def set_target(self, mapping: Buffer | None, index: int, /) -> None:
+        """The newest mapped segment the C put writes into (pool off)."""
+
+    def checked(self, stale_after_ns: int, /) -> None:
+        """The client checked its supervisor; put_message answers None after this long."""
+
     def lock(self, timeout_ns: int, /) -> int:
         """0 once held (a dead holder's section repaired first), or a code < 0."""
 
@@ -114,6 +163,22 @@ def write_record(
 ) -> None:
     """One record at `target[pos:]` (engine.commitlog's appender). ValueError / TypeError
     for a field out of range or a target that cannot hold it."""
+
+# (status, status index in the statistics row, reason) of a put that waited for a flush
+Outcome = tuple[Any, int, str]
+
+class PutLock:
+    """A client's thread lock (threading.Lock's acquire, release and with), which the C
+    put also takes without calling into Python."""
+
+    def acquire(self) -> bool: ...
+    def release(self) -> None: ...
+    def locked(self) -> bool: ...
+    def __enter__(self) -> bool: ...
+    def __exit__(self, *exc: object) -> None: ...
+
+def publish(ctl: Buffer, /) -> int:
+    """Advance published_pos over contiguous DONE slots (lock-free); slots advanced."""
 
 def init_control(ctl: Buffer, /) -> None:
     """Supervisor, once: the robust, process-shared reservation mutex."""

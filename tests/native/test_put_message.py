@@ -143,8 +143,9 @@ def test_put_message_writes_the_reference_bytes_or_leaves_the_put(
         app.close()
 
 
-def reference_bytes(topic: str, body: bytes, tags: str | None, keys: str | None, got: PutResult,
-                    raw: bytes) -> bytes:
+def reference_bytes(
+    topic: str, body: bytes, tags: str | None, keys: str | None, got: PutResult, raw: bytes
+) -> bytes:
     """The reference encoder's record for a put the C call made (its born time read back)."""
     (born,) = struct.unpack_from(">q", raw, 40)
     props = {record.PROPERTY_TAGS: tags} if tags is not None else {}
@@ -196,7 +197,8 @@ def test_put_batch_messages_writes_the_reference_bytes_or_leaves_the_batch(
                 assert r.queue_id == spread[m["topic"]] % QUEUES
                 spread[m["topic"]] += 1
             raw = bytes(cb.pool_buf[at : at + r.size])
-            assert raw == reference_bytes(m["topic"], m["body"], m.get("tags"), m.get("keys"), r, raw)
+            want = reference_bytes(m["topic"], m["body"], m.get("tags"), m.get("keys"), r, raw)
+            assert raw == want
             at += r.size
         assert len({r.store_timestamp for r in got}) == 1
         assert cb.get(c.OFF_PUBLISHED_SEQ) == len(msgs)
