@@ -7,29 +7,36 @@
 Attaching asks the supervisor (Unix socket) for the shared-memory names and layout and
 maps them; from then on a put asks nobody. A put runs in the caller's process:
 
-1. **Validate, in Python**: what a put accepts (`ipc.accepts`: topic name, queue id
-   within the topic's queues, message fields written as given or refused;
-   MESSAGE_ILLEGAL with the reason, nothing reserved), topic and properties (cached per
-   (topic, properties), the reference encoder decides on a miss). Born and store hosts
-   may be IPv4 or IPv6 (sysflag 0x10 / 0x20). `_prepare` builds the `_Prep`.
-2. **The rest in one C call** (`mqstore._native.Appender.put`, `ipc/native/mqs_append.c`):
-   CRC the body; take the reservation lock (a robust process-shared mutex, with the
-   busy timeout as deadline); reserve space, slot, queue offset and store timestamp;
-   unlock; encode the record straight into the pool buffer (pool on) or the segment's
-   mapping (pool off); mark the slot DONE. `put_batch` is one call too.
-3. **The rare paths stay in Python** (the C call answers FALLBACK): a segment roll with
-   a BLANK, waits for the next file, a pool buffer or slots, a new queue-table row,
-   flags that refuse writes. `_reserve` then reserves under the same mutex and the C
-   encoder writes the records (`Appender.write`).
-4. **SYNC_FLUSH with wait_store**: a futex wait on the control block's flushed position
-   (`Appender.wait_flushed`, GIL released, 20 ms ticks for signals and the deadline);
-   PUT_OK only once the flusher's flushed_pos covers the record.
+1. **One C call** (`mqstore._native.Appender.put_message`, `ipc/native/mqs_put.c`; a
+   batch of dicts: `put_batch_messages`): the argument types; the topic and tags looked
+   up in this client's *lanes* (`_Lane`, made by `_warm` once the reference encoder
+   accepted them); the KEYS property checked and appended; the queue id (given, or the
+   topic's round robin) checked against the topic's queues; then `ipc/native/
+   mqs_append.c`: CRC the body; take the reservation lock (a robust process-shared mutex,
+   with the busy timeout as deadline); reserve space, slot, queue offset and store
+   timestamp; unlock; encode the record straight into the pool buffer (pool on) or the
+   segment's mapping (pool off); mark the slot DONE and publish (`ipc.reservation`).
+   Under SYNC_FLUSH with wait_store, a futex wait on the control block's flushed
+   position (GIL released, 20 ms ticks for signals and the deadline): PUT_OK only once
+   the flusher's flushed_pos covers the record. The statistics row is counted and the
+   PutResult built in C.
+2. **Everything else comes back here with nothing done** (None): `_put_slow` checks the
+   supervisor every 10 ms, warms the lanes and tries the C call again; else the general
+   path, `_put_general`, the reference of the C put: validate (`ipc.accepts`: topic
+   name, queue id within the topic's queues, message fields written as given or
+   refused; MESSAGE_ILLEGAL with the reason, nothing reserved), `_prepare` (topic and
+   properties cached per (topic, properties)), then `Appender.put` of the prepared
+   message or, for the rare paths (a segment roll with a BLANK, waits for the next file,
+   a pool buffer or slots, a new queue-table row, flags that refuse writes), `_reserve`
+   under the same mutex and the C encoder (`Appender.write`). Born and store hosts may
+   be IPv4 or IPv6 (sysflag 0x10 / 0x20).
 
 The protocol (reserve, complete, abandon, publish, fill, repair) is `ipc.reservation`.
-The committer publishes contiguous DONE slots; a slot whose producer died (its liveness
-byte is free) gets a filler record, so a dead producer never stalls the log.
+Producers publish their own DONE slots; the committer gives a slot whose producer died
+(its liveness byte is free) a filler record, so a dead producer never stalls the log.
 
-Thread-safe: one `threading.Lock` per client serialises puts of its threads. Fork-safe:
+Thread-safe: one lock per client (`_native.PutLock`, which the C call takes too)
+serialises puts of its threads. Fork-safe:
 a forked child re-attaches on its first call. If the supervisor stops or dies, the next
 call re-attaches or returns SERVICE_NOT_AVAILABLE; it never writes into a stale pool.
 """

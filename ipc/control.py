@@ -12,8 +12,9 @@ Header, layout version 3 (little-endian int64 unless said):
 | 0   | magic_version    | supervisor, once at create                               |
 | 8   | reserved_pos     | producers, under the reservation lock (with `seq`)       |
 | 16  | seq              | producers: next reservation slot sequence number         |
-| 24  | published_pos    | the publisher (commit step, under the commit lock)       |
-| 32  | published_seq    | the publisher                                            |
+| 24  | published_pos    | publishers: producers and the commit step, compare-and-  |
+|     |                  | swap (`ipc.reservation`: publish)                        |
+| 32  | published_seq    | publishers (compare-and-swap)                            |
 | 40  | committed_pos    | the commit step (committer, or flusher on demand)        |
 | 48  | flushed_pos      | flusher (supervisor at drain)                            |
 | 56  | flags            | supervisor; flusher sets READ_ONLY                       |
@@ -28,7 +29,7 @@ Header, layout version 3 (little-endian int64 unless said):
 | 128 | qtable_capacity  | supervisor, once                                         |
 | 136 | fsync_count      | flusher                                                  |
 | 144 | fsync_msgs       | flusher: reservation slots covered by its fsyncs         |
-| 152 | published_ts     | publisher: store timestamp of the last published slot    |
+| 152 | published_ts     | publishers: store timestamp of the last published slot   |
 | 160 | committed_ts     | commit step                                              |
 | 168 | flushed_ts       | flusher (checkpoint's physic_msg_timestamp)              |
 | 176 | busy_count       | producers (racy counter, statistics only)                |

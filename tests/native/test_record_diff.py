@@ -8,6 +8,7 @@ sys-flag bit, IPv4 and IPv6 hosts, and the three appender fields anywhere in ran
 from __future__ import annotations
 
 import ipaddress
+import random
 import zlib
 
 import pytest
@@ -143,3 +144,13 @@ def test_bad_arguments_name_the_parameter(
 def test_a_body_that_is_not_bytes_like_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="body must be a bytes-like object"):
         _native.encode(b"t", "text", b"")  # type: ignore[arg-type]
+
+
+def test_crc32_equals_zlib_at_every_length_around_the_fold_widths() -> None:
+    """Every length through the 16-, 64- and 256-byte folds (PCLMULQDQ, VPCLMULQDQ when
+    the CPU has it) and their tails, at odd alignments."""
+    data = random.Random(12).randbytes(1300)
+    for n in range(1200):
+        for skip in (0, 3):
+            view = memoryview(data)[skip : skip + n]
+            assert _native.crc32(view, n) == zlib.crc32(view, n), (n, skip)
