@@ -442,8 +442,8 @@ def test_status_command_json_and_table(store: Store) -> None:
 
 
 def test_exception_mid_copy_abandons_the_reservation(store: Store) -> None:
-    """The general path (here forced: the C call answers FALLBACK) raising between its
-    reservation and its copy hands the slot to the filler."""
+    """The general path (here called, its C reservation answering FALLBACK) raising
+    between its reservation and its copy hands the slot to the filler."""
     with StoreClient.attach(store.path) as client:
         assert client.put("ab", b"first", queue_id=0).status is OK
 
@@ -452,8 +452,8 @@ def test_exception_mid_copy_abandons_the_reservation(store: Store) -> None:
 
         client._put_one = lambda *_a: _native.FALLBACK  # type: ignore[method-assign]
         client._copy = boom  # type: ignore[assignment,method-assign]
-        with pytest.raises(KeyboardInterrupt):
-            client.put("ab", b"lost", queue_id=0)
+        with pytest.raises(KeyboardInterrupt), client._tlock:
+            client._put_general(0, "ab", b"lost", None, None, None, 0, True)
         del client._copy, client._put_one
         r = client.put("ab", b"third", queue_id=0)  # a stalled log would time out here
         assert r.status is OK and r.queue_offset == 2
