@@ -949,15 +949,26 @@ class StoreClient:
         TypeError for an argument of the wrong type, naming it (`ipc.accepts`).
         """
         got = self._app.put_message(topic, body, tags, keys, properties, queue_id, wait_store)
+        if type(got) is PutResult and got[0] is OK:
+            return got
+        if got is not None:
+            return self._settle(_perf_ns(), got)
+        return self._put_slow(topic, body, tags, keys, properties, queue_id, wait_store)
+
+    def _settle(self, t0: int, got: PutResult | int) -> PutResult:
+        """What a C put that did something answers: its result (raised with
+        `raise_on_status` unless PUT_OK), or the status of the reservation lock it could
+        not take (code < 0)."""
         if type(got) is PutResult:
             if got[0] is not OK and self.raise_on_status:
                 raise error_for(got)
             return got
-        return self._put_slow(got, topic, body, tags, keys, properties, queue_id, wait_store)
+        busy = self._lock_failed(got)  # type: ignore[arg-type]
+        self._record(t0, 1, 0, busy.status, False)
+        return self._failed(PutResult(busy.status, busy.reason))
 
     def _put_slow(
         self,
-        code: int | None,
         topic: str,
         body: bytes,
         tags: str | None,
@@ -966,15 +977,11 @@ class StoreClient:
         queue_id: int | None,
         wait_store: bool,
     ) -> PutResult:
-        """A put the C call did not finish: `code` < 0 when the reservation lock failed,
-        None when it left the put to Python (the client's checks are due, another thread
-        puts, a first put of a topic or tags value, a type or value to refuse, a roll or
-        a wait). Checks, warms the lanes, tries the C put again, else the general path."""
+        """A put the C call left to Python, nothing done (the client's checks are due,
+        another thread puts, a first put of a topic or tags value, a type or value to
+        refuse, a roll or a wait): check, warm the lanes, try the C put again, else the
+        general path."""
         t0 = _perf_ns()
-        if code is not None:
-            busy = self._lock_failed(code)
-            self._record(t0, 1, 0, busy.status, False)
-            return self._failed(PutResult(busy.status, busy.reason))
         check_put_types(_PUT_LABEL, topic, body, tags, keys, properties, queue_id)
         if type(wait_store) is not bool:
             check_types("put", wait_store=(wait_store, BOOL))
@@ -992,14 +999,8 @@ class StoreClient:
             got = self._app.put_message(
                 topic, body, tags, keys, properties, queue_id, wait_store, True
             )
-            if type(got) is PutResult:
-                if got[0] is not OK and self.raise_on_status:
-                    raise error_for(got)
-                return got
             if got is not None:
-                busy = self._lock_failed(got)
-                self._record(t0, 1, 0, busy.status, False)
-                return self._failed(PutResult(busy.status, busy.reason))
+                return self._settle(t0, got)
             return self._put_general(t0, topic, body, tags, keys, properties, queue_id, wait_store)
 
     def _put_general(

@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import secrets
 import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 
 _so = os.environ.get("MQSTORE_NATIVE_SO")
 if _so:
@@ -18,6 +23,24 @@ if _so:
     import mqstore
 
     mqstore._native = _mod  # type: ignore[attr-defined]
+
+from mqstore.ipc import control as c  # noqa: E402  (after the build under test is loaded)
+
+SEG = 1 << 20
+
+
+@pytest.fixture
+def cb(tmp_path: Path) -> Iterator[c.ControlBlock]:
+    """A control block with a pool of two 1 MiB segments, running, 64 segments allocated;
+    no supervisor."""
+    geo = c.Geometry(segment_size=SEG, pool_buffers=2, slot_count=64, qtable_capacity=256)
+    block = c.ControlBlock.create(tmp_path, 1, geo, token=secrets.token_hex(4))
+    block.set(c.OFF_FLAGS, c.FLAG_RUNNING)
+    block.set(c.OFF_ALLOCATED, 64 * SEG)
+    try:
+        yield block
+    finally:
+        block.close()
 
 
 def pytest_report_header() -> str:

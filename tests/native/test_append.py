@@ -5,12 +5,10 @@ liveness bytes and the futex wait. These run under ASan/UBSan too (`make sanitiz
 from __future__ import annotations
 
 import os
-import secrets
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,18 +24,6 @@ from mqstore.ipc.reservation import LIVE_LOCK, LiveLock, LiveTable
 from tests.native.test_record_diff import messages
 
 SEG = 1 << 20
-
-
-@pytest.fixture
-def cb(tmp_path: Path) -> Iterator[c.ControlBlock]:
-    geo = c.Geometry(segment_size=SEG, pool_buffers=2, slot_count=64, qtable_capacity=256)
-    block = c.ControlBlock.create(tmp_path, 1, geo, token=secrets.token_hex(4))
-    block.set(c.OFF_FLAGS, c.FLAG_RUNNING)
-    block.set(c.OFF_ALLOCATED, 64 * SEG)
-    try:
-        yield block
-    finally:
-        block.close()
 
 
 def prep_of(msg: Message) -> _native.Prep:

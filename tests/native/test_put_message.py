@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import array
 import os
-import secrets
 import struct
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,7 +23,6 @@ from mqstore.ipc.reservation import publish_reference
 from mqstore.ipc.results import PutMessageStatus, PutResult
 from tests.native.test_append import expected
 
-SEG = 4 << 20
 QUEUES = 4
 MAX_BODY = 4096
 PREFIX = "7F00000100002A9F"
@@ -35,16 +31,12 @@ KNOWN_TAGS = (None, "TagA", "ü tag")
 OK = PutMessageStatus.PUT_OK
 
 
-@pytest.fixture
-def cb(tmp_path: Path) -> Iterator[c.ControlBlock]:
-    geo = c.Geometry(segment_size=SEG, pool_buffers=2, slot_count=64, qtable_capacity=256)
-    block = c.ControlBlock.create(tmp_path, 1, geo, token=secrets.token_hex(4))
-    block.set(c.OFF_FLAGS, c.FLAG_RUNNING)
-    block.set(c.OFF_ALLOCATED, 64 * SEG)
-    try:
-        yield block
-    finally:
-        block.close()
+def fresh(cb: c.ControlBlock) -> tuple[dict[str, list[Any]], _native.Appender]:
+    """The log started over (each example on its own), lanes and a configured appender."""
+    for off in (c.OFF_RESERVED, c.OFF_SEQ, c.OFF_PUBLISHED_SEQ):
+        cb.set(off, 0)
+    lanes = lanes_of(cb)
+    return lanes, appender(cb, lanes)
 
 
 def lanes_of(cb: c.ControlBlock) -> dict[str, list[Any]]:
@@ -120,10 +112,7 @@ def test_put_message_writes_the_reference_bytes_or_leaves_the_put(
     keys: str | None,
     queue_id: int | None,
 ) -> None:
-    for off in (c.OFF_RESERVED, c.OFF_SEQ, c.OFF_PUBLISHED_SEQ):
-        cb.set(off, 0)
-    lanes = lanes_of(cb)
-    app = appender(cb, lanes)
+    lanes, app = fresh(cb)
     try:
         got = app.put_message(topic, body, tags, keys, None, queue_id, False)
         if refused(tags, keys, queue_id, body):
@@ -176,10 +165,7 @@ put_fields = st.fixed_dictionaries(
 def test_put_batch_messages_writes_the_reference_bytes_or_leaves_the_batch(
     cb: c.ControlBlock, msgs: list[dict[str, Any]]
 ) -> None:
-    for off in (c.OFF_RESERVED, c.OFF_SEQ, c.OFF_PUBLISHED_SEQ):
-        cb.set(off, 0)
-    lanes = lanes_of(cb)
-    app = appender(cb, lanes)
+    lanes, app = fresh(cb)
     try:
         got = app.put_batch_messages(msgs, False)
         fields = [(m.get("tags"), m.get("keys"), m.get("queue_id"), m["body"]) for m in msgs]
