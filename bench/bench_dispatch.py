@@ -258,8 +258,15 @@ def _running_dispatcher(client: Any) -> int:
     raise RuntimeError("the dispatcher worker did not come up")
 
 
+def _py_spy() -> str | None:
+    """py-spy's path (PATH, or beside this interpreter), None if it is not installed."""
+    beside = Path(sys.executable).parent / "py-spy"
+    return shutil.which("py-spy") or (str(beside) if beside.exists() else None)
+
+
 def _start_profile(pid: int, seconds: float, raw: Path) -> subprocess.Popen[bytes]:
-    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    spy = _py_spy()
+    assert spy is not None  # main() refuses --profile without it
     return subprocess.Popen(
         [spy, "record", "-p", str(pid), "-d", str(max(1, int(seconds))), "-r", "200",
          "-f", "raw", "-o", str(raw), "--nonblocking", "--idle"],
@@ -665,6 +672,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     p.add_argument("--dir", type=Path, default=None, help="parent of the temporary stores")
     args = p.parse_args(argv)
+    if args.profile and _py_spy() is None:
+        p.error("--profile needs py-spy (pip install py-spy)")
     runs = []
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="mqstore-bench-dispatch-") as tmp:
         for config in args.configs.split(","):
