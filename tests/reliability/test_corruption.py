@@ -117,7 +117,14 @@ def damage(d: Path, kind: str, rng: random.Random) -> int | None:
     if kind == "torn_tail":
         off, size, _, _ = recs[-1]
         seg, pos = _seg(d, off)
-        cut = rng.randrange(1, size)
+        with open(seg, "rb") as f:
+            f.seek(pos)
+            head = f.read(size)
+        # The tear keeps at least one non-zero byte: a record cut to its first byte (the
+        # high byte of a small TOTALSIZE is zero) leaves only zeros, which is the end of
+        # the data to every reader, RocketMQ's included, not damage anyone can see.
+        first = next(i for i, b in enumerate(head) if b)
+        cut = rng.randrange(first + 1, size)
         with open(seg, "r+b") as f:
             f.seek(pos + cut)
             f.write(b"\0" * (size - cut))
