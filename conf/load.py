@@ -20,7 +20,7 @@ import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from mqstore.conf.rocketmq_keys import ROCKETMQ_KEYS
 from mqstore.conf.settings import FlushDiskType, StoreSettings
@@ -180,6 +180,40 @@ def _unknown_key(key: str, src: str) -> ConfigError:
     )
 
 
+# The MQSTORE_ variables that are not settings: fault injection, crash points and the
+# test and build switches (docs/crash-points.md, tests/RELIABILITY.md, the Makefile).
+NON_SETTING_ENV: Final = frozenset(
+    {
+        "MQSTORE_CRASHPOINT",
+        "MQSTORE_DURABLE_ROOT",
+        "MQSTORE_DURABLE_SHADOW",
+        "MQSTORE_FAULTS",
+        "MQSTORE_FAULTS_AFTER",
+        "MQSTORE_FAULTS_FOR",
+        "MQSTORE_LOAD_DIR",
+        "MQSTORE_NATIVE_DEBUG",
+        "MQSTORE_NATIVE_SO",
+        "MQSTORE_REASON_FD",
+        "MQSTORE_RELIABILITY_CYCLES",
+        "MQSTORE_RELIABILITY_FULL",
+        "MQSTORE_RELIABILITY_REPORT",
+        "MQSTORE_RELIABILITY_SEED",
+        "MQSTORE_SANITIZE",
+    }
+)
+
+
+def _refuse_unknown_env(env: Mapping[str, str]) -> None:
+    """An MQSTORE_ variable nobody reads is a typo that would silently keep a default."""
+    known = {f"MQSTORE_{name.upper()}" for name in FIELDS} | NON_SETTING_ENV
+    for var in sorted(env):
+        if var.startswith("MQSTORE_") and var not in known:
+            raise ConfigError(
+                f"{var}: unknown environment variable: not an mqstore setting"
+                f"{_did_you_mean(var, known)} (the settings are listed in docs/settings.md)"
+            )
+
+
 def _parse_properties(path: Path) -> list[tuple[str, str, int]]:
     out = []
     for lineno, line in enumerate(_read_text(path).splitlines(), 1):
@@ -246,6 +280,8 @@ def load_settings(
                     continue
                 values[name] = _coerce(name, raw, src)
                 sources[name] = src
+    if env is not None:
+        _refuse_unknown_env(env)
     for name in FIELDS:
         var = f"MQSTORE_{name.upper()}"
         if env is not None and var in env:

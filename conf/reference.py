@@ -19,8 +19,10 @@ first: its default; a TOML file (`[store]` table, these names) or a RocketMQ `br
 (`MQSTORE_<NAME>`, upper case). `mqstore config show DIR` prints the effective values and
 where each came from. Values out of range are refused with the key, the value, its source
 and what is allowed; so are unknown keys (with the closest known ones: a `broker.conf` may
-hold any RocketMQ key, see [broker-conf.md](broker-conf.md)) and a config file that cannot
-be read. `mqstore start` and `config show` exit 3 on any of them.
+hold any RocketMQ key, see [broker-conf.md](broker-conf.md)), an `MQSTORE_` variable that is
+neither a setting nor one of the fault and test switches (`conf/load.py`'s
+`NON_SETTING_ENV`), and a config file that cannot be read. `mqstore start` and
+`config show` exit 3 on any of them.
 
 """
 

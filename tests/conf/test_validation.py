@@ -194,3 +194,12 @@ def test_metrics_host_must_be_an_ip_address(tmp_path: Path) -> None:
     conf.write_text("metricsPromExporterHost=metrics.example\n")
     with pytest.raises(ConfigError, match=r"metrics_host: bad value 'metrics\.example'"):
         load_settings(tmp_path, conf, {})
+
+
+def test_an_unknown_mqstore_environment_variable_is_refused_with_a_suggestion() -> None:
+    with pytest.raises(ConfigError, match=r"MQSTORE_FLUSH_INTERVL_MS: unknown environment") as e:
+        load_settings(env={"MQSTORE_FLUSH_INTERVL_MS": "100"})
+    assert "MQSTORE_FLUSH_INTERVAL_MS" in str(e.value)
+    # The fault and test switches are not settings, and are not refused.
+    loaded = load_settings(env={"MQSTORE_CRASHPOINT": "copy-half:kill", "OTHER_X": "1"})
+    assert loaded.settings == load_settings(env={}).settings
