@@ -78,7 +78,12 @@ def _flag(options: Mapping[str, str], name: str, default: bool) -> bool:
     raw = options.get(name)
     if raw is None:
         return default
-    return raw.strip().lower() in ("1", "true", "yes", "on")
+    word = raw.strip().lower()
+    if word in ("1", "true", "yes", "on"):
+        return True
+    if word in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"option {name} must be true or false, got {raw!r}")
 
 
 def _whole(raw: str) -> int | None:

@@ -225,6 +225,7 @@ def test_options_select_the_records() -> None:
         ({"topics": "orders"}, "unknown option(s) topics"),  # misspelt: would read everything
         ({"splitBytes": "64k"}, "option splitBytes must be a positive integer, got '64k'"),
         ({"batchRows": "0"}, "option batchRows must be a positive integer, got '0'"),
+        ({"includeCorrupt": "treu"}, "option includeCorrupt must be true or false, got 'treu'"),
     ],
 )
 def test_bad_options_are_refused(opts: dict[str, str], message: str) -> None:
