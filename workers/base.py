@@ -244,3 +244,17 @@ class WorkerContext:
             except BlockingIOError:
                 pass
         return [fd for fd in ready if fd != self._wake_r]
+
+
+def describe_exit(code: int) -> str:
+    """How a worker ended, for the supervisor's log (gunicorn's arbiter names the signal):
+    "exited with 1 (CRASH)", "was killed by SIGKILL"."""
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    try:
+        return f"exited with {code} ({ExitCode(code).name})"
+    except ValueError:
+        return f"exited with {code}"

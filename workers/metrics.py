@@ -296,7 +296,14 @@ class MetricsServer:
         server, thread = start_http_server(port, addr=host, registry=self.registry)
         self._server: Any = server
         self._thread = thread
+        self.host = host
         self.port = int(server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        """Where a scraper reads: `http://host:port/metrics` (an IPv6 host in brackets)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/metrics"
 
     def close(self) -> None:
         self._server.shutdown()

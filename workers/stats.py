@@ -109,6 +109,26 @@ def sample(cb: c.ControlBlock, totals: Totals) -> Sample:
     )
 
 
+def worker_docs(
+    cb: c.ControlBlock, workers: list[tuple[int, str, int | None]]
+) -> list[dict[str, Any]]:
+    """The status rows of the workers given as (index, name, last exit code)."""
+    out = []
+    for index, name, last_exit in workers:
+        _n, pid, hb, restarts, state = cb.worker(index)
+        out.append(
+            {
+                "name": name,
+                "pid": pid,
+                "restarts": restarts,
+                "state": c.WORKER_STATE_NAMES.get(state, str(state)),
+                "heartbeat_age_ms": max(0, time.time_ns() // 1_000_000 - hb) if pid else None,
+                "last_exit": last_exit,
+            }
+        )
+    return out
+
+
 def build(
     cb: c.ControlBlock,
     store_dir: str,

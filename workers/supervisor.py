@@ -27,13 +27,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import secrets
 import selectors
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -52,7 +50,7 @@ from mqstore.engine.indexfile import IndexGeometryError
 from mqstore.engine.reader import Geometry
 from mqstore.engine.recovery import recover_store, write_report
 from mqstore.engine.segment import SegmentNameError, SegmentSizeError
-from mqstore.ipc import access, channel
+from mqstore.ipc import access
 from mqstore.ipc import control as c
 from mqstore.ipc.commit import LogFiles
 from mqstore.ipc.locks import StoreLockHeld, take_store_lock
@@ -66,19 +64,16 @@ from mqstore.workers.base import (
     WORKER_RUNNING,
     WORKER_STARTING,
     ExitCode,
+    describe_exit,
     reload_settings,
     say,
     say_reload,
     setup_logging,
 )
-from mqstore.workers.control_socket import (
-    MAX_REQUEST_BYTES,
-    REPLY_TIMEOUT_S,
-    Conn,
-    parse_request,
-)
+from mqstore.workers.control_socket import Conn, ControlServer
 from mqstore.workers.heartbeat import HeartbeatJudge
 from mqstore.workers.metrics import MetricsServer, StoreCollector
+from mqstore.workers.sampling import PutSampling
 from mqstore.workers.service import parse_reason
 
 log = logging.getLogger("mqstore.supervisor")
@@ -152,11 +147,14 @@ class Supervisor:
         self.exit_code: int = ExitCode.OK
         self.cb: c.ControlBlock | None = None
         self.workers: list[_Worker] = []
-        self.clients: dict[int, int] = {}  # client row -> pid
-        self.conns: dict[socket.socket, Conn] = {}
-        self.retired = stats.Totals()
-        self.prev_sample: stats.Sample | None = None
-        self.last_sample: stats.Sample | None = None
+        self.puts = PutSampling()
+        self.server = ControlServer(
+            self.store_dir,
+            lambda: self.settings.ipc_allow_group,
+            self._handle,
+            self._on_close,
+            self._say,
+        )
         self._lock_fd = -1
         self._ready_sent = False
         # Why the store turned read-only (`service.read_only_reason`), for status and
@@ -240,13 +238,10 @@ class Supervisor:
         files = LogFiles(self.store_dir, cb, s.store_host)
         files.write_flushed_offset(end)
         files.close()
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
-            self.listener.bind(channel.supervisor_address(self.store_dir))
+            self.server.listen()
         except OSError as e:
             raise BootError(ExitCode.BOOT_ERROR, f"cannot bind the supervisor socket: {e}") from e
-        self.listener.listen(128)
-        self.listener.setblocking(False)
         cb.set_flag(c.FLAG_RUNNING)
         self.workers = [_Worker(spec, i) for i, spec in enumerate(WORKERS)]
         for w in self.workers:
@@ -254,16 +249,17 @@ class Supervisor:
         port = self.metrics_port if self.metrics_port is not None else s.metrics_port
         if port:
             collector = StoreCollector(
-                self.store_dir, lambda: self.cb, self._metrics_totals, lambda: self.read_only
+                self.store_dir,
+                lambda: self.cb,
+                lambda: self.puts.scrape_totals(self.cb),
+                lambda: self.read_only,
             )
             try:
                 self.metrics = MetricsServer(s.metrics_host, port, collector)
             except OSError as e:
-                raise BootError(
-                    ExitCode.BOOT_ERROR, f"cannot serve metrics on {s.metrics_host}:{port}: {e}"
-                ) from e
-            host = f"[{s.metrics_host}]" if ":" in s.metrics_host else s.metrics_host
-            self._say(f"metrics on http://{host}:{self.metrics.port}/metrics")
+                where = f"{s.metrics_host}:{port}"
+                raise BootError(ExitCode.BOOT_ERROR, f"cannot serve metrics on {where}: {e}") from e
+            self._say(f"metrics on {self.metrics.url}")
         self._say(
             f"pid {os.getpid()} serving {self.store_dir} from offset {end} "
             f"({s.flush_disk_type.value}, pool {'off' if not pool_n else f'{pool_n} buffers'})"
@@ -406,104 +402,12 @@ class Supervisor:
         w.proc.kill()
         w.judge.killed = True
 
-    def _worker_docs(self) -> list[dict[str, Any]]:
-        cb = self.cb
-        assert cb is not None
-        out = []
-        for w in self.workers:
-            _n, pid, hb, restarts, state = cb.worker(w.index)
-            out.append(
-                {
-                    "name": w.spec.name,
-                    "pid": pid,
-                    "restarts": restarts,
-                    "state": c.WORKER_STATE_NAMES.get(state, str(state)),
-                    "heartbeat_age_ms": max(0, time.time_ns() // 1_000_000 - hb) if pid else None,
-                    "last_exit": w.last_exit,
-                }
-            )
-        return out
+    # --- clients (the socket itself: `workers.control_socket.ControlServer`) -----------
 
-    # --- clients ------------------------------------------------------------------------
-
-    def _accept(self, sel: selectors.BaseSelector) -> None:
-        while True:
-            try:
-                sock, _ = self.listener.accept()
-            except BlockingIOError:
-                return
-            sock.setblocking(False)
-            why = access.peer_refusal(sock, self.store_dir, self.settings.ipc_allow_group)
-            if why:  # another user: one line saying why, and nothing else
-                self._say(f"refused a connection: {why}", "WARNING")
-                with contextlib.suppress(OSError):  # a fresh socket's buffer takes it
-                    sock.send(json.dumps({"error": why, "denied": True}).encode() + b"\n")
-                sock.close()
-                continue
-            self.conns[sock] = Conn(sock)
-            sel.register(sock, selectors.EVENT_READ)
-
-    def _drop(self, sel: selectors.BaseSelector, conn: Conn) -> None:
-        """Close a connection and free the client row its attach holds."""
-        self.conns.pop(conn.sock)
-        sel.unregister(conn.sock)
-        conn.sock.close()
+    def _on_close(self, conn: Conn) -> None:
+        """A connection closed: free the client row its attach holds."""
         if conn.row >= 0 and self.cb is not None:
-            self.retired.add_row(self.cb.client_row(conn.row))
-            self.cb.clear_client(conn.row)
-            self.clients.pop(conn.row, None)
-
-    def _on_conn(self, sel: selectors.BaseSelector, conn: Conn, events: int) -> None:
-        """Read requests and answer them, one at a time: while a reply waits for its
-        reader, the connection is watched for writing only (`workers.control_socket`)."""
-        try:
-            if events & selectors.EVENT_WRITE:
-                conn.send_pending()
-            elif not self._receive(conn):
-                self._drop(sel, conn)
-                return
-            while not conn.outbuf and not conn.closing:
-                line = conn.next_line()
-                if line is None:
-                    break
-                req, why = parse_request(line)
-                conn.queue_reply(self._handle(req, conn) if req else {"error": why})
-                conn.send_pending()
-            if not conn.outbuf and conn.oversized():
-                conn.closing = True
-                conn.queue_reply({"error": f"bad request: a line over {MAX_REQUEST_BYTES} bytes"})
-                conn.send_pending()
-        except OSError:
-            self._drop(sel, conn)
-            return
-        if conn.closing and not conn.outbuf:
-            self._drop(sel, conn)
-            return
-        want = selectors.EVENT_WRITE if conn.outbuf else selectors.EVENT_READ
-        if sel.get_key(conn.sock).events != want:
-            sel.modify(conn.sock, want)
-
-    @staticmethod
-    def _receive(conn: Conn) -> bool:
-        """Take what the peer sent; False when it has closed its end."""
-        try:
-            data = conn.sock.recv(65536)
-        except (BlockingIOError, InterruptedError):
-            return True
-        except OSError:
-            return False
-        conn.inbuf += data
-        return bool(data)
-
-    def _drop_stalled(self, sel: selectors.BaseSelector) -> None:
-        """Drop each connection whose reader has left a reply untaken too long."""
-        now = time.monotonic()
-        for conn in [cn for cn in self.conns.values() if cn.stalled(now)]:
-            self._say(
-                f"dropped a client connection that took no reply for {REPLY_TIMEOUT_S:g} s",
-                "WARNING",
-            )
-            self._drop(sel, conn)
+            self.puts.retire(self.cb, conn.row)
 
     def _handle(self, req: dict[str, Any], conn: Conn) -> dict[str, Any]:
         """The reply to a valid request (`control_socket.parse_request`)."""
@@ -515,12 +419,10 @@ class Supervisor:
                 return {"error": "the supervisor is stopping"}
             if conn.row >= 0:
                 return {"error": f"this connection is already attached as client {conn.row}"}
-            free = [i for i in range(c.MAX_CLIENTS) if i not in self.clients]
-            if not free:
+            row = self.puts.free_row()
+            if row is None:
                 return {"error": f"too many clients attached (max {c.MAX_CLIENTS})"}
-            row = free[0]
-            self.clients[row] = req["pid"]
-            cb.clear_client(row)
+            self.puts.attach(cb, row, req["pid"])
             conn.row = row
             s = self.settings
             return {
@@ -547,30 +449,13 @@ class Supervisor:
         return {"ok": True, "pid": os.getpid()}
 
     def status(self) -> dict[str, Any]:
-        doc = self._status_doc()
+        assert self.cb is not None
+        ws = [(w.index, w.spec.name, w.last_exit) for w in self.workers]
+        doc = self.puts.status_doc(self.cb, self.store_dir, ws, self.settings)
         if self.read_only:
             doc["read_only_reason"] = self.read_only["message"]
             doc["read_only"] = dict(self.read_only)
         return doc
-
-    def _status_doc(self) -> dict[str, Any]:
-        cb = self.cb
-        assert cb is not None
-        totals = stats.live_totals(cb, self.clients).merged(self.retired)
-        prev = self.prev_sample
-        return stats.build(
-            cb, self.store_dir, totals, prev, self._worker_docs(), len(self.clients),
-            {
-                "flush_disk_type": self.settings.flush_disk_type.value,
-                "transient_store_pool_enable": self.settings.transient_store_pool_enable,
-                "segment_size_bytes": self.settings.segment_size_bytes,
-                **{  # the reloadable ones as they are now (SIGHUP re-reads them)
-                    f.name: getattr(self.settings, f.name)
-                    for f in dataclasses.fields(self.settings)
-                    if f.metadata.get("reloadable")
-                },
-            },
-        )  # fmt: skip
 
     def _reload(self) -> None:
         """SIGHUP: re-read the settings (the reloadable ones take effect, the others are
@@ -592,24 +477,6 @@ class Supervisor:
             if w.proc is not None and pid == w.proc.pid and state == WORKER_RUNNING:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGHUP)
-
-    def _metrics_totals(self) -> stats.Totals:
-        """Put totals for a scrape (the metrics thread): rows copied first, as the main
-        loop may attach or drop a client meanwhile."""
-        cb = self.cb
-        if cb is None:
-            return stats.Totals()
-        rows = dict.fromkeys(list(self.clients), 0)
-        return stats.live_totals(cb, rows).merged(self.retired)
-
-    def _take_sample(self) -> None:
-        cb = self.cb
-        assert cb is not None
-        totals = stats.live_totals(cb, self.clients).merged(self.retired)
-        smp = stats.sample(cb, totals)
-        if self.last_sample is None or smp.t - self.last_sample.t >= 1.0:
-            self.prev_sample = self.last_sample or smp
-            self.last_sample = smp
 
     # --- main loop ----------------------------------------------------------------------
 
@@ -640,31 +507,29 @@ class Supervisor:
                 self._teardown_after_boot_failure()
                 return int(ExitCode.BOOT_ERROR)
             sel = selectors.DefaultSelector()
-            sel.register(self.listener, selectors.EVENT_READ)
+            self.server.register(sel)
             sel.register(wake_r, selectors.EVENT_READ)
             while not self.stopping:
                 for key, mask in sel.select(TICK_S):
-                    if key.fileobj is self.listener:
-                        self._accept(sel)
-                    elif key.fd == wake_r:
+                    if key.fd == wake_r:
                         try:
                             while os.read(wake_r, 512):
                                 pass
                         except BlockingIOError:
                             pass
                     else:
-                        self._on_conn(sel, self.conns[key.fileobj], mask)  # type: ignore[index]
-                self._drop_stalled(sel)
+                        self.server.on_ready(sel, key, mask)
+                self.server.drop_stalled(sel)
                 if self.reload_requested:
                     self.reload_requested = False
                     self._reload()
                 self._watch_workers()
                 self._notify_ready()
-                self._take_sample()
+                assert self.cb is not None
+                self.puts.tick(self.cb)
             self._notify("STOPPING=1", "STATUS=draining")
             code = self.shutdown()
-            for conn in list(self.conns.values()):
-                self._drop(sel, conn)
+            self.server.drop_all(sel)
             sel.close()
             final = code if self.exit_code == ExitCode.OK else int(self.exit_code)
             self._say(f"stopped (exit {final})")
@@ -804,7 +669,7 @@ class Supervisor:
             files.close()
             cb.set_flag(c.FLAG_STOPPED)
             cb.set_flag(c.FLAG_RUNNING, False)
-            self.listener.close()
+            self.server.close_listener()
             self._stop_metrics()
             cb.close()
             self.cb = None
@@ -812,20 +677,6 @@ class Supervisor:
                 os.close(self._lock_fd)
                 self._lock_fd = -1
         return code
-
-
-def describe_exit(code: int) -> str:
-    """How a worker ended, for the log (gunicorn's arbiter names the signal):
-    "exited with 1 (CRASH)", "was killed by SIGKILL"."""
-    if code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    try:
-        return f"exited with {code} ({ExitCode(code).name})"
-    except ValueError:
-        return f"exited with {code}"
 
 
 def run_supervisor(
