@@ -837,17 +837,95 @@ def queue_dirs(store_dir: str | os.PathLike[str]) -> Iterator[tuple[str, str, st
                 yield topic, qid, qdir
 
 
+def numbered_queue_dirs(store_dir: str | os.PathLike[str]) -> list[tuple[str, int, str]]:
+    """(topic, queue id, path) of every `consumequeue/<topic>/<queueId>/` whose queue id is
+    an int; other directories are skipped, as RocketMQ's load does."""
+    return [(t, int(q), d) for t, q, d in queue_dirs(store_dir) if q.lstrip("-").isdigit()]
+
+
+def queue_files(qdir: str) -> list[str]:
+    """The paths of one queue's files (20-digit names), oldest first; [] for no directory."""
+    try:
+        names = os.listdir(qdir)
+    except FileNotFoundError:
+        return []
+    return sorted(
+        os.path.join(qdir, n)
+        for n in names
+        if len(n) == 20 and n.isdigit() and os.path.isfile(os.path.join(qdir, n))
+    )
+
+
 def detect_file_size(store_dir: str | os.PathLike[str]) -> int | None:
     """The size of the consume-queue files already in a store (the largest found: a
     damaged file may be shorter, never longer), or None when there are none. Stores do
     not record their geometry."""
     best = 0
     for _topic, _qid, qdir in queue_dirs(store_dir):
-        for name in os.listdir(qdir):
-            path = os.path.join(qdir, name)
-            if len(name) == 20 and name.isdigit() and os.path.isfile(path):
-                best = max(best, os.stat(path).st_size)
+        for path in queue_files(qdir):
+            best = max(best, os.stat(path).st_size)
     return best or None
+
+
+# --- reading queue files without opening the queue (the cleaner, stopped stores) ---------
+
+
+def file_unit(fd: int, index: int, path: str) -> CqUnit:
+    """Unit `index` of an open queue file; all zeros past the file's end. One pread."""
+    raw = fileio.pread(fd, CQ_STORE_UNIT_SIZE, index * CQ_STORE_UNIT_SIZE, path)
+    if len(raw) < CQ_STORE_UNIT_SIZE:
+        return CqUnit(0, 0, 0)
+    return CqUnit(*_UNIT.unpack(raw))
+
+
+def last_file_unit(path: str, file_size: int) -> CqUnit | None:
+    """The last unit slot of a queue file of `file_size` bytes (written or not), or None
+    when the file holds no whole unit. Raises StoreIOError."""
+    if file_size < CQ_STORE_UNIT_SIZE:
+        return None
+    fd = fileio.open_file(path, create=False, read_only=True)
+    try:
+        raw = fileio.pread(fd, CQ_STORE_UNIT_SIZE, file_size - CQ_STORE_UNIT_SIZE, path)
+    finally:
+        fileio.close(fd, path)
+    return CqUnit(*_UNIT.unpack(raw)) if len(raw) == CQ_STORE_UNIT_SIZE else None
+
+
+def last_unit_end(path: str, file_size: int) -> int | None:
+    """End (phys + size) of the last written unit of one queue file, found by binary
+    search over "unit i is written" (units are written contiguously from 0). None if no
+    real unit is written. O(log units) preads. Raises StoreIOError."""
+    fd = fileio.open_file(path, create=False, read_only=True)
+    try:
+        lo, hi = 0, file_size // CQ_STORE_UNIT_SIZE  # first unwritten unit is in [lo, hi]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if file_unit(fd, mid, path).size > 0:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo == 0:
+            return None
+        last = file_unit(fd, lo - 1, path)
+        return None if last.is_pre_blank else last.end
+    finally:
+        fileio.close(fd, path)
+
+
+def dispatched_offset_from_files(store_dir: str | os.PathLike[str]) -> int | None:
+    """A lower bound of the dispatcher's position read from the consume-queue files:
+    the highest end (phys + size) of the last unit of any queue. None when the store has
+    no consume queues (then nothing was dispatched that deletion could orphan). For a
+    stopped store, or a cleaner process that has no dispatcher position to read.
+    O(queues x log units) preads."""
+    best: int | None = None
+    for _topic, _qid, qdir in numbered_queue_dirs(store_dir):
+        for path in reversed(queue_files(qdir)):
+            end = last_unit_end(path, os.stat(path).st_size)
+            if end is not None:
+                best = end if best is None else max(best, end)
+                break
+    return best
 
 
 class ConsumeQueueStore:

@@ -3,8 +3,8 @@
     {"offsetTable": {"orders@billing": {"0": 12, "1": 3}}}
 
 The key is `topic@group` and the value maps a queue id to the next queue offset the group
-will consume (what RocketMQ's consumers commit). `workers/cleaner.py` reads the same file
-(`engine.retention.load_consumer_offsets`).
+will consume (what RocketMQ's consumers commit). The cleaner reads the same file through
+`load_consumer_offsets`, which tells a missing or unreadable file (None) from an empty one.
 
 Safe across processes and crashes (`engine.jsonconfig`): every commit takes the file's
 lock, re-reads, changes one entry and replaces the file durably (fsync before it returns),
@@ -17,7 +17,7 @@ Thread-safe for commits; one `ConsumerOffsets` per thread for reads.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from mqstore.engine import jsonconfig
@@ -26,9 +26,38 @@ from mqstore.engine.names import check_group, check_topic
 FILE_NAME = "consumerOffset.json"
 NO_OFFSET = -1  # RocketMQ's queryOffset answer for a queue the group never committed
 
+# group -> (topic, queue id) -> the next queue offset the group will consume
+ConsumedOffsets = Mapping[str, Mapping[tuple[str, int], int]]
+
 
 def table_key(topic: str, group: str) -> str:
     return f"{topic}@{group}"
+
+
+def group_table(doc: dict[str, Any]) -> dict[str, dict[tuple[str, int], int]]:
+    """{group: {(topic, queue_id): offset}} of a parsed file. Raises ValueError,
+    AttributeError or TypeError for a table of the wrong shape."""
+    out: dict[str, dict[tuple[str, int], int]] = {}
+    for key, queues in doc.get("offsetTable", {}).items():
+        topic, _, group = str(key).rpartition("@")
+        for qid, off in queues.items():
+            out.setdefault(group, {})[(topic, int(qid))] = int(off)
+    return out
+
+
+def load_consumer_offsets(store_dir: str | os.PathLike[str]) -> ConsumedOffsets | None:
+    """The committed offsets as `ConsumerOffsets.table()` gives them, read once without
+    a cache (fastjson's unquoted queue ids accepted). None when the file is missing,
+    empty or unreadable; the cleaner then reports unconsumed bytes as unknown."""
+    try:
+        with open(jsonconfig.config_path(store_dir, FILE_NAME), encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return None
+    try:
+        return group_table(jsonconfig.parse(text)) if text.strip() else None
+    except (ValueError, AttributeError, TypeError):
+        return None
 
 
 class ConsumerOffsets:
@@ -94,9 +123,4 @@ class ConsumerOffsets:
 
     def table(self) -> dict[str, dict[tuple[str, int], int]]:
         """{group: {(topic, queue_id): offset}} for every group."""
-        out: dict[str, dict[tuple[str, int], int]] = {}
-        for key, queues in self._cache.get().get("offsetTable", {}).items():
-            topic, _, group = str(key).rpartition("@")
-            for qid, off in queues.items():
-                out.setdefault(group, {})[(topic, int(qid))] = int(off)
-        return out
+        return group_table(self._cache.get())

@@ -25,12 +25,13 @@ store directory. The rules:
   once the log's minimum offset has grown, every file but the last of each
   `consumequeue/<topic>/<queueId>/` whose last entry points below it, and every index
   file but the last whose `endPhyOffset` is below it, oldest first, stopping at the
-  first that is not. These work on the files directly (names, one pread each), so they
-  need no open consume-queue objects.
+  first that is not. These work on the files directly (names, one pread each;
+  `engine.consumequeue`'s file functions read the queue files), so they need no open
+  consume-queue objects.
 
 Every deletion is logged with its reason and listed in a `CleanReport` (JSON for
 `mqstore status`), with the bytes no consumer group had consumed when the committed
-consumer offsets are given.
+consumer offsets are given (`engine.offsets.load_consumer_offsets`).
 
 Seams: the clock (`clock_ms`; the segment queue must share it, since segment expiry
 and forced destroys read the queue's clock), the sleep between deletions, and the disk
@@ -40,20 +41,20 @@ guard's usage probe. Not thread-safe: the owner of the segment queue runs it.
 from __future__ import annotations
 
 import enum
-import json
 import logging
 import os
-import re
 import struct
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from mqstore.conf.settings import StoreSettings
 from mqstore.engine import fileio
 from mqstore.engine.commitlog import CommitLog
+from mqstore.engine.consumequeue import last_file_unit, numbered_queue_dirs, queue_files
 from mqstore.engine.diskguard import DiskGuard, DiskVerdict
+from mqstore.engine.offsets import ConsumedOffsets
 from mqstore.engine.record import CheckStatus, check_record, takes_queue_offset
 from mqstore.engine.segment import ClockMs, Segment, now_ms
 from mqstore.engine.segment_queue import SegmentQueue, SleepMs
@@ -62,15 +63,10 @@ log = logging.getLogger(__name__)
 
 HOUR_MS: Final = 3_600_000
 MANUAL_DELETE_RUNS: Final = 20  # RocketMQ's executeDeleteFilesManually
-CQ_UNIT_SIZE_BYTES: Final = 20
 INDEX_HEADER_SIZE_BYTES: Final = 40
 INDEX_END_PHY_OFFSET_POS: Final = 24
 INDEX_DESTROY_INTERVAL_MS: Final = 3000
 _I64: Final = struct.Struct(">q")
-_CQ_UNIT: Final = struct.Struct(">qiq")
-
-# group -> (topic, queue id) -> the next queue offset the group will consume
-ConsumedOffsets = Mapping[str, Mapping[tuple[str, int], int]]
 
 
 def _sleep_ms(ms: int) -> None:
@@ -309,34 +305,11 @@ def unconsumed_bytes(
     return total, records
 
 
-def load_consumer_offsets(store_dir: str | os.PathLike[str]) -> ConsumedOffsets | None:
-    """Committed consumer offsets from `<store>/config/consumerOffset.json`, RocketMQ's
-    ConsumerOffsetManager file (`{"offsetTable": {"topic@group": {queueId: offset}}}`;
-    fastjson writes the queue ids unquoted, which is accepted). None when the file is
-    missing or unreadable; the unconsumed bytes are then reported as unknown."""
-    path = os.path.join(os.fspath(store_dir), "config", "consumerOffset.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError:
-        return None
-    text = re.sub(r"([{,]\s*)(-?\d+)(\s*:)", r'\1"\2"\3', text)
-    try:
-        table = json.loads(text).get("offsetTable", {})
-        out: dict[str, dict[tuple[str, int], int]] = {}
-        for key, queues in table.items():
-            topic, _, group = str(key).rpartition("@")
-            for qid, off in queues.items():
-                out.setdefault(group, {})[(topic, int(qid))] = int(off)
-    except (ValueError, AttributeError, TypeError):
-        return None
-    return out
-
-
 # --- consume queues and index, on the files -----------------------------------------------
 
 
-def _numbered_files(directory: str, digits: int) -> list[str]:
+def _index_files(directory: str) -> list[str]:
+    """The index files (17-digit names), oldest first."""
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
@@ -344,7 +317,7 @@ def _numbered_files(directory: str, digits: int) -> list[str]:
     return sorted(
         os.path.join(directory, n)
         for n in names
-        if len(n) == digits and n.isdigit() and os.path.isfile(os.path.join(directory, n))
+        if len(n) == 17 and n.isdigit() and os.path.isfile(os.path.join(directory, n))
     )
 
 
@@ -354,78 +327,6 @@ def _pread_at(path: str, n: int, offset: int) -> bytes:
         return fileio.pread(fd, n, offset, path)
     finally:
         fileio.close(fd, path)
-
-
-def consume_queue_dirs(store_dir: str | os.PathLike[str]) -> list[tuple[str, int, str]]:
-    """(topic, queue id, directory) of every `consumequeue/<topic>/<queueId>/`; queue
-    directories whose name is not an int are skipped, as RocketMQ's load does."""
-    root = os.path.join(os.fspath(store_dir), "consumequeue")
-    out = []
-    try:
-        topics = sorted(os.listdir(root))
-    except FileNotFoundError:
-        return []
-    for topic in topics:
-        tdir = os.path.join(root, topic)
-        if not os.path.isdir(tdir):
-            continue
-        for q in sorted(os.listdir(tdir)):
-            qdir = os.path.join(tdir, q)
-            if os.path.isdir(qdir) and q.lstrip("-").isdigit():
-                out.append((topic, int(q), qdir))
-    return out
-
-
-_PRE_BLANK_SIZE = 2_147_483_647  # RocketMQ's pre-blank unit (0, Integer.MAX_VALUE, 0)
-
-
-def _last_unit_end(path: str, file_size: int) -> int | None:
-    """End (phys + size) of the last written unit of one consume-queue file, found by
-    binary search over "unit i is written" (units are written contiguously from 0).
-    None if no real unit is written. O(log units) preads."""
-    fd = fileio.open_file(path, create=False, read_only=True)
-    try:
-
-        def unit(i: int) -> tuple[int, int, int]:
-            raw = fileio.pread(fd, CQ_UNIT_SIZE_BYTES, i * CQ_UNIT_SIZE_BYTES, path)
-            if len(raw) < CQ_UNIT_SIZE_BYTES:
-                return (0, 0, 0)
-            phys, size, tags = _CQ_UNIT.unpack(raw)
-            return (int(phys), int(size), int(tags))
-
-        lo, hi = 0, file_size // CQ_UNIT_SIZE_BYTES  # first unwritten unit is in [lo, hi]
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if unit(mid)[1] > 0:
-                lo = mid + 1
-            else:
-                hi = mid
-        if lo == 0:
-            return None
-        phys, size, _ = unit(lo - 1)
-        if size == _PRE_BLANK_SIZE:
-            return None
-        return phys + size
-    finally:
-        fileio.close(fd, path)
-
-
-def dispatched_offset_from_files(store_dir: str | os.PathLike[str]) -> int | None:
-    """A lower bound of the dispatcher's position read from the consume-queue files:
-    the highest end (phys + size) of the last unit of any queue. None when the store has
-    no consume queues (then nothing was dispatched that deletion could orphan). For a
-    stopped store, or a cleaner process that has no dispatcher position to read.
-    O(queues x log units) preads."""
-    best: int | None = None
-    for _topic, _qid, qdir in consume_queue_dirs(store_dir):
-        files = _numbered_files(qdir, 20)
-        for path in reversed(files):
-            size = os.stat(path).st_size
-            end = _last_unit_end(path, size)
-            if end is not None:
-                best = end if best is None else max(best, end)
-                break
-    return best
 
 
 def delete_consume_queue_files(
@@ -444,18 +345,14 @@ def delete_consume_queue_files(
     it too. Sleeps `interval_ms` after a queue that lost files. Raises StoreIOError.
     """
     deleted: list[DeletedFile] = []
-    for _topic, _qid, qdir in consume_queue_dirs(store_dir):
+    for _topic, _qid, qdir in numbered_queue_dirs(store_dir):
         removed = 0
-        for path in _numbered_files(qdir, 20)[:-1]:
+        for path in queue_files(qdir)[:-1]:
             size = os.stat(path).st_size
-            if size != file_size_bytes or size < CQ_UNIT_SIZE_BYTES:
+            last = last_file_unit(path, size) if size == file_size_bytes else None
+            if last is None or last.size <= 0 or last.physical_offset >= min_offset:
                 break
-            raw = _pread_at(path, CQ_UNIT_SIZE_BYTES, size - CQ_UNIT_SIZE_BYTES)
-            if len(raw) != CQ_UNIT_SIZE_BYTES:
-                break
-            phys, msg_size, _tags = _CQ_UNIT.unpack(raw)
-            if msg_size <= 0 or phys >= min_offset:
-                break
+            phys = last.physical_offset
             fileio.unlink(path, missing_ok=True)
             removed += 1
             d = DeletedFile(
@@ -481,7 +378,7 @@ def delete_index_files(store_dir: str | os.PathLike[str], min_offset: int) -> li
     stopping at the first that is not. Raises StoreIOError."""
     idir = os.path.join(os.fspath(store_dir), "index")
     deleted: list[DeletedFile] = []
-    for path in _numbered_files(idir, 17)[:-1]:
+    for path in _index_files(idir)[:-1]:
         raw = _pread_at(path, INDEX_HEADER_SIZE_BYTES, 0)
         if len(raw) < INDEX_HEADER_SIZE_BYTES:
             break

@@ -44,6 +44,7 @@ from typing import Any, Final, Protocol
 from mqstore.conf.settings import StoreSettings
 from mqstore.engine import fileio
 from mqstore.engine.checkpoint import MIN_TIMESTAMP_SLACK_MS, StoreCheckpoint
+from mqstore.engine.consumequeue import dispatched_offset_from_files, numbered_queue_dirs
 from mqstore.engine.diskguard import (
     DiskGuard,
     DiskState,
@@ -53,17 +54,14 @@ from mqstore.engine.diskguard import (
     encode_state,
     psutil_usage,
 )
+from mqstore.engine.offsets import ConsumedOffsets, load_consumer_offsets
 from mqstore.engine.retention import (
     CleanReport,
-    ConsumedOffsets,
     DeletedFile,
     Retention,
     RetentionTotals,
     checkpointed_offset,
-    consume_queue_dirs,
-    dispatched_offset_from_files,
     keep_from,
-    load_consumer_offsets,
 )
 from mqstore.engine.segment import ClockMs, SegmentNameError, SegmentSizeError, now_ms
 from mqstore.engine.segment_queue import SegmentQueue, SleepMs
@@ -127,7 +125,7 @@ def checkpoint_protection(
     if physic <= 0:
         return None
     bound = physic
-    if logics > 0 and consume_queue_dirs(store_dir):
+    if logics > 0 and numbered_queue_dirs(store_dir):
         bound = min(physic, logics)
     return checkpointed_offset(queue, max(0, bound - MIN_TIMESTAMP_SLACK_MS))
 

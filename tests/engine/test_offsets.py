@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from mqstore.engine import fileio, topics
-from mqstore.engine.offsets import NO_OFFSET, ConsumerOffsets
-from mqstore.engine.retention import load_consumer_offsets
+from mqstore.engine.offsets import NO_OFFSET, ConsumerOffsets, load_consumer_offsets
 
 REPO = Path(__file__).resolve().parent.parent.parent
 

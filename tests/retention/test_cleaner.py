@@ -19,7 +19,7 @@ from mqstore.conf.settings import StoreSettings
 from mqstore.engine import fileio
 from mqstore.engine.checkpoint import StoreCheckpoint
 from mqstore.engine.diskguard import DiskState, DiskVerdict, refusal_from_state
-from mqstore.engine.retention import load_consumer_offsets
+from mqstore.engine.offsets import load_consumer_offsets
 from mqstore.engine.segment import SegmentSizeError
 from mqstore.engine.storedir import FLUSHED_OFFSET_FILE, write_flushed_offset
 from mqstore.ipc import control as c

@@ -9,11 +9,10 @@ from pathlib import Path
 
 from mqstore.conf.settings import StoreSettings
 from mqstore.engine.commitlog import CommitLog
-from mqstore.engine.consumequeue import ConsumeQueueStore
+from mqstore.engine.consumequeue import ConsumeQueueStore, dispatched_offset_from_files
 from mqstore.engine.dispatch import Dispatcher
 from mqstore.engine.reader import Geometry
 from mqstore.engine.record import Message
-from mqstore.engine.retention import dispatched_offset_from_files
 from mqstore.engine.segment_queue import SegmentQueue
 from mqstore.workers.cleaner import clean_once
 from tests.retention.helpers import BODY, HOUR_MS, SEG, Clock, set_mtime
