@@ -199,6 +199,7 @@ NON_SETTING_ENV: Final = frozenset(
         "MQSTORE_RELIABILITY_REPORT",
         "MQSTORE_RELIABILITY_SEED",
         "MQSTORE_SANITIZE",
+        "MQSTORE_SYNC_WATCH",
     }
 )
 

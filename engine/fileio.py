@@ -13,25 +13,24 @@ in exactly one place. `MQSTORE_FAULTS="fsync:EIO,pwrite:ENOSPC"` in the environm
 installs the same faults at import, for tests that need them inside a worker process;
 `MQSTORE_FAULTS_AFTER=N` lets the first N calls of each faulted operation succeed.
 
-Durability seam (the power-loss suite): with `MQSTORE_DURABLE_SHADOW=<dir>` and
-`MQSTORE_DURABLE_ROOT=<store dir>` in the environment, every process keeps a record of
-what its syncs made durable under the store: before an fsync or fdatasync the file's
-content is copied to `<dir>/data/<path>`, before an msync the range synced; an
-fsync of a directory records the names it then holds in `<dir>/dirs/<path>.json` (an
-entry is durable only once its directory was synced); a rename carries the recorded
-content along. `tests/reliability/powerloss.py` builds the disk a power cut would leave
-from exactly that. Off (the default), the seam is one test of a module constant.
+Sync seam (the power-loss suite): a `SyncWatch` is told what each sync is about to make
+durable (a file's content before an fsync or fdatasync, a range before an msync, a
+directory's entries before its fsync) and of each rename that succeeded. The default
+watch does nothing. `set_sync_watch(watch)` installs one in this process;
+`MQSTORE_SYNC_WATCH="module:factory"` in the environment installs `factory()` at import,
+for the store's own processes (`tests/reliability/powerloss.py` records a shadow of the
+disk through it and builds the disk a power cut would leave from that).
 """
 
 from __future__ import annotations
 
 import errno
-import fcntl
-import json
+import importlib
 import mmap
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 StrPath = str | os.PathLike[str]
 
@@ -114,91 +113,50 @@ def _check_fault(op: str) -> None:
     raise factory()
 
 
-_SHADOW: str = os.environ.get("MQSTORE_DURABLE_SHADOW", "")
-_SHADOW_ROOT: str = os.path.realpath(os.environ.get("MQSTORE_DURABLE_ROOT", "/")) if _SHADOW else ""
+class SyncWatch(Protocol):
+    """What the sync seam is told (see the module doc). Called in the caller's thread,
+    before the sync (after the rename); an exception it raises fails the operation."""
+
+    def data_synced(self, path: StrPath, offset: int, length: int) -> None:
+        """`length` bytes of `path` from `offset` (-1: the whole file) become durable."""
+
+    def dir_synced(self, path: StrPath) -> None:
+        """The entries directory `path` holds now become durable."""
+
+    def renamed(self, src: StrPath, dst: StrPath) -> None:
+        """`src` was renamed to `dst`."""
 
 
-def _shadow_rel(path: StrPath) -> str | None:
-    """`path` relative to the shadowed store ("." for the store itself), or None."""
-    real = os.path.realpath(os.fspath(path))
-    if real == _SHADOW_ROOT:
-        return "."
-    if not real.startswith(_SHADOW_ROOT + os.sep):
-        return None
-    return os.path.relpath(real, _SHADOW_ROOT)
+class _NoWatch:
+    def data_synced(self, path: StrPath, offset: int, length: int) -> None:
+        pass
+
+    def dir_synced(self, path: StrPath) -> None:
+        pass
+
+    def renamed(self, src: StrPath, dst: StrPath) -> None:
+        pass
 
 
-class _ShadowLock:
-    """One lock for every process's shadow updates (tests only)."""
-
-    def __enter__(self) -> None:
-        self.fd = os.open(os.path.join(_SHADOW, ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-
-    def __exit__(self, *exc: object) -> None:
-        os.close(self.fd)
+NO_WATCH: SyncWatch = _NoWatch()
+_watch: SyncWatch = NO_WATCH
 
 
-def _shadow_data(path: StrPath, offset: int = 0, length: int = -1) -> None:
-    """Record the content of `path` (or of one range) as durable."""
-    rel = _shadow_rel(path)
-    if rel is None:
-        return
-    dst = os.path.join(_SHADOW, "data", rel)
-    with _ShadowLock():
-        try:
-            src_fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            return
-        try:
-            size = os.fstat(src_fd).st_size
-            os.makedirs(os.path.dirname(dst), exist_ok=True)
-            out = os.open(dst, os.O_RDWR | os.O_CREAT, 0o600)
-            try:
-                os.ftruncate(out, size)
-                start, end = (0, size) if length < 0 else (offset, min(size, offset + length))
-                pos = start
-                while pos < end:
-                    chunk = os.pread(src_fd, min(1 << 20, end - pos), pos)
-                    if not chunk:
-                        break
-                    os.pwrite(out, chunk, pos)
-                    pos += len(chunk)
-            finally:
-                os.close(out)
-        finally:
-            os.close(src_fd)
+def set_sync_watch(watch: SyncWatch | None) -> None:
+    """Install `watch` for this process; None puts back the one that does nothing."""
+    global _watch
+    _watch = watch if watch is not None else NO_WATCH
 
 
-def _shadow_dir(path: StrPath) -> None:
-    """Record the entries `path` holds now as durable (name -> "d" or "f")."""
-    rel = _shadow_rel(path)
-    if rel is None:
-        return
-    try:
-        with os.scandir(path) as it:
-            entries = {e.name: "d" if e.is_dir() else "f" for e in it}
-    except OSError:
-        return
-    dst = os.path.join(_SHADOW, "dirs", rel + ".json")
-    with _ShadowLock():
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        with open(dst + ".tmp", "w") as f:
-            json.dump(entries, f)
-        os.replace(dst + ".tmp", dst)
+def sync_watch() -> SyncWatch:
+    return _watch
 
 
-def _shadow_rename(src: StrPath, dst: StrPath) -> None:
-    """The recorded content of `src` is now that of `dst` (the same inode)."""
-    a, b = _shadow_rel(src), _shadow_rel(dst)
-    if a is None or b is None:
-        return
-    with _ShadowLock():
-        old = os.path.join(_SHADOW, "data", a)
-        if os.path.exists(old):
-            new = os.path.join(_SHADOW, "data", b)
-            os.makedirs(os.path.dirname(new), exist_ok=True)
-            os.replace(old, new)
+def _install_env_watch() -> None:
+    spec = os.environ.get("MQSTORE_SYNC_WATCH", "")
+    if spec:
+        module, _, name = spec.partition(":")
+        set_sync_watch(getattr(importlib.import_module(module), name)())
 
 
 def _wrap(op: str, path: StrPath, cause: OSError) -> StoreIOError:
@@ -287,8 +245,7 @@ def pread(fd: int, n: int, offset: int, path: StrPath = "?") -> bytes:
 def fsync(fd: int, path: StrPath = "?") -> None:
     try:
         _check_fault("fsync")
-        if _SHADOW:
-            _shadow_data(path)
+        _watch.data_synced(path, 0, -1)
         os.fsync(fd)
     except OSError as e:
         raise _wrap("fsync", path, e) from e
@@ -297,8 +254,7 @@ def fsync(fd: int, path: StrPath = "?") -> None:
 def fdatasync(fd: int, path: StrPath = "?") -> None:
     try:
         _check_fault("fdatasync")
-        if _SHADOW:
-            _shadow_data(path)
+        _watch.data_synced(path, 0, -1)
         os.fdatasync(fd)
     except OSError as e:
         raise _wrap("fdatasync", path, e) from e
@@ -310,8 +266,7 @@ def msync(mm: mmap.mmap, offset: int, length: int, path: StrPath = "?") -> None:
     try:
         _check_fault("msync")
         if length > 0:
-            if _SHADOW:
-                _shadow_data(path, start, length + (offset - start))
+            _watch.data_synced(path, start, length + (offset - start))
             mm.flush(start, length + (offset - start))
     except OSError as e:
         raise _wrap("msync", path, e) from e
@@ -330,8 +285,7 @@ def rename(src: StrPath, dst: StrPath) -> None:
     try:
         _check_fault("rename")
         os.rename(src, dst)
-        if _SHADOW:
-            _shadow_rename(src, dst)
+        _watch.renamed(src, dst)
     except OSError as e:
         raise _wrap("rename", src, e) from e
 
@@ -351,8 +305,7 @@ def fsync_dir(path: StrPath) -> None:
     """fsync a directory so that a new, renamed or removed entry survives a power loss."""
     try:
         _check_fault("fsync_dir")
-        if _SHADOW:
-            _shadow_dir(path)
+        _watch.dir_synced(path)
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             os.fsync(fd)
@@ -407,3 +360,4 @@ def write_file_atomic(
 
 
 _install_env_faults()
+_install_env_watch()

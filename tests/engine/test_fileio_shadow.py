@@ -1,5 +1,6 @@
-"""engine.fileio's durability seam (the power-loss suite's record of what was synced),
-run in a child process that has it enabled, as the store's processes do."""
+"""engine.fileio's sync seam with the power-loss suite's recorder (`powerloss.ShadowRecorder`,
+its record of what was synced), run in a child process that has it enabled, as the
+store's processes do."""
 
 from __future__ import annotations
 
@@ -57,11 +58,14 @@ def test_the_image_holds_exactly_what_was_synced(tmp_path: Path) -> None:
 
 
 def test_the_seam_is_off_without_the_environment(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MQSTORE_DURABLE")} | {
-        "PYTHONPATH": str(REPO)
-    }
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("MQSTORE_DURABLE", "MQSTORE_SYNC_WATCH"))
+    } | {"PYTHONPATH": str(REPO)}
+    code = "from engine import fileio; print(fileio.sync_watch() is fileio.NO_WATCH)"
     out = subprocess.run(
-        [sys.executable, "-c", "from engine import fileio; print(repr(fileio._SHADOW))"],
+        [sys.executable, "-c", code],
         check=True, env=env, cwd=REPO, capture_output=True, text=True,
     )  # fmt: skip
-    assert out.stdout.strip() == "''"
+    assert out.stdout.strip() == "True"

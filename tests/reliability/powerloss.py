@@ -1,16 +1,23 @@
 """The disk a power cut leaves, built from what the store made durable.
 
-`engine.fileio`'s durability seam (MQSTORE_DURABLE_SHADOW / MQSTORE_DURABLE_ROOT) records,
-in every store process, the content each fsync, fdatasync or msync made durable and the
-entries each directory fsync made durable. `build_image` makes a store directory from
-exactly that: a directory holds the entries its last fsync recorded (none if it was never
-synced), a file the content last recorded (empty if none was). With `rng`, pages of the
-files that were written but never synced are also kept, each with even odds, as a real
-disk may have written some of them before the power went.
+`ShadowRecorder`, installed in every store process through `engine.fileio`'s sync seam
+(`shadow_env`: MQSTORE_SYNC_WATCH names `from_env`, which reads MQSTORE_DURABLE_SHADOW and
+MQSTORE_DURABLE_ROOT), keeps a shadow of what the syncs under the store made durable:
+before an fsync or fdatasync the file's content is copied to `<shadow>/data/<path>`,
+before an msync the range synced; an fsync of a directory records the names it then holds
+in `<shadow>/dirs/<path>.json` (an entry is durable only once its directory was synced); a
+rename carries the recorded content along.
+
+`build_image` makes a store directory from exactly that: a directory holds the entries
+its last fsync recorded (none if it was never synced), a file the content last recorded
+(empty if none was). With `rng`, pages of the files that were written but never synced
+are also kept, each with even odds, as a real disk may have written some of them before
+the power went.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import random
@@ -19,10 +26,113 @@ from collections import Counter
 from pathlib import Path
 
 PAGE = 4096
+StrPath = str | os.PathLike[str]
 
 
 def shadow_env(store: Path, shadow: Path) -> dict[str, str]:
-    return {"MQSTORE_DURABLE_SHADOW": str(shadow), "MQSTORE_DURABLE_ROOT": str(store)}
+    """The environment that makes a store's processes record into `shadow`."""
+    return {
+        "MQSTORE_SYNC_WATCH": f"{__name__}:from_env",
+        "MQSTORE_DURABLE_SHADOW": str(shadow),
+        "MQSTORE_DURABLE_ROOT": str(store),
+    }
+
+
+def from_env() -> ShadowRecorder:
+    """The recorder `shadow_env` asks for (`engine.fileio` calls it at import)."""
+    return ShadowRecorder(os.environ["MQSTORE_DURABLE_SHADOW"], os.environ["MQSTORE_DURABLE_ROOT"])
+
+
+class _ShadowLock:
+    """One lock for every process's shadow updates."""
+
+    def __init__(self, shadow: str) -> None:
+        self.path = os.path.join(shadow, ".lock")
+
+    def __enter__(self) -> None:
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
+
+
+class ShadowRecorder:
+    """A `engine.fileio.SyncWatch` that records into `shadow` what the syncs under `root`
+    made durable (see the module doc). Any number of processes record into one shadow."""
+
+    def __init__(self, shadow: str, root: str) -> None:
+        self.shadow = shadow
+        self.root = os.path.realpath(root)
+        self._lock = _ShadowLock(shadow)
+
+    def _rel(self, path: StrPath) -> str | None:
+        """`path` relative to the store ("." for the store itself), or None."""
+        real = os.path.realpath(os.fspath(path))
+        if real == self.root:
+            return "."
+        if not real.startswith(self.root + os.sep):
+            return None
+        return os.path.relpath(real, self.root)
+
+    def data_synced(self, path: StrPath, offset: int, length: int) -> None:
+        """Record the content of `path` (or of one range) as durable."""
+        rel = self._rel(path)
+        if rel is None:
+            return
+        dst = os.path.join(self.shadow, "data", rel)
+        with self._lock:
+            try:
+                src_fd = os.open(path, os.O_RDONLY)
+            except OSError:
+                return
+            try:
+                size = os.fstat(src_fd).st_size
+                os.makedirs(os.path.dirname(dst), exist_ok=True)
+                out = os.open(dst, os.O_RDWR | os.O_CREAT, 0o600)
+                try:
+                    os.ftruncate(out, size)
+                    start, end = (0, size) if length < 0 else (offset, min(size, offset + length))
+                    pos = start
+                    while pos < end:
+                        chunk = os.pread(src_fd, min(1 << 20, end - pos), pos)
+                        if not chunk:
+                            break
+                        os.pwrite(out, chunk, pos)
+                        pos += len(chunk)
+                finally:
+                    os.close(out)
+            finally:
+                os.close(src_fd)
+
+    def dir_synced(self, path: StrPath) -> None:
+        """Record the entries `path` holds now as durable (name -> "d" or "f")."""
+        rel = self._rel(path)
+        if rel is None:
+            return
+        try:
+            with os.scandir(path) as it:
+                entries = {e.name: "d" if e.is_dir() else "f" for e in it}
+        except OSError:
+            return
+        dst = os.path.join(self.shadow, "dirs", rel + ".json")
+        with self._lock:
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            with open(dst + ".tmp", "w") as f:
+                json.dump(entries, f)
+            os.replace(dst + ".tmp", dst)
+
+    def renamed(self, src: StrPath, dst: StrPath) -> None:
+        """The recorded content of `src` is now that of `dst` (the same inode)."""
+        a, b = self._rel(src), self._rel(dst)
+        if a is None or b is None:
+            return
+        with self._lock:
+            old = os.path.join(self.shadow, "data", a)
+            if os.path.exists(old):
+                new = os.path.join(self.shadow, "data", b)
+                os.makedirs(os.path.dirname(new), exist_ok=True)
+                os.replace(old, new)
 
 
 def seed_shadow(store: Path, shadow: Path) -> None:

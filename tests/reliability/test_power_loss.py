@@ -1,9 +1,10 @@
 """Power-loss suite: under mixed sync/async load, cut the power (SIGKILL the whole store
 and the producer at a random point), then make the disk from exactly what the store had
-made durable (`engine.fileio`'s durability seam and `powerloss.build_image`: synced file
-content, and only the directory entries a directory fsync covered), recover on it and
-check every invariant. Variant `unsynced-pages` also keeps a random half of the pages
-that were written but never synced, as a real disk may have.
+made durable (`powerloss.ShadowRecorder` on `engine.fileio`'s sync seam, and
+`powerloss.build_image`: synced file content, and only the directory entries a directory
+fsync covered), recover on it and check every invariant. Variant `unsynced-pages` also
+keeps a random half of the pages that were written but never synced, as a real disk may
+have.
 
 Sizes: one cycle per variant by default, 25 per variant (50 in all) under
 MQSTORE_RELIABILITY_FULL=1. Each cycle's disk is the next cycle's store, so acknowledged
