@@ -25,7 +25,6 @@ import struct
 from collections.abc import Iterator, Sequence
 from typing import Final
 
-from mqstore import _native
 from mqstore.engine.record import (
     POS_BORNHOST,
     PROPERTY_KEYS,
@@ -50,9 +49,8 @@ _V6_HOSTS: Final = int(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6)  # an int: In
 _U64: Final = (1 << 64) - 1
 _CACHE_MAX: Final = 4096
 # Join wanted records into one scan across gaps of up to this many bytes: worth it with
-# the C scanner (a record walked and dropped costs far less than a scan call); the Python
-# reference walks a dropped record at the cost of a wanted one, so it scans each alone.
-DEFAULT_GAP_BYTES: Final = 64 * 1024 if hasattr(_native, "scan_records") else 0
+# the C scanner (a record walked and dropped costs far less than a scan call).
+DEFAULT_GAP_BYTES: Final = 64 * 1024
 
 _hosts: dict[bytes, str] = {}  # address + port bytes -> "ip:port"
 _id_heads: dict[bytes, str] = {}  # store address + port bytes -> its message-id hex

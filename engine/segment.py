@@ -652,8 +652,7 @@ class Segment(ReferenceCounted):
         if sync_every_pages > 0:
             self._force(0, self.size_bytes, False)
         locked, reason = (False, "not asked") if not lock else self._mlock(True)
-        if hasattr(mm, "madvise") and hasattr(mmap, "MADV_WILLNEED"):
-            mm.madvise(mmap.MADV_WILLNEED)
+        mm.madvise(mmap.MADV_WILLNEED)
         return WarmResult(pages, locked, reason)
 
     def munlock(self) -> None:

@@ -177,7 +177,6 @@ def test_harness_rejects_unknown_names(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not bench_put.runtime_available(), reason="the runtime has not landed")
 def test_put_two_producers(tmp_path: Path) -> None:
     stores = [tmp_path / n / "store" for n in ("sync_pool-2", "async_pool-2", "batch_nopool-1")]
     for sync in (True, False):
