@@ -6,7 +6,7 @@
 
 For each configuration (`CONFIGS`) and target rate (messages/s over all producers; 0 =
 as fast as they go, the runtime's async throughput) a fresh ASYNC_FLUSH store is started
-with `bench.bench_put.running_store`. `--producers` processes put 1 KiB messages
+with `bench.store_run.running_store`. `--producers` processes put 1 KiB messages
 (`StoreClient.put`, tag `TagA`, KEYS of two tokens: a key unique to the message and a
 second one shared by 16 messages, so two index keys per message; queues spread by the
 client over 4) and note, per message, (queue id, queue offset, CLOCK_MONOTONIC ns at the
@@ -61,8 +61,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.bench_put import running_store
 from bench.report import git_commit, machine_line
+from bench.store_run import running_store
 
 TOPIC = "DispatchBench"
 QUEUES = 4

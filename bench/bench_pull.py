@@ -7,7 +7,7 @@ Issue 13's goal "consumers keep up": one consumer reading a store through
 with ASYNC_FLUSH.
 
 For each write-pool setting (on, off) a fresh ASYNC_FLUSH store is started
-(`bench.bench_put.running_store`) and:
+(`bench.store_run.running_store`) and:
 
 1. **put**: one producer process puts for the configured time exactly as the put
    benchmark does (`bench.bench_put._put_producer`: `StoreClient.put(topic, 1 KiB body,
@@ -37,10 +37,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.bench_put import BODY_BYTES, TOPIC, _api, _collect_errors, _put_producer, running_store
+from bench.bench_put import _collect_errors, _put_producer
 from bench.options import Options
 from bench.procs import BenchError, FnProducer, Producer, RunResult, run_producers
 from bench.report import RESULTS, Column, Goal, Report
+from bench.store_run import BODY_BYTES, TOPIC, client_api, running_store
 
 # (max_count, zero_copy) of each pull run: RocketMQ's default batch, a large one, and the
 # default batch with bodies as views of the mapping (`pull(..., zero_copy=True)`)
@@ -66,7 +67,7 @@ def _wait_pullable(client: Any, expected: int) -> list[int]:
 
 def _pull_consumer(index: int, params: Mapping[str, Any]) -> Producer:
     """A `Producer` whose operation is one `pull()`: it returns the messages pulled."""
-    StoreClient, _ = _api()
+    StoreClient, _ = client_api()
     stack = contextlib.ExitStack()
     client = stack.enter_context(StoreClient.attach(params["store_dir"]))
     ends: list[int] = params["ends"]
@@ -136,7 +137,7 @@ def _reference_consumer(index: int, params: Mapping[str, Any]) -> Producer:
 
 def pull_runs(root: Path, *, pool: bool, duration_s: float) -> list[RunResult]:
     """The put run, then each pull run, on one fresh store."""
-    StoreClient, _ = _api()
+    StoreClient, _ = client_api()
     name = f"async_{'pool' if pool else 'nopool'}"
     runs: list[RunResult] = []
     with running_store(root, name, sync=False, pool=pool) as store:

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.bench_pull import QUEUES, _wait_pullable
-from bench.bench_put import BODY_BYTES, TAGS, TOPIC, _api, running_store
 from bench.profiles import report_profile
+from bench.store_run import BODY_BYTES, TAGS, TOPIC, client_api, running_store
 
 
 def _drain(client: Any, ends: list[int], max_count: int, zero_copy: bool) -> int:
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", default=None)
     ap.add_argument("--save", action="store_true")
     args = ap.parse_args(argv)
-    store_client, _ = _api()
+    store_client, _ = client_api()
     root = Path(tempfile.mkdtemp(prefix="mqstore-profile-", dir=args.dir))
     try:
         with (

@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.bench_put import BODY_BYTES, TAGS, TOPIC, _api, running_store
 from bench.profiles import report_profile
+from bench.store_run import BODY_BYTES, TAGS, TOPIC, client_api, running_store
 
 
 def _puts(client: Any, n: int, batch: int, unique: bool, start: int) -> int:
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", default=None)
     ap.add_argument("--save", action="store_true")
     args = ap.parse_args(argv)
-    store_client, _ = _api()
+    store_client, _ = client_api()
     sync = args.mode == "sync"
     unique = args.keys == "unique"
     root = Path(tempfile.mkdtemp(prefix="mqstore-profile-", dir=args.dir))

@@ -13,7 +13,7 @@ from typing import Any
 import psutil
 import pytest
 
-from bench import bench_put, peers
+from bench import bench_put, peers, put_report, store_run
 from bench.__main__ import main as bench_main
 from bench.procs import CDF_QUANTILES, BenchError, FnProducer, Producer, RunResult, run_producers
 from bench.report import Column, Goal, Report, write
@@ -190,7 +190,7 @@ def test_put_two_producers(tmp_path: Path) -> None:
     b = bench_put.put_run(tmp_path, sync=False, pool=False, producers=1, duration_s=0.2, batch=8)
     assert b.messages == 8 * b.operations
     # only these stores' segments: other stores may run on the machine meanwhile
-    prefixes = tuple(f"mqs-{bench_put.store_hash(p)}-" for p in stores)
+    prefixes = tuple(f"mqs-{store_run.store_hash(p)}-" for p in stores)
     assert [n for n in os.listdir("/dev/shm") if n.startswith(prefixes)] == []
     assert list(tmp_path.iterdir()) == []
     assert _no_children() == []
@@ -216,7 +216,7 @@ def test_goals_compare_with_the_peer_at_the_same_count_and_lmdbs_best() -> None:
         _run("async_pool", 4, 140_000.0, mode="async", pool=True, batch=0),
         _run("batch_pool", 1, 2e6, mode="async", pool=True, batch=128),
     ]
-    goals = {g.name: g for g in bench_put.goals(runs, peer_results, None)}
+    goals = {g.name: g for g in put_report.goals(runs, peer_results, None)}
     g = goals["sync 16 (pool on) >= 2.5x write+fdatasync x16"]
     assert (g.measured, g.required, g.met) == (12_000.0, 10_000.0, True)
     assert "x16" in g.basis  # the peer with as many processes, not its best
@@ -233,6 +233,6 @@ def test_goals_compare_with_the_peer_at_the_same_count_and_lmdbs_best() -> None:
 
 def test_fsync_counters_from_status_json() -> None:
     doc = {"fsync": {"total": 200, "msgs_per_fsync": 4.5, "per_s": 1.0}}
-    assert bench_put.fsync_counters(doc) == (200, 900)
-    assert bench_put.fsync_counters({"x": {"fsync_count": 3, "fsync_msgs": 7}}) == (3, 7)
-    assert bench_put.fsync_counters({}) is None
+    assert store_run.fsync_counters(doc) == (200, 900)
+    assert store_run.fsync_counters({"x": {"fsync_count": 3, "fsync_msgs": 7}}) == (3, 7)
+    assert store_run.fsync_counters({}) is None
