@@ -55,7 +55,7 @@ from mqstore.engine.segment import (
     SyncMethod,
     now_ms,
 )
-from mqstore.engine.segment_queue import SegmentQueue
+from mqstore.engine.segment_queue import SegmentQueue, numbered_files
 
 CQ_STORE_UNIT_SIZE: Final = 20
 PRE_BLANK_SIZE: Final = 2_147_483_647  # Integer.MAX_VALUE
@@ -843,26 +843,13 @@ def numbered_queue_dirs(store_dir: str | os.PathLike[str]) -> list[tuple[str, in
     return [(t, int(q), d) for t, q, d in queue_dirs(store_dir) if q.lstrip("-").isdigit()]
 
 
-def queue_files(qdir: str) -> list[str]:
-    """The paths of one queue's files (20-digit names), oldest first; [] for no directory."""
-    try:
-        names = os.listdir(qdir)
-    except FileNotFoundError:
-        return []
-    return sorted(
-        os.path.join(qdir, n)
-        for n in names
-        if len(n) == 20 and n.isdigit() and os.path.isfile(os.path.join(qdir, n))
-    )
-
-
 def detect_file_size(store_dir: str | os.PathLike[str]) -> int | None:
     """The size of the consume-queue files already in a store (the largest found: a
     damaged file may be shorter, never longer), or None when there are none. Stores do
     not record their geometry."""
     best = 0
     for _topic, _qid, qdir in queue_dirs(store_dir):
-        for path in queue_files(qdir):
+        for path in numbered_files(qdir):
             best = max(best, os.stat(path).st_size)
     return best or None
 
@@ -920,7 +907,7 @@ def dispatched_offset_from_files(store_dir: str | os.PathLike[str]) -> int | Non
     O(queues x log units) preads."""
     best: int | None = None
     for _topic, _qid, qdir in numbered_queue_dirs(store_dir):
-        for path in reversed(queue_files(qdir)):
+        for path in reversed(numbered_files(qdir)):
             end = last_unit_end(path, os.stat(path).st_size)
             if end is not None:
                 best = end if best is None else max(best, end)

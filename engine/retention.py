@@ -52,12 +52,12 @@ from typing import Any, Final
 from mqstore.conf.settings import StoreSettings
 from mqstore.engine import fileio
 from mqstore.engine.commitlog import CommitLog
-from mqstore.engine.consumequeue import last_file_unit, numbered_queue_dirs, queue_files
+from mqstore.engine.consumequeue import last_file_unit, numbered_queue_dirs
 from mqstore.engine.diskguard import DiskGuard, DiskVerdict
 from mqstore.engine.offsets import ConsumedOffsets
 from mqstore.engine.record import CheckStatus, check_record, takes_queue_offset
 from mqstore.engine.segment import ClockMs, Segment, now_ms
-from mqstore.engine.segment_queue import SegmentQueue, SleepMs
+from mqstore.engine.segment_queue import SegmentQueue, SleepMs, numbered_files
 
 log = logging.getLogger(__name__)
 
@@ -308,19 +308,6 @@ def unconsumed_bytes(
 # --- consume queues and index, on the files -----------------------------------------------
 
 
-def _index_files(directory: str) -> list[str]:
-    """The index files (17-digit names), oldest first."""
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return []
-    return sorted(
-        os.path.join(directory, n)
-        for n in names
-        if len(n) == 17 and n.isdigit() and os.path.isfile(os.path.join(directory, n))
-    )
-
-
 def _pread_at(path: str, n: int, offset: int) -> bytes:
     fd = fileio.open_file(path, create=False, read_only=True)
     try:
@@ -347,7 +334,7 @@ def delete_consume_queue_files(
     deleted: list[DeletedFile] = []
     for _topic, _qid, qdir in numbered_queue_dirs(store_dir):
         removed = 0
-        for path in queue_files(qdir)[:-1]:
+        for path in numbered_files(qdir)[:-1]:
             size = os.stat(path).st_size
             last = last_file_unit(path, size) if size == file_size_bytes else None
             if last is None or last.size <= 0 or last.physical_offset >= min_offset:
@@ -378,7 +365,7 @@ def delete_index_files(store_dir: str | os.PathLike[str], min_offset: int) -> li
     stopping at the first that is not. Raises StoreIOError."""
     idir = os.path.join(os.fspath(store_dir), "index")
     deleted: list[DeletedFile] = []
-    for path in _index_files(idir)[:-1]:
+    for path in numbered_files(idir, 17)[:-1]:
         raw = _pread_at(path, INDEX_HEADER_SIZE_BYTES, 0)
         if len(raw) < INDEX_HEADER_SIZE_BYTES:
             break

@@ -85,6 +85,21 @@ def _sleep_ms(ms: int) -> None:
     time.sleep(ms / 1000)
 
 
+def numbered_files(directory: str, digits: int = 20) -> list[str]:
+    """The paths of the regular files in `directory` named by `digits` digits (commit-log
+    and consume-queue files: 20; index files: 17), in name order; [] for no directory.
+    A listing only: O(files) stats, no reads."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    return sorted(
+        os.path.join(directory, n)
+        for n in names
+        if len(n) == digits and n.isdigit() and os.path.isfile(os.path.join(directory, n))
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class TruncateResult:
     offset: int  # where the log now ends
