@@ -67,13 +67,19 @@ PRODUCERS = (1, 2, 4, 16, 64)
 # --- producers (run in the forked children) ---------------------------------------------
 
 
-class _Errors:
-    """The statuses other than PUT_OK one producer got, and the first one's reason; at
-    close, written where the parent collects them (`_collect_errors`)."""
+class _Session:
+    """One producer's attached client, its body and key rule, and the statuses other than
+    PUT_OK it got with the first one's reason; at close, the client detaches and the
+    statuses are written where the parent collects them (`_collect_errors`)."""
 
-    def __init__(self, params: Mapping[str, Any], index: int, stack: contextlib.ExitStack):
+    def __init__(self, index: int, params: Mapping[str, Any]) -> None:
+        store_client, put_message_status = client_api()
+        self.stack = contextlib.ExitStack()
+        self.client = self.stack.enter_context(store_client.attach(params["store_dir"]))
+        self.ok = put_message_status.PUT_OK
+        self.body = os.urandom(BODY_BYTES)
+        self.unique = bool(params.get("unique_keys", True))
         self.path = Path(params["errors_dir"]) / f"put-errors-{index}.json"
-        self.stack = stack
         self.counts: dict[str, int] = {}
         self.first: list[str] = []
 
@@ -89,15 +95,9 @@ class _Errors:
 
 
 def _put_producer(index: int, params: Mapping[str, Any]) -> Producer:
-    StoreClient, PutMessageStatus = client_api()
-    stack = contextlib.ExitStack()
-    client = stack.enter_context(StoreClient.attach(params["store_dir"]))
-    body = os.urandom(BODY_BYTES)
+    session = _Session(index, params)
+    put, ok, body, unique = session.client.put, session.ok, session.body, session.unique
     wait_store = bool(params["wait_store"])
-    unique = bool(params.get("unique_keys", True))
-    put = client.put
-    ok = PutMessageStatus.PUT_OK
-    errors = _Errors(params, index, stack)
     seq = 0
 
     def step() -> int:
@@ -107,22 +107,16 @@ def _put_producer(index: int, params: Mapping[str, Any]) -> Producer:
         seq += 1
         if r.status is ok:
             return 1
-        errors.add(r.status.name, r.reason)
+        session.add(r.status.name, r.reason)
         return 0
 
-    return FnProducer(step, errors.close)
+    return FnProducer(step, session.close)
 
 
 def _batch_producer(index: int, params: Mapping[str, Any]) -> Producer:
-    StoreClient, PutMessageStatus = client_api()
-    stack = contextlib.ExitStack()
-    client = stack.enter_context(StoreClient.attach(params["store_dir"]))
-    body = os.urandom(BODY_BYTES)
+    session = _Session(index, params)
+    put_batch, ok, body, unique = session.client.put_batch, session.ok, session.body, session.unique
     size = int(params["batch"])
-    unique = bool(params.get("unique_keys", True))
-    put_batch = client.put_batch
-    ok = PutMessageStatus.PUT_OK
-    errors = _Errors(params, index, stack)
     seq = 0
 
     def step() -> int:
@@ -142,10 +136,10 @@ def _batch_producer(index: int, params: Mapping[str, Any]) -> Producer:
             if r.status is ok:
                 done += 1
             else:
-                errors.add(r.status.name, r.reason)
+                session.add(r.status.name, r.reason)
         return done
 
-    return FnProducer(step, errors.close)
+    return FnProducer(step, session.close)
 
 
 def _collect_errors(errors_dir: Path) -> dict[str, Any]:

@@ -121,30 +121,24 @@ class Conn:
 Handler = Callable[[dict[str, Any], Conn], dict[str, Any]]
 
 
+@dataclass(eq=False)
 class ControlServer:
     """The supervisor's listening socket and its connections, on the main loop's selector.
 
     `handle(request, conn)` answers a valid request (the supervisor's; it may set
     `conn.row` on attach); `on_close(conn)` is told of each connection closed, so the
     attach row it held can be freed. Peers that are not the store's owner are refused at
-    accept (`ipc.access.peer_refusal`), with one line saying why. Main loop only.
+    accept (`ipc.access.peer_refusal`, with `allow_group()` read at each accept), with one
+    line saying why. Main loop only.
     """
 
-    def __init__(
-        self,
-        store_dir: str,
-        allow_group: Callable[[], bool],
-        handle: Handler,
-        on_close: Callable[[Conn], None],
-        say: Callable[[str, str], None],
-    ) -> None:
-        self.store_dir = store_dir
-        self._allow_group = allow_group
-        self._handle = handle
-        self._on_close = on_close
-        self._say = say
-        self.conns: dict[socket.socket, Conn] = {}
-        self.listener: socket.socket | None = None
+    store_dir: str
+    allow_group: Callable[[], bool]
+    handle: Handler
+    on_close: Callable[[Conn], None]
+    say: Callable[[str, str], None]
+    conns: dict[socket.socket, Conn] = field(default_factory=dict)
+    listener: socket.socket | None = None
 
     def listen(self) -> None:
         """Bind the supervisor address (`ipc.channel`). Raises OSError."""
@@ -185,7 +179,7 @@ class ControlServer:
         """Drop each connection whose reader has left a reply untaken too long."""
         now = time.monotonic()
         for conn in [cn for cn in self.conns.values() if cn.stalled(now)]:
-            self._say(
+            self.say(
                 f"dropped a client connection that took no reply for {REPLY_TIMEOUT_S:g} s",
                 "WARNING",
             )
@@ -199,9 +193,9 @@ class ControlServer:
             except BlockingIOError:
                 return
             sock.setblocking(False)
-            why = access.peer_refusal(sock, self.store_dir, self._allow_group())
+            why = access.peer_refusal(sock, self.store_dir, self.allow_group())
             if why:  # another user: one line saying why, and nothing else
-                self._say(f"refused a connection: {why}", "WARNING")
+                self.say(f"refused a connection: {why}", "WARNING")
                 with contextlib.suppress(OSError):  # a fresh socket's buffer takes it
                     sock.send(json.dumps({"error": why, "denied": True}).encode() + b"\n")
                 sock.close()
@@ -214,7 +208,7 @@ class ControlServer:
         self.conns.pop(conn.sock)
         sel.unregister(conn.sock)
         conn.sock.close()
-        self._on_close(conn)
+        self.on_close(conn)
 
     def _on_conn(self, sel: selectors.BaseSelector, conn: Conn, events: int) -> None:
         """Read requests and answer them, one at a time: while a reply waits for its
@@ -230,7 +224,7 @@ class ControlServer:
                 if line is None:
                     break
                 req, why = parse_request(line)
-                conn.queue_reply(self._handle(req, conn) if req else {"error": why})
+                conn.queue_reply(self.handle(req, conn) if req else {"error": why})
                 conn.send_pending()
             if not conn.outbuf and conn.oversized():
                 conn.closing = True
