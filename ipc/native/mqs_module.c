@@ -307,6 +307,13 @@ static void copy_all(Appender *self, uint8_t *const *dst, const struct mqs_item 
 {
     int64_t at = r->start;
     for (int i = 0; i < n; i++) {
+        if (self->has_pool) {
+            /* Read before writing: a read fault on the (fallocated) pool maps the pages
+             * around it too, writable (the kernel's fault-around), where a write fault
+             * maps one 4 KiB page. */
+            (void)*(volatile const uint8_t *)dst[i];
+            (void)*(volatile const uint8_t *)(dst[i] + items[i].size - 1);
+        }
         mqs_copy(dst[i], &items[i].msg, qoffs[i], at, r->store_ts);
         mqs_mark_done(self->a.ctl, self->a.slot_count, r->seq + i);
         at += items[i].size;

@@ -41,6 +41,14 @@ def test_the_c_core_uses_the_same_layout() -> None:
         assert getattr(c, name) == off, name
 
 
+def test_the_pool_is_allocated_at_create(cb: c.ControlBlock) -> None:
+    """Every page of the pool exists once the store has created it (RocketMQ's pool
+    warm-up): a put never allocates one, and a /dev/shm too small fails at start."""
+    st = os.stat(os.path.join("/dev/shm", cb.pool_name.lstrip("/")))
+    assert st.st_size == 2 * 65536
+    assert st.st_blocks * 512 >= st.st_size
+
+
 def test_create_attach_and_fields(cb: c.ControlBlock, tmp_path: Path) -> None:
     assert sorted(c.leftover_shm(tmp_path)) == sorted([cb.ctl_name, cb.pool_name])
     other = c.ControlBlock.attach(cb.ctl_name, cb.pool_name)
