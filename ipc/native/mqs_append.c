@@ -149,11 +149,15 @@ int mqs_reserve(struct mqs_appender *a, const struct mqs_item *items, int n,
     for (int i = 0; i < n; i++) {
         int64_t qo = 0;
         if (items[i].takes_offset) {
-            int64_t next = load(ctl, a->qtable_off + items[i].qslot * MQS_QROW + MQS_QROW_NEXT);
-            qo = next;
-            for (int j = 0; j < i; j++) /* an earlier message of this batch, same queue */
-                if (items[j].takes_offset && items[j].qslot == items[i].qslot && qoffs[j] >= qo)
-                    qo = qoffs[j] + 1;
+            /* After the latest earlier message of this batch in the same queue (its offset
+             * is the highest of them: they only grow), else the queue row's next. A scan
+             * back stops within a queue count's steps under round robin; the full scan of
+             * every earlier message was a quarter of a 128-message batch's CPU. */
+            int j = i - 1;
+            while (j >= 0 && !(items[j].takes_offset && items[j].qslot == items[i].qslot))
+                j--;
+            qo = j >= 0 ? qoffs[j] + 1
+                        : load(ctl, a->qtable_off + items[i].qslot * MQS_QROW + MQS_QROW_NEXT);
         }
         qoffs[i] = qo;
         uint8_t *row = ctl + MQS_SLOTS_OFF + ((seq + i) % a->slot_count) * MQS_SLOT_ROW;

@@ -313,9 +313,10 @@ static PyObject *msg_id(PyObject *prefix, int64_t off)
 }
 
 /* PutResult(status, reason, msg_id, physical_offset, size, queue_id, queue_offset,
- * store_timestamp), made as tuple.__new__(PutResult, ...) makes it. */
-static PyObject *result(struct mqs_client *c, PyObject *outcome, int64_t start, int64_t size,
-                        int64_t qid, int64_t qo, int64_t ts)
+ * store_timestamp), made as tuple.__new__(PutResult, ...) makes it; `size` and `ts` are
+ * borrowed (a batch shares them between its results). */
+static PyObject *make_result(struct mqs_client *c, PyObject *outcome, int64_t start,
+                             PyObject *size, int64_t qid, int64_t qo, PyObject *ts)
 {
     PyTypeObject *t = (PyTypeObject *)c->result_type;
     PyObject *r = t->tp_alloc(t, 8);
@@ -325,10 +326,10 @@ static PyObject *result(struct mqs_client *c, PyObject *outcome, int64_t start, 
                       Py_NewRef(PyTuple_GET_ITEM(outcome, 2)),
                       msg_id(c->msg_id_prefix, start),
                       PyLong_FromLongLong(start),
-                      PyLong_FromLongLong(size),
+                      Py_NewRef(size),
                       PyLong_FromLongLong(qid),
                       PyLong_FromLongLong(qo),
-                      PyLong_FromLongLong(ts)};
+                      Py_NewRef(ts)};
     int bad = 0;
     for (int i = 0; i < 8; i++) {
         bad |= v[i] == NULL;
@@ -338,6 +339,17 @@ static PyObject *result(struct mqs_client *c, PyObject *outcome, int64_t start, 
         Py_DECREF(r);
         return NULL;
     }
+    return r;
+}
+
+static PyObject *result(struct mqs_client *c, PyObject *outcome, int64_t start, int64_t size,
+                        int64_t qid, int64_t qo, int64_t ts)
+{
+    PyObject *size_o = PyLong_FromLongLong(size), *ts_o = PyLong_FromLongLong(ts), *r = NULL;
+    if (size_o && ts_o)
+        r = make_result(c, outcome, start, size_o, qid, qo, ts_o);
+    Py_XDECREF(size_o);
+    Py_XDECREF(ts_o);
     return r;
 }
 
@@ -384,8 +396,8 @@ static void undo_release(struct undo *u, int n, int restore)
 /* The message from put's fields and its topic's lane, or 0 (take the general path). The
  * rules are `_prepare`'s and `_keyed_tail`'s, in their order. A queue id taken from
  * the round robin moves the lane's counter, recorded in `u` (*nu entries). */
-static int message(Appender *self, PyObject *const *f, struct mqs_item *it, struct undo *u,
-                   int *nu)
+static int message(Appender *self, PyObject *const *f, int64_t born, struct mqs_item *it,
+                   struct undo *u, int *nu)
 {
     PyObject *tags = f[F_TAGS], *keys = f[F_KEYS], *qid_o = f[F_QID];
     PyObject *lane = PyDict_GetItemWithError(self->c.lanes, f[F_TOPIC]);
@@ -448,7 +460,7 @@ static int message(Appender *self, PyObject *const *f, struct mqs_item *it, stru
     m->born.addr = loopback;
     m->born.addr_len = 4;
     m->store = self->c.store;
-    m->born_timestamp = now_ms();
+    m->born_timestamp = born;
     it->qslot = (int32_t)qs;
     it->takes_offset = 1;
     it->size = (int64_t)mqs_record_length(m);
@@ -504,7 +516,7 @@ static PyObject *put_locked(Appender *self, PyObject *const *f, int sync, int64_
     int nu = 0, rc = MQS_FALLBACK;
     int64_t qo;
     memset(&it, 0, sizeof it);
-    if (message(self, f, &it, u, &nu))
+    if (message(self, f, now_ms(), &it, u, &nu))
         rc = put_items(self, &it, 1, sync, t0, &qo, &r);
     undo_release(u, nu, rc == MQS_FALLBACK);
     if (rc < 0)
@@ -556,21 +568,33 @@ static int batch_fields(PyObject *d, PyObject **f)
            plain(f);
 }
 
-/* One PutResult per message, from `start` on. */
+/* One PutResult per message, from `start` on: one store timestamp object for all, and
+ * one size object per run of equal sizes (a batch's messages are often alike). */
 static PyObject *batch_results(struct mqs_client *c, PyObject *outcome, struct mqs_item *items,
                                int n, const int64_t *qoffs, const struct mqs_reservation *r)
 {
-    PyObject *out = PyList_New(n);
-    int64_t at = r->start;
+    PyObject *out = PyList_New(n), *ts = PyLong_FromLongLong(r->store_ts), *size = NULL;
+    int64_t at = r->start, last = -1;
+    if (ts == NULL)
+        Py_CLEAR(out);
     for (int i = 0; out && i < n; i++) {
-        PyObject *one = result(c, outcome, at, items[i].size, items[i].msg.queue_id, qoffs[i],
-                               r->store_ts);
+        if (items[i].size != last) {
+            Py_XDECREF(size);
+            if ((size = PyLong_FromLongLong(items[i].size)) == NULL) {
+                Py_CLEAR(out);
+                break;
+            }
+            last = items[i].size;
+        }
+        PyObject *one = make_result(c, outcome, at, size, items[i].msg.queue_id, qoffs[i], ts);
         if (one == NULL)
             Py_CLEAR(out);
         else
             PyList_SET_ITEM(out, i, one);
         at += items[i].size;
     }
+    Py_XDECREF(size);
+    Py_XDECREF(ts);
     return out;
 }
 
@@ -590,10 +614,11 @@ static PyObject *batch_locked(Appender *self, PyObject *msgs, int n, int sync, i
         return PyErr_NoMemory();
     }
     int nu = 0, rc = MQS_FALLBACK, i;
-    int64_t total = 0;
+    int64_t total = 0, born = now_ms(); /* the batch's messages are born together */
     for (i = 0; i < n; i++) {
         PyObject *f[FIELDS];
-        if (!batch_fields(PyList_GET_ITEM(msgs, i), f) || !message(self, f, &items[i], u, &nu))
+        if (!batch_fields(PyList_GET_ITEM(msgs, i), f) ||
+            !message(self, f, born, &items[i], u, &nu))
             break;
         keep[2 * i] = Py_NewRef(f[F_BODY]);
         keep[2 * i + 1] = Py_NewRef(f[F_KEYS]);

@@ -161,11 +161,12 @@ put_fields = st.fixed_dictionaries(
     max_examples=200, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )  # fmt: skip
-@given(st.lists(put_fields, min_size=1, max_size=5))
+@given(st.lists(put_fields, min_size=1, max_size=12))
 def test_put_batch_messages_writes_the_reference_bytes_or_leaves_the_batch(
     cb: c.ControlBlock, msgs: list[dict[str, Any]]
 ) -> None:
     lanes, app = fresh(cb)
+    next_before = {(t, q): cb.qrow(lanes[t][4][q])[2] for t in TOPICS for q in range(QUEUES)}
     try:
         got = app.put_batch_messages(msgs, False)
         fields = [(m.get("tags"), m.get("keys"), m.get("queue_id"), m["body"]) for m in msgs]
@@ -178,6 +179,9 @@ def test_put_batch_messages_writes_the_reference_bytes_or_leaves_the_batch(
         at = 0
         spread = dict.fromkeys(TOPICS, 0)
         for m, r in zip(msgs, got, strict=True):
+            # Each queue's messages take its next offsets in batch order, without gaps.
+            assert r.queue_offset == next_before[(m["topic"], r.queue_id)]
+            next_before[(m["topic"], r.queue_id)] += 1
             assert r.status is OK and r.physical_offset == at
             if m.get("queue_id") is None:
                 assert r.queue_id == spread[m["topic"]] % QUEUES
@@ -188,6 +192,8 @@ def test_put_batch_messages_writes_the_reference_bytes_or_leaves_the_batch(
             at += r.size
         assert len({r.store_timestamp for r in got}) == 1
         assert cb.get(c.OFF_PUBLISHED_SEQ) == len(msgs)
+        for (t, q), nxt in next_before.items():  # the queue rows written back
+            assert cb.qrow(lanes[t][4][q])[2] == nxt
     finally:
         app.close()
 
