@@ -393,23 +393,43 @@ static void undo_release(struct undo *u, int n, int restore)
     }
 }
 
+/* The last topic and tags objects a batch looked up, and what they gave (borrowed: the
+ * lanes only change under the client's lock, in Python, and a batch's call holds the GIL
+ * throughout; exact str keys run no Python code in a lookup). A batch's messages mostly
+ * share them: a pointer compare instead of two dict lookups. */
+struct lane_memo {
+    PyObject *topic, *lane, *tags, *props;
+};
+
 /* The message from put's fields and its topic's lane, or 0 (take the general path). The
  * rules are `_prepare`'s and `_keyed_tail`'s, in their order. A queue id taken from
  * the round robin moves the lane's counter, recorded in `u` (*nu entries). */
 static int message(Appender *self, PyObject *const *f, int64_t born, struct mqs_item *it,
-                   struct undo *u, int *nu)
+                   struct undo *u, int *nu, struct lane_memo *memo)
 {
-    PyObject *tags = f[F_TAGS], *keys = f[F_KEYS], *qid_o = f[F_QID];
-    PyObject *lane = PyDict_GetItemWithError(self->c.lanes, f[F_TOPIC]);
-    if (lane == NULL || !PyList_CheckExact(lane) || PyList_GET_SIZE(lane) != LANE_FIELDS)
-        return 0;
+    PyObject *tags = f[F_TAGS], *keys = f[F_KEYS], *qid_o = f[F_QID], *lane, *props;
+    if (memo->topic == f[F_TOPIC]) {
+        lane = memo->lane;
+    } else {
+        lane = PyDict_GetItemWithError(self->c.lanes, f[F_TOPIC]);
+        if (lane == NULL || !PyList_CheckExact(lane) || PyList_GET_SIZE(lane) != LANE_FIELDS)
+            return 0;
+        PyObject **l = &PyList_GET_ITEM(lane, 0);
+        if (!PyBytes_CheckExact(l[L_TOPIC]) || !PyList_CheckExact(l[L_QSLOTS]) ||
+            !PyDict_CheckExact(l[L_HEADS]))
+            return 0;
+        *memo = (struct lane_memo){f[F_TOPIC], lane, NULL, NULL};
+    }
     PyObject **l = &PyList_GET_ITEM(lane, 0);
-    if (!PyBytes_CheckExact(l[L_TOPIC]) || !PyList_CheckExact(l[L_QSLOTS]) ||
-        !PyDict_CheckExact(l[L_HEADS]))
-        return 0;
-    PyObject *props = PyDict_GetItemWithError(l[L_HEADS], tags);
-    if (props == NULL || !PyBytes_CheckExact(props))
-        return 0;
+    if (memo->props != NULL && memo->tags == tags) {
+        props = memo->props;
+    } else {
+        props = PyDict_GetItemWithError(l[L_HEADS], tags);
+        if (props == NULL || !PyBytes_CheckExact(props))
+            return 0;
+        memo->tags = tags;
+        memo->props = props;
+    }
     struct mqs_message *m = &it->msg;
     m->topic = (const uint8_t *)PyBytes_AS_STRING(l[L_TOPIC]);
     m->topic_len = (size_t)PyBytes_GET_SIZE(l[L_TOPIC]);
@@ -516,7 +536,8 @@ static PyObject *put_locked(Appender *self, PyObject *const *f, int sync, int64_
     int nu = 0, rc = MQS_FALLBACK;
     int64_t qo;
     memset(&it, 0, sizeof it);
-    if (message(self, f, now_ms(), &it, u, &nu))
+    struct lane_memo memo = {NULL, NULL, NULL, NULL};
+    if (message(self, f, now_ms(), &it, u, &nu, &memo))
         rc = put_items(self, &it, 1, sync, t0, &qo, &r);
     undo_release(u, nu, rc == MQS_FALLBACK);
     if (rc < 0)
@@ -551,11 +572,29 @@ PyObject *mqs_put_message(Appender *self, PyObject *const *args, Py_ssize_t narg
     return out;
 }
 
-/* put's fields from one dict of a batch, or 0: not a dict of plain fields only. */
+/* put's fields from one dict of a batch, or 0: not a dict of plain fields only. A dict
+ * whose keys are the interned field names themselves (a literal's keys are) is read in
+ * one pass over its items; any other key: a lookup per field name. */
 static int batch_fields(PyObject *d, PyObject **f)
 {
     if (!PyDict_CheckExact(d))
         return 0;
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    int known = 1;
+    for (int i = 0; i < FIELDS; i++)
+        f[i] = Py_None;
+    while (known && PyDict_Next(d, &pos, &k, &v)) {
+        int i = 0;
+        while (i < FIELDS && k != field_names[i])
+            i++;
+        if (i == FIELDS)
+            known = 0;
+        else
+            f[i] = v;
+    }
+    if (known) /* every key a field name, each once (a dict's keys are distinct) */
+        return f[F_TOPIC] != Py_None && f[F_BODY] != Py_None && plain(f);
     Py_ssize_t found = 0;
     for (int i = 0; i < FIELDS; i++) {
         PyObject *v = PyDict_GetItemWithError(d, field_names[i]);
@@ -615,10 +654,11 @@ static PyObject *batch_locked(Appender *self, PyObject *msgs, int n, int sync, i
     }
     int nu = 0, rc = MQS_FALLBACK, i;
     int64_t total = 0, born = now_ms(); /* the batch's messages are born together */
+    struct lane_memo memo = {NULL, NULL, NULL, NULL};
     for (i = 0; i < n; i++) {
         PyObject *f[FIELDS];
         if (!batch_fields(PyList_GET_ITEM(msgs, i), f) ||
-            !message(self, f, born, &items[i], u, &nu))
+            !message(self, f, born, &items[i], u, &nu, &memo))
             break;
         keep[2 * i] = Py_NewRef(f[F_BODY]);
         keep[2 * i + 1] = Py_NewRef(f[F_KEYS]);

@@ -215,6 +215,47 @@ def test_put_message_leaves_unusual_types_to_the_general_path(cb: c.ControlBlock
         app.close()
 
 
+def test_put_batch_messages_reads_any_dict_keys_alike(cb: c.ControlBlock) -> None:
+    """Keys equal to the field names but other objects (not the interned names a literal
+    has: the one-pass read does not apply) give the same records; an unknown key or a
+    missing body leaves the batch to the general path, nothing written."""
+
+    def fresh_key(name: str) -> str:
+        k = "".join(list(name))
+        assert k == name and k is not name
+        return k
+
+    literal = [{"topic": "TopicA", "body": b"ab", "tags": "TagA", "keys": "k1", "queue_id": 2}]
+    built = [{fresh_key(k): v for k, v in m.items()} for m in literal]
+    records = []
+    for msgs in (literal, built):
+        _lanes, app = fresh(cb)
+        try:
+            got = app.put_batch_messages(msgs, False)
+            assert type(got) is list and got[0].status is OK
+            assert cb.pool_buf is not None
+            raw = bytearray(cb.pool_buf[: got[0].size])
+            raw[20:28] = bytes(8)  # the queue offset (the queue row is not reset)
+            raw[40:48] = bytes(8)  # the born time
+            raw[56:64] = bytes(8)  # the store time
+            records.append((bytes(raw), got[0].queue_id))
+        finally:
+            app.close()
+    assert records[0] == records[1]
+    for bad in (
+        [{**literal[0], "extra": 1}],
+        [{fresh_key("extra"): 1, **literal[0]}],
+        [{k: v for k, v in literal[0].items() if k != "body"}],
+        [{**literal[0], "topic": None}],
+    ):
+        _lanes, app = fresh(cb)
+        try:
+            assert app.put_batch_messages(bad, False) is None, bad
+            assert cb.get(c.OFF_SEQ) == 0
+        finally:
+            app.close()
+
+
 def test_put_message_leaves_the_put_when_the_client_must_check_first(cb: c.ControlBlock) -> None:
     app = appender(cb, lanes_of(cb))
     try:
