@@ -196,6 +196,22 @@ def test_put_two_producers(tmp_path: Path) -> None:
     assert _no_children() == []
 
 
+def test_profile_put_scaling_counts_every_process(tmp_path: Path) -> None:
+    """The CPU accounting covers the producers and the store's workers, by name, and
+    its report's sum is theirs."""
+    from bench import profile_put_scaling as ps
+
+    res = ps.measure(tmp_path, 1, 0.5, True, 0)
+    assert res["msgs"] > 0
+    names = {k.rpartition("[")[0] or k for k in res["cpu_s"]}
+    assert {"producers", "supervisor", "committer", "flusher", "dispatcher"} <= names
+    assert res["cpu_s"]["producers"] > 0
+    text = ps.report(res, 2)
+    assert "µs/msg" in text and "at most" in text.splitlines()[-1]
+    assert list(tmp_path.iterdir()) == []
+    assert _no_children() == []
+
+
 def _run(name: str, n: int, rate: float, p99: float = 100.0, **extra: Any) -> RunResult:
     return RunResult(name, n, int(rate), int(rate), 1.0, rate, rate / 1000, 1.0, p99, p99, 1.0,
                      1024, dict(extra))  # fmt: skip
