@@ -212,6 +212,20 @@ def test_profile_put_scaling_counts_every_process(tmp_path: Path) -> None:
     assert _no_children() == []
 
 
+@pytest.mark.parametrize("mode", ["put", "batch"])
+def test_profile_put_native_runs_and_cleans_up(
+    mode: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench import profile_put_native
+
+    argv = [mode, "--n", "256", "--reps", "1", "--warm", "256", "--dir", str(tmp_path)]
+    assert profile_put_native.main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{mode}: ") and "µs CPU/msg" in out
+    prefix = f"mqs-{store_run.store_hash(tmp_path)}-"
+    assert [n for n in os.listdir("/dev/shm") if n.startswith(prefix)] == []
+
+
 def _run(name: str, n: int, rate: float, p99: float = 100.0, **extra: Any) -> RunResult:
     return RunResult(name, n, int(rate), int(rate), 1.0, rate, rate / 1000, 1.0, p99, p99, 1.0,
                      1024, dict(extra))  # fmt: skip

@@ -1,0 +1,124 @@
+"""The producer's side of a put alone: the C call into a real control block, no store.
+
+    python -m bench.profile_put_native put|batch [--n 200000] [--reps 3] [--warm 300000]
+                                                 [--dir DIR]
+
+Creates a control block and a write pool (two 64 MiB buffers) in this process, configures
+an `Appender` as `StoreClient` does (one topic, four queues, tags TagA), then times
+`put_message` (1 KiB body, a unique key each) or `put_batch_messages` of 128 such dicts,
+`--reps` times over `--n` messages, after `--warm` messages have mapped the whole pool.
+With nobody to commit, it plays the committer's part in the control block at each segment
+end (`--dir`: the control block's directory, else a temporary one). Prints thread CPU and
+page faults per message. Deterministic enough for callgrind:
+
+    valgrind --tool=callgrind python -m bench.profile_put_native batch --n 12800 --reps 1 \\
+        --warm 1280
+    callgrind_annotate --inclusive=yes callgrind.out.<pid> | grep mqs_put_batch_messages
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import os
+import resource
+import secrets
+import shutil
+import tempfile
+import time
+
+from mqstore import _native
+from mqstore.engine import record
+from mqstore.ipc import control as c
+from mqstore.ipc.results import PutMessageStatus, PutResult
+
+SEG = 64 << 20
+TOPIC = "BenchTopic"
+TAGS = "TagA"
+BATCH = 128
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.profile_put_native", description=__doc__)
+    ap.add_argument("mode", choices=("put", "batch"))
+    ap.add_argument("--n", type=int, default=200_000)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--warm", type=int, default=300_000)
+    ap.add_argument("--dir", default=None)
+    a = ap.parse_args(argv)
+    tmp = a.dir or tempfile.mkdtemp(prefix="mqs-native-")
+    geo = c.Geometry(SEG, 2, slot_count=8192, qtable_capacity=256)
+    cb = c.ControlBlock.create(tmp, 1, geo, token=secrets.token_hex(4))
+    try:
+        cb.set(c.OFF_FLAGS, c.FLAG_RUNNING)
+        cb.set(c.OFF_ALLOCATED, 1 << 50)
+        tb = TOPIC.encode()
+        heads = {TAGS: record.encode_properties({record.PROPERTY_TAGS: TAGS})}
+        qslots = [cb.find_or_add_queue(tb, q) for q in range(4)]
+        app = _native.Appender(cb.buf, cb.pool_buf, os.getpid())
+        app.configure(
+            lock=_native.PutLock(),
+            lanes={TOPIC: [tb, 4, 4, 0, qslots, heads]},
+            stats=array.array("q", bytes(8 * c.CLIENT_FIELDS)),
+            stats_off=cb.client_off(0),
+            result_type=PutResult,
+            outcomes=(
+                (PutMessageStatus.PUT_OK, 0, ""),
+                (PutMessageStatus.FLUSH_DISK_TIMEOUT, 1, "timed out"),
+                (PutMessageStatus.FLUSH_DISK_FAILED, 10, "failed"),
+            ),
+            msg_id_prefix="7F00000100002A9F",
+            sync=False,
+            sync_timeout_ns=10**9,
+            busy_ns=10**8,
+            max_body=1 << 22,
+            store_addr=b"\x7f\x00\x00\x01",
+            store_port=10911,
+        )
+        app.checked(10**15)
+        body = os.urandom(1024)
+
+        def roll() -> None:
+            """A segment's end: what the general path, committer and publisher do."""
+            nxt = (cb.get(c.OFF_RESERVED) // SEG + 1) * SEG
+            for off in (c.OFF_RESERVED, c.OFF_PUBLISHED, c.OFF_COMMITTED):
+                cb.set(off, nxt)
+
+        def run(n: int) -> tuple[float, float]:
+            f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            t0 = time.thread_time()
+            done = 0
+            if a.mode == "put":
+                put = app.put_message
+                for i in range(n):
+                    if put(TOPIC, body, TAGS, f"c{i}", None, None, False) is None:
+                        roll()
+                    done += 1
+            else:
+                msgs = [{"topic": TOPIC, "body": body, "tags": TAGS, "keys": f"k{i}"}
+                        for i in range(BATCH)]  # fmt: skip
+                for _ in range(max(1, n // BATCH)):
+                    if app.put_batch_messages(msgs, False) is None:
+                        roll()
+                    done += BATCH
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
+            return (time.thread_time() - t0) / done * 1e6, faults / done
+
+        run(a.warm)
+        for _ in range(a.reps):
+            cpu, faults = run(a.n)
+            print(
+                f"{a.mode}: {cpu:.3f} µs CPU/msg, {faults:.3f} faults/msg, "
+                f"load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
+        app.close()
+    finally:
+        cb.close()
+        if a.dir is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
