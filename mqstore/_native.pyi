@@ -247,6 +247,16 @@ def group_units(
 ) -> list[tuple[bytes, int, int, bool, bytes, bytes]]:
     """A scanned batch's units per (topic, queue id): engine.consumequeue.group_units."""
 
+# engine/native/mqs_cq.c: recovery's walks; engine.consumequeue.valid_units_py and
+# zero_tail_py are the references.
+def valid_units(units: Buffer, /) -> tuple[int, int]:
+    """(how many valid 20-byte consume-queue units lead `units`, the index of the last of
+    them that is not a pre-blank or -1), without the GIL. ValueError for a partial unit."""
+
+def zero_tail(buf: Buffer, start: int, /) -> int:
+    """Where the trailing zero bytes of buf[start:] begin (`start` if all are zero),
+    without the GIL. ValueError for a start outside the buffer."""
+
 # --- recovery's consume-queue check (engine/native/mqs_verify.c) --------------------------
 
 def verify_units(

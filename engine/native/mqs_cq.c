@@ -211,3 +211,117 @@ out:
     PyBuffer_Release(&buf);
     return res;
 }
+
+/* --- recovery's walks (engine.consumequeue.valid_units_py, zero_tail_py) ------------- */
+
+#define PRE_BLANK_SIZE 2147483647
+
+/* Big-endian loads that compile to one load and a byte swap (the walk is memory-bound). */
+static uint64_t load_be64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, sizeof v);
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    return v;
+}
+
+static uint32_t load_be32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    v = __builtin_bswap32(v);
+#endif
+    return v;
+}
+
+int64_t mqs_cq_valid_units(const uint8_t *units, int64_t n, int64_t *last_real)
+{
+    int64_t last = -1, i = 0;
+    for (; i < n; i++) {
+        const uint8_t *u = units + i * UNIT_SIZE;
+        int64_t phys = (int64_t)load_be64(u);
+        int32_t size = (int32_t)load_be32(u + 8);
+        if (phys < 0 || size <= 0)
+            break;
+        if (size != PRE_BLANK_SIZE)
+            last = i;
+    }
+    *last_real = last;
+    return i;
+}
+
+int64_t mqs_zero_tail(const uint8_t *buf, int64_t start, int64_t len)
+{
+    int64_t end = len;
+    /* bytes down to an 8-byte boundary, then 64-byte blocks, then words, then bytes */
+    while (end > start && ((uintptr_t)(buf + end) & 7u) != 0) {
+        if (buf[end - 1] != 0)
+            return end;
+        end--;
+    }
+    while (end - start >= 64) {
+        uint64_t w[8], any = 0;
+        memcpy(w, buf + end - 64, sizeof w);
+        for (int k = 0; k < 8; k++)
+            any |= w[k];
+        if (any != 0)
+            break;
+        end -= 64;
+    }
+    while (end - start >= 8) {
+        uint64_t w;
+        memcpy(&w, buf + end - 8, sizeof w);
+        if (w != 0)
+            break;
+        end -= 8;
+    }
+    while (end > start && buf[end - 1] == 0)
+        end--;
+    return end;
+}
+
+PyObject *mqs_py_valid_units(PyObject *Py_UNUSED(m), PyObject *arg)
+{
+    Py_buffer units;
+    if (mqs_arg_buffer(arg, "units", &units) < 0)
+        return NULL;
+    if (units.len % UNIT_SIZE != 0) {
+        PyErr_Format(PyExc_ValueError, "units holds %zd bytes, not whole 20-byte units",
+                     units.len);
+        PyBuffer_Release(&units);
+        return NULL;
+    }
+    int64_t count, last;
+    Py_BEGIN_ALLOW_THREADS count = mqs_cq_valid_units(units.buf, (int64_t)units.len / UNIT_SIZE, &last);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&units);
+    return Py_BuildValue("LL", (long long)count, (long long)last);
+}
+
+PyObject *mqs_py_zero_tail(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "zero_tail takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    int64_t start;
+    if (mqs_arg_i64(args[1], "start", &start) < 0)
+        return NULL;
+    Py_buffer buf;
+    if (mqs_arg_buffer(args[0], "buf", &buf) < 0)
+        return NULL;
+    if (start < 0 || start > (int64_t)buf.len) {
+        PyErr_Format(PyExc_ValueError, "start %lld is outside the buffer of %zd bytes",
+                     (long long)start, buf.len);
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    int64_t end;
+    Py_BEGIN_ALLOW_THREADS end = mqs_zero_tail(buf.buf, start, (int64_t)buf.len);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    return PyLong_FromLongLong((long long)end);
+}
