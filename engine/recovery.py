@@ -369,6 +369,18 @@ def recover_store(
         report.index_files_destroyed = index.load(
             last_exit_ok=not abnormal, index_msg_timestamp=cp_fields.index_msg_timestamp
         )
+        # A full index file is forced when the next one is made, and only then does the
+        # checkpoint's index timestamp reach its end (IndexService._last_file, on_roll);
+        # after a clean stop the dispatcher's drain forced them all besides. So a normal
+        # recovery leaves alone the full files the checkpoint covers, rather than pay an
+        # fsync per index file of the store; the newest, any not covered and any it
+        # writes are forced. After a crash all are.
+        cp_index_ts = cp_fields.index_msg_timestamp
+        settled = (
+            []
+            if abnormal or cp_index_ts <= 0
+            else [f for f in index.files[:-1] if 0 < f.end_timestamp <= cp_index_ts]
+        )
         segs = queue.segments
         if not segs:
             report.mode = "empty" if not abnormal else "abnormal"
@@ -477,7 +489,10 @@ def recover_store(
                 report.index_keys_redispatched = res.index_keys
                 cqs.correct_min_offsets(max(log.min_offset(), 0))
                 cqs.flush_all()
-                index.flush()
+                skip = {id(f) for f in settled}  # `settled` keeps them alive: ids stay theirs
+                for f in index.files:
+                    if id(f) not in skip:
+                        f.flush()
                 if cp is not None:
                     last_ts = walk.last_store_timestamp
                     if last_ts > 0:

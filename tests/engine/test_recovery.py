@@ -558,3 +558,48 @@ def test_a_full_disk_defers_re_dispatch_and_offsets_come_from_the_log(tmp_path: 
         disp.close()
     assert _pull_all(tmp_path) == [r.wrote_offset for r in results]
     assert not list(tmp_path.rglob("*.tmp"))  # the failed allocation kept no blocks
+
+
+class _Synced:
+    """A sync watch (`fileio.set_sync_watch`, the sync seam): the names of the files
+    whose data each sync made durable."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def data_synced(self, path: fileio.StrPath, offset: int, length: int) -> None:
+        self.names.append(os.path.basename(os.fspath(path)))
+
+    def dir_synced(self, path: fileio.StrPath) -> None:
+        pass
+
+    def renamed(self, src: fileio.StrPath, dst: fileio.StrPath) -> None:
+        pass
+
+
+def test_normal_recovery_forces_only_the_index_files_the_checkpoint_does_not_cover(
+    tmp_path: Path,
+) -> None:
+    """A full index file was forced when the next one was made, before the checkpoint's
+    index timestamp reached it: a normal recovery does not force it again (an fsync per
+    index file would make recovery grow with the store). Without that timestamp, and
+    after a crash, every file is forced."""
+    build_store(tmp_path, 100)  # 3 keys a message, 63 entries a file
+    names = sorted(os.listdir(tmp_path / "index"))
+    assert len(names) >= 3
+    synced = _Synced()
+    fileio.set_sync_watch(synced)
+    try:
+        _recover(tmp_path)  # the checkpoint has no index timestamp yet
+        assert set(names) <= set(synced.names)
+        synced.names.clear()
+        rep = _recover(tmp_path)
+        assert rep.mode == "normal"
+        assert [n for n in synced.names if n in names] == [names[-1]]
+        synced.names.clear()
+        _crash(tmp_path)
+        rep = _recover(tmp_path)
+        assert rep.mode == "abnormal" and rep.index_files_destroyed == []
+        assert set(names) <= set(synced.names)
+    finally:
+        fileio.set_sync_watch(None)
