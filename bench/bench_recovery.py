@@ -16,8 +16,9 @@ dispatched, it measures in one run:
 
 All runs read warm files (the page cache holds them; the plain read is measured the same
 way, so the ratio compares CPU work with a copy). Writes `bench/results/recovery.*`, and
-with `--profile` the cProfile of one abnormal recovery of the largest store
-(`recovery_profile.txt`): where the time goes when the goal is missed.
+with `--profile` the cProfile of one abnormal and one normal recovery of the largest store
+(`recovery_profile.txt`): where the time goes when a goal is missed. `--sizes 256,2048`
+picks other store sizes (MiB).
 """
 
 from __future__ import annotations
@@ -95,15 +96,17 @@ def scan_s(store: Path) -> tuple[float, int]:
 
 
 def profile_recovery(store: Path, out: Path) -> None:
-    """cProfile of one abnormal recovery, by cumulative then internal time."""
-    prof = cProfile.Profile()
-    prof.enable()
-    rep = recover(store, abort=True)
-    prof.disable()
+    """cProfile of one abnormal and one normal recovery, each by cumulative then
+    internal time."""
     text = io.StringIO()
-    text.write(f"abnormal recovery of {store.name}: {rep.summary()}\n\n")
-    for key in ("cumulative", "tottime"):
-        pstats.Stats(prof, stream=text).sort_stats(key).print_stats(25)
+    for abort in (True, False):
+        prof = cProfile.Profile()
+        prof.enable()
+        rep = recover(store, abort=abort)
+        prof.disable()
+        text.write(f"{rep.mode} recovery of {store.name}: {rep.summary()}\n\n")
+        for key in ("cumulative", "tottime"):
+            pstats.Stats(prof, stream=text).sort_stats(key).print_stats(25)
     repo = str(Path(__file__).resolve().parents[1]) + os.sep
     stdlib = os.path.dirname(os.__file__) + os.sep  # no machine paths in the results
     out.write_text(text.getvalue().replace(repo, "").replace(stdlib, "<stdlib>/"))
@@ -220,8 +223,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--profile", action="store_true", help="also write recovery_profile.txt (cProfile)"
     )
+    p.add_argument(
+        "--sizes", default=None, help="store sizes in MiB, comma-separated (e.g. 256,1024,2048)"
+    )
     args = p.parse_args(argv)
     sizes = [32 * MIB, 64 * MIB, 128 * MIB] if args.quick else [256 * MIB, 512 * MIB, 1024 * MIB]
+    if args.sizes:
+        sizes = [int(x) * MIB for x in args.sizes.split(",")]
     work = Path(tempfile.mkdtemp(prefix="mqstore-bench-recovery-", dir=args.dir))
     try:
         prof = RESULTS / "recovery_profile.txt" if args.profile and not args.no_write else None
@@ -232,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{g.name}: {g.measured} {g.unit} (goal {g.required}; met: {g.met})")
     if not args.no_write:
         cmd = "python -m bench.bench_recovery" + (" --quick" if args.quick else "")
+        cmd += f" --sizes {args.sizes}" if args.sizes else ""
         cmd += " --profile" if args.profile else ""
         paths = write(rep, command=cmd, bench_dir=work.parent)
         print(f"wrote {paths['md']}")
