@@ -92,6 +92,11 @@ def main(argv: list[str] | None = None) -> int:
         default="unique",
         help="put: a KEYS value per message (default) or one per producer",
     )
+    ap.add_argument(
+        "--sync-only",
+        action="store_true",
+        help="put: only the sync rows and their goals (no async, batch or memory runs)",
+    )
     ap.add_argument("--dir", default=None, help="parent of the temporary bench directory")
     ap.add_argument("--out", default=str(RESULTS), help="where results are written")
     args = ap.parse_args(args_list)
@@ -109,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         duration_s=args.duration,
         producers=tuple(int(x) for x in args.producers.split(",")) if args.producers else None,
         unique_keys=args.keys == "unique",
+        sync_only=args.sync_only,
     )
     opts.shared["out_dir"] = out_dir
     failed: list[str] = []

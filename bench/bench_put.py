@@ -318,7 +318,7 @@ def benchmark(opts: Options) -> Report:
         opts.log("  (peers for the goals)")
         peer_results = run_peers(plan, root / "peers", only=GOAL_PEERS, log=opts.log)
     runs: list[RunResult] = []
-    for sync in (True, False):
+    for sync in (True,) if opts.sync_only else (True, False):
         for pool in (True, False):
             for n in counts:
                 r = put_run(
@@ -336,7 +336,7 @@ def benchmark(opts: Options) -> Report:
                     f"errors {r.extra.get('errors', {})}"
                 )
                 runs.append(r)
-    for pool in (True, False):
+    for pool in () if opts.sync_only else (True, False):
         r = put_run(
             root,
             sync=False,
@@ -350,6 +350,8 @@ def benchmark(opts: Options) -> Report:
         runs.append(r)
     mib = 1024 * 1024
     marks = (16 * mib, 64 * mib) if quick else (256 * mib, 1024 * mib, 2048 * mib)
-    mem = server_memory(root, marks, pool=True)
-    opts.log(f"  memory: {json.dumps(mem)[:400]}")
+    mem: dict[str, Any] | None = None
+    if not opts.sync_only:
+        mem = server_memory(root, marks, pool=True)
+        opts.log(f"  memory: {json.dumps(mem)[:400]}")
     return build_report(runs, peer_results, mem, duration, counts, opts.unique_keys)

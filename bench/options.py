@@ -16,6 +16,7 @@ class Options:
     carries results between benchmarks of the same run (the put benchmark reuses the
     peers' figures when `peers` ran first). `unique_keys` gives every put its own KEYS
     value (the default, as real producers do); off, each producer reuses one key.
+    `sync_only` restricts the put benchmark to its sync rows (an A/B of the sync path).
     """
 
     quick: bool
@@ -23,6 +24,7 @@ class Options:
     duration_s: float | None = None
     producers: tuple[int, ...] | None = None
     unique_keys: bool = True
+    sync_only: bool = False
     shared: dict[str, Any] = field(default_factory=dict)
 
     def log(self, msg: str) -> None:

@@ -282,15 +282,33 @@ def plot_put(report: Report, path: Path) -> None:
     plt.close(fig)
 
 
+def _memory_notes(mem: Mapping[str, Any], mem_rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    mib = 1024 * 1024
+    return [
+        *(
+            f"{m['label']} ({m['processes']} processes): RSS {m['rss']} MiB = shm "
+            f"{m['rss_shm']} + mapped store files {m['rss_store_files']} + other "
+            f"{m['rss_other']}; USS {m['uss']} MiB"
+            for m in mem_rows
+        ),
+        f"client: RSS above a bare interpreter that imported mqstore "
+        f"{mem['client']['rss_above_bare'] / mib:.1f} MiB after attach and "
+        f"{mem['client']['puts']} puts ({mem['client']['attach_rss_above_bare'] / mib:.1f}"
+        f" MiB after attach alone; USS {mem['client']['uss_above_bare'] / mib:.1f} MiB).",
+        f"shm: {json.dumps(mem['shm']['files'])}",
+    ]
+
+
 def build_report(
     runs: Sequence[RunResult],
     peer_results: Sequence[RunResult],
-    mem: Mapping[str, Any],
+    mem: Mapping[str, Any] | None,
     duration: float,
     counts: Sequence[int],
     unique_keys: bool,
 ) -> Report:
-    """The `put` report of one run: mqstore's runs, the goal peers' rows, the memory."""
+    """The `put` report of one run: mqstore's runs, the goal peers' rows, the memory
+    (None: not measured, `--sync-only`)."""
     mib = 1024 * 1024
     goal_list = goals(runs, peer_results, mem)
     rows = [_row(r) for r in runs]
@@ -303,7 +321,7 @@ def build_report(
             **{k: round(m[k] / mib, 1) for k in m if k.startswith(("rss", "uss"))},
             "processes": m["processes"],
         }
-        for m in mem["marks"]
+        for m in (mem or {}).get("marks", [])
     ]
     return Report(
         name="put",
@@ -327,20 +345,7 @@ def build_report(
         rows=rows,
         goals=goal_list,
         plotter=plot_put,
-        notes=[
-            "Peers in full: peers.md.",
-            *(
-                f"{m['label']} ({m['processes']} processes): RSS {m['rss']} MiB = shm "
-                f"{m['rss_shm']} + mapped store files {m['rss_store_files']} + other "
-                f"{m['rss_other']}; USS {m['uss']} MiB"
-                for m in mem_rows
-            ),
-            f"client: RSS above a bare interpreter that imported mqstore "
-            f"{mem['client']['rss_above_bare'] / mib:.1f} MiB after attach and "
-            f"{mem['client']['puts']} puts ({mem['client']['attach_rss_above_bare'] / mib:.1f}"
-            f" MiB after attach alone; USS {mem['client']['uss_above_bare'] / mib:.1f} MiB).",
-            f"shm: {json.dumps(mem['shm']['files'])}",
-        ],
+        notes=["Peers in full: peers.md.", *(_memory_notes(mem, mem_rows) if mem else [])],
         extra={
             "duration_s": duration,
             "producers": list(counts),

@@ -1,0 +1,341 @@
+"""Where a sync put's time goes: a profile of group commit at 1, 16 and 64 producers.
+
+    python -m bench.profile_sync [--producers 1,16,64] [--duration 3] [--pool on|off]
+                                 [--repeat 1] [--save] [--rates-only]
+
+Each configuration starts a fresh SYNC_FLUSH store (as the put benchmark does) with the
+flusher's trace on (`MQSTORE_FLUSH_TRACE`, `workers/flusher.py`): one row of
+CLOCK_MONOTONIC timestamps per fsync round. Producers (forked processes, each attached
+with `StoreClient.attach`, 1 KiB bodies, a unique key each, as `bench put`) record the
+same clock before and after every put. Joining the two gives, per round: messages
+covered, and the time in each hop: the put's wait for its round to start (the previous
+fsync, or the flusher's wake-up), the commit, the fdatasync, and the wake back to the
+producer's return. Around the measured window, every process's CPU (utime+stime),
+context switches and run-queue delay (`/proc/<pid>/schedstat`: runnable but not running,
+what a loaded 2-core machine costs) are read for the producers and for each worker.
+
+`--save` writes `bench/results/profile_sync.txt` (command, commit, machine, load).
+`--rates-only` skips the trace (an A/B of throughput, sync rows only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import contextlib
+import itertools
+import json
+import multiprocessing as mp
+import os
+import resource
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from array import array
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from bench.report import git_commit, machine
+from bench.store_run import BODY_BYTES, TAGS, TOPIC, client_api, running_store
+
+TRACE_ENV = "MQSTORE_FLUSH_TRACE"
+
+
+def _schedstat(pid: int | str) -> tuple[int, int, int]:
+    """(ns on CPU, ns runnable waiting for a CPU, timeslices) of a process, threads summed."""
+    run = wait = slices = 0
+    base = f"/proc/{pid}/task"
+    try:
+        tids = os.listdir(base)
+    except OSError:
+        return (0, 0, 0)
+    for tid in tids:
+        with contextlib.suppress(OSError, ValueError):
+            with open(f"{base}/{tid}/schedstat") as f:
+                a, b, c = f.read().split()[:3]
+            run, wait, slices = run + int(a), wait + int(b), slices + int(c)
+    return (run, wait, slices)
+
+
+def _ctxsw(pid: int | str) -> tuple[int, int]:
+    vol = invol = 0
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("voluntary_ctxt_switches"):
+                vol = int(line.split()[1])
+            elif line.startswith("nonvoluntary_ctxt_switches"):
+                invol = int(line.split()[1])
+    return (vol, invol)
+
+
+def _snap(pid: int | str) -> list[int]:
+    return [*_schedstat(pid), *_ctxsw(pid)]
+
+
+def _producer(index: int, store_dir: str, barrier: Any, duration_ns: int, out: str) -> None:
+    StoreClient, _ = client_api()
+    calls = array("q")
+    rets = array("q")
+    body = os.urandom(BODY_BYTES)
+    clock = time.monotonic_ns
+    try:
+        with StoreClient.attach(store_dir) as client:
+            put = client.put
+            for i in range(200):  # warm: topic, tags, lanes
+                put(TOPIC, body, tags=TAGS, keys=f"w{index}-{i}")
+            barrier.wait(timeout=300)
+            s0 = _snap("self")
+            r0 = resource.getrusage(resource.RUSAGE_SELF)
+            deadline = clock() + duration_ns
+            i = 0
+            bad = 0
+            t = 0
+            while t < deadline:
+                key = f"k{index}-{i}"
+                c = clock()
+                r = put(TOPIC, body, tags=TAGS, keys=key)
+                t = clock()
+                if r.status.name == "PUT_OK":
+                    calls.append(c)
+                    rets.append(t)
+                else:
+                    bad += 1
+                i += 1
+            r1 = resource.getrusage(resource.RUSAGE_SELF)
+            s1 = _snap("self")
+    except BaseException as e:
+        Path(out, f"err-{index}.txt").write_text(repr(e))
+        with contextlib.suppress(Exception):
+            barrier.abort()
+        os._exit(2)
+    Path(out, f"calls-{index}.bin").write_bytes(calls.tobytes())
+    Path(out, f"rets-{index}.bin").write_bytes(rets.tobytes())
+    cpu = (r1.ru_utime - r0.ru_utime, r1.ru_stime - r0.ru_stime)
+    Path(out, f"res-{index}.json").write_text(
+        json.dumps({"bad": bad, "cpu": cpu, "snap": [b - a for a, b in zip(s0, s1, strict=True)]})
+    )
+    os._exit(0)
+
+
+def _workers(sup_pid: int) -> dict[str, int]:
+    out = {"supervisor": sup_pid}
+    for p in psutil.Process(sup_pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            cmd = p.cmdline()
+            if "mqstore.workers.worker_main" in cmd:
+                out[cmd[cmd.index("mqstore.workers.worker_main") + 1]] = p.pid
+    return out
+
+
+def _pct(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def _stat_line(name: str, xs: list[float]) -> str:
+    if not xs:
+        return f"  {name:44} (none)"
+    return (
+        f"  {name:44} p50 {_pct(xs, 0.5):8.1f}  mean {statistics.fmean(xs):8.1f}  "
+        f"p90 {_pct(xs, 0.9):8.1f}  p99 {_pct(xs, 0.99):8.1f}"
+    )
+
+
+def run_one(root: Path, producers: int, duration_s: float, pool: bool, trace: bool) -> str:
+    """One configuration; returns its profile as text."""
+    work = root / f"p{producers}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    trace_path = work / "flush-trace.jsonl"
+    if trace:
+        os.environ[TRACE_ENV] = str(trace_path)
+    try:
+        with running_store(root, f"sync-{producers}", sync=True, pool=pool) as store:
+            procs = _workers(store.proc.pid)
+            ctx = mp.get_context("fork")
+            barrier = ctx.Barrier(producers + 1)
+            kids = [
+                ctx.Process(
+                    target=_producer,
+                    args=(i, str(store.store_dir), barrier, int(duration_s * 1e9), str(work)),
+                    daemon=True,
+                )
+                for i in range(producers)
+            ]
+            for kid in kids:
+                kid.start()
+            with contextlib.suppress(Exception):
+                barrier.wait(timeout=300)
+            t_start = time.monotonic_ns()
+            before = {n: _snap(p) for n, p in procs.items()}
+            load0 = os.getloadavg()
+            for kid in kids:
+                kid.join(timeout=duration_s + 120)
+            t_end = time.monotonic_ns()
+            after = {n: _snap(p) for n, p in procs.items()}
+            for kid in kids:
+                if kid.is_alive() and kid.pid is not None:
+                    kid.kill()
+                    kid.join(10)
+    finally:
+        os.environ.pop(TRACE_ENV, None)
+    errs = [p.read_text() for p in work.glob("err-*.txt")]
+    if errs:
+        raise RuntimeError(f"producer failed: {errs[0]}")
+    calls: list[int] = []
+    rets: list[int] = []
+    for i in range(producers):
+        a = array("q")
+        a.frombytes((work / f"calls-{i}.bin").read_bytes())
+        b = array("q")
+        b.frombytes((work / f"rets-{i}.bin").read_bytes())
+        calls.extend(a)
+        rets.extend(b)
+    res = [json.loads((work / f"res-{i}.json").read_text()) for i in range(producers)]
+    n = len(rets)
+    first, last = min(calls), max(rets)
+    secs = (last - first) / 1e9
+    lat = [(r - c) / 1000 for c, r in zip(calls, rets, strict=True)]
+    lines = [
+        f"== {producers} producer(s), pool {'on' if pool else 'off'}, {duration_s:g} s, "
+        f"load at start {load0[0]:.2f}",
+        f"  {n:,} sync puts PUT_OK in {secs:.2f} s = {n / secs:,.0f} msgs/s; "
+        f"latency µs p50 {_pct(lat, 0.5):.1f} p99 {_pct(lat, 0.99):.1f}; "
+        f"not PUT_OK {sum(r['bad'] for r in res)}",
+    ]
+    # CPU, context switches, run-queue delay over the window
+    wall = (t_end - t_start) / 1e9
+    lines.append(
+        "  per process over the window (CPU and run-queue delay in % of one core; "
+        "switches per second):"
+    )
+    lines.append(f"    {'who':14} {'CPU %':>7} {'runq %':>7} {'vol cs/s':>9} {'invol/s':>8}")
+    for name in procs:
+        d = [b - a for a, b in zip(before[name], after[name], strict=True)]
+        lines.append(
+            f"    {name:14} {d[0] / wall / 1e7:7.1f} {d[1] / wall / 1e7:7.1f} "
+            f"{d[3] / wall:9,.0f} {d[4] / wall:8,.0f}"
+        )
+    agg = [sum(r["snap"][j] for r in res) for j in range(5)]
+    lines.append(
+        f"    {'producers':14} {agg[0] / wall / 1e7:7.1f} {agg[1] / wall / 1e7:7.1f} "
+        f"{agg[3] / wall:9,.0f} {agg[4] / wall:8,.0f}"
+    )
+    cpu_put = sum(r["cpu"][0] + r["cpu"][1] for r in res) / max(n, 1) * 1e6
+    utime = sum(r["cpu"][0] for r in res) / max(n, 1) * 1e6
+    lines.append(
+        f"    producers' CPU per put {cpu_put:.1f} µs (user {utime:.1f}); "
+        f"run-queue delay per put {agg[1] / max(n, 1) / 1000:.1f} µs; "
+        f"switches per put {(agg[3] + agg[4]) / max(n, 1):.2f}"
+    )
+    if not trace:
+        return "\n".join(lines)
+    rows = []
+    if trace_path.exists():
+        rows = [json.loads(x) for x in trace_path.read_text().splitlines()]
+    rows = [r for r in rows if r["forced"] and first <= r["forced"] <= last]
+    if not rows:
+        lines.append("  (no flusher trace rows in the window)")
+        return "\n".join(lines)
+    forced = [r["forced"] for r in rows]
+    msgs = [float(r["msgs"]) for r in rows]
+    lines.append(
+        f"  fsync rounds: {len(rows):,} ({len(rows) / secs:,.0f}/s); messages per round "
+        f"mean {statistics.fmean(msgs):.1f} p50 {_pct(msgs, 0.5):.0f} max {max(msgs):.0f}; "
+        f"rounds that began with the flusher asleep {sum(1 for r in rows if r['woke']):,}; "
+        f"polls for a producer still copying {sum(r.get('spins', 0) for r in rows):,}"
+    )
+
+    def hop(name: str, a: str, b: str) -> None:
+        lines.append(_stat_line(name, [(r[b] - r[a]) / 1e3 for r in rows]))
+
+    lines.append("  flusher, per round (µs):")
+    if "gathered" in rows[0]:
+        hop("gather (wait for last round's waiters)", "served", "gathered")
+        hop("commit (publish + pool -> file)", "gathered", "committed")
+    else:
+        hop("commit (publish + pool -> file)", "served", "committed")
+    hop("force (fdatasync + flushed_offset)", "committed", "forced")
+    hop("FUTEX_WAKE of all waiters", "forced", "waked")
+    gaps = [(b["served"] - a["waked"]) / 1e3 for a, b in itertools.pairwise(rows)]
+    lines.append(_stat_line("gap: waiters woken -> next round served", gaps))
+    busy = sum(r["waked"] - r["served"] for r in rows) / (forced[-1] - forced[0] + 1)
+    lines.append(f"  flusher busy in rounds {busy * 100:.0f}% of the window")
+    slept = [(r["woke"] - r["slept"]) / 1e3 for r in rows if r["woke"]]
+    lines.append(_stat_line("asleep before a round", slept))
+    # join every put with the round that covered it: the first round forced after its call
+    # whose flushed end reached it; approximated as the first forced after its call that
+    # was also served after the call (a round served before the call cannot cover it)
+    served = [r["served"] for r in rows]
+    wait_start: list[float] = []
+    to_ret: list[float] = []
+    wake_lat: list[float] = []
+    pos_in_round: list[float] = []
+    for c, r in zip(calls, rets, strict=True):
+        k = bisect.bisect_right(served, c)
+        if k >= len(rows) or rows[k]["forced"] > r:
+            continue
+        row = rows[k]
+        wait_start.append((row["served"] - c) / 1e3)
+        to_ret.append((r - row["forced"]) / 1e3)
+        if row["woke"]:
+            wake_lat.append((row["woke"] - c) / 1e3)
+        pos_in_round.append((row["served"] - c) / 1e3)
+    lines.append(f"  each put (µs; {len(to_ret):,} of {n:,} joined to a round):")
+    lines.append(_stat_line("call -> its round served (queue + wake)", wait_start))
+    lines.append(_stat_line("call -> flusher awake (when it slept)", wake_lat))
+    lines.append(_stat_line("fsync returned -> put returned", to_ret))
+    think: list[float] = []
+    for i in range(producers):
+        a = array("q")
+        a.frombytes((work / f"calls-{i}.bin").read_bytes())
+        b = array("q")
+        b.frombytes((work / f"rets-{i}.bin").read_bytes())
+        think.extend((a[j + 1] - b[j]) / 1e3 for j in range(len(a) - 1))
+    lines.append(_stat_line("put returned -> next put called", think))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.profile_sync", description=__doc__)
+    ap.add_argument("--producers", default="1,16,64")
+    ap.add_argument("--duration", type=float, default=3.0)
+    ap.add_argument("--pool", choices=("on", "off"), default="on")
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--rates-only", action="store_true")
+    ap.add_argument("--save", action="store_true")
+    ap.add_argument("--dir", default=None)
+    args = ap.parse_args(argv)
+    root = Path(tempfile.mkdtemp(prefix="mqstore-profile-sync-", dir=args.dir))
+    out: list[str] = []
+    try:
+        for _ in range(args.repeat):
+            for n in (int(x) for x in args.producers.split(",")):
+                text = run_one(root, n, args.duration, args.pool == "on", not args.rates_only)
+                print(text, flush=True)
+                out.append(text)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    if args.save:
+        info = machine(root.parent)
+        head = [
+            "Profile of the sync put path (group commit), bench/profile_sync.py",
+            f"command: python -m bench.profile_sync {' '.join(argv or sys.argv[1:])}",
+            f"commit: {git_commit()}, {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}",
+            *(f"{k}: {v}" for k, v in info.items()),
+            "",
+        ]
+        path = Path(__file__).parent / "results" / "profile_sync.txt"
+        path.write_text("\n".join(head + out) + "\n")
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
