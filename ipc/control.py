@@ -70,6 +70,8 @@ mirrors these offsets; `ipc.reservation` and `ipc/native/mqs_futex.h` say how th
 |      |                  | anyone waits for                                         |
 | 2136 | lock_timeouts    | producers: reservation-lock waits that timed out         |
 | 2144 | owner_dead       | producers: repairs after a holder died in the section    |
+| 2152 | gather_want      | flusher: the published_seq it gathers for before forcing |
+|      |                  | (0: none); a producer wakes it only once that is reached |
 
 Workers table at 512: 8 rows of 64 bytes (pid, heartbeat_ms, restarts, state, name 32s),
 written by the worker (heartbeat) and the supervisor (pid, restarts, state).
@@ -173,6 +175,7 @@ OFF_LOCK_BROKEN: Final = 2124
 OFF_SYNC_REQUEST: Final = 2128
 OFF_LOCK_TIMEOUTS: Final = 2136
 OFF_OWNER_DEAD: Final = 2144
+OFF_GATHER_WANT: Final = 2152
 
 
 def bucket_of(value: int, shift: int, buckets: int) -> int:

@@ -195,6 +195,10 @@ def sync_request(ctl: Buffer, /) -> int:
 def flusher_sleep(ctl: Buffer, timeout_ns: int, /) -> bool:
     """Flusher: sleep until a sync request is pending (True) or the timeout passes."""
 
+def flusher_gather(ctl: Buffer, want_seq: int, timeout_ns: int, /) -> bool:
+    """Flusher: sleep until published_seq reaches want_seq (True) or the timeout passes;
+    only the producer whose publish completes it wakes the flusher."""
+
 def reserve_fence(ctl: Buffer, timeout_ns: int, /) -> int:
     """Take and release the reservation lock (0), or a code < 0."""
 

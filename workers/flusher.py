@@ -8,8 +8,25 @@ once, publishes the new `flushed_pos`, and wakes every waiter with one FUTEX_WAK
 waiter decides from `flushed_pos` alone: nothing another process sends can acknowledge a
 put. Whoever arrives during an fsync is served by the next one (group commit). A
 request not yet covered after a flush (another producer is still copying before it)
-keeps the flusher polling, backing off from SPIN_S to SPIN_MAX_S while nothing moves.
-Waiters enforce `syncFlushTimeout` themselves (FLUSH_DISK_TIMEOUT).
+keeps the flusher polling: first yielding the CPU to it (POLL_NS), then backing off
+from SPIN_S to SPIN_MAX_S while nothing moves. Waiters enforce `syncFlushTimeout`
+themselves (FLUSH_DISK_TIMEOUT).
+
+Three measured choices keep the rounds full (`bench/results/profile_sync.txt`):
+
+* **Gather.** The waiters one round wakes come back with their next puts within
+  microseconds of each other, not at once. Forcing as soon as the first is back covers
+  it alone and leaves the rest to the next fsync, so two half groups alternate. Before
+  forcing, the flusher waits until as many messages are published and not yet flushed
+  as the last round covered, at most GATHER_FRACTION of a recent fsync (and
+  GATHER_MAX_NS): `_native.flusher_gather`, woken only by the producer whose publish
+  completes the group. A put is never answered sooner than before: it only waits for
+  its round's start up to that bound.
+* **Poll before sleeping.** After a round, the flusher yields the CPU for up to POLL_NS
+  looking for the next request before it sleeps on its futex: a lone sync producer is
+  back within tens of microseconds, and finding its request saves the futex wake-up
+  and the flusher's trip through the run queue.
+* **Yield to a producer still copying** rather than sleep at once (above).
 
 **ASYNC_FLUSH** (FlushRealTimeService): every `flush_interval_ms` (sleep when
 `flush_timed`, else also woken by the committer), flush with `flush_least_pages`, or 0
@@ -21,10 +38,17 @@ FLUSH_DISK_FAILED), producers refused from then on, and the flusher exits FLUSH_
 which the supervisor does not restart: an fsync retried after a failure may succeed
 over pages the kernel already dropped. A flusher that starts on a store already
 read-only never fsyncs.
+
+**Tracing** (`bench/profile_sync.py`): with `MQSTORE_FLUSH_TRACE=<path>` in the
+supervisor's environment, the flusher keeps one row of CLOCK_MONOTONIC timestamps per
+sync round (slept, woken, served, committed, forced, waiters woken; messages covered)
+and writes them to `<path>` as JSON lines when it closes. Off by default.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from typing import Final
 
@@ -37,8 +61,12 @@ from mqstore.workers.base import ExitCode, WorkerContext
 from mqstore.workers.service import Service, run
 
 SPIN_S: Final = 0.0001
+GATHER_FRACTION: Final = 0.5  # of the recent fsync time, at most GATHER_MAX_NS
+GATHER_MAX_NS: Final = 1_000_000
+POLL_NS: Final = 100_000  # after a sync round: look for the next request before sleeping
 SPIN_MAX_S: Final = 0.005
 IDLE_SYNC_S: Final = 0.05
+TRACE_ENV: Final = "MQSTORE_FLUSH_TRACE"
 
 
 class Flusher(Service):
@@ -53,6 +81,14 @@ class Flusher(Service):
         self.spin = SPIN_S
         self.spinning = False  # the next wait is a poll for a producer still copying
         self.woken = False  # the last wait ended early: the committer moved something
+        self.trace_path = os.environ.get(TRACE_ENV) or None
+        self.trace: list[tuple[int, ...]] = []
+        self.group = 0  # messages the last sync round covered
+        self.fsync_ns = 0  # recent fdatasync time (moving average)
+        self.spins = 0  # polls since the last round for a producer still copying
+        self.poll_next = False  # the last tick served a sync round: poll before sleeping
+        self._forced = (0, 0)  # (fsync returned, waiters woken) of the last flush, ns
+        self._slept = (0, 0)  # (went to sleep, woke) of the last futex sleep, ns
 
     @property
     def sync(self) -> bool:
@@ -70,9 +106,22 @@ class Flusher(Service):
         if self.sync and self.requested():
             self.woken = True
             return
-        t0 = time.monotonic()
+        if self.sync and self.poll_next:
+            # A producer just served is likely back within microseconds: see its next
+            # request without a futex sleep and wake-up (two context switches).
+            self.poll_next = False
+            deadline = time.monotonic_ns() + POLL_NS
+            while time.monotonic_ns() < deadline:
+                os.sched_yield()
+                if self.requested():
+                    self.woken = True
+                    return
+        t0 = time.monotonic_ns()
         woken = _native.flusher_sleep(self.ctx.cb.buf, int(seconds * 1e9))
-        self.woken = woken or time.monotonic() - t0 < seconds * 0.9  # the committer
+        t1 = time.monotonic_ns()
+        if self.trace_path:
+            self._slept = (t0, t1)
+        self.woken = woken or t1 - t0 < seconds * 0.9e9  # the committer
 
     def tick(self) -> float:
         s = self.ctx.settings
@@ -103,19 +152,65 @@ class Flusher(Service):
         """Commit and force up to the furthest request; the wait before the next tick
         (0 when served, a growing spin while a producer ahead is still copying)."""
         cb = self.ctx.cb
+        t0 = time.monotonic_ns()
+        self._gather(t0)
+        t_gathered = time.monotonic_ns()
         before = cb.get(c.OFF_FLUSHED)
+        m0 = cb.get(c.OFF_FSYNC_MSGS)
         if cb.get(c.OFF_COMMITTED) < _native.sync_request(cb.buf):
             self.files.commit(0)
+        t1 = time.monotonic_ns() if self.trace_path else 0
         self.flush(0)
         self.last_flush = now
         if cb.get(c.OFF_FLUSHED) == before and self.requested():
-            # Not published yet (a producer ahead is still copying): poll, backing off
-            # while nothing moves.
+            # Not published yet (a producer ahead is still copying, or preempted while
+            # it copies): yield the CPU to it for a moment, then poll, backing off while
+            # nothing moves.
+            self.spins += 1
+            if self.spin == SPIN_S and self._yield_until_published(before):
+                return 0.0
             spin, self.spinning = self.spin, True
             self.spin = min(spin * 2, SPIN_MAX_S)
             return spin
+        msgs = cb.get(c.OFF_FSYNC_MSGS) - m0
+        self.group = msgs
+        t_forced, t_waked = self._forced
+        if self.trace_path:
+            slept, self._slept = self._slept, (0, 0)
+            self.trace.append(
+                (*slept, t0, t_gathered, t1, t_forced, t_waked, msgs,
+                 cb.get(c.OFF_FLUSHED) - before, self.spins)
+            )  # fmt: skip
+        self.spins = 0
         self.spin = SPIN_S
+        self.poll_next = True
         return 0.0
+
+    def _yield_until_published(self, flushed: int) -> bool:
+        """Yield the CPU (to the producer still copying, if it waits for one) until the
+        published position passes `flushed`, at most POLL_NS; True if it did."""
+        cb = self.ctx.cb
+        deadline = time.monotonic_ns() + POLL_NS
+        while time.monotonic_ns() < deadline:
+            os.sched_yield()
+            if _native.publish(cb.buf) or cb.get(c.OFF_PUBLISHED) > flushed:
+                return True
+        return False
+
+    def _gather(self, t0: int) -> None:
+        """Group commit's other half: the last round woke `group` waiters, who are on
+        their way back with their next puts. While fewer than that are published and
+        not flushed, give them a moment (yielding the CPU to them) before forcing, at
+        most GATHER_FRACTION of an fsync: one force for all of them instead of two."""
+        want = self.group
+        if want <= 1:
+            return
+        cb = self.ctx.cb
+        target = cb.get(c.OFF_FLUSHED_SEQ) + want
+        if cb.get(c.OFF_PUBLISHED_SEQ) >= target:
+            return
+        timeout = min(int(self.fsync_ns * GATHER_FRACTION), GATHER_MAX_NS)
+        _native.flusher_gather(cb.buf, target, timeout)
 
     def flush(self, least: int) -> None:
         """`files.flush`, then wake every sync waiter; when it fsynced, its duration and
@@ -125,9 +220,14 @@ class Flusher(Service):
         n0, ns0, m0 = cb.get(c.OFF_FSYNC_COUNT), cb.get(c.OFF_FSYNC_NS), cb.get(c.OFF_FSYNC_MSGS)
         self.files.flush(least)
         if cb.get(c.OFF_FSYNC_COUNT) == n0:
+            self._forced = (0, 0)
             return
+        t_forced = time.monotonic_ns()
         _native.flushed_wake_all(cb.buf)
-        us = (cb.get(c.OFF_FSYNC_NS) - ns0) // 1000
+        self._forced = (t_forced, time.monotonic_ns())
+        ns = cb.get(c.OFF_FSYNC_NS) - ns0
+        self.fsync_ns = (self.fsync_ns * 7 + ns) // 8
+        us = ns // 1000
         b = c.bucket_of(us, c.FSYNC_HIST_SHIFT, c.FSYNC_HIST_BUCKETS)
         cb.add(c.OFF_FSYNC_HIST + 8 * b, 1)
         b = c.bucket_of(cb.get(c.OFF_FSYNC_MSGS) - m0, 0, c.GROUP_HIST_BUCKETS)
@@ -150,6 +250,14 @@ class Flusher(Service):
 
     def close(self) -> None:
         self.files.close()
+        if self.trace_path and self.trace:
+            keys = (
+                "slept", "woke", "served", "gathered", "committed", "forced", "waked", "msgs",
+                "bytes", "spins",
+            )  # fmt: skip
+            with open(self.trace_path, "w") as f:
+                for row in self.trace:
+                    f.write(json.dumps(dict(zip(keys, row, strict=True))) + "\n")
 
 
 def main(ctx: WorkerContext) -> int:

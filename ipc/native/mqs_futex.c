@@ -29,6 +29,11 @@ static int64_t load(uint8_t *ctl, int64_t off)
 void mqs_flusher_wake(uint8_t *ctl)
 {
     if (__atomic_load_n(mqs_u32(ctl, MQS_OFF_FLUSHER_SLEEPS), __ATOMIC_SEQ_CST)) {
+        /* A gathering flusher wants no wake-up per arrival: only from the one whose
+         * message completes the group it waits for (its timeout covers the rest). */
+        int64_t want = load(ctl, MQS_OFF_GATHER_WANT);
+        if (want > 0 && load(ctl, MQS_OFF_PUBLISHED_SEQ) < want)
+            return;
         __atomic_add_fetch(mqs_u32(ctl, MQS_OFF_FLUSHER_WAKE), 1, __ATOMIC_SEQ_CST);
         futex_wake(mqs_u32(ctl, MQS_OFF_FLUSHER_WAKE), 1);
     }
@@ -80,4 +85,34 @@ int mqs_flusher_sleep(uint8_t *ctl, int64_t timeout_ns)
         futex_wait(wake, seen, timeout_ns);
     __atomic_store_n(sleeps, 0, __ATOMIC_SEQ_CST);
     return load(ctl, MQS_OFF_SYNC_REQUEST) > load(ctl, MQS_OFF_FLUSHED);
+}
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int mqs_flusher_gather(uint8_t *ctl, int64_t want_seq, int64_t timeout_ns)
+{
+    uint32_t *wake = mqs_u32(ctl, MQS_OFF_FLUSHER_WAKE);
+    uint32_t *sleeps = mqs_u32(ctl, MQS_OFF_FLUSHER_SLEEPS);
+    int64_t deadline = mono_ns() + timeout_ns;
+    __atomic_store_n(mqs_i64(ctl, MQS_OFF_GATHER_WANT), want_seq, __ATOMIC_SEQ_CST);
+    __atomic_store_n(sleeps, 1, __ATOMIC_SEQ_CST);
+    for (;;) {
+        /* Read the word, then look: a producer that publishes after the look bumps it
+         * (it sees `sleeps` and the group complete), so the wait returns at once. */
+        uint32_t seen = __atomic_load_n(wake, __ATOMIC_SEQ_CST);
+        if (load(ctl, MQS_OFF_PUBLISHED_SEQ) >= want_seq)
+            break;
+        int64_t left = deadline - mono_ns();
+        if (left <= 0)
+            break;
+        futex_wait(wake, seen, left);
+    }
+    __atomic_store_n(sleeps, 0, __ATOMIC_SEQ_CST);
+    __atomic_store_n(mqs_i64(ctl, MQS_OFF_GATHER_WANT), 0, __ATOMIC_SEQ_CST);
+    return load(ctl, MQS_OFF_PUBLISHED_SEQ) >= want_seq;
 }

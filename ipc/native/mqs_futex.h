@@ -23,6 +23,11 @@ void mqs_flushed_wake_all(uint8_t *ctl);
  * passes. Returns 1 when a request is pending. */
 int mqs_flusher_sleep(uint8_t *ctl, int64_t timeout_ns);
 
+/* Flusher, before forcing: sleep until published_seq reaches `want_seq` (the producer
+ * whose publish completes it wakes the flusher; earlier arrivals do not) or `timeout_ns`
+ * passes. Returns 1 when it was reached. */
+int mqs_flusher_gather(uint8_t *ctl, int64_t want_seq, int64_t timeout_ns);
+
 /* The furthest end a sync producer asked for (flusher). */
 int64_t mqs_sync_request(uint8_t *ctl);
 

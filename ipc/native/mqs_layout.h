@@ -40,6 +40,7 @@
 #define MQS_OFF_SYNC_REQUEST 2128  /* i64: the furthest end a sync producer waits for */
 #define MQS_OFF_LOCK_TIMEOUTS 2136 /* i64: reservation-lock waits that timed out */
 #define MQS_OFF_OWNER_DEAD 2144    /* i64: repairs after a holder died in the section */
+#define MQS_OFF_GATHER_WANT 2152   /* i64: published_seq a gathering flusher waits for */
 #define MQS_NATIVE_END 2304
 
 /* Reservation slots: row `seq % slot_count`. */

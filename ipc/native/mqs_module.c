@@ -798,6 +798,27 @@ static PyObject *py_flusher_sleep(PyObject *Py_UNUSED(m), PyObject *const *args,
     return PyBool_FromLong(r);
 }
 
+static PyObject *py_flusher_gather(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
+{
+    int64_t want, timeout_ns;
+    if (n != 3) {
+        PyErr_SetString(PyExc_TypeError,
+                        "flusher_gather(ctl, want_seq, timeout_ns) takes 3 arguments");
+        return NULL;
+    }
+    if (mqs_arg_i64(args[1], "want_seq", &want) < 0 ||
+        mqs_arg_i64(args[2], "timeout_ns", &timeout_ns) < 0)
+        return NULL;
+    Py_buffer v;
+    if (ctl_of(args[0], &v) < 0)
+        return NULL;
+    int r;
+    Py_BEGIN_ALLOW_THREADS r = mqs_flusher_gather(v.buf, want, timeout_ns > 0 ? timeout_ns : 1);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&v);
+    return PyBool_FromLong(r);
+}
+
 static PyObject *py_reserve_fence(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
 {
     int64_t timeout_ns;
@@ -896,6 +917,9 @@ static PyMethodDef methods[] = {
     {"flusher_sleep", (PyCFunction)(void (*)(void))py_flusher_sleep, METH_FASTCALL,
      "flusher_sleep(ctl, timeout_ns) -> bool: flusher: sleep until a sync request is "
      "pending (True) or the timeout passes."},
+    {"flusher_gather", (PyCFunction)(void (*)(void))py_flusher_gather, METH_FASTCALL,
+     "flusher_gather(ctl, want_seq, timeout_ns) -> bool: flusher: sleep until "
+     "published_seq reaches want_seq (True) or the timeout passes."},
     {"reserve_fence", (PyCFunction)(void (*)(void))py_reserve_fence, METH_FASTCALL,
      "reserve_fence(ctl, timeout_ns) -> int: take and release the reservation lock (0), "
      "so that no producer is inside the section; or a code (< 0)."},
@@ -915,7 +939,7 @@ static struct PyModuleDef module = {
 static int add_layout(PyObject *m)
 {
     PyObject *d = Py_BuildValue(
-        "{sLsisisisisisisisisisisisisisisisisisisisisisisi}", "MAGIC_VERSION",
+        "{sLsisisisisisisisisisisisisisisisisisisisisisisisi}", "MAGIC_VERSION",
         (long long)MQS_MAGIC_VERSION, "OFF_RESERVED", MQS_OFF_RESERVED, "OFF_SEQ", MQS_OFF_SEQ,
         "OFF_PUBLISHED_SEQ", MQS_OFF_PUBLISHED_SEQ, "OFF_COMMITTED", MQS_OFF_COMMITTED,
         "OFF_FLUSHED", MQS_OFF_FLUSHED, "OFF_FLAGS", MQS_OFF_FLAGS, "OFF_ALLOCATED",
@@ -926,7 +950,7 @@ static int add_layout(PyObject *m)
         "CF_HIST", MQS_CF_HIST, "CF_PHASES", MQS_CF_PHASES, "PHASE_BUCKETS",
         MQS_PHASE_BUCKETS, "OFF_SYNC_REQUEST",
         MQS_OFF_SYNC_REQUEST, "OFF_LOCK_TIMEOUTS", MQS_OFF_LOCK_TIMEOUTS, "OFF_OWNER_DEAD",
-        MQS_OFF_OWNER_DEAD, "SLOTS_OFF", MQS_SLOTS_OFF, "SLOT_ROW", MQS_SLOT_ROW);
+        MQS_OFF_OWNER_DEAD, "OFF_GATHER_WANT", MQS_OFF_GATHER_WANT, "SLOTS_OFF", MQS_SLOTS_OFF, "SLOT_ROW", MQS_SLOT_ROW);
     if (d == NULL)
         return -1;
     int rc = PyModule_AddObjectRef(m, "LAYOUT", d);

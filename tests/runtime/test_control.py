@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -30,7 +31,8 @@ def test_layout_regions_do_not_overlap() -> None:
     assert c.OFF_CS_SEQ == c.OFF_CS_PID + 8
     # The native area sits between the dispatch-lag histogram and the client rows.
     assert c.OFF_DISPATCH_LAG_HIST + 8 * c.DISPATCH_LAG_BUCKETS <= c.OFF_RESERVE_MUTEX
-    assert c.OFF_OWNER_DEAD + 8 <= c.CLIENTS_OFF
+    assert c.OFF_OWNER_DEAD + 8 <= c.OFF_GATHER_WANT
+    assert c.OFF_GATHER_WANT + 8 <= c.CLIENTS_OFF
 
 
 def test_the_c_core_uses_the_same_layout() -> None:
@@ -135,3 +137,44 @@ def test_client_row_has_a_field_per_put_status() -> None:
 
     assert len(PutMessageStatus) == c.STATUS_FIELDS
     assert c.CLIENTS_OFF + c.MAX_CLIENTS * c.CLIENT_ROW <= c.SLOTS_OFF
+
+
+def test_flusher_gather_waits_for_the_group_not_for_each_arrival(cb: c.ControlBlock) -> None:
+    """The flusher's gather (workers/flusher.py) sleeps until published_seq reaches the
+    group it wants; a producer whose arrival leaves the group short does not wake it, the
+    one that completes it does, and the timeout bounds it."""
+
+    def u32(off: int) -> int:
+        return int.from_bytes(cb.buf[off : off + 4], "little")
+
+    cb.set(c.OFF_PUBLISHED_SEQ, 5)
+    assert _native.flusher_gather(cb.buf, 5, 10**9) is True  # already there: at once
+    t0 = time.monotonic()
+    assert _native.flusher_gather(cb.buf, 6, 20_000_000) is False  # never reached
+    assert time.monotonic() - t0 >= 0.019
+    assert cb.get(c.OFF_GATHER_WANT) == 0
+
+    got: list[bool] = []
+    waiter = threading.Thread(
+        target=lambda: got.append(_native.flusher_gather(cb.buf, 8, 60 * 10**9))
+    )
+    waiter.start()
+    deadline = time.monotonic() + 30
+    while cb.get(c.OFF_GATHER_WANT) != 8:  # it is gathering
+        assert time.monotonic() < deadline, "the gather never started"
+        time.sleep(0.001)
+    while u32(c.OFF_FLUSHER_SLEEPS) != 1:
+        assert time.monotonic() < deadline, "the gather never slept"
+        time.sleep(0.001)
+    wakes = u32(c.OFF_FLUSHER_WAKE)
+    cb.set(c.OFF_PUBLISHED_SEQ, 7)
+    _native.flusher_wake(cb.buf)  # one short: no wake-up
+    assert u32(c.OFF_FLUSHER_WAKE) == wakes
+    waiter.join(0.2)
+    assert waiter.is_alive() and not got
+    cb.set(c.OFF_PUBLISHED_SEQ, 8)
+    _native.flusher_wake(cb.buf)  # completes the group
+    waiter.join(30)
+    assert got == [True]
+    assert u32(c.OFF_FLUSHER_WAKE) == wakes + 1
+    assert cb.get(c.OFF_GATHER_WANT) == 0 and u32(c.OFF_FLUSHER_SLEEPS) == 0
