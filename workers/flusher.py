@@ -41,8 +41,9 @@ read-only never fsyncs.
 
 **Tracing** (`bench/profile_sync.py`): with `MQSTORE_FLUSH_TRACE=<path>` in the
 supervisor's environment, the flusher keeps one row of CLOCK_MONOTONIC timestamps per
-sync round (slept, woken, served, committed, forced, waiters woken; messages covered)
-and writes them to `<path>` as JSON lines when it closes. Off by default.
+sync round (slept, woken, served, gathered, committed, forced, waiters woken; messages
+and bytes covered, polls before it), at most TRACE_MAX_ROWS, and writes them to
+`<path>` as JSON lines when it closes. Off by default.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ POLL_NS: Final = 100_000  # after a sync round: look for the next request before
 SPIN_MAX_S: Final = 0.005
 IDLE_SYNC_S: Final = 0.05
 TRACE_ENV: Final = "MQSTORE_FLUSH_TRACE"
+TRACE_MAX_ROWS: Final = 1_000_000  # a profiling run's worth; later rounds are not kept
 
 
 class Flusher(Service):
@@ -175,7 +177,7 @@ class Flusher(Service):
         msgs = cb.get(c.OFF_FSYNC_MSGS) - m0
         self.group = msgs
         t_forced, t_waked = self._forced
-        if self.trace_path:
+        if self.trace_path and len(self.trace) < TRACE_MAX_ROWS:
             slept, self._slept = self._slept, (0, 0)
             self.trace.append(
                 (*slept, t0, t_gathered, t1, t_forced, t_waked, msgs,
@@ -200,8 +202,9 @@ class Flusher(Service):
     def _gather(self, t0: int) -> None:
         """Group commit's other half: the last round woke `group` waiters, who are on
         their way back with their next puts. While fewer than that are published and
-        not flushed, give them a moment (yielding the CPU to them) before forcing, at
-        most GATHER_FRACTION of an fsync: one force for all of them instead of two."""
+        not flushed, sleep until the producer whose publish completes the group wakes
+        the flusher, at most GATHER_FRACTION of a recent fsync: one force for all of
+        them instead of two."""
         want = self.group
         if want <= 1:
             return
