@@ -180,8 +180,9 @@ def _unknown_key(key: str, src: str) -> ConfigError:
     )
 
 
-# The MQSTORE_ variables that are not settings: fault injection, crash points and the
-# test and build switches (docs/crash-points.md, tests/RELIABILITY.md, the Makefile).
+# The MQSTORE_ variables that are not settings: fault injection, crash points, the
+# flusher's trace and the test and build switches (docs/crash-points.md,
+# tests/RELIABILITY.md, workers/flusher.py, the Makefile).
 NON_SETTING_ENV: Final = frozenset(
     {
         "MQSTORE_CRASHPOINT",
@@ -190,6 +191,7 @@ NON_SETTING_ENV: Final = frozenset(
         "MQSTORE_FAULTS",
         "MQSTORE_FAULTS_AFTER",
         "MQSTORE_FAULTS_FOR",
+        "MQSTORE_FLUSH_TRACE",
         "MQSTORE_LOAD_DIR",
         "MQSTORE_NATIVE_DEBUG",
         "MQSTORE_NATIVE_SO",

@@ -3,9 +3,11 @@ statuses for bad input, segment rolls, and what lands on disk."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -35,6 +37,24 @@ def test_sync_put_is_flushed_when_acknowledged(store: Store) -> None:
     assert first.topic == "orders" and first.tags == "new" and first.keys == "k1 k2"
     assert first.properties["a"] == "b" and first.msg_id == r.msg_id
     assert first.store_timestamp == r.store_timestamp
+
+
+def test_flusher_trace_records_each_sync_round(make_store: StoreFactory, tmp_path: Path) -> None:
+    """MQSTORE_FLUSH_TRACE (bench/profile_sync.py's source): one row per sync round, its
+    steps in order, every acknowledged put in one round at most."""
+    trace = tmp_path / "flush-trace.jsonl"
+    st = make_store(env={"MQSTORE_FLUSH_TRACE": str(trace)})
+    n = 0
+    with StoreClient.attach(st.path) as client:
+        for i in range(50):
+            assert client.put("orders", b"x" * 100, keys=f"k{i}").status is OK
+            n += 1
+    assert st.stop() == 0
+    rows = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert rows and sum(r["msgs"] for r in rows) <= n
+    for r in rows:
+        assert r["msgs"] >= 1 and r["bytes"] > 0
+        assert r["served"] <= r["gathered"] <= r["committed"] <= r["forced"] <= r["waked"]
 
 
 def test_async_put_and_wait_store_false(make_store: StoreFactory) -> None:
