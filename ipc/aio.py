@@ -31,9 +31,8 @@ The event loop never blocks on the store:
 An acknowledgement means what the blocking client's does (docs/durability.md).
 Statuses, never exceptions, for expected outcomes.
 
-The loop-native wait reads three private attributes of `StoreClient` (`_app`,
-`_sync_timeout_s`, `_cb`); a public `StoreClient.wait_flushed()` would make it
-independent of the client's internals.
+The loop-native wait uses the client's public flush wait (`StoreClient.wait_flushed`,
+`flushed_position`, `sync_timeout_s`), nothing of its internals.
 """
 
 from __future__ import annotations
@@ -51,7 +50,6 @@ from mqstore.engine.names import check_topic
 from mqstore.engine.reader import StoreReader
 from mqstore.engine.record import Message
 from mqstore.ipc import channel
-from mqstore.ipc import control as c
 from mqstore.ipc.accepts import (
     BOOL,
     INT,
@@ -62,11 +60,12 @@ from mqstore.ipc.accepts import (
     check_put_types,
     check_types,
 )
-from mqstore.ipc.client import StoreClient, check_attach_types
+from mqstore.ipc.client import StoreClient
 from mqstore.ipc.logtail import LogQueues
 from mqstore.ipc.read_results import PullResult
 from mqstore.ipc.reads import ClientReads, for_client
 from mqstore.ipc.results import PutMessageStatus, PutResult, raise_if_failed
+from mqstore.ipc.session import check_attach_types
 
 DEFAULT_CONCURRENCY: Final = 8
 # How `pull` reads: "auto" (consume queues when the store runs a dispatcher, else the
@@ -117,13 +116,13 @@ class _FlushWaits:
                     return
                 end = min(w[0] for w in self._waiters)
             try:
-                code = main._app.wait_flushed(end, int(_WATCH_S * 1e9))
-                flushed = main._cb.get(c.OFF_FLUSHED)
+                code = main.wait_flushed(end, _WATCH_S)
+                flushed = main.flushed_position()
             except (AttributeError, ValueError, TypeError):  # re-attaching: look again
                 time.sleep(_WATCH_S)
                 continue
             now = time.monotonic()
-            timeout = main._sync_timeout_s
+            timeout = main.sync_timeout_s
             with self._cond:
                 done = [
                     w
@@ -159,7 +158,7 @@ class _FlushWaits:
     async def wait(self, end: int, client: StoreClient) -> Settled:
         """Until the log is flushed up to `end` (or why not)."""
         with contextlib.suppress(AttributeError, ValueError, TypeError):
-            if client._cb.get(c.OFF_FLUSHED) >= end:
+            if client.flushed_position() >= end:
                 return OK, ""
         fut: asyncio.Future[Settled] = self._loop.create_future()
         with self._cond:

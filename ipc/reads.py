@@ -41,7 +41,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, Literal, NamedTuple, overload
+from typing import Final, Literal, NamedTuple, overload
 
 from mqstore.conf.settings import FlushDiskType, StoreSettings
 from mqstore.engine.names import check_group, check_topic
@@ -50,11 +50,8 @@ from mqstore.engine.reader import MAX_TIMESTAMP_MS, Geometry, StoreReader
 from mqstore.engine.record import DecodedRecord
 from mqstore.ipc import control as c
 from mqstore.ipc.accepts import BOOL, INT, OPT_INT, OPT_STR, STR, check_types
-from mqstore.ipc.channel import SupervisorUnavailable
 from mqstore.ipc.read_results import GetMessageStatus, PullResult, PullViews
-
-if TYPE_CHECKING:
-    from mqstore.ipc.client import StoreClient
+from mqstore.ipc.session import Session
 
 POLL_STEP_S: Final = 0.0005
 POLL_MAX_STEP_S: Final = 0.004
@@ -313,16 +310,13 @@ def _durable(store: AttachedStore) -> int:
     return store.cb.readable_end(store.settings.flush_disk_type is FlushDiskType.SYNC_FLUSH)
 
 
-def for_client(client: StoreClient) -> ClientReads:
+def for_client(client: Session) -> ClientReads:
     """Reads that follow `client`'s attach (re-attaching like a put does when the
     supervisor restarted): its control block and the settings and geometry the supervisor
     sent with it."""
 
     def attached() -> AttachedStore:
-        with client._tlock:
-            why = client._ensure_live()
-            if why:
-                raise SupervisorUnavailable(why)
-            return AttachedStore(client._cb, client._store_settings, client._store_geometry)
+        cb = client.live_control_block()  # raises SupervisorUnavailable
+        return AttachedStore(cb, client.settings, client.geometry)
 
     return ClientReads(client.store_dir, attached)

@@ -1,7 +1,7 @@
 """The reservation protocol: how many producer processes append to one log.
 
 Every step in one place, whichever side implements it (C: `ipc/native/mqs_append.c`, the
-common case of a put in one call; Python: the rare paths in `ipc.client` and the
+common case of a put in one call; Python: the rare paths in `ipc.general_path` and the
 publisher in `ipc.commit`). The fields live in the control block (`ipc.control`).
 
 | field (control block)   | written by                | under                         |

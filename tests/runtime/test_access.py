@@ -18,8 +18,8 @@ import pytest
 from mqstore import StoreAccessDenied, StoreClient
 from mqstore.ipc import access, channel
 from mqstore.ipc import control as c
-from mqstore.ipc.client import _attach_checked
 from mqstore.ipc.reservation import LIVE_LOCK
+from mqstore.ipc.session import _attach_checked
 from tests.runtime.conftest import StoreFactory
 from tests.runtime.harness import Store
 
