@@ -24,61 +24,58 @@ Outcomes a caller should expect are `AppendStatus` values; I/O failures raise
 
 **The fast path.** `engine.record.encode` is the reference encoder: it validates
 everything and costs tens of microseconds (host parsing, property checks). The
-appender keeps a small cache keyed by (topic, properties, born host, store host), in
-front of it a memo of the last message's shape (properties compared as maps, since
-RocketMQ's properties are an unordered map: equal maps share one encoded tail): the
+appender keeps a cache of encoded tails (`engine.tailcache.TailCache`, keyed by topic,
+properties, born host and store host, with a memo of the last message's shape): the
 first message with a given key goes through `encode`; if it is valid with IPv4 hosts,
-its topic and properties bytes and its host bytes are cached, and later messages with
-the same key are written straight into the segment by the C encoder the producers' put
-path uses (`mqstore._native.write_record`, one call: CRC, header with the three appender
-fields in place, body, tail).
+its parts are cached, and later messages with the same key are written straight into
+the segment by the C encoder the producers' put path uses
+(`mqstore._native.write_record`, one call: CRC, header with the three appender fields
+in place, body, tail).
 Anything the cache does not vouch for (new key, non-`bytes` body, body over the limit,
 negative queue id, a numeric field out of range) falls back to `encode`, so statuses
 and bytes are exactly the reference encoder's (a test compares both). One caveat: a
 numeric field out of range is only noticed when writing, after a roll may have
 happened; the log stays valid (a BLANK and a fresh segment), the message is refused.
 
-**Reading.** `read(offset)` decodes one record. `scan(from_offset)` walks records,
-validating each (CRC optional) as RocketMQ's `checkMessageAndReturnSize`, hopping
-BLANKs to the next segment, and says where valid data ends and why it stopped; recovery
-uses it. `iter_records()` decodes as it goes. Reads see bytes below each segment's
-read position only.
+**Reading.** `read(offset)` decodes one record. `scan(from_offset)` and
+`scan_chunks(from_offset)` are the validating walks of `engine.logwalk`; recovery uses
+them. `iter_records()` decodes as it goes. Reads see bytes below each segment's read
+position only.
 
 Not thread-safe: one appender thread; readers in the same thread.
 """
 
 from __future__ import annotations
 
-import bisect
-import dataclasses
 import enum
 import os
 import struct
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Final, NamedTuple
 
 from mqstore import _native
 from mqstore.engine import record
-from mqstore.engine.findings import Finding, Severity
+from mqstore.engine.findings import Finding
+from mqstore.engine.logwalk import (
+    ChunkScan,
+    QueueKey,
+    RecordScan,
+    TailRecovery,
+    _takes_offset,
+    check_records,
+)
 from mqstore.engine.record import (
     END_FILE_MIN_BLANK_LENGTH,
-    CheckStatus,
     DecodedRecord,
     EncodedRecord,
     EncodeStatus,
     Message,
     RecordError,
-    RecordHeader,
-    check_record,
     decode,
     encode,
     make_msg_id,
 )
-from mqstore.engine.scan import RecordScan as ScannedColumns
-from mqstore.engine.scan import ScanStop as RecordStop
-from mqstore.engine.scan import scan_records
 from mqstore.engine.segment import (
     DEFAULT_MMAP_SYNC,
     ClockMs,
@@ -88,8 +85,8 @@ from mqstore.engine.segment import (
     now_ms,
 )
 from mqstore.engine.segment_queue import Allocator, SegmentAllocationError, SegmentQueue
+from mqstore.engine.tailcache import Tail, TailCache, store_host_of
 
-_V6_BITS: Final = 0x30
 _TX_MASK: Final = 0xC
 _TX_COMMIT: Final = 0x8
 _TX_PREPARED: Final = 0x4
@@ -97,14 +94,10 @@ _I32: Final = struct.Struct(">i")
 _I64: Final = struct.Struct(">q")
 _I16: Final = struct.Struct(">h")
 _QO_PO: Final = struct.Struct(">qq")
-_TAIL_CACHE_MAX: Final = 4096
 _CHUNK_RECORDS: Final = 8192  # records per scanner call in ChunkScan: bounded columns
-_FIXED_V4V4_BYTES: Final = record.record_length(0, 0, 0)  # 91
 _write_record: Final = _native.write_record  # the put path's C encoder
 _time_ns: Final = time.time_ns
 _tuple_new: Final = tuple.__new__
-
-QueueKey = tuple[str, int]
 
 
 class AppendStatus(enum.Enum):
@@ -168,31 +161,6 @@ class LookupResult(NamedTuple):
     reason: str = ""
 
 
-class ScanStop(enum.Enum):
-    """Why a scan stopped; `end_offset` is then where valid data ends."""
-
-    END_OF_DATA = "END_OF_DATA"  # zeros, or the readable end of the last segment
-    BLANK_IN_LAST_SEGMENT = "BLANK_IN_LAST_SEGMENT"  # RocketMQ: ends at the BLANK itself
-    CORRUPT = "CORRUPT"  # invalid bytes (reason says what)
-    OFFSET_NOT_FOUND = "OFFSET_NOT_FOUND"  # from_offset is in no segment
-    LIMIT = "LIMIT"  # reached to_offset
-
-
-class ScannedRecord(NamedTuple):
-    offset: int  # where the record starts in the log
-    header: RecordHeader
-
-
-class _Tail(NamedTuple):
-    topic: bytes
-    properties: bytes
-    fixed_bytes: int  # record length minus body length
-    born_addr: bytes
-    born_port: int
-    store_addr: bytes
-    store_port: int
-
-
 class _Prepared(NamedTuple):
     data: bytes
     store_ts_pos: int
@@ -200,267 +168,6 @@ class _Prepared(NamedTuple):
     takes_offset: bool
     store_addr: bytes
     store_port: int
-
-
-def _make_tail(topic: object, props: Mapping[str, str]) -> tuple[bytes, bytes, int] | None:
-    """(topic bytes, properties bytes, record length without the body) for IPv4 hosts,
-    as `engine.record.encode` lays them out; None unless encode would accept them."""
-    try:
-        if not isinstance(topic, str):
-            return None
-        topic_b = topic.encode("utf-8")
-        if not 0 < len(topic_b) <= record.MAX_TOPIC_BYTES_V1:
-            return None
-        if record.properties_problem(props) is not None:
-            return None
-        props_b = record.encode_properties(props)
-    except (TypeError, AttributeError, UnicodeError):
-        return None
-    if len(props_b) > record.MAX_PROPERTIES_BYTES:
-        return None
-    return topic_b, props_b, _FIXED_V4V4_BYTES + len(topic_b) + len(props_b)
-
-
-def _takes_offset(sys_flag: int) -> bool:
-    tx = sys_flag & _TX_MASK
-    return tx == 0 or tx == _TX_COMMIT
-
-
-def _store_host_of(data: bytes, ts_pos: int) -> tuple[bytes, int]:
-    sys_flag = _I32.unpack_from(data, record.POS_SYSFLAG)[0]
-    sh = 20 if sys_flag & record.SysFlag.STOREHOST_V6 else 8
-    p = ts_pos + 8
-    return bytes(data[p : p + sh - 4]), _I32.unpack_from(data, p + sh - 4)[0]
-
-
-class _LogWalk:
-    """Where a walk over the log is: set while iterating, read after (`RecordScan`,
-    `ChunkScan`)."""
-
-    def __init__(
-        self, log: CommitLog, from_offset: int, *, check_crc: bool, to_offset: int
-    ) -> None:
-        self._log = log
-        self.from_offset = from_offset
-        self.check_crc = check_crc
-        self.to_offset = to_offset
-        self.end_offset = from_offset
-        self.stop = ScanStop.END_OF_DATA
-        self.reason = ""
-        self.records = 0
-
-    def _end(self, offset: int, stop: ScanStop, reason: str = "") -> None:
-        self.end_offset = offset
-        self.stop = stop
-        self.reason = reason
-
-
-class RecordScan(_LogWalk):
-    """A validating walk over the log; iterate it, then read `end_offset` / `stop`.
-
-    Yields a `ScannedRecord` per valid message record (BLANKs are hopped, not yielded).
-    After iteration: `end_offset` is where valid data ends, `stop` why it stopped,
-    `reason` the corrupt record's fault, `records` how many were yielded. Holds one
-    segment reference while suspended; abandon it with `close()` or by exhausting it.
-    """
-
-    def __init__(
-        self,
-        log: CommitLog,
-        from_offset: int,
-        *,
-        check_crc: bool,
-        read_body: bool,
-        to_offset: int,
-    ) -> None:
-        super().__init__(log, from_offset, check_crc=check_crc, to_offset=to_offset)
-        self.read_body = read_body
-        self._gen: Iterator[tuple[int, RecordHeader, memoryview, int]] | None = None
-
-    def __iter__(self) -> Iterator[ScannedRecord]:
-        for offset, header, _view, _pos in self._walk():
-            yield ScannedRecord(offset, header)
-
-    def decoded(self) -> Iterator[DecodedRecord]:
-        """Iterate decoded records instead (`engine.record.decode`); same walk, same
-        `end_offset` / `stop` afterwards."""
-        for _offset, _header, view, pos in self._walk():
-            yield decode(view, pos)
-
-    def _walk(self) -> Iterator[tuple[int, RecordHeader, memoryview, int]]:
-        queue = self._log.queue
-        offset = self.from_offset
-        seg = queue.find(offset)
-        if seg is None:
-            self.end_offset = offset
-            at_end = offset == queue.max_offset() or (len(queue) == 0 and offset == 0)
-            self.stop = ScanStop.END_OF_DATA if at_end else ScanStop.OFFSET_NOT_FOUND
-            return
-        pos = offset - seg.start_offset
-        while True:
-            read = seg.read_position
-            with seg.select(0, read) as sl:
-                if sl.status is not ReadStatus.OK:
-                    self._end(seg.start_offset + pos, ScanStop.CORRUPT, f"segment {sl.status}")
-                    return
-                view = sl.view
-                next_seg: Segment | None = None
-                while next_seg is None:
-                    here = seg.start_offset + pos
-                    if here >= self.to_offset:
-                        self._end(here, ScanStop.LIMIT)
-                        return
-                    if pos >= read:
-                        nxt = queue.find(seg.start_offset + seg.size_bytes)
-                        if pos < seg.size_bytes or nxt is None:
-                            self._end(here, ScanStop.END_OF_DATA)
-                            return
-                        next_seg = nxt
-                        break
-                    h = check_record(
-                        view, pos, check_crc=self.check_crc, read_body=self.read_body, limit=read
-                    )
-                    if h.status is CheckStatus.OK:
-                        self.records += 1
-                        yield here, h, view, pos
-                        pos += h.size
-                    elif h.status is CheckStatus.BLANK:
-                        nxt = queue.find(seg.start_offset + seg.size_bytes)
-                        if nxt is None:
-                            self._end(here, ScanStop.BLANK_IN_LAST_SEGMENT)
-                            return
-                        next_seg = nxt
-                    else:
-                        head = bytes(view[pos : pos + 8])
-                        if head == bytes(len(head)):
-                            self._end(here, ScanStop.END_OF_DATA)
-                        else:
-                            self._end(here, ScanStop.CORRUPT, h.reason)
-                        return
-            seg, pos = next_seg, 0
-
-
-class LogChunk(NamedTuple):
-    """Records of one segment, as columns: `scan.pos[i]` is a position in `view`, whose
-    first byte is commit-log offset `base`. The view is valid until the walk moves on."""
-
-    base: int
-    view: memoryview
-    scan: ScannedColumns
-
-
-def _head(scan: ScannedColumns, n: int) -> ScannedColumns:
-    """The first `n` records of `scan` (the walk stops LIMIT after them)."""
-    cols = {f.name: getattr(scan, f.name)[:n] for f in dataclasses.fields(scan)[5:-2]}
-    return dataclasses.replace(
-        scan, count=n, stop=RecordStop.LIMIT, stop_pos=scan.pos[n], reason="", blank_size=0,
-        key_first=scan.key_first[: n + 1], key_hash=scan.key_hash[: scan.key_first[n]], **cols,
-    )  # fmt: skip
-
-
-class ChunkScan(_LogWalk):
-    """`RecordScan`'s walk through the record scanner (`engine.scan`, in C), a chunk of
-    columns at a time: iterate it for `LogChunk`s, then read `end_offset` / `stop`.
-
-    As `RecordScan`: the same records, and after iteration `end_offset` is where valid
-    data ends, `stop` why, `reason` the corrupt record's fault, `records` how many were
-    yielded. Holds one segment view while suspended. O(bytes) for the CRC, in C.
-    """
-
-    def __iter__(self) -> Iterator[LogChunk]:
-        queue = self._log.queue
-        seg = queue.find(self.from_offset)
-        if seg is None:
-            at_end = self.from_offset == queue.max_offset() or (
-                len(queue) == 0 and self.from_offset == 0
-            )
-            self._end(
-                self.from_offset, ScanStop.END_OF_DATA if at_end else ScanStop.OFFSET_NOT_FOUND
-            )
-            return
-        pos = self.from_offset - seg.start_offset
-        while True:
-            read = seg.read_position
-            base = seg.start_offset
-            with seg.select(0, read) as sl:
-                if sl.status is not ReadStatus.OK:
-                    self._end(base + pos, ScanStop.CORRUPT, f"segment {sl.status}")
-                    return
-                while True:
-                    if base + pos >= self.to_offset:
-                        self._end(base + pos, ScanStop.LIMIT)
-                        return
-                    if pos >= read:
-                        break
-                    scan = scan_records(
-                        sl.view, pos, read, check_crc=self.check_crc, max_records=_CHUNK_RECORDS
-                    )
-                    n = bisect.bisect_left(scan.pos, self.to_offset - base)
-                    if n < scan.count:  # records from to_offset on are not this walk's
-                        scan = _head(scan, n)
-                    if scan.count:
-                        self.records += scan.count
-                        yield LogChunk(base, sl.view, scan)
-                    pos = scan.stop_pos
-                    if scan.stop is RecordStop.LIMIT:
-                        continue
-                    if base + pos >= self.to_offset:
-                        self._end(base + pos, ScanStop.LIMIT)
-                        return
-                    if scan.stop is RecordStop.BLANK:
-                        break
-                    head = bytes(sl.view[pos : pos + 8])
-                    if head == bytes(len(head)):
-                        self._end(base + pos, ScanStop.END_OF_DATA)
-                    else:
-                        self._end(base + pos, ScanStop.CORRUPT, scan.reason)
-                    return
-            nxt = queue.find(base + seg.size_bytes)
-            if nxt is None or (pos >= read and pos < seg.size_bytes):
-                blank = pos < read
-                self._end(
-                    base + pos, ScanStop.BLANK_IN_LAST_SEGMENT if blank else ScanStop.END_OF_DATA
-                )
-                return
-            seg, pos = nxt, 0
-
-
-def _check_chunk(chunk: LogChunk, path: str | None, seen: dict[QueueKey, int]) -> list[Finding]:
-    """`CommitLog.check`'s findings on one chunk's records: a stored physical offset that
-    is not the record's, a queue offset that does not follow the (topic, queue)'s last in
-    `seen` (updated)."""
-    out: list[Finding] = []
-    sc, view = chunk.scan, chunk.view
-    topics: dict[bytes, str] = {}
-    for i in range(sc.count):
-        offset = chunk.base + sc.pos[i]
-        if sc.physical_offset[i] != offset:
-            what = f"record says physical offset {sc.physical_offset[i]}"
-            out.append(Finding(Severity.ERROR, what, path, offset))
-        if _takes_offset(sc.sys_flag[i]):
-            raw = view[sc.topic_pos[i] : sc.topic_pos[i] + sc.topic_len[i]].tobytes()
-            topic = topics.get(raw)
-            if topic is None:
-                topic = topics[raw] = raw.decode("utf-8", errors="replace")
-            key, qo = (topic, sc.queue_id[i]), sc.queue_offset[i]
-            prev = seen.get(key)
-            if prev is not None and qo != prev + 1:
-                what = f"{key}: queue offset {qo} follows {prev}"
-                out.append(Finding(Severity.ERROR, what, path, offset))
-            seen[key] = qo
-    return out
-
-
-@dataclass(frozen=True, slots=True)
-class TailRecovery:
-    """What `recover_tail` found and did."""
-
-    end_offset: int
-    stop: ScanStop
-    reason: str
-    records: int
-    segments_deleted: int
-    bytes_zeroed: int
 
 
 class CommitLog:
@@ -480,12 +187,7 @@ class CommitLog:
         self._clock_ms = clock_ms
         self.max_message_size = max_message_size
         self._offsets: dict[QueueKey, int] = dict(queue_offsets or {})
-        # (topic, properties, born host, store host) -> parts; (born, store) -> host parts
-        self._tails: dict[tuple[object, ...], _Tail] = {}
-        # The last message's shape (topic, properties, hosts) and its tail: a producer
-        # usually sends runs of alike messages, and comparing is cheaper than hashing a key.
-        self._memo: tuple[object, dict[str, str], object, object, _Tail] | None = None
-        self._hosts: dict[tuple[object, object], tuple[bytes, int, bytes, int]] = {}
+        self._tails = TailCache()
         self._last: Segment | None = queue.last()
         self._wall_clock = clock_ms is now_ms  # the hot path inlines the default clock
         # Non-empty while writes are refused (RocketMQ's !isWriteable(), e.g. DISK_FULL).
@@ -562,30 +264,9 @@ class CommitLog:
         Appender only. Cost on the fast path (see module doc): one CRC of the body, one
         pack, two copies. Raises StoreIOError (allocation of a new segment).
         """
-        props = msg.properties
         body = msg.body
-        ent: _Tail | None
         try:
-            memo = self._memo
-            if (
-                memo is not None
-                and msg.topic == memo[0]
-                and props == memo[1]
-                and msg.born_host == memo[2]
-                and msg.store_host == memo[3]
-            ):
-                ent = memo[4]
-            else:
-                key = (
-                    msg.topic, tuple(props.items()) if props else (), msg.born_host,
-                    msg.store_host,
-                )  # fmt: skip
-                ent = self._tails.get(key)
-                if ent is None:
-                    ent = self._tail_for(msg, key)
-                if ent is not None:
-                    snapshot = dict(props) if props else {}
-                    self._memo = (msg.topic, snapshot, msg.born_host, msg.store_host, ent)
+            ent = self._tails.find(msg)
             if (
                 ent is None
                 or type(body) is not bytes
@@ -651,7 +332,7 @@ class CommitLog:
         if rec.status is not EncodeStatus.OK:
             return AppendResult(_ENCODE_TO_APPEND[rec.status], reason=rec.reason)
         sys_flag = _I32.unpack_from(rec.data, record.POS_SYSFLAG)[0]
-        addr, port = _store_host_of(rec.data, rec.store_ts_pos)
+        addr, port = store_host_of(rec.data, rec.store_ts_pos)
         prep = _Prepared(
             rec.data, rec.store_ts_pos, (topic, queue_id), _takes_offset(sys_flag), addr, port
         )
@@ -680,7 +361,7 @@ class CommitLog:
             return []
         return self._append_prepared(preps)
 
-    def _cached_tail(self, msg: Message) -> _Tail | None:
+    def _cached_tail(self, msg: Message) -> Tail | None:
         """The fast path's parts for `msg` (memo, then cache), or None when the reference
         encoder must judge it (the body, queue id and sizes are checked too)."""
         body = msg.body
@@ -689,27 +370,8 @@ class CommitLog:
         queue_id = msg.queue_id
         if type(queue_id) is not int or queue_id < 0:
             return None
-        props = msg.properties
         try:
-            memo = self._memo
-            if (
-                memo is not None
-                and msg.topic == memo[0]
-                and props == memo[1]
-                and msg.born_host == memo[2]
-                and msg.store_host == memo[3]
-            ):
-                return memo[4]
-            key = (
-                msg.topic, tuple(props.items()) if props else (), msg.born_host, msg.store_host,
-            )  # fmt: skip
-            ent = self._tails.get(key)
-            if ent is None:
-                ent = self._tail_for(msg, key)
-            if ent is not None:
-                snapshot = dict(props) if props else {}
-                self._memo = (msg.topic, snapshot, msg.born_host, msg.store_host, ent)
-            return ent
+            return self._tails.find(msg)
         except TypeError:
             return None
 
@@ -719,7 +381,7 @@ class CommitLog:
         encoder, which then decides the batch's status."""
         if not msgs:
             return None
-        ents: list[_Tail] = []
+        ents: list[Tail] = []
         total = 0
         for msg in msgs:
             ent = self._cached_tail(msg)
@@ -786,16 +448,11 @@ class CommitLog:
 
     def _prepare(self, msg: Message) -> _Prepared | AppendResult:
         """Encode one message (through the tail cache when it can)."""
-        props = msg.properties
         body = msg.body
-        key: tuple[object, ...] | None
         try:
-            key = (msg.topic, tuple(props.items()) if props else (), msg.born_host, msg.store_host)
-            ent = self._tails.get(key)
-            if ent is None:
-                ent = self._tail_for(msg, key)
+            ent = self._tails.keyed(msg)
         except TypeError:
-            key, ent = None, None
+            ent = None
         if (
             ent is not None
             and type(body) is bytes
@@ -833,32 +490,12 @@ class CommitLog:
         if rec.status is not EncodeStatus.OK:
             return AppendResult(_ENCODE_TO_APPEND[rec.status], reason=rec.reason)
         data = rec.data
-        addr, port = _store_host_of(data, rec.store_ts_pos)
-        if rec.store_ts_pos == 56 and not _I32.unpack_from(data, record.POS_SYSFLAG)[0] & _V6_BITS:
-            try:
-                hosts = (data[48:52], _I32.unpack_from(data, 52)[0], addr, port)
-                self._hosts[(msg.born_host, msg.store_host)] = hosts
-            except TypeError:
-                pass
+        addr, port = store_host_of(data, rec.store_ts_pos)
+        self._tails.learn_hosts(msg, data, rec.store_ts_pos, addr, port)
         return _Prepared(
             data, rec.store_ts_pos, (msg.topic, msg.queue_id), _takes_offset(msg.sys_flag),
             addr, port,
         )  # fmt: skip
-
-    def _tail_for(self, msg: Message, key: tuple[object, ...]) -> _Tail | None:
-        """Build (and cache) the fast-path parts of a message whose hosts were seen in a
-        valid IPv4 record; None when anything needs the reference encoder's judgement."""
-        hosts = self._hosts.get((msg.born_host, msg.store_host))
-        if hosts is None:
-            return None
-        made = _make_tail(msg.topic, msg.properties)
-        if made is None:
-            return None
-        if len(self._tails) >= _TAIL_CACHE_MAX:
-            self._tails.clear()
-        ent: _Tail = _tuple_new(_Tail, (*made, *hosts))
-        self._tails[key] = ent
-        return ent
 
     def _append_prepared(self, preps: list[_Prepared]) -> list[AppendResult]:
         total = 0
@@ -962,7 +599,7 @@ class CommitLog:
         """
         start = from_offset if from_offset is not None else max(self.queue.min_offset(), 0)
         return RecordScan(
-            self,
+            self.queue,
             start,
             check_crc=check_crc,
             read_body=read_body,
@@ -980,7 +617,7 @@ class CommitLog:
         O(bytes) for the CRC, in C without the GIL; O(records / 8192) Python."""
         start = from_offset if from_offset is not None else max(self.queue.min_offset(), 0)
         end = to_offset if to_offset is not None else 1 << 62
-        return ChunkScan(self, start, check_crc=check_crc, to_offset=end)
+        return ChunkScan(self.queue, start, check_crc=check_crc, to_offset=end)
 
     def iter_records(
         self, from_offset: int | None = None, *, to_offset: int | None = None
@@ -1032,58 +669,5 @@ class CommitLog:
         offsets rising by one per (topic, queue), the table ahead of them, and where
         valid data ends against the readable end. O(log size)."""
         out = self.queue.check(deep=deep)
-        queue = self.queue
-        if len(queue) == 0:
-            return out
-        sc = self.scan_chunks(max(queue.min_offset(), 0))
-        seen: dict[QueueKey, int] = {}
-        for chunk in sc:
-            first = queue.find(chunk.base)
-            out.extend(_check_chunk(chunk, first.path if first is not None else None, seen))
-        if sc.stop is ScanStop.CORRUPT:
-            seg = queue.find(sc.end_offset)
-            out.append(
-                Finding(
-                    Severity.ERROR,
-                    f"corrupt record: {sc.reason}",
-                    seg.path if seg else None,
-                    sc.end_offset,
-                )
-            )
-        elif sc.stop is ScanStop.OFFSET_NOT_FOUND:
-            out.append(Finding(Severity.ERROR, "the log's first offset is in no segment"))
-        elif sc.end_offset < queue.max_offset() and sc.stop is not ScanStop.BLANK_IN_LAST_SEGMENT:
-            seg = queue.find(sc.end_offset)
-            rest = b""
-            if seg is not None:
-                rest = seg.read_bytes(sc.end_offset - seg.start_offset, seg.size_bytes)
-            if rest.count(0) == len(rest):
-                out.append(
-                    Finding(
-                        Severity.INFO,
-                        f"valid data ends at {sc.end_offset}; the remaining {len(rest)} "
-                        "readable bytes of the segment are zeros",
-                        seg.path if seg else None,
-                        sc.end_offset,
-                    )
-                )
-            else:
-                out.append(
-                    Finding(
-                        Severity.ERROR,
-                        f"dirty tail: {queue.max_offset() - sc.end_offset} readable bytes "
-                        "after the last valid record",
-                        seg.path if seg else None,
-                        sc.end_offset,
-                    )
-                )
-        for key, last_qo in seen.items():
-            nxt = self._offsets.get(key)
-            if nxt is not None and nxt <= last_qo:
-                out.append(
-                    Finding(
-                        Severity.ERROR,
-                        f"{key}: next queue offset {nxt} is not past {last_qo} in the log",
-                    )
-                )
+        out.extend(check_records(self.queue, self._offsets))
         return out

@@ -53,7 +53,7 @@ from typing import Any, Final
 from mqstore.conf.settings import StoreSettings
 from mqstore.engine import fileio
 from mqstore.engine.checkpoint import CheckpointFields, StoreCheckpoint
-from mqstore.engine.commitlog import CommitLog, ScanStop
+from mqstore.engine.commitlog import CommitLog
 from mqstore.engine.consumequeue import (
     ConsumeQueue,
     ConsumeQueueStore,
@@ -64,6 +64,7 @@ from mqstore.engine.consumequeue import (
 )
 from mqstore.engine.dispatch import Dispatcher, DispatchResult, DispatchStop
 from mqstore.engine.indexfile import IndexService
+from mqstore.engine.logwalk import ScanStop
 from mqstore.engine.reader import Geometry
 from mqstore.engine.record import (
     MESSAGE_MAGIC_CODE,

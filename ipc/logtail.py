@@ -16,8 +16,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 
-from mqstore.engine.commitlog import CommitLog, ScanStop
+from mqstore.engine.commitlog import CommitLog
 from mqstore.engine.filler import is_filler
+from mqstore.engine.logwalk import ScanStop
 from mqstore.engine.reader import GetResult, GetStatus
 from mqstore.engine.record import DecodedRecord, RecordFields
 from mqstore.engine.scan_decode import read_records

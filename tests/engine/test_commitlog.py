@@ -14,8 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mqstore.engine import fileio
-from mqstore.engine.commitlog import AppendStatus, CommitLog, LookupStatus, ScanStop
+from mqstore.engine.commitlog import AppendStatus, CommitLog, LookupStatus
 from mqstore.engine.findings import Severity, errors
+from mqstore.engine.logwalk import ScanStop
 from mqstore.engine.record import (
     BLANK_MAGIC_CODE,
     Message,

@@ -11,7 +11,7 @@ import pytest
 
 from mqstore.engine import record
 from mqstore.engine.commitlog import CommitLog
-from mqstore.engine.commitlog import ScanStop as LogStop
+from mqstore.engine.logwalk import ScanStop as LogStop
 from mqstore.engine.record import CheckStatus, Message
 from mqstore.engine.scan import ScanStop, scan_records, scan_records_py
 from tests.engine.scanlog import assert_matches_walk, blank, encoded, filler_bytes, lay_out, walk

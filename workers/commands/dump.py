@@ -15,7 +15,7 @@ import argparse
 import itertools
 import sys
 
-from mqstore.engine.commitlog import ScanStop
+from mqstore.engine.logwalk import ScanStop
 from mqstore.engine.record import decode
 from mqstore.workers.commands._common import add_store_arguments, open_store
 from mqstore.workers.commands._records import add_body_argument, print_records
