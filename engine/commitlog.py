@@ -74,8 +74,8 @@ from mqstore.engine.record import (
     RecordError,
     decode,
     encode,
-    make_msg_id,
 )
+from mqstore.engine.recordcodes import make_msg_id
 from mqstore.engine.segment import (
     DEFAULT_MMAP_SYNC,
     ClockMs,

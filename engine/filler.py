@@ -29,6 +29,7 @@ from typing import Final, Protocol
 
 from mqstore.engine import record
 from mqstore.engine.record import EncodedRecord, EncodeStatus, Message, WritableBuffer
+from mqstore.engine.recordcodes import parse_host
 
 FILLER_FLAG: Final = 0x4D514649
 FILLER_PROPERTY: Final = "MQSTORE_FILLER"
@@ -69,7 +70,7 @@ def filler_record(
     Raises ValueError when even an empty-body record of this topic does not fit.
     """
     tlen = len(topic.encode("utf-8"))
-    store_v6 = record.parse_host(store_host)[2]
+    store_v6 = parse_host(store_host)[2]
     for props in (_MARKER, {}):
         plen = len(record.encode_properties(props))
         body_len = size - record.record_length(0, tlen, plen, store_v6=store_v6)

@@ -55,7 +55,8 @@ from typing import Final, NamedTuple, TypeAlias
 from mqstore import _native
 from mqstore.engine import fileio
 from mqstore.engine.findings import Finding, Severity
-from mqstore.engine.record import WritableBuffer, java_string_hash, transaction_type
+from mqstore.engine.record import WritableBuffer, transaction_type
+from mqstore.engine.recordcodes import java_string_hash
 from mqstore.engine.segment import ClockMs, now_ms
 
 INDEX_HEADER_SIZE: Final = 40

@@ -55,9 +55,8 @@ from mqstore.engine.record import (
     RecordView,
     check_record,
     decode,
-    format_host,
-    tags_code,
 )
+from mqstore.engine.recordcodes import format_host, tags_code
 
 MAX_EXT_ADDR: Final = -2_147_483_649  # ConsumeQueueExt addresses are <= this (spec §3.2)
 _UNIT: Final = struct.Struct(">qiq")

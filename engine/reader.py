@@ -50,8 +50,8 @@ from mqstore.engine.record import (
     DecodedRecord,
     RecordFields,
     SysFlag,
-    parse_msg_id,
 )
+from mqstore.engine.recordcodes import parse_msg_id
 from mqstore.engine.scan_decode import read_records, segment_of
 from mqstore.engine.segment import ReadStatus, SegmentSlice
 from mqstore.engine.segment_queue import SegmentQueue
@@ -249,7 +249,7 @@ class StoreReader:
         return read_records(self.log.queue, spans, self.limit(), zero_copy=zero_copy)
 
     def get_by_msg_id(self, msg_id: str) -> DecodedRecord | None:
-        """Through the physical offset inside the id (`engine.record.parse_msg_id`); the
+        """Through the physical offset inside the id (`engine.recordcodes.parse_msg_id`); the
         record's own id must match. Raises ValueError for a malformed id."""
         _addr, _port, offset = parse_msg_id(msg_id)
         rec = self.get_by_offset(offset)

@@ -34,8 +34,8 @@ from mqstore.engine.record import (
     RecordView,
     SysFlag,
     decode_properties,
-    format_host,
 )
+from mqstore.engine.recordcodes import format_host
 from mqstore.engine.scan import BIT_BODY_CRC_OK, RecordScan, scan_records
 from mqstore.engine.segment import ReadStatus, Segment
 from mqstore.engine.segment_queue import SegmentQueue
@@ -72,7 +72,7 @@ def _host(raw: bytes) -> str:
 
 
 def _msg_id(store: bytes, physical_offset: int) -> str:
-    """`engine.record.make_msg_id`, with the store host's hex cached."""
+    """`engine.recordcodes.make_msg_id`, with the store host's hex cached."""
     head = _id_heads.get(store)
     if head is None:
         head = _cached(_id_heads, store, store.hex().upper())

@@ -26,8 +26,9 @@ from typing import Final, NoReturn
 
 from mqstore.engine import record
 from mqstore.engine.record import Message
+from mqstore.engine.recordcodes import format_host
 
-Host = tuple[bytes, int, bool]  # engine.record.parse_host: address bytes, port, is IPv6
+Host = tuple[bytes, int, bool]  # engine.recordcodes.parse_host: address bytes, port, is IPv6
 _BORN_V6: Final = int(record.SysFlag.BORNHOST_V6)
 _STORE_V6: Final = int(record.SysFlag.STOREHOST_V6)
 _MESSAGE_DEFAULTS: Final = {f.name: f.default for f in dataclasses.fields(Message)}
@@ -79,7 +80,7 @@ def hosts_problem(
     made from it). sysflag bits 0x10 / 0x20 say which host is IPv6: a caller may leave
     them 0 (they are set from the hosts) or set them to agree with the hosts."""
     if given_store is not None and given_store[:2] != store[:2]:
-        shown = record.format_host(given_store[0], given_store[1])
+        shown = format_host(given_store[0], given_store[1])
         return f"store_host {shown} is not this store's ({store_host}): the store writes its own"
     want = (_BORN_V6 if born[2] else 0) | (_STORE_V6 if store[2] else 0)
     bits = sys_flag & (_BORN_V6 | _STORE_V6)

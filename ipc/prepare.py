@@ -23,6 +23,7 @@ from typing import Any, Final
 from mqstore.engine import record
 from mqstore.engine.names import topic_problem
 from mqstore.engine.record import END_FILE_MIN_BLANK_LENGTH, Message
+from mqstore.engine.recordcodes import parse_host
 from mqstore.ipc.accepts import (
     UNSET_STORE_HOST,
     Host,
@@ -80,7 +81,7 @@ class Preparer(Session):
 
     def _on_attach(self, info: dict[str, Any]) -> None:
         super()._on_attach(info)
-        addr, port, v6 = self._store = record.parse_host(self._store_host)
+        addr, port, v6 = self._store = parse_host(self._store_host)
         self._store_addr, self._store_port, self._store_v6 = addr, port, v6
         self._hosts: dict[str, Host] = {}
         self._msg_id_prefix = (addr + struct.pack(">i", port)).hex().upper()
@@ -288,10 +289,10 @@ class Preparer(Session):
             lane[_L_QSLOTS] = [self._qslots.get((topic_b, q), -1) for q in range(queues)]
 
     def _host(self, host: str) -> Host:
-        """`record.parse_host`, cached (bounded). Raises ValueError."""
+        """`recordcodes.parse_host`, cached (bounded). Raises ValueError."""
         got = self._hosts.get(host)
         if got is None:
-            got = record.parse_host(host)
+            got = parse_host(host)
             if len(self._hosts) > 256:
                 self._hosts.clear()
             self._hosts[host] = got

@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 
 from mqstore.engine import record as rec
 from mqstore.engine.filler import is_filler
+from mqstore.engine.recordcodes import format_host
 from mqstore.engine.scan import BIT_FILLER, RecordScan
 from mqstore.engine.scan import COLUMNS as SCAN_COLUMNS
 from mqstore.pipeline.schema import ARROW_SCHEMA, COLUMN_NAMES, PROPERTIES_TYPE
@@ -207,7 +208,7 @@ def _hosts(addr: npt.NDArray[Any], port: npt.NDArray[Any]) -> pa.Array:
     names = []
     for k in uniq.tolist():
         p = k & 0xFFFFFFFF
-        names.append(rec.format_host((k >> 32).to_bytes(4, "big"), p - (1 << 32) if p >> 31 else p))
+        names.append(format_host((k >> 32).to_bytes(4, "big"), p - (1 << 32) if p >> 31 else p))
     return pa.array(names, pa.string()).take(pa.array(inverse.reshape(-1)))
 
 

@@ -23,9 +23,9 @@ from mqstore.engine.record import (
     SysFlag,
     decode,
     encode,
-    make_msg_id,
     patch_append_fields,
 )
+from mqstore.engine.recordcodes import make_msg_id
 from mqstore.engine.segment import Segment, segment_file_name
 from mqstore.engine.segment_queue import SegmentAllocationError, SegmentQueue
 from tests.engine import commitlog_golden as golden

@@ -19,7 +19,8 @@ from mqstore.engine.dispatch import Dispatcher, DispatchStop
 from mqstore.engine.filler import filler_record
 from mqstore.engine.indexfile import IndexService
 from mqstore.engine.reader import Geometry
-from mqstore.engine.record import SysFlag, tags_code
+from mqstore.engine.record import SysFlag
+from mqstore.engine.recordcodes import tags_code
 from mqstore.engine.segment_queue import SegmentQueue
 from tests.engine.storebuild import (
     CQ_FILE,

@@ -19,7 +19,8 @@ from mqstore.engine.indexfile import (
     index_file_size,
     key_hash,
 )
-from mqstore.engine.record import SysFlag, java_string_hash
+from mqstore.engine.record import SysFlag
+from mqstore.engine.recordcodes import java_string_hash
 from tests.engine import cq_index_golden as golden
 
 StoreCopy = Callable[[str], Path]

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mqstore.engine import record as r
+from mqstore.engine import recordcodes
 
 GOLDEN = Path(__file__).resolve().parent.parent / "data" / "golden"
 
@@ -120,16 +121,16 @@ def test_msg_id_matches_rocketmq(real_stores_dir: Path) -> None:
     x = r.decode(data, 172)
     assert x.store_host == "192.168.71.1:8123"
     assert x.msg_id == "C0A8470100001FBB" + f"{172:016X}"
-    assert r.parse_msg_id(x.msg_id) == (bytes([192, 168, 71, 1]), 8123, 172)
+    assert recordcodes.parse_msg_id(x.msg_id) == (bytes([192, 168, 71, 1]), 8123, 172)
 
 
 def test_java_hash() -> None:
-    assert r.java_string_hash("60") == 1722
-    assert r.java_string_hash("Aa") == r.java_string_hash("BB") == 2112
-    assert r.java_string_hash("polygenelubricants") == -(2**31)
-    assert r.java_string_hash("日本") == ord("日") * 31 + ord("本")
-    assert r.java_string_hash("😀") == 0xD83D * 31 + 0xDE00  # UTF-16 surrogate pair
-    assert r.tags_code(None) == 0 and r.tags_code("") == 0
+    assert recordcodes.java_string_hash("60") == 1722
+    assert recordcodes.java_string_hash("Aa") == recordcodes.java_string_hash("BB") == 2112
+    assert recordcodes.java_string_hash("polygenelubricants") == -(2**31)
+    assert recordcodes.java_string_hash("日本") == ord("日") * 31 + ord("本")
+    assert recordcodes.java_string_hash("😀") == 0xD83D * 31 + 0xDE00  # UTF-16 surrogate pair
+    assert recordcodes.tags_code(None) == 0 and recordcodes.tags_code("") == 0
 
 
 def test_properties_parser_is_lenient_as_rocketmq() -> None:
@@ -269,8 +270,8 @@ def test_decode_of_encode_is_identity(msg: r.Message, qoff: int, phys: int, ts: 
     assert (x.born_timestamp, x.reconsume_times, x.prepared_transaction_offset) == (
         msg.born_timestamp, msg.reconsume_times, msg.prepared_transaction_offset,
     )  # fmt: skip
-    assert r.parse_host(x.born_host)[:2] == r.parse_host(msg.born_host)[:2]
-    assert r.parse_host(x.store_host)[:2] == r.parse_host(msg.store_host)[:2]
+    assert recordcodes.parse_host(x.born_host)[:2] == recordcodes.parse_host(msg.born_host)[:2]
+    assert recordcodes.parse_host(x.store_host)[:2] == recordcodes.parse_host(msg.store_host)[:2]
     assert x.crc_ok and x.sys_flag & 0xF == msg.sys_flag
 
 

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mqstore import _native
-from mqstore.engine import record
+from mqstore.engine import record, recordcodes
 from mqstore.engine.record import EncodeStatus, Message
 from mqstore.ipc import control as c
 from mqstore.ipc.commit import pid_alive
@@ -27,8 +27,8 @@ SEG = 1 << 20
 
 
 def prep_of(msg: Message) -> _native.Prep:
-    born_addr, born_port, _ = record.parse_host(msg.born_host)
-    store_addr, store_port, _ = record.parse_host(msg.store_host)
+    born_addr, born_port, _ = recordcodes.parse_host(msg.born_host)
+    store_addr, store_port, _ = recordcodes.parse_host(msg.store_host)
     topic, props = msg.topic.encode(), record.encode_properties(msg.properties)
     enc = record.encode(msg, max_message_size=max(len(msg.body), 1))
     return (

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from mqstore import _native
-from mqstore.engine import record
+from mqstore.engine import record, recordcodes
 from mqstore.engine.consumequeue import PRE_BLANK_SIZE
 from mqstore.engine.pull import MAX_EXT_ADDR, PullStop, Walk, pull_units, pull_units_py
 from mqstore.engine.record import CheckStatus, DecodedRecord, Message, RecordFields, RecordView
@@ -138,7 +138,7 @@ def walks(draw: st.DrawFn) -> Case:
     codes = None  # the wanted tags' codes, and maybe others (or others alone)
     if wanted is not None or draw(st.integers(0, 7)) == 7:
         more = draw(st.lists(st.one_of(I64, st.sampled_from([h.tags_code for h in heads] or [0]))))
-        codes = tuple(sorted({record.tags_code(t) for t in wanted or ()} | set(more[:3])))
+        codes = tuple(sorted({recordcodes.tags_code(t) for t in wanted or ()} | set(more[:3])))
     return Case(
         buf=bytes(buf),
         units=bytes(units),
@@ -265,15 +265,15 @@ def test_c_refuses_wrong_types_with_the_parameter_name() -> None:
 def test_register_refuses_classes_it_cannot_fill() -> None:
     names = tuple(f.name for f in dataclasses.fields(RecordFields))
     with pytest.raises(ValueError, match="fields"):
-        _native.pull_register(DecodedRecord, RecordView, names[:-1], record.format_host)
+        _native.pull_register(DecodedRecord, RecordView, names[:-1], recordcodes.format_host)
     with pytest.raises(ValueError, match="fields\\[0\\]"):
-        _native.pull_register(DecodedRecord, RecordView, ("x", *names[1:]), record.format_host)
+        _native.pull_register(DecodedRecord, RecordView, ("x", *names[1:]), recordcodes.format_host)
 
     class Plain:
         pass
 
     with pytest.raises((TypeError, AttributeError)):
-        _native.pull_register(Plain, RecordView, names, record.format_host)
+        _native.pull_register(Plain, RecordView, names, recordcodes.format_host)
     with pytest.raises(TypeError, match="callable"):
         _native.pull_register(DecodedRecord, RecordView, names, None)
 

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mqstore import _native
-from mqstore.engine import record
+from mqstore.engine import record, recordcodes
 from mqstore.engine.record import EncodeStatus, Message
 
 I32 = st.integers(-(2**31), 2**31 - 1)
@@ -61,8 +61,8 @@ def messages(draw: st.DrawFn) -> Message:
 
 
 def c_encode(msg: Message, qo: int = 0, po: int = 0, sts: int = 0) -> bytes:
-    born_addr, born_port, _ = record.parse_host(msg.born_host)
-    store_addr, store_port, _ = record.parse_host(msg.store_host)
+    born_addr, born_port, _ = recordcodes.parse_host(msg.born_host)
+    store_addr, store_port, _ = recordcodes.parse_host(msg.store_host)
     return _native.encode(
         msg.topic.encode(),
         msg.body,

@@ -17,7 +17,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mqstore.engine import filler, indexfile, record
+from mqstore.engine import filler, indexfile, record, recordcodes
 from mqstore.engine.record import Message
 from mqstore.engine.scan import COLUMNS, RecordScan, ScanStop, scan_records, scan_records_py
 from tests.engine.scanlog import assert_matches_walk, blank, lay_out, to_v2
@@ -184,7 +184,7 @@ def test_tags_and_key_hashes_of_any_bytes_are_javas_over_pythons_decoding(value:
     scan = scan_records(bytes(data), 0, -1)
     assert scan.count == 1
     text = value.decode("utf-8", errors="replace")
-    assert scan.tags_code[0] == record.java_string_hash(text)
+    assert scan.tags_code[0] == recordcodes.java_string_hash(text)
     assert list(scan.key_hash) == [indexfile.key_hash(indexfile.build_key("T", text))]
 
 

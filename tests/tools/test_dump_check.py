@@ -20,7 +20,8 @@ import pytest
 
 from mqstore.engine.checkpoint import CheckpointFields
 from mqstore.engine.commitlog import CommitLog
-from mqstore.engine.record import Message, make_msg_id
+from mqstore.engine.record import Message
+from mqstore.engine.recordcodes import make_msg_id
 from mqstore.ipc.client import StoreClient
 from mqstore.workers.cli import main
 from tests.runtime.harness import Store

@@ -11,7 +11,7 @@ see `_records`); a summary (status, next
 offset) goes to stderr. Times are epoch milliseconds or ISO 8601. Reads any store,
 never writing; a running store is read only up to its flushed offset.
 Exit 0 when something was found, 1 when nothing was, 2 on bad arguments (a malformed
-`--msg-id` is told what a message id looks like: `engine.record.parse_msg_id`).
+`--msg-id` is told what a message id looks like: `engine.recordcodes.parse_msg_id`).
 """
 
 from __future__ import annotations
