@@ -220,11 +220,7 @@ class Session:
                 self._live.forget()  # done at fork already (_after_fork_in_child)
             self._attached = False
             self._forget_parent()
-            try:
-                self._attach()
-            except (OSError, ValueError) as e:
-                return f"re-attach after fork failed: {e}"
-            return ""
+            return self._reattach("re-attach after fork failed: {}")
         now = time.monotonic()
         if self._attached and now - self._last_stale_check < _STALE_CHECK_S:
             return ""
@@ -239,10 +235,14 @@ class Session:
                 self._after_check()
                 return ""
             self._detach()
+        return self._reattach(f"the supervisor of {self.store_dir} is not running ({{}})")
+
+    def _reattach(self, failed: str) -> str:
+        """Attach afresh: "" once attached, else `failed` with the error in its {}."""
         try:
             self._attach()
         except (OSError, ValueError) as e:
-            return f"the supervisor of {self.store_dir} is not running ({e})"
+            return failed.format(e)
         return ""
 
     # --- the public accessors: reads and asyncio ----------------------------------------
