@@ -1104,6 +1104,15 @@ class ConsumeQueueStore:
     def flush_all(self) -> int:
         return sum(cq.flush_all() for cq in self._queues.values())
 
+    def flush_plan(self, least_pages: int) -> list[tuple[SegmentQueue, Segment, int]]:
+        """Every queue's `SegmentQueue.flush_plan(least_pages)`: what a flush in another
+        thread forces (`workers.cq_flusher`), each with its queue for `note_flushed`."""
+        return [
+            (cq.queue, seg, pos)
+            for cq in self._queues.values()
+            for seg, pos in cq.queue.flush_plan(least_pages)
+        ]
+
     def close(self) -> None:
         for cq in self._queues.values():
             cq.close()

@@ -197,11 +197,14 @@ class Dispatcher:
         index_enabled: bool = True,
         max_msgs_num_batch: int = 64,
         on_index_roll: Callable[[int], None] | None = None,
+        defer_index_roll_flush: bool = False,
     ) -> Dispatcher:
         """The dispatcher process's set-up: a read-only view of the commit log (it follows
         the appenders through `SegmentQueue.refresh`), the consume queues opened for
         writing and recovered (positions found: the last 3 files of each), the index
         loaded. Start dispatching from `resume_offset()`. `close()` closes them all.
+        `defer_index_roll_flush`: see `IndexService` (the dispatcher process flushes a
+        full index file in its flush thread, not on the roll).
         Raises SegmentSizeError, IndexGeometryError, StoreIOError."""
         d = os.fspath(store_dir)
         q = SegmentQueue(os.path.join(d, "commitlog"), geometry.segment_size_bytes, read_only=True)
@@ -217,6 +220,7 @@ class Dispatcher:
                 geometry.index_num,
                 max_msgs_num_batch=max_msgs_num_batch,
                 on_roll=on_index_roll,
+                defer_roll_flush=defer_index_roll_flush,
             )
             index.load()
         return cls(log, queues, index, checkpoint=checkpoint)

@@ -36,7 +36,7 @@ StrPath = str | os.PathLike[str]
 
 OPS = (
     "open", "close", "ftruncate", "fallocate", "pwrite", "pread", "fsync", "fdatasync",
-    "msync", "mmap", "rename", "unlink", "fsync_dir", "mkdir",
+    "msync", "mmap", "rename", "unlink", "fsync_dir", "mkdir", "dup",
 )  # fmt: skip
 
 
@@ -191,6 +191,16 @@ def close(fd: int, path: StrPath = "?") -> None:
         os.close(fd)
     except OSError as e:
         raise _wrap("close", path, e) from e
+
+
+def dup(fd: int, path: StrPath = "?") -> int:
+    """A duplicate of `fd` (O_CLOEXEC) that the caller closes: another thread forces the
+    file through it while the owner may close its own descriptor (`workers.cq_flusher`)."""
+    try:
+        _check_fault("dup")
+        return os.dup(fd)  # os.dup's descriptor is non-inheritable (close-on-exec)
+    except OSError as e:
+        raise _wrap("dup", path, e) from e
 
 
 def ftruncate(fd: int, size: int, path: StrPath = "?") -> None:

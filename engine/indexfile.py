@@ -57,7 +57,7 @@ from mqstore.engine import fileio
 from mqstore.engine.findings import Finding, Severity
 from mqstore.engine.record import WritableBuffer, transaction_type
 from mqstore.engine.recordcodes import java_string_hash
-from mqstore.engine.segment import ClockMs, now_ms
+from mqstore.engine.segment import DEFAULT_MMAP_SYNC, ClockMs, FileSync, SyncMethod, now_ms
 
 INDEX_HEADER_SIZE: Final = 40
 HASH_SLOT_SIZE: Final = 4
@@ -441,8 +441,23 @@ class IndexFile:
         return dropped
 
     def flush(self) -> None:
-        """Force the whole mapping (header included). Raises StoreIOError."""
-        fileio.msync(self._mm, 0, self.size_bytes, self.path)
+        """Force the whole file (header included), as `sync_handle` does. Raises
+        StoreIOError."""
+        h = self.sync_handle()
+        try:
+            h.run()
+        finally:
+            h.close()
+
+    def sync_handle(self) -> FileSync:
+        """What forcing the whole file takes, for a thread that does not write it (the
+        dispatcher's flush thread, `workers.cq_flusher`): fdatasync of a duplicate
+        descriptor where that covers data written through the mapping (Linux, see
+        `segment.SyncMethod`: it also releases the GIL, which `mmap.flush` does not), else
+        msync of the mapping. Raises StoreIOError."""
+        if DEFAULT_MMAP_SYNC is SyncMethod.FDATASYNC:
+            return FileSync(fileio.dup(self._fd, self.path), self.path)
+        return FileSync(-1, self.path, mapping=self._mm, length=self.size_bytes)
 
     def close(self) -> None:
         if not self._closed:
@@ -483,10 +498,14 @@ class IndexService:
         max_msgs_num_batch: int = 64,
         clock_ms: ClockMs = now_ms,
         on_roll: Callable[[int], None] | None = None,
+        defer_roll_flush: bool = False,
     ) -> None:
-        """`on_roll(end_timestamp)` runs after a full file was flushed on a roll: the
-        dispatcher stores it as the checkpoint's index timestamp and flushes the
-        checkpoint (RocketMQ's IndexService.flush)."""
+        """`on_roll(end_timestamp)` runs after a full file was flushed on a roll (the
+        caller stores it as the checkpoint's index timestamp and flushes the checkpoint:
+        RocketMQ's IndexService.flush). With `defer_roll_flush` a roll flushes nothing:
+        the full file goes to `rolled`, for its owner to flush elsewhere (the dispatcher's
+        flush thread, as RocketMQ flushes it in a thread of its own) and only then to
+        advance the checkpoint; `on_roll` is not called."""
         self.directory = os.path.join(os.fspath(store_dir), INDEX_DIR)
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
@@ -494,6 +513,8 @@ class IndexService:
         self.max_msgs_num_batch = max_msgs_num_batch
         self._clock_ms = clock_ms
         self._on_roll = on_roll
+        self._defer_roll_flush = defer_roll_flush
+        self.rolled: list[IndexFile] = []  # full files not flushed yet (defer_roll_flush)
         self.files: list[IndexFile] = []
         self.min_destroyed_begin_phy: int | None = None  # set by load() when it destroys
 
@@ -557,7 +578,9 @@ class IndexService:
             prev_end_timestamp=prev_ts,
         )
         self.files.append(f)
-        if last is not None:
+        if last is not None and self._defer_roll_flush:
+            self.rolled.append(last)
+        elif last is not None:
             last.flush()
             if self._on_roll is not None and last.end_timestamp > 0:
                 self._on_roll(last.end_timestamp)

@@ -196,6 +196,48 @@ class WarmResult:
     reason: str  # why it did not lock, if it did not
 
 
+class FileSync:
+    """One file to force from another thread than its writer's (the dispatcher's flush
+    thread): `run()` fdatasyncs a duplicate descriptor this object owns (`fileio.dup`),
+    so the writer may close or destroy the file meanwhile; where data written through a
+    mapping needs msync (`SyncMethod.MSYNC`), it msyncs `[0, length)` of the mapping,
+    held until `close()`. `close()` exactly once, after `run()` or instead of it."""
+
+    __slots__ = ("_release", "fd", "length", "mapping", "path")
+
+    def __init__(
+        self,
+        fd: int,
+        path: str,
+        *,
+        mapping: mmap.mmap | None = None,
+        length: int = 0,
+        release: Callable[[], None] | None = None,
+    ) -> None:
+        self.fd = fd
+        self.path = path
+        self.mapping = mapping
+        self.length = length
+        self._release = release
+
+    def run(self) -> None:
+        """Force the file. Raises StoreIOError."""
+        if self.fd >= 0:
+            fileio.fdatasync(self.fd, self.path)
+        elif self.mapping is not None and self.length > 0:
+            fileio.msync(self.mapping, 0, self.length, self.path)
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            with contextlib.suppress(OSError):  # a dup: closing it loses nothing
+                os.close(fd)
+        release, self._release = self._release, None
+        self.mapping = None
+        if release is not None:
+            release()
+
+
 class ReferenceCounted:
     """RocketMQ's ReferenceResource (spec §8.1), with an injectable clock."""
 
@@ -588,6 +630,19 @@ class Segment(ReferenceCounted):
             self._force(self.flushed_position, position, wrote_through_pwrite)
             self.flushed_position = position
         return self.flushed_position
+
+    def sync_handle(self, position: int) -> FileSync:
+        """What forcing the file up to `position` takes, for a thread that does not write
+        it (`workers.cq_flusher`): a duplicate of the descriptor (fdatasync covers data
+        written through the mapping, see `SyncMethod`), or the mapping held for msync.
+        The flushed position stays this segment's owner's to move (`SegmentQueue.note_flushed`).
+        Raises StoreIOError."""
+        if self.mmap_sync is SyncMethod.FDATASYNC or self._wrote_through_pwrite:
+            return FileSync(fileio.dup(self._fd, self.path), self.path)
+        if not self.hold():
+            return FileSync(-1, self.path)  # being destroyed: nothing to force (flush() too)
+        assert self._mm is not None
+        return FileSync(-1, self.path, mapping=self._mm, length=position, release=self.release)
 
     def _force(self, start: int, end: int, through_pwrite: bool) -> None:
         if through_pwrite or self.mmap_sync is SyncMethod.FDATASYNC or self._mm is None:

@@ -397,6 +397,35 @@ class SegmentQueue:
             self.store_timestamp = ts
         return advanced
 
+    def flush_plan(self, least_pages: int) -> list[tuple[Segment, int]]:
+        """What `flush(least_pages)` repeated until nothing advances would force, without
+        forcing it: (segment, position to mark flushed) from `flushed_where` on, each
+        segment that `able_to_flush(least_pages)`, going on past full ones. For a flush
+        done in another thread (`workers.cq_flusher`): force each segment up to its position
+        there, then `note_flushed` here. A segment already flushed that far (a full one
+        whose flushed position only needs to move on) is listed too; force it or not.
+        O(segments listed)."""
+        out: list[tuple[Segment, int]] = []
+        at = self.flushed_where
+        seg = self.find(at, first_if_not_found=at == 0)
+        while seg is not None and seg.able_to_flush(least_pages):
+            out.append((seg, seg.read_position))
+            if not seg.is_full():
+                break
+            seg = self.find(seg.start_offset + seg.size_bytes)
+        return out
+
+    def note_flushed(self, seg: Segment, position: int) -> None:
+        """`seg`, forced elsewhere up to `position` (`flush_plan`), is flushed that far:
+        its flushed position and `flushed_where` move up (never down, never past what
+        is readable; nothing for a segment no longer in the queue)."""
+        if self._segments.get(seg.start_offset) is not seg:
+            return
+        position = min(position, seg.read_position)
+        if position > seg.flushed_position:
+            seg.flushed_position = position
+        self.flushed_where = max(self.flushed_where, seg.start_offset + seg.flushed_position)
+
     def commit_all(self, *, max_rounds: int = 1_000_000) -> int:
         """`commit(0)` until nothing advances; return total bytes advanced."""
         total = 0

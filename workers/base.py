@@ -229,6 +229,12 @@ class WorkerContext:
             return
         say_reload(self.name, applied, ignored)
 
+    def wake(self) -> None:
+        """End a `wait` at once, from another thread of the worker (as a signal does)."""
+        if self._wake_w >= 0:
+            with contextlib.suppress(OSError):  # full pipe: a wake-up is already pending
+                os.write(self._wake_w, b"\0")
+
     def wait(self, timeout_s: float, fds: list[int] | None = None) -> list[int]:
         """Sleep up to `timeout_s`, waking early on a signal or a readable fd; returns the
         readable fds among `fds`."""

@@ -14,35 +14,44 @@ coming, then 1 ms (RocketMQ's reput sleeps 1 ms), backing off to `IDLE_WAIT_S` w
 log is quiet. Any other I/O error (EIO anywhere, a failed sync, ENOSPC where no new space
 is needed) fails the store closed, as in every worker.
 
-Consume-queue flush: every `flush_consume_queue_interval_ms` with
-`flush_consume_queue_least_pages`, or thoroughly (0 pages) once
-`flush_consume_queue_thorough_interval_ms` has passed; after a thorough flush the
-checkpoint is written with the logics time of what those queues hold and the physic time
-the flusher published (`OFF_FLUSHED_TS`), as RocketMQ's FlushConsumeQueueService does.
-While the store runs, the dispatcher is the checkpoint's only writer; the supervisor
+Consume-queue flush (RocketMQ's FlushConsumeQueueService), in the flush thread
+(`workers.cq_flusher`), never in the dispatch loop: every
+`flush_consume_queue_interval_ms` the loop plans a job of the queue files with at least
+`flush_consume_queue_least_pages` new pages (0 pages, every file with anything new, once
+`flush_consume_queue_thorough_interval_ms` has passed) and hands it over; a thorough job
+also forces the current index file and then writes the checkpoint with the logics time
+dispatched when it was planned (never past what it forced) and the physic time the
+flusher published (`OFF_FLUSHED_TS`). A full index file (a roll) goes to the thread at
+once; the checkpoint's index time moves to its end only after it was forced. The loop
+collects a finished job at its next tick (the positions it forced) and never waits for
+one: a job due while another is out waits for the next tick. A failed sync in the thread
+fails the store closed from the loop (woken at once), as any I/O error of the dispatcher.
+While the store runs, the flush thread is the checkpoint's only writer; the supervisor
 writes it again at shutdown, after the workers have stopped.
 
 A full disk (ENOSPC or EDQUOT creating a consume-queue or index file) is waited out, not
 failed closed: the round is retried from the same offset every `NO_SPACE_WAIT_S`, said
 once when it starts and once when space is back (docs/durability.md, "A full disk").
 
-Drain on stop: dispatch up to the limit, flush every queue and the index, write the
-checkpoint.
+Drain on stop: dispatch up to the limit, stop the flush thread (its job finishes), then
+force every queue and index file and write the checkpoint in the loop's own thread.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Final
 
 from mqstore.conf.settings import FlushDiskType
 from mqstore.engine import topics
-from mqstore.engine.checkpoint import StoreCheckpoint
+from mqstore.engine.checkpoint import CheckpointFields, StoreCheckpoint
 from mqstore.engine.dispatch import Dispatcher, DispatchStop
 from mqstore.engine.fileio import StoreIOError, is_no_space
 from mqstore.engine.reader import Geometry
 from mqstore.ipc import control as c
 from mqstore.workers.base import Condition, ExitCode, WorkerContext
+from mqstore.workers.cq_flusher import FlushJob, FlushThread, run_job
 from mqstore.workers.service import Service, run
 
 MAX_RECORDS_PER_ROUND: Final = 4096
@@ -50,25 +59,6 @@ BUSY_WAIT_S: Final = 0.001
 IDLE_WAIT_S: Final = 0.008
 DRAIN_STEP_S: Final = 0.1
 NO_SPACE_WAIT_S: Final = 0.5  # between tries while a full disk holds dispatch up
-
-
-class _Checkpoint:
-    """The checkpoint as the dispatcher keeps it: in memory, flushed after thorough
-    consume-queue flushes and at the end."""
-
-    def __init__(self, ctx: WorkerContext) -> None:
-        self._ctx = ctx
-        self.file = StoreCheckpoint.open_in(ctx.store_dir)
-
-    def on_index_roll(self, end_timestamp: int) -> None:
-        self.file.index_msg_timestamp = end_timestamp
-        self.flush()
-
-    def flush(self) -> None:
-        physic = self._ctx.cb.get(c.OFF_FLUSHED_TS)
-        if physic > self.file.physic_msg_timestamp:
-            self.file.physic_msg_timestamp = physic
-        self.file.flush()
 
 
 def _limit(ctx: WorkerContext) -> int:
@@ -115,22 +105,25 @@ class _TopicRegistry:
 def main(ctx: WorkerContext) -> int:
     """The worker: `WorkerSpec("dispatcher", "mqstore.workers.dispatcher:main")`."""
     s = ctx.settings
-    cp = _Checkpoint(ctx)
+    cp = StoreCheckpoint.open_in(ctx.store_dir)
+    # What was dispatched, in memory: the flush thread writes the file, with the logics
+    # time of a thorough flush's plan (never past what it forced).
+    dispatched = CheckpointFields.from_bytes(cp.to_bytes())
     try:
         disp = Dispatcher.open(
             ctx.store_dir,
             Geometry.of(ctx.store_dir, s),
-            checkpoint=cp.file,
+            checkpoint=dispatched,
             index_enabled=s.message_index_enable,
             max_msgs_num_batch=s.max_msgs_num_batch,
-            on_index_roll=cp.on_index_roll,
+            defer_index_roll_flush=True,
         )
     except StoreIOError:
-        cp.file.close()
+        cp.close()
         raise  # fails the store closed (`worker_main`), as any worker's I/O error
     except (OSError, ValueError) as e:
         print(f"mqstore dispatcher: cannot open the consume queues or index: {e}", flush=True)
-        cp.file.close()
+        cp.close()
         return ExitCode.BOOT_ERROR
     return run(ctx, DispatchService(ctx, disp, cp))
 
@@ -140,10 +133,11 @@ class DispatchService(Service):
 
     name = "dispatcher"
 
-    def __init__(self, ctx: WorkerContext, disp: Dispatcher, cp: _Checkpoint) -> None:
+    def __init__(self, ctx: WorkerContext, disp: Dispatcher, cp: StoreCheckpoint) -> None:
         super().__init__(ctx)
         self.disp = disp
-        self.cp = cp
+        self.cp = cp  # the flush thread's while it runs
+        self.flusher: FlushThread | None = None
         cb = ctx.cb
         self.offset = max(disp.resume_offset(), 0)
         self.segment_size = disp.log.queue.segment_size_bytes
@@ -158,6 +152,10 @@ class DispatchService(Service):
         self.idle_wait = BUSY_WAIT_S
         self.last_flush = self.last_thorough = time.monotonic()
         self.no_space = Condition("dispatcher")
+        self.flusher = FlushThread(cp, self._physic_ms, ctx.wake)
+
+    def _physic_ms(self) -> int:
+        return self.ctx.cb.get(c.OFF_FLUSHED_TS)
 
     def round_once(self) -> bool:
         """Dispatch one bounded round; True if it moved."""
@@ -187,17 +185,64 @@ class DispatchService(Service):
         self.registry.update(disp)
         return moved
 
-    def flush_queues(self, thorough: bool) -> None:
-        disp, cp = self.disp, self.cp
-        logics = cp.file.logics_msg_timestamp
-        if thorough:
-            disp.queues.flush_all()
-            if disp.index is not None:
-                disp.index.flush()
-            cp.file.logics_msg_timestamp = logics
-            cp.flush()
+    def plan_flush(
+        self, *, cq_pages: int | None, thorough: bool, all_index: bool = False
+    ) -> FlushJob:
+        """A flush job (`workers.cq_flusher`), planned here without a syscall: the queue
+        files `flush_plan(cq_pages)` lists (None: none), the index files a roll filled,
+        and when `thorough` the current index file (`all_index`: every one) and the
+        checkpoint with the logics time dispatched so far (every unit up to it is in the
+        files the job forces)."""
+        job = FlushJob()
+        try:
+            if cq_pages is not None:
+                for queue, seg, pos in self.disp.queues.flush_plan(cq_pages):
+                    if pos > seg.flushed_position:
+                        job.files.append(seg.sync_handle(pos))
+                    job.marks.append((queue, seg, pos))
+            index = self.disp.index
+            if index is not None:
+                rolled, index.rolled = index.rolled, []
+                forced = index.files if all_index else rolled
+                if thorough and not all_index and index.files and index.files[-1] not in rolled:
+                    forced = [*rolled, index.files[-1]]
+                job.files.extend(f.sync_handle() for f in forced)
+                job.index = max((f.end_timestamp for f in rolled), default=0)
+            if thorough:
+                job.logics = self._dispatched_fields().logics_msg_timestamp
+            job.write_checkpoint = thorough or job.index > 0
+        except BaseException:
+            job.close()
+            raise
+        return job
+
+    def _dispatched_fields(self) -> CheckpointFields:
+        cp = self.disp.checkpoint
+        assert cp is not None  # main() gives the dispatcher one
+        return cp
+
+    def schedule_flush(self, now: float) -> None:
+        """Hand the flush thread what is due (nothing while a job is out)."""
+        flusher = self.flusher
+        assert flusher is not None
+        if flusher.busy:
+            return
+        s = self.ctx.settings
+        thorough = now - self.last_thorough >= s.flush_consume_queue_thorough_interval_ms / 1000
+        due = thorough or now - self.last_flush >= s.flush_consume_queue_interval_ms / 1000
+        rolled = self.disp.index is not None and bool(self.disp.index.rolled)
+        if not (due or rolled):
+            return
+        pages = (0 if thorough else s.flush_consume_queue_least_pages) if due else None
+        job = self.plan_flush(cq_pages=pages, thorough=thorough)
+        if due:
+            self.last_flush = now
+            if thorough:
+                self.last_thorough = now
+        if job.files or job.marks or job.write_checkpoint:
+            flusher.submit(job)
         else:
-            disp.queues.flush(self.ctx.settings.flush_consume_queue_least_pages)
+            job.close()
 
     def round_or_wait_for_space(self) -> bool:
         """`round_once`, but a full disk (no room for a new consume-queue or index
@@ -218,15 +263,10 @@ class DispatchService(Service):
         return moved
 
     def tick(self) -> float:
+        assert self.flusher is not None
+        self.flusher.collect()  # raises what failed the flush thread: fails closed
         moved = self.round_or_wait_for_space()
-        now = time.monotonic()
-        s = self.ctx.settings
-        if now - self.last_thorough >= s.flush_consume_queue_thorough_interval_ms / 1000:
-            self.flush_queues(thorough=True)
-            self.last_thorough = self.last_flush = now
-        elif now - self.last_flush >= s.flush_consume_queue_interval_ms / 1000:
-            self.flush_queues(thorough=False)
-            self.last_flush = now
+        self.schedule_flush(time.monotonic())
         if moved:
             self.idle_wait = BUSY_WAIT_S
             return 0.0
@@ -244,9 +284,19 @@ class DispatchService(Service):
         return True
 
     def finish(self) -> None:
-        """Flush every queue, the index and the checkpoint, drained or out of time."""
-        self.flush_queues(thorough=True)
+        """Stop the flush thread (raising what failed it), then force every queue and
+        index file and write the checkpoint here, drained or out of time."""
+        assert self.flusher is not None
+        self.flusher.stop()
+        job = self.plan_flush(cq_pages=0, thorough=True, all_index=True)
+        run_job(job, self.cp, self._physic_ms)
+        job.apply()
 
     def close(self) -> None:
-        self.disp.close()
-        self.cp.file.close()
+        try:
+            if self.flusher is not None:
+                with contextlib.suppress(Exception):  # finish() raised it if it mattered
+                    self.flusher.stop()
+        finally:
+            self.disp.close()
+            self.cp.close()

@@ -21,6 +21,7 @@ from mqstore.engine.indexfile import (
 )
 from mqstore.engine.record import SysFlag
 from mqstore.engine.recordcodes import java_string_hash
+from mqstore.engine.segment import DEFAULT_MMAP_SYNC, SyncMethod
 from tests.engine import cq_index_golden as golden
 
 StoreCopy = Callable[[str], Path]
@@ -213,9 +214,28 @@ def test_no_space_for_an_index_file_leaves_nothing(tmp_path: Path) -> None:
 
 
 def test_flush_failure_is_a_store_io_error(tmp_path: Path) -> None:
+    """An index file is forced with fdatasync where that covers the mapping's pages
+    (Linux; it releases the GIL, which mmap.flush does not), else msync."""
     svc = IndexService(tmp_path, 4, 10, clock_ms=Clock())
     svc.build_index("T", "k", None, 0, T0, 0)
-    fileio.set_fault("msync", lambda: OSError(errno.EIO, "injected"))
-    with pytest.raises(fileio.StoreIOError):
+    op = "fdatasync" if DEFAULT_MMAP_SYNC is SyncMethod.FDATASYNC else "msync"
+    fileio.set_fault(op, lambda: OSError(errno.EIO, "injected"))
+    with pytest.raises(fileio.StoreIOError) as ei:
         svc.flush()
+    assert ei.value.op == op
+    svc.close()
+
+
+def test_deferred_roll_flushes_nothing_and_lists_the_full_file(tmp_path: Path) -> None:
+    """defer_roll_flush (the dispatcher process): a roll forces nothing and calls no
+    on_roll; the full file waits in `rolled` for the flush thread."""
+    rolled: list[int] = []
+    svc = IndexService(tmp_path, 4, 10, clock_ms=Clock(), on_roll=rolled.append,
+                       defer_roll_flush=True)  # fmt: skip
+    op = "fdatasync" if DEFAULT_MMAP_SYNC is SyncMethod.FDATASYNC else "msync"
+    fileio.set_fault(op, lambda: OSError(errno.EIO, "injected"))  # a flush would raise
+    for i in range(10):  # 2 keys per message, 9 per file
+        svc.build_index("T", f"k{i}", f"U{i}", i * 100, T0 + i * 1000, 0)
+    assert len(svc.files) == 3 and svc.rolled == svc.files[:2] and rolled == []
+    fileio.clear_faults()
     svc.close()

@@ -1,0 +1,166 @@
+"""The dispatcher's flush thread: RocketMQ's FlushConsumeQueueService, beside dispatch.
+
+RocketMQ forces consume queues in a service thread of its own, apart from
+ReputMessageService, and the index file a roll filled in a thread started for it. Here
+both run in one thread of the dispatcher process, so that dispatch never waits on a
+disk sync (measured in bench/results/dispatch.md: the consume-queue fdatasync and an
+index roll's flush of the full file stalled dispatch for 10-60 ms each, the p99 lag).
+
+Ownership. The dispatcher's thread owns every consume queue, index file and position;
+it plans a `FlushJob` (`plan_job`) without a syscall: per file a `FileSync` (a
+duplicate descriptor, `segment.FileSync`) and the position to mark flushed. This
+thread only runs jobs, one at a time: force the files, fsync the directories listed,
+then write the checkpoint when the job says so. The positions move back in the
+dispatcher's thread when it collects the finished job (`SegmentQueue.note_flushed`).
+The checkpoint file is this thread's while it runs; the dispatcher's thread keeps the
+timestamps of what it dispatched in memory (`CheckpointFields`).
+
+Checkpoint contract (spec §5, docs/durability.md). The file's logics timestamp is
+advanced only by a thorough job, to the dispatched logics timestamp as it was when the
+job was planned: every unit up to it was in the mappings then and every file holding one
+is forced by the job before the checkpoint is written. The index timestamp is advanced
+to the end timestamp of a rolled (full) index file only after that file was forced. The
+physic timestamp is the flusher's (`OFF_FLUSHED_TS`). A job that fails writes no
+checkpoint.
+
+Failure. A `StoreIOError` (or any error) in this thread ends it; the dispatcher's thread
+raises it at its next tick (`FlushThread.collect`, woken at once through the context's
+wake-up), so the store fails closed with the dispatcher's name, the syscall and the errno
+(`workers.service`), exactly as if the dispatch loop had failed the sync itself. No job
+runs after a failure, and nothing is retried: a failed fsync is never retried.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from mqstore.engine import fileio
+from mqstore.engine.checkpoint import StoreCheckpoint
+from mqstore.engine.segment import FileSync, Segment
+from mqstore.engine.segment_queue import SegmentQueue
+
+
+@dataclass
+class FlushJob:
+    """One run of the flush thread, planned by the dispatcher's thread."""
+
+    files: list[FileSync] = field(default_factory=list)  # forced in this order
+    dirs: list[str] = field(default_factory=list)  # fsynced after the files
+    logics: int = 0  # > 0: thorough; the checkpoint's logics timestamp once forced
+    index: int = 0  # > 0: rolled index files forced; the checkpoint's index timestamp
+    write_checkpoint: bool = False
+    # the dispatcher's bookkeeping once the job is done (`note_flushed`)
+    marks: list[tuple[SegmentQueue, Segment, int]] = field(default_factory=list)
+    seconds: float = 0.0  # how long it ran
+
+    def close(self) -> None:
+        """Close every duplicate descriptor (and mapping hold) the job took."""
+        for f in self.files:
+            f.close()
+
+    def apply(self) -> None:
+        """The dispatcher's thread, after the job ran: the positions it forced."""
+        for queue, seg, pos in self.marks:
+            queue.note_flushed(seg, pos)
+
+
+def run_job(job: FlushJob, cp: StoreCheckpoint, physic_ms: Callable[[], int]) -> None:
+    """Force the job's files and directories, then write the checkpoint if the job says
+    so, with `physic_ms()` as the physic timestamp when it is newer. The flush thread's
+    work, or the caller's own at the end of a drain. Raises StoreIOError (checkpoint
+    untouched when a sync failed)."""
+    t0 = time.perf_counter()
+    try:
+        for f in job.files:
+            f.run()
+        for d in job.dirs:
+            fileio.fsync_dir(d)
+        if job.write_checkpoint:
+            if job.logics > 0:
+                cp.logics_msg_timestamp = job.logics
+            if job.index > cp.index_msg_timestamp:
+                cp.index_msg_timestamp = job.index
+            physic = physic_ms()
+            if physic > cp.physic_msg_timestamp:
+                cp.physic_msg_timestamp = physic
+            cp.flush()
+    finally:
+        job.close()
+        job.seconds = time.perf_counter() - t0
+
+
+class FlushThread:
+    """Runs `FlushJob`s one at a time in a thread of its own. See the module doc.
+
+    The dispatcher's thread calls `submit` (only while not `busy`), `collect` every tick
+    and `stop` once; nothing else touches the checkpoint file until `stop` returned."""
+
+    def __init__(
+        self, cp: StoreCheckpoint, physic_ms: Callable[[], int], wake: Callable[[], None]
+    ) -> None:
+        self._cp = cp
+        self._physic_ms = physic_ms
+        self._wake = wake
+        self._cv = threading.Condition()
+        self._job: FlushJob | None = None
+        self._done: FlushJob | None = None
+        self._error: BaseException | None = None
+        self._stopping = False
+        self.jobs_run = 0
+        self._thread = threading.Thread(target=self._loop, name="mqstore-cq-flush", daemon=True)
+        self._thread.start()
+
+    @property
+    def busy(self) -> bool:
+        """A job is running, or ran and was not collected yet."""
+        return self._job is not None or self._done is not None
+
+    def submit(self, job: FlushJob) -> None:
+        with self._cv:
+            if self._job is not None or self._done is not None or self._stopping:
+                job.close()
+                raise RuntimeError("submit() while a flush job is out or after stop()")
+            self._job = job
+            self._cv.notify()
+
+    def collect(self) -> FlushJob | None:
+        """The finished job, if any, with its positions applied; raises the error that
+        ended the thread (a StoreIOError fails the store closed)."""
+        with self._cv:
+            if self._error is not None:
+                raise self._error
+            done, self._done = self._done, None
+        if done is not None:
+            done.apply()
+        return done
+
+    def stop(self) -> None:
+        """Let the job that is out finish, end the thread, collect; raises its error."""
+        with self._cv:
+            self._stopping = True
+            self._cv.notify()
+        self._thread.join()
+        self.collect()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while self._job is None and not self._stopping:
+                    self._cv.wait()
+                job = self._job
+                if job is None:
+                    return
+            try:
+                run_job(job, self._cp, self._physic_ms)
+            except BaseException as e:  # re-raised in the dispatcher's thread
+                with self._cv:
+                    self._error = e
+                    self._job = None
+                self._wake()
+                return
+            with self._cv:
+                self._done, self._job = job, None
+                self.jobs_run += 1
