@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 from mqstore.engine import fileio
 from mqstore.engine.checkpoint import StoreCheckpoint
+from mqstore.engine.dispatch import Dispatcher
 from mqstore.engine.segment import FileSync, Segment
 from mqstore.engine.segment_queue import SegmentQueue
 
@@ -65,6 +66,40 @@ class FlushJob:
         """The dispatcher's thread, after the job ran: the positions it forced."""
         for queue, seg, pos in self.marks:
             queue.note_flushed(seg, pos)
+
+
+def plan_job(
+    disp: Dispatcher, *, cq_pages: int | None, thorough: bool, all_index: bool = False
+) -> FlushJob:
+    """A job for `disp`'s files, planned in the thread that dispatches, without a
+    syscall but `dup`: the queue files `ConsumeQueueStore.flush_plan(cq_pages)` lists
+    (None: none), the index files a roll filled since the last plan (`IndexService.rolled`;
+    the checkpoint's index time becomes the newest one's end), and when `thorough` the
+    current index file (`all_index`: every one) and the checkpoint with the logics time
+    dispatched so far (`disp.checkpoint`): every unit up to it is in a file the job
+    forces. Raises StoreIOError (dup)."""
+    job = FlushJob()
+    try:
+        if cq_pages is not None:
+            for queue, seg, pos in disp.queues.flush_plan(cq_pages):
+                if pos > seg.flushed_position:
+                    job.files.append(seg.sync_handle(pos))
+                job.marks.append((queue, seg, pos))
+        index = disp.index
+        if index is not None:
+            rolled, index.rolled = index.rolled, []
+            forced = index.files if all_index else rolled
+            if thorough and not all_index and index.files and index.files[-1] not in rolled:
+                forced = [*rolled, index.files[-1]]
+            job.files.extend(f.sync_handle() for f in forced)
+            job.index = max((f.end_timestamp for f in rolled), default=0)
+        if thorough and disp.checkpoint is not None:
+            job.logics = disp.checkpoint.logics_msg_timestamp
+        job.write_checkpoint = thorough or job.index > 0
+    except BaseException:
+        job.close()
+        raise
+    return job
 
 
 def run_job(job: FlushJob, cp: StoreCheckpoint, physic_ms: Callable[[], int]) -> None:
@@ -120,6 +155,9 @@ class FlushThread:
 
     def submit(self, job: FlushJob) -> None:
         with self._cv:
+            if self._error is not None:
+                job.close()
+                raise self._error  # the thread is gone: nothing runs after a failure
             if self._job is not None or self._done is not None or self._stopping:
                 job.close()
                 raise RuntimeError("submit() while a flush job is out or after stop()")

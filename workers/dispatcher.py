@@ -51,7 +51,7 @@ from mqstore.engine.fileio import StoreIOError, is_no_space
 from mqstore.engine.reader import Geometry
 from mqstore.ipc import control as c
 from mqstore.workers.base import Condition, ExitCode, WorkerContext
-from mqstore.workers.cq_flusher import FlushJob, FlushThread, run_job
+from mqstore.workers.cq_flusher import FlushThread, plan_job, run_job
 from mqstore.workers.service import Service, run
 
 MAX_RECORDS_PER_ROUND: Final = 4096
@@ -185,42 +185,6 @@ class DispatchService(Service):
         self.registry.update(disp)
         return moved
 
-    def plan_flush(
-        self, *, cq_pages: int | None, thorough: bool, all_index: bool = False
-    ) -> FlushJob:
-        """A flush job (`workers.cq_flusher`), planned here without a syscall: the queue
-        files `flush_plan(cq_pages)` lists (None: none), the index files a roll filled,
-        and when `thorough` the current index file (`all_index`: every one) and the
-        checkpoint with the logics time dispatched so far (every unit up to it is in the
-        files the job forces)."""
-        job = FlushJob()
-        try:
-            if cq_pages is not None:
-                for queue, seg, pos in self.disp.queues.flush_plan(cq_pages):
-                    if pos > seg.flushed_position:
-                        job.files.append(seg.sync_handle(pos))
-                    job.marks.append((queue, seg, pos))
-            index = self.disp.index
-            if index is not None:
-                rolled, index.rolled = index.rolled, []
-                forced = index.files if all_index else rolled
-                if thorough and not all_index and index.files and index.files[-1] not in rolled:
-                    forced = [*rolled, index.files[-1]]
-                job.files.extend(f.sync_handle() for f in forced)
-                job.index = max((f.end_timestamp for f in rolled), default=0)
-            if thorough:
-                job.logics = self._dispatched_fields().logics_msg_timestamp
-            job.write_checkpoint = thorough or job.index > 0
-        except BaseException:
-            job.close()
-            raise
-        return job
-
-    def _dispatched_fields(self) -> CheckpointFields:
-        cp = self.disp.checkpoint
-        assert cp is not None  # main() gives the dispatcher one
-        return cp
-
     def schedule_flush(self, now: float) -> None:
         """Hand the flush thread what is due (nothing while a job is out)."""
         flusher = self.flusher
@@ -234,7 +198,7 @@ class DispatchService(Service):
         if not (due or rolled):
             return
         pages = (0 if thorough else s.flush_consume_queue_least_pages) if due else None
-        job = self.plan_flush(cq_pages=pages, thorough=thorough)
+        job = plan_job(self.disp, cq_pages=pages, thorough=thorough)
         if due:
             self.last_flush = now
             if thorough:
@@ -288,7 +252,7 @@ class DispatchService(Service):
         index file and write the checkpoint here, drained or out of time."""
         assert self.flusher is not None
         self.flusher.stop()
-        job = self.plan_flush(cq_pages=0, thorough=True, all_index=True)
+        job = plan_job(self.disp, cq_pages=0, thorough=True, all_index=True)
         run_job(job, self.cp, self._physic_ms)
         job.apply()
 

@@ -147,3 +147,43 @@ def test_status_shows_the_disk_as_the_cleaner_sees_it(make_store: StoreFactory) 
     assert table.returncode == 0, table.stderr
     assert "disk used" in table.stdout and "dispatch lag" in table.stdout
     assert st.stop() == 0
+
+
+def test_a_failed_sync_in_the_flush_thread_makes_the_store_read_only(
+    make_store: StoreFactory,
+) -> None:
+    """The consume-queue flush runs in the dispatcher's flush thread (workers.cq_flusher):
+    its failed fdatasync (EIO through the fault seam) still fails the store closed with
+    the dispatcher, the syscall, the errno and the queue file in status, the dispatcher
+    halted (IO_FAILED) and nothing restarted; messages dispatched before stay readable."""
+    st = make_store(
+        {  # a flush of whatever is new every 100 ms
+            "flush_disk_type": "ASYNC_FLUSH",
+            "flush_consume_queue_interval_ms": 100,
+            "flush_consume_queue_least_pages": 0,
+        },
+        env={"MQSTORE_FAULTS": "fdatasync:EIO", "MQSTORE_FAULTS_FOR": "dispatcher"},
+    )
+    st.wait_workers_running()
+    with StoreClient.attach(st.path) as client:
+        first = client.put("orders", b"before", keys=["k0"], queue_id=0)
+        assert first.status is OK, first
+        doc = wait_for(
+            lambda: (d := st.status()).get("read_only") and d, 60, "the store to turn read-only"
+        )
+        r = client.put("orders", b"after", queue_id=0)
+        assert r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE and "read-only" in r.reason
+    ro = doc["read_only"]
+    assert (ro["worker"], ro["op"], ro["errno"]) == ("dispatcher", "fdatasync", "EIO"), ro
+    assert f"{os.sep}consumequeue{os.sep}orders{os.sep}0{os.sep}" in ro["path"], ro
+    assert "dispatcher" in doc["read_only_reason"] and "fdatasync" in doc["read_only_reason"]
+
+    def halted() -> dict[str, Any] | None:
+        rows = {w["name"]: w for w in st.status()["workers"]}
+        return rows if rows["dispatcher"]["state"] == "halted" else None
+
+    rows = wait_for(halted, 30, "the dispatcher to be halted")
+    assert (rows["dispatcher"]["restarts"], rows["dispatcher"]["last_exit"]) == (0, 6), rows
+    assert all(w["restarts"] == 0 for w in rows.values()), rows
+    assert st.stop() == 5  # read-only: the supervisor does not flush, abort stays
+    assert [m.body for m in _pull_all(st.path, "orders", 0)] == [b"before"]

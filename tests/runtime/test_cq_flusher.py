@@ -1,0 +1,163 @@
+"""The dispatcher's flush thread (`workers.cq_flusher`), in this process on real files:
+jobs planned from a real dispatcher, forced by the thread, the checkpoint's contract
+(never past what was forced), and a failed sync raised in the dispatching thread with
+no checkpoint written. The whole store's side is in test_dispatch.py (read-only with
+the reason) and tests/reliability/test_power_loss.py (the checkpoint after a power cut).
+"""
+
+from __future__ import annotations
+
+import errno
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mqstore.engine import fileio
+from mqstore.engine.checkpoint import CheckpointFields, StoreCheckpoint
+from mqstore.engine.commitlog import AppendResult
+from mqstore.engine.consumequeue import ConsumeQueueStore
+from mqstore.engine.dispatch import Dispatcher
+from mqstore.engine.indexfile import IndexService
+from mqstore.workers.cq_flusher import FlushThread, plan_job, run_job
+from tests.engine.storebuild import CQ_FILE, ENTRIES, SLOTS, open_log, write_messages
+from tests.runtime.harness import wait_for
+
+PHYSIC = 1_800_000_000_000
+
+
+@pytest.fixture(autouse=True)
+def _no_faults() -> Iterator[None]:
+    fileio.clear_faults()
+    yield
+    fileio.clear_faults()
+
+
+class Parts:
+    """A log of `n` messages over 3 queues, a dispatcher as the dispatcher process opens
+    it (index rolls deferred), its in-memory checkpoint fields and the checkpoint file."""
+
+    def __init__(self, store: Path, n: int) -> None:
+        self.log = open_log(store)
+        self.results: list[AppendResult] = write_messages(self.log, n, queues=3)
+        self.fields = CheckpointFields()
+        index = IndexService(store, SLOTS, ENTRIES, defer_roll_flush=True)
+        self.disp = Dispatcher(
+            self.log, ConsumeQueueStore(store, CQ_FILE), index, checkpoint=self.fields
+        )
+        self.cp = StoreCheckpoint.open_in(store)
+        self.path = store / "checkpoint"
+
+    def dispatch(self, upto: int) -> None:
+        """Dispatch the records of messages [.., upto)."""
+        last = self.results[upto - 1]
+        end = last.wrote_offset + last.wrote_bytes
+        self.disp.dispatch(self.disp.resume_offset(), end)
+
+    def on_disk(self) -> CheckpointFields:
+        return CheckpointFields.from_bytes(self.path.read_bytes())
+
+    def close(self) -> None:
+        self.disp.close()
+        self.cp.close()
+
+
+@pytest.fixture
+def parts(tmp_path: Path) -> Iterator[Parts]:
+    p = Parts(tmp_path, 90)
+    yield p
+    p.close()
+
+
+def test_thorough_job_writes_the_logics_time_it_planned(parts: Parts) -> None:
+    """Units dispatched after the plan may be in the files the job forces, but the
+    checkpoint only claims what was dispatched when the job was planned."""
+    parts.dispatch(30)
+    planned = parts.results[29].store_timestamp
+    assert parts.fields.logics_msg_timestamp == planned
+    job = plan_job(parts.disp, cq_pages=0, thorough=True)
+    assert job.files and job.write_checkpoint and job.logics == planned
+    parts.dispatch(60)  # the loop goes on while the thread forces
+    assert parts.fields.logics_msg_timestamp > planned
+    run_job(job, parts.cp, lambda: PHYSIC)
+    job.apply()
+    disk = parts.on_disk()
+    assert (disk.logics_msg_timestamp, disk.physic_msg_timestamp) == (planned, PHYSIC)
+    # the positions the job forced moved; what came after it is the next job's
+    for cq in parts.disp.queues:
+        assert 0 < cq.queue.flushed_where < cq.queue.max_offset()
+    nxt = plan_job(parts.disp, cq_pages=0, thorough=True)
+    run_job(nxt, parts.cp, lambda: PHYSIC)
+    nxt.apply()
+    assert parts.on_disk().logics_msg_timestamp == parts.results[59].store_timestamp
+    for cq in parts.disp.queues:
+        assert cq.queue.flushed_where == cq.queue.max_offset()
+    assert plan_job(parts.disp, cq_pages=0, thorough=False).files == []  # nothing left
+
+
+def test_a_periodic_job_forces_queues_and_writes_no_checkpoint(parts: Parts) -> None:
+    """flushConsumeQueueLeastPages: a file with fewer new pages is left for later (each
+    queue holds 7 units here, less than a page, in a file of 10)."""
+    parts.dispatch(21)  # 63 keys: the index file is full, not rolled yet
+    assert parts.disp.index is not None and not parts.disp.index.rolled
+    before = parts.path.read_bytes()
+    assert plan_job(parts.disp, cq_pages=2, thorough=False).files == []
+    job = plan_job(parts.disp, cq_pages=0, thorough=False)
+    assert len(job.files) == 3 and not job.write_checkpoint and job.logics == 0
+    run_job(job, parts.cp, lambda: PHYSIC)
+    job.apply()
+    assert parts.path.read_bytes() == before
+    assert plan_job(parts.disp, cq_pages=0, thorough=False).files == []
+
+
+def test_index_time_moves_only_after_the_rolled_file_was_forced(parts: Parts) -> None:
+    """A roll forces nothing in the loop (the full file waits in `rolled`); the job that
+    forces it moves the checkpoint's index time to its end, and a job whose sync fails
+    moves nothing."""
+    parts.dispatch(90)  # 3 keys per message, 63 per file: files roll
+    index = parts.disp.index
+    assert index is not None and len(index.rolled) >= 2
+    last_rolled = index.rolled[-1].end_timestamp
+    fileio.set_fault("fdatasync", lambda: OSError(errno.EIO, "injected"), after=1)
+    failing = plan_job(parts.disp, cq_pages=None, thorough=False)
+    assert failing.write_checkpoint and failing.index == last_rolled and not index.rolled
+    with pytest.raises(fileio.StoreIOError):
+        run_job(failing, parts.cp, lambda: PHYSIC)
+    assert parts.on_disk() == CheckpointFields()
+    fileio.clear_faults()
+    index.rolled = index.files[:-1]  # as if that job had not been planned
+    job = plan_job(parts.disp, cq_pages=None, thorough=False)
+    run_job(job, parts.cp, lambda: PHYSIC)
+    disk = parts.on_disk()
+    assert (disk.index_msg_timestamp, disk.logics_msg_timestamp) == (last_rolled, 0)
+
+
+def test_thread_runs_jobs_and_a_failed_sync_is_raised_in_the_loop(parts: Parts) -> None:
+    """The loop's side: submit, collect (positions applied there); an injected EIO in
+    the thread's fdatasync wakes the loop and `collect` raises it, naming the file; no
+    checkpoint is written, the thread is gone and takes no other job."""
+    woken = threading.Event()
+    flusher = FlushThread(parts.cp, lambda: PHYSIC, woken.set)
+    try:
+        parts.dispatch(30)
+        flusher.submit(plan_job(parts.disp, cq_pages=0, thorough=True))
+        assert flusher.busy
+        done = wait_for(flusher.collect, 30, "the first job")
+        assert done.seconds > 0 and not flusher.busy
+        assert parts.on_disk().logics_msg_timestamp == parts.results[29].store_timestamp
+        before = parts.path.read_bytes()
+        parts.dispatch(60)
+        fileio.set_fault("fdatasync", lambda: OSError(errno.EIO, "injected EIO"))
+        flusher.submit(plan_job(parts.disp, cq_pages=0, thorough=True))
+        assert woken.wait(30), "the loop was not woken"
+        with pytest.raises(fileio.StoreIOError) as ei:
+            flusher.collect()
+        e = ei.value
+        assert (e.op, e.errno) == ("fdatasync", errno.EIO) and "consumequeue" in e.path, e
+        assert parts.path.read_bytes() == before
+        with pytest.raises(fileio.StoreIOError):
+            flusher.submit(plan_job(parts.disp, cq_pages=0, thorough=True))
+    finally:
+        with pytest.raises(fileio.StoreIOError):
+            flusher.stop()
