@@ -63,6 +63,7 @@ INDEX_HEADER_SIZE: Final = 40
 HASH_SLOT_SIZE: Final = 4
 INDEX_ENTRY_SIZE: Final = 20
 INDEX_DIR: Final = "index"
+PREPARED_NAME: Final = "next.tmp"  # a file made ahead of need (IndexService.prepare_next)
 _HEADER: Final = struct.Struct(">qqqqii")
 _ENTRY: Final = struct.Struct(">iqii")
 _I32: Final = struct.Struct(">i")
@@ -278,12 +279,30 @@ class IndexFile:
         Cost: one fallocate of the file's size, a write of the slot table's zeros and two
         fsyncs. Raises StoreIOError."""
         directory = os.fspath(directory)
-        fileio.makedirs(directory)
+        path = cls.free_name(directory, now_ms_value)
+        tmp = cls.prepare(directory, hash_slot_num, index_num, os.path.basename(path) + ".tmp")
+        fileio.rename(tmp, path)
+        fileio.fsync_dir(directory)
+        return cls.install(path, hash_slot_num, index_num, prev_end_phy_offset=prev_end_phy_offset,
+                           prev_end_timestamp=prev_end_timestamp)  # fmt: skip
+
+    @staticmethod
+    def free_name(directory: str, now_ms_value: int) -> str:
+        """The path of a new file named by `now_ms_value`, bumped by 1 ms while taken."""
         ms = now_ms_value
         while os.path.exists(os.path.join(directory, index_file_name(ms))):
             ms += 1
-        path = os.path.join(directory, index_file_name(ms))
-        tmp = path + ".tmp"
+        return os.path.join(directory, index_file_name(ms))
+
+    @staticmethod
+    def prepare(directory: str, hash_slot_num: int, index_num: int, tmp_name: str) -> str:
+        """The first half of `create`, ahead of need: `directory/tmp_name` allocated,
+        its slot table written, fsynced, and left there; returns its path. Rename it to a
+        `free_name`, then `install`; the directory's fsync is the caller's. A writable
+        `IndexService.load` deletes `.tmp` leftovers. Raises StoreIOError (no file left
+        behind)."""
+        fileio.makedirs(directory)
+        tmp = os.path.join(directory, tmp_name)
         fd = fileio.open_file(tmp, create=True)
         try:
             fileio.ftruncate(fd, 0, tmp)
@@ -299,8 +318,20 @@ class IndexFile:
             raise
         finally:
             fileio.close(fd, tmp)
-        fileio.rename(tmp, path)
-        fileio.fsync_dir(directory)
+        return tmp
+
+    @classmethod
+    def install(
+        cls,
+        path: str,
+        hash_slot_num: int,
+        index_num: int,
+        *,
+        prev_end_phy_offset: int = 0,
+        prev_end_timestamp: int = 0,
+    ) -> IndexFile:
+        """Open a file `prepare` made, renamed to its name, as a new empty index file
+        whose header starts at the previous file's end values (when > 0)."""
         f = cls(path, hash_slot_num, index_num)
         if prev_end_phy_offset > 0:
             f._set_header(begin_phy_offset=prev_end_phy_offset, end_phy_offset=prev_end_phy_offset)
@@ -515,6 +546,10 @@ class IndexService:
         self._on_roll = on_roll
         self._defer_roll_flush = defer_roll_flush
         self.rolled: list[IndexFile] = []  # full files not flushed yet (defer_roll_flush)
+        # A file made ahead of need by another thread (`want_prepared`, `prepare_next`),
+        # taken by the next roll; its directory's fsync is then due (`dir_unsynced`).
+        self.prepared: str | None = None
+        self.dir_unsynced = False
         self.files: list[IndexFile] = []
         self.min_destroyed_begin_phy: int | None = None  # set by load() when it destroys
 
@@ -527,6 +562,9 @@ class IndexService:
             return destroyed
         for name in sorted(os.listdir(self.directory)):
             path = os.path.join(self.directory, name)
+            if name.endswith(".tmp") and not self.read_only and os.path.isfile(path):
+                fileio.unlink(path, missing_ok=True)  # a creation or preparation cut short
+                continue
             if not name.isdigit() or not os.path.isfile(path):
                 continue
             if os.stat(path).st_size == 0:
@@ -569,14 +607,32 @@ class IndexService:
             return last
         prev_phy = last.end_phy_offset if last is not None else 0
         prev_ts = last.end_timestamp if last is not None else 0
-        f = IndexFile.create(
-            self.directory,
-            self.hash_slot_num,
-            self.index_num,
-            now_ms_value=self._clock_ms(),
-            prev_end_phy_offset=prev_phy,
-            prev_end_timestamp=prev_ts,
-        )
+        tmp, self.prepared = self.prepared, None
+        if tmp is not None and os.path.exists(tmp):
+            # Made ahead by another thread: a rename, no sync here (`dir_unsynced`).
+            path = IndexFile.free_name(self.directory, self._clock_ms())
+            try:
+                fileio.rename(tmp, path)
+            except fileio.StoreIOError:
+                self.prepared = tmp  # still there: the next try takes it
+                raise
+            self.dir_unsynced = True
+            f = IndexFile.install(
+                path,
+                self.hash_slot_num,
+                self.index_num,
+                prev_end_phy_offset=prev_phy,
+                prev_end_timestamp=prev_ts,
+            )
+        else:
+            f = IndexFile.create(
+                self.directory,
+                self.hash_slot_num,
+                self.index_num,
+                now_ms_value=self._clock_ms(),
+                prev_end_phy_offset=prev_phy,
+                prev_end_timestamp=prev_ts,
+            )
         self.files.append(f)
         if last is not None and self._defer_roll_flush:
             self.rolled.append(last)
@@ -684,10 +740,29 @@ class IndexService:
         for f in self.files:
             f.flush()
 
+    def want_prepared(self) -> bool:
+        """Whether a file should be made ahead of need now (`prepare_next`, in another
+        thread): writable, none prepared, and the newest file at least half full (so a
+        spare file exists only in the second half of a file's life)."""
+        if self.read_only or self.prepared is not None:
+            return False
+        last = self.files[-1] if self.files else None
+        return last is None or last.index_count * 2 >= self.index_num
+
+    def prepare_next(self) -> None:
+        """Make the next file ahead of need (`IndexFile.prepare` as `PREPARED_NAME`) and
+        offer it to the next roll. Any one thread at a time. Raises StoreIOError."""
+        self.prepared = IndexFile.prepare(
+            self.directory, self.hash_slot_num, self.index_num, PREPARED_NAME
+        )
+
     def close(self) -> None:
         for f in self.files:
             f.close()
         self.files = []
+        tmp, self.prepared = self.prepared, None
+        if tmp is not None:
+            fileio.unlink(tmp, missing_ok=True)
 
     def check(self) -> list[Finding]:
         """Per file: entry numbers in range, chains pointing backwards, offsets in order."""

@@ -384,7 +384,21 @@ class Segment(ReferenceCounted):
         path = os.path.join(directory, segment_file_name(start_offset))
         if os.path.exists(path):
             raise FileExistsError(errno.EEXIST, f"segment {path} already exists")
-        tmp = path + ".tmp"
+        tmp = cls.prepare(directory, start_offset, size_bytes)
+        fileio.rename(tmp, path)
+        fileio.fsync_dir(directory)
+        return cls.install(path, size_bytes, write_buffer=write_buffer,
+                           on_buffer_done=on_buffer_done, mmap_sync=mmap_sync,
+                           clock_ms=clock_ms)  # fmt: skip
+
+    @staticmethod
+    def prepare(directory: str, start_offset: int, size_bytes: int, suffix: str = ".tmp") -> str:
+        """The first half of `create`, ahead of need: `<name><suffix>` allocated
+        (fallocate, fsync) and left there; returns its path. `fileio.rename` it to its name, then
+        `install`; the directory's fsync is the caller's (before anything counts on the
+        file surviving a crash). A writable `SegmentQueue.load` deletes `.tmp` leftovers.
+        Raises StoreIOError (no file left behind)."""
+        tmp = os.path.join(directory, segment_file_name(start_offset) + suffix)
         fd = fileio.open_file(tmp, create=True)
         try:
             fileio.ftruncate(fd, 0, tmp)
@@ -398,8 +412,20 @@ class Segment(ReferenceCounted):
             raise
         finally:
             fileio.close(fd, tmp)
-        fileio.rename(tmp, path)
-        fileio.fsync_dir(directory)
+        return tmp
+
+    @classmethod
+    def install(
+        cls,
+        path: str,
+        size_bytes: int,
+        *,
+        write_buffer: WritableBuffer | None = None,
+        on_buffer_done: BufferDone | None = None,
+        mmap_sync: SyncMethod = DEFAULT_MMAP_SYNC,
+        clock_ms: ClockMs = now_ms,
+    ) -> Segment:
+        """Open a file `prepare` made, renamed to its name, as a new empty segment."""
         return cls(
             path,
             size_bytes,

@@ -73,7 +73,8 @@ SleepMs = Callable[[int], None]
 
 DELETE_FILES_BATCH_MAX = 10  # RocketMQ's DELETE_FILES_BATCH_MAX (5.x deleteFileBatchMax)
 TRUNCATE_DESTROY_INTERVAL_MS = 1000
-_TMP_LEFTOVER = re.compile(r"^\d{20}\.tmp$")
+_TMP_LEFTOVER = re.compile(r"^\d{20}(\.next)?\.tmp$")
+PREPARED_SUFFIX = ".next.tmp"  # a file prepared ahead of need (`want_prepared`)
 
 
 class SegmentAllocationError(Exception):
@@ -133,6 +134,10 @@ class SegmentQueue:
         self.committed_where = 0
         self.flushed_where = 0
         self.store_timestamp = 0
+        # Files made ahead of need by another thread (`want_prepared`): start offset ->
+        # path of a `Segment.prepare`d file, set by that thread, taken by `_add`.
+        self.prepared: dict[int, str] = {}
+        self.dir_unsynced = False  # a prepared file was renamed in; its fsync_dir is due
         self._load_findings: list[Finding] = []
         self._skipped_empty_last: str | None = None
         if not read_only:
@@ -251,6 +256,20 @@ class SegmentQueue:
         return released
 
     def _create_in_place(self, start_offset: int) -> Segment:
+        tmp = self.prepared.pop(start_offset, None)
+        if tmp is not None and os.path.exists(tmp):
+            # Made ahead by another thread (`want_prepared`): a rename, no sync here; the
+            # directory's fsync is that thread's next job (`dir_unsynced`).
+            path = os.path.join(self.directory, segment_file_name(start_offset))
+            try:
+                fileio.rename(tmp, path)
+            except fileio.StoreIOError:
+                self.prepared[start_offset] = tmp  # still there: the next try takes it
+                raise
+            self.dir_unsynced = True
+            return Segment.install(
+                path, self.segment_size_bytes, mmap_sync=self.mmap_sync, clock_ms=self._clock_ms
+            )
         return Segment.create(
             self.directory,
             start_offset,
@@ -610,11 +629,36 @@ class SegmentQueue:
         for seg in self._segments.values():
             seg.shutdown(interval_forcibly_ms)
 
+    def want_prepared(self) -> int | None:
+        """Where the next segment starts, when it is worth making ahead of need in another
+        thread (the last segment is at least half written and none is prepared for it):
+        that thread runs `Segment.prepare(directory, start, size, PREPARED_SUFFIX)` and
+        puts the path in `prepared`, and the roll is then a rename (`_add`). None
+        otherwise. Writable queues with the default allocator only. O(1)."""
+        last = self.last()
+        if last is None or self.read_only or self._allocator != self._create_in_place:
+            return None
+        if last.wrote_position * 2 < last.size_bytes:
+            return None
+        start = last.start_offset + self.segment_size_bytes
+        return None if start in self.prepared else start
+
+    def stale_prepared(self) -> list[str]:
+        """Take the prepared files no roll can use any more (they start at or before
+        the last segment: it was made without them); the caller deletes them."""
+        last = self.last()
+        end = -1 if last is None else last.start_offset
+        return [self.prepared.pop(k) for k in [k for k in self.prepared if k <= end]]
+
     def close(self) -> None:
-        """Unmap and close every segment now, keeping the files. Process exit, tests."""
+        """Unmap and close every segment now, keeping the files (prepared ones are
+        deleted). Process exit, tests."""
         for seg in self._segments.values():
             seg.close()
         self._segments.clear()
+        for tmp in self.prepared.values():
+            fileio.unlink(tmp, missing_ok=True)
+        self.prepared.clear()
 
     def destroy(self) -> None:
         """Delete every segment and, if it is then empty, the directory. Tests only."""

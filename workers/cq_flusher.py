@@ -32,6 +32,7 @@ runs after a failure, and nothing is retried: a failed fsync is never retried.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -40,8 +41,9 @@ from dataclasses import dataclass, field
 from mqstore.engine import fileio
 from mqstore.engine.checkpoint import StoreCheckpoint
 from mqstore.engine.dispatch import Dispatcher
-from mqstore.engine.segment import FileSync, Segment
-from mqstore.engine.segment_queue import SegmentQueue
+from mqstore.engine.indexfile import IndexService
+from mqstore.engine.segment import FileSync, Segment, segment_file_name
+from mqstore.engine.segment_queue import PREPARED_SUFFIX, SegmentQueue
 
 
 @dataclass
@@ -53,9 +55,21 @@ class FlushJob:
     logics: int = 0  # > 0: thorough; the checkpoint's logics timestamp once forced
     index: int = 0  # > 0: rolled index files forced; the checkpoint's index timestamp
     write_checkpoint: bool = False
+    # files made ahead of need, after the rest: the next consume-queue file of each
+    # queue listed (its start offset), the next index file; and stale ones deleted
+    prepare_queues: list[tuple[SegmentQueue, int]] = field(default_factory=list)
+    prepare_index: IndexService | None = None
+    unlink: list[str] = field(default_factory=list)
     # the dispatcher's bookkeeping once the job is done (`note_flushed`)
     marks: list[tuple[SegmentQueue, Segment, int]] = field(default_factory=list)
     seconds: float = 0.0  # how long it ran
+
+    @property
+    def empty(self) -> bool:
+        return not (
+            self.files or self.marks or self.dirs or self.write_checkpoint
+            or self.prepare_queues or self.prepare_index or self.unlink
+        )  # fmt: skip
 
     def close(self) -> None:
         """Close every duplicate descriptor (and mapping hold) the job took."""
@@ -69,7 +83,12 @@ class FlushJob:
 
 
 def plan_job(
-    disp: Dispatcher, *, cq_pages: int | None, thorough: bool, all_index: bool = False
+    disp: Dispatcher,
+    *,
+    cq_pages: int | None,
+    thorough: bool,
+    all_index: bool = False,
+    prepare: bool = True,
 ) -> FlushJob:
     """A job for `disp`'s files, planned in the thread that dispatches, without a
     syscall but `dup`: the queue files `ConsumeQueueStore.flush_plan(cq_pages)` lists
@@ -77,7 +96,11 @@ def plan_job(
     the checkpoint's index time becomes the newest one's end), and when `thorough` the
     current index file (`all_index`: every one) and the checkpoint with the logics time
     dispatched so far (`disp.checkpoint`): every unit up to it is in a file the job
-    forces. Raises StoreIOError (dup)."""
+    forces. Also, when `prepare`: the directories a prepared file was renamed into
+    since (fsynced before the checkpoint is written), and the next files to make ahead
+    of need (`SegmentQueue.want_prepared`, `IndexService.want_prepared`), so that a roll
+    in the dispatch loop is a rename, not an allocation with two fsyncs. Raises
+    StoreIOError (dup)."""
     job = FlushJob()
     try:
         if cq_pages is not None:
@@ -85,8 +108,21 @@ def plan_job(
                 if pos > seg.flushed_position:
                     job.files.append(seg.sync_handle(pos))
                 job.marks.append((queue, seg, pos))
+        for cq in disp.queues:
+            q = cq.queue
+            if q.dir_unsynced:
+                job.dirs.append(q.directory)
+                q.dir_unsynced = False
+            job.unlink.extend(q.stale_prepared())
+            if prepare and (start := q.want_prepared()) is not None:
+                job.prepare_queues.append((q, start))
         index = disp.index
         if index is not None:
+            if index.dir_unsynced:
+                job.dirs.append(index.directory)
+                index.dir_unsynced = False
+            if prepare and index.want_prepared():
+                job.prepare_index = index
             rolled, index.rolled = index.rolled, []
             forced = index.files if all_index else rolled
             if thorough and not all_index and index.files and index.files[-1] not in rolled:
@@ -122,9 +158,33 @@ def run_job(job: FlushJob, cp: StoreCheckpoint, physic_ms: Callable[[], int]) ->
             if physic > cp.physic_msg_timestamp:
                 cp.physic_msg_timestamp = physic
             cp.flush()
+        for path in job.unlink:
+            fileio.unlink(path, missing_ok=True)
+        for queue, start in job.prepare_queues:
+            if not _no_space_ok(Segment.prepare, queue.directory, start,
+                                queue.segment_size_bytes, PREPARED_SUFFIX):  # fmt: skip
+                break
+            queue.prepared[start] = os.path.join(
+                queue.directory, segment_file_name(start) + PREPARED_SUFFIX
+            )
+        if job.prepare_index is not None:
+            _no_space_ok(job.prepare_index.prepare_next)
     finally:
         job.close()
         job.seconds = time.perf_counter() - t0
+
+
+def _no_space_ok(fn: Callable[..., object], *args: object) -> bool:
+    """Run a preparation; False when the disk is full (nothing is left behind: the roll
+    then makes the file itself, and the dispatcher waits a full disk out there, said
+    once). Any other error fails the store closed, as any sync."""
+    try:
+        fn(*args)
+    except fileio.StoreIOError as e:
+        if not fileio.is_no_space(e):
+            raise
+        return False
+    return True
 
 
 class FlushThread:

@@ -203,10 +203,10 @@ class DispatchService(Service):
             self.last_flush = now
             if thorough:
                 self.last_thorough = now
-        if job.files or job.marks or job.write_checkpoint:
-            flusher.submit(job)
-        else:
+        if job.empty:
             job.close()
+        else:
+            flusher.submit(job)
 
     def round_or_wait_for_space(self) -> bool:
         """`round_once`, but a full disk (no room for a new consume-queue or index
@@ -252,7 +252,7 @@ class DispatchService(Service):
         index file and write the checkpoint here, drained or out of time."""
         assert self.flusher is not None
         self.flusher.stop()
-        job = plan_job(self.disp, cq_pages=0, thorough=True, all_index=True)
+        job = plan_job(self.disp, cq_pages=0, thorough=True, all_index=True, prepare=False)
         run_job(job, self.cp, self._physic_ms)
         job.apply()
 

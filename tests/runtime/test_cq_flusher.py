@@ -161,3 +161,54 @@ def test_thread_runs_jobs_and_a_failed_sync_is_raised_in_the_loop(parts: Parts) 
     finally:
         with pytest.raises(fileio.StoreIOError):
             flusher.stop()
+
+
+def test_files_are_made_ahead_and_a_roll_renames_them(parts: Parts) -> None:
+    """A queue file half written and an index file half full get their next file made
+    by the thread (allocated and fsynced under a .tmp name); the roll in the loop is a
+    rename, and the directory's fsync is the next job's, before its checkpoint."""
+    parts.dispatch(18)  # 6 units per queue in files of 10; 54 of 63 index keys
+    job = plan_job(parts.disp, cq_pages=None, thorough=False)
+    queues = {q.directory: start for q, start in job.prepare_queues}
+    assert len(queues) == 3 and set(queues.values()) == {CQ_FILE}
+    assert job.prepare_index is parts.disp.index
+    run_job(job, parts.cp, lambda: PHYSIC)
+    for d in queues:
+        ahead = Path(d) / f"{CQ_FILE:020d}.next.tmp"
+        assert ahead.stat().st_size == CQ_FILE
+    index = parts.disp.index
+    assert index is not None and index.prepared is not None
+    assert Path(index.prepared).name == "next.tmp"
+    assert plan_job(parts.disp, cq_pages=None, thorough=False).empty  # nothing twice
+    parts.dispatch(45)  # every queue rolls into its prepared file; the index too
+    for d in queues:
+        names = sorted(p.name for p in Path(d).iterdir())
+        assert names[:2] == ["00000000000000000000", f"{CQ_FILE:020d}"], names
+        assert f"{CQ_FILE:020d}.next.tmp" not in names
+    assert not (Path(index.directory) / "next.tmp").exists() and index.prepared is None
+    nxt = plan_job(parts.disp, cq_pages=0, thorough=True)
+    assert set(queues) | {index.directory} <= set(nxt.dirs)
+    run_job(nxt, parts.cp, lambda: PHYSIC)
+    nxt.apply()
+    assert parts.on_disk().logics_msg_timestamp == parts.results[44].store_timestamp
+
+
+def test_prepared_files_do_not_outlive_the_dispatcher(tmp_path: Path) -> None:
+    """close() deletes files made ahead and never used; a store loaded after a crash
+    deletes them (writable loads only)."""
+    p = Parts(tmp_path, 18)
+    p.dispatch(18)
+    job = plan_job(p.disp, cq_pages=None, thorough=False)
+    run_job(job, p.cp, lambda: PHYSIC)
+    made = sorted(tmp_path.rglob("*.tmp"))
+    assert len(made) == 4, made
+    p.close()
+    assert sorted(tmp_path.rglob("*.tmp")) == []
+    for f in made:  # as a crash leaves them
+        f.write_bytes(b"x")
+    cqs = ConsumeQueueStore.open(tmp_path, CQ_FILE)
+    index = IndexService(tmp_path, SLOTS, ENTRIES)
+    index.load()
+    assert sorted(tmp_path.rglob("*.tmp")) == []
+    cqs.close()
+    index.close()
