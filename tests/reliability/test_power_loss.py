@@ -21,6 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from mqstore import StoreClient
+from mqstore.engine.checkpoint import CheckpointFields
+from mqstore.engine.consumequeue import ConsumeQueueStore
+from mqstore.engine.indexfile import IndexService
 from mqstore.ipc import control as c
 from mqstore.ipc.commit import pid_alive
 from tests.reliability.conftest import FIGURES, sized
@@ -92,3 +96,86 @@ def test_power_loss_cycles(tmp_path: Path, variant: str, seed: int) -> None:
             FIGURES["async-acknowledged lost to power cuts (allowed)"] += o.async_lost
     for k, v in stats.items():
         FIGURES[f"power loss: {k}"] += v
+
+
+CQ_FILE_BYTES = 20 * 256  # a new queue file every 256 messages
+CQ_CONFIG: dict[str, object] = {
+    "flush_disk_type": "ASYNC_FLUSH",
+    "consume_queue_file_size_bytes": CQ_FILE_BYTES,
+    "max_hash_slot_num": 64,
+    "max_index_num": 256,  # an index roll every 127 messages (two keys each)
+    # a thorough flush (the checkpoint) every second; in between, queue files are forced
+    # only once full or two pages ahead, so units wait up to a second to be durable
+    "flush_consume_queue_interval_ms": 250,
+    "flush_consume_queue_thorough_interval_ms": 1000,
+}
+
+
+def test_checkpoint_is_never_ahead_of_the_durable_queues(tmp_path: Path) -> None:
+    """The dispatcher's flush thread writes the checkpoint's logics time only for units it
+    forced, and its index time only for a rolled index file it forced (spec §5). Cut the
+    power while it runs (the durability seam: only what was synced survives), then on
+    that disk: every record stored at or before the logics time has its unit in the
+    consume queues (of an earlier ms: store times are in ms), and the index file that
+    ended at the index time is there, full.
+    Before the flush thread, an index roll wrote the in-memory logics time, ahead of
+    the queues' last flush."""
+    store_dir = tmp_path / "store"
+    shadow = tmp_path / "shadow"
+    st = GroupStore(store_dir, CQ_CONFIG)
+    seed_shadow(store_dir, shadow)
+    st.start(shadow_env(store_dir, shadow))
+    try:
+        st.wait_workers_running()
+        with StoreClient.attach(store_dir) as client:
+            n = 0
+
+            def thorough_flushes_seen() -> bool:
+                nonlocal n
+                for _ in range(50):
+                    r = client.put("cp", b"%d" % n, keys=[f"k{n}"], queue_id=n % 3)
+                    assert r.ok, r
+                    n += 1
+                cp = CheckpointFields.from_bytes((store_dir / "checkpoint").read_bytes())
+                return n >= 2000 and cp.logics_msg_timestamp > 0 and cp.index_msg_timestamp > 0
+
+            wait_for(thorough_flushes_seen, 120, "checkpoints written while puts go on")
+            workers = [w["pid"] for w in st.status()["workers"]]
+            assert st.proc is not None
+            os.killpg(st.proc.pid, signal.SIGKILL)  # the power cut, puts still coming
+    finally:
+        if st.proc is not None and st.proc.poll() is None:
+            os.killpg(st.proc.pid, signal.SIGKILL)
+    st.forget_proc()
+    wait_for(lambda: not any(pid_alive(p) for p in workers), 60, "workers gone")
+    records = st.read_log()  # every record written (the page cache survived here)
+    c.remove_leftovers(store_dir)
+    disk = tmp_path / "disk"
+    build_image(store_dir, shadow, disk, None, Counter())
+    cp = CheckpointFields.from_bytes((disk / "checkpoint").read_bytes())
+    assert cp.logics_msg_timestamp > 0 and cp.index_msg_timestamp > 0, cp
+    # store times rise with the log (taken under the reservation lock) in ms: a record
+    # of the logics time's own ms may have been dispatched after the flush was planned
+    covered = [r for r in records if r.store_timestamp < cp.logics_msg_timestamp]
+    assert covered, "the checkpoint covers no record"
+    cqs = ConsumeQueueStore.open(disk, CQ_FILE_BYTES, read_only=True)
+    try:
+        missing = []
+        for r in covered:
+            cq = cqs.get(r.topic, r.queue_id)
+            u = None if cq is None else cq.get(r.queue_offset)
+            if u is None or u.physical_offset != r.physical_offset:
+                missing.append((r.topic, r.queue_id, r.queue_offset))
+        assert not missing, f"{len(missing)} of {len(covered)} covered units not durable"
+    finally:
+        cqs.close()
+    index = IndexService(disk, 64, 256, read_only=True)
+    try:
+        index.load()
+        ends = [f.end_timestamp for f in index.files]
+        assert cp.index_msg_timestamp in ends, (cp.index_msg_timestamp, ends)
+        full = index.files[ends.index(cp.index_msg_timestamp)]  # forced before it counted
+        assert full.is_write_full(), full
+    finally:
+        index.close()
+    FIGURES["checkpoint checked after a power cut: covered units"] += len(covered)
