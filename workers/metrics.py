@@ -11,6 +11,7 @@ wait, append, flush wait: the clients record the total only, exported as
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,25 +27,56 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from mqstore.engine import fileio, record
 from mqstore.engine.diskguard import decode_state
+from mqstore.engine.segment import segment_file_name
 from mqstore.engine.storedir import list_segments
 from mqstore.ipc import control as c
 from mqstore.ipc.results import PutMessageStatus
 from mqstore.workers import stats
 
 
-def _store_timestamp(path: str) -> int | None:
-    """The store timestamp (ms) of the first record of a commit-log file, or None."""
+def _store_timestamp(path: str, pos: int = 0) -> int | None:
+    """The store timestamp (ms) of the record at `pos` of a commit-log file (default its
+    first), or None (no message record there, no file)."""
     try:
         fd = fileio.open_file(path, create=False, read_only=True)
     except fileio.StoreIOError:
         return None
     try:
-        head = fileio.pread(fd, 128, 0, path)
+        head = fileio.pread(fd, 128, pos, path)
     except fileio.StoreIOError:
         return None
     finally:
         fileio.close(fd, path)
     return record.peek_store_timestamp(head)
+
+
+def oldest_undispatched_ms(store_dir: str, cb: c.ControlBlock, sync_flush: bool) -> int | None:
+    """The store time (ms) of the oldest record the dispatcher may dispatch and has not:
+    the one at its position (past a segment's BLANK, the next segment's first), when the
+    position is below its limit (`readable_end`: flushed under SYNC_FLUSH, else what is
+    in the files). None when it has caught up; the store time of the last record it
+    dispatched when the next one cannot be read (not a message: a stop at damage)."""
+    dispatched, end = cb.get(c.OFF_DISPATCHED), cb.readable_end(sync_flush)
+    if dispatched >= end:
+        return None
+    size = cb.segment_size
+    for off in (dispatched, dispatched - dispatched % size + size):
+        if off >= end:
+            break
+        path = os.path.join(store_dir, "commitlog", segment_file_name(off - off % size))
+        ts = _store_timestamp(path, off % size)
+        if ts is not None:
+            return ts
+    return cb.get(c.OFF_DISPATCHED_TS) or None
+
+
+def dispatch_behind_seconds(
+    store_dir: str, cb: c.ControlBlock, sync_flush: bool, now_s: float
+) -> float:
+    """`mqstore_dispatch_behind_seconds`: how long the oldest record the dispatcher could
+    dispatch has waited (now minus its store time), 0 when it has caught up."""
+    ts = oldest_undispatched_ms(store_dir, cb, sync_flush)
+    return 0.0 if ts is None else max(0.0, now_s - ts / 1000)
 
 
 class StoreCollector(Collector):
@@ -56,8 +88,13 @@ class StoreCollector(Collector):
         cb: Callable[[], c.ControlBlock | None],
         totals: Callable[[], stats.Totals],
         read_only: Callable[[], dict[str, str] | None] = lambda: None,
+        *,
+        sync_flush: bool = False,
     ) -> None:
+        """`sync_flush`: the store's flush type (where the dispatcher may go, so what
+        it is behind: `oldest_undispatched_ms`)."""
         self.store_dir = store_dir
+        self.sync_flush = sync_flush
         self._cb = cb
         self._totals = totals
         self._read_only = read_only
@@ -126,13 +163,15 @@ class StoreCollector(Collector):
         yield m
         published, committed = g(c.OFF_PUBLISHED), g(c.OFF_COMMITTED)
         flushed, dispatched = g(c.OFF_FLUSHED), g(c.OFF_DISPATCHED)
+        limit = cb.readable_end(self.sync_flush)
         gauges: list[tuple[str, str, float]] = [
             ("mqstore_commit_behind_bytes", "published but not committed", published - committed),
             ("mqstore_flush_behind_bytes", "committed but not flushed", committed - flushed),
             (
                 "mqstore_dispatch_behind_bytes",
-                "committed but not yet in the consume queues",
-                max(0, committed - dispatched),
+                "readable (flushed under SYNC_FLUSH, else in the files) but not yet in the "
+                "consume queues",
+                max(0, limit - dispatched),
             ),
             ("mqstore_store_size_bytes", "bytes of the commit-log files on disk", size),
         ]
@@ -166,12 +205,12 @@ class StoreCollector(Collector):
                 )
             )
         # 0 while caught up, so an idle store never looks behind
-        behind_s = max(0.0, time.time() - dts / 1000) if dispatched < committed and dts else 0.0
+        behind_s = dispatch_behind_seconds(self.store_dir, cb, self.sync_flush, time.time())
         gauges.append(
             (
                 "mqstore_dispatch_behind_seconds",
                 "0 when the dispatcher has caught up, else now minus the store time of the "
-                "last record it dispatched (how long committed records have waited)",
+                "oldest record it could dispatch and has not (how long it has waited)",
                 behind_s,
             )
         )

@@ -42,7 +42,7 @@ from typing import Any, Final
 
 from mqstore import _native
 from mqstore.conf.load import ConfigError, load_settings
-from mqstore.conf.settings import settings_doc
+from mqstore.conf.settings import FlushDiskType, settings_doc
 from mqstore.engine import fileio
 from mqstore.engine.checkpoint import StoreCheckpoint
 from mqstore.engine.fileio import StoreIOError
@@ -253,6 +253,7 @@ class Supervisor:
                 lambda: self.cb,
                 lambda: self.puts.scrape_totals(self.cb),
                 lambda: self.read_only,
+                sync_flush=s.flush_disk_type is FlushDiskType.SYNC_FLUSH,
             )
             try:
                 self.metrics = MetricsServer(s.metrics_host, port, collector)

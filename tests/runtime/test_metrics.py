@@ -263,3 +263,40 @@ def test_build_info_process_metrics_and_an_idle_store_is_not_behind(
     assert abs(_v(got, "process_start_time_seconds") - sup.create_time()) < 2  # the supervisor
     assert _v(got, "process_resident_memory_bytes") > 0
     assert _v(got, "process_cpu_seconds_total") > 0
+
+
+def test_dispatch_behind_is_how_long_the_oldest_waiting_record_waited(
+    make_store: StoreFactory,
+) -> None:
+    """`mqstore_dispatch_behind_seconds` is the age of the oldest record the dispatcher
+    could dispatch and has not: after an idle spell, a new record waiting is as old as
+    it is, not as old as the idle spell (it was now minus the store time of the last
+    record dispatched: the whole idle time at the first put after it). The dispatcher is
+    held with SIGSTOP while the record waits."""
+    port = _free_port()
+    st = make_store({"metrics_port": port, "heartbeat_timeout_ms": 60_000})
+    st.wait_workers_running()
+    pid = next(w["pid"] for w in st.status()["workers"] if w["name"] == "dispatcher")
+    with StoreClient.attach(st.path) as c:
+        assert c.put("lag", b"first").ok
+        age = ("mqstore_last_dispatched_age_seconds", ())  # there once a record was
+        wait_for(lambda: _scrape(port).get(age, 0.0) >= 2, 60,
+                 "an idle spell of 2 s after the first record was dispatched")  # fmt: skip
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            t0 = time.time()
+            assert c.put("lag", b"second").ok  # SYNC_FLUSH: flushed, so dispatchable
+
+            def waiting() -> Samples | None:
+                s = _scrape(port)
+                return s if _v(s, "mqstore_dispatch_behind_bytes") > 0 else None
+
+            got = wait_for(waiting, 30, "the second record to wait for the dispatcher")
+            behind = _v(got, "mqstore_dispatch_behind_seconds")
+            assert 0 <= behind <= time.time() - t0 + 0.01, behind  # not the idle 2 s
+            wait_for(lambda: _v(_scrape(port), "mqstore_dispatch_behind_seconds") >= 1, 30,
+                     "the waiting record to age")  # fmt: skip
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    wait_for(lambda: _v(_scrape(port), "mqstore_dispatch_behind_seconds") == 0, 60,
+             "the dispatcher to catch up")  # fmt: skip
