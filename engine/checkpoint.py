@@ -5,8 +5,10 @@ One 4096-byte page, big-endian signed longs:
 | off  | size | field                  | written by (in memory)                       | version |
 | ---- | ---- | ---------------------- | -------------------------------------------- | ------- |
 | 0    | 8    | physic_msg_timestamp   | the flusher, after a thorough flush          | all     |
-| 8    | 8    | logics_msg_timestamp   | the dispatcher, per consume-queue entry      | all     |
-| 16   | 8    | index_msg_timestamp    | the index service, when an index file fills  | all     |
+| 8    | 8    | logics_msg_timestamp   | the dispatcher's flush thread (a thorough    | all     |
+|      |      |                        | flush's planned snapshot)                    |         |
+| 16   | 8    | index_msg_timestamp    | the flush thread, once a full index file was | all     |
+|      |      |                        | forced                                       |         |
 | 24   | 8    | master_flushed_offset  | kept as read (RocketMQ 5.x HA)               | 5.x     |
 | 32   | 8    | confirm_phy_offset     | kept as read (RocketMQ 5.x recovery)         | 5.x     |
 | 40   | 4056 | zero (left as found)   |                                              |         |
@@ -16,8 +18,9 @@ fdatasyncs (RocketMQ puts them into its mapping and forces it: the same bytes). 
 file reads 0 for the two 5.x fields and keeps its bytes past 40 untouched. A missing
 file is created as 4096 zero bytes when opened for writing.
 
-Who calls `flush()`: the supervisor at shutdown, the consume-queue flusher after a
-thorough flush, the index service after a roll (spec §5). Readers may open it read-only.
+Who calls `flush()`: the dispatcher's flush thread (`workers.cq_flusher`) after a
+thorough flush and after forcing a full index file, never past what it forced; recovery;
+the supervisor at shutdown (spec §5). Readers may open it read-only.
 """
 
 from __future__ import annotations

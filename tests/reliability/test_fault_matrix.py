@@ -90,6 +90,9 @@ CELLS: list[Cell] = [
     *_both("dispatcher", "mmap", READ_ONLY),  # mapping takes no space: its ENOSPC fails
     *_both("dispatcher", "dup", READ_ONLY),
     *_both("dispatcher", "fdatasync", READ_ONLY),
+    # files made ahead and the directories they are renamed into, synced by the thread
+    *_both("dispatcher", "fsync", READ_ONLY),
+    *_both("dispatcher", "fsync_dir", READ_ONLY),
     *_both("dispatcher", "open", READ_ONLY),
     *_both("dispatcher", "rename", WAITS),
     # cleaner: the request file's unlink, the status file (write_file_atomic)
