@@ -22,6 +22,7 @@ import json
 import os
 import random
 import shutil
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -44,17 +45,20 @@ def from_env() -> ShadowRecorder:
 
 
 class _ShadowLock:
-    """One lock for every process's shadow updates."""
+    """One lock for every process's and thread's shadow updates (the dispatcher syncs
+    in two threads): each holder flocks its own descriptor, kept per thread."""
 
     def __init__(self, shadow: str) -> None:
         self.path = os.path.join(shadow, ".lock")
+        self._held = threading.local()
 
     def __enter__(self) -> None:
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        self._held.fd = fd
 
     def __exit__(self, *exc: object) -> None:
-        os.close(self.fd)
+        os.close(self._held.fd)
 
 
 class ShadowRecorder:
