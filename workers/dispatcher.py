@@ -176,11 +176,12 @@ class DispatchService(Service):
         self.dispatched += res.records
         if res.last_store_timestamp:
             cb.set(c.OFF_DISPATCHED_TS, res.last_store_timestamp)
-        cb.set(c.OFF_DISPATCHED_RECORDS, self.dispatched)
         if res.records:
             for i, n in enumerate(self.lag):
                 cb.set(c.OFF_DISPATCH_LAG_HIST + 8 * i, n)
             cb.set(c.OFF_DISPATCH_LAG_SUM_MS, disp.lag_sum_ms)
+        # after the histogram: a reader that sees the records counted sees their lags
+        cb.set(c.OFF_DISPATCHED_RECORDS, self.dispatched)
         cb.set(c.OFF_DISPATCHED, self.offset)
         self.registry.update(disp)
         return moved
