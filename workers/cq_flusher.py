@@ -96,11 +96,11 @@ def plan_job(
     the checkpoint's index time becomes the newest one's end), and when `thorough` the
     current index file (`all_index`: every one) and the checkpoint with the logics time
     dispatched so far (`disp.checkpoint`): every unit up to it is in a file the job
-    forces. Also, when `prepare`: the directories a prepared file was renamed into
-    since (fsynced before the checkpoint is written), and the next files to make ahead
-    of need (`SegmentQueue.want_prepared`, `IndexService.want_prepared`), so that a roll
-    in the dispatch loop is a rename, not an allocation with two fsyncs. Raises
-    StoreIOError (dup)."""
+    forces. Also the directories a prepared file was renamed into since (fsynced before
+    the checkpoint is written), prepared files no roll can use (deleted), and, when
+    `prepare`, the next files to make ahead of need (`SegmentQueue.want_prepared`,
+    `IndexService.want_prepared`), so that a roll in the dispatch loop is a rename, not
+    an allocation with two fsyncs. Raises StoreIOError (dup)."""
     job = FlushJob()
     try:
         if cq_pages is not None:
