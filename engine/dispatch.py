@@ -225,11 +225,23 @@ class Dispatcher:
             index.load()
         return cls(log, queues, index, checkpoint=checkpoint)
 
-    def resume_offset(self) -> int:
+    def resume_offset(self, published: int | None = None) -> int:
         """Where dispatching resumes (RocketMQ's reputFromOffset at start): the queues'
         max physical offset, at least the log's first offset. Re-dispatching a few
-        records (transactions, fillers) from there is harmless."""
-        return max(self.queues.max_physical_offset(), self.log.min_offset(), 0)
+        records (transactions, fillers) from there is harmless.
+
+        `published`: the position a dispatcher that ran before in this boot last
+        published (`OFF_DISPATCHED`, written after a round's units reached every queue).
+        A round writes its units queue by queue, so a kill between two queues leaves one
+        queue ahead of the others; resuming from the furthest queue would fill the
+        others' units of that round with pre-blanks (RocketMQ dispatches one record at a
+        time and has no such window). Resuming at or below `published` does the round
+        again: units already written are ALREADY_BUILT and the index skips what it holds.
+        """
+        furthest = max(self.queues.max_physical_offset(), self.log.min_offset(), 0)
+        if published is None:
+            return furthest
+        return max(min(furthest, published), self.log.min_offset(), 0)
 
     def close(self) -> None:
         """Close the log view, the queues and the index (not the checkpoint)."""

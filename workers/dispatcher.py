@@ -139,7 +139,9 @@ class DispatchService(Service):
         self.cp = cp  # the flush thread's while it runs
         self.flusher: FlushThread | None = None
         cb = ctx.cb
-        self.offset = max(disp.resume_offset(), 0)
+        # The supervisor seeds OFF_DISPATCHED with the recovered end at boot; a restarted
+        # dispatcher finds there the end of the last round it finished.
+        self.offset = disp.resume_offset(cb.get(c.OFF_DISPATCHED))
         self.segment_size = disp.log.queue.segment_size_bytes
         disp.log.queue.release_before(self.offset)
         cb.set(c.OFF_DISPATCHED, self.offset)

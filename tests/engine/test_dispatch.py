@@ -270,6 +270,40 @@ def test_open_for_a_dispatcher_process_and_resume(tmp_path: Path) -> None:
     writer.close()
 
 
+def test_a_dispatcher_killed_between_two_queues_resumes_from_what_it_published(
+    tmp_path: Path,
+) -> None:
+    geo = Geometry(4096, CQ_FILE, SLOTS, ENTRIES)
+    writer = open_log(tmp_path)
+    results = write_messages(writer, 40)  # queues 0 and 1 alternate
+    d = Dispatcher.open(tmp_path, geo)
+    published = d.dispatch(0, results[20].wrote_offset).next_offset
+    # The next round wrote queue 0's units of records 20..39 and was killed before queue 1's.
+    q0 = d.queues.get("T", 0)
+    assert q0 is not None
+    for i in range(20, 40, 2):
+        r = results[i]
+        put = q0.put(r.wrote_offset, r.wrote_bytes, tags_code(f"tag{i % 3}"), r.queue_offset)
+        assert put is PutStatus.OK
+    d.close()
+    d = Dispatcher.open(tmp_path, geo)
+    # From the furthest queue, queue 1 would get pre-blanks for records 21..37.
+    assert d.resume_offset() == results[38].wrote_offset + results[38].wrote_bytes
+    at = d.resume_offset(published)
+    assert at == published
+    while at < writer.max_offset():
+        at = d.dispatch(at, writer.max_offset()).next_offset
+    for q in (0, 1):
+        cq = d.queues.get("T", q)
+        assert cq is not None
+        got = [(u.physical_offset, u.size) for _, u in cq.units(0, 100)]
+        assert got == [(r.wrote_offset, r.wrote_bytes) for r in results[q::2]]
+    # A first start (nothing published past the queues) still starts at the furthest queue.
+    assert d.resume_offset(writer.max_offset()) == d.resume_offset()
+    d.close()
+    writer.close()
+
+
 def test_a_topic_outside_the_name_rule_never_becomes_a_directory(tmp_path: Path) -> None:
     """Defence in depth: the client refuses such topics (engine.names), but an older store
     or another writer may hold them. The dispatcher refuses the unit and makes no path."""
