@@ -40,6 +40,7 @@ class HeartbeatJudge:
     beat_ms: int = -1  # the last beat seen
     wait_at_beat_ns: int = 0  # the worker's run-queue wait when that beat was seen
     killed: bool = False  # the supervisor sent SIGKILL (and said so)
+    started_ms: int = 0  # wall ms at spawn: a worker that never beat is silent since then
 
     def silence(self, beat_ms: int, now_ms: int) -> tuple[int, int]:
         """`(silent_ms, starved_ms)`: how long the worker has been silent, less the time
@@ -48,5 +49,5 @@ class HeartbeatJudge:
         if beat_ms != self.beat_ms:
             self.beat_ms, self.wait_at_beat_ns = beat_ms, waited
         starved_ms = max(0, waited - self.wait_at_beat_ns) // 1_000_000
-        age_ms = max(0, now_ms - beat_ms)
+        age_ms = max(0, now_ms - max(beat_ms, self.started_ms))
         return max(0, age_ms - starved_ms), starved_ms

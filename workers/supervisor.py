@@ -309,7 +309,7 @@ class Supervisor:
         finally:
             os.close(reason_w)
         w.started = time.monotonic()
-        w.judge = HeartbeatJudge(w.proc.pid)
+        w.judge = HeartbeatJudge(w.proc.pid, started_ms=time.time_ns() // 1_000_000)
         cb.set_worker(w.index, w.spec.name, w.proc.pid, w.restarts, WORKER_STARTING)
         cb.beat(w.index, time.time_ns() // 1_000_000)
 

@@ -85,3 +85,11 @@ def test_busy_cores_do_not_get_workers_killed(tmp_path: os.PathLike[str]) -> Non
                 os.kill(st.proc.pid, signal.SIGTERM)
         st.stop()
     assert st.shm_leftovers() == []
+
+
+def test_a_worker_that_never_beat_is_silent_since_it_was_spawned() -> None:
+    now = time.time_ns() // 1_000_000
+    judge = HeartbeatJudge(os.getpid(), started_ms=now - 250)
+    silent, starved = judge.silence(0, now)  # no beat yet: the control block holds 0
+    assert 0 <= silent + starved <= 250
+    assert judge.silence(now - 40, now)[0] <= 40  # a beat after the spawn counts from the beat
