@@ -8,11 +8,16 @@ STAMP  := $(VENV)/.installed
 
 NATIVE_SRC := $(wildcard ipc/native/*.c ipc/native/*.h engine/native/*.c engine/native/*.h)
 NATIVE_SO  := mqstore/.native-built
+# format("mqstore")'s JVM provider (pipeline/jvm): compiled against the installed
+# pyspark's jars, picked up by pipeline.session.
+JVM_SRC      := $(wildcard pipeline/jvm/src/mqstore/spark/*.java)
+JVM_SERVICES := pipeline/jvm/resources/META-INF/services/org.apache.spark.sql.sources.DataSourceRegister
+PROVIDER_JAR := pipeline/jvm/mqstore-spark.jar
 ASAN_LIB   = $(shell $(CC) -print-file-name=libasan.so)
 
 .PHONY: setup run test lint bench reliability clean sanitize
 
-setup: $(STAMP) $(NATIVE_SO)
+setup: $(STAMP) $(NATIVE_SO) $(PROVIDER_JAR)
 
 # The editable install builds the C extension mqstore._native (setup.py: gcc and the
 # Python headers); later edits of ipc/native/ and engine/native/ rebuild it in place.
@@ -26,10 +31,21 @@ $(NATIVE_SO): $(STAMP) $(NATIVE_SRC)
 	$(PY) setup.py --quiet build_ext --inplace
 	touch $(NATIVE_SO)
 
+# javac and jar come with the JDK Spark 4 runs on (Java 17 or 21).
+$(PROVIDER_JAR): $(STAMP) $(JVM_SRC) $(JVM_SERVICES)
+	rm -rf build/jvm
+	mkdir -p build/jvm/classes/META-INF/services
+	javac --release 17 -Xlint:all,-path,-processing -Werror -d build/jvm/classes \
+		-cp "$$($(PY) -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')/jars/*" \
+		$(JVM_SRC)
+	cp $(JVM_SERVICES) build/jvm/classes/META-INF/services/
+	jar --create --file $@.tmp -C build/jvm/classes .
+	mv $@.tmp $@
+
 run: $(STAMP)
 	$(PY) -m mqstore.workers.demo_run
 
-test: $(STAMP) $(NATIVE_SO)
+test: $(STAMP) $(NATIVE_SO) $(PROVIDER_JAR)
 	$(PY) -m pytest tests --ignore=tests/load
 	@if [ -d tests/load ]; then $(PY) -m pytest -n 4 tests/load; fi
 
@@ -60,4 +76,4 @@ sanitize: $(STAMP)
 		$(PY) -m pytest tests/native -p no:cacheprovider
 
 clean:
-	rm -rf $(VENV) data build *.egg-info mqstore/*.so $(NATIVE_SO)
+	rm -rf $(VENV) data build *.egg-info mqstore/*.so $(NATIVE_SO) $(PROVIDER_JAR)

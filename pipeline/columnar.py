@@ -38,7 +38,7 @@ from mqstore.engine.filler import is_filler
 from mqstore.engine.recordcodes import format_host
 from mqstore.engine.scan import BIT_FILLER, RecordScan
 from mqstore.engine.scan import COLUMNS as SCAN_COLUMNS
-from mqstore.pipeline.schema import ARROW_SCHEMA, COLUMN_NAMES, PROPERTIES_TYPE
+from mqstore.pipeline.schema import COLUMN_NAMES, PROPERTIES_TYPE, arrow_schema
 
 HOST_V6_MASK = int(rec.SysFlag.BORNHOST_V6 | rec.SysFlag.STOREHOST_V6)
 CRC_MISMATCH = "body CRC mismatch"
@@ -66,6 +66,10 @@ BoolArray = npt.NDArray[np.bool_]
 # byte -> its two upper-case hex characters, as one 16-bit cell (memory order kept)
 _HEX = np.frombuffer(b"".join(b"%02X" % i for i in range(256)), dtype=np.uint16)
 _AR12 = np.arange(12, dtype=np.int64)
+_GATHERED = frozenset(
+    ("magic", "body_crc", "born_host", "store_host", "reconsume_times",
+     "prepared_transaction_offset", "msg_id")
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,44 +249,63 @@ def _gathered(nb: npt.NDArray[np.uint8], pos: IntArray) -> dict[str, pa.Array]:
 
 
 def build_fast(
-    data: pa.Buffer, nb: npt.NDArray[np.uint8], cols: Columns, flt: RecordFilter, crc_ok: bool
+    data: pa.Buffer,
+    nb: npt.NDArray[np.uint8],
+    cols: Columns,
+    flt: RecordFilter,
+    crc_ok: bool,
+    columns: Sequence[str] = COLUMN_NAMES,
 ) -> pa.RecordBatch:
-    """Rows for records with IPv4 hosts; raises ArrowInvalid when some text is not UTF-8."""
-    topic = slices_to_array(data, nb, cols["topic_pos"], cols["topic_len"], pa.string())
+    """Rows for records with IPv4 hosts, only `columns` of them (each built only when
+    asked for); raises ArrowInvalid when some text is not UTF-8."""
+    topic = None
     if flt.topic is not None:
+        topic = slices_to_array(data, nb, cols["topic_pos"], cols["topic_len"], pa.string())
         keep = np.asarray(pc.equal(topic, pa.scalar(flt.topic, pa.string())))
         if not keep.all():
             sel = np.nonzero(keep)[0]
             cols = take(cols, sel)
             topic = topic.take(pa.array(sel))
     n = len(cols["pos"])
-    body = slices_to_array(data, nb, cols["body_pos"], cols["body_len"], pa.binary())
-    props = properties_map(
-        slices_to_array(data, nb, cols["props_pos"], cols["props_len"], pa.string())
-    )
-    columns: dict[str, pa.Array] = {
-        "physical_offset": _ints(cols["physical_offset"], np.int64),
-        "size": _ints(cols["size"], np.int32),
-        "crc_ok": pa.repeat(pa.scalar(crc_ok), n),
-        "queue_id": _ints(cols["queue_id"], np.int32),
-        "flag": _ints(cols["flag"], np.int32),
-        "queue_offset": _ints(cols["queue_offset"], np.int64),
-        "sys_flag": _ints(cols["sys_flag"], np.int32),
-        "born_timestamp": _ints(cols["born_timestamp"], np.int64),
-        "store_timestamp": _ints(cols["store_timestamp"], np.int64),
-        "topic": topic,
-        "body": body,
-        "properties": props,
-        "tags": pc.map_lookup(props, pa.scalar(rec.PROPERTY_TAGS), "last"),
-        "keys": pc.map_lookup(props, pa.scalar(rec.PROPERTY_KEYS), "last"),
-        "problem": pa.repeat(pa.scalar(None if crc_ok else CRC_MISMATCH, pa.string()), n),
-        **_gathered(nb, cols["pos"]),
-    }
-    return pa.RecordBatch.from_arrays([columns[c] for c in COLUMN_NAMES], schema=ARROW_SCHEMA)
+    wanted = set(columns)
+    out: dict[str, pa.Array] = {}
+    for name, kind in (
+        ("physical_offset", np.int64), ("size", np.int32), ("queue_id", np.int32),
+        ("flag", np.int32), ("queue_offset", np.int64), ("sys_flag", np.int32),
+        ("born_timestamp", np.int64), ("store_timestamp", np.int64),
+    ):  # fmt: skip
+        if name in wanted:
+            out[name] = _ints(cols[name], kind)
+    if "crc_ok" in wanted:
+        out["crc_ok"] = pa.repeat(pa.scalar(crc_ok), n)
+    if "problem" in wanted:
+        out["problem"] = pa.repeat(pa.scalar(None if crc_ok else CRC_MISMATCH, pa.string()), n)
+    if "topic" in wanted:
+        out["topic"] = (
+            topic
+            if topic is not None
+            else slices_to_array(data, nb, cols["topic_pos"], cols["topic_len"], pa.string())
+        )
+    if "body" in wanted:
+        out["body"] = slices_to_array(data, nb, cols["body_pos"], cols["body_len"], pa.binary())
+    if wanted & {"properties", "tags", "keys"}:
+        props = properties_map(
+            slices_to_array(data, nb, cols["props_pos"], cols["props_len"], pa.string())
+        )
+        out["properties"] = props
+        out["tags"] = pc.map_lookup(props, pa.scalar(rec.PROPERTY_TAGS), "last")
+        out["keys"] = pc.map_lookup(props, pa.scalar(rec.PROPERTY_KEYS), "last")
+    if wanted & _GATHERED:
+        out.update(_gathered(nb, cols["pos"]))
+    return pa.RecordBatch.from_arrays([out[c] for c in columns], schema=arrow_schema(columns))
 
 
 def build_slow(
-    buf: bytes, starts: Sequence[int], flt: RecordFilter, include_corrupt: bool
+    buf: bytes,
+    starts: Sequence[int],
+    flt: RecordFilter,
+    include_corrupt: bool,
+    columns: Sequence[str] = COLUMN_NAMES,
 ) -> pa.RecordBatch:
     """The same rows through the engine's own `decode()`, one record at a time."""
     rows = []
@@ -294,7 +317,7 @@ def build_slow(
             continue
         row = record_row(d)
         rows.append(row)
-    return rows_to_batch(rows)
+    return rows_to_batch(rows, columns)
 
 
 def record_row(d: rec.DecodedRecord) -> dict[str, Any]:
@@ -313,8 +336,11 @@ def gap_row(physical_offset: int, size: int, magic: int | None, problem: str) ->
     return row
 
 
-def rows_to_batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pylist(rows, schema=ARROW_SCHEMA)
+def rows_to_batch(
+    rows: list[dict[str, Any]], columns: Sequence[str] = COLUMN_NAMES
+) -> pa.RecordBatch:
+    """`columns` of the rows (dicts holding every column)."""
+    return pa.RecordBatch.from_pylist(rows, schema=arrow_schema(columns))
 
 
 def decode_run(
@@ -325,8 +351,10 @@ def decode_run(
     flt: RecordFilter,
     *,
     crc_ok: bool = True,
+    columns: Sequence[str] = COLUMN_NAMES,
 ) -> pa.RecordBatch:
-    """Rows for the scanned records `cols`, fillers dropped and `flt` applied. `crc_ok`
+    """`columns` of the rows for the scanned records `cols`, fillers dropped and `flt`
+    applied. `crc_ok`
     says whether their body CRCs matched (the source makes a run of mismatches only
     under includeCorrupt, so a run with crc_ok False is always kept)."""
     keep = ((cols["bits"] & BIT_FILLER) == 0) & flt.time_mask(cols["store_timestamp"])
@@ -334,7 +362,7 @@ def decode_run(
         cols = take(cols, keep)
     if not (cols["sys_flag"] & HOST_V6_MASK).any():
         try:
-            return build_fast(data, nb, cols, flt, crc_ok)
+            return build_fast(data, nb, cols, flt, crc_ok, columns)
         except pa.ArrowInvalid:
             pass  # text that is not UTF-8: the engine replaces it, as Java does
-    return build_slow(buf, cols["pos"].tolist(), flt, include_corrupt=not crc_ok)
+    return build_slow(buf, cols["pos"].tolist(), flt, include_corrupt=not crc_ok, columns=columns)

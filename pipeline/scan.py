@@ -51,6 +51,7 @@ from mqstore.engine import record as rec
 from mqstore.engine.scan import ScanStop, scan_records
 from mqstore.pipeline import columnar, storefs
 from mqstore.pipeline.columnar import NO_FILTER, RecordFilter
+from mqstore.pipeline.schema import COLUMN_NAMES
 
 DEFAULT_MAX_RECORD_BYTES = rec.DEFAULT_MAX_MESSAGE_SIZE + rec.RECORD_SIZE_SLACK
 DEFAULT_BATCH_ROWS = 16384
@@ -81,6 +82,8 @@ class ScanOptions:
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     batch_rows: int = DEFAULT_BATCH_ROWS
     include_corrupt: bool = False
+    # the columns to build, in this order (those the query reads, when Spark prunes)
+    columns: tuple[str, ...] = COLUMN_NAMES
 
     @property
     def blank_bound(self) -> int:
@@ -234,13 +237,14 @@ def _batches(
     flt: RecordFilter,
     *,
     crc_ok: bool,
+    columns: tuple[str, ...],
 ) -> Iterator[pa.RecordBatch]:
     """The rows of the scanned records that start in the split (at or after `begin`)."""
     starts = cols["pos"]
     if len(starts) and starts[0] < begin:
         cols = columnar.take(cols, starts >= begin)
     if len(cols["pos"]):
-        batch = columnar.decode_run(w.buf, nb, data, cols, flt, crc_ok=crc_ok)
+        batch = columnar.decode_run(w.buf, nb, data, cols, flt, crc_ok=crc_ok, columns=columns)
         if batch.num_rows:
             yield batch
 
@@ -269,6 +273,7 @@ def scan_split(
     nb = columnar.as_bytes_array(buf)
     data = pa.py_buffer(buf)
     begin, end = spec.begin - read_from, spec.end - read_from
+    columns = opts.columns
     live_cut = spec.readable_bytes < spec.file_size_bytes
     if trust_start:
         pos = 0
@@ -280,13 +285,15 @@ def scan_split(
     while True:
         run = read_run(w, pos, end, opts)
         stopped_at, why = run.stopped_at, run.why
-        yield from _batches(w, nb, data, run.cols, begin, flt, crc_ok=True)
+        yield from _batches(w, nb, data, run.cols, begin, flt, crc_ok=True, columns=columns)
         if why is Stop.MORE:
             pos = stopped_at
             continue
         if run.bad_crc is not None:
             if opts.include_corrupt:
-                yield from _batches(w, nb, data, run.bad_crc, begin, flt, crc_ok=False)
+                yield from _batches(
+                    w, nb, data, run.bad_crc, begin, flt, crc_ok=False, columns=columns
+                )
             pos = stopped_at + int(run.bad_crc["size"][0])
             continue
         if why in (Stop.OWNED_END, Stop.BLANK):
@@ -306,7 +313,7 @@ def scan_split(
                 row = columnar.gap_row(
                     w.base + stopped_at, gap_end - read_from - stopped_at, magic, reason
                 )
-                yield columnar.rows_to_batch([row])
+                yield columnar.rows_to_batch([row], columns)
         if nxt is None or nxt.blank:
             return
         pos = nxt.pos

@@ -34,6 +34,7 @@ its length, `crc_ok` = false, `problem` set and the record fields null.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -82,6 +83,13 @@ _ARROW_OF: dict[str, pa.DataType] = {
 }
 
 ARROW_SCHEMA: pa.Schema = pa.schema([pa.field(n, _ARROW_OF[k], nullable=True) for n, k in COLUMNS])
+
+
+def arrow_schema(columns: Sequence[str]) -> pa.Schema:
+    """The Arrow schema of these columns, in this order (a query reads only some)."""
+    if tuple(columns) == COLUMN_NAMES:
+        return ARROW_SCHEMA
+    return pa.schema([ARROW_SCHEMA.field(c) for c in columns])
 
 
 def spark_schema() -> Any:

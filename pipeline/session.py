@@ -45,6 +45,9 @@ BASE_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
 }
 PROGRESS_CONF = "spark.ui.showConsoleProgress"
+# `format("mqstore")`'s JVM provider (pipeline/jvm, built by `make setup`): the Python
+# source with column pruning. Without it the Python source alone serves the name.
+PROVIDER_JAR = Path(__file__).resolve().parent / "jvm" / "mqstore-spark.jar"
 
 
 class SparkStartError(RuntimeError):
@@ -148,7 +151,11 @@ def start_session(
     elif not launched_by_spark_submit():
         builder = builder.master(DEFAULT_MASTER)
     progress = spark_log is None and sys.stderr.isatty()  # `\r` bars garble a file
-    for key, value in {**BASE_CONF, PROGRESS_CONF: str(progress).lower(), **(conf or {})}.items():
+    settings = {**BASE_CONF, PROGRESS_CONF: str(progress).lower(), **(conf or {})}
+    if PROVIDER_JAR.is_file():
+        jars = [j for j in settings.get("spark.jars", "").split(",") if j]
+        settings["spark.jars"] = ",".join([*jars, str(PROVIDER_JAR)])
+    for key, value in settings.items():
         builder = builder.config(key, value)
     try:
         with _output_to(spark_log):

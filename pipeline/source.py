@@ -29,20 +29,31 @@ that jumped back. With `topic` or a store-time range, an unreadable byte range i
 row (it has neither). Fillers (`engine.filler`: what the publisher writes over a dead
 producer's reservation) are never rows.
 
+Two names, one reader. `format("mqstore")` is the JVM provider `pipeline/jvm`
+(`mqstore.spark.MqStoreProvider`, built by `make setup`, added to the session by
+`pipeline.session`): this same source, registered as `mqstore_python`, behind a scan
+builder that takes the columns a query needs. Spark 4 gives a Python data source no
+column pruning (its `PythonScanBuilder` takes no required columns), so the Python source
+alone builds every column of every row and ships them all to the JVM; behind the
+provider, `reader(schema)` gets only the query's columns and builds only those
+(`count()` reads `physical_offset`). Where the jar is not on the driver's class path
+(a session started elsewhere), `register` names this source `mqstore` too.
+
 No filter is pushed down. Spark 4's Python data sources keep the plan of the last query
 that pushed filters (its partitions and read function) on the DataFrame's table provider
 (`PythonDataSourceV2.readInfo`, shared by every query on the DataFrame), and a later
-query on it that pushes none (a plain `count()`) runs that plan again: it would see only
-the rows the earlier filter kept. So `where` clauses stay with Spark, and what a
-DataFrame reads is decided once, by its options (`topic` and the store-time range
-above), for every query on it. Give the options to read less.
+query on it that pushes none (a plain `count()`) would run that plan again. So `where`
+clauses stay with Spark, and what a DataFrame reads is decided once, by its options
+(`topic` and the store-time range above), for every query on it. Give the options to
+read less.
 
 Planning (the driver's Python worker) lists the store through `pyarrow.fs` and, with a
 store-time range, reads each segment's first record header (about 100 bytes) to skip
-segments. Spark plans a DataFrame's read once, at its first query: later queries on it
-read the same segments up to the same offsets (a live store's flushed offset then), so
-load the store again to see what was written since. (A session that turns on
-`spark.sql.python.filterPushdown.enabled` plans again for each query with a filter.)
+segments. A DataFrame's read is planned at its first query: the provider keeps those
+partitions, and every later query on the DataFrame, whatever its columns, reads them (a
+live store up to the flushed offset of then), so load the store again to see what was
+written since.
+
 Reading happens on executors (`pipeline.scan`); nothing attaches shared memory, so an
 executor only needs the files to be reachable by URI.
 """
@@ -59,9 +70,12 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from mqstore.engine import record as rec
 from mqstore.pipeline import scan, storefs
 from mqstore.pipeline.columnar import RecordFilter
-from mqstore.pipeline.schema import DDL
+from mqstore.pipeline.schema import COLUMN_NAMES, COLUMNS, DDL
 
 FORMAT_NAME = "mqstore"
+# the Python source's own name in a session; "mqstore" is the JVM provider in front of it
+PYTHON_FORMAT_NAME = "mqstore_python"
+JVM_PROVIDER = "mqstore.spark.MqStoreProvider"
 DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
 # what Spark's options hold (lower-cased: Spark hands them over case-insensitively)
 OPTIONS = frozenset(
@@ -111,6 +125,26 @@ def _epoch_ms(options: Mapping[str, str], name: str) -> int | None:
     if value is None:
         raise ValueError(f"option {name} must be epoch milliseconds, got {raw!r}")
     return value
+
+
+def columns_of(schema: Any) -> tuple[str, ...]:
+    """The columns Spark asks the reader for (all of them, or those a query reads when the
+    JVM provider prunes them), checked against ours; None means all. Raises ValueError."""
+    if schema is None:
+        return COLUMN_NAMES
+    ours = dict(COLUMNS)
+    names = []
+    for field in schema.fields:
+        kind = ours.get(field.name)
+        if kind is None or field.dataType.simpleString() != kind:
+            raise ValueError(
+                f'spark.read.format("mqstore"): no column {field.name} '
+                f"{field.dataType.simpleString()}; its columns are: {DDL}"
+            )
+        names.append(field.name)
+    if not names:
+        raise ValueError('spark.read.format("mqstore"): a read needs at least one column')
+    return tuple(names)
 
 
 def record_filter(options: Mapping[str, str]) -> RecordFilter:
@@ -207,7 +241,8 @@ class MqStoreDataSource(DataSource):
         return DDL
 
     def reader(self, schema: Any) -> DataSourceReader:
-        """Raises ValueError for a missing store, an unknown option or a bad value."""
+        """A reader of `schema`'s columns (a subset of ours, in any order). Raises
+        ValueError for a missing store, an unknown option or a bad value."""
         opts = self.options
         unknown = sorted(set(opts) - OPTIONS)
         if unknown:
@@ -224,6 +259,7 @@ class MqStoreDataSource(DataSource):
                 max_record_bytes=_int(opts, "maxRecordBytes", scan.DEFAULT_MAX_RECORD_BYTES),
                 batch_rows=_int(opts, "batchRows", scan.DEFAULT_BATCH_ROWS),
                 include_corrupt=_flag(opts, "includeCorrupt", False),
+                columns=columns_of(schema),
             ),
             filter=record_filter(opts),
             split_bytes=_int(opts, "splitBytes", DEFAULT_SPLIT_BYTES),
@@ -233,6 +269,26 @@ class MqStoreDataSource(DataSource):
         return MqStoreReader(plan)
 
 
+class MqStorePythonSource(MqStoreDataSource):
+    """The same source under the name the JVM provider looks it up by."""
+
+    @classmethod
+    def name(cls) -> str:
+        return PYTHON_FORMAT_NAME
+
+
+def jvm_provider_loaded(spark: Any) -> bool:
+    """Is the JVM provider (`pipeline/jvm`, on the driver's class path) in this session?"""
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:  # Spark Connect: no JVM of ours to ask
+        return False
+    return bool(jvm.org.apache.spark.util.Utils.classIsLoadable(JVM_PROVIDER))
+
+
 def register(spark: Any) -> None:
-    """Make `format("mqstore")` available in this session."""
-    spark.dataSource.register(MqStoreDataSource)
+    """Make `format("mqstore")` available in this session: the JVM provider, which reads
+    only the columns a query needs, when the session has its jar (`session.start_session`
+    adds it); else this Python source alone under that name, which reads them all."""
+    spark.dataSource.register(MqStorePythonSource)
+    if not jvm_provider_loaded(spark):
+        spark.dataSource.register(MqStoreDataSource)

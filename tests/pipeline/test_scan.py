@@ -19,6 +19,7 @@ from pyspark.sql.datasource import CaseInsensitiveDict
 from mqstore.engine import record as rec
 from mqstore.pipeline import plain, scan, source, storefs
 from mqstore.pipeline.columnar import NO_FILTER, RecordFilter
+from mqstore.pipeline.schema import COLUMN_NAMES
 from tests.pipeline import storegen
 from tests.pipeline.rows import by_offset, plain_row
 
@@ -33,9 +34,12 @@ def read_rows(
     include_corrupt: bool = False,
     flt: RecordFilter = NO_FILTER,
     honour_flushed: bool = True,
+    columns: tuple[str, ...] = COLUMN_NAMES,
 ) -> list[dict[str, Any]]:
     """Every row of every split, as the Spark tasks would produce them."""
-    opts = scan.ScanOptions(max_record_bytes=max_record_bytes, include_corrupt=include_corrupt)
+    opts = scan.ScanOptions(
+        max_record_bytes=max_record_bytes, include_corrupt=include_corrupt, columns=columns
+    )
     plan = source.ReadPlan(str(store), opts, flt, split_bytes, honour_flushed, True)
     fs, _root = storefs.resolve(str(store))
     rows: list[dict[str, Any]] = []
@@ -187,6 +191,70 @@ def test_corrupt_records_are_skipped_by_default_and_reported_under_include_corru
         assert bad[0]["problem"] == "body CRC mismatch" and bad[0]["topic"] == "T"
         assert bad[1]["topic"] is None  # an unreadable range, up to the next record
         assert bad[1]["physical_offset"] + bad[1]["size"] == offsets[251]
+
+
+# what queries read: one column, the cheapest, a few of each kind (gathered from the header,
+# built from the properties, the problem of a corrupt row), in any order, and all of them
+COLUMN_SETS = [
+    ("body",),
+    ("physical_offset",),
+    ("topic", "queue_id", "store_timestamp"),
+    ("problem", "size", "crc_ok", "physical_offset", "magic"),
+    ("keys", "msg_id", "born_host", "tags", "store_host", "reconsume_times"),
+    ("properties", "body_crc", "prepared_transaction_offset", "flag", "sys_flag"),
+    tuple(reversed(COLUMN_NAMES)),
+]
+
+
+def _project(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> list[dict[str, Any]]:
+    return [{c: r[c] for c in columns} for r in rows]
+
+
+@pytest.mark.parametrize("columns", COLUMN_SETS, ids=lambda c: ",".join(c)[:40])
+def test_a_read_of_some_columns_gives_those_columns_of_the_whole_rows(
+    tmp_path: Path, mixed_store: Path, columns: tuple[str, ...]
+) -> None:
+    """What Spark's column pruning asks of the reader (`pipeline/jvm`): the same rows, in
+    the same order, with only the columns asked for, in the order asked for; on V2 and
+    IPv6 records (the engine-decoded path), corrupt ones, unreadable ranges and a filter."""
+    root = tmp_path / "bad"
+    msgs = [rec.Message(topic="T", body=b"p%d " % i * 10, queue_id=i % 3) for i in range(400)]
+    offsets = storegen.write_store(root, msgs, segment_bytes=16384, fillers={7, 300})
+    _damage(root, offsets[50], 88, b"\xff")  # a CRC mismatch
+    _damage(root, offsets[250], 0, struct.pack(">i", 7))  # an unreadable range
+    biggest = largest_record(mixed_store)
+    lo = expected(mixed_store)[200]["store_timestamp"]
+    cases: list[tuple[Path, dict[str, Any]]] = [
+        (mixed_store, {"max_record_bytes": biggest}),
+        (mixed_store, {"max_record_bytes": biggest, "flt": RecordFilter("orders", lo, None)}),
+        (root, {"max_record_bytes": 4096, "include_corrupt": True}),
+        (root, {"max_record_bytes": 4096}),
+    ]
+    for store, kw in cases:
+        for split in (997, 1 << 20):
+            whole = read_rows(store, split, **kw)
+            some = read_rows(store, split, columns=columns, **kw)
+            assert [list(r) for r in some[:1]] == [list(columns)]
+            assert some == _project(whole, columns), (store.name, kw, split)
+            assert len(whole) > 100
+
+
+def test_a_reader_builds_the_columns_spark_asks_for() -> None:
+    from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType
+
+    def schema(*fields: tuple[str, Any]) -> StructType:
+        return StructType([StructField(n, t) for n, t in fields])
+
+    assert source.columns_of(None) == COLUMN_NAMES
+    pruned = schema(("msg_id", StringType()), ("body", BinaryType()))
+    reader = source.MqStoreDataSource(_options()).reader(pruned)
+    assert isinstance(reader, source.MqStoreReader)
+    assert reader.plan.opts.columns == ("msg_id", "body")
+    for bad in (("msg_id", BinaryType()), ("nope", IntegerType())):
+        with pytest.raises(ValueError, match="no column"):
+            source.columns_of(schema(bad))
+    with pytest.raises(ValueError, match="at least one column"):
+        source.columns_of(schema())
 
 
 def test_time_filter_skips_segments_and_rows(tmp_path: Path) -> None:

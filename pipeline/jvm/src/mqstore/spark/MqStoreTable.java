@@ -1,0 +1,100 @@
+package mqstore.spark;
+
+import java.util.EnumSet;
+import java.util.Set;
+
+import org.apache.spark.sql.connector.catalog.Column;
+import org.apache.spark.sql.connector.catalog.SupportsRead;
+import org.apache.spark.sql.connector.catalog.TableCapability;
+import org.apache.spark.sql.connector.read.Scan;
+import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
+import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceReadInfo;
+import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
+import org.apache.spark.sql.execution.datasources.v2.python.PythonScan;
+import org.apache.spark.sql.sources.Filter;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+
+import scala.collection.immutable.Seq;
+
+/**
+ * One loaded store: every query on the DataFrame scans it.
+ *
+ * <p>What a DataFrame reads is decided once, at its first query (the Python source's
+ * docstring): the partitions (segments, byte ranges, a live store's flushed offset) that
+ * the first scan plans are kept here, and every later scan, whatever columns it reads,
+ * reads those partitions with a read function made for its own columns.
+ */
+final class MqStoreTable implements SupportsRead {
+  private final StructType schema;
+  private Seq<byte[]> partitions; // the first scan's plan, pickled by the Python source
+
+  MqStoreTable(StructType schema) {
+    this.schema = schema;
+  }
+
+  @Override
+  public String name() {
+    return "mqstore";
+  }
+
+  @Override
+  public Column[] columns() {
+    StructField[] fields = schema.fields();
+    Column[] out = new Column[fields.length];
+    for (int i = 0; i < fields.length; i++) {
+      out[i] = Column.create(fields[i].name(), fields[i].dataType(), fields[i].nullable());
+    }
+    return out;
+  }
+
+  @Override
+  public Set<TableCapability> capabilities() {
+    return EnumSet.of(TableCapability.BATCH_READ);
+  }
+
+  @Override
+  public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
+    return new Builder(options);
+  }
+
+  /** The read function for `columns`, over the partitions of the table's first scan. */
+  synchronized PythonDataSourceReadInfo readInfo(
+      PythonDataSourceV2 ds, StructType columns, CaseInsensitiveStringMap options) {
+    PythonDataSourceReadInfo info =
+        ds.getOrCreateReadInfo(MqStoreProvider.PYTHON_NAME, options, columns, false);
+    if (partitions == null) {
+      partitions = info.partitions();
+      return info;
+    }
+    return PythonDataSourceReadInfo.apply(info.func(), partitions);
+  }
+
+  private final class Builder implements ScanBuilder, SupportsPushDownRequiredColumns {
+    private final CaseInsensitiveStringMap options;
+    private StructType required;
+
+    Builder(CaseInsensitiveStringMap options) {
+      this.options = options;
+      this.required = schema;
+    }
+
+    @Override
+    public void pruneColumns(StructType requiredSchema) {
+      // a query that needs no column (count()) still needs rows: read the cheapest one
+      required =
+          requiredSchema.isEmpty()
+              ? new StructType(new StructField[] {schema.fields()[0]})
+              : requiredSchema;
+    }
+
+    @Override
+    public Scan build() {
+      PythonDataSourceV2 ds = MqStoreProvider.python();
+      ds.setReadInfo(readInfo(ds, required, options));
+      return new PythonScan(ds, MqStoreProvider.PYTHON_NAME, required, options, new Filter[0]);
+    }
+  }
+}
