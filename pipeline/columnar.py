@@ -132,7 +132,7 @@ def take(cols: Columns, sel: npt.NDArray[Any] | slice) -> Columns:
     return {name: col[sel] for name, col in cols.items()}
 
 
-def as_bytes_array(buf: bytes) -> npt.NDArray[np.uint8]:
+def as_bytes_array(buf: bytes | memoryview) -> npt.NDArray[np.uint8]:
     return np.frombuffer(buf, dtype=np.uint8)
 
 
@@ -161,15 +161,15 @@ def _inline(nb: npt.NDArray[np.uint8], pos: IntArray, length: IntArray) -> npt.N
 def _view_buffer(nb: npt.NDArray[np.uint8], pos: IntArray, length: IntArray) -> pa.Buffer:
     """Arrow binary-view structs (16 bytes each) for the slices buf[pos:pos+length]: a
     slice of up to 12 bytes is inlined, a longer one is its 4-byte prefix, buffer 0 and
-    its offset in the buffer."""
-    views = np.zeros((len(pos), 4), dtype="<i4")
+    its offset in the buffer. (Every row is first written as a long one, whole columns
+    at a time; the short ones are then overwritten.)"""
+    views = np.empty((len(pos), 4), dtype="<i4")
     views[:, 0] = length
     raw = views.view(np.uint8)
+    raw[:, 4:8] = _windows(nb, 4)[np.minimum(pos, len(nb) - 4)]
+    views[:, 2] = 0
+    views[:, 3] = pos
     short = np.nonzero(length <= 12)[0]
-    long_ = np.nonzero(length > 12)[0]
-    if len(long_):
-        raw[long_, 4:8] = _windows(nb, 4)[pos[long_]]
-        views[long_, 3] = pos[long_]
     if len(short):
         raw[short, 4:16] = _inline(nb, pos[short], length[short])
     return pa.py_buffer(views)
@@ -301,7 +301,7 @@ def build_fast(
 
 
 def build_slow(
-    buf: bytes,
+    buf: bytes | memoryview,
     starts: Sequence[int],
     flt: RecordFilter,
     include_corrupt: bool,
@@ -344,7 +344,7 @@ def rows_to_batch(
 
 
 def decode_run(
-    buf: bytes,
+    buf: bytes | memoryview,
     nb: npt.NDArray[np.uint8],
     data: pa.Buffer,
     cols: Columns,

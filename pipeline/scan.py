@@ -109,7 +109,7 @@ class SyncPoint:
 class Window:
     """A buffer of file bytes `[file_pos, file_pos + len(buf))` of one segment."""
 
-    def __init__(self, spec: SplitSpec, file_pos: int, buf: bytes) -> None:
+    def __init__(self, spec: SplitSpec, file_pos: int, buf: bytes | memoryview) -> None:
         self.spec = spec
         self.file_pos = file_pos
         self.buf = buf
@@ -145,7 +145,7 @@ class Run:
     bad_crc: columnar.Columns | None = None  # the record at stopped_at, when why is BAD_CRC
 
 
-def _runs_past(buf: bytes, pos: int, max_record: int) -> bool:
+def _runs_past(buf: bytes | memoryview, pos: int, max_record: int) -> bool:
     """Does a record whose header looks sound start at `pos` and end past the buffer?"""
     if pos + 8 > len(buf):
         return True
@@ -220,7 +220,7 @@ def _scan_tail(fs: pafs.FileSystem, spec: SplitSpec, opts: ScanOptions, file_pos
         frm = 1 if pos == file_pos else 0
         found = w.find_sync(frm, min(_TAIL_CHUNK_BYTES, len(w.buf)))
         chunk_end = found.pos if found else min(_TAIL_CHUNK_BYTES, len(w.buf))
-        if all_zero and w.buf[:chunk_end].count(0) != chunk_end:
+        if all_zero and columnar.as_bytes_array(w.buf)[:chunk_end].any():
             all_zero = False
         if found:
             return pos + found.pos
@@ -268,8 +268,21 @@ def scan_split(
     read_to = min(spec.readable_bytes, spec.end + bound)
     if read_to <= read_from:
         return
-    w = Window(spec, read_from, storefs.read_range(fs, spec.path, read_from, read_to - read_from))
+    with storefs.read_range_reused(fs, spec.path, read_from, read_to - read_from) as buf:
+        yield from _scan_window(fs, spec, opts, flt, Window(spec, read_from, buf), trust_start)
+
+
+def _scan_window(
+    fs: pafs.FileSystem,
+    spec: SplitSpec,
+    opts: ScanOptions,
+    flt: RecordFilter,
+    w: Window,
+    trust_start: bool,
+) -> Iterator[pa.RecordBatch]:
+    """`scan_split` over the bytes it read (`w`)."""
     buf = w.buf
+    read_from = w.file_pos
     nb = columnar.as_bytes_array(buf)
     data = pa.py_buffer(buf)
     begin, end = spec.begin - read_from, spec.end - read_from

@@ -257,6 +257,35 @@ def test_a_reader_builds_the_columns_spark_asks_for() -> None:
         source.columns_of(schema())
 
 
+def test_reused_read_buffers_are_never_shared_while_lent(tmp_path: Path) -> None:
+    """`read_range_reused` keeps its buffer for the next read: a read inside another one,
+    or two splits read in turns, must not see each other's bytes."""
+    root = tmp_path / "r"
+    storegen.write_store(root, storegen.mixed_messages(400), segment_bytes=16384)
+    segs = storefs.open_store(str(root)).segments
+    fs, _ = storefs.resolve(str(root))
+    first, second = segs[0].path, segs[1].path
+    with storefs.read_range_reused(fs, first, 10, 9000) as a:
+        with storefs.read_range_reused(fs, second, 0, 20000) as b:
+            assert bytes(b) == storefs.read_range(fs, second, 0, 20000)
+        assert bytes(a) == storefs.read_range(fs, first, 10, 9000)
+    with storefs.read_range_reused(fs, first, 16000, 9000) as c:
+        assert bytes(c) == storefs.read_range(fs, first, 16000, 384)  # the end of the file
+    opts = scan.ScanOptions(max_record_bytes=4096, batch_rows=7)
+    gens = [scan.scan_split(fs, scan.SplitSpec(s.path, s.start_offset, s.file_size_bytes,
+                                               s.readable_bytes, 0, s.readable_bytes), NO_FILTER,
+                            opts) for s in segs]  # fmt: skip
+    rows: list[dict[str, Any]] = []
+    while gens:  # one batch of each split in turn
+        for g in list(gens):
+            batch = next(g, None)
+            if batch is None:
+                gens.remove(g)
+            else:
+                rows.extend(batch.to_pylist())
+    assert by_offset(rows) == expected(root)
+
+
 def test_time_filter_skips_segments_and_rows(tmp_path: Path) -> None:
     root = tmp_path / "t"
     storegen.write_store(root, storegen.mixed_messages(600), segment_bytes=16384)
