@@ -30,7 +30,13 @@ public final class MqStoreProvider implements TableProvider, DataSourceRegister 
     return "mqstore";
   }
 
-  /** A fresh handle on the Python source: it caches one read plan, so one per scan. */
+  // the handle inferSchema asked (it keeps the source it created in Python), for getTable
+  private PythonDataSourceV2 inferred;
+
+  /**
+   * A fresh handle on the Python source. Spark's handle keeps one read plan, which its
+   * scan uses whatever columns that scan reads, so every scan gets a handle of its own.
+   */
   static PythonDataSourceV2 python() {
     PythonDataSourceV2 ds = new PythonDataSourceV2();
     ds.setShortName(PYTHON_NAME);
@@ -39,13 +45,14 @@ public final class MqStoreProvider implements TableProvider, DataSourceRegister 
 
   @Override
   public StructType inferSchema(CaseInsensitiveStringMap options) {
-    return python().inferSchema(options);
+    inferred = python();
+    return inferred.inferSchema(options);
   }
 
   @Override
   public Table getTable(
       StructType schema, Transform[] partitioning, Map<String, String> properties) {
-    return new MqStoreTable(schema);
+    return new MqStoreTable(schema, inferred != null ? inferred : python());
   }
 
   @Override

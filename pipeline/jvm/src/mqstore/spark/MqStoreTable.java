@@ -1,6 +1,8 @@
 package mqstore.spark;
 
 import java.util.EnumSet;
+import java.util.HashMap;
+import java.util.Map;
 import java.util.Set;
 
 import org.apache.spark.sql.connector.catalog.Column;
@@ -9,6 +11,7 @@ import org.apache.spark.sql.connector.catalog.TableCapability;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
+import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceCreationResult;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceReadInfo;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonScan;
@@ -17,6 +20,7 @@ import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
+import scala.Option;
 import scala.collection.immutable.Seq;
 
 /**
@@ -25,14 +29,19 @@ import scala.collection.immutable.Seq;
  * <p>What a DataFrame reads is decided once, at its first query (the Python source's
  * docstring): the partitions (segments, byte ranges, a live store's flushed offset) that
  * the first scan plans are kept here, and every later scan, whatever columns it reads,
- * reads those partitions with a read function made for its own columns.
+ * reads those partitions with a read function made for its own columns. The source
+ * created in Python and each column set's read function are made once per DataFrame
+ * (each is a call to a Python worker on the driver).
  */
 final class MqStoreTable implements SupportsRead {
   private final StructType schema;
+  private final PythonDataSourceV2 python; // holds the source created in Python
   private Seq<byte[]> partitions; // the first scan's plan, pickled by the Python source
+  private final Map<StructType, PythonDataSourceReadInfo> reads = new HashMap<>();
 
-  MqStoreTable(StructType schema) {
+  MqStoreTable(StructType schema, PythonDataSourceV2 python) {
     this.schema = schema;
+    this.python = python;
   }
 
   @Override
@@ -62,14 +71,22 @@ final class MqStoreTable implements SupportsRead {
 
   /** The read function for `columns`, over the partitions of the table's first scan. */
   synchronized PythonDataSourceReadInfo readInfo(
-      PythonDataSourceV2 ds, StructType columns, CaseInsensitiveStringMap options) {
-    PythonDataSourceReadInfo info =
-        ds.getOrCreateReadInfo(MqStoreProvider.PYTHON_NAME, options, columns, false);
+      StructType columns, CaseInsensitiveStringMap options) {
+    PythonDataSourceReadInfo known = reads.get(columns);
+    if (known != null) {
+      return known;
+    }
+    PythonDataSourceCreationResult created =
+        python.getOrCreateDataSourceInPython(
+            MqStoreProvider.PYTHON_NAME, options, Option.apply(schema));
+    PythonDataSourceReadInfo info = python.source().createReadInfoInPython(created, columns, false);
     if (partitions == null) {
       partitions = info.partitions();
-      return info;
+    } else {
+      info = PythonDataSourceReadInfo.apply(info.func(), partitions);
     }
-    return PythonDataSourceReadInfo.apply(info.func(), partitions);
+    reads.put(columns, info);
+    return info;
   }
 
   private final class Builder implements ScanBuilder, SupportsPushDownRequiredColumns {
@@ -93,7 +110,7 @@ final class MqStoreTable implements SupportsRead {
     @Override
     public Scan build() {
       PythonDataSourceV2 ds = MqStoreProvider.python();
-      ds.setReadInfo(readInfo(ds, required, options));
+      ds.setReadInfo(readInfo(required, options));
       return new PythonScan(ds, MqStoreProvider.PYTHON_NAME, required, options, new Filter[0]);
     }
   }
