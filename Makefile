@@ -42,7 +42,7 @@ $(PROVIDER_JAR): $(STAMP) $(JVM_SRC) $(JVM_SERVICES)
 	jar --create --file $@.tmp -C build/jvm/classes .
 	mv $@.tmp $@
 
-run: $(STAMP)
+run: $(STAMP) $(NATIVE_SO) $(PROVIDER_JAR)
 	$(PY) -m mqstore.workers.demo_run
 
 test: $(STAMP) $(NATIVE_SO) $(PROVIDER_JAR)
