@@ -23,6 +23,8 @@ SOURCES = [
     "ipc/native/mqs_put.c",
     "engine/native/mqs_scan.c",
     "engine/native/mqs_scan_py.c",
+    "engine/native/mqs_pull.c",
+    "engine/native/mqs_pull_py.c",
     "engine/native/mqs_index.c",
     "engine/native/mqs_cq.c",
     "engine/native/mqs_verify.c",

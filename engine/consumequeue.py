@@ -81,6 +81,12 @@ def _units_struct(n: int) -> struct.Struct:
     return struct.Struct(">" + "qiq" * n)
 
 
+def _valid_unit(view: memoryview, k: int) -> bool:
+    """Unit k of a file's units is a valid unit (offset >= 0, size > 0)."""
+    off, size, _tags = _UNIT.unpack_from(view, k * 20)
+    return bool(off >= 0 and size > 0)
+
+
 def cq_file_size(configured_bytes: int) -> int:
     """RocketMQ's getter: round up to a multiple of 20 (128 -> 140, 4096 -> 4100)."""
     if configured_bytes <= 0:
@@ -311,43 +317,59 @@ class ConsumeQueue:
     def refresh(self, *, list_files: bool = True) -> None:
         """Read-only queues: pick up new files (when the last is full, or `list_files`
         and it is empty) and set the last file's position to the end of its written
-        units (binary search: units are written in order). O(log units per file)."""
+        units (a search from where they ended at the last look: units are written in
+        order). O(log units appended since the last refresh), O(log units per file)
+        after a cut."""
         q = self.queue
         last = q.last()
-        if last is not None:
-            last.adopt_positions(last.size_bytes, last.size_bytes, 0)
-        if list_files and (last is None or self._written_end(last) >= last.size_bytes):
+        end = self._settle(last) if last is not None else 0
+        listed = list_files and (last is None or end >= last.size_bytes)
+        if listed:
             q.refresh()
-        segs = q.segments
-        for seg in segs[:-1]:  # all full but the last
-            if seg.wrote_position != seg.size_bytes:
-                seg.adopt_positions(seg.size_bytes, seg.size_bytes, 0)
-        if segs:
-            seg = segs[-1]
-            seg.adopt_positions(seg.size_bytes, seg.size_bytes, 0)
-            end = self._written_end(seg)
-            seg.adopt_positions(end, end, 0)
+        if listed or not list_files:  # files were listed, or loaded: settle them all
+            segs = q.segments
+            for seg in segs[:-1]:  # all full but the last
+                if seg.wrote_position != seg.size_bytes:
+                    seg.adopt_positions(seg.size_bytes, seg.size_bytes, 0)
+            if segs and segs[-1] is not last:
+                self._settle(segs[-1])
         self._init_min_logic_offset_read_only()
         tail = self._last_real_unit()
         self.max_physical_offset = -1 if tail is None else tail.end
+
+    def _settle(self, seg: Segment) -> int:
+        """Set `seg`'s positions to the end of its written units; return that end."""
+        hint = seg.wrote_position
+        seg.adopt_positions(seg.size_bytes, seg.size_bytes, 0)
+        end = self._written_end(seg, hint)
+        seg.adopt_positions(end, end, 0)
+        return end
 
     def _init_min_logic_offset_read_only(self) -> None:
         first = self.queue.first()
         if first is not None and self.min_logic_offset < first.start_offset:
             self._init_min_logic_offset()
 
-    def _written_end(self, seg: Segment) -> int:
-        """Position after the last valid unit of `seg`, by binary search over units."""
+    def _written_end(self, seg: Segment, hint: int = 0) -> int:
+        """Position after the last valid unit of `seg`. Units [0, hint) were valid at the
+        last look: when the unit before `hint` still is, the search gallops on from it
+        (a cut, found by that unit, searches the whole file)."""
         n = seg.size_bytes // 20
         with seg.select(0, seg.size_bytes) as sl:
             if sl.status is not ReadStatus.OK:
                 return 0
             view = sl.view
             lo, hi = 0, n  # units [0, lo) valid, [hi, n) not
+            k = min(hint // 20, n)
+            if k > 0 and _valid_unit(view, k - 1):
+                lo, step = k, 1
+                while lo + step <= hi and _valid_unit(view, lo + step - 1):
+                    lo += step
+                    step *= 2
+                hi = min(hi, lo + step - 1)
             while lo < hi:
                 mid = (lo + hi) // 2
-                off, size, _t = _UNIT.unpack_from(view, mid * 20)
-                if off >= 0 and size > 0:
+                if _valid_unit(view, mid):
                     lo = mid + 1
                 else:
                     hi = mid

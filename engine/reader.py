@@ -15,40 +15,45 @@ Statuses are RocketMQ's GetMessageStatus. Pre-blank units and fillers
 (`engine.filler.is_filler`: what the publisher writes over a dead producer's reservation)
 are skipped like filtered-out messages; no lookup returns a filler.
 
-Records are found and decoded through the record scanner (`engine.scan_decode`): a
-pull's records in one C walk per run of nearby records, each message built from the
-walk's columns; `get_messages(..., zero_copy=True)` gives `RecordView`s, whose bodies
-are views of the mapping (`engine.record.RecordView` says how long they live).
+A pull (`get_messages`) walks its consume-queue units and builds its messages in C
+(`engine.pull.pull_units`: RocketMQ's per-unit rules, the record check, one message
+object per record with its slots filled from C), one call per consume-queue file read
+and commit-log segment mapped. Other lookups find and decode records through the record
+scanner (`engine.scan_decode`). `get_messages(..., zero_copy=True)` gives `RecordView`s,
+whose bodies are views of the mapping (`engine.record.RecordView` says how long they
+live).
 
-Cost: one consume-queue refresh (a binary search in the last file) per `get_messages`,
-then one scan per run of records and one message object per record. Not thread-safe:
-one reader per thread.
+Cost of a pull: a look at the queue (a search from the end of the last file's units
+found at the last look; none while the limit has not moved, when it follows the
+dispatcher), two held slices (the units, the log), then O(units walked) in C and one
+message object per record. Not thread-safe: one reader per thread.
 """
 
 from __future__ import annotations
 
 import enum
-import itertools
 import os
 import struct
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 from mqstore.conf.settings import StoreSettings
 from mqstore.engine.commitlog import CommitLog
-from mqstore.engine.consumequeue import ConsumeQueue, ConsumeQueueStore, CqUnit, detect_file_size
+from mqstore.engine.consumequeue import ConsumeQueue, ConsumeQueueStore, detect_file_size
 from mqstore.engine.filler import is_filler
 from mqstore.engine.indexfile import IndexService
+from mqstore.engine.pull import PullStop, TagFilter, pull_units
 from mqstore.engine.record import (
     PROPERTY_KEYS,
-    PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     DecodedRecord,
     RecordFields,
     SysFlag,
 )
-from mqstore.engine.recordcodes import parse_msg_id, tags_code
-from mqstore.engine.scan_decode import read_records
+from mqstore.engine.recordcodes import parse_msg_id
+from mqstore.engine.scan_decode import read_records, segment_of
+from mqstore.engine.segment import ReadStatus, SegmentSlice
 from mqstore.engine.segment_queue import SegmentQueue
 from mqstore.engine.storedir import list_segments
 
@@ -56,8 +61,8 @@ MAX_TIMESTAMP_MS = (1 << 63) - 1
 DEFAULT_MAX_BYTES = 256 * 1024  # maxTransferBytesOnMessageInMemory
 MIN_SCAN_UNITS = 16000 // 20  # RocketMQ scans at least 16000 bytes of units per pull
 QUERY_ROUNDS = 3
-UNITS_PER_READ = 32  # consume-queue units unpacked at a time by a pull
-MAX_EXT_ADDR = -2_147_483_649  # ConsumeQueueExt addresses are <= this (spec §3.2)
+_NO_LOG: Final = memoryview(b"")
+_PHYS: Final = struct.Struct(">q")
 
 MaxOffsetFn = Callable[[], int]
 
@@ -87,16 +92,6 @@ class GetResult:
     messages: list[RecordFields] = field(default_factory=list)
 
 
-def parse_tag_filter(tags: str | None) -> set[str] | None:
-    """`"a || b"` -> {"a", "b"}; None, "" and "*" mean every message."""
-    if tags is None:
-        return None
-    items = {t.strip() for t in tags.split("||") if t.strip()}
-    if not items or "*" in items:
-        return None
-    return items
-
-
 def record_has_key(rec: RecordFields, topic: str, key: str) -> bool:
     """The message really carries `key` (as UNIQ_KEY or a KEYS token) in `topic`."""
     if rec.topic != topic:
@@ -105,60 +100,6 @@ def record_has_key(rec: RecordFields, topic: str, key: str) -> bool:
         return True
     keys = rec.properties.get(PROPERTY_KEYS)
     return keys is not None and key in keys.split(" ")
-
-
-class _Selection:
-    """The result of one `get_messages` and RocketMQ's per-unit rules that build it,
-    applied to batches of units in queue order."""
-
-    def __init__(self, res: GetResult, tags: str | None) -> None:
-        self.res = res
-        self.wanted = parse_tag_filter(tags)
-        self.codes = None if self.wanted is None else {tags_code(t) for t in self.wanted}
-        self.got_bytes = 0
-
-    def may_match(self, u: CqUnit) -> bool:
-        """A real unit whose tag code the filter does not rule out (a consume-queue-ext
-        address is no tag code: the record's TAGS decide)."""
-        if u.is_pre_blank or not u.is_valid:
-            return False
-        codes = self.codes
-        return codes is None or u.tags_code <= MAX_EXT_ADDR or u.tags_code in codes
-
-    def take(
-        self,
-        units: Iterable[tuple[int, CqUnit]],
-        recs: Mapping[int, RecordFields],
-        max_count: int,
-        max_bytes: int,
-    ) -> bool:
-        """Go through `units` in order with their records (`recs`, by offset); False
-        when the result is full before a real unit (the pull ends there)."""
-        res = self.res
-        for qo, u in units:
-            if u.is_pre_blank or not u.is_valid:
-                res.next_offset = qo + 1
-                continue
-            if res.messages and (
-                len(res.messages) >= max_count or self.got_bytes + u.size > max_bytes
-            ):
-                return False
-            res.next_offset = qo + 1
-            if not self.may_match(u):
-                continue
-            rec = recs.get(u.physical_offset)
-            if rec is None or rec.size != u.size:
-                if not res.messages:
-                    res.status = GetStatus.MESSAGE_WAS_REMOVING
-                continue
-            if is_filler(rec):  # a queue built by a dispatcher that kept it (RocketMQ's)
-                continue
-            if self.wanted is not None and rec.properties.get(PROPERTY_TAGS) not in self.wanted:
-                continue
-            res.messages.append(rec)
-            self.got_bytes += u.size
-            res.status = GetStatus.FOUND
-        return True
 
 
 def _detect_segment_size(store_dir: str) -> int | None:
@@ -197,8 +138,12 @@ class StoreReader:
         *,
         max_offset_fn: MaxOffsetFn | None = None,
         max_msgs_num_batch: int = 64,
+        limit_follows_dispatch: bool = False,
     ) -> None:
-        """Open everything read-only. Raises SegmentSizeError, IndexGeometryError,
+        """Open everything read-only. `limit_follows_dispatch`: the limit never passes
+        the dispatcher's published position (`ipc.reads`), so every unit of a record
+        that ends below it was written before the limit showed it, and a queue needs no
+        new look while the limit stays put. Raises SegmentSizeError, IndexGeometryError,
         StoreIOError."""
         self.store_dir = os.fspath(store_dir)
         self.geometry = geometry
@@ -225,6 +170,9 @@ class StoreReader:
             raise
         self._static_limit = -1  # found on first use when no max_offset_fn is given
         self._min_seen: dict[tuple[str, int], int] = {}
+        self._limit_follows_dispatch = limit_follows_dispatch
+        # queue -> (limit, log min offset, min offset, visible max offset) at the last look
+        self._looked: dict[tuple[str, int], tuple[int, int, int, int]] = {}
 
     @classmethod
     def open(
@@ -258,6 +206,7 @@ class StoreReader:
         self.log.queue.refresh()
         self.index.refresh()
         self._static_limit = -1
+        self._looked.clear()
 
     def limit(self) -> int:
         """Records must end at or below this offset to be returned."""
@@ -389,14 +338,13 @@ class StoreReader:
         `max_bytes`; at least one) from queue offset `offset`. `tags` ("a || b")
         filters on the unit's tag code, then on the record's TAGS. With `zero_copy` the
         messages are `RecordView`s (bodies are views of the mapped log: see its doc for
-        how long they live), else `DecodedRecord`s. Records are decoded a batch of units
-        at a time (`_records`), never more than the messages still wanted."""
-        cq = self._queue(topic, queue_id)
+        how long they live), else `DecodedRecord`s. The units are walked in C
+        (`engine.pull`), which decodes no record but those of the messages it takes."""
+        cq = self.queues.get(topic, queue_id)
         if cq is None:
             return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
         limit = self.limit()
-        self._correct_min(cq)
-        lo, hi = cq.min_offset(), self._visible_max(cq, limit)
+        lo, hi = self._bounds(cq, limit)
         if hi == 0:
             return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi)
         if offset < lo:
@@ -406,22 +354,94 @@ class StoreReader:
         if offset > hi:
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, lo if lo == 0 else hi, lo, hi)
         scan = min(max(MIN_SCAN_UNITS, max_count), hi - offset)
-        units = cq.units(offset, scan, per_read=UNITS_PER_READ)
-        batch = list(itertools.islice(units, max_count))
-        if not batch:
+        res = GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, lo, hi)
+        if not self._walk(cq, res, scan, limit, max_count, max_bytes, tags, zero_copy):
             per = cq.file_size_bytes // 20
             return GetResult(GetStatus.OFFSET_FOUND_NULL, offset + per - offset % per, lo, hi)
-        sel = _Selection(GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, lo, hi), tags)
-        while batch:
-            # once full, `take` decides on the units alone: nothing more is decoded
-            full = len(sel.res.messages) >= max_count
-            wanted = [(u.physical_offset, u.size) for _, u in batch if sel.may_match(u)]
-            recs = {} if full else self._records(wanted, zero_copy=zero_copy)
-            if not sel.take(batch, recs, max_count, max_bytes):
-                break
-            # (once full, one unit more: pre-blanks right after the last message are passed)
-            batch = list(itertools.islice(units, max(1, max_count - len(sel.res.messages))))
-        return sel.res
+        return res
+
+    def _bounds(self, cq: ConsumeQueue, limit: int) -> tuple[int, int]:
+        """The queue's min offset and its max offset under `limit` (`_visible_max`),
+        after a refresh; with `limit_follows_dispatch`, the last answer again while the
+        limit and the log's first offset stay where they were."""
+        log_min = max(self.log.min_offset(), 0)
+        looked = self._looked.get(cq.key)
+        if looked is not None and looked[0] == limit and looked[1] == log_min:
+            return looked[2], looked[3]
+        cq.refresh()
+        self._correct_min(cq)
+        lo, hi = cq.min_offset(), self._visible_max(cq, limit)
+        if self._limit_follows_dispatch:
+            self._looked[cq.key] = (limit, log_min, lo, hi)
+        return lo, hi
+
+    def _walk(
+        self,
+        cq: ConsumeQueue,
+        res: GetResult,
+        scan: int,
+        limit: int,
+        max_count: int,
+        max_bytes: int,
+        tags: str | None,
+        zero_copy: bool,
+    ) -> bool:
+        """`engine.pull.pull_units` over up to `scan` units from `res.next_offset`, each
+        consume-queue file's units in one call, into `res`; False when no unit could be
+        read. The commit-log segment the records are in is mapped once per pull (again
+        when the records run into the next segment)."""
+        tf = TagFilter.of(tags)
+        msgs = res.messages
+        got, removing, read_any = 0, False, False
+        log: SegmentSlice | None = None
+        runs = cq.unit_runs(res.next_offset, scan)
+        try:
+            for qo, units in runs:
+                read_any = True
+                i, stop = 0, PullStop.NEED_LOG
+                if log is None and len(units) >= 20:  # map the first unit's segment now
+                    log = self._log_slice(_PHYS.unpack_from(units, 0)[0], limit)
+                while stop is PullStop.NEED_LOG:
+                    view, base = (_NO_LOG, 0) if log is None else (log.view, log.physical_offset)
+                    i, code, got, rem = pull_units(
+                        units, i, view, base, limit, tf.codes, tf.wanted, max_count, max_bytes,
+                        got, zero_copy, msgs,
+                    )  # fmt: skip
+                    removing |= rem
+                    stop = PullStop(code)
+                    if stop is PullStop.NEED_LOG:
+                        if log is not None:
+                            log.release()
+                        log = self._log_slice(_PHYS.unpack_from(units, i * 20)[0], limit)
+                        if log is None:  # no segment holds it: the message is gone
+                            removing |= not msgs
+                            i += 1
+                res.next_offset = qo + i
+                if stop is PullStop.FULL:
+                    break
+        finally:
+            runs.close()
+            if log is not None:
+                log.release()
+        if msgs:
+            res.status = GetStatus.FOUND
+        elif removing:
+            res.status = GetStatus.MESSAGE_WAS_REMOVING
+        return read_any
+
+    def _log_slice(self, physical_offset: int, limit: int) -> SegmentSlice | None:
+        """The commit-log segment holding `physical_offset`, held and mapped up to the
+        limit; None when no readable segment holds it."""
+        if not 0 <= physical_offset < limit:
+            return None
+        seg = segment_of(self.log.queue, physical_offset)
+        if seg is None:
+            return None
+        sl = seg.select(0, min(seg.read_position, limit - seg.start_offset))
+        if sl.status is ReadStatus.OK and physical_offset < sl.physical_offset + len(sl.view):
+            return sl
+        sl.release()
+        return None
 
     def offset_for_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """RocketMQ's getOffsetInQueueByTime (see `ConsumeQueue.offset_for_time`)."""

@@ -190,7 +190,7 @@ def find_records(
     return found
 
 
-def _segment(queue: SegmentQueue, physical_offset: int) -> Segment | None:
+def segment_of(queue: SegmentQueue, physical_offset: int) -> Segment | None:
     """The segment holding `physical_offset`, looking for new files once if none."""
     seg = queue.find(physical_offset)
     if seg is None:
@@ -211,7 +211,7 @@ def read_records(
     out: dict[int, RecordFields] = {}
     k = 0
     while k < len(todo):
-        seg = _segment(queue, todo[k][0])
+        seg = segment_of(queue, todo[k][0])
         if seg is None:
             k += 1
             continue

@@ -100,14 +100,15 @@ class ClientReads:
     def durable(self) -> int:
         """Flushed under SYNC_FLUSH; under ASYNC_FLUSH what is in the files (committed
         with the pool on, published with it off): `ControlBlock.readable_end`."""
-        store = self._attached()
-        return store.cb.readable_end(store.settings.flush_disk_type is FlushDiskType.SYNC_FLUSH)
+        return _durable(self._attached())
 
-    def _open(self, limit: int) -> StoreReader:
-        """The reader, reopened when the store restarted since it was opened (recovery may
-        have cut files it maps)."""
-        self._limit = limit
+    def _open(self, queue_reads: bool = True) -> StoreReader:
+        """The reader of the store as attached now, its limit set for this read: queue
+        reads stop at min(dispatched, durable), physical reads at durable. Reopened when
+        the store restarted since it was opened (recovery may have cut files it maps)."""
         store = self._attached()
+        durable = _durable(store)
+        self._limit = min(store.cb.get(c.OFF_DISPATCHED), durable) if queue_reads else durable
         gen = store.cb.generation
         if self._reader is not None and gen != self._generation:
             self._reader.close()
@@ -118,6 +119,7 @@ class ClientReads:
                 store.geometry,
                 max_offset_fn=lambda: self._limit,
                 max_msgs_num_batch=store.settings.max_msgs_num_batch,
+                limit_follows_dispatch=True,  # min(dispatched, durable)
             )
             self._generation = gen
         return self._reader
@@ -146,7 +148,7 @@ class ClientReads:
         zero_copy: bool,
     ) -> PullResult | PullViews:
         with self._lock:
-            reader = self._open(min(self.dispatched(), self.durable()))
+            reader = self._open()
             res = reader.get_messages(
                 topic, queue_id, offset, max_count, tags=tags, zero_copy=zero_copy
             )
@@ -204,7 +206,7 @@ class ClientReads:
             raise ValueError("max_count must be at least 1")
         deadline = time.monotonic() + wait_ms / 1000
         while True:
-            seen = self.dispatched()
+            seen = self.dispatched() if wait_ms > 0 else 0  # before the pull: no wake-up lost
             res = self._pull_once(topic, queue_id, offset, max_count, tags, zero_copy)
             if res.status not in _EMPTY or wait_ms <= 0:
                 return res
@@ -224,14 +226,14 @@ class ClientReads:
         check_types("min_offset", topic=(topic, STR), queue_id=(queue_id, INT))
         check_topic(topic)
         with self._lock:
-            return self._open(min(self.dispatched(), self.durable())).min_offset(topic, queue_id)
+            return self._open().min_offset(topic, queue_id)
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         """The queue offset after the last readable message (0 for an unknown queue)."""
         check_types("max_offset", topic=(topic, STR), queue_id=(queue_id, INT))
         check_topic(topic)
         with self._lock:
-            return self._open(min(self.dispatched(), self.durable())).max_offset(topic, queue_id)
+            return self._open().max_offset(topic, queue_id)
 
     def offset_for_time(self, topic: str, queue_id: int, ts_ms: int) -> int:
         """RocketMQ's getOffsetInQueueByTime: the first queue offset stored at or after
@@ -241,7 +243,7 @@ class ClientReads:
         )
         check_topic(topic)
         with self._lock:
-            reader = self._open(min(self.dispatched(), self.durable()))
+            reader = self._open()
             got = reader.offset_for_time(topic, queue_id, ts_ms)
             return min(got, reader.max_offset(topic, queue_id))
 
@@ -263,7 +265,7 @@ class ClientReads:
         check_topic(topic)
         end = int(time.time() * 1000) if end_ms is None else min(end_ms, MAX_TIMESTAMP_MS)
         with self._lock:
-            reader = self._open(min(self.dispatched(), self.durable()))
+            reader = self._open()
             return reader.query_by_key(topic, key, max_count, begin_ms, end)
 
     # --- physical reads -----------------------------------------------------------------
@@ -272,14 +274,14 @@ class ClientReads:
         """The message at `physical_offset`; None when there is none (or not yet durable)."""
         check_types("get", physical_offset=(physical_offset, INT))
         with self._lock:
-            return self._open(self.durable()).get_by_offset(physical_offset)
+            return self._open(queue_reads=False).get_by_offset(physical_offset)
 
     def get_by_msg_id(self, msg_id: str) -> DecodedRecord | None:
         """The message with this offset message id; None when there is none. Raises
         ValueError for a malformed id."""
         check_types("get_by_msg_id", msg_id=(msg_id, STR))
         with self._lock:
-            return self._open(self.durable()).get_by_msg_id(msg_id)
+            return self._open(queue_reads=False).get_by_msg_id(msg_id)
 
     # --- consumer offsets ---------------------------------------------------------------
 
@@ -302,6 +304,10 @@ class ClientReads:
         check_topic(topic)
         with self._lock:
             return self._offsets.committed(group, topic, queue_id)
+
+
+def _durable(store: AttachedStore) -> int:
+    return store.cb.readable_end(store.settings.flush_disk_type is FlushDiskType.SYNC_FLUSH)
 
 
 def for_client(client: Session) -> ClientReads:

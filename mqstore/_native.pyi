@@ -293,3 +293,31 @@ def queue_last_ends(
     """{(topic bytes, queue id): pos + size of its last record} over records [start, n)
     of the scanner's columns, without the GIL. ValueError for columns of unequal lengths
     or a topic span outside `buf`. `engine.verify.queue_last_ends` is its door."""
+
+# --- a pull's walk over consume-queue units (engine/native/mqs_pull.c) --------------------
+
+def pull_register(
+    decoded: type[Any], view: type[Any], fields: tuple[str, ...], format_host: Any, /
+) -> None:
+    """The message classes pull_units builds (engine.record.DecodedRecord, RecordView:
+    slotted, `fields` RecordFields' own in its order) and the IPv6 host formatter.
+    ValueError for other fields, TypeError for a class without those slots."""
+
+def pull_units(
+    units: Buffer,
+    start: int,
+    log: Buffer,
+    log_base: int,
+    limit: int,
+    codes: tuple[int, ...] | None,
+    wanted: frozenset[str] | None,
+    max_count: int,
+    max_bytes: int,
+    got_bytes: int,
+    zero_copy: bool,
+    out: list[Any],
+    /,
+) -> tuple[int, int, int, bool]:
+    """A pull's walk over 20-byte consume-queue units from `start`, its messages appended
+    to `out` -> (next unit, stop, sizes added, removing): `engine.pull` is its door and
+    says the rules; `engine.pull.pull_units_py` is the reference."""

@@ -296,16 +296,11 @@ static int push_keys(struct mqs_scan *s, const struct props *pr, struct span top
     return 0;
 }
 
-/* check_record's verdict on the message record at buf[pos:end] (its magic already read):
- * 1 OK with the fields' spans in the out-parameters, 0 rejected. */
-struct layout {
-    int64_t fixed;    /* the body length field ends here: 72 + BH + SH */
-    int64_t body_len; /* 0 when the stored length is negative */
-    int64_t topic_at, topic_len, props_at, props_len;
-};
-
-static int check(const uint8_t *r, int64_t total, int tl, int check_crc, struct layout *l)
+/* check_record's field checks on the message record `r` of TOTALSIZE `total` (its magic
+ * read, `tl` its topic length's width): 1 OK with the fields' spans in `l`, 0 rejected. */
+static int check(const uint8_t *r, int64_t total, int tl, int check_crc, struct mqs_layout *l)
 {
+    l->total = total;
     int32_t sys_flag = (int32_t)rd32(r + 36);
     l->fixed = 72 + (sys_flag & MQS_BORN_V6 ? 20 : 8) + (sys_flag & MQS_STORE_V6 ? 20 : 8);
     /* any field that would run past TOTALSIZE makes the fields add up to more */
@@ -332,9 +327,42 @@ static int check(const uint8_t *r, int64_t total, int tl, int check_crc, struct 
     return !(l->props_len > 0 && r[total - 1] == 0);
 }
 
-static int add_row(struct mqs_scan *s, const uint8_t *buf, int64_t pos, int64_t total,
-                   const struct layout *l)
+int mqs_scan_check(const uint8_t *buf, int64_t pos, int64_t end, int check_crc,
+                   struct mqs_layout *l)
 {
+    if (end - pos < 8)
+        return MQS_CHECK_CORRUPT; /* fewer than 8 bytes left */
+    int64_t total = (int32_t)rd32(buf + pos);
+    uint32_t magic = rd32(buf + pos + 4);
+    if (magic == MQS_BLANK_MAGIC) {
+        l->total = total;
+        return MQS_CHECK_BLANK;
+    }
+    int tl = magic == MQS_MESSAGE_MAGIC ? 1 : magic == MQS_MESSAGE_MAGIC_V2 ? 2 : 0;
+    if (tl == 0 || total < MQS_MIN_RECORD || total > end - pos ||
+        !check(buf + pos, total, tl, check_crc, l))
+        return MQS_CHECK_CORRUPT;
+    return MQS_CHECK_OK;
+}
+
+/* engine.filler.is_filler, from the record's flag, born time and properties. */
+static int is_filler(int32_t flag, int64_t born, const struct props *pr)
+{
+    return flag == MQS_FILLER_FLAG && born == 0 &&
+           (pr->pairs == 0 || (pr->other_pairs == 0 && pr->filler_value.n == 1 &&
+                               pr->filler_value.p[0] == '1'));
+}
+
+int mqs_scan_is_filler(const uint8_t *r, const struct mqs_layout *l)
+{
+    struct props pr;
+    parse_props(r + l->props_at, (size_t)l->props_len, &pr);
+    return is_filler((int32_t)rd32(r + 16), rd64(r + 40), &pr);
+}
+
+static int add_row(struct mqs_scan *s, const uint8_t *buf, int64_t pos, const struct mqs_layout *l)
+{
+    int64_t total = l->total;
     const uint8_t *r = buf + pos;
     int32_t sys_flag = (int32_t)rd32(r + 36), flag = (int32_t)rd32(r + 16);
     int64_t born = rd64(r + 40);
@@ -342,9 +370,7 @@ static int add_row(struct mqs_scan *s, const uint8_t *buf, int64_t pos, int64_t 
     struct span topic = {r + l->topic_at, (size_t)l->topic_len};
     struct props pr;
     parse_props(r + l->props_at, (size_t)l->props_len, &pr);
-    int filler = flag == MQS_FILLER_FLAG && born == 0 &&
-                 (pr.pairs == 0 || (pr.other_pairs == 0 && pr.filler_value.n == 1 &&
-                                    pr.filler_value.p[0] == '1'));
+    int filler = is_filler(flag, born, &pr);
     int64_t code;
     if (tags_code(&pr, topic, store_ts, &code) < 0 && push_fixup(s) < 0)
         return -1;
@@ -381,27 +407,17 @@ int mqs_scan_run(struct mqs_scan *s, const uint8_t *buf, int64_t pos, int64_t en
         return -1;
     while (pos < end && s->count != max_records) {
         s->stop_pos = pos;
-        if (end - pos < 8) {
-            s->stop = MQS_SCAN_CORRUPT; /* fewer than 8 bytes left */
+        struct mqs_layout l;
+        int verdict = mqs_scan_check(buf, pos, end, check_crc, &l);
+        if (verdict != MQS_CHECK_OK) {
+            s->stop = verdict == MQS_CHECK_BLANK ? MQS_SCAN_BLANK : MQS_SCAN_CORRUPT;
+            if (verdict == MQS_CHECK_BLANK)
+                s->blank_size = (int32_t)l.total;
             return 0;
         }
-        int64_t total = (int32_t)rd32(buf + pos);
-        uint32_t magic = rd32(buf + pos + 4);
-        if (magic == MQS_BLANK_MAGIC) {
-            s->stop = MQS_SCAN_BLANK;
-            s->blank_size = (int32_t)total;
-            return 0;
-        }
-        int tl = magic == MQS_MESSAGE_MAGIC ? 1 : magic == MQS_MESSAGE_MAGIC_V2 ? 2 : 0;
-        struct layout l;
-        if (tl == 0 || total < MQS_MIN_RECORD || total > end - pos ||
-            !check(buf + pos, total, tl, check_crc, &l)) {
-            s->stop = MQS_SCAN_CORRUPT;
-            return 0;
-        }
-        if (reserve_row(s) < 0 || add_row(s, buf, pos, total, &l) < 0)
+        if (reserve_row(s) < 0 || add_row(s, buf, pos, &l) < 0)
             return -1;
-        pos += total;
+        pos += l.total;
     }
     s->stop_pos = pos;
     return 0;

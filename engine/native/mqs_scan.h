@@ -52,6 +52,24 @@ int mqs_scan_run(struct mqs_scan *s, const uint8_t *buf, int64_t pos, int64_t en
 
 void mqs_scan_free(struct mqs_scan *s);
 
+/* One record's layout as check_record reads it; positions are from the record's start. */
+struct mqs_layout {
+    int64_t total;    /* TOTALSIZE (a BLANK's too) */
+    int64_t fixed;    /* the body length field ends here: 72 + BH + SH; the body starts */
+    int64_t body_len; /* 0 when the stored length is negative */
+    int64_t topic_at, topic_len, props_at, props_len;
+};
+
+enum mqs_check { MQS_CHECK_OK = 0, MQS_CHECK_BLANK = 1, MQS_CHECK_CORRUPT = 2 };
+
+/* check_record's verdict on the record at buf[pos:end] (0 <= pos, end <= the buffer's
+ * length): OK with `l` filled in, BLANK (l->total is its TOTALSIZE) or CORRUPT. */
+int mqs_scan_check(const uint8_t *buf, int64_t pos, int64_t end, int check_crc,
+                   struct mqs_layout *l);
+
+/* engine.filler.is_filler of the record `r` that mqs_scan_check accepted with `l`. */
+int mqs_scan_is_filler(const uint8_t *r, const struct mqs_layout *l);
+
 /* Java's String.hashCode, continued from `h`, over the UTF-16 code units of `s` decoded
  * as Python's bytes.decode("utf-8", "replace") decodes it (U+FFFD per maximal invalid
  * subpart, surrogate pairs above U+FFFF). */

@@ -20,6 +20,7 @@
 #include "mqs_index.h"
 #include "mqs_layout.h"
 #include "mqs_live.h"
+#include "mqs_pull_py.h"
 #include "mqs_put.h"
 #include "mqs_record.h"
 #include "mqs_scan_py.h"
@@ -878,6 +879,7 @@ static PyObject *py_live_check(PyObject *Py_UNUSED(m), PyObject *const *args, Py
 static PyMethodDef methods[] = {
     MQS_INDEX_METHODS
     MQS_CQ_METHODS
+    MQS_PULL_METHODS
     {"crc32", (PyCFunction)(void (*)(void))py_crc32, METH_FASTCALL,
      "crc32(data, value=0) -> int: zlib.crc32, folded with PCLMULQDQ where the CPU has it."},
     {"crc32_slice8", py_crc32_slice8, METH_O,

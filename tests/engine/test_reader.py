@@ -4,19 +4,22 @@ and the real RocketMQ stores."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from mqstore.engine import reader as reader_module
 from mqstore.engine.commitlog import CommitLog
 from mqstore.engine.consumequeue import ConsumeQueueStore
 from mqstore.engine.dispatch import Dispatcher
 from mqstore.engine.filler import filler_record
 from mqstore.engine.indexfile import IndexService
-from mqstore.engine.reader import Geometry, GetStatus, StoreReader, parse_tag_filter
-from mqstore.engine.record import DecodedRecord, Message, RecordView
+from mqstore.engine.pull import TagFilter, pull_units, pull_units_py
+from mqstore.engine.reader import DEFAULT_MAX_BYTES, Geometry, GetStatus, StoreReader
+from mqstore.engine.record import DecodedRecord, Message, RecordFields, RecordView
 from mqstore.engine.recovery import recover_store
 from mqstore.ipc.read_results import PullViews
 from tests.engine.storebuild import (
@@ -81,7 +84,8 @@ def test_offset_too_small_after_retention(tmp_path: Path) -> None:
 
 def test_tag_filter(tmp_path: Path) -> None:
     build_store(tmp_path, 30, queues=1)
-    assert parse_tag_filter("a || b") == {"a", "b"} and parse_tag_filter("*") is None
+    assert TagFilter.of("a || b").wanted == {"a", "b"} and TagFilter.of("*").wanted is None
+    assert TagFilter.of(" || ").codes is None and TagFilter.of(None) == TagFilter.of("")
     with _reader(tmp_path) as r:
         g = r.get_messages("T", 0, 0, 100, tags="tag1 || tag2")
         assert [m.queue_offset % 3 for m in g.messages] == [1, 2] * 10
@@ -275,3 +279,55 @@ def test_pull_views_release_on_exit(tmp_path: Path) -> None:
             bytes(body)
         assert bytes(part) == b"bod"  # a slice lives on until released itself
         part.release()
+
+
+def _fields(m: RecordFields) -> list[object]:
+    return [
+        (type(v), v.tobytes() if isinstance(v, memoryview) else v)
+        for v in (getattr(m, f.name) for f in dataclasses.fields(m))
+    ]
+
+
+def test_pulls_walk_alike_in_c_and_in_the_reference(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pulls over many commit-log segments and consume-queue files, fillers among the
+    messages, tag filters, byte caps, copies and views: the C walk (what reads call)
+    and the reference (`engine.pull.pull_units_py`) give the same results."""
+    log = open_log(tmp_path)
+    for i in range(90):
+        if i % 17 == 5:
+            log.append_encoded(filler_record(150 + i, "T", 0), "T", 0)
+        else:
+            log.append(message(i))
+    cqs, idx = ConsumeQueueStore(tmp_path, CQ_FILE), IndexService(tmp_path, SLOTS, ENTRIES)
+    Dispatcher(log, cqs, idx).dispatch(0, log.max_offset())
+    for c in (log, cqs, idx):
+        c.close()
+    cases = [
+        (offset, count, tags, zero_copy, max_bytes)
+        for offset in (0, 4, 9, 10, 41, 89)
+        for count in (1, 3, 32)
+        for tags in (None, "tag1", "tag0 || tag2", "none")
+        for zero_copy in (False, True)
+        for max_bytes in (DEFAULT_MAX_BYTES, 700)
+    ]
+    with _reader(tmp_path) as r:
+        got = {}
+        for impl in (pull_units, pull_units_py):
+            monkeypatch.setattr(reader_module, "pull_units", impl)
+            got[impl] = [
+                r.get_messages("T", 0, o, n, tags=t, zero_copy=z, max_bytes=b)
+                for o, n, t, z, b in cases
+            ]
+        found = 0
+        for case, c, py in zip(cases, got[pull_units], got[pull_units_py], strict=True):
+            assert (c.status, c.next_offset, c.min_offset, c.max_offset) == (
+                py.status, py.next_offset, py.min_offset, py.max_offset,
+            ), case  # fmt: skip
+            assert [_fields(m) for m in c.messages] == [_fields(m) for m in py.messages], case
+            found += len(c.messages)
+        assert found > 0
+        assert {g.status for g in got[pull_units]} >= {
+            GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE,
+        }  # fmt: skip
