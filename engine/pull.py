@@ -175,9 +175,16 @@ def pull_units_py(
 
 pull_units: Final = _native.pull_units  # the C twin, what reads call
 
-_native.pull_register(
-    DecodedRecord,
-    RecordView,
-    tuple(f.name for f in dataclasses.fields(RecordFields)),
-    format_host,
-)
+
+def _register() -> None:
+    """Tell the C builder which classes to make: their slots are RecordFields' fields."""
+    names = [
+        tuple(f.name for f in dataclasses.fields(c))
+        for c in (RecordFields, DecodedRecord, RecordView)
+    ]
+    if len(set(names)) != 1:
+        raise TypeError("DecodedRecord and RecordView must have RecordFields' fields")
+    _native.pull_register(DecodedRecord, RecordView, names[0], format_host)
+
+
+_register()
