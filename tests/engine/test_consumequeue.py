@@ -204,6 +204,44 @@ def test_read_only_view_follows_the_writer(tmp_path: Path) -> None:
     cq.close()
 
 
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(steps=st.lists(st.tuples(st.booleans(), st.integers(0, 40)), min_size=1, max_size=12))
+def test_read_only_refresh_finds_the_end_after_appends_and_cuts(
+    tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[bool, int]]
+) -> None:
+    """The read-only refresh searches on from the end it found before (units are written
+    in order) and from scratch when the unit before that end is gone (a cut): either
+    way it finds what a search of the whole file finds, and the writer's end while no
+    file was deleted (a reader keeps a deleted file's mapping: a restart reopens it)."""
+    d = tmp_path_factory.mktemp("cq")
+    cq = _open(d)
+    ro = _open(d, read_only=True)
+    end, deleted = 0, False
+    for append, n in steps:
+        if append:
+            _fill(cq, n, start=end)
+            end += n
+        else:
+            files = len(cq.queue)
+            cq.cut_at(min(n, end))
+            end = min(n, end)
+            deleted |= len(cq.queue) < files
+        ro.refresh()
+        last = ro.queue.last()
+        if last is not None:  # what a search of the whole (mapped) file finds
+            found = last.wrote_position
+            last.adopt_positions(last.size_bytes, last.size_bytes, 0)
+            assert found == ro._written_end(last)
+            last.adopt_positions(found, found, 0)
+        if not deleted:
+            assert (ro.max_offset(), ro.min_offset()) == (cq.max_offset(), 0) == (end, 0)
+            assert ro.max_physical_offset == cq.max_physical_offset
+    ro.close()
+    cq.close()
+
+
 def test_offset_for_time(tmp_path: Path) -> None:
     cq = _open(tmp_path)
     _fill(cq, 20)

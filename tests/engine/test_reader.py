@@ -331,3 +331,25 @@ def test_pulls_walk_alike_in_c_and_in_the_reference(
         assert {g.status for g in got[pull_units]} >= {
             GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE,
         }  # fmt: skip
+
+
+def test_a_reader_whose_limit_follows_dispatch_looks_again_when_the_limit_moves(
+    tmp_path: Path,
+) -> None:
+    log = open_log(tmp_path, StepClock())
+    cqs, idx = ConsumeQueueStore(tmp_path, CQ_FILE), IndexService(tmp_path, SLOTS, ENTRIES)
+    d = Dispatcher(log, cqs, idx)
+    write_messages(log, 3, queues=1)
+    d.dispatch(0, log.max_offset())
+    limit = [log.max_offset()]
+    with _reader(tmp_path, max_offset_fn=lambda: limit[0], limit_follows_dispatch=True) as r:
+        assert len(r.get_messages("T", 0, 0, 100).messages) == 3
+        write_messages(log, 40, queues=1, start=3)  # new segments and queue files
+        d.dispatch(0, log.max_offset())
+        g = r.get_messages("T", 0, 0, 100)  # the limit stayed: the last look holds
+        assert (len(g.messages), g.max_offset) == (3, 3)
+        limit[0] = log.max_offset()
+        g = r.get_messages("T", 0, 0, 100)
+        assert [m.queue_offset for m in g.messages] == list(range(43)) and g.max_offset == 43
+    for c in (log, cqs, idx):
+        c.close()
