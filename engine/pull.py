@@ -4,7 +4,15 @@
 they point at. Per unit, in queue order, `pull_units` applies getMessage's rules and
 appends the messages found to `out`:
 
-1. a pre-blank, or a unit that is no unit (offset < 0 or size <= 0), is passed;
+1. a pre-blank is passed; a unit that is no unit (offset < 0 or size <= 0), or whose
+   offset lies below the end of the real unit just before it in `units`, is not written
+   yet and ends the walk there (`UNWRITTEN`): the queue ends there for now. A reader
+   in another process than the dispatcher can see a run of units the dispatcher writes
+   with one slice write (memcpy) in part: its first bytes stored last (glibc's memcpy
+   stores the first vector after the rest), so the units after it already look valid
+   and the read-only refresh's search sets the queue's end past them. Passing such a
+   unit lost its message for good (the consumer moved past it); one whose offset was
+   still zero with its size written gave the record at offset 0 again (a duplicate);
 2. a real unit when `out` is full (`max_count` messages, or its size would take the
    sizes added past `max_bytes`) ends the walk before it (`FULL`): the pull ends there;
 3. the tag-code filter (`codes`: the `TAGS` hashes wanted; a ConsumeQueueExt address
@@ -70,6 +78,7 @@ class PullStop(enum.IntEnum):
     END = 0  # every unit was walked
     FULL = 1  # the unit at `next unit` is real and `out` is full: the pull ends before it
     NEED_LOG = 2  # the unit at `next unit` wants a record outside `log`, below the limit
+    UNWRITTEN = 4  # the unit at `next unit` is not written yet: the queue ends there for now
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -93,6 +102,12 @@ class TagFilter:
 
 
 _EVERY: Final = TagFilter(None, None)
+
+
+def _real_end(units: Buffer, i: int) -> int:
+    """Where the record of real unit i ends; 0 for a pre-blank or no unit."""
+    off, size, _code = _UNIT.unpack_from(units, i * CQ_STORE_UNIT_SIZE)
+    return 0 if size == PRE_BLANK_SIZE or off < 0 or size <= 0 else int(off + size)
 
 
 def _check_args(units: Buffer, start: int, log_base: int, max_count: int) -> int:
@@ -145,9 +160,11 @@ def pull_units_py(
     i = start
     while i < n:
         off, size, code = _UNIT.unpack_from(units, i * CQ_STORE_UNIT_SIZE)
-        if size == PRE_BLANK_SIZE or off < 0 or size <= 0:  # 1
+        if size == PRE_BLANK_SIZE:  # 1
             i += 1
             continue
+        if off < 0 or size <= 0 or (i > 0 and off < _real_end(units, i - 1)):  # 1
+            return i, PullStop.UNWRITTEN.value, got_bytes, removing
         if out and (len(out) >= max_count or got_bytes + size > max_bytes):  # 2
             return i, PullStop.FULL.value, got_bytes, removing
         if codes is not None and code > MAX_EXT_ADDR and code not in codes:  # 3

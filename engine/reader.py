@@ -394,13 +394,19 @@ class StoreReader:
         msgs = res.messages
         got, removing, read_any = 0, False, False
         log: SegmentSlice | None = None
-        runs = cq.unit_runs(res.next_offset, scan)
+        # from the unit before the first (when there is one): the walk checks each unit
+        # against the one before it (`engine.pull`, step 1)
+        first = res.next_offset
+        before = 1 if first > res.min_offset else 0
+        runs = cq.unit_runs(first - before, scan + before)
         try:
             for qo, units in runs:
+                i, stop = max(0, first - qo), PullStop.NEED_LOG
+                if i * 20 >= len(units):  # only the unit before: in the file before
+                    continue
                 read_any = True
-                i, stop = 0, PullStop.NEED_LOG
-                if log is None and len(units) >= 20:  # map the first unit's segment now
-                    log = self._log_slice(_PHYS.unpack_from(units, 0)[0], limit)
+                if log is None:  # map the first unit's segment now
+                    log = self._log_slice(_PHYS.unpack_from(units, i * 20)[0], limit)
                 while stop is PullStop.NEED_LOG:
                     view, base = (_NO_LOG, 0) if log is None else (log.view, log.physical_offset)
                     i, code, got, rem = pull_units(
@@ -417,7 +423,7 @@ class StoreReader:
                             removing |= not msgs
                             i += 1
                 res.next_offset = qo + i
-                if stop is PullStop.FULL:
+                if stop is not PullStop.END:  # FULL, or UNWRITTEN: the queue ends there
                     break
         finally:
             runs.close()

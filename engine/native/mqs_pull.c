@@ -12,6 +12,14 @@ static int64_t rd64(const uint8_t *p)
     return (int64_t)(((uint64_t)rd32(p) << 32) | rd32(p + 4));
 }
 
+/* Where the record of the real unit at u ends; 0 for a pre-blank or no unit. */
+static int64_t real_end(const uint8_t *u)
+{
+    int64_t off = rd64(u);
+    int32_t size = (int32_t)rd32(u + 8);
+    return size == MQS_PRE_BLANK_SIZE || off < 0 || size <= 0 ? 0 : off + size;
+}
+
 /* The tag-code filter: a ConsumeQueueExt address is no tag code (the TAGS decide). */
 static int code_may_match(const struct mqs_pull *p, int64_t code)
 {
@@ -29,8 +37,10 @@ int mqs_pull_next(struct mqs_pull *p)
         const uint8_t *u = p->units + p->i * MQS_CQ_UNIT;
         int64_t off = rd64(u);
         int32_t size = (int32_t)rd32(u + 8);
-        if (size == MQS_PRE_BLANK_SIZE || off < 0 || size <= 0)
-            continue; /* a pre-blank or no unit: passed */
+        if (size == MQS_PRE_BLANK_SIZE)
+            continue; /* a pre-blank: passed */
+        if (off < 0 || size <= 0 || (p->i > 0 && off < real_end(u - MQS_CQ_UNIT)))
+            return MQS_PULL_UNWRITTEN; /* no unit, or one before its predecessor's end */
         if (p->count > 0 && (p->count >= p->max_count || p->got_bytes + size > p->max_bytes))
             return MQS_PULL_FULL;
         if (!code_may_match(p, rd64(u + 12)))

@@ -1,5 +1,5 @@
 /* A pull's walk over consume-queue units (issue 13): RocketMQ's getMessage rules per unit
- * (engine.reader: pre-blanks and invalid units passed, the batch full at max_count or
+ * (engine.reader: pre-blanks passed, an unwritten unit ends the walk, the batch full at max_count or
  * max_bytes, the tag-code filter) and the record check of each wanted unit, with the
  * record scanner's check (mqs_scan.h). The reference is engine/pull.py's pull_units_py;
  * tests/native/test_pull_diff.py compares the two message by message. Pure C: no Python
@@ -21,6 +21,7 @@ enum mqs_pull_step {
     MQS_PULL_FULL = 1,     /* unit `i` is real and the batch is full: the pull ends before it */
     MQS_PULL_NEED_LOG = 2, /* unit `i` wants a record below the limit outside `log` */
     MQS_PULL_RECORD = 3,   /* unit i - 1 has a record at log[rec_pos], layout `lay` */
+    MQS_PULL_UNWRITTEN = 4, /* unit `i` is not written yet: the queue ends there for now */
 };
 
 struct mqs_pull {

@@ -353,3 +353,40 @@ def test_a_reader_whose_limit_follows_dispatch_looks_again_when_the_limit_moves(
         assert [m.queue_offset for m in g.messages] == list(range(43)) and g.max_offset == 43
     for c in (log, cqs, idx):
         c.close()
+
+
+def test_a_unit_not_written_yet_ends_the_pull_there(tmp_path: Path) -> None:
+    """A reader in another process can see a run of units the dispatcher writes with
+    one slice write in part: its first bytes still zero (glibc's memcpy stores the first
+    vector last), the units after it written. The read-only refresh's search settles the
+    queue's end past them (here its probes, units 5, 8 and 7, miss unit 6). The pull
+    ends at such a unit, and takes it once it is written: it passed it as no unit (its
+    message lost), and one with its offset still zero gave the record at 0 again."""
+    build_store(tmp_path, 8, queues=1)
+    path = tmp_path / "consumequeue" / "T" / "0" / ("0" * 20)
+    with open(path, "r+b") as f:
+        f.seek(6 * 20)
+        unit6 = f.read(20)
+
+        def put6(b: bytes) -> None:
+            f.seek(6 * 20)
+            f.write(b)
+            f.flush()
+
+        put6(bytes(20))  # nothing of it stored yet
+        with _reader(tmp_path) as r:
+            g = r.get_messages("T", 0, 0, 100)
+            assert g.max_offset == 8  # the refresh settled past unit 6
+            assert [m.queue_offset for m in g.messages] == list(range(6))
+            assert (g.status, g.next_offset) == (GetStatus.FOUND, 6)
+            g = r.get_messages("T", 0, 6, 100)
+            assert (g.status, g.next_offset, g.messages) == (GetStatus.NO_MATCHED_MESSAGE, 6, [])
+            put6(bytes(8) + unit6[8:])  # its size and tag code stored, its offset not
+            g = r.get_messages("T", 0, 6, 100)
+            assert (g.status, g.next_offset, g.messages) == (GetStatus.NO_MATCHED_MESSAGE, 6, [])
+            assert [m.queue_offset for m in r.get_messages("T", 0, 0, 100).messages] == [
+                0, 1, 2, 3, 4, 5,
+            ]  # fmt: skip
+            put6(unit6)  # the write is done
+            g = r.get_messages("T", 0, 6, 100)
+            assert [m.queue_offset for m in g.messages] == [6, 7] and g.next_offset == 8

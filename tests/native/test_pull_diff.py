@@ -6,9 +6,10 @@ byte, copies or views of the log).
 Hypothesis draws logs as the scanner's test does (V1 and V2 records, IPv4 and IPv6
 hosts, properties of any bytes, fillers, damage), then consume-queue units over them:
 right, wrong sizes, pre-blanks, zeros, offsets anywhere (past the limit, outside the
-mapped window, negative), tag codes right, wrong or ConsumeQueueExt addresses; and a
-tag filter, batch limits, a window of the log and a limit. The walk is resumed after
-NEED_LOG with the whole log, as the reader does. Real RocketMQ stores are walked too.
+mapped window, negative, below the unit before: not written yet, the walk stops), tag
+codes right, wrong or ConsumeQueueExt addresses; and a tag filter, batch limits, a
+window of the log and a limit. The walk is resumed after NEED_LOG with the whole log, as
+the reader does. Real RocketMQ stores are walked too.
 """
 
 from __future__ import annotations
@@ -219,6 +220,33 @@ def test_a_full_batch_stops_before_the_next_real_unit_after_pre_blanks() -> None
         assert fn(units, 0, buf, 0, len(buf), None, None, 9, n + 1, 0, False, out)[:2] == (
             3, PullStop.FULL,
         )  # fmt: skip
+
+
+@pytest.mark.parametrize("fn", [pull_units, pull_units_py])
+def test_a_unit_not_written_yet_ends_the_walk(fn: Fn) -> None:
+    """Units as a reader can see a run the dispatcher writes with one memcpy in part
+    (its first bytes stored last): a unit still zero, or with its size written and its
+    offset still zero, before units already written. The walk stops at it (passing it
+    lost its message; the zero offset gave the record at 0 again, a duplicate)."""
+    n = len(_PLAIN)
+    buf = lay_out([_PLAIN] * 4)
+    good = [_UNIT.pack(k * n, n, 0) for k in range(4)]
+    for torn in (bytes(20), bytes(8) + good[2][8:], _UNIT.pack(-1, n, 0)):
+        units = good[0] + good[1] + torn + good[3]
+        out: list[RecordFields] = []
+        assert fn(units, 0, buf, 0, len(buf), None, None, 9, 1 << 20, 0, False, out) == (
+            2, PullStop.UNWRITTEN, 2 * n, False,
+        )  # fmt: skip
+        assert [m.physical_offset for m in out] == [0, n]
+        # the first unit walked is checked against the one before it in `units`
+        assert fn(units, 2, buf, 0, len(buf), None, None, 9, 1 << 20, 0, False, [])[:2] == (
+            2, PullStop.UNWRITTEN,
+        )  # fmt: skip
+    pre = _UNIT.pack(0, PRE_BLANK_SIZE, 0)  # a pre-blank is passed, and checks nothing
+    units = pre + good[0] + pre + good[1]
+    assert fn(units, 0, buf, 0, len(buf), None, None, 9, 1 << 20, 0, False, [])[:2] == (
+        4, PullStop.END,
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("fn", [pull_units, pull_units_py])
