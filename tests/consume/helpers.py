@@ -20,8 +20,16 @@ def start_producer(store: Path, topic: str, name: str, n: int) -> subprocess.Pop
         stdout=subprocess.PIPE, text=True, cwd=str(REPO), env=env,
     )  # fmt: skip
     assert p.stdout is not None
-    line = p.stdout.readline()
-    assert line == "ready\n", line
+    # Byte by byte from the descriptor: a buffered readline() would also take ack lines
+    # printed right after "ready", and communicate(timeout=...) reads the descriptor, not
+    # that buffer, so those acks were lost (1-5 of 750, about one run in ten).
+    line = b""
+    while not line.endswith(b"\n"):
+        ch = os.read(p.stdout.fileno(), 1)
+        if not ch:
+            break
+        line += ch
+    assert line == b"ready\n", line
     return p
 
 
