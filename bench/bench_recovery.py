@@ -39,7 +39,7 @@ from typing import Any
 from bench.report import RESULTS, Column, Goal, Report, write
 from mqstore.conf.settings import StoreSettings
 from mqstore.engine.commitlog import CommitLog
-from mqstore.engine.consumequeue import ConsumeQueueStore
+from mqstore.engine.consumequeue_store import ConsumeQueueStore
 from mqstore.engine.dispatch import Dispatcher
 from mqstore.engine.indexfile import IndexService
 from mqstore.engine.reader import Geometry

@@ -1,25 +1,9 @@
 """Consume queues: RocketMQ's ConsumeQueue, one per (topic, queue id) (spec §3).
 
-A consume queue is a chain of equal-sized files under `consumequeue/<topic>/<queueId>/`,
-named by their first logical byte offset (20 digits, like commit-log segments), over a
-`SegmentQueue`. It holds one 20-byte unit per message of the queue, big-endian:
-
-| off | size | field                                   | written by              |
-| --- | ---- | --------------------------------------- | ----------------------- |
-| 0   | 8    | commit-log physical offset (int64)      | the dispatcher (`put`)  |
-| 8   | 4    | message TOTALSIZE (int32)               | the dispatcher          |
-| 12  | 8    | tags code (int64; spec §3.2)            | the dispatcher          |
-
-(The table's third row starts at byte 12: 8 + 4.) Unit *n* (the message with queue
-offset *n*) lives at logical byte offset `n * 20`, in file `floor(n*20 / file_size)`.
-The file size is RocketMQ's `mappedFileSizeConsumeQueue` rounded up to a multiple of 20
-(`cq_file_size`). A valid unit has offset >= 0 and size > 0; an all-zero unit marks the
-end of the written data. A **pre-blank** unit `(0, 2147483647, 0)` stands for a queue
-offset that holds no message: RocketMQ writes them from the start of a queue's first
-file up to the first unit when a queue starts at an offset other than 0; mqstore also
-writes them over a gap (a unit whose queue offset is past the queue's end), where
-RocketMQ 4.9.8 logs "[BUG]" and appends the unit at the wrong place. Readers skip
-pre-blanks; they count in `max_offset()`, as RocketMQ's.
+A consume queue is a chain of equal-sized files under `consumequeue/<topic>/<queueId>/`
+over a `SegmentQueue`, one 20-byte unit per message of the queue; the unit, the
+pre-blank and the file layout are in `engine.consumequeue_files`, and every queue of a
+store in `engine.consumequeue_store`.
 
 Who calls what: the dispatcher `put()`s and `flush()`es; recovery calls `recover()`,
 `truncate_dirty()` and `correct_min_offset()`; the cleaner `delete_expired()`. Readers
@@ -34,35 +18,25 @@ from __future__ import annotations
 import enum
 import functools
 import operator
-import os
 import struct
-from array import array
 from collections.abc import Callable, Generator, Iterator, Sequence
 from itertools import chain, repeat
-from typing import Final, NamedTuple
+from typing import Final
 
-from mqstore import _native
-from mqstore.engine import fileio
-from mqstore.engine.findings import Finding, Severity
-from mqstore.engine.indexfile import IntColumn
-from mqstore.engine.names import topic_problem
-from mqstore.engine.record import Buffer
-from mqstore.engine.segment import (
-    DEFAULT_MMAP_SYNC,
-    ClockMs,
-    ReadStatus,
-    Segment,
-    SyncMethod,
-    now_ms,
+from mqstore.engine.consumequeue_files import (
+    CQ_STORE_UNIT_SIZE,
+    PRE_BLANK_BYTES,
+    PRE_BLANK_SIZE,
+    UNIT,
+    CqUnit,
+    valid_units,
+    zero_tail,
 )
-from mqstore.engine.segment_queue import SegmentQueue, numbered_files
+from mqstore.engine.findings import Finding, Severity
+from mqstore.engine.segment import ReadStatus, Segment
+from mqstore.engine.segment_queue import SegmentQueue
 
-CQ_STORE_UNIT_SIZE: Final = 20
-PRE_BLANK_SIZE: Final = 2_147_483_647  # Integer.MAX_VALUE
-CONSUME_QUEUE_DIR: Final = "consumequeue"
 MAX_GAP_FILES: Final = 4  # a gap wider than this many files is refused, not filled
-_UNIT: Final = struct.Struct(">qiq")
-_PRE_BLANK_BYTES: Final = _UNIT.pack(0, PRE_BLANK_SIZE, 0)
 _QO: Final = operator.itemgetter(0)
 _PHYS: Final = operator.itemgetter(1)
 _SIZE: Final = operator.itemgetter(2)
@@ -83,139 +57,8 @@ def _units_struct(n: int) -> struct.Struct:
 
 def _valid_unit(view: memoryview, k: int) -> bool:
     """Unit k of a file's units is a valid unit (offset >= 0, size > 0)."""
-    off, size, _tags = _UNIT.unpack_from(view, k * 20)
+    off, size, _tags = UNIT.unpack_from(view, k * 20)
     return bool(off >= 0 and size > 0)
-
-
-def cq_file_size(configured_bytes: int) -> int:
-    """RocketMQ's getter: round up to a multiple of 20 (128 -> 140, 4096 -> 4100)."""
-    if configured_bytes <= 0:
-        raise ValueError(f"consume-queue file size must be positive, got {configured_bytes}")
-    return -(-configured_bytes // CQ_STORE_UNIT_SIZE) * CQ_STORE_UNIT_SIZE
-
-
-Group = tuple[bytes, int, int, bool, bytes, bytes]  # see group_units
-
-
-def group_units(
-    buf: Buffer,
-    topic_pos: IntColumn,
-    topic_len: IntColumn,
-    queue_id: IntColumn,
-    queue_offset: IntColumn,
-    pos: IntColumn,
-    size: IntColumn,
-    tags_code: IntColumn,
-    base: int,
-) -> list[Group]:
-    """The reference of `mqstore._native.group_units`: a scanned batch's records
-    grouped per (topic bytes, queue id), groups in order of first appearance. Per
-    group: (topic bytes, queue id, the first record's queue offset, dense: the queue
-    offsets run first, first + 1, ... and the commit-log ends rise, the records as
-    native 'i' bytes, their units packed as `pack_unit(base + pos, size, tags)`).
-    Raises ValueError for columns that do not fit, as the C twin does."""
-    if base < 0:
-        raise ValueError("base must not be negative")
-    view = memoryview(buf).cast("B")
-    tp_view = memoryview(topic_pos)
-    n = len(tp_view) if tp_view.itemsize == 8 else 0
-    tp, tl, qid, qo, ps, sz, tags = (
-        _exact(c, name, itemsize, n)
-        for c, name, itemsize in (
-            (topic_pos, "topic_pos", 8), (topic_len, "topic_len", 4), (queue_id, "queue_id", 4),
-            (queue_offset, "queue_offset", 8), (pos, "pos", 8), (size, "size", 4),
-            (tags_code, "tags_code", 8),
-        )
-    )  # fmt: skip
-    for r in range(n):
-        if tp[r] < 0 or tl[r] < 0 or tp[r] + tl[r] > len(view) or ps[r] < 0:
-            raise ValueError("a topic span or position is out of range")
-        if base + ps[r] + 2**31 - 1 > 2**63 - 1:
-            raise ValueError("a topic span or position is out of range")
-    groups: dict[tuple[bytes, int], list[int]] = {}
-    for r in range(n):
-        groups.setdefault((bytes(view[tp[r] : tp[r] + tl[r]]), qid[r]), []).append(r)
-    out: list[Group] = []
-    for (topic, q), recs in groups.items():
-        first, dense, last_end = qo[recs[0]], True, 0
-        units = bytearray()
-        for k, r in enumerate(recs):
-            end = base + ps[r] + sz[r]
-            if qo[r] != first + k or (k > 0 and end <= last_end):
-                dense = False
-            last_end = end
-            units += _UNIT.pack(base + ps[r], sz[r], tags[r])
-        out.append((topic, q, first, dense, array("i", recs).tobytes(), bytes(units)))
-    return out
-
-
-def _exact(b: IntColumn, name: str, itemsize: int, n: int) -> memoryview:
-    v = memoryview(b)
-    if v.itemsize != itemsize or v.nbytes // itemsize != n:
-        raise ValueError(f"{name} must hold {n} items of {itemsize} bytes")
-    return v.cast("B").cast("i" if itemsize == 4 else "q")
-
-
-group_units_c: Final = _native.group_units  # the C twin, what the dispatcher calls
-
-
-def valid_units_py(units: Buffer) -> tuple[int, int]:
-    """The reference of `valid_units`: (how many units lead `units` that are valid,
-    i.e. physical offset >= 0 and size > 0, the first invalid one ending them; the index
-    of the last of those that is not a pre-blank, -1 if none). ValueError for a partial
-    unit, as the C twin."""
-    view = memoryview(units).cast("B")
-    if len(view) % CQ_STORE_UNIT_SIZE:
-        raise ValueError(f"units holds {len(view)} bytes, not whole 20-byte units")
-    count, last = 0, -1
-    for off, size, _t in _UNIT.iter_unpack(view):
-        if off < 0 or size <= 0:
-            break
-        if size != PRE_BLANK_SIZE:
-            last = count
-        count += 1
-    return count, last
-
-
-def zero_tail_py(buf: Buffer, start: int) -> int:
-    """The reference of `zero_tail`: where the trailing zero bytes of buf[start:] begin
-    (one past its last non-zero byte; `start` when all are zero). ValueError for a
-    `start` outside the buffer, as the C twin."""
-    view = memoryview(buf).cast("B")
-    if not 0 <= start <= len(view):
-        raise ValueError(f"start {start} is outside the buffer of {len(view)} bytes")
-    return start + len(bytes(view[start:]).rstrip(b"\0"))
-
-
-# The C twins (engine/native/mqs_cq.c), what recovery calls: memory speed, no GIL held,
-# so a normal recovery's walk of the last 3 files of every queue stays small.
-valid_units: Final = _native.valid_units
-zero_tail: Final = _native.zero_tail
-
-
-class CqUnit(NamedTuple):
-    """One consume-queue unit."""
-
-    physical_offset: int
-    size: int
-    tags_code: int
-
-    @property
-    def is_pre_blank(self) -> bool:
-        return self.size == PRE_BLANK_SIZE
-
-    @property
-    def is_valid(self) -> bool:
-        return self.physical_offset >= 0 and self.size > 0
-
-    @property
-    def end(self) -> int:
-        """Commit-log offset one past the message."""
-        return self.physical_offset + self.size
-
-
-def pack_unit(physical_offset: int, size: int, tags_code: int) -> bytes:
-    return _UNIT.pack(physical_offset, size, tags_code)
 
 
 class PutStatus(enum.Enum):
@@ -231,57 +74,22 @@ class PutStatus(enum.Enum):
 class ConsumeQueue:
     """One (topic, queue id) consume queue. See the module docstring."""
 
-    def __init__(
-        self,
-        directory: str | os.PathLike[str],
-        topic: str,
-        queue_id: int,
-        file_size_bytes: int,
-        *,
-        read_only: bool = False,
-        mmap_sync: SyncMethod = DEFAULT_MMAP_SYNC,
-        clock_ms: ClockMs = now_ms,
-    ) -> None:
-        """An empty queue over `directory` (`consumequeue/<topic>/<queueId>`); `load()` next."""
+    def __init__(self, queue: SegmentQueue, topic: str, queue_id: int) -> None:
+        """An empty queue over `queue`, the not yet loaded files of
+        `consumequeue/<topic>/<queueId>` (their size a multiple of 20, `cq_file_size`);
+        `load()` next. Raises ValueError for another size."""
+        if queue.segment_size_bytes % CQ_STORE_UNIT_SIZE:
+            raise ValueError(
+                f"consume-queue files hold whole units: {queue.segment_size_bytes} bytes "
+                f"is not a multiple of {CQ_STORE_UNIT_SIZE}"
+            )
         self.topic = topic
         self.queue_id = queue_id
-        self.file_size_bytes = cq_file_size(file_size_bytes)
-        self.read_only = read_only
-        self.queue = SegmentQueue(
-            directory,
-            self.file_size_bytes,
-            read_only=read_only,
-            mmap_sync=mmap_sync,
-            clock_ms=clock_ms,
-        )
+        self.file_size_bytes = queue.segment_size_bytes
+        self.read_only = queue.read_only
+        self.queue = queue
         self.min_logic_offset = 0  # bytes; min_offset() = this // 20
         self.max_physical_offset = -1  # commit-log end of the newest real unit (-1: none)
-
-    @classmethod
-    def open(
-        cls,
-        directory: str | os.PathLike[str],
-        topic: str,
-        queue_id: int,
-        file_size_bytes: int,
-        *,
-        read_only: bool = False,
-        mmap_sync: SyncMethod = DEFAULT_MMAP_SYNC,
-        clock_ms: ClockMs = now_ms,
-    ) -> ConsumeQueue:
-        """Construct and load. Writable queues must be `recover()`ed before `put()`;
-        read-only ones find their end in `load()`. Raises SegmentSizeError, StoreIOError."""
-        cq = cls(
-            directory,
-            topic,
-            queue_id,
-            file_size_bytes,
-            read_only=read_only,
-            mmap_sync=mmap_sync,
-            clock_ms=clock_ms,
-        )
-        cq.load()
-        return cq
 
     @property
     def directory(self) -> str:
@@ -293,13 +101,16 @@ class ConsumeQueue:
 
     # --- loading and recovery ---------------------------------------------------------
 
-    def load(self) -> None:
-        """Open the files (positions full, as RocketMQ's load). Read-only: also `refresh()`."""
+    def load(self) -> ConsumeQueue:
+        """Open the files (positions full, as RocketMQ's load) and return the queue.
+        Writable queues must be `recover()`ed before `put()`; read-only ones find their
+        end here (`refresh()`). Raises SegmentSizeError, StoreIOError."""
         self.queue.load()
         if self.read_only:
             self.refresh(list_files=False)
         else:
             self._init_min_logic_offset()
+        return self
 
     def _init_min_logic_offset(self) -> None:
         first = self.queue.first()
@@ -310,7 +121,7 @@ class ConsumeQueue:
         with first.select(0, first.read_position) as sl:
             if sl.status is ReadStatus.OK:
                 view = sl.view
-                while pos + 20 <= len(view) and view[pos : pos + 20] == _PRE_BLANK_BYTES:
+                while pos + 20 <= len(view) and view[pos : pos + 20] == PRE_BLANK_BYTES:
                     pos += 20
         self.min_logic_offset = first.start_offset + pos
 
@@ -398,7 +209,7 @@ class ConsumeQueue:
                     break
                 count, last = valid_units(sl.view)
                 if last >= 0:
-                    off, size, _t = _UNIT.unpack_from(sl.view, last * CQ_STORE_UNIT_SIZE)
+                    off, size, _t = UNIT.unpack_from(sl.view, last * CQ_STORE_UNIT_SIZE)
                     max_phys = off + size
             pos = count * CQ_STORE_UNIT_SIZE
             end = seg.start_offset + pos
@@ -477,10 +288,10 @@ class ConsumeQueue:
                 view = sl.view if sl.status is ReadStatus.OK else memoryview(b"")
                 pos = 0
                 if last is q.first():
-                    while pos + 20 <= len(view) and view[pos : pos + 20] == _PRE_BLANK_BYTES:
+                    while pos + 20 <= len(view) and view[pos : pos + 20] == PRE_BLANK_BYTES:
                         pos += 20
                     keep = pos
-                for off, size, _t in _UNIT.iter_unpack(view[pos:]):
+                for off, size, _t in UNIT.iter_unpack(view[pos:]):
                     if off < 0 or size <= 0:
                         break
                     if size == PRE_BLANK_SIZE:
@@ -534,7 +345,7 @@ class ConsumeQueue:
             if sl.status is not ReadStatus.OK:
                 return
             pos = 0
-            for off, size, _t in _UNIT.iter_unpack(sl.view):
+            for off, size, _t in UNIT.iter_unpack(sl.view):
                 if off >= 0 and 0 < size != PRE_BLANK_SIZE and off >= log_min_offset:
                     self.min_logic_offset = first.start_offset + pos
                     return
@@ -561,7 +372,7 @@ class ConsumeQueue:
             assert seg is not None
             if expect > seg.start_offset:
                 # first-created file of a queue that starts past 0: pre-blanks up to it
-                seg.append_bytes(_PRE_BLANK_BYTES * ((expect - seg.start_offset) // 20))
+                seg.append_bytes(PRE_BLANK_BYTES * ((expect - seg.start_offset) // 20))
             self.min_logic_offset = expect
         current = q.max_wrote_offset()
         if expect < current:
@@ -573,7 +384,7 @@ class ConsumeQueue:
             status = PutStatus.GAP_FILLED
         seg = q.get_last(expect)
         assert seg is not None
-        seg.append_bytes(_UNIT.pack(physical_offset, size, tags_code))
+        seg.append_bytes(UNIT.pack(physical_offset, size, tags_code))
         self.max_physical_offset = physical_offset + size
         return status
 
@@ -639,7 +450,7 @@ class ConsumeQueue:
         current = q.max_wrote_offset()
         if self.read_only or not units or len(q) == 0:
             return False
-        phys, size, _tags = _UNIT.unpack_from(units, 0)
+        phys, size, _tags = UNIT.unpack_from(units, 0)
         if first_queue_offset * CQ_STORE_UNIT_SIZE != current or phys + size <= (
             self.max_physical_offset
         ):
@@ -653,7 +464,7 @@ class ConsumeQueue:
             seg.append_bytes(memoryview(units)[done : done + n])
             done += n
             current += n
-            phys, size, _tags = _UNIT.unpack_from(units, done - CQ_STORE_UNIT_SIZE)
+            phys, size, _tags = UNIT.unpack_from(units, done - CQ_STORE_UNIT_SIZE)
             self.max_physical_offset = phys + size
         return True
 
@@ -665,7 +476,7 @@ class ConsumeQueue:
         if len(q) == 0:
             seg = q.get_last(expect)
             assert seg is not None
-            seg.append_bytes(_PRE_BLANK_BYTES * ((expect - seg.start_offset) // 20 + 1))
+            seg.append_bytes(PRE_BLANK_BYTES * ((expect - seg.start_offset) // 20 + 1))
             self.min_logic_offset = expect + 20
             return PutStatus.OK
         current = q.max_wrote_offset()
@@ -683,7 +494,7 @@ class ConsumeQueue:
             assert seg is not None
             room = seg.size_bytes - seg.wrote_position
             n = min(room, expect - current) // 20
-            seg.append_bytes(_PRE_BLANK_BYTES * n)
+            seg.append_bytes(PRE_BLANK_BYTES * n)
             current += n * 20
 
     def flush(self, least_pages: int) -> int:
@@ -717,7 +528,7 @@ class ConsumeQueue:
         with seg.select(logical - seg.start_offset, 20) as sl:
             if sl.status is not ReadStatus.OK:
                 return None
-            return CqUnit._make(_UNIT.unpack_from(sl.view, 0))
+            return CqUnit._make(UNIT.unpack_from(sl.view, 0))
 
     def get(self, queue_offset: int) -> CqUnit | None:
         """The unit at `queue_offset`; None below min, at/after max, or unavailable."""
@@ -738,7 +549,7 @@ class ConsumeQueue:
             with seg.select(pos, n * 20) as sl:
                 if sl.status is not ReadStatus.OK:
                     return
-                out = [CqUnit._make(t) for t in _UNIT.iter_unpack(sl.view)]
+                out = [CqUnit._make(t) for t in UNIT.iter_unpack(sl.view)]
             yield from enumerate(out, qo)
 
     def unit_runs(
@@ -874,252 +685,3 @@ class ConsumeQueue:
             f"ConsumeQueue({self.topic!r}, {self.queue_id}, min={self.min_offset()}, "
             f"max={self.max_offset()}, max_phys={self.max_physical_offset})"
         )
-
-
-def queue_dirs(store_dir: str | os.PathLike[str]) -> Iterator[tuple[str, str, str]]:
-    """(topic, queue id as named, path) of every `consumequeue/<topic>/<qid>/` directory,
-    sorted; names are not validated (callers that open queues do)."""
-    root = os.path.join(store_dir, CONSUME_QUEUE_DIR)
-    if not os.path.isdir(root):
-        return
-    for topic in sorted(os.listdir(root)):
-        tdir = os.path.join(root, topic)
-        if not os.path.isdir(tdir):
-            continue
-        for qid in sorted(os.listdir(tdir)):
-            qdir = os.path.join(tdir, qid)
-            if os.path.isdir(qdir):
-                yield topic, qid, qdir
-
-
-def numbered_queue_dirs(store_dir: str | os.PathLike[str]) -> list[tuple[str, int, str]]:
-    """(topic, queue id, path) of every `consumequeue/<topic>/<queueId>/` whose queue id is
-    an int; other directories are skipped, as RocketMQ's load does."""
-    return [(t, int(q), d) for t, q, d in queue_dirs(store_dir) if q.lstrip("-").isdigit()]
-
-
-def detect_file_size(store_dir: str | os.PathLike[str]) -> int | None:
-    """The size of the consume-queue files already in a store (the largest found: a
-    damaged file may be shorter, never longer), or None when there are none. Stores do
-    not record their geometry."""
-    best = 0
-    for _topic, _qid, qdir in queue_dirs(store_dir):
-        for path in numbered_files(qdir):
-            best = max(best, os.stat(path).st_size)
-    return best or None
-
-
-# --- reading queue files without opening the queue (the cleaner, stopped stores) ---------
-
-
-def file_unit(fd: int, index: int, path: str) -> CqUnit:
-    """Unit `index` of an open queue file; all zeros past the file's end. One pread."""
-    raw = fileio.pread(fd, CQ_STORE_UNIT_SIZE, index * CQ_STORE_UNIT_SIZE, path)
-    if len(raw) < CQ_STORE_UNIT_SIZE:
-        return CqUnit(0, 0, 0)
-    return CqUnit(*_UNIT.unpack(raw))
-
-
-def last_file_unit(path: str, file_size: int) -> CqUnit | None:
-    """The last unit slot of a queue file of `file_size` bytes (written or not), or None
-    when the file holds no whole unit. Raises StoreIOError."""
-    if file_size < CQ_STORE_UNIT_SIZE:
-        return None
-    fd = fileio.open_file(path, create=False, read_only=True)
-    try:
-        raw = fileio.pread(fd, CQ_STORE_UNIT_SIZE, file_size - CQ_STORE_UNIT_SIZE, path)
-    finally:
-        fileio.close(fd, path)
-    return CqUnit(*_UNIT.unpack(raw)) if len(raw) == CQ_STORE_UNIT_SIZE else None
-
-
-def last_unit_end(path: str, file_size: int) -> int | None:
-    """End (phys + size) of the last written unit of one queue file, found by binary
-    search over "unit i is written" (units are written contiguously from 0). None if no
-    real unit is written. O(log units) preads. Raises StoreIOError."""
-    fd = fileio.open_file(path, create=False, read_only=True)
-    try:
-        lo, hi = 0, file_size // CQ_STORE_UNIT_SIZE  # first unwritten unit is in [lo, hi]
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if file_unit(fd, mid, path).size > 0:
-                lo = mid + 1
-            else:
-                hi = mid
-        if lo == 0:
-            return None
-        last = file_unit(fd, lo - 1, path)
-        return None if last.is_pre_blank else last.end
-    finally:
-        fileio.close(fd, path)
-
-
-def dispatched_offset_from_files(store_dir: str | os.PathLike[str]) -> int | None:
-    """A lower bound of the dispatcher's position read from the consume-queue files:
-    the highest end (phys + size) of the last unit of any queue. None when the store has
-    no consume queues (then nothing was dispatched that deletion could orphan). For a
-    stopped store, or a cleaner process that has no dispatcher position to read.
-    O(queues x log units) preads."""
-    best: int | None = None
-    for _topic, _qid, qdir in numbered_queue_dirs(store_dir):
-        for path in reversed(numbered_files(qdir)):
-            end = last_unit_end(path, os.stat(path).st_size)
-            if end is not None:
-                best = end if best is None else max(best, end)
-                break
-    return best
-
-
-class ConsumeQueueStore:
-    """Every consume queue of a store directory, keyed by (topic, queue id)."""
-
-    def __init__(
-        self,
-        store_dir: str | os.PathLike[str],
-        file_size_bytes: int,
-        *,
-        read_only: bool = False,
-        mmap_sync: SyncMethod = DEFAULT_MMAP_SYNC,
-        clock_ms: ClockMs = now_ms,
-    ) -> None:
-        self.store_dir = os.fspath(store_dir)
-        self.root = os.path.join(self.store_dir, CONSUME_QUEUE_DIR)
-        self.file_size_bytes = cq_file_size(file_size_bytes)
-        self.read_only = read_only
-        self._mmap_sync = mmap_sync
-        self._clock_ms = clock_ms
-        self._queues: dict[QueueKey, ConsumeQueue] = {}
-
-    @classmethod
-    def open(
-        cls,
-        store_dir: str | os.PathLike[str],
-        file_size_bytes: int,
-        *,
-        read_only: bool = False,
-        mmap_sync: SyncMethod = DEFAULT_MMAP_SYNC,
-        clock_ms: ClockMs = now_ms,
-    ) -> ConsumeQueueStore:
-        s = cls(
-            store_dir, file_size_bytes, read_only=read_only, mmap_sync=mmap_sync, clock_ms=clock_ms
-        )
-        s.load()
-        return s
-
-    def load(self) -> None:
-        """Open every `consumequeue/<topic>/<int queueId>/` (others are skipped, as
-        RocketMQ's load). Raises SegmentSizeError, StoreIOError."""
-        if not os.path.isdir(self.root):
-            return
-        for topic in sorted(os.listdir(self.root)):
-            tdir = os.path.join(self.root, topic)
-            if not os.path.isdir(tdir) or topic_problem(topic) is not None:
-                continue
-            for name in sorted(os.listdir(tdir)):
-                try:
-                    qid = int(name)
-                except ValueError:
-                    continue
-                if str(qid) != name or not os.path.isdir(os.path.join(tdir, name)):
-                    continue
-                self._open_queue(topic, qid)
-
-    def _open_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
-        cq = ConsumeQueue.open(
-            os.path.join(self.root, topic, str(queue_id)),
-            topic,
-            queue_id,
-            self.file_size_bytes,
-            read_only=self.read_only,
-            mmap_sync=self._mmap_sync,
-            clock_ms=self._clock_ms,
-        )
-        self._queues[(topic, queue_id)] = cq
-        return cq
-
-    def __len__(self) -> int:
-        return len(self._queues)
-
-    def __iter__(self) -> Iterator[ConsumeQueue]:
-        return iter(list(self._queues.values()))
-
-    def keys(self) -> list[QueueKey]:
-        return sorted(self._queues)
-
-    def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
-        """The queue, opening it if another process created it since (read-only)."""
-        cq = self._queues.get((topic, queue_id))
-        if cq is None and self.read_only and topic_problem(topic) is None and queue_id >= 0:
-            qdir = os.path.join(self.root, topic, str(queue_id))
-            if os.path.isdir(qdir):
-                cq = self._open_queue(topic, queue_id)
-        return cq
-
-    def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
-        """The queue of (topic, queue id), created empty if new. Writer only.
-        Raises ValueError for a name outside RocketMQ's rule (`engine.names`): no bad
-        name ever becomes a directory, whoever wrote the record."""
-        cq = self._queues.get((topic, queue_id))
-        if cq is not None:
-            return cq
-        if self.read_only:
-            raise PermissionError(f"{self.root}: opened read-only")
-        why = topic_problem(topic)
-        if why is not None or queue_id < 0:
-            why = why or "a negative queue id"
-            raise ValueError(f"({topic!r}, {queue_id}) cannot name a consume queue: {why}")
-        fileio.makedirs(os.path.join(self.root, topic, str(queue_id)))
-        return self._open_queue(topic, queue_id)
-
-    def recover(self) -> int:
-        """`recover()` every queue; the max of their `max_physical_offset` (-1: none)."""
-        return max((cq.recover() for cq in self._queues.values()), default=-1)
-
-    def max_physical_offset(self) -> int:
-        return max((cq.max_physical_offset for cq in self._queues.values()), default=-1)
-
-    def truncate_dirty(self, physical_offset: int) -> dict[QueueKey, int]:
-        """`truncate_dirty` on every queue; units dropped per queue that lost any."""
-        out: dict[QueueKey, int] = {}
-        for key, cq in self._queues.items():
-            if cq.max_physical_offset > physical_offset or cq.max_physical_offset < 0:
-                n = cq.truncate_dirty(physical_offset)
-                if n:
-                    out[key] = n
-        return out
-
-    def correct_min_offsets(self, log_min_offset: int) -> None:
-        for cq in self._queues.values():
-            cq.correct_min_offset(log_min_offset)
-
-    def queue_offset_table(self) -> dict[QueueKey, int]:
-        """(topic, queue id) -> next queue offset (`max_offset()`), RocketMQ's
-        recoverTopicQueueTable: what the appender continues from after recovery."""
-        return {k: cq.max_offset() for k, cq in sorted(self._queues.items())}
-
-    def flush(self, least_pages: int) -> int:
-        """One `flush(least_pages)` per queue; total bytes advanced. Raises StoreIOError."""
-        return sum(cq.flush(least_pages) for cq in self._queues.values())
-
-    def flush_all(self) -> int:
-        return sum(cq.flush_all() for cq in self._queues.values())
-
-    def flush_plan(self, least_pages: int) -> list[tuple[SegmentQueue, Segment, int]]:
-        """Every queue's `SegmentQueue.flush_plan(least_pages)`: what a flush in another
-        thread forces (`workers.cq_flusher`), each with its queue for `note_flushed`."""
-        return [
-            (cq.queue, seg, pos)
-            for cq in self._queues.values()
-            for seg, pos in cq.queue.flush_plan(least_pages)
-        ]
-
-    def close(self) -> None:
-        for cq in self._queues.values():
-            cq.close()
-        self._queues.clear()
-
-    def check(self) -> list[Finding]:
-        out: list[Finding] = []
-        for cq in self._queues.values():
-            out.extend(cq.check())
-        return out

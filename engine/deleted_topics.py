@@ -24,7 +24,7 @@ from typing import Any
 
 from mqstore.engine import fileio, jsonconfig, topics
 from mqstore.engine.commitlog import CommitLog
-from mqstore.engine.consumequeue import CONSUME_QUEUE_DIR
+from mqstore.engine.consumequeue_files import CONSUME_QUEUE_DIR
 from mqstore.engine.logwalk import ScanStop
 from mqstore.engine.names import check_topic
 from mqstore.engine.offsets import ConsumerOffsets

@@ -62,14 +62,10 @@ from typing import Final
 from mqstore.engine import deleted_topics
 from mqstore.engine.checkpoint import CheckpointFields
 from mqstore.engine.commitlog import CommitLog
-from mqstore.engine.consumequeue import (
-    ConsumeQueueStore,
-    Group,
-    PutStatus,
-    QueueKey,
-    Unit,
-)
-from mqstore.engine.consumequeue import group_units_c as group_units
+from mqstore.engine.consumequeue import PutStatus, QueueKey, Unit
+from mqstore.engine.consumequeue_files import Group
+from mqstore.engine.consumequeue_files import group_units_c as group_units
+from mqstore.engine.consumequeue_store import ConsumeQueueStore
 from mqstore.engine.fileio import StoreIOError, is_no_space
 from mqstore.engine.filler import is_filler
 from mqstore.engine.indexfile import IndexService, KeyBatch, build_key, key_hash
@@ -210,7 +206,7 @@ class Dispatcher:
         q = SegmentQueue(os.path.join(d, "commitlog"), geometry.segment_size_bytes, read_only=True)
         q.load()
         log = CommitLog(q)
-        queues = ConsumeQueueStore.open(d, geometry.cq_file_size_bytes)
+        queues = ConsumeQueueStore(d, geometry.cq_file_size_bytes).load()
         queues.recover()
         index = None
         if index_enabled:
@@ -473,7 +469,7 @@ class Dispatcher:
         res: DispatchResult,
     ) -> None:
         """`_dispatch_columns` for a batch `_plain` accepts, grouped per queue in C
-        (`consumequeue.group_units`): a dense group that continues its queue is one
+        (`consumequeue_files.group_units`): a dense group that continues its queue is one
         `append_units`; any other goes unit by unit (`put_units`). Then every key."""
         last = -1
         rest: dict[QueueKey, list[Unit]] = {}

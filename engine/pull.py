@@ -52,7 +52,7 @@ import struct
 from typing import Final
 
 from mqstore import _native
-from mqstore.engine.consumequeue import CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE
+from mqstore.engine.consumequeue_files import CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE
 from mqstore.engine.filler import is_filler
 from mqstore.engine.record import (
     PROPERTY_TAGS,

@@ -40,7 +40,9 @@ from typing import Final
 
 from mqstore.conf.settings import StoreSettings
 from mqstore.engine.commitlog import CommitLog
-from mqstore.engine.consumequeue import ConsumeQueue, ConsumeQueueStore, detect_file_size
+from mqstore.engine.consumequeue import ConsumeQueue
+from mqstore.engine.consumequeue_files import detect_file_size
+from mqstore.engine.consumequeue_store import ConsumeQueueStore
 from mqstore.engine.filler import is_filler
 from mqstore.engine.indexfile import IndexService
 from mqstore.engine.pull import PullStop, TagFilter, pull_units
@@ -154,9 +156,9 @@ class StoreReader:
         queue.load()
         self.log = CommitLog(queue)
         try:
-            self.queues = ConsumeQueueStore.open(
+            self.queues = ConsumeQueueStore(
                 self.store_dir, geometry.cq_file_size_bytes, read_only=True
-            )
+            ).load()
             self.index = IndexService(
                 self.store_dir,
                 geometry.hash_slot_num,

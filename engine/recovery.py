@@ -54,14 +54,9 @@ from mqstore.conf.settings import StoreSettings
 from mqstore.engine import fileio
 from mqstore.engine.checkpoint import CheckpointFields, StoreCheckpoint
 from mqstore.engine.commitlog import CommitLog
-from mqstore.engine.consumequeue import (
-    ConsumeQueue,
-    ConsumeQueueStore,
-    QueueKey,
-    cq_file_size,
-    queue_dirs,
-    zero_tail,
-)
+from mqstore.engine.consumequeue import ConsumeQueue, QueueKey
+from mqstore.engine.consumequeue_files import cq_file_size, queue_dirs, zero_tail
+from mqstore.engine.consumequeue_store import ConsumeQueueStore
 from mqstore.engine.dispatch import Dispatcher, DispatchResult, DispatchStop
 from mqstore.engine.indexfile import IndexService
 from mqstore.engine.logwalk import ScanStop
@@ -355,7 +350,7 @@ def recover_store(
     if not ro or os.path.exists(cp_path):
         cp = StoreCheckpoint(cp_path, read_only=ro)
     cp_fields: CheckpointFields = cp if cp is not None else CheckpointFields()
-    cqs = ConsumeQueueStore.open(d, geo.cq_file_size_bytes, read_only=ro)
+    cqs = ConsumeQueueStore(d, geo.cq_file_size_bytes, read_only=ro).load()
     index = IndexService(
         d,
         geo.hash_slot_num,

@@ -52,7 +52,7 @@ from typing import Any, Final
 from mqstore.conf.settings import StoreSettings
 from mqstore.engine import fileio
 from mqstore.engine.commitlog import CommitLog
-from mqstore.engine.consumequeue import last_file_unit, numbered_queue_dirs
+from mqstore.engine.consumequeue_files import last_file_unit, numbered_queue_dirs
 from mqstore.engine.diskguard import DiskGuard, DiskVerdict
 from mqstore.engine.offsets import ConsumedOffsets
 from mqstore.engine.record import CheckStatus, check_record, takes_queue_offset

@@ -1,6 +1,6 @@
 """Recovery's consume-queue check: does each unit agree with the commit log?
 
-`verify_units` walks a run of 20-byte consume-queue units (`engine.consumequeue`'s
+`verify_units` walks a run of 20-byte consume-queue units (`engine.consumequeue_files`'s
 layout) of one queue, the unit at index i having queue offset `first_queue_offset + i`,
 and returns (the first bad queue offset or -1, the new `prev_end`). A unit is right when:
 
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from mqstore import _native
-from mqstore.engine.consumequeue import CQ_STORE_UNIT_SIZE, CqUnit
+from mqstore.engine.consumequeue_files import CQ_STORE_UNIT_SIZE, CqUnit
 from mqstore.engine.record import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, Buffer
 from mqstore.engine.scan import RecordScan
 

@@ -44,7 +44,7 @@ from typing import Any, Final, Protocol
 from mqstore.conf.settings import StoreSettings
 from mqstore.engine import fileio
 from mqstore.engine.checkpoint import MIN_TIMESTAMP_SLACK_MS, StoreCheckpoint
-from mqstore.engine.consumequeue import dispatched_offset_from_files, numbered_queue_dirs
+from mqstore.engine.consumequeue_files import dispatched_offset_from_files, numbered_queue_dirs
 from mqstore.engine.diskguard import (
     DiskGuard,
     DiskState,

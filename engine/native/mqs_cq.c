@@ -1,6 +1,6 @@
 /* A scanned batch's consume-queue units, grouped per (topic bytes, queue id) in order of
  * first appearance and packed as RocketMQ's 20-byte big-endian units (the layout table
- * is in engine/consumequeue.py): the twin of engine.consumequeue.group_units.
+ * is in engine/consumequeue_files.py): the twin of engine.consumequeue_files.group_units.
  *
  * Per group: the topic's bytes, the queue id, the first record's queue offset, whether
  * the group is dense (queue offsets first, first + 1, ... and commit-log ends rising),
@@ -212,7 +212,7 @@ out:
     return res;
 }
 
-/* --- recovery's walks (engine.consumequeue.valid_units_py, zero_tail_py) ------------- */
+/* --- recovery's walks (engine.consumequeue_files.valid_units_py, zero_tail_py) ------- */
 
 #define PRE_BLANK_SIZE 2147483647
 

@@ -1,8 +1,8 @@
 /* Consume-queue units in C: a scanned batch grouped per (topic, queue id) and packed, for
- * the dispatcher (engine.consumequeue.group_units is the Python twin;
+ * the dispatcher (engine.consumequeue_files.group_units is the Python twin;
  * tests/native/test_cq_diff.py compares their answers); and recovery's walks over a
  * mapped file, a consume queue's valid units and a file's zero tail
- * (engine.consumequeue.valid_units_py and zero_tail_py are the twins;
+ * (engine.consumequeue_files.valid_units_py and zero_tail_py are the twins;
  * tests/native/test_cq_recover_diff.py compares them). */
 #ifndef MQS_CQ_H
 #define MQS_CQ_H
@@ -29,13 +29,13 @@ int64_t mqs_zero_tail(const uint8_t *buf, int64_t start, int64_t len);
     {"group_units", (PyCFunction)(void (*)(void))mqs_py_group_units, METH_FASTCALL,           \
      "group_units(buf, topic_pos, topic_len, queue_id, queue_offset, pos, size, tags_code, "  \
      "base) -> list of (topic, queue_id, first_queue_offset, dense, records, units): "        \
-     "engine.consumequeue.group_units."},                                                   \
+     "engine.consumequeue_files.group_units."},                                               \
     {"valid_units", (PyCFunction)mqs_py_valid_units, METH_O,                                  \
      "valid_units(units) -> (count, last_real): the leading valid consume-queue units and "  \
      "the index of the last that is not a pre-blank (-1: none), without the GIL: "           \
-     "engine.consumequeue.valid_units_py."},                                                  \
+     "engine.consumequeue_files.valid_units_py."},                                            \
     {"zero_tail", (PyCFunction)(void (*)(void))mqs_py_zero_tail, METH_FASTCALL,              \
      "zero_tail(buf, start) -> int: where the trailing zero bytes of buf[start:] begin, "    \
-     "without the GIL: engine.consumequeue.zero_tail_py."},
+     "without the GIL: engine.consumequeue_files.zero_tail_py."},
 
 #endif

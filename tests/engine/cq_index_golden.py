@@ -16,6 +16,7 @@ from pathlib import Path
 
 from mqstore.engine.consumequeue import ConsumeQueue
 from mqstore.engine.indexfile import IndexFile
+from mqstore.engine.segment_queue import SegmentQueue
 
 GOLDEN_DIR = Path(__file__).resolve().parent.parent / "data" / "golden"
 CQ_GOLDEN = GOLDEN_DIR / "consumequeue-small.bin"
@@ -34,7 +35,7 @@ INDEX_KEYS = [
 
 
 def build_cq(directory: Path) -> ConsumeQueue:
-    cq = ConsumeQueue.open(directory, "T", 0, CQ_FILE_SIZE)
+    cq = ConsumeQueue(SegmentQueue(directory, CQ_FILE_SIZE), "T", 0).load()
     cq.recover()
     for qo, (phy, size, tags) in enumerate(CQ_UNITS):
         cq.put(phy, size, tags, qo)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mqstore.engine.commitlog import AppendResult, CommitLog
-from mqstore.engine.consumequeue import ConsumeQueueStore
+from mqstore.engine.consumequeue_store import ConsumeQueueStore
 from mqstore.engine.dispatch import Dispatcher
 from mqstore.engine.indexfile import IndexService
 from mqstore.engine.record import Message

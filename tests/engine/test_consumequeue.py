@@ -14,16 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mqstore.engine import fileio
-from mqstore.engine.consumequeue import (
-    PRE_BLANK_SIZE,
-    ConsumeQueue,
-    ConsumeQueueStore,
-    CqUnit,
-    PutStatus,
-    cq_file_size,
-    detect_file_size,
-)
+from mqstore.engine.consumequeue import ConsumeQueue, PutStatus
+from mqstore.engine.consumequeue_files import PRE_BLANK_SIZE, CqUnit, cq_file_size, detect_file_size
+from mqstore.engine.consumequeue_store import ConsumeQueueStore
 from mqstore.engine.findings import errors
+from mqstore.engine.segment_queue import SegmentQueue
 from tests.engine import cq_index_golden as golden
 
 StoreCopy = Callable[[str], Path]
@@ -38,7 +33,7 @@ def _no_faults() -> Iterator[None]:
 
 
 def _open(d: Path, size: int = 100, *, read_only: bool = False) -> ConsumeQueue:
-    cq = ConsumeQueue.open(d, "T", 0, size, read_only=read_only)
+    cq = ConsumeQueue(SegmentQueue(d, cq_file_size(size), read_only=read_only), "T", 0).load()
     if not read_only:
         cq.recover()
     return cq
@@ -269,13 +264,13 @@ def test_store_loads_queues_and_skips_others(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         s.find_or_create("a/b", 0)
     s.close()
-    s = ConsumeQueueStore.open(tmp_path, 100)
+    s = ConsumeQueueStore(tmp_path, 100).load()
     assert s.keys() == [("A", 0), ("A", 1), ("B", 3)]
     assert s.recover() == 10
     assert s.queue_offset_table() == {("A", 0): 1, ("A", 1): 1, ("B", 3): 1}
     assert s.check() == []
     assert detect_file_size(tmp_path) == 100
-    ro = ConsumeQueueStore.open(tmp_path, 100, read_only=True)
+    ro = ConsumeQueueStore(tmp_path, 100, read_only=True).load()
     s.find_or_create("C", 0).put(20, 10, 0, 0)
     cq = ro.get("C", 0)  # created by the writer after the reader opened
     assert cq is not None and cq.max_offset() == 1
@@ -285,7 +280,7 @@ def test_store_loads_queues_and_skips_others(tmp_path: Path) -> None:
 
 def test_real_rust_store_queue(real_store_copy: StoreCopy) -> None:
     d = real_store_copy("rocketmq-rust-0.9-store")
-    s = ConsumeQueueStore.open(d, detect_file_size(d) or 0)
+    s = ConsumeQueueStore(d, detect_file_size(d) or 0).load()
     assert s.recover() == 282
     cq = s.get("V1UpgradeTopic", 0)
     assert cq is not None
@@ -296,7 +291,7 @@ def test_real_rust_store_queue(real_store_copy: StoreCopy) -> None:
 
 def test_real_42_store_queue(real_store_copy: StoreCopy) -> None:
     d = real_store_copy("broker-4.2-unit-store")
-    s = ConsumeQueueStore.open(d, 200)
+    s = ConsumeQueueStore(d, 200).load()
     assert s.recover() > 0
     cq = s.get("abc", 0)
     assert cq is not None and cq.max_offset() == 56

@@ -14,7 +14,9 @@ import pytest
 from mqstore.engine import fileio
 from mqstore.engine.checkpoint import CheckpointFields
 from mqstore.engine.commitlog import CommitLog
-from mqstore.engine.consumequeue import PRE_BLANK_SIZE, ConsumeQueueStore, PutStatus
+from mqstore.engine.consumequeue import PutStatus
+from mqstore.engine.consumequeue_files import PRE_BLANK_SIZE
+from mqstore.engine.consumequeue_store import ConsumeQueueStore
 from mqstore.engine.dispatch import Dispatcher, DispatchStop
 from mqstore.engine.filler import filler_record
 from mqstore.engine.indexfile import IndexService

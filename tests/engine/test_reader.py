@@ -13,7 +13,7 @@ import pytest
 
 from mqstore.engine import reader as reader_module
 from mqstore.engine.commitlog import CommitLog
-from mqstore.engine.consumequeue import ConsumeQueueStore
+from mqstore.engine.consumequeue_store import ConsumeQueueStore
 from mqstore.engine.dispatch import Dispatcher
 from mqstore.engine.filler import filler_record
 from mqstore.engine.indexfile import IndexService
@@ -70,7 +70,7 @@ def test_pull_statuses_and_batches(tmp_path: Path) -> None:
 
 def test_offset_too_small_after_retention(tmp_path: Path) -> None:
     build_store(tmp_path, 40)
-    cqs = ConsumeQueueStore.open(tmp_path, CQ_FILE)
+    cqs = ConsumeQueueStore(tmp_path, CQ_FILE).load()
     cqs.recover()
     cq = cqs.get("T", 0)
     assert cq is not None

@@ -19,7 +19,7 @@ from mqstore.conf.settings import StoreSettings
 from mqstore.engine import fileio
 from mqstore.engine.checkpoint import StoreCheckpoint
 from mqstore.engine.commitlog import AppendResult, CommitLog
-from mqstore.engine.consumequeue import ConsumeQueueStore
+from mqstore.engine.consumequeue_store import ConsumeQueueStore
 from mqstore.engine.dispatch import Dispatcher
 from mqstore.engine.findings import errors
 from mqstore.engine.indexfile import IndexService
@@ -94,7 +94,7 @@ def _assert_consistent(store: Path) -> None:
     log = CommitLog.open(store / "commitlog", SEGMENT, read_only=True)
     assert not errors(log.check())
     log.close()
-    cqs = ConsumeQueueStore.open(store, CQ_FILE, read_only=True)
+    cqs = ConsumeQueueStore(store, CQ_FILE, read_only=True).load()
     assert not errors(cqs.check())
     cqs.close()
 
@@ -176,7 +176,7 @@ def test_torn_tail_is_cut_at_the_record_and_queues_follow(tmp_path: Path) -> Non
     log = CommitLog(q, queue_offsets=rep.queue_offset_table())
     res = log.append(message(99, queue_id=1))
     assert (res.wrote_offset, res.queue_offset) == (cut, 12)
-    cqs, idx = ConsumeQueueStore.open(tmp_path, CQ_FILE), IndexService(tmp_path, SLOTS, ENTRIES)
+    cqs, idx = ConsumeQueueStore(tmp_path, CQ_FILE).load(), IndexService(tmp_path, SLOTS, ENTRIES)
     cqs.recover()
     idx.load()
     assert Dispatcher(log, cqs, idx).dispatch(cut, log.max_offset()).units_written == 1
@@ -365,7 +365,7 @@ def test_garbage_anywhere_cuts_where_the_reference_scan_stops(tmp_path: Path, se
     got = (rep.end_offset, rep.stop, rep.stop_reason, rep.records_validated)
     assert got == expected, f"seed {seed}"
     # (bytes that hit fields no check covers, e.g. a queue offset, pass, as in RocketMQ)
-    cqs = ConsumeQueueStore.open(tmp_path, CQ_FILE, read_only=True)
+    cqs = ConsumeQueueStore(tmp_path, CQ_FILE, read_only=True).load()
     assert not errors(cqs.check()), f"seed {seed}"
     cqs.close()
 

@@ -1,5 +1,5 @@
 """The C grouping of a scanned batch's consume-queue units (`mqstore._native.group_units`)
-against its Python twin (`engine.consumequeue.group_units`), answer for answer.
+against its Python twin (`engine.consumequeue_files.group_units`), answer for answer.
 
 Hypothesis draws a buffer of topic bytes and records that name spans of it (so that
 equal topics come from different places, and different ones share a prefix), queue ids,
@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mqstore import _native
-from mqstore.engine import consumequeue
-from mqstore.engine.consumequeue import pack_unit
+from mqstore.engine import consumequeue_files
+from mqstore.engine.consumequeue_files import pack_unit
 
 _TOPICS = b"TopicATopicBTopicATopTopicA"
 _record = st.tuples(
@@ -44,7 +44,7 @@ def _columns(recs: list[Any]) -> list[array[int]]:
 
 def _both(buf: bytes, cols: list[Any], base: int) -> list[object]:
     out: list[object] = []
-    for f in (_native.group_units, consumequeue.group_units):
+    for f in (_native.group_units, consumequeue_files.group_units):
         try:
             out.append(f(buf, *cols, base))
         except ValueError as e:

@@ -25,7 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mqstore import _native
-from mqstore.engine.consumequeue import PRE_BLANK_SIZE, valid_units_py, zero_tail_py
+from mqstore.engine.consumequeue_files import PRE_BLANK_SIZE, valid_units_py, zero_tail_py
 
 _UNIT = struct.Struct(">qiq")
 I32 = st.one_of(

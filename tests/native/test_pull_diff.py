@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from mqstore import _native
 from mqstore.engine import record, recordcodes
-from mqstore.engine.consumequeue import PRE_BLANK_SIZE
+from mqstore.engine.consumequeue_files import PRE_BLANK_SIZE
 from mqstore.engine.pull import MAX_EXT_ADDR, PullStop, Walk, pull_units, pull_units_py
 from mqstore.engine.record import CheckStatus, DecodedRecord, Message, RecordFields, RecordView
 from tests.engine.scanlog import lay_out, to_v2

@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mqstore import _native
-from mqstore.engine.consumequeue import PRE_BLANK_SIZE, pack_unit
+from mqstore.engine.consumequeue_files import PRE_BLANK_SIZE, pack_unit
 from mqstore.engine.record import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, Message
 from mqstore.engine.scan import scan_records
 from mqstore.engine.verify import (

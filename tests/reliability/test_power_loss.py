@@ -23,7 +23,7 @@ import pytest
 
 from mqstore import StoreClient
 from mqstore.engine.checkpoint import CheckpointFields
-from mqstore.engine.consumequeue import ConsumeQueueStore
+from mqstore.engine.consumequeue_store import ConsumeQueueStore
 from mqstore.engine.indexfile import IndexService
 from mqstore.ipc import control as c
 from mqstore.ipc.commit import pid_alive
@@ -158,7 +158,7 @@ def test_checkpoint_is_never_ahead_of_the_durable_queues(tmp_path: Path) -> None
     # of the logics time's own ms may have been dispatched after the flush was planned
     covered = [r for r in records if r.store_timestamp < cp.logics_msg_timestamp]
     assert covered, "the checkpoint covers no record"
-    cqs = ConsumeQueueStore.open(disk, CQ_FILE_BYTES, read_only=True)
+    cqs = ConsumeQueueStore(disk, CQ_FILE_BYTES, read_only=True).load()
     try:
         missing = []
         for r in covered:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from mqstore.conf.settings import StoreSettings
 from mqstore.engine.commitlog import CommitLog
-from mqstore.engine.consumequeue import ConsumeQueueStore, dispatched_offset_from_files
+from mqstore.engine.consumequeue_files import dispatched_offset_from_files
+from mqstore.engine.consumequeue_store import ConsumeQueueStore
 from mqstore.engine.dispatch import Dispatcher
 from mqstore.engine.reader import Geometry
 from mqstore.engine.record import Message
@@ -84,7 +85,7 @@ def test_queues_and_index_below_the_minimum_go_and_the_store_still_loads(
     assert r.min_offset_after == new_min
     kinds = {d.kind for d in r.deleted}
     assert kinds == {"commitlog", "consumequeue", "index"}
-    store = ConsumeQueueStore.open(tmp_path, CQ_FILE)
+    store = ConsumeQueueStore(tmp_path, CQ_FILE).load()
     try:
         for cq in store:
             cq.correct_min_offset(new_min)

@@ -17,7 +17,7 @@ import pytest
 from mqstore.engine import fileio
 from mqstore.engine.checkpoint import CheckpointFields, StoreCheckpoint
 from mqstore.engine.commitlog import AppendResult
-from mqstore.engine.consumequeue import ConsumeQueueStore
+from mqstore.engine.consumequeue_store import ConsumeQueueStore
 from mqstore.engine.dispatch import Dispatcher
 from mqstore.engine.indexfile import IndexService
 from mqstore.workers.cq_flusher import FlushThread, plan_job, run_job
@@ -206,7 +206,7 @@ def test_prepared_files_do_not_outlive_the_dispatcher(tmp_path: Path) -> None:
     assert sorted(tmp_path.rglob("*.tmp")) == []
     for f in made:  # as a crash leaves them
         f.write_bytes(b"x")
-    cqs = ConsumeQueueStore.open(tmp_path, CQ_FILE)
+    cqs = ConsumeQueueStore(tmp_path, CQ_FILE).load()
     index = IndexService(tmp_path, SLOTS, ENTRIES)
     index.load()
     assert sorted(tmp_path.rglob("*.tmp")) == []

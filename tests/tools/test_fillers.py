@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mqstore.conf.load import load_settings
-from mqstore.engine.consumequeue import ConsumeQueueStore
+from mqstore.engine.consumequeue_store import ConsumeQueueStore
 from mqstore.engine.dispatch import Dispatcher
 from mqstore.engine.filler import FILLER_FLAG, write_filler
 from mqstore.engine.reader import Geometry, StoreReader
@@ -68,7 +68,7 @@ def store(tmp_path: Path) -> tuple[Path, dict[str, int]]:
 
 def _units(store: Path) -> list[tuple[int, int | None]]:
     """Queue T/0 as (queue offset, physical offset or None for a pre-blank)."""
-    cqs = ConsumeQueueStore.open(store, CQ_FILE, read_only=True)
+    cqs = ConsumeQueueStore(store, CQ_FILE, read_only=True).load()
     try:
         cq = cqs.get("T", 0)
         assert cq is not None
