@@ -18,7 +18,7 @@ from mqstore.engine.consumequeue import ConsumeQueue, QueueKey
 from mqstore.engine.consumequeue_files import CONSUME_QUEUE_DIR, cq_file_size, queue_dirs
 from mqstore.engine.findings import Finding
 from mqstore.engine.names import topic_problem
-from mqstore.engine.segment import DEFAULT_MMAP_SYNC, ClockMs, Segment, SyncMethod, now_ms
+from mqstore.engine.segment import Segment
 from mqstore.engine.segment_queue import SegmentQueue
 
 
@@ -26,20 +26,14 @@ class ConsumeQueueStore:
     """Every consume queue of a store directory, keyed by (topic, queue id)."""
 
     def __init__(
-        self,
-        store_dir: str | os.PathLike[str],
-        file_size_bytes: int,
-        *,
-        read_only: bool = False,
-        mmap_sync: SyncMethod = DEFAULT_MMAP_SYNC,
-        clock_ms: ClockMs = now_ms,
+        self, store_dir: str | os.PathLike[str], file_size_bytes: int, *, read_only: bool = False
     ) -> None:
+        """The store of queues under `<store_dir>/consumequeue`, files of `file_size_bytes`
+        rounded up as RocketMQ does (`cq_file_size`); `load()` next."""
         self.store_dir = os.fspath(store_dir)
         self.root = os.path.join(self.store_dir, CONSUME_QUEUE_DIR)
         self.file_size_bytes = cq_file_size(file_size_bytes)
         self.read_only = read_only
-        self._mmap_sync = mmap_sync
-        self._clock_ms = clock_ms
         self._queues: dict[QueueKey, ConsumeQueue] = {}
 
     def load(self) -> ConsumeQueueStore:
@@ -56,13 +50,8 @@ class ConsumeQueueStore:
         return self
 
     def _open_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
-        files = SegmentQueue(
-            os.path.join(self.root, topic, str(queue_id)),
-            self.file_size_bytes,
-            read_only=self.read_only,
-            mmap_sync=self._mmap_sync,
-            clock_ms=self._clock_ms,
-        )
+        qdir = os.path.join(self.root, topic, str(queue_id))
+        files = SegmentQueue(qdir, self.file_size_bytes, read_only=self.read_only)
         cq = self._queues[(topic, queue_id)] = ConsumeQueue(files, topic, queue_id).load()
         return cq
 
