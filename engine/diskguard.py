@@ -35,7 +35,7 @@ import enum
 import math
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 import psutil
@@ -64,16 +64,16 @@ class DiskUsage:
         return math.ceil(self.used_bytes * 100 / entire) / 100
 
     def to_json_dict(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "total_bytes": self.total_bytes,
-            "used_bytes": self.used_bytes,
-            "free_bytes": self.free_bytes,
-            "ratio": self.ratio,
-        }
+        return {**asdict(self), "ratio": self.ratio}
 
 
 UsageProbe = Callable[[str], DiskUsage]
+
+
+def store_paths(store_dir: str | os.PathLike[str]) -> list[str]:
+    """What a store's guard watches: its `commitlog/` and `consumequeue/`."""
+    d = os.fspath(store_dir)
+    return [os.path.join(d, "commitlog"), os.path.join(d, "consumequeue")]
 
 
 def existing_ancestor(path: str) -> str:
@@ -123,15 +123,10 @@ class DiskVerdict:
     usages: tuple[DiskUsage, ...] = ()
 
     def to_json_dict(self) -> dict[str, Any]:
-        return {
-            "state": self.state.value,
-            "ratio": self.ratio,
-            "disk_full": self.disk_full,
-            "clean_immediately": self.clean_immediately,
-            "space_to_delete": self.space_to_delete,
-            "reason": self.reason,
-            "usages": [u.to_json_dict() for u in self.usages],
-        }
+        """The fields but `changed`, which says what one check did, not the state."""
+        d = asdict(self)
+        del d["changed"]
+        return d | {"state": self.state.value, "usages": [u.to_json_dict() for u in self.usages]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,19 +167,6 @@ class DiskGuard:
         self.probe = probe
         self.disk_full = disk_full
         self.last: DiskVerdict | None = None
-
-    @classmethod
-    def for_store(
-        cls,
-        store_dir: str | os.PathLike[str],
-        settings: StoreSettings,
-        *,
-        probe: UsageProbe = psutil_usage,
-        disk_full: bool = False,
-    ) -> DiskGuard:
-        d = os.fspath(store_dir)
-        paths = [os.path.join(d, "commitlog"), os.path.join(d, "consumequeue")]
-        return cls(paths, settings, probe=probe, disk_full=disk_full)
 
     def check(self, settings: StoreSettings | None = None) -> DiskVerdict:
         """Probe every path and update DISK_FULL. `settings` replaces the guard's own

@@ -53,6 +53,7 @@ from mqstore.engine.diskguard import (
     decode_state,
     encode_state,
     psutil_usage,
+    store_paths,
 )
 from mqstore.engine.offsets import ConsumedOffsets, load_consumer_offsets
 from mqstore.engine.retention import (
@@ -202,7 +203,7 @@ class Cleaner:
     ) -> None:
         self.store_dir = store_dir
         self.settings = settings
-        self.guard = DiskGuard.for_store(store_dir, settings, probe=probe, disk_full=disk_full)
+        self.guard = DiskGuard(store_paths(store_dir), settings, probe=probe, disk_full=disk_full)
         self.protection = protection
         self.publish = publish
         self.consumed = consumed

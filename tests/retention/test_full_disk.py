@@ -17,7 +17,7 @@ import pytest
 
 from mqstore.conf.settings import StoreSettings
 from mqstore.engine.commitlog import AppendStatus, CommitLog
-from mqstore.engine.diskguard import DiskGuard, guarded_allocator, psutil_usage
+from mqstore.engine.diskguard import DiskGuard, guarded_allocator, psutil_usage, store_paths
 from mqstore.engine.record import Message
 from mqstore.engine.retention import CleanReason, Retention
 from mqstore.engine.segment import Segment
@@ -56,7 +56,7 @@ def test_fill_refuse_free_resume_then_clean(small_fs: Path) -> None:
     store = small_fs / "store"
     log_dir = store / "commitlog"
     settings = StoreSettings(segment_size_bytes=SEG)
-    guard = DiskGuard.for_store(store, settings)  # the real psutil probe
+    guard = DiskGuard(store_paths(store), settings)  # the real psutil probe
     assert psutil_usage(str(store)).total_bytes == FS_BYTES
 
     def create(start: int) -> Segment:

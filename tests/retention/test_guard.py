@@ -16,6 +16,7 @@ from mqstore.engine.diskguard import (
     DiskUsage,
     guarded_allocator,
     space_problem,
+    store_paths,
 )
 from mqstore.engine.record import Message
 from mqstore.engine.retention import CleanReason, Retention
@@ -36,7 +37,7 @@ def test_ratio_is_rocketmqs_rounded_up_percent() -> None:
 
 def test_states_and_hysteresis(tmp_path: Path) -> None:
     probe = Probe(0.50)
-    g = DiskGuard.for_store(tmp_path, S, probe=probe)
+    g = DiskGuard(store_paths(tmp_path), S, probe=probe)
     seen = []
     for ratio in (0.50, 0.80, 0.86, 0.91, 0.88, 0.86, 0.85, 0.87, 0.91, 0.50):
         probe.ratio = ratio
@@ -60,7 +61,7 @@ def test_states_and_hysteresis(tmp_path: Path) -> None:
 
 def test_ratios_come_from_the_settings_each_check(tmp_path: Path) -> None:
     probe = Probe(0.80)
-    g = DiskGuard.for_store(tmp_path, S, probe=probe)
+    g = DiskGuard(store_paths(tmp_path), S, probe=probe)
     assert g.check().state is DiskState.OK
     tighter = S.replace(disk_space_warning_level_ratio=0.79, disk_space_clean_forcibly_ratio=0.7)
     v = g.check(tighter)
@@ -75,7 +76,7 @@ def test_the_worse_path_counts(tmp_path: Path) -> None:
         r = ratios[os.path.basename(path)]
         return DiskUsage(path, 100, int(r * 100), 100 - int(r * 100))
 
-    g = DiskGuard.for_store(tmp_path, S, probe=probe)
+    g = DiskGuard(store_paths(tmp_path), S, probe=probe)
     assert g.check().state is DiskState.DISK_FULL
 
 
@@ -83,7 +84,7 @@ def test_puts_refused_while_disk_full_then_resume(tmp_path: Path) -> None:
     clock = Clock()
     log = build_log(tmp_path, clock, 1)
     probe = Probe(0.95)
-    g = DiskGuard.for_store(tmp_path, S, probe=probe)
+    g = DiskGuard(store_paths(tmp_path), S, probe=probe)
     g.check()
     g.apply(log)
     end = log.max_offset()
@@ -127,7 +128,7 @@ def test_no_new_segment_without_room_for_it(tmp_path: Path) -> None:
 def test_allocator_refuses_while_the_guard_says_full(tmp_path: Path) -> None:
     d = tmp_path / "commitlog"
     probe = Probe(0.95)
-    g = DiskGuard.for_store(tmp_path, S, probe=probe)
+    g = DiskGuard(store_paths(tmp_path), S, probe=probe)
     g.check()
 
     def create(start: int) -> Segment:
@@ -144,7 +145,7 @@ def test_a_reader_holds_a_segment_across_a_forced_destroy(tmp_path: Path) -> Non
     settings = S.replace(destroy_mapped_file_interval_forcibly_ms=120_000)
     log = build_log(tmp_path, clock, 4)
     segs = log.queue.segments
-    g = DiskGuard.for_store(tmp_path, settings, probe=Probe(0.86))
+    g = DiskGuard(store_paths(tmp_path), settings, probe=Probe(0.86))
     ret = Retention(tmp_path, log.queue, g, settings, clock_ms=clock, sleep_ms=lambda ms: None)
     reader = segs[0].select(0, 200)
     expected = bytes(reader.view)
@@ -177,7 +178,7 @@ def test_a_hung_first_segment_is_retried_every_redelete_interval(tmp_path: Path)
     log = build_log(tmp_path, clock, 3)
     segs = log.queue.segments
     probe = Probe(0.86)
-    g = DiskGuard.for_store(tmp_path, settings, probe=probe)
+    g = DiskGuard(store_paths(tmp_path), settings, probe=probe)
     ret = Retention(tmp_path, log.queue, g, settings, clock_ms=clock, sleep_ms=lambda ms: None)
     reader = segs[0].select(0, 100)
     assert ret.run_once(keep_from_offset=None).held == [segs[0].path]

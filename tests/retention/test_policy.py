@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mqstore.conf.settings import StoreSettings
-from mqstore.engine.diskguard import DiskGuard
+from mqstore.engine.diskguard import DiskGuard, store_paths
 from mqstore.engine.record import Message
 from mqstore.engine.retention import (
     CleanReason,
@@ -47,7 +47,7 @@ def _retention(
     store: Path, clock: Clock, probe: Probe, settings: StoreSettings = S, segments: int = 6
 ) -> tuple[Retention, Sleeps]:
     log = build_log(store, clock, segments)
-    guard = DiskGuard.for_store(store, settings, probe=probe)
+    guard = DiskGuard(store_paths(store), settings, probe=probe)
     sleeps = Sleeps()
     return Retention(store, log.queue, guard, settings, clock_ms=clock, sleep_ms=sleeps), sleeps
 
