@@ -26,8 +26,8 @@ store directory. The rules:
   `consumequeue/<topic>/<queueId>/` whose last entry points below it, and every index
   file but the last whose `endPhyOffset` is below it, oldest first, stopping at the
   first that is not. These work on the files directly (names, one pread each;
-  `engine.consumequeue`'s file functions read the queue files), so they need no open
-  consume-queue objects.
+  `engine.consumequeue_files.expired_files` chooses a queue's files), so they need no
+  open consume-queue objects.
 
 Every deletion is logged with its reason and listed in a `CleanReport` (JSON for
 `mqstore status`), with the bytes no consumer group had consumed when the committed
@@ -46,13 +46,13 @@ import os
 import struct
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, asdict, dataclass, field
 from typing import Any, Final
 
 from mqstore.conf.settings import StoreSettings
 from mqstore.engine import fileio
 from mqstore.engine.commitlog import CommitLog
-from mqstore.engine.consumequeue_files import last_file_unit, numbered_queue_dirs
+from mqstore.engine.consumequeue_files import expired_files, numbered_queue_dirs
 from mqstore.engine.diskguard import DiskGuard, DiskVerdict
 from mqstore.engine.offsets import ConsumedOffsets
 from mqstore.engine.record import CheckStatus, check_record, takes_queue_offset
@@ -108,12 +108,7 @@ class Trigger:
         return ", ".join(parts) or "not triggered"
 
     def to_json_dict(self) -> dict[str, Any]:
-        return {
-            "time_up": self.time_up,
-            "space_to_delete": self.space_to_delete,
-            "manual": self.manual,
-            "clean_at_once": self.clean_at_once,
-        }
+        return asdict(self)
 
 
 def decide(now: int, settings: StoreSettings, verdict: DiskVerdict, *, manual: bool) -> Trigger:
@@ -219,15 +214,7 @@ class DeletedFile:
     unconsumed_bytes: int | None = None  # commit log only, when offsets were given
 
     def to_json_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "path": self.path,
-            "size_bytes": self.size_bytes,
-            "reason": self.reason.value,
-            "detail": self.detail,
-            "start_offset": self.start_offset,
-            "unconsumed_bytes": self.unconsumed_bytes,
-        }
+        return {**asdict(self), "reason": self.reason.value}
 
 
 @dataclass
@@ -333,15 +320,9 @@ def delete_consume_queue_files(
     """
     deleted: list[DeletedFile] = []
     for _topic, _qid, qdir in numbered_queue_dirs(store_dir):
-        removed = 0
-        for path in numbered_files(qdir)[:-1]:
-            size = os.stat(path).st_size
-            last = last_file_unit(path, size) if size == file_size_bytes else None
-            if last is None or last.size <= 0 or last.physical_offset >= min_offset:
-                break
-            phys = last.physical_offset
+        expired = expired_files(qdir, min_offset, file_size_bytes)
+        for path, size, phys in expired:
             fileio.unlink(path, missing_ok=True)
-            removed += 1
             d = DeletedFile(
                 "consumequeue",
                 path,
@@ -352,7 +333,7 @@ def delete_consume_queue_files(
             )
             log.info("deleted %s (%d bytes): %s", path, size, d.detail)
             deleted.append(d)
-        if removed:
+        if expired:
             fileio.fsync_dir(qdir)
             if interval_ms > 0:
                 sleep_ms(interval_ms)
@@ -412,15 +393,10 @@ class RetentionTotals:
             self.unconsumed_bytes_deleted += u
 
     def to_json_dict(self) -> dict[str, Any]:
-        return {
-            "runs": self.runs,
-            "files_deleted": self.files_deleted,
-            "bytes_deleted": self.bytes_deleted,
-            "unconsumed_bytes_deleted": self.unconsumed_bytes_deleted,
-            "unconsumed_unknown_runs": self.unconsumed_unknown_runs,
-        }
+        return asdict(self)
 
 
+@dataclass(eq=False)
 class Retention:
     """Runs the rules over one store: a commit-log `SegmentQueue`, its disk guard, and the
     consume-queue and index files beside it. See the module doc.
@@ -430,31 +406,20 @@ class Retention:
     long steps of a run (a worker beats its heartbeat there).
     """
 
-    def __init__(
-        self,
-        store_dir: str | os.PathLike[str],
-        queue: SegmentQueue,
-        guard: DiskGuard,
-        settings: StoreSettings,
-        *,
-        clock_ms: ClockMs = now_ms,
-        sleep_ms: SleepMs = _sleep_ms,
-        on_deleted: Callable[[DeletedFile], None] | None = None,
-        on_progress: Callable[[], None] | None = None,
-    ) -> None:
-        self.store_dir = os.fspath(store_dir)
-        self.queue = queue
-        self.guard = guard
-        self.settings = settings
-        self._clock_ms = clock_ms
-        self._sleep_ms = sleep_ms
-        self._on_deleted = on_deleted
-        self._on_progress = on_progress or (lambda: None)
-        self._manual_left = 0
-        self._last_redelete_ms = 0
-        self._last_cq_min_offset = -1
-        self.totals = RetentionTotals()
-        self.last_report: CleanReport | None = None
+    store_dir: str | os.PathLike[str]
+    queue: SegmentQueue
+    guard: DiskGuard
+    settings: StoreSettings
+    _: KW_ONLY
+    clock_ms: ClockMs = now_ms
+    sleep_ms: SleepMs = _sleep_ms
+    on_deleted: Callable[[DeletedFile], None] | None = None
+    on_progress: Callable[[], None] | None = None
+    totals: RetentionTotals = field(default_factory=RetentionTotals, init=False)
+    last_report: CleanReport | None = field(default=None, init=False)
+    _manual_left: int = field(default=0, init=False)
+    _last_redelete_ms: int = field(default=0, init=False)
+    _last_cq_min_offset: int = field(default=-1, init=False)
 
     def request_manual(self, runs: int = MANUAL_DELETE_RUNS) -> None:
         """Make the next `runs` runs delete regardless of the hour and the disk."""
@@ -477,7 +442,7 @@ class Retention:
         if settings is not None:
             self.settings = settings
         s = self.settings
-        now = self._clock_ms()
+        now = self.clock_ms()
         report = CleanReport(started_ms=now, keep_from_offset=keep_from_offset)
         report.min_offset_before = self.queue.min_offset()
         verdict = self.guard.check(s)
@@ -491,7 +456,7 @@ class Retention:
             self._delete_segments(report, trigger, keep_from_offset, consumed, s)
         else:
             report.notes.append("not triggered: not the delete hour, disk below the max ratio")
-        now = self._clock_ms()
+        now = self.clock_ms()
         if now - self._last_redelete_ms >= s.redelete_hanged_file_interval_ms:
             self._last_redelete_ms = now
             first = self.queue.first()
@@ -520,7 +485,7 @@ class Retention:
                 min_offset,
                 file_size_bytes=s.consume_queue_file_size_bytes,
                 interval_ms=s.delete_consume_queue_files_interval_ms,
-                sleep_ms=self._sleep_ms,
+                sleep_ms=self.sleep_ms,
             ):
                 self._record(report, d, logged=True)
             for d in delete_index_files(self.store_dir, min_offset):
@@ -528,7 +493,7 @@ class Retention:
             self._last_cq_min_offset = min_offset
         if report.deleted:  # what the deletions freed counts now, not at the next check
             report.disk_after = self.guard.check(s)
-        report.finished_ms = self._clock_ms()
+        report.finished_ms = self.clock_ms()
         self.totals.add(report)
         self.last_report = report
         return report
@@ -544,7 +509,7 @@ class Retention:
         reserved_ms = s.file_reserved_time_hours * HOUR_MS
         segs = self.queue.segments
         infos = {seg.start_offset: SegmentFileInfo.of(seg) for seg in segs}
-        now = self._clock_ms()
+        now = self.clock_ms()
         predicted = select_expired(
             [infos[seg.start_offset] for seg in segs],
             now=now,
@@ -560,7 +525,8 @@ class Retention:
                 unconsumed[info.start_offset] = unconsumed_bytes(
                     log_, info.start_offset, info.end_offset, consumed
                 )[0]
-                self._on_progress()
+                if self.on_progress is not None:
+                    self.on_progress()
         before = {seg.start_offset for seg in segs}
         self.queue.delete_expired_by_time(
             reserved_ms,
@@ -568,7 +534,7 @@ class Retention:
             interval_forcibly_ms=s.destroy_mapped_file_interval_forcibly_ms,
             clean_immediately=trigger.clean_at_once,
             max_files=s.delete_file_batch_max,
-            sleep_ms=self._sleep_ms,
+            sleep_ms=self.sleep_ms,
             keep_from_offset=keep_from_offset,
         )
         after = {seg.start_offset for seg in self.queue.segments}
@@ -614,5 +580,5 @@ class Retention:
                 "deleted %s (%d bytes, %s): %s", d.path, d.size_bytes, d.reason.value, d.detail
             )
         report.deleted.append(d)
-        if self._on_deleted is not None:
-            self._on_deleted(d)
+        if self.on_deleted is not None:
+            self.on_deleted(d)
