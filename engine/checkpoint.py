@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from typing import Final
 
 from mqstore.engine import fileio
@@ -52,13 +52,7 @@ class CheckpointFields:
 
     def to_bytes(self) -> bytes:
         """The 40 field bytes (offsets 0..39)."""
-        return _FIELDS.pack(
-            self.physic_msg_timestamp,
-            self.logics_msg_timestamp,
-            self.index_msg_timestamp,
-            self.master_flushed_offset,
-            self.confirm_phy_offset,
-        )
+        return _FIELDS.pack(*astuple(self))
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> CheckpointFields:
@@ -101,13 +95,7 @@ class StoreCheckpoint(CheckpointFields):
         except BaseException:
             fileio.close(self._fd, self.path)
             raise
-        super().__init__(
-            fields.physic_msg_timestamp,
-            fields.logics_msg_timestamp,
-            fields.index_msg_timestamp,
-            fields.master_flushed_offset,
-            fields.confirm_phy_offset,
-        )
+        super().__init__(*astuple(fields))
         self._closed = False
 
     @classmethod

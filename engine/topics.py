@@ -17,7 +17,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from mqstore.engine import jsonconfig
 from mqstore.engine.names import check_topic
@@ -25,6 +25,14 @@ from mqstore.engine.names import check_topic
 FILE_NAME = "topics.json"
 PERM_READ_WRITE = 6  # PermName.PERM_READ | PermName.PERM_WRITE
 MAX_QUEUE_NUMS = 1024
+# RocketMQ's TopicConfig fields: ours by name, then those mqstore always writes the same.
+_JSON_KEYS: Final = {
+    "topic": "topicName",
+    "read_queue_nums": "readQueueNums",
+    "write_queue_nums": "writeQueueNums",
+    "perm": "perm",
+}
+_JSON_FIXED: Final = {"topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False}
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,15 +43,7 @@ class TopicConfig:
     perm: int = PERM_READ_WRITE
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "topicName": self.topic,
-            "readQueueNums": self.read_queue_nums,
-            "writeQueueNums": self.write_queue_nums,
-            "perm": self.perm,
-            "topicFilterType": "SINGLE_TAG",
-            "topicSysFlag": 0,
-            "order": False,
-        }
+        return {key: getattr(self, name) for name, key in _JSON_KEYS.items()} | _JSON_FIXED
 
     @classmethod
     def from_json(cls, name: str, d: dict[str, Any]) -> TopicConfig:
