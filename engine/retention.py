@@ -303,6 +303,15 @@ def _pread_at(path: str, n: int, offset: int) -> bytes:
         fileio.close(fd, path)
 
 
+def _delete_below(kind: str, path: str, size: int, detail: str, start: int = -1) -> DeletedFile:
+    """Unlink a consume-queue or index file wholly below the log's minimum offset and
+    log it; its entry for the report. Raises StoreIOError."""
+    fileio.unlink(path, missing_ok=True)
+    d = DeletedFile(kind, path, size, CleanReason.BELOW_MIN_OFFSET, detail, start)
+    log.info("deleted %s (%d bytes): %s", path, size, d.detail)
+    return d
+
+
 def delete_consume_queue_files(
     store_dir: str | os.PathLike[str],
     min_offset: int,
@@ -322,17 +331,9 @@ def delete_consume_queue_files(
     for _topic, _qid, qdir in numbered_queue_dirs(store_dir):
         expired = expired_files(qdir, min_offset, file_size_bytes)
         for path, size, phys in expired:
-            fileio.unlink(path, missing_ok=True)
-            d = DeletedFile(
-                "consumequeue",
-                path,
-                size,
-                CleanReason.BELOW_MIN_OFFSET,
-                f"last entry points at {phys}, below the log's minimum offset {min_offset}",
-                int(os.path.basename(path)),
-            )
-            log.info("deleted %s (%d bytes): %s", path, size, d.detail)
-            deleted.append(d)
+            why = f"last entry points at {phys}, below the log's minimum offset {min_offset}"
+            start = int(os.path.basename(path))
+            deleted.append(_delete_below("consumequeue", path, size, why, start))
         if expired:
             fileio.fsync_dir(qdir)
             if interval_ms > 0:
@@ -353,17 +354,8 @@ def delete_index_files(store_dir: str | os.PathLike[str], min_offset: int) -> li
         end_phy = _I64.unpack_from(raw, INDEX_END_PHY_OFFSET_POS)[0]
         if end_phy >= min_offset:
             break
-        size = os.stat(path).st_size
-        fileio.unlink(path, missing_ok=True)
-        d = DeletedFile(
-            "index",
-            path,
-            size,
-            CleanReason.BELOW_MIN_OFFSET,
-            f"endPhyOffset {end_phy} below the log's minimum offset {min_offset}",
-        )
-        log.info("deleted %s (%d bytes): %s", path, size, d.detail)
-        deleted.append(d)
+        why = f"endPhyOffset {end_phy} below the log's minimum offset {min_offset}"
+        deleted.append(_delete_below("index", path, os.stat(path).st_size, why))
     if deleted:
         fileio.fsync_dir(idir)
     return deleted
