@@ -210,6 +210,16 @@ def numbered_queue_dirs(store_dir: str | os.PathLike[str]) -> list[tuple[str, in
     return [(t, int(q), d) for t, q, d in queue_dirs(store_dir) if q.lstrip("-").isdigit()]
 
 
+def topic_queue_ids(store_dir: str | os.PathLike[str], topic: str) -> set[int]:
+    """The queue ids named by `consumequeue/<topic>/`'s entries made of digits; empty
+    when there is no such directory or it cannot be listed."""
+    try:
+        names = os.listdir(os.path.join(store_dir, CONSUME_QUEUE_DIR, topic))
+    except OSError:
+        return set()
+    return {int(n) for n in names if n.isdigit()}
+
+
 def detect_file_size(store_dir: str | os.PathLike[str]) -> int | None:
     """The size of the consume-queue files already in a store (the largest found: a
     damaged file may be shorter, never longer), or None when there are none. Stores do

@@ -41,6 +41,7 @@ from typing import Any, Protocol
 import psutil
 
 from mqstore.conf.settings import StoreSettings
+from mqstore.engine.consumequeue_files import CONSUME_QUEUE_DIR
 from mqstore.engine.segment import Segment
 from mqstore.engine.segment_queue import Allocator, SegmentAllocationError
 
@@ -73,7 +74,7 @@ UsageProbe = Callable[[str], DiskUsage]
 def store_paths(store_dir: str | os.PathLike[str]) -> list[str]:
     """What a store's guard watches: its `commitlog/` and `consumequeue/`."""
     d = os.fspath(store_dir)
-    return [os.path.join(d, "commitlog"), os.path.join(d, "consumequeue")]
+    return [os.path.join(d, "commitlog"), os.path.join(d, CONSUME_QUEUE_DIR)]
 
 
 def existing_ancestor(path: str) -> str:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from mqstore.engine import jsonconfig
+from mqstore.engine.consumequeue_files import topic_queue_ids
 from mqstore.engine.names import check_topic
 
 FILE_NAME = "topics.json"
@@ -120,11 +121,7 @@ def queue_ids(store_dir: str | os.PathLike[str], topic: str) -> set[int]:
     `consumequeue/<topic>/` (empty for a topic with neither)."""
     tc = load_topics(store_dir).get(topic)
     ids = set(range(tc.read_queue_nums)) if tc is not None else set()
-    try:
-        names = os.listdir(os.path.join(os.fspath(store_dir), "consumequeue", topic))
-    except OSError:
-        names = []
-    return ids | {int(n) for n in names if n.isdigit()}
+    return ids | topic_queue_ids(store_dir, topic)
 
 
 def remove_topic(store_dir: str | os.PathLike[str], topic: str) -> bool:
