@@ -141,6 +141,20 @@ class SegmentFileInfo:
     def of(cls, seg: Segment) -> SegmentFileInfo:
         return cls(seg.path, seg.start_offset, seg.size_bytes, seg.last_modified_ms())
 
+    def deleted(
+        self, reason: CleanReason, detail: str, unconsumed_bytes: int | None = None
+    ) -> DeletedFile:
+        """The report's entry for this segment, deleted."""
+        return DeletedFile(
+            "commitlog",
+            self.path,
+            self.size_bytes,
+            reason,
+            detail,
+            self.start_offset,
+            unconsumed_bytes,
+        )
+
 
 def select_expired(
     segments: Sequence[SegmentFileInfo],
@@ -455,17 +469,8 @@ class Retention:
             if first is not None and not first.available:
                 info = SegmentFileInfo.of(first)
                 if self.queue.retry_delete_first(s.destroy_mapped_file_interval_forcibly_ms):
-                    self._record(
-                        report,
-                        DeletedFile(
-                            "commitlog",
-                            info.path,
-                            info.size_bytes,
-                            CleanReason.HANGED_RETRY,
-                            "held by a reader; destroyed on retry",
-                            info.start_offset,
-                        ),
-                    )
+                    why = "held by a reader; destroyed on retry"
+                    self._record(report, info.deleted(CleanReason.HANGED_RETRY, why))
         first = self.queue.first()
         if first is not None and not first.available:
             report.held.append(first.path)
@@ -541,18 +546,8 @@ class Retention:
             )
             if report.disk is not None and trigger.clean_at_once:
                 detail += f"; {report.disk.reason}"
-            self._record(
-                report,
-                DeletedFile(
-                    "commitlog",
-                    info.path,
-                    info.size_bytes,
-                    reason,
-                    detail,
-                    start,
-                    unconsumed.get(start) if consumed is not None else None,
-                ),
-            )
+            left = unconsumed.get(start) if consumed is not None else None
+            self._record(report, info.deleted(reason, detail, left))
         if not predicted and segs:
             if keep_from_offset is not None and segs[0].start_offset + segs[0].size_bytes > (
                 keep_from_offset
