@@ -52,7 +52,7 @@ StoreTimeOf = Callable[[int, int], int]  # (physical offset, size) -> store time
 @functools.lru_cache(maxsize=256)
 def _units_struct(n: int) -> struct.Struct:
     """The layout of n consecutive units."""
-    return struct.Struct(">" + "qiq" * n)
+    return struct.Struct(UNIT.format[0] + UNIT.format[1:] * n)
 
 
 def _valid_unit(view: memoryview, k: int) -> bool:

@@ -74,6 +74,12 @@ def test_file_size_rounds_up_to_units() -> None:
         cq_file_size(0)
 
 
+def test_queue_refuses_files_of_partial_units(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="multiple of 20"):
+        ConsumeQueue(SegmentQueue(tmp_path, 128), "T", 0)
+    assert not list(tmp_path.iterdir())
+
+
 def test_put_get_units_and_rocketmq_checks(tmp_path: Path) -> None:
     cq = _open(tmp_path)
     _fill(cq, 12)
