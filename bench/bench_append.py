@@ -37,14 +37,13 @@ import mmap
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.report import git_commit, machine
+from bench.report import command_line, head_lines, run_meta, table_lines
 from mqstore.engine.commitlog import CommitLog
 from mqstore.engine.record import Message, WritableBuffer, encode
 from mqstore.engine.segment import Segment
@@ -249,12 +248,8 @@ def main(argv: list[str] | None = None) -> int:
             )
     finally:
         shutil.rmtree(work_root, ignore_errors=True)
-    command = "python -m bench.bench_append " + " ".join(argv if argv is not None else sys.argv[1:])
     report = {
-        "command": command.strip(),
-        "git_commit": git_commit(),
-        "machine": machine(),
-        "when_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **run_meta(command_line("bench.bench_append", argv), work_root.parent),
         "segment_size_bytes": SEGMENT_SIZE_BYTES,
         "total_mib_per_run": total_mib,
         "repeats": repeats,
@@ -271,27 +266,28 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _markdown(report: dict[str, Any]) -> str:
-    m = report["machine"]
-    lines = [
-        "# Single-process append (engine)",
-        "",
-        f"- command: `{report['command']}`",
-        f"- commit: `{report['git_commit']}`, {report['when_utc']}",
-        f"- machine: {m['cpu_model']}, {m['cores']} cores, kernel {m['kernel']}, "
-        f"Python {m['python']}",
-        f"- {report['total_mib_per_run']} MiB appended per run, median of "
+    lines = head_lines(
+        "Single-process append (engine)",
+        report,
+        f"{report['total_mib_per_run']} MiB appended per run, median of "
         f"{report['repeats']} runs, {report['segment_size_bytes'] // (1024 * 1024)} MiB segments",
-        f"- goal: {report['goal']}",
-        "",
-        "| body | path | msgs/s | MB/s | µs/msg | × floor |",
-        "| ---: | --- | ---: | ---: | ---: | ---: |",
-    ]
-    for r in report["rows"]:
-        ratio = "" if r["ratio_to_floor"] is None else f"{r['ratio_to_floor']:.2f}"
-        lines.append(
-            f"| {r['body_bytes']} | {r['path']} | {r['msgs_per_s']:,} | {r['mb_per_s']} | "
-            f"{r['us_per_msg']} | {ratio} |"
-        )
+        f"goal: {report['goal']}",
+    )
+    lines += table_lines(
+        ["body", "path", "msgs/s", "MB/s", "µs/msg", "× floor"],
+        (
+            [
+                r["body_bytes"],
+                r["path"],
+                f"{r['msgs_per_s']:,}",
+                r["mb_per_s"],
+                r["us_per_msg"],
+                "" if r["ratio_to_floor"] is None else f"{r['ratio_to_floor']:.2f}",
+            ]
+            for r in report["rows"]
+        ),
+        "rlrrrr",
+    )
     lines.append("")
     return "\n".join(lines)
 

@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.report import git_commit, machine_line
+from bench.report import command_line, head_lines, run_meta, table_lines
 from mqstore.conf.settings import StoreSettings
 from mqstore.engine import fileio
 from mqstore.engine.commitlog import CommitLog
@@ -221,34 +221,45 @@ def _row(path: str, mode: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+TABLE_TITLES = (
+    *("write path", "cleaner", "appends", "p50 µs", "p99 µs", "p99.9 µs", "max µs"),
+    *("max per run µs", "> 1 ms", "files deleted", "MiB deleted"),
+)
+
+
 def _markdown(doc: dict[str, Any]) -> str:
     a = doc["args"]
-    lines = [
-        "# Put latency while the cleaner deletes files (engine)",
-        "",
-        f"- command: `{doc['command']}`",
-        f"- commit: `{doc['commit']}`, {doc['when']}",
-        f"- machine: {doc['machine']}",
-        f"- filesystem of the run: {doc['filesystem']}",
-        f"- {a['rate']:,} appends/s of {BODY_BYTES} B bodies for {a['seconds']} s per run, "
+    lines = head_lines(
+        "Put latency while the cleaner deletes files (engine)",
+        doc,
+        f"space of the run's filesystem: {doc['disk']}",
+        f"{a['rate']:,} appends/s of {BODY_BYTES} B bodies for {a['seconds']} s per run, "
         f"{a['repeats']} runs per row (interleaved); "
         f"{a['old_segments']} old segments of {a['segment_mib']} MiB (written, fsynced) "
         "to delete per run; commit + flush every 500 ms outside the timed calls",
-        "- write path `pool`: appends into a write buffer (mqstore's default, the runtime's "
+        "write path `pool`: appends into a write buffer (mqstore's default, the runtime's "
         "shared-memory pool); `mmap`: appends into the segment's mapping (warmed)",
-        "",
-        "| write path | cleaner | appends | p50 µs | p99 µs | p99.9 µs | max µs | max per run µs "
-        "| > 1 ms | files deleted | MiB deleted |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |",
-    ]
-    for r in doc["rows"]:
-        per_run = " / ".join(f"{m:,}" for m in r["max_per_run_us"])
-        lines.append(
-            f"| {r['path']} | {r['mode']} | {r['count']:,} | {r['p50_us']} | {r['p99_us']} | "
-            f"{r['p999_us']} | {r['max_us']:,} | {per_run} | {r['over_1ms']} | "
-            f"{r['files_deleted']} | "
-            f"{r['bytes_deleted'] // (1024 * 1024):,} |"
-        )
+    )
+    lines += table_lines(
+        TABLE_TITLES,
+        (
+            [
+                r["path"],
+                r["mode"],
+                f"{r['count']:,}",
+                r["p50_us"],
+                r["p99_us"],
+                r["p999_us"],
+                f"{r['max_us']:,}",
+                " / ".join(f"{m:,}" for m in r["max_per_run_us"]),
+                r["over_1ms"],
+                r["files_deleted"],
+                f"{r['bytes_deleted'] // (1024 * 1024):,}",
+            ]
+            for r in doc["rows"]
+        ),
+        "llrrrrrlrrr",
+    )
     lines += [
         "",
         "1-minute load average after each run (the machine is shared; max latencies track it):",
@@ -306,13 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     doc = {
-        "command": " ".join(
-            ["python -m bench.bench_clean", *(argv if argv is not None else sys.argv[1:])]
-        ),
-        "commit": git_commit(),
-        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": machine_line(),
-        "filesystem": f"{fs.total // 2**30} GiB, {fs.used * 100 // fs.total} % used",
+        **run_meta(command_line("bench.bench_clean", argv), work.parent),
+        "disk": f"{fs.total // 2**30} GiB, {fs.used * 100 // fs.total} % used",
         "args": {
             k: getattr(args, k)
             for k in ("segment_mib", "old_segments", "seconds", "rate", "repeats")

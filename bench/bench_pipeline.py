@@ -52,7 +52,7 @@ from typing import Any
 
 import psutil
 
-from bench.report import Column, Goal, Report, write
+from bench.report import Column, Goal, Report, command_line, write
 from mqstore.engine import record as rec
 from mqstore.engine.commitlog import CommitLog
 from mqstore.pipeline import jobs, scan, session, source, storefs
@@ -353,8 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     for g in rep.goals:
         print(f"{g.name}: {g.measured} {g.unit} (goal <= {g.required}; met: {g.met}) {g.basis}")
     if not args.no_write:
-        cmd = "python -m bench.bench_pipeline " + " ".join(argv or sys.argv[1:])
-        paths = write(rep, command=cmd.strip(), bench_dir=work.parent)
+        cmd = command_line("bench.bench_pipeline", argv)
+        paths = write(rep, command=cmd, bench_dir=work.parent)
         profile_txt = paths["md"].with_name("pipeline_profile.txt")
         profile_txt.write_text(f"{cmd.strip()}\n\n{rep.extra['scan_profile']}")
         print(f"wrote {paths['md']}")

@@ -16,14 +16,21 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from bench import report
 from bench.bench_put import put_run
-from bench.report import RESULTS, Column, Report
+from bench.report import (
+    FSYNC_COLUMNS,
+    RATE_COLUMNS,
+    RESULTS,
+    Column,
+    Report,
+    command_line,
+    latency_columns,
+)
 
 KINDS = {"fallocate only": {}, "zeros written": {"warm_mapped_file_enable": True}}
 
@@ -67,19 +74,17 @@ def main(argv: list[str] | None = None) -> int:
             columns=[
                 Column("label", "segments", "{}"),
                 Column("producers", "producers"),
-                Column("msgs_per_s", "msgs/s"),
-                Column("lat_p50_us", "p50 µs", "{:,.1f}"),
-                Column("lat_p99_us", "p99 µs", "{:,.1f}"),
-                Column("msgs_per_fsync", "msgs/fsync", "{:,.1f}"),
-                Column("fsyncs_per_s", "fsyncs/s", "{:,.0f}"),
+                RATE_COLUMNS[0],
+                *latency_columns()[:2],
+                *FSYNC_COLUMNS,
             ],
             rows=rows,
             notes=notes,
         )
         print("\n".join(notes))
         if not args.no_save:
-            cmd = "python -m bench.bench_prealloc " + " ".join(argv or sys.argv[1:])
-            report.write(rep, command=cmd.strip(), bench_dir=root, out_dir=RESULTS)
+            cmd = command_line("bench.bench_prealloc", argv)
+            report.write(rep, command=cmd, bench_dir=root, out_dir=RESULTS)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return 0

@@ -40,7 +40,15 @@ from typing import Any
 from bench.bench_put import _collect_errors, _put_producer
 from bench.options import Options
 from bench.procs import BenchError, FnProducer, Producer, RunResult, run_producers
-from bench.report import RESULTS, Column, Goal, Report
+from bench.report import (
+    LOAD_COLUMN,
+    RATE_COLUMNS,
+    RESULTS,
+    Column,
+    Goal,
+    Report,
+    latency_columns,
+)
 from bench.store_run import BODY_BYTES, TOPIC, client_api, running_store
 
 # (max_count, zero_copy) of each pull run: RocketMQ's default batch, a large one, and the
@@ -182,16 +190,13 @@ def pull_runs(root: Path, *, pool: bool, duration_s: float) -> list[RunResult]:
 
 COLUMNS = [
     Column("name", "run", "{}"),
-    Column("msgs_per_s", "msgs/s"),
-    Column("mb_per_s", "MB/s", "{:,.1f}"),
+    *RATE_COLUMNS,
     Column("messages", "messages"),
     Column("operations", "calls"),
-    Column("lat_p50_us", "p50 µs per call", "{:,.1f}"),
-    Column("lat_p99_us", "p99 µs per call", "{:,.1f}"),
-    Column("lat_max_us", "max µs per call", "{:,.0f}"),
+    *latency_columns(" per call"),
     Column("us_per_msg_p50", "µs per message at the p50 call", "{:,.1f}"),
     Column("errors", "put errors", "{}"),
-    Column("load_1m", "load 1m", "{:.1f}"),
+    LOAD_COLUMN,
 ]
 
 

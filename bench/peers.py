@@ -37,7 +37,7 @@ from typing import Any
 
 from bench.options import Options
 from bench.procs import FnProducer, Producer, RunResult, run_producers
-from bench.report import Column, Report
+from bench.report import LOAD_COLUMN, RATE_COLUMNS, Column, Report, latency_columns
 
 BODY_BYTES = 1024
 DISK_BLOCK_BYTES = 4096
@@ -305,14 +305,11 @@ def best(results: Sequence[RunResult], name: str) -> RunResult | None:
 PEER_COLUMNS = [
     Column("name", "peer", "{}"),
     Column("producers", "producers", "{}"),
-    Column("msgs_per_s", "msgs/s"),
-    Column("mb_per_s", "MB/s", "{:,.1f}"),
-    Column("lat_p50_us", "p50 µs", "{:,.1f}"),
-    Column("lat_p99_us", "p99 µs", "{:,.1f}"),
-    Column("lat_max_us", "max µs", "{:,.0f}"),
+    *RATE_COLUMNS,
+    *latency_columns(),
     Column("messages", "messages"),
     Column("seconds", "s", "{:.2f}"),
-    Column("load_1m", "load 1m", "{:.1f}"),
+    LOAD_COLUMN,
 ]
 
 PEER_METHOD = [

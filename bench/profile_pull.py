@@ -13,17 +13,16 @@ command, commit and machine in its head): the evidence where the pull goal is mi
 from __future__ import annotations
 
 import argparse
-import cProfile
 import os
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 from bench.bench_pull import QUEUES, _wait_pullable
-from bench.profiles import report_profile
+from bench.profiles import profile_run, report_profile
+from bench.report import command_line
 from bench.store_run import BODY_BYTES, TAGS, TOPIC, client_api, running_store
 
 
@@ -67,22 +66,18 @@ def main(argv: list[str] | None = None) -> int:
             if refused:
                 print(f"puts refused: {refused}", file=sys.stderr)
             ends = _wait_pullable(client, args.messages - sum(refused.values()))
-            t0 = time.perf_counter()
-            n = _drain(client, ends, args.max_count, args.zero_copy)
-            rate = n / (time.perf_counter() - t0)
-            prof = cProfile.Profile()
-            prof.enable()
-            _drain(client, ends, args.max_count, args.zero_copy)
-            prof.disable()
+            rate, prof = profile_run(
+                lambda _round: _drain(client, ends, args.max_count, args.zero_copy)
+            )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     label = f"{args.max_count}{'_zero_copy' if args.zero_copy else ''}"
     report_profile(
-        f"python -m bench.profile_pull {' '.join(sys.argv[1:] if argv is None else argv)}",
+        command_line("bench.profile_pull", argv),
         prof,
         top=args.top,
-        summary=f"pool {args.pool}, max_count {args.max_count}, zero_copy {args.zero_copy}: "
-        f"{rate:,.0f} msgs/s without the profiler ({1e6 / rate:.1f} µs per message)",
+        setting=f"pool {args.pool}, max_count {args.max_count}, zero_copy {args.zero_copy}",
+        rate=rate,
         save_as=f"profile_pull_{label}.txt" if args.save else None,
     )
     return 0

@@ -13,16 +13,14 @@ machine in its head), the evidence behind a goal that pure Python cannot reach.
 from __future__ import annotations
 
 import argparse
-import cProfile
 import os
 import shutil
-import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from bench.profiles import report_profile
+from bench.profiles import profile_run, report_profile
+from bench.report import command_line
 from bench.store_run import BODY_BYTES, TAGS, TOPIC, client_api, running_store
 
 
@@ -70,21 +68,17 @@ def main(argv: list[str] | None = None) -> int:
             store_client.attach(store.store_dir) as client,
         ):
             _puts(client, 1000, args.batch, unique, 0)
-            t0 = time.perf_counter()
-            n = _puts(client, args.puts, args.batch, unique, 10**6)
-            rate = n / (time.perf_counter() - t0)
-            prof = cProfile.Profile()
-            prof.enable()
-            _puts(client, args.puts, args.batch, unique, 2 * 10**6)
-            prof.disable()
+            rate, prof = profile_run(  # keys of each round apart: k1000000..., k2000000...
+                lambda round_: _puts(client, args.puts, args.batch, unique, round_ * 10**6)
+            )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     report_profile(
-        f"python -m bench.profile_put {' '.join(sys.argv[1:] if argv is None else argv)}",
+        command_line("bench.profile_put", argv),
         prof,
         top=args.top,
-        summary=f"mode {args.mode}, pool {args.pool}, keys {args.keys}, batch {args.batch or '-'}: "
-        f"{rate:,.0f} msgs/s without the profiler ({1e6 / rate:.1f} µs per message)",
+        setting=f"mode {args.mode}, pool {args.pool}, keys {args.keys}, batch {args.batch or '-'}",
+        rate=rate,
         save_as=f"profile_put_{args.mode}_{args.pool}_{args.keys}.txt" if args.save else None,
     )
     return 0

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,6 +28,7 @@ import psutil
 
 from bench.bench_put import _batch_producer, _put_producer
 from bench.procs import run_producers
+from bench.report import command_line, run_meta, text_head
 from bench.store_run import BODY_BYTES, running_store
 
 
@@ -146,14 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--save", default=None)
     a = ap.parse_args(argv)
     cores = os.cpu_count() or 1
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
-    head = [
-        f"# python -m bench.profile_put_scaling {' '.join(argv or sys.argv[1:])}",
-        f"# commit {commit}, {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}, "
-        f"{cores} cores, load before {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
-    ]
+    head = text_head(run_meta(command_line("bench.profile_put_scaling", argv)))
     print("\n".join(head), flush=True)
     out = list(head)
     with tempfile.TemporaryDirectory(prefix="mqs-scaling-") as tmp:

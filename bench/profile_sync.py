@@ -30,7 +30,6 @@ import os
 import resource
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from array import array
@@ -39,7 +38,7 @@ from typing import Any
 
 import psutil
 
-from bench.report import git_commit, machine
+from bench.report import command_line, run_meta, text_head
 from bench.store_run import BODY_BYTES, TAGS, TOPIC, client_api, running_store
 
 TRACE_ENV = "MQSTORE_FLUSH_TRACE"
@@ -323,12 +322,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     if args.save:
-        info = machine(root.parent)
+        meta = run_meta(command_line("bench.profile_sync", argv), root.parent)
         head = [
-            "Profile of the sync put path (group commit), bench/profile_sync.py",
-            f"command: python -m bench.profile_sync {' '.join(argv or sys.argv[1:])}",
-            f"commit: {git_commit()}, {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}",
-            *(f"{k}: {v}" for k, v in info.items()),
+            "# Profile of the sync put path (group commit), bench/profile_sync.py",
+            *text_head(meta),
+            f"# bench directory filesystem: {meta['machine']['filesystem']}",
             "",
         ]
         path = Path(__file__).parent / "results" / "profile_sync.txt"

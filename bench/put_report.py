@@ -14,7 +14,15 @@ from bench.peers import (
     peer_rows,
 )
 from bench.procs import RunResult
-from bench.report import Column, Goal, Report
+from bench.report import (
+    FSYNC_COLUMNS,
+    LOAD_COLUMN,
+    RATE_COLUMNS,
+    Column,
+    Goal,
+    Report,
+    latency_columns,
+)
 from bench.store_run import BATCH
 
 GOAL_PEERS = ("sqlite_full", "fdatasync_append", "lmdb_writemap")
@@ -23,16 +31,12 @@ GOAL_PEERS = ("sqlite_full", "fdatasync_append", "lmdb_writemap")
 PUT_COLUMNS = [
     Column("label", "run", "{}"),
     Column("producers", "producers", "{}"),
-    Column("msgs_per_s", "msgs/s"),
-    Column("mb_per_s", "MB/s", "{:,.1f}"),
-    Column("lat_p50_us", "p50 µs", "{:,.1f}"),
-    Column("lat_p99_us", "p99 µs", "{:,.1f}"),
-    Column("lat_max_us", "max µs", "{:,.0f}"),
-    Column("msgs_per_fsync", "msgs/fsync", "{:,.1f}"),
-    Column("fsyncs_per_s", "fsyncs/s", "{:,.0f}"),
+    *RATE_COLUMNS,
+    *latency_columns(),
+    *FSYNC_COLUMNS,
     Column("errors", "errors", "{}"),
     Column("messages", "messages"),
-    Column("load_1m", "load 1m", "{:.1f}"),
+    LOAD_COLUMN,
 ]
 
 

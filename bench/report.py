@@ -5,6 +5,10 @@ A benchmark hands over a `Report`: its rows (`RunResult.to_dict()` or any flat d
 the columns to show, and its goals. A `Goal` names the measured figure, the required
 figure and whether higher is better; `ratio` is measured / required for "higher is
 better" and required / measured otherwise, so a ratio >= 1 always means the goal is met.
+
+The pieces every result shares live here too, for benchmarks that write their own
+documents: `run_meta` (command, commit, machine, time), `head_lines` (the markdown head
+that `bench.summary` reads), `table_lines` (a markdown table) and the common `Column`s.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import platform
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,6 +84,23 @@ class Report:
     plotter: Callable[[Report, Path], None] | None = None  # default: `plot`
 
 
+def latency_columns(per: str = "") -> list[Column]:
+    """The p50, p99 and max latency columns (µs), their titles ending in `per`."""
+    return [
+        Column("lat_p50_us", f"p50 µs{per}", "{:,.1f}"),
+        Column("lat_p99_us", f"p99 µs{per}", "{:,.1f}"),
+        Column("lat_max_us", f"max µs{per}", "{:,.0f}"),
+    ]
+
+
+RATE_COLUMNS = [Column("msgs_per_s", "msgs/s"), Column("mb_per_s", "MB/s", "{:,.1f}")]
+FSYNC_COLUMNS = [
+    Column("msgs_per_fsync", "msgs/fsync", "{:,.1f}"),
+    Column("fsyncs_per_s", "fsyncs/s", "{:,.0f}"),
+]
+LOAD_COLUMN = Column("load_1m", "load 1m", "{:.1f}")
+
+
 def machine(bench_dir: Path | None = None) -> dict[str, Any]:
     """CPU model, cores, RAM, kernel, Python, and the filesystem under `bench_dir`."""
     cpu = platform.processor()
@@ -105,10 +126,13 @@ def machine(bench_dir: Path | None = None) -> dict[str, Any]:
     }
 
 
-def machine_line() -> str:
-    """`machine()` in one line: CPU model, cores, kernel, Python."""
-    m = machine()
-    return f"{m['cpu_model']}, {m['cores']} cores, kernel {m['kernel']}, Python {m['python']}"
+def machine_line(m: Mapping[str, Any] | None = None) -> str:
+    """`machine()` (or `m`, one it returned) in one line: CPU, cores, RAM, kernel, Python."""
+    m = machine() if m is None else m
+    return (
+        f"{m['cpu_model']}, {m['cores']} cores, {m['ram_gib']} GiB RAM, "
+        f"kernel {m['kernel']}, Python {m['python']}"
+    )
 
 
 def filesystem_of(path: Path) -> str:
@@ -145,6 +169,67 @@ def git_commit() -> str:
         return "unknown"
 
 
+def command_line(module: str, argv: Sequence[str] | None) -> str:
+    """How a benchmark was run: `python -m <module>` and its arguments (`argv`, or this
+    process's when None)."""
+    return " ".join(["python -m", module, *(sys.argv[1:] if argv is None else argv)])
+
+
+def run_meta(command: str, bench_dir: Path | None = None) -> dict[str, Any]:
+    """What every result records about its run: the command, the commit, the machine
+    (with the filesystem under `bench_dir`) and the time (UTC)."""
+    return {
+        "command": command,
+        "git_commit": git_commit(),
+        "machine": machine(bench_dir),
+        "when_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def head_lines(title: str, meta: Mapping[str, Any], *bullets: str) -> list[str]:
+    """A result's markdown head: the title, the command, commit and machine of `meta`
+    (`run_meta`), then one bullet per `bullets`, then a blank line."""
+    m = meta["machine"]
+    return [
+        f"# {title}",
+        "",
+        f"- command: `{meta['command']}`",
+        f"- commit: `{meta['git_commit']}`, {meta['when_utc']}",
+        f"- machine: {machine_line(m)}",
+        f"- bench directory filesystem: {m['filesystem']}",
+        f"- load average when written (1/5/15 min): {m['load_avg_1_5_15']} "
+        "(other work on the machine makes the figures noisy)",
+        *(f"- {b}" for b in bullets),
+        "",
+    ]
+
+
+def text_head(meta: Mapping[str, Any]) -> list[str]:
+    """The same head for a plain text result (a profile): `# ` lines with the command,
+    the commit and time, the machine and its load."""
+    m = meta["machine"]
+    return [
+        f"# {meta['command']}",
+        f"# commit {meta['git_commit']}, {meta['when_utc']}",
+        f"# {machine_line(m)}, load {m['load_avg_1_5_15']}",
+    ]
+
+
+_ALIGN = {"l": "---", "r": "---:", "c": ":---:"}
+
+
+def table_lines(titles: Sequence[str], rows: Iterable[Sequence[object]], align: str) -> list[str]:
+    """A markdown table: the titles, the alignment row (`align`: a letter per column,
+    l = left, r = right, c = centre), then a line per row of cells."""
+    if len(align) != len(titles):
+        raise ValueError(f"{len(titles)} titles but alignment {align!r}")
+    return [
+        "| " + " | ".join(titles) + " |",
+        "| " + " | ".join(_ALIGN[a] for a in align) + " |",
+        *("| " + " | ".join(str(c) for c in row) + " |" for row in rows),
+    ]
+
+
 def _fmt(value: Any, fmt: str) -> str:
     if value is None or value == "":
         return ""
@@ -157,42 +242,31 @@ def _fmt(value: Any, fmt: str) -> str:
 
 
 def markdown(report: Report, meta: dict[str, Any]) -> str:
-    m = meta["machine"]
-    lines = [
-        f"# {report.title}",
-        "",
-        f"- command: `{meta['command']}`",
-        f"- commit: `{meta['git_commit']}`, {meta['when_utc']}",
-        f"- machine: {m['cpu_model']}, {m['cores']} cores, {m['ram_gib']} GiB RAM, "
-        f"kernel {m['kernel']}, Python {m['python']}",
-        f"- bench directory filesystem: {m['filesystem']}",
-        f"- load average when written (1/5/15 min): {m['load_avg_1_5_15']} "
-        "(other work on the machine makes the figures noisy)",
-        "",
-    ]
+    lines = head_lines(report.title, meta)
     if report.goals:
-        lines += [
-            "## Goals",
-            "",
-            "| goal | measured | required | ratio | met | basis |",
-            "| --- | ---: | ---: | ---: | :---: | --- |",
-        ]
-        for g in report.goals:
-            ratio = "" if g.ratio is None else f"{g.ratio:.2f}"
-            met = {True: "yes", False: "**no**", None: "n/a"}[g.met]
-            lines.append(
-                f"| {g.name} | {_fmt(g.measured, '{:,.1f}')} {g.unit} | "
-                f"{_fmt(g.required, '{:,.1f}')} {g.unit} | {ratio} | {met} | {g.basis} |"
-            )
+        lines += ["## Goals", ""]
+        lines += table_lines(
+            ["goal", "measured", "required", "ratio", "met", "basis"],
+            (
+                [
+                    g.name,
+                    f"{_fmt(g.measured, '{:,.1f}')} {g.unit}",
+                    f"{_fmt(g.required, '{:,.1f}')} {g.unit}",
+                    "" if g.ratio is None else f"{g.ratio:.2f}",
+                    {True: "yes", False: "**no**", None: "n/a"}[g.met],
+                    g.basis,
+                ]
+                for g in report.goals
+            ),
+            "lrrrcl",
+        )
         lines.append("")
-    lines += [
-        "## Results",
-        "",
-        "| " + " | ".join(c.title for c in report.columns) + " |",
-        "| " + " | ".join("---" if i == 0 else "---:" for i in range(len(report.columns))) + " |",
-    ]
-    for row in report.rows:
-        lines.append("| " + " | ".join(_fmt(row.get(c.key), c.fmt) for c in report.columns) + " |")
+    lines += ["## Results", ""]
+    lines += table_lines(
+        [c.title for c in report.columns],
+        ([_fmt(row.get(c.key), c.fmt) for c in report.columns] for row in report.rows),
+        "l" + "r" * (len(report.columns) - 1),
+    )
     lines.append("")
     if report.method:
         lines += ["## Method", ""] + [f"- {s}" for s in report.method] + [""]
@@ -244,12 +318,7 @@ def write(
     out_dir: Path = RESULTS,
 ) -> dict[str, Path]:
     """Write `<name>.json`, `<name>.md` and `<name>.png` into `out_dir`; return the paths."""
-    meta = {
-        "command": command,
-        "git_commit": git_commit(),
-        "machine": machine(bench_dir),
-        "when_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+    meta = run_meta(command, bench_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     doc = {
         "name": report.name,
