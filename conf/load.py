@@ -23,12 +23,10 @@ from pathlib import Path
 from typing import Any, Final
 
 from mqstore.conf.rocketmq_keys import ROCKETMQ_KEYS
-from mqstore.conf.settings import FlushDiskType, StoreSettings
+from mqstore.conf.settings import INFO, FlushDiskType, StoreSettings
 
 FIELDS = {f.name: f for f in dataclasses.fields(StoreSettings)}
-RMQ_TO_FIELD = {
-    f.metadata["rocketmq_key"]: n for n, f in FIELDS.items() if f.metadata["rocketmq_key"]
-}
+RMQ_TO_FIELD = {i.rocketmq_key: n for n, i in INFO.items() if i.rocketmq_key}
 # RocketMQ 4.0-4.2 spelled the size keys "maped"; broker.conf files of that age still do.
 for _old, _new in (
     ("mapedFileSizeCommitLog", "mappedFileSizeCommitLog"),
@@ -42,22 +40,21 @@ _INT32_MAX = 2**31 - 1
 _RANGES: dict[str, tuple[float, float]] = {
     "segment_size_bytes": (1024, _INT32_MAX),
     "consume_queue_file_size_bytes": (20, _INT32_MAX),
-    "max_message_size_bytes": (1, _INT32_MAX),
-    "sync_flush_timeout_ms": (1, _INT32_MAX),
-    "flush_interval_ms": (1, _INT32_MAX),
-    "commit_interval_ms": (1, _INT32_MAX),
-    "transient_store_pool_size": (1, 1024),
-    "disk_space_warning_level_ratio": (0.01, 1.0),
-    "disk_space_clean_forcibly_ratio": (0.01, 1.0),
+    **dict.fromkeys(
+        (
+            *("max_message_size_bytes", "sync_flush_timeout_ms", "flush_interval_ms"),
+            *("commit_interval_ms", "max_hash_slot_num", "max_index_num"),
+            *("heartbeat_interval_ms", "heartbeat_timeout_ms"),
+        ),
+        (1, _INT32_MAX),
+    ),
+    **dict.fromkeys(("transient_store_pool_size", "default_topic_queue_nums"), (1, 1024)),
+    **dict.fromkeys(
+        ("disk_space_warning_level_ratio", "disk_space_clean_forcibly_ratio"), (0.01, 1.0)
+    ),
     "delete_file_batch_max": (1, 10_000),
-    "max_hash_slot_num": (1, _INT32_MAX),
-    "max_index_num": (1, _INT32_MAX),
-    "max_msgs_num_batch": (1, 1_000_000),
-    "default_query_max_num": (1, 1_000_000),
-    "default_topic_queue_nums": (1, 1024),
+    **dict.fromkeys(("max_msgs_num_batch", "default_query_max_num"), (1, 1_000_000)),
     "metrics_port": (0, 65_535),
-    "heartbeat_interval_ms": (1, _INT32_MAX),
-    "heartbeat_timeout_ms": (1, _INT32_MAX),
 }
 # RocketMQ 5.x also reads the two disk ratios as plain config keys, in percent (90, 85).
 RMQ_TO_FIELD.update(

@@ -4,19 +4,20 @@ Defaults are RocketMQ 4.9.8's `MessageStoreConfig` values, with one deliberate
 exception: sizes are small enough for a laptop (commit-log segment 64 MiB
 instead of 1 GiB; transient pool 5 buffers of segment size, as RocketMQ; index
 500_000 slots x 2_000_000 entries instead of 5_000_000 x 20_000_000).
-Each field's metadata carries its RocketMQ key, unit, whether it is
-reloadable on SIGHUP, and a description.
+`StoreSettings` gives each setting its type and default; `INFO`, one table, its
+RocketMQ key, unit, whether SIGHUP reloads it, and a description.
 
 Pure data: no I/O. Loading lives in `conf.load`. Anyone may import this.
 """
 
-# ruff: noqa: RUF009  (`_f` returns dataclasses.field with metadata)
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Final
 
 
 class FlushDiskType(Enum):
@@ -24,150 +25,203 @@ class FlushDiskType(Enum):
     SYNC_FLUSH = "SYNC_FLUSH"
 
 
-def _f(default: Any, rmq: str | None, unit: str, desc: str, *, reloadable: bool = False) -> Any:
-    return field(
-        default=default,
-        metadata={"rocketmq_key": rmq, "unit": unit, "reloadable": reloadable, "description": desc},
-    )
-
-
 MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)
 class StoreSettings:
-    """The effective settings of one store. Frozen; use `replace` to derive."""
+    """The effective settings of one store. Frozen; use `replace` to derive. What each
+    one means, its RocketMQ key and whether SIGHUP reloads it: `INFO` (the table below)."""
 
-    flush_disk_type: FlushDiskType = _f(
-        FlushDiskType.ASYNC_FLUSH, "flushDiskType", "enum", "ASYNC_FLUSH or SYNC_FLUSH"
-    )
-    segment_size_bytes: int = _f(
-        64 * MIB,
-        "mappedFileSizeCommitLog",
-        "bytes",
-        "Commit-log segment size. LAPTOP EXCEPTION: RocketMQ default is 1 GiB.",
-    )
-    consume_queue_file_size_bytes: int = _f(
-        300_000 * 20,
-        "mappedFileSizeConsumeQueue",
-        "bytes",
-        "Consume-queue file size, rounded up to a multiple of 20.",
-    )
-    sync_flush_timeout_ms: int = _f(
-        5000, "syncFlushTimeout", "ms", "Sync flush wait", reloadable=True
-    )
-    flush_interval_ms: int = _f(
-        500, "flushIntervalCommitLog", "ms", "Flush period", reloadable=True
-    )
-    flush_least_pages: int = _f(
-        4, "flushCommitLogLeastPages", "pages", "Min dirty pages", reloadable=True
-    )
-    flush_thorough_interval_ms: int = _f(
-        10_000, "flushCommitLogThoroughInterval", "ms", "Forced full flush period", reloadable=True
-    )
-    flush_timed: bool = _f(False, "flushCommitLogTimed", "bool", "Sleep vs wait", reloadable=True)
-    commit_interval_ms: int = _f(
-        200, "commitIntervalCommitLog", "ms", "Commit period", reloadable=True
-    )
-    commit_least_pages: int = _f(
-        4, "commitCommitLogLeastPages", "pages", "Min pages", reloadable=True
-    )
-    commit_thorough_interval_ms: int = _f(
-        200, "commitCommitLogThoroughInterval", "ms", "Forced commit period", reloadable=True
-    )
-    transient_store_pool_enable: bool = _f(
-        True,
-        "transientStorePoolEnable",
-        "bool",
-        "Write to pooled buffers then commit. mqstore default True (RocketMQ False).",
-    )
-    transient_store_pool_size: int = _f(5, "transientStorePoolSize", "buffers", "Pool buffers")
-    fast_fail_if_no_buffer_in_store_pool: bool = _f(
-        False, "fastFailIfNoBufferInStorePool", "bool", "Reject when pool empty", reloadable=True
-    )
-    os_page_cache_busy_timeout_ms: int = _f(
-        1000, "osPageCacheBusyTimeOutMills", "ms", "Put-lock hold limit", reloadable=True
-    )
-    warm_mapped_file_enable: bool = _f(False, "warmMapedFileEnable", "bool", "Pre-touch files")
-    flush_least_pages_when_warm: int = _f(
-        4096, "flushLeastPagesWhenWarmMapedFile", "pages", "Flush stride when warming"
-    )
-    max_message_size_bytes: int = _f(
-        4 * MIB, "maxMessageSize", "bytes", "Max message", reloadable=True
-    )
-    check_crc_on_recover: bool = _f(
-        True, "checkCRCOnRecover", "bool", "Verify body CRC on recovery"
-    )
-    file_reserved_time_hours: int = _f(
-        72, "fileReservedTime", "hours", "Retention", reloadable=True
-    )
-    delete_when: tuple[int, ...] = _f((4,), "deleteWhen", "hours", "Delete hours", reloadable=True)
-    disk_max_used_space_ratio_pct: int = _f(
-        75, "diskMaxUsedSpaceRatio", "percent", "Clamped to [10,95]", reloadable=True
-    )
-    disk_space_warning_level_ratio: float = _f(
-        0.90, "rocketmq.broker.diskSpaceWarningLevelRatio", "ratio", "Disk full warning"
-    )
-    disk_space_clean_forcibly_ratio: float = _f(
-        0.85, "rocketmq.broker.diskSpaceCleanForciblyRatio", "ratio", "Forced clean"
-    )
-    clean_resource_interval_ms: int = _f(10_000, "cleanResourceInterval", "ms", "Clean period")
-    delete_commitlog_files_interval_ms: int = _f(
-        100, "deleteCommitLogFilesInterval", "ms", "Pause between deletes", reloadable=True
-    )
-    delete_consume_queue_files_interval_ms: int = _f(
-        100, "deleteConsumeQueueFilesInterval", "ms", "Pause between deletes", reloadable=True
-    )
-    destroy_mapped_file_interval_forcibly_ms: int = _f(
-        120_000, "destroyMapedFileIntervalForcibly", "ms", "Forced destroy", reloadable=True
-    )
-    redelete_hanged_file_interval_ms: int = _f(
-        120_000, "redeleteHangedFileInterval", "ms", "Redelete hanged", reloadable=True
-    )
-    clean_file_forcibly_enable: bool = _f(True, "cleanFileForciblyEnable", "bool", "Forced clean")
-    delete_file_batch_max: int = _f(10, "deleteFileBatchMax", "files", "Max per pass")
-    flush_consume_queue_interval_ms: int = _f(
-        1000, "flushIntervalConsumeQueue", "ms", "CQ flush period", reloadable=True
-    )
-    flush_consume_queue_least_pages: int = _f(
-        2, "flushConsumeQueueLeastPages", "pages", "CQ min pages", reloadable=True
-    )
-    flush_consume_queue_thorough_interval_ms: int = _f(
-        60_000, "flushConsumeQueueThoroughInterval", "ms", "CQ full flush", reloadable=True
-    )
-    message_index_enable: bool = _f(True, "messageIndexEnable", "bool", "Build index")
-    message_index_safe: bool = _f(False, "messageIndexSafe", "bool", "Safe index recovery")
-    max_hash_slot_num: int = _f(
-        500_000, "maxHashSlotNum", "slots", "Index slots. LAPTOP: RocketMQ 5_000_000"
-    )
-    max_index_num: int = _f(
-        2_000_000, "maxIndexNum", "entries", "Index entries. LAPTOP: RocketMQ 20_000_000"
-    )
-    max_msgs_num_batch: int = _f(64, "maxMsgsNumBatch", "messages", "Query batch", reloadable=True)
-    default_query_max_num: int = _f(32, "defaultQueryMaxNum", "messages", "Query max")
-    default_topic_queue_nums: int = _f(4, "defaultTopicQueueNums", "queues", "Queues per topic")
-    store_host: str = _f("127.0.0.1:10911", None, "ip:port", "Store host for records/msg ids")
-    metrics_port: int = _f(0, "metricsPromExporterPort", "port", "0 = off")
-    metrics_host: str = _f(
-        "127.0.0.1",
-        "metricsPromExporterHost",
-        "ip",
-        "Metrics bind address: 127.0.0.1 this machine only; 0.0.0.0 or :: every interface",
-    )
+    # the commit log
+    flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
+    segment_size_bytes: int = 64 * MIB
+    consume_queue_file_size_bytes: int = 300_000 * 20
 
-    ipc_allow_group: bool = _f(
-        False,
-        None,
-        "bool",
-        "Let the store directory's group attach (shm, lock, names 0660/0640, dir 02750)",
-    )
-    heartbeat_interval_ms: int = _f(500, None, "ms", "Worker heartbeat period")
-    heartbeat_timeout_ms: int = _f(5000, None, "ms", "Worker presumed dead after this")
-    restart_backoff_initial_ms: int = _f(100, None, "ms", "Supervisor first restart delay")
-    restart_backoff_max_ms: int = _f(10_000, None, "ms", "Supervisor restart delay cap")
+    # flushing (the flusher)
+    sync_flush_timeout_ms: int = 5000
+    flush_interval_ms: int = 500
+    flush_least_pages: int = 4
+    flush_thorough_interval_ms: int = 10_000
+    flush_timed: bool = False
+
+    # committing the write pool (the committer)
+    commit_interval_ms: int = 200
+    commit_least_pages: int = 4
+    commit_thorough_interval_ms: int = 200
+
+    # the write pool and the put path
+    transient_store_pool_enable: bool = True
+    transient_store_pool_size: int = 5
+    fast_fail_if_no_buffer_in_store_pool: bool = False
+    os_page_cache_busy_timeout_ms: int = 1000
+    warm_mapped_file_enable: bool = False
+    flush_least_pages_when_warm: int = 4096
+    max_message_size_bytes: int = 4 * MIB
+    check_crc_on_recover: bool = True
+
+    # retention and disk space (the cleaner)
+    file_reserved_time_hours: int = 72
+    delete_when: tuple[int, ...] = (4,)
+    disk_max_used_space_ratio_pct: int = 75
+    disk_space_warning_level_ratio: float = 0.90
+    disk_space_clean_forcibly_ratio: float = 0.85
+    clean_resource_interval_ms: int = 10_000
+    delete_commitlog_files_interval_ms: int = 100
+    delete_consume_queue_files_interval_ms: int = 100
+    destroy_mapped_file_interval_forcibly_ms: int = 120_000
+    redelete_hanged_file_interval_ms: int = 120_000
+    clean_file_forcibly_enable: bool = True
+    delete_file_batch_max: int = 10
+
+    # consume queues and the index (the dispatcher)
+    flush_consume_queue_interval_ms: int = 1000
+    flush_consume_queue_least_pages: int = 2
+    flush_consume_queue_thorough_interval_ms: int = 60_000
+    message_index_enable: bool = True
+    message_index_safe: bool = False
+    max_hash_slot_num: int = 500_000
+    max_index_num: int = 2_000_000
+    max_msgs_num_batch: int = 64
+    default_query_max_num: int = 32
+    default_topic_queue_nums: int = 4
+
+    # mqstore's own: addresses, sharing, workers
+    store_host: str = "127.0.0.1:10911"
+    metrics_port: int = 0
+    metrics_host: str = "127.0.0.1"
+    ipc_allow_group: bool = False
+    heartbeat_interval_ms: int = 500
+    heartbeat_timeout_ms: int = 5000
+    restart_backoff_initial_ms: int = 100
+    restart_backoff_max_ms: int = 10_000
 
     def replace(self, **changes: Any) -> StoreSettings:
         return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class SettingInfo:
+    """What the table says of a setting besides its type and default (`StoreSettings`)."""
+
+    rocketmq_key: str | None  # None: mqstore's own
+    unit: str
+    reloadable: bool  # SIGHUP re-reads it; otherwise it changes at the next start
+    description: str
+
+
+SIGHUP, RESTART = True, False
+
+# fmt: off
+_TABLE: tuple[tuple[str, str | None, str, bool, str], ...] = (
+    # (setting, RocketMQ key, unit,
+    #  SIGHUP or RESTART, description), in the order of the fields of StoreSettings
+    ("flush_disk_type", "flushDiskType", "enum",
+     RESTART, "ASYNC_FLUSH or SYNC_FLUSH"),
+    ("segment_size_bytes", "mappedFileSizeCommitLog", "bytes",
+     RESTART, "Commit-log segment size. LAPTOP EXCEPTION: RocketMQ default is 1 GiB."),
+    ("consume_queue_file_size_bytes", "mappedFileSizeConsumeQueue", "bytes",
+     RESTART, "Consume-queue file size, rounded up to a multiple of 20."),
+    ("sync_flush_timeout_ms", "syncFlushTimeout", "ms",
+     SIGHUP, "Sync flush wait"),
+    ("flush_interval_ms", "flushIntervalCommitLog", "ms",
+     SIGHUP, "Flush period"),
+    ("flush_least_pages", "flushCommitLogLeastPages", "pages",
+     SIGHUP, "Min dirty pages"),
+    ("flush_thorough_interval_ms", "flushCommitLogThoroughInterval", "ms",
+     SIGHUP, "Forced full flush period"),
+    ("flush_timed", "flushCommitLogTimed", "bool",
+     SIGHUP, "Sleep vs wait"),
+    ("commit_interval_ms", "commitIntervalCommitLog", "ms",
+     SIGHUP, "Commit period"),
+    ("commit_least_pages", "commitCommitLogLeastPages", "pages",
+     SIGHUP, "Min pages"),
+    ("commit_thorough_interval_ms", "commitCommitLogThoroughInterval", "ms",
+     SIGHUP, "Forced commit period"),
+    ("transient_store_pool_enable", "transientStorePoolEnable", "bool",
+     RESTART, "Write to pooled buffers then commit. mqstore default True (RocketMQ False)."),
+    ("transient_store_pool_size", "transientStorePoolSize", "buffers",
+     RESTART, "Pool buffers"),
+    ("fast_fail_if_no_buffer_in_store_pool", "fastFailIfNoBufferInStorePool", "bool",
+     SIGHUP, "Reject when pool empty"),
+    ("os_page_cache_busy_timeout_ms", "osPageCacheBusyTimeOutMills", "ms",
+     SIGHUP, "Put-lock hold limit"),
+    ("warm_mapped_file_enable", "warmMapedFileEnable", "bool",
+     RESTART, "Pre-touch files"),
+    ("flush_least_pages_when_warm", "flushLeastPagesWhenWarmMapedFile", "pages",
+     RESTART, "Flush stride when warming"),
+    ("max_message_size_bytes", "maxMessageSize", "bytes",
+     SIGHUP, "Max message"),
+    ("check_crc_on_recover", "checkCRCOnRecover", "bool",
+     RESTART, "Verify body CRC on recovery"),
+    ("file_reserved_time_hours", "fileReservedTime", "hours",
+     SIGHUP, "Retention"),
+    ("delete_when", "deleteWhen", "hours",
+     SIGHUP, "Delete hours"),
+    ("disk_max_used_space_ratio_pct", "diskMaxUsedSpaceRatio", "percent",
+     SIGHUP, "Clamped to [10,95]"),
+    ("disk_space_warning_level_ratio", "rocketmq.broker.diskSpaceWarningLevelRatio", "ratio",
+     RESTART, "Disk full warning"),
+    ("disk_space_clean_forcibly_ratio", "rocketmq.broker.diskSpaceCleanForciblyRatio", "ratio",
+     RESTART, "Forced clean"),
+    ("clean_resource_interval_ms", "cleanResourceInterval", "ms",
+     RESTART, "Clean period"),
+    ("delete_commitlog_files_interval_ms", "deleteCommitLogFilesInterval", "ms",
+     SIGHUP, "Pause between deletes"),
+    ("delete_consume_queue_files_interval_ms", "deleteConsumeQueueFilesInterval", "ms",
+     SIGHUP, "Pause between deletes"),
+    ("destroy_mapped_file_interval_forcibly_ms", "destroyMapedFileIntervalForcibly", "ms",
+     SIGHUP, "Forced destroy"),
+    ("redelete_hanged_file_interval_ms", "redeleteHangedFileInterval", "ms",
+     SIGHUP, "Redelete hanged"),
+    ("clean_file_forcibly_enable", "cleanFileForciblyEnable", "bool",
+     RESTART, "Forced clean"),
+    ("delete_file_batch_max", "deleteFileBatchMax", "files",
+     RESTART, "Max per pass"),
+    ("flush_consume_queue_interval_ms", "flushIntervalConsumeQueue", "ms",
+     SIGHUP, "CQ flush period"),
+    ("flush_consume_queue_least_pages", "flushConsumeQueueLeastPages", "pages",
+     SIGHUP, "CQ min pages"),
+    ("flush_consume_queue_thorough_interval_ms", "flushConsumeQueueThoroughInterval", "ms",
+     SIGHUP, "CQ full flush"),
+    ("message_index_enable", "messageIndexEnable", "bool",
+     RESTART, "Build index"),
+    ("message_index_safe", "messageIndexSafe", "bool",
+     RESTART, "Safe index recovery"),
+    ("max_hash_slot_num", "maxHashSlotNum", "slots",
+     RESTART, "Index slots. LAPTOP: RocketMQ 5_000_000"),
+    ("max_index_num", "maxIndexNum", "entries",
+     RESTART, "Index entries. LAPTOP: RocketMQ 20_000_000"),
+    ("max_msgs_num_batch", "maxMsgsNumBatch", "messages",
+     SIGHUP, "Query batch"),
+    ("default_query_max_num", "defaultQueryMaxNum", "messages",
+     RESTART, "Query max"),
+    ("default_topic_queue_nums", "defaultTopicQueueNums", "queues",
+     RESTART, "Queues per topic"),
+    ("store_host", None, "ip:port",
+     RESTART, "Store host for records/msg ids"),
+    ("metrics_port", "metricsPromExporterPort", "port",
+     RESTART, "0 = off"),
+    ("metrics_host", "metricsPromExporterHost", "ip",
+     RESTART, "Metrics bind address: 127.0.0.1 this machine only; 0.0.0.0 or :: every interface"),
+    ("ipc_allow_group", None, "bool",
+     RESTART, "Let the store directory's group attach (shm, lock, names 0660/0640, dir 02750)"),
+    ("heartbeat_interval_ms", None, "ms",
+     RESTART, "Worker heartbeat period"),
+    ("heartbeat_timeout_ms", None, "ms",
+     RESTART, "Worker presumed dead after this"),
+    ("restart_backoff_initial_ms", None, "ms",
+     RESTART, "Supervisor first restart delay"),
+    ("restart_backoff_max_ms", None, "ms",
+     RESTART, "Supervisor restart delay cap"),
+)
+# fmt: on
+
+INFO: Final[Mapping[str, SettingInfo]] = MappingProxyType(
+    {name: SettingInfo(key, unit, reload, desc) for name, key, unit, reload, desc in _TABLE}
+)
+if list(INFO) != [f.name for f in dataclasses.fields(StoreSettings)]:
+    raise RuntimeError("conf.settings: the table and StoreSettings name other settings")
 
 
 def settings_doc(s: StoreSettings) -> dict[str, Any]:
@@ -202,10 +256,10 @@ def settings_reference_markdown() -> str:
         "|---|---|---|---|---|---|",
     ]
     for f in dataclasses.fields(StoreSettings):
-        m = f.metadata
+        m = INFO[f.name]
         d = f.default.value if isinstance(f.default, Enum) else f.default
         lines.append(
-            f"| `{f.name}` | {m['rocketmq_key'] or '-'} | `{d}` | {m['unit']} | "
-            f"{'yes' if m['reloadable'] else 'no'} | {m['description']} |"
+            f"| `{f.name}` | {m.rocketmq_key or '-'} | `{d}` | {m.unit} | "
+            f"{'yes' if m.reloadable else 'no'} | {m.description} |"
         )
     return "\n".join(lines) + "\n"

@@ -36,7 +36,7 @@ from pathlib import Path
 from types import FrameType
 
 from mqstore.conf.load import ConfigError, load_settings
-from mqstore.conf.settings import StoreSettings
+from mqstore.conf.settings import INFO, StoreSettings
 from mqstore.ipc.control import ControlBlock
 
 # Log lines of `mqstore start` and its workers on stderr: one line per event, led by a
@@ -158,7 +158,7 @@ def reload_settings(
         before, after = getattr(old, f.name), getattr(new, f.name)
         if before == after:
             continue
-        if f.metadata.get("reloadable"):
+        if INFO[f.name].reloadable:
             applied[f.name] = after
         else:
             ignored.append(f.name)

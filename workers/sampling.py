@@ -12,10 +12,9 @@ main loop may attach or drop a client meanwhile.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from mqstore.conf.settings import StoreSettings
+from mqstore.conf.settings import INFO, StoreSettings
 from mqstore.ipc import control as c
 from mqstore.workers import stats
 
@@ -76,9 +75,7 @@ class PutSampling:
             "transient_store_pool_enable": settings.transient_store_pool_enable,
             "segment_size_bytes": settings.segment_size_bytes,
             **{  # the reloadable ones as they are now (SIGHUP re-reads them)
-                f.name: getattr(settings, f.name)
-                for f in dataclasses.fields(settings)
-                if f.metadata.get("reloadable")
+                name: getattr(settings, name) for name, info in INFO.items() if info.reloadable
             },
         }
         totals = self.totals(cb)
