@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.bench_put import _collect_errors, _put_producer
+from bench.bench_put import run_puts
 from bench.options import Options
 from bench.procs import BenchError, FnProducer, Producer, RunResult, run_producers
 from bench.report import (
@@ -73,23 +73,40 @@ def _wait_pullable(client: Any, expected: int) -> list[int]:
         time.sleep(0.05)
 
 
+class _RoundRobin:
+    """The queues still to read, taken in turn, each from offset 0 to its end."""
+
+    def __init__(self, ends: list[int]) -> None:
+        self.ends = ends
+        self.offsets = [0] * QUEUES
+        self.live = [q for q in range(QUEUES) if ends[q] > 0]
+        self._turn = 0
+
+    def next_queue(self) -> int:
+        q = self.live[self._turn % len(self.live)]
+        self._turn += 1
+        return q
+
+    def advance(self, q: int, offset: int) -> None:
+        """Queue `q` was read up to `offset`; past its end it leaves the turn."""
+        self.offsets[q] = offset
+        if offset >= self.ends[q]:
+            self.live.remove(q)
+
+
 def _pull_consumer(index: int, params: Mapping[str, Any]) -> Producer:
     """A `Producer` whose operation is one `pull()`: it returns the messages pulled."""
     StoreClient, _ = client_api()
     stack = contextlib.ExitStack()
     client = stack.enter_context(StoreClient.attach(params["store_dir"]))
-    ends: list[int] = params["ends"]
     size = int(params["max_count"])
     zero_copy = bool(params["zero_copy"])
     pull = client.pull
-    offsets = [0] * QUEUES
-    live = [q for q in range(QUEUES) if ends[q] > 0]
-    turn = 0
+    turns = _RoundRobin(params["ends"])
+    offsets = turns.offsets
 
     def step() -> int:
-        nonlocal turn
-        q = live[turn % len(live)]
-        turn += 1
+        q = turns.next_queue()
         got = pull(TOPIC, q, offsets[q], size, zero_copy=zero_copy)
         msgs = got.messages
         if not msgs:
@@ -97,15 +114,15 @@ def _pull_consumer(index: int, params: Mapping[str, Any]) -> Producer:
         for m in msgs:
             if len(m.body) != BODY_BYTES:
                 raise BenchError(f"queue {q}: a body of {len(m.body)} bytes")
-        offsets[q] = got.next_offset
-        if offsets[q] >= ends[q]:
-            live.remove(q)
+        turns.advance(q, got.next_offset)
         return len(msgs)
 
     def close() -> None:
         stack.close()
-        if live:
-            raise BenchError(f"queues {live} not read to their end: {offsets} of {ends}")
+        if turns.live:
+            raise BenchError(
+                f"queues {turns.live} not read to their end: {offsets} of {turns.ends}"
+            )
 
     return FnProducer(step, close)
 
@@ -117,16 +134,12 @@ def _reference_consumer(index: int, params: Mapping[str, Any]) -> Producer:
     from mqstore.engine.reader import StoreReader
 
     reader = StoreReader.open(params["store_dir"])
-    ends: list[int] = params["ends"]
     size = int(params["max_count"])
-    offsets = [0] * QUEUES
-    live = [q for q in range(QUEUES) if ends[q] > 0]
-    turn = 0
+    turns = _RoundRobin(params["ends"])
+    offsets, ends = turns.offsets, turns.ends
 
     def step() -> int:
-        nonlocal turn
-        q = live[turn % len(live)]
-        turn += 1
+        q = turns.next_queue()
         cq = reader.queues.get(TOPIC, q)
         assert cq is not None
         n = 0
@@ -135,9 +148,7 @@ def _reference_consumer(index: int, params: Mapping[str, Any]) -> Producer:
             if rec is None or not rec.crc_ok or len(rec.body) != BODY_BYTES:
                 raise BenchError(f"queue {q}: no valid record at {u.physical_offset}")
             n += 1
-        offsets[q] += n
-        if offsets[q] >= ends[q]:
-            live.remove(q)
+        turns.advance(q, offsets[q] + n)
         return n
 
     return FnProducer(step, reader.close)
@@ -150,17 +161,9 @@ def pull_runs(root: Path, *, pool: bool, duration_s: float) -> list[RunResult]:
     runs: list[RunResult] = []
     with running_store(root, name, sync=False, pool=pool) as store:
         work = store.store_dir.parent / "procs"
-        params: dict[str, Any] = {
-            "store_dir": str(store.store_dir),
-            "wait_store": True,
-            "errors_dir": str(work),
-            "unique_keys": True,
-        }
-        put = run_producers(
-            f"put {name}", _put_producer, params, producers=1, duration_s=duration_s,
-            work_dir=work, body_bytes=BODY_BYTES,
-        )  # fmt: skip
-        put.extra.update(_collect_errors(work))  # refused puts: in the table, not pulled
+        params: dict[str, Any] = {"store_dir": str(store.store_dir)}
+        # refused puts: in the table (`errors`), not pulled
+        put = run_puts(store, f"put {name}", producers=1, duration_s=duration_s)
         put.extra.update({"op": "put", "pool": pool, "max_count": 1})
         runs.append(put)
         with StoreClient.attach(store.store_dir) as client:

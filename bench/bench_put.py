@@ -44,7 +44,7 @@ from bench.peers import (
     PeerPlan,
     run_peers,
 )
-from bench.procs import BenchError, FnProducer, Producer, RunResult, run_producers
+from bench.procs import NO_LIMIT, BenchError, FnProducer, Producer, RunResult, run_producers
 from bench.put_report import GOAL_PEERS, build_report
 from bench.report import Report
 from bench.store_run import (
@@ -53,6 +53,7 @@ from bench.store_run import (
     REPO,
     TAGS,
     TOPIC,
+    StoreRun,
     client_api,
     fsync_counters,
     running_store,
@@ -79,9 +80,18 @@ class _Session:
         self.ok = put_message_status.PUT_OK
         self.body = os.urandom(BODY_BYTES)
         self.unique = bool(params.get("unique_keys", True))
+        self.key = f"k{index}"  # every message's key, or the prefix of unique ones
+        self.seq = 0
         self.path = Path(params["errors_dir"]) / f"put-errors-{index}.json"
         self.counts: dict[str, int] = {}
         self.first: list[str] = []
+
+    def keys(self, n: int) -> list[str]:
+        """The keys of the next `n` messages: unique to each, or the producer's one key."""
+        seq, self.seq = self.seq, self.seq + n
+        if self.unique:
+            return [f"{self.key}-{i}" for i in range(seq, seq + n)]
+        return [self.key] * n
 
     def add(self, status_name: str, reason: str) -> None:
         self.counts[status_name] = self.counts.get(status_name, 0) + 1
@@ -96,15 +106,11 @@ class _Session:
 
 def _put_producer(index: int, params: Mapping[str, Any]) -> Producer:
     session = _Session(index, params)
-    put, ok, body, unique = session.client.put, session.ok, session.body, session.unique
+    put, ok, body, keys = session.client.put, session.ok, session.body, session.keys
     wait_store = bool(params["wait_store"])
-    seq = 0
 
     def step() -> int:
-        nonlocal seq
-        key = f"k{index}-{seq}" if unique else f"k{index}"
-        r = put(TOPIC, body, tags=TAGS, keys=key, wait_store=wait_store)
-        seq += 1
+        r = put(TOPIC, body, tags=TAGS, keys=keys(1)[0], wait_store=wait_store)
         if r.status is ok:
             return 1
         session.add(r.status.name, r.reason)
@@ -115,22 +121,13 @@ def _put_producer(index: int, params: Mapping[str, Any]) -> Producer:
 
 def _batch_producer(index: int, params: Mapping[str, Any]) -> Producer:
     session = _Session(index, params)
-    put_batch, ok, body, unique = session.client.put_batch, session.ok, session.body, session.unique
+    put_batch, ok, body = session.client.put_batch, session.ok, session.body
     size = int(params["batch"])
-    seq = 0
 
     def step() -> int:
-        nonlocal seq
         msgs = [
-            {
-                "topic": TOPIC,
-                "body": body,
-                "tags": TAGS,
-                "keys": f"k{index}-{seq + i}" if unique else f"k{index}",
-            }
-            for i in range(size)
+            {"topic": TOPIC, "body": body, "tags": TAGS, "keys": key} for key in session.keys(size)
         ]
-        seq += size
         done = 0
         for r in put_batch(msgs):
             if r.status is ok:
@@ -140,6 +137,35 @@ def _batch_producer(index: int, params: Mapping[str, Any]) -> Producer:
         return done
 
     return FnProducer(step, session.close)
+
+
+def run_puts(
+    store: StoreRun,
+    name: str,
+    producers: int,
+    duration_s: float,
+    *,
+    batch: int = 0,
+    unique_keys: bool = True,
+    max_messages: int = NO_LIMIT,
+) -> RunResult:
+    """`producers` processes putting into `store` (`put` with wait_store, or `put_batch`
+    of `batch`) for `duration_s` or until `max_messages`; the statuses other than PUT_OK
+    they got are in the result's `extra` (`_collect_errors`)."""
+    work = store.store_dir.parent / "procs"
+    params = {
+        "store_dir": str(store.store_dir),
+        "wait_store": True,
+        "batch": batch,
+        "errors_dir": str(work),
+        "unique_keys": unique_keys,
+    }
+    r = run_producers(
+        name, _batch_producer if batch else _put_producer, params, producers=producers,
+        duration_s=duration_s, work_dir=work, body_bytes=BODY_BYTES, max_messages=max_messages,
+    )  # fmt: skip
+    r.extra.update(_collect_errors(work))
+    return r
 
 
 def _collect_errors(errors_dir: Path) -> dict[str, Any]:
@@ -175,24 +201,10 @@ def put_run(
     name = f"{'batch' if batch else mode}_{'pool' if pool else 'nopool'}{tag}"
     with running_store(root, f"{name}-{producers}", sync=sync, pool=pool, extra=extra) as store:
         before = fsync_counters(status(store.store_dir)) if sync else None
-        work = store.store_dir.parent / "procs"
-        params = {
-            "store_dir": str(store.store_dir),
-            "wait_store": True,
-            "batch": batch,
-            "errors_dir": str(work),
-            "unique_keys": unique_keys,
-        }
-        r = run_producers(
-            name,
-            _batch_producer if batch else _put_producer,
-            params,
-            producers=producers,
-            duration_s=duration_s,
-            work_dir=work,
-            body_bytes=BODY_BYTES,
-        )
-        r.extra.update(_collect_errors(work))
+        r = run_puts(
+            store, name, producers=producers, duration_s=duration_s, batch=batch,
+            unique_keys=unique_keys,
+        )  # fmt: skip
         if sync:
             after = fsync_counters(status(store.store_dir))
             if before is not None and after is not None and after[0] > before[0]:
@@ -271,29 +283,16 @@ def server_memory(root: Path, marks_bytes: Sequence[int], *, pool: bool) -> dict
             os.stat(os.path.join("/dev/shm", n)).st_blocks * 512 for n in new_shm
         )
         out["client"] = client_memory(s.store_dir)
-        work = s.store_dir.parent / "procs"
         record = BODY_BYTES + 150  # a little more than the encoded size: marks are minimums
         written = 0
         for mark in marks_bytes:
             todo = max(0, -(-(mark - written) // record))
-            r = run_producers(
-                "memory-fill",
-                _batch_producer,
-                {
-                    "store_dir": str(s.store_dir),
-                    "batch": BATCH,
-                    "errors_dir": str(work),
-                    "unique_keys": False,  # the fill only needs bytes in the log
-                },
-                producers=1,
-                duration_s=3600.0,
-                work_dir=work,
-                body_bytes=BODY_BYTES,
-                max_messages=todo,
-            )
-            errs = _collect_errors(work)
-            if errs:
-                raise BenchError(f"memory fill: puts failed: {errs}")
+            r = run_puts(  # one key: the fill only needs bytes in the log
+                s, "memory-fill", producers=1, duration_s=3600.0, batch=BATCH,
+                unique_keys=False, max_messages=todo,
+            )  # fmt: skip
+            if "errors" in r.extra:
+                raise BenchError(f"memory fill: puts failed: {r.extra}")
             written += r.messages * record
             mem = tree_memory(s.proc.pid, s.store_dir)
             out["marks"].append({"appended_bytes_at_least": written, **mem})

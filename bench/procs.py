@@ -36,6 +36,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+NO_LIMIT = 1 << 62  # `max_messages` of a run bounded by its time only
+
 
 class Producer(Protocol):
     def __call__(self) -> int:
@@ -158,7 +160,7 @@ def run_producers(
     duration_s: float,
     work_dir: Path,
     body_bytes: int,
-    max_messages: int = 1 << 62,
+    max_messages: int = NO_LIMIT,
     bytes_per_message: int | None = None,
 ) -> RunResult:
     """Fork `producers` children running `factory`'s producer for `duration_s`; merge.

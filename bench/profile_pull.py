@@ -14,16 +14,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from bench.bench_pull import QUEUES, _wait_pullable
-from bench.profiles import profile_run, report_profile
-from bench.report import command_line
-from bench.store_run import BODY_BYTES, TAGS, TOPIC, client_api, running_store
+from bench.profiles import add_profile_arguments, profile_run, profiled_client, report_profile
+from bench.store_run import BODY_BYTES, TAGS, TOPIC
 
 
 def _drain(client: Any, ends: list[int], max_count: int, zero_copy: bool) -> int:
@@ -45,42 +41,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--messages", type=int, default=100_000)
     ap.add_argument("--max-count", type=int, default=32)
     ap.add_argument("--zero-copy", action="store_true")
-    ap.add_argument("--pool", choices=("on", "off"), default="on")
-    ap.add_argument("--top", type=int, default=25)
-    ap.add_argument("--dir", default=None)
-    ap.add_argument("--save", action="store_true")
+    add_profile_arguments(ap)
     args = ap.parse_args(argv)
-    store_client, _ = client_api()
-    root = Path(tempfile.mkdtemp(prefix="mqstore-profile-", dir=args.dir))
-    try:
-        with (
-            running_store(root, "profile", sync=False, pool=args.pool == "on") as store,
-            store_client.attach(store.store_dir) as client,
-        ):
-            body = os.urandom(BODY_BYTES)
-            refused: dict[str, int] = {}
-            for i in range(args.messages):
-                r = client.put(TOPIC, body, tags=TAGS, keys=f"k{i}")
-                if not r.ok:
-                    refused[r.status.name] = refused.get(r.status.name, 0) + 1
-            if refused:
-                print(f"puts refused: {refused}", file=sys.stderr)
-            ends = _wait_pullable(client, args.messages - sum(refused.values()))
-            rate, prof = profile_run(
-                lambda _round: _drain(client, ends, args.max_count, args.zero_copy)
-            )
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    with profiled_client(args, sync=False) as client:
+        body = os.urandom(BODY_BYTES)
+        refused: dict[str, int] = {}
+        for i in range(args.messages):
+            r = client.put(TOPIC, body, tags=TAGS, keys=f"k{i}")
+            if not r.ok:
+                refused[r.status.name] = refused.get(r.status.name, 0) + 1
+        if refused:
+            print(f"puts refused: {refused}", file=sys.stderr)
+        ends = _wait_pullable(client, args.messages - sum(refused.values()))
+        rate, prof = profile_run(
+            lambda _round: _drain(client, ends, args.max_count, args.zero_copy)
+        )
+    setting = f"pool {args.pool}, max_count {args.max_count}, zero_copy {args.zero_copy}"
     label = f"{args.max_count}{'_zero_copy' if args.zero_copy else ''}"
-    report_profile(
-        command_line("bench.profile_pull", argv),
-        prof,
-        top=args.top,
-        setting=f"pool {args.pool}, max_count {args.max_count}, zero_copy {args.zero_copy}",
-        rate=rate,
-        save_as=f"profile_pull_{label}.txt" if args.save else None,
-    )
-    return 0
+    save_as = f"profile_pull_{label}.txt"
+    return report_profile("bench.profile_pull", argv, args, prof, rate, setting, save_as)
 
 
 if __name__ == "__main__":

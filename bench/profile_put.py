@@ -14,14 +14,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import tempfile
-from pathlib import Path
 from typing import Any
 
-from bench.profiles import profile_run, report_profile
-from bench.report import command_line
-from bench.store_run import BODY_BYTES, TAGS, TOPIC, client_api, running_store
+from bench.profiles import add_profile_arguments, profile_run, profiled_client, report_profile
+from bench.store_run import BODY_BYTES, TAGS, TOPIC
 
 
 def _puts(client: Any, n: int, batch: int, unique: bool, start: int) -> int:
@@ -50,38 +46,20 @@ def _puts(client: Any, n: int, batch: int, unique: bool, start: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.profile_put", description=__doc__)
     ap.add_argument("--mode", choices=("async", "sync"), default="async")
-    ap.add_argument("--pool", choices=("on", "off"), default="on")
     ap.add_argument("--keys", choices=("unique", "fixed"), default="unique")
     ap.add_argument("--puts", type=int, default=20000)
     ap.add_argument("--batch", type=int, default=0)
-    ap.add_argument("--top", type=int, default=25)
-    ap.add_argument("--dir", default=None)
-    ap.add_argument("--save", action="store_true")
+    add_profile_arguments(ap)
     args = ap.parse_args(argv)
-    store_client, _ = client_api()
-    sync = args.mode == "sync"
     unique = args.keys == "unique"
-    root = Path(tempfile.mkdtemp(prefix="mqstore-profile-", dir=args.dir))
-    try:
-        with (
-            running_store(root, "profile", sync=sync, pool=args.pool == "on") as store,
-            store_client.attach(store.store_dir) as client,
-        ):
-            _puts(client, 1000, args.batch, unique, 0)
-            rate, prof = profile_run(  # keys of each round apart: k1000000..., k2000000...
-                lambda round_: _puts(client, args.puts, args.batch, unique, round_ * 10**6)
-            )
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    report_profile(
-        command_line("bench.profile_put", argv),
-        prof,
-        top=args.top,
-        setting=f"mode {args.mode}, pool {args.pool}, keys {args.keys}, batch {args.batch or '-'}",
-        rate=rate,
-        save_as=f"profile_put_{args.mode}_{args.pool}_{args.keys}.txt" if args.save else None,
-    )
-    return 0
+    with profiled_client(args, sync=args.mode == "sync") as client:
+        _puts(client, 1000, args.batch, unique, 0)
+        rate, prof = profile_run(  # keys of each round apart: k1000000..., k2000000...
+            lambda round_: _puts(client, args.puts, args.batch, unique, round_ * 10**6)
+        )
+    setting = f"mode {args.mode}, pool {args.pool}, keys {args.keys}, batch {args.batch or '-'}"
+    save_as = f"profile_put_{args.mode}_{args.pool}_{args.keys}.txt"
+    return report_profile("bench.profile_put", argv, args, prof, rate, setting, save_as)
 
 
 if __name__ == "__main__":

@@ -26,10 +26,9 @@ from typing import Any
 
 import psutil
 
-from bench.bench_put import _batch_producer, _put_producer
-from bench.procs import run_producers
+from bench.bench_put import run_puts
 from bench.report import command_line, run_meta, text_head
-from bench.store_run import BODY_BYTES, running_store
+from bench.store_run import running_store
 
 
 def _tree_cpu(pid: int) -> dict[str, float]:
@@ -76,27 +75,11 @@ def _settle(store_pid: int, timeout: float = 20.0) -> None:
 def measure(root: Path, producers: int, duration: float, pool: bool, batch: int) -> dict[str, Any]:
     name = f"scaling-{'batch' if batch else 'async'}-{producers}"
     with running_store(root, name, sync=False, pool=pool) as store:
-        work = store.store_dir.parent / "procs"
-        params = {
-            "store_dir": str(store.store_dir),
-            "wait_store": True,
-            "batch": batch,
-            "errors_dir": str(work),
-            "unique_keys": True,
-        }
         _settle(store.proc.pid)
         before = _tree_cpu(store.proc.pid)
         t0 = os.times()
         wall0 = time.monotonic()
-        r = run_producers(
-            name,
-            _batch_producer if batch else _put_producer,
-            params,
-            producers=producers,
-            duration_s=duration,
-            work_dir=work,
-            body_bytes=BODY_BYTES,
-        )
+        r = run_puts(store, name, producers=producers, duration_s=duration, batch=batch)
         wall = time.monotonic() - wall0
         t1 = os.times()
         after = _tree_cpu(store.proc.pid)

@@ -146,6 +146,14 @@ def _stat_line(name: str, xs: list[float]) -> str:
     )
 
 
+def _call_times(work: Path, i: int) -> tuple[array[int], array[int]]:
+    """Producer `i`'s put calls and returns (CLOCK_MONOTONIC ns), in order."""
+    calls, rets = array("q"), array("q")
+    calls.frombytes((work / f"calls-{i}.bin").read_bytes())
+    rets.frombytes((work / f"rets-{i}.bin").read_bytes())
+    return calls, rets
+
+
 def run_one(root: Path, producers: int, duration_s: float, pool: bool, trace: bool) -> str:
     """One configuration; returns its profile as text."""
     work = root / f"p{producers}"
@@ -187,15 +195,9 @@ def run_one(root: Path, producers: int, duration_s: float, pool: bool, trace: bo
     errs = [p.read_text() for p in work.glob("err-*.txt")]
     if errs:
         raise RuntimeError(f"producer failed: {errs[0]}")
-    calls: list[int] = []
-    rets: list[int] = []
-    for i in range(producers):
-        a = array("q")
-        a.frombytes((work / f"calls-{i}.bin").read_bytes())
-        b = array("q")
-        b.frombytes((work / f"rets-{i}.bin").read_bytes())
-        calls.extend(a)
-        rets.extend(b)
+    times = [_call_times(work, i) for i in range(producers)]
+    calls = [t for a, _ in times for t in a]
+    rets = [t for _, b in times for t in b]
     res = [json.loads((work / f"res-{i}.json").read_text()) for i in range(producers)]
     n = len(rets)
     first, last = min(calls), max(rets)
@@ -290,13 +292,7 @@ def run_one(root: Path, producers: int, duration_s: float, pool: bool, trace: bo
     lines.append(_stat_line("call -> its round served (queue + wake)", wait_start))
     lines.append(_stat_line("call -> flusher awake (when it slept)", wake_lat))
     lines.append(_stat_line("fsync returned -> put returned", to_ret))
-    think: list[float] = []
-    for i in range(producers):
-        a = array("q")
-        a.frombytes((work / f"calls-{i}.bin").read_bytes())
-        b = array("q")
-        b.frombytes((work / f"rets-{i}.bin").read_bytes())
-        think.extend((a[j + 1] - b[j]) / 1e3 for j in range(len(a) - 1))
+    think = [(a[j + 1] - b[j]) / 1e3 for a, b in times for j in range(len(a) - 1)]
     lines.append(_stat_line("put returned -> next put called", think))
     return "\n".join(lines)
 
