@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import Protocol
 
 from mqstore.conf.load import ConfigError, load_settings
 from mqstore.conf.settings import INFO, StoreSettings
@@ -180,6 +181,32 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+class SignalFlags(Protocol):
+    """What the signal handlers set (they only record; the loop acts)."""
+
+    stopping: bool
+    reload_requested: bool
+
+
+def install_signal_flags(owner: SignalFlags) -> tuple[int, int, int]:
+    """SIGTERM and SIGINT set `owner.stopping`, SIGHUP `owner.reload_requested`, and each
+    wakes a select through a new non-blocking pipe (`signal.set_wakeup_fd`). Returns the
+    pipe's read and write ends and the wakeup fd it replaced. Main thread only."""
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    old_wakeup = signal.set_wakeup_fd(wake_w)
+
+    def on_stop(_sig: int, _frame: FrameType | None) -> None:
+        owner.stopping = True
+
+    def on_hup(_sig: int, _frame: FrameType | None) -> None:
+        owner.reload_requested = True
+
+    signal.signal(signal.SIGTERM, on_stop)
+    signal.signal(signal.SIGINT, on_stop)
+    signal.signal(signal.SIGHUP, on_hup)
+    return wake_r, wake_w, old_wakeup
+
+
 @dataclass
 class WorkerContext:
     name: str
@@ -196,18 +223,7 @@ class WorkerContext:
     reload_requested: bool = False
 
     def install_signals(self) -> None:
-        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        signal.set_wakeup_fd(self._wake_w)
-
-        def on_stop(_sig: int, _frame: FrameType | None) -> None:
-            self.stopping = True
-
-        def on_hup(_sig: int, _frame: FrameType | None) -> None:
-            self.reload_requested = True
-
-        signal.signal(signal.SIGTERM, on_stop)
-        signal.signal(signal.SIGINT, on_stop)
-        signal.signal(signal.SIGHUP, on_hup)
+        self._wake_r, self._wake_w, _old = install_signal_flags(self)
 
     def beat(self) -> None:
         """Heartbeat; a worker whose supervisor died (re-parented) stops and drains. A

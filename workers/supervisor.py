@@ -37,7 +37,6 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any, Final
 
 from mqstore import _native
@@ -50,6 +49,7 @@ from mqstore.engine.indexfile import IndexGeometryError
 from mqstore.engine.reader import Geometry
 from mqstore.engine.recovery import recover_store, write_report
 from mqstore.engine.segment import SegmentNameError, SegmentSizeError
+from mqstore.engine.storedir import ABORT_FILE
 from mqstore.ipc import access
 from mqstore.ipc import control as c
 from mqstore.ipc.commit import LogFiles
@@ -65,6 +65,7 @@ from mqstore.workers.base import (
     WORKER_STARTING,
     ExitCode,
     describe_exit,
+    install_signal_flags,
     reload_settings,
     say,
     say_reload,
@@ -78,7 +79,6 @@ from mqstore.workers.service import parse_reason
 
 log = logging.getLogger("mqstore.supervisor")
 
-ABORT_FILE: Final = "abort"
 STOP_WORKER_S: Final = 10.0
 # A put holds the reservation lock for microseconds: a stopped (SIGSTOP) producer that
 # holds it this long at a stop is gone on without; a running one gets STOP_WORKER_S.
@@ -482,18 +482,7 @@ class Supervisor:
     # --- main loop ----------------------------------------------------------------------
 
     def run(self) -> int:
-        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        old_wakeup = signal.set_wakeup_fd(wake_w)
-
-        def on_stop(_sig: int, _frame: FrameType | None) -> None:
-            self.stopping = True
-
-        def on_hup(_sig: int, _frame: FrameType | None) -> None:
-            self.reload_requested = True
-
-        signal.signal(signal.SIGTERM, on_stop)
-        signal.signal(signal.SIGINT, on_stop)
-        signal.signal(signal.SIGHUP, on_hup)
+        wake_r, wake_w, old_wakeup = install_signal_flags(self)
         if os.environ.get(FAULTS_FOR_ENV) is not None:
             fileio.clear_faults()
         try:
