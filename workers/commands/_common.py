@@ -1,4 +1,5 @@
-"""Helpers shared by the commands: store arguments and opening (`dump`, `check`), the
+"""Helpers shared by the commands: store arguments, opening and settings (`dump`, `check`,
+`clean`), the
 argument types of topic and group names (every command that takes one), and the order of
 DIR and ACTION (`topic`, `group`)."""
 
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 
 from mqstore.conf.load import ConfigError, load_settings
+from mqstore.conf.settings import StoreSettings
 from mqstore.engine.names import group_problem, topic_problem
 from mqstore.engine.storedir import StoreDir, StoreDirError
 
@@ -22,6 +24,13 @@ def add_store_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="settings (TOML or RocketMQ broker.conf) for the geometry the files do not tell",
     )
+
+
+def add_action_arguments(p: argparse.ArgumentParser, actions: tuple[str, ...]) -> None:
+    """`DIR ACTION`, for a command with actions (`topic`, `group`); see `action_first`."""
+    p.add_argument("store_dir", type=Path, help="the store directory")
+    choices = f"{', '.join(actions[:-1])} or {actions[-1]}"
+    p.add_argument("action", metavar="ACTION", help=choices)
 
 
 def action_first(args: argparse.Namespace, actions: tuple[str, ...]) -> bool:
@@ -44,6 +53,29 @@ def open_store(cmd: str, args: argparse.Namespace) -> StoreDir | None:
     except (ConfigError, StoreDirError, OSError) as e:
         print(f"mqstore {cmd}: {e}", file=sys.stderr)
         return None
+
+
+def store_settings(cmd: str, args: argparse.Namespace) -> StoreSettings | None:
+    """The settings of the store at `args.store_dir` (with `args.config` and the
+    environment), or print why not (not a store, a bad setting) to stderr and return None."""
+    if not (Path(args.store_dir) / "commitlog").is_dir():
+        print(f"mqstore {cmd}: {args.store_dir} is not a store (no commitlog/)", file=sys.stderr)
+        return None
+    try:
+        return load_settings(args.store_dir, args.config, os.environ).settings
+    except ConfigError as e:
+        print(f"mqstore {cmd}: {e}", file=sys.stderr)
+        return None
+
+
+def below_minimum(cmd: str, *options: tuple[str, int | None, int]) -> bool:
+    """For each (option, value, minimum): a value given below its minimum is printed as
+    `mqstore CMD: OPTION must be >= MINIMUM` (stderr); True when one was (exit 2)."""
+    for option, value, minimum in options:
+        if value is not None and value < minimum:
+            print(f"mqstore {cmd}: {option} must be >= {minimum}", file=sys.stderr)
+            return True
+    return False
 
 
 def topic_arg(value: str) -> str:

@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mqstore.conf.load import ConfigError, load_settings
 from mqstore.engine import fileio
 from mqstore.engine.segment import SegmentNameError, SegmentSizeError
 from mqstore.workers.cleaner import REQUEST_FILE, clean_once, read_status, store_is_running
+from mqstore.workers.commands._common import store_settings
 
 NAME = "clean"
 HELP = "delete expired commit-log segments (and consume-queue/index files below them) now"
@@ -76,13 +76,8 @@ def _ask_running(store: str, as_json: bool) -> int:
 
 def run(args: argparse.Namespace) -> int:
     store = str(args.store_dir)
-    if not os.path.isdir(os.path.join(store, "commitlog")):
-        print(f"mqstore clean: {store} is not a store (no commitlog/)", file=sys.stderr)
-        return 2
-    try:
-        settings = load_settings(args.store_dir, args.config, os.environ).settings
-    except ConfigError as e:
-        print(f"mqstore clean: {e}", file=sys.stderr)
+    settings = store_settings("clean", args)
+    if settings is None:
         return 2
     if store_is_running(store):
         if not args.now:

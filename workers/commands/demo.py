@@ -33,7 +33,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -590,19 +590,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def options_from(args: argparse.Namespace) -> DemoOptions:
-    seconds = args.seconds
-    if seconds is None and args.messages is None:
-        seconds = 10.0
-    return DemoOptions(
-        producers=args.producers,
-        sync_producers=args.sync_producers,
-        seconds=seconds,
-        messages=args.messages,
-        body_bytes=args.body_bytes,
-        consumer=args.consumer,
-        topic=args.topic,
-        read_path=args.read_path,
-    )
+    """The options of the command line (each of DemoOptions' fields is an argument); 10 s
+    when neither --seconds nor --messages bounds the run."""
+    given = {f.name: getattr(args, f.name) for f in fields(DemoOptions)}
+    if given["seconds"] is None and given["messages"] is None:
+        given["seconds"] = 10.0
+    return DemoOptions(**given)
 
 
 def run(args: argparse.Namespace) -> int:

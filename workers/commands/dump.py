@@ -17,7 +17,7 @@ import sys
 
 from mqstore.engine.logwalk import ScanStop
 from mqstore.engine.record import decode
-from mqstore.workers.commands._common import add_store_arguments, open_store
+from mqstore.workers.commands._common import add_store_arguments, below_minimum, open_store
 from mqstore.workers.commands._records import add_body_argument, print_records
 
 NAME = "dump"
@@ -38,11 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.limit is not None and args.limit < 0:
-        print("mqstore dump: --limit must be >= 0", file=sys.stderr)
-        return 2
-    if args.from_offset is not None and args.from_offset < 0:
-        print("mqstore dump: --from-offset must be >= 0", file=sys.stderr)
+    if below_minimum(NAME, ("--limit", args.limit, 0), ("--from-offset", args.from_offset, 0)):
         return 2
     store = open_store(NAME, args)
     if store is None:

@@ -31,7 +31,7 @@ from mqstore.engine import fileio, topics
 from mqstore.engine.names import check_group
 from mqstore.engine.offsets import NO_OFFSET, ConsumerOffsets
 from mqstore.ipc.groups import GroupInUse, no_members
-from mqstore.workers.commands._common import action_first
+from mqstore.workers.commands._common import action_first, add_action_arguments
 from mqstore.workers.commands._reads import Reads, open_reads
 from mqstore.workers.commands.get import parse_time_ms
 
@@ -41,8 +41,7 @@ ACTIONS = ("list", "reset", "delete")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("store_dir", type=Path, help="the store directory")
-    p.add_argument("action", metavar="ACTION", help="list, reset or delete")
+    add_action_arguments(p, ACTIONS)
     p.add_argument("--config", type=Path, default=None, help="settings (TOML or broker.conf)")
     p.add_argument("--group", default=None, metavar="G")
     p.add_argument("--topic", default=None, metavar="T")

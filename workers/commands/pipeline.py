@@ -137,42 +137,22 @@ def _json_record(r: dict[str, Any], body_format: str) -> dict[str, Any]:
     return out
 
 
+def _fields(obj: Any, names: str) -> dict[str, Any]:
+    """`obj`'s attributes `names` (space separated), in that order: a JSON object."""
+    return {n: getattr(obj, n) for n in names.split()}
+
+
 def _print_stats(st: Any, as_json: bool) -> None:
     if as_json:
-        print(
-            json.dumps(
-                {
-                    "records": st.records,
-                    "bytes": st.bytes,
-                    "queues": [
-                        {
-                            "topic": q.topic,
-                            "queue_id": q.queue_id,
-                            "records": q.records,
-                            "bytes": q.bytes,
-                            "first_store_ms": q.first_store_ms,
-                            "last_store_ms": q.last_store_ms,
-                            "records_per_s": q.records_per_s,
-                        }
-                        for q in st.queues
-                    ],
-                    "windows": [
-                        {
-                            "window_start_ms": w.window_start_ms,
-                            "window_ms": w.window_ms,
-                            "topic": w.topic,
-                            "queue_id": w.queue_id,
-                            "records": w.records,
-                            "bytes": w.bytes,
-                            "records_per_s": w.records_per_s,
-                            "bytes_per_s": w.bytes_per_s,
-                        }
-                        for w in st.windows
-                    ],
-                },
-                indent=2,
-            )
-        )
+        queue = "topic queue_id records bytes first_store_ms last_store_ms records_per_s"
+        window = "window_start_ms window_ms topic queue_id records bytes records_per_s bytes_per_s"
+        doc = {
+            "records": st.records,
+            "bytes": st.bytes,
+            "queues": [_fields(q, queue) for q in st.queues],
+            "windows": [_fields(w, window) for w in st.windows],
+        }
+        print(json.dumps(doc, indent=2))
         return
     from rich.table import Table
 
@@ -199,26 +179,16 @@ def _print_stats(st: Any, as_json: bool) -> None:
 
 def _print_audit(result: Any, as_json: bool) -> None:
     if as_json:
-        print(
-            json.dumps(
-                {
-                    "ok": result.ok,
-                    "records_checked": result.records_checked,
-                    "bytes_checked": result.bytes_checked,
-                    "corrupt": [
-                        {
-                            "physical_offset": c.physical_offset,
-                            "end_offset": c.physical_offset + c.size,
-                            "size": c.size,
-                            "problem": c.problem,
-                            "topic": c.topic,
-                        }
-                        for c in result.corrupt
-                    ],
-                },
-                indent=2,
-            )
-        )
+        corrupt = [
+            {
+                "physical_offset": c.physical_offset,
+                "end_offset": c.physical_offset + c.size,
+                **_fields(c, "size problem topic"),
+            }
+            for c in result.corrupt
+        ]
+        doc = {**_fields(result, "ok records_checked bytes_checked"), "corrupt": corrupt}
+        print(json.dumps(doc, indent=2))
         return
     for c in result.corrupt:
         what = f"record of topic {c.topic!r}" if c.topic is not None else "unreadable range"

@@ -10,10 +10,9 @@ found, 1 when nothing was, 2 on bad arguments.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from mqstore.workers.commands._common import topic_arg
+from mqstore.workers.commands._common import below_minimum, topic_arg
 from mqstore.workers.commands._reads import open_reads
 from mqstore.workers.commands._records import add_body_argument, print_records
 from mqstore.workers.commands.get import parse_time_ms
@@ -34,8 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.max < 1:
-        print("mqstore query: --max must be >= 1", file=sys.stderr)
+    if below_minimum(NAME, ("--max", args.max, 1)):
         return 2
     reads = open_reads(NAME, args.store_dir, args.config)
     if reads is None:

@@ -30,7 +30,7 @@ from mqstore.ipc.channel import SupervisorUnavailable
 from mqstore.ipc.client import StoreClient
 from mqstore.ipc.groups import GroupMember
 from mqstore.ipc.reads import ClientReads, for_client
-from mqstore.workers.commands._common import group_arg, topic_arg
+from mqstore.workers.commands._common import below_minimum, group_arg, topic_arg
 from mqstore.workers.commands._records import add_body_argument, print_records
 
 NAME = "tail"
@@ -145,11 +145,7 @@ class _Tail:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.max_messages is not None and args.max_messages < 1:
-        print("mqstore tail: --max-messages must be >= 1", file=sys.stderr)
-        return 2
-    if args.queue is not None and args.queue < 0:
-        print("mqstore tail: --queue must be >= 0", file=sys.stderr)
+    if below_minimum(NAME, ("--max-messages", args.max_messages, 1), ("--queue", args.queue, 0)):
         return 2
     try:
         client = StoreClient.attach(args.store_dir)

@@ -29,7 +29,7 @@ from mqstore.engine import deleted_topics, fileio, topics
 from mqstore.engine.reader import Geometry
 from mqstore.engine.storedir import ABORT_FILE
 from mqstore.ipc.locks import StoreLockHeld, take_store_lock
-from mqstore.workers.commands._common import action_first, topic_arg
+from mqstore.workers.commands._common import action_first, add_action_arguments, topic_arg
 
 NAME = "topic"
 HELP = "list topics, set a topic's queue count, or delete a topic"
@@ -37,8 +37,7 @@ ACTIONS = ("list", "set", "delete")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("store_dir", type=Path, help="the store directory")
-    p.add_argument("action", metavar="ACTION", help="list, set or delete")
+    add_action_arguments(p, ACTIONS)
     p.add_argument(
         "topic", nargs="?", default=None, type=topic_arg, help="with set and delete: the topic"
     )
