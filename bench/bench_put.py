@@ -28,12 +28,13 @@ Memory, measured in the same run:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,17 +82,17 @@ class _Session:
         self.body = os.urandom(BODY_BYTES)
         self.unique = bool(params.get("unique_keys", True))
         self.key = f"k{index}"  # every message's key, or the prefix of unique ones
-        self.seq = 0
         self.path = Path(params["errors_dir"]) / f"put-errors-{index}.json"
         self.counts: dict[str, int] = {}
         self.first: list[str] = []
 
-    def keys(self, n: int) -> list[str]:
-        """The keys of the next `n` messages: unique to each, or the producer's one key."""
-        seq, self.seq = self.seq, self.seq + n
-        if self.unique:
-            return [f"{self.key}-{i}" for i in range(seq, seq + n)]
-        return [self.key] * n
+    def keys(self) -> Iterator[str]:
+        """The messages' keys in turn: unique to each (`k<producer>-<seq>`) or the
+        producer's one key. A generator costs what the f-string did inline."""
+        if not self.unique:
+            return itertools.repeat(self.key)
+        prefix = self.key
+        return (f"{prefix}-{seq}" for seq in itertools.count())
 
     def add(self, status_name: str, reason: str) -> None:
         self.counts[status_name] = self.counts.get(status_name, 0) + 1
@@ -106,11 +107,11 @@ class _Session:
 
 def _put_producer(index: int, params: Mapping[str, Any]) -> Producer:
     session = _Session(index, params)
-    put, ok, body, keys = session.client.put, session.ok, session.body, session.keys
+    put, ok, body, keys = session.client.put, session.ok, session.body, session.keys()
     wait_store = bool(params["wait_store"])
 
     def step() -> int:
-        r = put(TOPIC, body, tags=TAGS, keys=keys(1)[0], wait_store=wait_store)
+        r = put(TOPIC, body, tags=TAGS, keys=next(keys), wait_store=wait_store)
         if r.status is ok:
             return 1
         session.add(r.status.name, r.reason)
@@ -121,12 +122,13 @@ def _put_producer(index: int, params: Mapping[str, Any]) -> Producer:
 
 def _batch_producer(index: int, params: Mapping[str, Any]) -> Producer:
     session = _Session(index, params)
-    put_batch, ok, body = session.client.put_batch, session.ok, session.body
+    put_batch, ok, body, keys = session.client.put_batch, session.ok, session.body, session.keys()
     size = int(params["batch"])
 
     def step() -> int:
         msgs = [
-            {"topic": TOPIC, "body": body, "tags": TAGS, "keys": key} for key in session.keys(size)
+            {"topic": TOPIC, "body": body, "tags": TAGS, "keys": key}
+            for key in itertools.islice(keys, size)
         ]
         done = 0
         for r in put_batch(msgs):
