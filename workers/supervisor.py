@@ -79,13 +79,21 @@ from mqstore.workers.service import parse_reason
 
 log = logging.getLogger("mqstore.supervisor")
 
-STOP_WORKER_S: Final = 10.0
-# A put holds the reservation lock for microseconds: a stopped (SIGSTOP) producer that
-# holds it this long at a stop is gone on without; a running one gets STOP_WORKER_S.
-FENCE_S: Final = 1.0
-DRAIN_S: Final = 3.0
-FLUSH_RETRIES: Final = 3
-TICK_S: Final = 0.05
+
+@dataclass(frozen=True)
+class StopBudget:
+    """What a stop (`Supervisor.shutdown`) may take, step by step."""
+
+    # A put holds the reservation lock for microseconds: a stopped (SIGSTOP) producer
+    # that holds it this long is gone on without; a running one gets `worker_s`.
+    fence_s: float = 1.0
+    worker_s: float = 10.0  # from SIGTERM to every worker's exit, then SIGKILL
+    drain_s: float = 3.0  # filling the reservations nobody finished
+    flush_retries: int = 3  # the final commit and flush
+
+
+STOP: Final = StopBudget()
+TICK_S: Final = 0.05  # the main loop's longest wait
 # Fault injection for tests: with MQSTORE_FAULTS_FOR="flusher", the MQSTORE_FAULTS of the
 # environment apply to the named workers only (not to the supervisor or the others).
 FAULTS_FOR_ENV: Final = "MQSTORE_FAULTS_FOR"
@@ -567,13 +575,13 @@ class Supervisor:
     def _fence_reservations(cb: c.ControlBlock) -> bool:
         """Take and release the reservation lock: True when no producer is inside the
         reservation step any more. A holder that is stopped (SIGSTOP, a debugger) is
-        given FENCE_S, a running one (maybe only starved) up to STOP_WORKER_S."""
-        if _native.reserve_fence(cb.buf, int(FENCE_S * 1e9)) == 0:
+        given `STOP.fence_s`, a running one (maybe only starved) up to `STOP.worker_s`."""
+        if _native.reserve_fence(cb.buf, int(STOP.fence_s * 1e9)) == 0:
             return True
         holder = stats.reservation_holder(cb)
         if holder is not None and holder["state"] in ("stopped", "traced"):
             return False
-        return _native.reserve_fence(cb.buf, int((STOP_WORKER_S - FENCE_S) * 1e9)) == 0
+        return _native.reserve_fence(cb.buf, int((STOP.worker_s - STOP.fence_s) * 1e9)) == 0
 
     def shutdown(self) -> int:
         """Refuse writes, stop workers, drain, checkpoint, clean up. Returns the exit code."""
@@ -594,7 +602,7 @@ class Supervisor:
         for w in self.workers:
             if w.proc is not None:
                 w.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + STOP_WORKER_S
+        deadline = time.monotonic() + STOP.worker_s
         for w in self.workers:
             if w.proc is None:
                 continue
@@ -614,7 +622,7 @@ class Supervisor:
         code = int(ExitCode.OK)
         files = LogFiles(self.store_dir, cb, s.store_host)
         try:
-            deadline = time.monotonic() + DRAIN_S
+            deadline = time.monotonic() + STOP.drain_s
             while True:
                 files.publish_locked()
                 if cb.get(c.OFF_PUBLISHED) >= cb.get(c.OFF_RESERVED):
@@ -631,7 +639,7 @@ class Supervisor:
                 why = self.read_only_reason or "a worker's I/O failed"
                 self._say(f"the store is read-only ({why}); not flushing", "ERROR")
             else:
-                for attempt in range(FLUSH_RETRIES):
+                for attempt in range(STOP.flush_retries):
                     try:
                         files.commit(0)
                         files.flush(0)
