@@ -3,7 +3,8 @@
 Defaults are RocketMQ 4.9.8's `MessageStoreConfig` values, with one deliberate
 exception: sizes are small enough for a laptop (commit-log segment 64 MiB
 instead of 1 GiB; transient pool 5 buffers of segment size, as RocketMQ; index
-500_000 slots x 2_000_000 entries instead of 5_000_000 x 20_000_000).
+500_000 slots x 2_000_000 entries instead of 5_000_000 x 20_000_000). Where
+MessageStoreConfig writes a default as a product (`1000 * 120` ms), so does `StoreSettings`.
 `StoreSettings` gives each setting its type and default; `INFO`, one table, its
 RocketMQ key, unit, whether SIGHUP reloads it, and a description.
 
@@ -39,10 +40,10 @@ class StoreSettings:
     consume_queue_file_size_bytes: int = 300_000 * 20
 
     # flushing (the flusher)
-    sync_flush_timeout_ms: int = 5000
+    sync_flush_timeout_ms: int = 1000 * 5
     flush_interval_ms: int = 500
     flush_least_pages: int = 4
-    flush_thorough_interval_ms: int = 10_000
+    flush_thorough_interval_ms: int = 1000 * 10
     flush_timed: bool = False
 
     # committing the write pool (the committer)
@@ -69,19 +70,19 @@ class StoreSettings:
     clean_resource_interval_ms: int = 10_000
     delete_commitlog_files_interval_ms: int = 100
     delete_consume_queue_files_interval_ms: int = 100
-    destroy_mapped_file_interval_forcibly_ms: int = 120_000
-    redelete_hanged_file_interval_ms: int = 120_000
+    destroy_mapped_file_interval_forcibly_ms: int = 1000 * 120
+    redelete_hanged_file_interval_ms: int = 1000 * 120
     clean_file_forcibly_enable: bool = True
     delete_file_batch_max: int = 10
 
     # consume queues and the index (the dispatcher)
     flush_consume_queue_interval_ms: int = 1000
     flush_consume_queue_least_pages: int = 2
-    flush_consume_queue_thorough_interval_ms: int = 60_000
+    flush_consume_queue_thorough_interval_ms: int = 1000 * 60
     message_index_enable: bool = True
     message_index_safe: bool = False
     max_hash_slot_num: int = 500_000
-    max_index_num: int = 2_000_000
+    max_index_num: int = 500_000 * 4  # 4 entries per slot, as RocketMQ's 5_000_000 * 4
     max_msgs_num_batch: int = 64
     default_query_max_num: int = 32
     default_topic_queue_nums: int = 4
