@@ -190,15 +190,15 @@ def put_run(
     *,
     sync: bool,
     pool: bool,
+    extra: Mapping[str, Any] | None = None,
+    tag: str = "",
     producers: int,
     duration_s: float,
     batch: int = 0,
     unique_keys: bool = True,
-    extra: Mapping[str, Any] | None = None,
-    tag: str = "",
 ) -> RunResult:
     """One configuration on a fresh store (`extra`: more store settings; `tag` tells
-    runs that differ only in them apart)."""
+    runs that differ only in them apart), then the producers' load (`run_puts`)."""
     mode = "sync" if sync else "async"
     name = f"{'batch' if batch else mode}_{'pool' if pool else 'nopool'}{tag}"
     with running_store(root, f"{name}-{producers}", sync=sync, pool=pool, extra=extra) as store:
