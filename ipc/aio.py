@@ -22,11 +22,7 @@ The event loop never blocks on the store:
   `concurrency` awaits share an fsync.
 * **Pulls** run on one more thread with a reader of their own: `ipc.reads.ClientReads`
   (the blocking client's read path: consume queues up to the dispatcher's position, tag
-  filter, long polling with `wait_ms`, which holds that thread) when the store runs a
-  dispatcher, else `engine.reader.StoreReader` over consume queues written by someone
-  else (`read_path="consume_queues"`) or `ipc.logtail.LogQueues` (an in-memory queue
-  index built from the log), both limited to what is durable (flushed under SYNC_FLUSH,
-  committed under ASYNC_FLUSH); `tags` and `wait_ms` need the first.
+  filter, long polling with `wait_ms`, which holds that thread).
 
 An acknowledgement means what the blocking client's does (docs/durability.md).
 Statuses, never exceptions, for expected outcomes.
@@ -47,7 +43,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
 from mqstore.engine.names import check_topic
-from mqstore.engine.reader import StoreReader
 from mqstore.engine.record import Message
 from mqstore.ipc import channel
 from mqstore.ipc.accepts import (
@@ -61,16 +56,12 @@ from mqstore.ipc.accepts import (
     check_types,
 )
 from mqstore.ipc.client import StoreClient
-from mqstore.ipc.logtail import LogQueues
 from mqstore.ipc.read_results import PullResult
 from mqstore.ipc.reads import ClientReads, for_client
 from mqstore.ipc.results import PutMessageStatus, PutResult, raise_if_failed
 from mqstore.ipc.session import check_attach_types
 
 DEFAULT_CONCURRENCY: Final = 8
-# How `pull` reads: "auto" (consume queues when the store runs a dispatcher, else the
-# log), "consume_queues" (engine.reader.StoreReader), "log" (ipc.logtail.LogQueues).
-READ_PATHS: Final = ("auto", "consume_queues", "log")
 _WATCH_S: Final = 0.05
 OK: Final = PutMessageStatus.PUT_OK
 Settled = tuple[PutMessageStatus, str]
@@ -211,20 +202,15 @@ class AsyncStoreClient:
         topic_queue_nums: Mapping[str, int] | None = None,
         timeout_s: float = 10.0,
         concurrency: int = DEFAULT_CONCURRENCY,
-        read_path: str = "auto",
         loop_waits: bool = True,
         raise_on_status: bool = False,
     ) -> None:
         check_attach_types("attach", store_dir, topic_queue_nums, timeout_s)
         check_types(
-            "attach", concurrency=(concurrency, INT), read_path=(read_path, STR),
-            loop_waits=(loop_waits, BOOL),
+            "attach", concurrency=(concurrency, INT), loop_waits=(loop_waits, BOOL)
         )  # fmt: skip
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
-        if read_path not in READ_PATHS:
-            raise ValueError(f"read_path must be one of {READ_PATHS}")
-        self._read_path = read_path
         self._loop_waits = loop_waits
         self.raise_on_status = raise_on_status
         self.store_dir = os.path.realpath(os.fspath(store_dir))
@@ -237,11 +223,7 @@ class AsyncStoreClient:
         self._clients_lock = threading.Lock()
         self._main: StoreClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._reader: StoreReader | None = None
         self._client_reads: ClientReads | None = None
-        self._dispatcher_runs = False
-        self._log_queues: LogQueues | None = None
-        self._dispatcher = False
         self._sync = True
         self._waits: _FlushWaits | None = None
         self._closed = False
@@ -254,14 +236,13 @@ class AsyncStoreClient:
         topic_queue_nums: Mapping[str, int] | None = None,
         timeout_s: float = 10.0,
         concurrency: int = DEFAULT_CONCURRENCY,
-        read_path: str = "auto",
         loop_waits: bool = True,
         raise_on_status: bool = False,
     ) -> _Attach:
         """`async with AsyncStoreClient.attach(dir) as store:` or
         `store = await AsyncStoreClient.attach(dir)` (then `await store.close()`).
         `concurrency`: puts in flight at once (threads, one StoreClient each).
-        `read_path`: see READ_PATHS. `loop_waits=False`: sync puts wait on the threads
+        `loop_waits=False`: sync puts wait on the threads
         (the fallback) even when the loop could wait. `raise_on_status`: as
         `StoreClient.attach`'s. Raises channel.SupervisorUnavailable when no supervisor
         runs."""
@@ -271,7 +252,6 @@ class AsyncStoreClient:
                 "topic_queue_nums": topic_queue_nums,
                 "timeout_s": timeout_s,
                 "concurrency": concurrency,
-                "read_path": read_path,
                 "loop_waits": loop_waits,
                 "raise_on_status": raise_on_status,
             },
@@ -297,11 +277,6 @@ class AsyncStoreClient:
         self._loop = loop
         doc = await loop.run_in_executor(
             self._reads, lambda: channel.request(self.store_dir, {"op": "status"})
-        )
-        running = any(w.get("name") == "dispatcher" for w in doc.get("workers", ()))
-        self._dispatcher_runs = running
-        self._dispatcher = (
-            running if self._read_path == "auto" else self._read_path == "consume_queues"
         )
         self._sync = doc.get("settings", {}).get("flush_disk_type", "SYNC_FLUSH") == "SYNC_FLUSH"
         self._main = await loop.run_in_executor(self._reads, self._new_client)
@@ -403,11 +378,6 @@ class AsyncStoreClient:
 
     # --- reads ----------------------------------------------------------------------------
 
-    def _limit(self) -> int:
-        assert self._main is not None
-        pos = self._main.positions()
-        return pos["flushed"] if self._sync else pos["committed"]
-
     def _pull(
         self,
         topic: str,
@@ -417,39 +387,17 @@ class AsyncStoreClient:
         tags: str | None,
         wait_ms: int,
     ) -> PullResult:
-        if self._dispatcher and self._dispatcher_runs:
-            if self._client_reads is None:
-                assert self._main is not None
-                self._client_reads = for_client(self._main)
-            return self._client_reads.pull(
-                topic, queue_id, offset, max_count, tags=tags, wait_ms=wait_ms
-            )
-        if tags is not None or wait_ms:
-            raise ValueError("tags and wait_ms need a store that runs a dispatcher")
-        if self._dispatcher:
-            if self._reader is None:
-                assert self._main is not None
-                self._reader = StoreReader(  # the store's geometry, as sent at attach
-                    self.store_dir,
-                    self._main._store_geometry,
-                    max_offset_fn=self._limit,
-                )
-            return PullResult.of(self._reader.get_messages(topic, queue_id, offset, max_count))
-        if self._log_queues is None:
-            self._log_queues = LogQueues(self.store_dir)
-        self._log_queues.catch_up(self._limit())
-        return PullResult.of(self._log_queues.get_messages(topic, queue_id, offset, max_count))
+        if self._client_reads is None:
+            assert self._main is not None
+            self._client_reads = for_client(self._main)
+        return self._client_reads.pull(
+            topic, queue_id, offset, max_count, tags=tags, wait_ms=wait_ms
+        )
 
     def _close_readers(self) -> None:
         if self._client_reads is not None:
             self._client_reads.close()
             self._client_reads = None
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
-        if self._log_queues is not None:
-            self._log_queues.close()
-            self._log_queues = None
 
     async def pull(
         self,

@@ -139,10 +139,9 @@ async def _pull_until(
     raise AssertionError(f"{topic}/{queue_id}@{offset}: {count} messages never came: {got}")
 
 
-@pytest.mark.parametrize("read_path", ["auto", "log"])
-def test_batch_pull_and_statuses(store: Store, read_path: str) -> None:
+def test_batch_pull_and_statuses(store: Store) -> None:
     async def main() -> None:
-        aio = await AsyncStoreClient.attach(store.path, read_path=read_path)
+        aio = await AsyncStoreClient.attach(store.path)
         try:
             rs = await aio.put_batch(
                 [{"topic": "b", "body": f"m{i}".encode(), "queue_id": 1} for i in range(5)]
@@ -196,7 +195,7 @@ def test_failed_fsync_settles_awaits_with_flush_disk_failed(make_store: StoreFac
 
 
 def test_pull_through_consume_queues(store: Store) -> None:
-    """`read_path="consume_queues"`: pulls go through engine.reader over consume queues
+    """Pulls go through engine.reader over consume queues
     (written by the store's dispatcher worker, or here by the engine's dispatcher when
     the store runs none), limited to the flushed offset."""
     from mqstore import StoreClient
@@ -216,7 +215,7 @@ def test_pull_through_consume_queues(store: Store) -> None:
             d.close()
 
     async def main() -> None:
-        async with AsyncStoreClient.attach(store.path, read_path="consume_queues") as aio:
+        async with AsyncStoreClient.attach(store.path) as aio:
             await _pull_until(aio, "cq", 2, 9, 1)  # the store's dispatcher, if it runs one
             got = await aio.pull("cq", 2, 3, 4)
             assert got.status.name == "FOUND" and got.max_offset == 10

@@ -44,15 +44,13 @@ def test_percentile_of_buckets() -> None:
     assert percentile(Counter(), 0.99) == 0.0
 
 
-@pytest.mark.parametrize("read_path", ["log", "auto"])
-def test_demo_command_against_a_running_store(store: Store, read_path: str) -> None:
-    """The consumer reads the log, or (auto, when the store runs a dispatcher) the
-    consume queues through engine.reader."""
+def test_demo_command_against_a_running_store(store: Store) -> None:
+    """The consumer reads the consume queues through engine.reader."""
     proc = subprocess.run(
         [
             sys.executable, "-m", "mqstore", "demo", str(store.path), "--producers", "1",
             "--sync-producers", "2", "--messages", "3000", "--body-bytes", "100",
-            "--consumer", "--read-path", read_path, "--json",
+            "--consumer", "--json",
         ],
         capture_output=True, text=True, timeout=120, env=_env(), cwd=str(REPO),
     )  # fmt: skip

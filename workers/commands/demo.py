@@ -1,7 +1,7 @@
 """`mqstore demo DIR`: a load generator against a running store, with a live line.
 
     mqstore demo DIR [--producers N] [--sync-producers N] [--seconds S | --messages M]
-                     [--body-bytes B] [--consumer] [--read-path P] [--topic T] [--json]
+                     [--body-bytes B] [--consumer] [--topic T] [--json]
 
 Starts `--producers` async producers (`wait_store=False`: acknowledged once the record
 is in the pool or page cache) and `--sync-producers` sync producers (`wait_store=True`:
@@ -9,9 +9,8 @@ under SYNC_FLUSH acknowledged once fsynced), each in its own process with its ow
 `StoreClient`, for `--seconds` or until `--messages` in all. The live line shows puts/s,
 p99 latency per kind and the statuses. `--consumer` adds a process that reads back what
 was put, up to the durable offset (the `flushed_offset` file), and checks that every
-acknowledged message of this run is there exactly once: through the consume queues
-(`engine.reader`) when the store runs a dispatcher, else straight from the commit log
-(`ipc.logtail`); `--read-path` forces one.
+acknowledged message of this run is there exactly once, through the consume queues
+(`engine.reader`) the store's dispatcher writes.
 
 Prints a summary (or one JSON document with `--json`). Exit 0; 1 if any put failed or
 the consumer missed or duplicated a message; 2 if no supervisor runs for DIR. Ctrl-C
@@ -80,7 +79,6 @@ class DemoOptions:
     body_bytes: int = 256
     consumer: bool = False
     topic: str = "demo"
-    read_path: str = "auto"  # the consumer's: auto, log, consume_queues
 
 
 @dataclass
@@ -201,28 +199,9 @@ def _producer(
     out.put(("done", index, kind, ok, dict(statuses), dict(hist), failed_seqs))
 
 
-class _LogSource:
-    """This run's records straight from the log (no dispatcher needed)."""
-
-    def __init__(self, store_dir: str, start: int) -> None:
-        from mqstore.ipc.logtail import LogTail
-
-        self.tail = LogTail(store_dir, start)
-
-    def poll(self, limit: int) -> Any:
-        return self.tail.poll(limit, 50_000)
-
-    @property
-    def position(self) -> int:
-        return self.tail.position or 0
-
-    def close(self) -> None:
-        self.tail.close()
-
-
 class _QueueSource:
-    """This run's records through `engine.reader` (consume queues, a dispatcher runs):
-    pull every queue of the topic from where it ended when the run started."""
+    """This run's records through `engine.reader` (the consume queues): pull every queue
+    of the topic from where it ended when the run started."""
 
     def __init__(self, store_dir: str, topic: str, offsets: list[int] | None = None) -> None:
         from mqstore.conf.load import load_settings
@@ -243,7 +222,7 @@ class _QueueSource:
         )
         self.position = 0
 
-    def poll(self, _limit: int) -> Any:
+    def poll(self) -> Any:
         from mqstore.engine.reader import GetStatus
 
         moving = (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE, GetStatus.OFFSET_FOUND_NULL)
@@ -263,31 +242,25 @@ def _consumer(
     store_dir: str,
     run_id: str,
     topic: str,
-    start: int,
-    queue_starts: list[int] | None,
-    target: Any,
+    queue_starts: list[int],
     expected: Any,
     stop: Any,
     out: Any,
 ) -> None:
     """Read back this run's messages up to the durable offset (the `flushed_offset`
-    file); when `stop` is set, keep going until the log is read up to `target` (log) or
-    `expected` messages were seen (queues), or CONSUMER_CATCH_UP_S have passed."""
+    file); when `stop` is set, keep going until `expected` messages were seen, or
+    CONSUMER_CATCH_UP_S have passed."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     prefix = f"{run_id}:".encode()
     seen: set[tuple[int, int]] = set()
     dups = 0
-    use_queues = queue_starts is not None
-    src: _LogSource | _QueueSource = (
-        _QueueSource(store_dir, topic, queue_starts) if use_queues else _LogSource(store_dir, start)
-    )
+    src = _QueueSource(store_dir, topic, queue_starts)
     last = 0.0
     give_up = 0.0
     try:
         while True:
-            limit = read_flushed_offset(store_dir) or 0
             got = 0
-            for rec in src.poll(limit):
+            for rec in src.poll():
                 got += 1
                 if rec.topic != topic or not rec.body.startswith(prefix):
                     continue
@@ -303,8 +276,7 @@ def _consumer(
                 last = now
             if stop.is_set():
                 give_up = give_up or now + CONSUMER_CATCH_UP_S
-                done = len(seen) >= expected.value if use_queues else src.position >= target.value
-                if done or now >= give_up:
+                if len(seen) >= expected.value or now >= give_up:
                     break
             if not got:
                 time.sleep(0.005)
@@ -352,18 +324,14 @@ def run_demo(
     """Run the load; `show` draws a rich progress bar (with `extra()`'s renderable under
     it, e.g. the store's status). Raises channel.SupervisorUnavailable."""
     store = os.path.realpath(os.fspath(store_dir))
-    doc = channel.request(store, {"op": "status"})
-    start_offset = int(doc["positions"]["reserved"])
+    channel.request(store, {"op": "status"})  # SupervisorUnavailable before any process starts
     run_id = secrets.token_hex(4)
     ctx = mp.get_context("spawn")
     out: Any = ctx.Queue()
     stop = ctx.Event()
-    target = ctx.Value("q", 1 << 62)
     expected = ctx.Value("q", 1 << 62)
-    dispatcher = any(w.get("name") == "dispatcher" for w in doc.get("workers", ()))
-    use_queues = opts.read_path == "consume_queues" or (opts.read_path == "auto" and dispatcher)
-    queue_starts = None
-    if opts.consumer and use_queues:  # where each queue ends before any put of this run
+    queue_starts: list[int] = []
+    if opts.consumer:  # where each queue ends before any put of this run
         first = _QueueSource(store, opts.topic)
         queue_starts = list(first.offsets)
         first.close()
@@ -385,17 +353,7 @@ def run_demo(
     if opts.consumer:
         cons = ctx.Process(
             target=_consumer,
-            args=(
-                store,
-                run_id,
-                opts.topic,
-                start_offset,
-                queue_starts,
-                target,
-                expected,
-                stop,
-                out,
-            ),
+            args=(store, run_id, opts.topic, queue_starts, expected, stop, out),
             name="mqstore-demo-consumer",
             daemon=True,
         )
@@ -490,10 +448,6 @@ def run_demo(
             elapsed = time.monotonic() - t0
             if cons is not None:
                 expected.value = sum(k.ok for k in live.kinds.values())
-                with contextlib.suppress(channel.SupervisorUnavailable):
-                    target.value = int(
-                        channel.request(store, {"op": "status"})["positions"]["reserved"]
-                    )
                 while cons_result is None and cons.is_alive():
                     with contextlib.suppress(queue.Empty):
                         handle(out.get(timeout=0.1), window)
@@ -579,13 +533,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--body-bytes", type=int, default=256, help="message body size (256)")
     p.add_argument("--consumer", action="store_true", help="read back and verify the puts")
     p.add_argument("--topic", default="demo", type=topic_arg, help="topic to put to (default demo)")
-    p.add_argument(
-        "--read-path",
-        choices=("auto", "log", "consume_queues"),
-        default="auto",
-        help="the consumer reads the log, or consume queues through engine.reader "
-        "(auto: queues when the store runs a dispatcher)",
-    )
     p.add_argument("--json", action="store_true", help="print the summary as one JSON doc")
 
 
