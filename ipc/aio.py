@@ -163,6 +163,12 @@ class _FlushWaits:
             raise
 
 
+class _PerThread(threading.local):
+    """Each put thread's own blocking client (None until its first put)."""
+
+    client: StoreClient | None = None
+
+
 class _Attach:
     """What `AsyncStoreClient.attach` returns: await it, or use it with `async with`."""
 
@@ -218,7 +224,7 @@ class AsyncStoreClient:
         self._timeout_s = timeout_s
         self._puts = ThreadPoolExecutor(concurrency, thread_name_prefix="mqstore-aio-put")
         self._reads = ThreadPoolExecutor(1, thread_name_prefix="mqstore-aio-read")
-        self._local = threading.local()
+        self._local = _PerThread()
         self._clients: list[StoreClient] = []
         self._clients_lock = threading.Lock()
         self._main: StoreClient | None = None
@@ -266,7 +272,7 @@ class AsyncStoreClient:
         return client
 
     def _thread_client(self) -> StoreClient:
-        client: StoreClient | None = getattr(self._local, "client", None)
+        client = self._local.client
         if client is None:
             client = self._new_client()
             self._local.client = client

@@ -49,6 +49,7 @@ class StoreClient(Producer):
     ) -> None:
         check_attach_types("attach", store_dir, topic_queue_nums, timeout_s)
         super().__init__(store_dir, timeout_s, topic_queue_nums, raise_on_status)
+        self._reads_of_pid: tuple[int, ClientReads] | None = None  # made on first read
         self._attach()
 
     @classmethod
@@ -73,7 +74,7 @@ class StoreClient(Producer):
         )
 
     def _closing(self) -> None:
-        reads = getattr(self, "_reads_of_pid", None)
+        reads = self._reads_of_pid
         if reads is not None and reads[0] == os.getpid():
             reads[1].close()
 
@@ -84,6 +85,8 @@ class StoreClient(Producer):
         self.close()
 
     def __del__(self) -> None:
+        # getattr: __del__ runs after an __init__ that raised (a TypeError before the
+        # session existed, a failed attach) too.
         if not getattr(self, "_closed", True) and getattr(self, "_attached", False):
             with contextlib.suppress(Exception):
                 self.close()
@@ -92,12 +95,11 @@ class StoreClient(Producer):
 
     def _read_side(self) -> ClientReads:
         """This process's `ClientReads` (made on first use, again after a fork)."""
-        got = getattr(self, "_reads_of_pid", None)
+        got = self._reads_of_pid
         if got is None or got[0] != os.getpid():
             got = (os.getpid(), for_client(self))
             self._reads_of_pid = got
-        reads: ClientReads = got[1]
-        return reads
+        return got[1]
 
     @overload
     def pull(

@@ -30,9 +30,7 @@ def _command_modules() -> list[ModuleType]:
     for info in pkgutil.iter_modules(mqstore.workers.commands.__path__):
         if info.name.startswith("_"):
             continue
-        mod = importlib.import_module(f"mqstore.workers.commands.{info.name}")
-        if hasattr(mod, "NAME") and hasattr(mod, "run"):
-            mods.append(mod)
+        mods.append(importlib.import_module(f"mqstore.workers.commands.{info.name}"))
     return sorted(mods, key=lambda m: str(m.NAME))
 
 
