@@ -38,25 +38,21 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Final
+from typing import Any, Concatenate, Final, Generic, ParamSpec, TypeVar, cast
 
-from mqstore.engine.names import check_topic
 from mqstore.engine.record import Message
 from mqstore.ipc import channel
 from mqstore.ipc.accepts import (
     BOOL,
     INT,
-    OPT_STR,
-    STR,
     check_batch,
     check_batch_item,
     check_put_types,
     check_types,
 )
 from mqstore.ipc.client import StoreClient
-from mqstore.ipc.read_results import PullResult
 from mqstore.ipc.reads import ClientReads, for_client
 from mqstore.ipc.results import PutMessageStatus, PutResult, raise_if_failed
 from mqstore.ipc.session import check_attach_types
@@ -64,6 +60,8 @@ from mqstore.ipc.session import check_attach_types
 DEFAULT_CONCURRENCY: Final = 8
 _WATCH_S: Final = 0.05
 OK: Final = PutMessageStatus.PUT_OK
+P = ParamSpec("P")
+R = TypeVar("R")
 Settled = tuple[PutMessageStatus, str]
 
 
@@ -170,15 +168,15 @@ class _PerThread(threading.local):
 
 
 class _Attach:
-    """What `AsyncStoreClient.attach` returns: await it, or use it with `async with`."""
+    """What `AsyncStoreClient.attach` returns: await it, or use it with `async with`.
+    `make` builds the client (on the loop, when awaited)."""
 
-    def __init__(self, store_dir: str | os.PathLike[str], kwargs: dict[str, Any]) -> None:
-        self._store_dir = store_dir
-        self._kwargs = kwargs
+    def __init__(self, make: Callable[[], AsyncStoreClient]) -> None:
+        self._make = make
         self._client: AsyncStoreClient | None = None
 
     async def _open(self) -> AsyncStoreClient:
-        client = AsyncStoreClient(self._store_dir, **self._kwargs)
+        client = self._make()
         try:
             await client._start()
         except BaseException:
@@ -198,6 +196,41 @@ class _Attach:
             await self._client.close()
 
 
+class _AttachLater(Generic[P]):
+    """`AsyncStoreClient.attach(...)`: an `_Attach` that builds the client with these
+    arguments when awaited; `__init__`'s signature and docstring (one home for both)."""
+
+    def __init__(self, init: Callable[Concatenate[Any, P], None]) -> None:
+        self.__doc__ = init.__doc__
+
+    def __get__(self, obj: object, owner: type[AsyncStoreClient]) -> Callable[P, _Attach]:
+        make = cast("Callable[P, AsyncStoreClient]", owner)
+
+        def attach(*args: P.args, **kwargs: P.kwargs) -> _Attach:
+            return _Attach(lambda: make(*args, **kwargs))
+
+        return attach
+
+
+def _off_loop(
+    read: Callable[Concatenate[ClientReads, P], R],
+) -> Callable[Concatenate[AsyncStoreClient, P], Coroutine[Any, Any, R]]:
+    """`AsyncStoreClient.<name>`: `ClientReads.<name>` (its signature, checks and
+    docstring), awaited: it runs on the client's read thread, with that thread's reads.
+    Reads share the thread: a long poll delays the reads behind it."""
+
+    async def method(self: AsyncStoreClient, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        loop = self._live()
+        return await loop.run_in_executor(
+            self._reads, lambda: read(self._thread_reads(), *args, **kwargs)
+        )
+
+    method.__name__ = read.__name__
+    method.__qualname__ = f"AsyncStoreClient.{read.__name__}"
+    method.__doc__ = read.__doc__
+    return method
+
+
 class AsyncStoreClient:
     """A producer and consumer of one running store for asyncio. See the module doc."""
 
@@ -211,6 +244,12 @@ class AsyncStoreClient:
         loop_waits: bool = True,
         raise_on_status: bool = False,
     ) -> None:
+        """`async with AsyncStoreClient.attach(dir) as store:` or
+        `store = await AsyncStoreClient.attach(dir)` (then `await store.close()`).
+        `concurrency`: puts in flight at once (threads, one StoreClient each).
+        `loop_waits=False`: sync puts wait on the threads (the fallback) even when the
+        loop could wait. `raise_on_status`: as `StoreClient.attach`'s. Raises
+        channel.SupervisorUnavailable when no supervisor runs."""
         check_attach_types("attach", store_dir, topic_queue_nums, timeout_s)
         check_types(
             "attach", concurrency=(concurrency, INT), loop_waits=(loop_waits, BOOL)
@@ -234,34 +273,7 @@ class AsyncStoreClient:
         self._waits: _FlushWaits | None = None
         self._closed = False
 
-    @classmethod
-    def attach(
-        cls,
-        store_dir: str | os.PathLike[str],
-        *,
-        topic_queue_nums: Mapping[str, int] | None = None,
-        timeout_s: float = 10.0,
-        concurrency: int = DEFAULT_CONCURRENCY,
-        loop_waits: bool = True,
-        raise_on_status: bool = False,
-    ) -> _Attach:
-        """`async with AsyncStoreClient.attach(dir) as store:` or
-        `store = await AsyncStoreClient.attach(dir)` (then `await store.close()`).
-        `concurrency`: puts in flight at once (threads, one StoreClient each).
-        `loop_waits=False`: sync puts wait on the threads
-        (the fallback) even when the loop could wait. `raise_on_status`: as
-        `StoreClient.attach`'s. Raises channel.SupervisorUnavailable when no supervisor
-        runs."""
-        return _Attach(
-            store_dir,
-            {
-                "topic_queue_nums": topic_queue_nums,
-                "timeout_s": timeout_s,
-                "concurrency": concurrency,
-                "loop_waits": loop_waits,
-                "raise_on_status": raise_on_status,
-            },
-        )
+    attach = _AttachLater(__init__)
 
     def _new_client(self) -> StoreClient:
         client = StoreClient.attach(
@@ -384,52 +396,19 @@ class AsyncStoreClient:
 
     # --- reads ----------------------------------------------------------------------------
 
-    def _pull(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_count: int,
-        tags: str | None,
-        wait_ms: int,
-    ) -> PullResult:
+    def _thread_reads(self) -> ClientReads:
+        """The read thread's `ClientReads` (made there on first use)."""
         if self._client_reads is None:
             assert self._main is not None
             self._client_reads = for_client(self._main)
-        return self._client_reads.pull(
-            topic, queue_id, offset, max_count, tags=tags, wait_ms=wait_ms
-        )
+        return self._client_reads
 
     def _close_readers(self) -> None:
         if self._client_reads is not None:
             self._client_reads.close()
             self._client_reads = None
 
-    async def pull(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_count: int = 32,
-        *,
-        tags: str | None = None,
-        wait_ms: int = 0,
-    ) -> PullResult:
-        """Up to `max_count` messages of (topic, queue id) from queue offset `offset`
-        (`ipc.read_results.PullResult`: status, next_offset, min/max offsets, messages),
-        as `ipc.reads.ClientReads.pull` (tag filter, long polling up to `wait_ms`).
-        Only what is durable is returned: flushed (SYNC_FLUSH) or committed (ASYNC).
-        Pulls share one thread: a long poll delays the pulls behind it. A topic outside
-        RocketMQ's name rule raises ValueError (`engine.names`)."""
-        check_types(
-            "pull", topic=(topic, STR), queue_id=(queue_id, INT), offset=(offset, INT),
-            max_count=(max_count, INT), tags=(tags, OPT_STR), wait_ms=(wait_ms, INT),
-        )  # fmt: skip
-        check_topic(topic)
-        loop = self._live()
-        return await loop.run_in_executor(
-            self._reads, self._pull, topic, queue_id, offset, max_count, tags, wait_ms
-        )
+    pull = _off_loop(ClientReads.pull)
 
     @property
     def waits_on_loop(self) -> bool:

@@ -26,14 +26,42 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping
-from typing import Literal, overload
+from collections.abc import Callable, Mapping
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, cast
 
-from mqstore.engine.record import DecodedRecord
 from mqstore.ipc.producer import Producer
-from mqstore.ipc.read_results import PullResult, PullViews
 from mqstore.ipc.reads import ClientReads, for_client
 from mqstore.ipc.session import check_attach_types
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+
+
+class _Constructor(Generic[P]):
+    """`StoreClient.attach(...)`: the constructor under its public name, with
+    `__init__`'s signature and docstring (one home for both)."""
+
+    def __init__(self, init: Callable[Concatenate[Any, P], None]) -> None:
+        self.__doc__ = init.__doc__
+
+    def __get__(self, obj: object, owner: type[T]) -> Callable[P, T]:
+        return cast("Callable[P, T]", owner)
+
+
+def _in_process(
+    read: Callable[Concatenate[ClientReads, P], R],
+) -> Callable[Concatenate[StoreClient, P], R]:
+    """`StoreClient.<name>`: `ClientReads.<name>` (its signature, checks and docstring),
+    run on this process's `ClientReads`."""
+
+    def method(self: StoreClient, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return read(self._read_side(), *args, **kwargs)
+
+    method.__name__ = read.__name__
+    method.__qualname__ = f"StoreClient.{read.__name__}"
+    method.__doc__ = read.__doc__
+    return method
 
 
 class StoreClient(Producer):
@@ -47,31 +75,17 @@ class StoreClient(Producer):
         timeout_s: float = 10.0,
         raise_on_status: bool = False,
     ) -> None:
-        check_attach_types("attach", store_dir, topic_queue_nums, timeout_s)
-        super().__init__(store_dir, timeout_s, topic_queue_nums, raise_on_status)
-        self._reads_of_pid: tuple[int, ClientReads] | None = None  # made on first read
-        self._attach()
-
-    @classmethod
-    def attach(
-        cls,
-        store_dir: str | os.PathLike[str],
-        *,
-        topic_queue_nums: Mapping[str, int] | None = None,
-        timeout_s: float = 10.0,
-        raise_on_status: bool = False,
-    ) -> StoreClient:
         """Attach to the supervisor of `store_dir`. Raises channel.SupervisorUnavailable
         when none runs. `topic_queue_nums` overrides the queue count per topic used to
         spread puts with `queue_id=None` (default: `default_topic_queue_nums`).
         `raise_on_status`: puts raise `ipc.results.PutError` (its status family's
         subclass) for any status but PUT_OK, instead of returning it."""
-        return cls(
-            store_dir,
-            topic_queue_nums=topic_queue_nums,
-            timeout_s=timeout_s,
-            raise_on_status=raise_on_status,
-        )
+        check_attach_types("attach", store_dir, topic_queue_nums, timeout_s)
+        super().__init__(store_dir, timeout_s, topic_queue_nums, raise_on_status)
+        self._reads_of_pid: tuple[int, ClientReads] | None = None  # made on first read
+        self._attach()
+
+    attach = _Constructor(__init__)
 
     def _closing(self) -> None:
         reads = self._reads_of_pid
@@ -101,84 +115,12 @@ class StoreClient(Producer):
             self._reads_of_pid = got
         return got[1]
 
-    @overload
-    def pull(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_count: int = 32,
-        *,
-        tags: str | None = None,
-        wait_ms: int = 0,
-        zero_copy: Literal[False] = False,
-    ) -> PullResult: ...
-    @overload
-    def pull(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_count: int = 32,
-        *,
-        tags: str | None = None,
-        wait_ms: int = 0,
-        zero_copy: Literal[True],
-    ) -> PullViews: ...
-    def pull(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_count: int = 32,
-        *,
-        tags: str | None = None,
-        wait_ms: int = 0,
-        zero_copy: bool = False,
-    ) -> PullResult | PullViews:
-        """Up to `max_count` messages of (topic, queue_id) from queue offset `offset`; see
-        `ipc.reads.ClientReads.pull` (statuses, `tags="a || b"`, long polling, and
-        `zero_copy`: bodies as views of the mapped log)."""
-        reads = self._read_side()
-        if zero_copy:
-            return reads.pull(
-                topic, queue_id, offset, max_count, tags=tags, wait_ms=wait_ms, zero_copy=True
-            )
-        return reads.pull(topic, queue_id, offset, max_count, tags=tags, wait_ms=wait_ms)
-
-    def get(self, physical_offset: int) -> DecodedRecord | None:
-        """The message at `physical_offset` (None when there is none, or not durable)."""
-        return self._read_side().get(physical_offset)
-
-    def get_by_msg_id(self, msg_id: str) -> DecodedRecord | None:
-        """The message with this offset message id (None when there is none)."""
-        return self._read_side().get_by_msg_id(msg_id)
-
-    def query(
-        self,
-        topic: str,
-        key: str,
-        begin_ms: int = 0,
-        end_ms: int | None = None,
-        max_count: int = 32,
-    ) -> list[DecodedRecord]:
-        """Messages of `topic` carrying `key`, through the index (`ClientReads.query`)."""
-        return self._read_side().query(topic, key, begin_ms, end_ms, max_count)
-
-    def offset_for_time(self, topic: str, queue_id: int, ts_ms: int) -> int:
-        """The first queue offset stored at or after `ts_ms`."""
-        return self._read_side().offset_for_time(topic, queue_id, ts_ms)
-
-    def min_offset(self, topic: str, queue_id: int) -> int:
-        return self._read_side().min_offset(topic, queue_id)
-
-    def max_offset(self, topic: str, queue_id: int) -> int:
-        return self._read_side().max_offset(topic, queue_id)
-
-    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """Persist the group's next offset (config/consumerOffset.json, durable on return)."""
-        self._read_side().commit_offset(group, topic, queue_id, offset)
-
-    def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
-        """The group's committed offset, -1 when it never committed one."""
-        return self._read_side().committed_offset(group, topic, queue_id)
+    pull = _in_process(ClientReads.pull)
+    get = _in_process(ClientReads.get)
+    get_by_msg_id = _in_process(ClientReads.get_by_msg_id)
+    query = _in_process(ClientReads.query)
+    offset_for_time = _in_process(ClientReads.offset_for_time)
+    min_offset = _in_process(ClientReads.min_offset)
+    max_offset = _in_process(ClientReads.max_offset)
+    commit_offset = _in_process(ClientReads.commit_offset)
+    committed_offset = _in_process(ClientReads.committed_offset)
