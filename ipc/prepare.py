@@ -18,7 +18,7 @@ import os
 import struct
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from mqstore.engine import record
 from mqstore.engine.names import topic_problem
@@ -40,6 +40,18 @@ _TX_COMMIT: Final = 0x8
 _BORN_V6: Final = 0x10
 _STORE_V6: Final = 0x20
 _DEFAULT_BORN: Final[Host] = (b"\x7f\x00\x00\x01", 0, False)  # 127.0.0.1:0
+
+
+class PutFields(NamedTuple):
+    """One message as `put` takes it: what the general path validates (`_prepare`)."""
+
+    topic: str
+    body: Any  # bytes, bytearray or memoryview (check_put_types)
+    tags: str | None
+    keys: str | Sequence[str] | None
+    properties: Mapping[str, str] | None
+    queue_id: int | None
+
 
 # A prepared (validated) message, as the C appender reads it (ipc/native/mqs_module.c):
 # (size, queue_id, flag, sys_flag, born_ts, body, topic_b, properties_b, takes_offset,
@@ -146,12 +158,7 @@ class Preparer(Session):
 
     def _prepare(
         self,
-        topic: str,
-        body: Any,
-        tags: str | None,
-        keys: str | Sequence[str] | None,
-        properties: Mapping[str, str] | None,
-        queue_id: int | None,
+        fields: PutFields,
         flag: int = 0,
         sys_flag: int = 0,
         reconsume_times: int = 0,
@@ -162,6 +169,7 @@ class Preparer(Session):
         """Validate and encode one message outside any lock (cost O(body) for the CRC;
         the tail is cached). `sys_flag`'s host bits are already checked against `born`
         (`_message_fields`); a `born_timestamp` of 0 means unset: now."""
+        topic, body, tags, keys, properties, queue_id = fields
         # Keys are usually unique per message: (topic, tags) is cached and the KEYS
         # property appended to it, exactly as encode_properties({TAGS, KEYS}) lays it out.
         if not properties and type(keys) is str:

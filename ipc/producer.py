@@ -46,7 +46,7 @@ from mqstore.engine.record import END_FILE_MIN_BLANK_LENGTH, Message
 from mqstore.ipc import control as c
 from mqstore.ipc.accepts import BOOL, check_batch, check_batch_item, check_put_types, check_types
 from mqstore.ipc.general_path import GeneralPath, _Busy, _Refused
-from mqstore.ipc.prepare import _P_QUEUE, _P_SIZE, _P_TOPIC, _Prep
+from mqstore.ipc.prepare import _P_QUEUE, _P_SIZE, _P_TOPIC, PutFields, _Prep
 from mqstore.ipc.results import PutMessageStatus, PutResult, error_for, raise_if_failed
 from mqstore.ipc.session import _FORKS, _STALE_CHECK_NS, _STALE_CHECK_S
 
@@ -207,7 +207,7 @@ class Producer(GeneralPath):
             return got
         if got is not None:
             return self._settle(_perf_ns(), got)
-        return self._put_slow(topic, body, tags, keys, properties, queue_id, wait_store)
+        return self._put_slow(PutFields(topic, body, tags, keys, properties, queue_id), wait_store)
 
     def _settle(self, t0: int, got: PutResult | int) -> PutResult:
         """What a C put that did something answers: its result (raised with
@@ -221,22 +221,13 @@ class Producer(GeneralPath):
         self._record(t0, 1, 0, busy.status, False)
         return self._failed(PutResult(busy.status, busy.reason))
 
-    def _put_slow(
-        self,
-        topic: str,
-        body: bytes,
-        tags: str | None,
-        keys: str | Sequence[str] | None,
-        properties: Mapping[str, str] | None,
-        queue_id: int | None,
-        wait_store: bool,
-    ) -> PutResult:
+    def _put_slow(self, fields: PutFields, wait_store: bool) -> PutResult:
         """A put the C call left to Python, nothing done (the client's checks are due,
         another thread puts, a first put of a topic or tags value, a type or value to
         refuse, a roll or a wait): check, warm the lanes, try the C put again, else the
         general path."""
         t0 = _perf_ns()
-        check_put_types(_PUT_LABEL, topic, body, tags, keys, properties, queue_id)
+        check_put_types(_PUT_LABEL, *fields)
         if type(wait_store) is not bool:
             check_types("put", wait_store=(wait_store, BOOL))
         with self._tlock:
@@ -249,29 +240,17 @@ class Producer(GeneralPath):
                 why = self._ensure_live()
                 if why:
                     return self._failed(PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, why))
-            self._warm(topic, tags)
-            got = self._app.put_message(
-                topic, body, tags, keys, properties, queue_id, wait_store, True
-            )
+            self._warm(fields.topic, fields.tags)
+            got = self._app.put_message(*fields, wait_store, True)
             if got is not None:
                 return self._settle(t0, got)
-            return self._put_general(t0, topic, body, tags, keys, properties, queue_id, wait_store)
+            return self._put_general(t0, fields, wait_store)
 
-    def _put_general(
-        self,
-        t0: int,
-        topic: str,
-        body: bytes,
-        tags: str | None,
-        keys: str | Sequence[str] | None,
-        properties: Mapping[str, str] | None,
-        queue_id: int | None,
-        wait_store: bool,
-    ) -> PutResult:
+    def _put_general(self, t0: int, fields: PutFields, wait_store: bool) -> PutResult:
         """The put in Python (the reference of the C put): `_prepare`, then the C
         reservation of one prepared message or `_reserve` and `_copy`. Caller holds the
         thread lock and checked the types."""
-        prep = self._prepare(topic, body, tags, keys, properties, queue_id)
+        prep = self._prepare(fields)
         if type(prep) is PutResult:
             self._record(t0, 1, 0, prep.status, False)
             return self._failed(prep)
@@ -392,16 +371,18 @@ class Producer(GeneralPath):
                     else:
                         born, sys_flag = fields
                         prep = self._prepare(
-                            m.topic, m.body, None, None, m.properties, m.queue_id, m.flag,
-                            sys_flag, m.reconsume_times, m.prepared_transaction_offset, born,
-                            m.born_timestamp,
+                            PutFields(m.topic, m.body, None, None, m.properties, m.queue_id),
+                            m.flag, sys_flag, m.reconsume_times, m.prepared_transaction_offset,
+                            born, m.born_timestamp,
                         )  # fmt: skip
                 else:
                     try:
                         get = m.get
                         prep = self._prepare(
-                            m["topic"], m["body"], get("tags"), get("keys"), get("properties"),
-                            get("queue_id"),
+                            PutFields(
+                                m["topic"], m["body"], get("tags"), get("keys"),
+                                get("properties"), get("queue_id"),
+                            )
                         )  # fmt: skip
                         if len(m) > 2 and not _BATCH_FIELDS.issuperset(m):
                             unknown = sorted(set(m) - _BATCH_FIELDS)

@@ -21,6 +21,7 @@ from mqstore.ipc import channel
 from mqstore.ipc import control as c
 from mqstore.ipc.commit import pid_alive
 from mqstore.ipc.control import leftover_shm
+from mqstore.ipc.prepare import PutFields
 from mqstore.pipeline import plain
 from tests.runtime.conftest import StoreFactory
 from tests.runtime.harness import REPO, Store, check_chain, wait_for
@@ -453,7 +454,7 @@ def test_exception_mid_copy_abandons_the_reservation(store: Store) -> None:
         client._put_one = lambda *_a: _native.FALLBACK  # type: ignore[method-assign]
         client._copy = boom  # type: ignore[assignment,method-assign]
         with pytest.raises(KeyboardInterrupt), client._tlock:
-            client._put_general(0, "ab", b"lost", None, None, None, 0, True)
+            client._put_general(0, PutFields("ab", b"lost", None, None, None, 0), True)
         del client._copy, client._put_one
         r = client.put("ab", b"third", queue_id=0)  # a stalled log would time out here
         assert r.status is OK and r.queue_offset == 2
