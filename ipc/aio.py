@@ -38,20 +38,12 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Generator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Concatenate, Final, Generic, ParamSpec, TypeVar, cast
 
-from mqstore.engine.record import Message
 from mqstore.ipc import channel
-from mqstore.ipc.accepts import (
-    BOOL,
-    INT,
-    check_batch,
-    check_batch_item,
-    check_put_types,
-    check_types,
-)
+from mqstore.ipc.accepts import BOOL, INT, check_types
 from mqstore.ipc.client import StoreClient
 from mqstore.ipc.reads import ClientReads, for_client
 from mqstore.ipc.results import PutMessageStatus, PutResult, raise_if_failed
@@ -231,6 +223,21 @@ def _off_loop(
     return method
 
 
+def _awaited(
+    put: Callable[Concatenate[StoreClient, P], R],
+) -> Callable[Concatenate[AsyncStoreClient, P], Coroutine[Any, Any, R]]:
+    """`AsyncStoreClient.put` / `put_batch`: `StoreClient`'s (its signature, checks,
+    statuses and docstring), awaited (`AsyncStoreClient._put_awaited`)."""
+
+    async def method(self: AsyncStoreClient, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return cast("R", await self._put_awaited(put, args, dict(kwargs)))
+
+    method.__name__ = put.__name__
+    method.__qualname__ = f"AsyncStoreClient.{put.__name__}"
+    method.__doc__ = put.__doc__
+    return method
+
+
 class AsyncStoreClient:
     """A producer and consumer of one running store for asyncio. See the module doc."""
 
@@ -330,69 +337,36 @@ class AsyncStoreClient:
             raise RuntimeError("the AsyncStoreClient is closed")
         return self._loop
 
-    def _put(self, topic: str, body: bytes, kw: dict[str, Any]) -> tuple[PutResult, StoreClient]:
+    def _put_on_thread(
+        self, put: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[PutResult | list[PutResult], StoreClient]:
         client = self._thread_client()
-        return client.put(topic, body, **kw), client
+        return put(client, *args, **kwargs), client
 
-    def _put_batch(
-        self, msgs: list[Mapping[str, Any] | Message], wait: bool
-    ) -> tuple[list[PutResult], StoreClient]:
-        client = self._thread_client()
-        return client.put_batch(msgs, wait_store=wait), client
-
-    async def put(
-        self,
-        topic: str,
-        body: bytes,
-        *,
-        tags: str | None = None,
-        keys: str | Sequence[str] | None = None,
-        properties: Mapping[str, str] | None = None,
-        queue_id: int | None = None,
-        wait_store: bool = True,
-    ) -> PutResult:
-        """`StoreClient.put`, awaited: under SYNC_FLUSH with `wait_store` it returns once
-        the record is on disk; the loop runs meanwhile. TypeError for an argument of the
-        wrong type, here, before anything runs on a thread."""
-        check_put_types("put() argument {!r}", topic, body, tags, keys, properties, queue_id)
-        check_types("put", wait_store=(wait_store, BOOL))
+    async def _put_awaited(
+        self, put: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> PutResult | list[PutResult]:
+        """`put` (`StoreClient.put` or `put_batch`) on a put thread; under SYNC_FLUSH with
+        `wait_store` the wait for the fsync on the loop (`_FlushWaits`) when it can."""
+        wait_store = kwargs.get("wait_store", True)
+        check_types(put.__name__, wait_store=(wait_store, BOOL))
         loop = self._live()
         on_loop = self._waits is not None and wait_store and self._sync
-        kw = {
-            "tags": tags,
-            "keys": keys,
-            "properties": properties,
-            "queue_id": queue_id,
-            "wait_store": wait_store and not on_loop,
-        }
-        r, client = await loop.run_in_executor(self._puts, self._put, topic, body, kw)
-        if on_loop and r.status is OK:
-            assert self._waits is not None
-            status, reason = await self._waits.wait(r.physical_offset + r.size, client)
-            if status is not OK:
-                r = r._replace(status=status, reason=reason)
-        return r.raise_for_status() if self.raise_on_status else r
-
-    async def put_batch(
-        self, messages: Iterable[Mapping[str, Any] | Message], *, wait_store: bool = True
-    ) -> list[PutResult]:
-        """`StoreClient.put_batch`, awaited (all or nothing, one segment). TypeError for
-        a message or field of the wrong type, here."""
-        msgs: list[Any] = check_batch(messages)
-        for i, m in enumerate(msgs):
-            check_batch_item(i, m)
-        check_types("put_batch", wait_store=(wait_store, BOOL))
-        loop = self._live()
-        on_loop = self._waits is not None and wait_store and self._sync
-        rs, client = await loop.run_in_executor(
-            self._puts, self._put_batch, msgs, wait_store and not on_loop
-        )
+        if on_loop:
+            kwargs["wait_store"] = False
+        got, client = await loop.run_in_executor(self._puts, self._put_on_thread, put, args, kwargs)
+        rs = got if isinstance(got, list) else [got]
         if on_loop and rs and rs[0].status is OK:
             assert self._waits is not None
             status, reason = await self._waits.wait(rs[-1].physical_offset + rs[-1].size, client)
             if status is not OK:
                 rs = [r._replace(status=status, reason=reason) for r in rs]
-        return raise_if_failed(rs) if self.raise_on_status else rs
+        if self.raise_on_status:
+            raise_if_failed(rs)
+        return rs if isinstance(got, list) else rs[0]
+
+    put = _awaited(StoreClient.put)
+    put_batch = _awaited(StoreClient.put_batch)
 
     # --- reads ----------------------------------------------------------------------------
 
