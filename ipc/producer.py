@@ -80,7 +80,7 @@ class Producer(GeneralPath):
 
     def _on_attach(self, info: dict[str, Any]) -> None:
         super()._on_attach(info)
-        self._sync_timeout_ns = int(self._sync_timeout_s * 1e9)
+        self._sync_timeout_ns = int(self.sync_timeout_s * 1e9)
         self._stats = array.array("q", bytes(8 * c.CLIENT_FIELDS))  # counted in C
         self._stats[c.CF_PID] = self._pid
         self._since_stats = 0
@@ -145,7 +145,7 @@ class Producer(GeneralPath):
     def _flush_reason(self, code: int) -> str:
         """The reason of a sync wait that ended with `code` 1 (timed out) or 2 (failed)."""
         if code == 1:
-            return f"not flushed within syncFlushTimeout ({self._sync_timeout_s * 1000:.0f} ms)"
+            return f"not flushed within syncFlushTimeout ({self.sync_timeout_s * 1000:.0f} ms)"
         return "fsync failed: the store is read-only"
 
     # --- statistics ---------------------------------------------------------------------

@@ -108,6 +108,11 @@ class Session:
     the mapped control block, the liveness byte and what the supervisor said at attach.
     The caller attaches (`_attach`) once its own state is set up."""
 
+    # What the supervisor sent at the last attach, for the read side and asyncio:
+    settings: StoreSettings  # the running store's settings
+    geometry: Geometry  # its file sizes
+    sync_timeout_s: float  # how long a SYNC_FLUSH put waits for the flusher
+
     def __init__(self, store_dir: str | os.PathLike[str], timeout_s: float) -> None:
         self.store_dir = os.path.realpath(os.fspath(store_dir))
         self._timeout_s = timeout_s
@@ -142,7 +147,7 @@ class Session:
         self._slot_count = cb.slot_count
         self._qtable_off = cb.qtable_off
         self._sync = info["flush_disk_type"] == "SYNC_FLUSH"
-        self._sync_timeout_s = int(info["sync_flush_timeout_ms"]) / 1000
+        self.sync_timeout_s = int(info["sync_flush_timeout_ms"]) / 1000
         self._busy_timeout_s = int(info["os_page_cache_busy_timeout_ms"]) / 1000
         self._fast_fail = bool(info["fast_fail_if_no_buffer_in_store_pool"])
         self._max_body = int(info["max_message_size_bytes"])
@@ -152,8 +157,8 @@ class Session:
         self._qcounts = QueueCounts(self.store_dir)
         self._store_host = str(info["store_host"])
         # The store's settings and file sizes, for the read side (`ipc.reads.for_client`).
-        self._store_settings = settings_from_doc(info["settings"])
-        self._store_geometry = Geometry(**info["geometry"])
+        self.settings = settings_from_doc(info["settings"])
+        self.geometry = Geometry(**info["geometry"])
         try:
             self._live = LiveLock(self.store_dir)
         except OSError:
@@ -255,21 +260,6 @@ class Session:
             if why:
                 raise channel.SupervisorUnavailable(why)
             return self._cb
-
-    @property
-    def settings(self) -> StoreSettings:
-        """The running store's settings, as its supervisor sent them at the last attach."""
-        return self._store_settings
-
-    @property
-    def geometry(self) -> Geometry:
-        """The running store's file sizes, as its supervisor sent them at the last attach."""
-        return self._store_geometry
-
-    @property
-    def sync_timeout_s(self) -> float:
-        """How long a SYNC_FLUSH put waits for the flusher (syncFlushTimeout)."""
-        return self._sync_timeout_s
 
     def flushed_position(self) -> int:
         """The flusher's flushed position in the control block, as mapped now (no
