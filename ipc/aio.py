@@ -201,6 +201,7 @@ class _AttachLater(Generic[P]):
         def attach(*args: P.args, **kwargs: P.kwargs) -> _Attach:
             return _Attach(lambda: make(*args, **kwargs))
 
+        attach.__doc__ = self.__doc__
         return attach
 
 
