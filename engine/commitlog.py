@@ -56,6 +56,7 @@ from typing import Final, NamedTuple
 
 from mqstore import _native
 from mqstore.engine import record
+from mqstore.engine.filesync import DEFAULT_MMAP_SYNC, SyncMethod
 from mqstore.engine.findings import Finding
 from mqstore.engine.logwalk import (
     ChunkScan,
@@ -76,14 +77,7 @@ from mqstore.engine.record import (
     encode,
 )
 from mqstore.engine.recordcodes import make_msg_id
-from mqstore.engine.segment import (
-    DEFAULT_MMAP_SYNC,
-    ClockMs,
-    ReadStatus,
-    Segment,
-    SyncMethod,
-    now_ms,
-)
+from mqstore.engine.segment import ClockMs, ReadStatus, Segment, now_ms
 from mqstore.engine.segment_queue import Allocator, SegmentAllocationError, SegmentQueue
 from mqstore.engine.tailcache import Tail, TailCache, store_host_of
 

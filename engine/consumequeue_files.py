@@ -42,7 +42,7 @@ from mqstore import _native
 from mqstore.engine import fileio
 from mqstore.engine.indexfile import IntColumn
 from mqstore.engine.record import Buffer
-from mqstore.engine.segment_queue import numbered_files
+from mqstore.engine.segment_files import numbered_files
 
 CQ_STORE_UNIT_SIZE: Final = 20
 PRE_BLANK_SIZE: Final = 2_147_483_647  # Integer.MAX_VALUE

@@ -54,10 +54,11 @@ from typing import Final, NamedTuple, TypeAlias
 
 from mqstore import _native
 from mqstore.engine import fileio
+from mqstore.engine.filesync import DEFAULT_MMAP_SYNC, FileSync, SyncMethod
 from mqstore.engine.findings import Finding, Severity
 from mqstore.engine.record import WritableBuffer, transaction_type
 from mqstore.engine.recordcodes import java_string_hash
-from mqstore.engine.segment import DEFAULT_MMAP_SYNC, ClockMs, FileSync, SyncMethod, now_ms
+from mqstore.engine.segment import ClockMs, now_ms
 
 INDEX_HEADER_SIZE: Final = 40
 HASH_SLOT_SIZE: Final = 4
@@ -484,7 +485,7 @@ class IndexFile:
         """What forcing the whole file takes, for a thread that does not write it (the
         dispatcher's flush thread, `workers.cq_flusher`): fdatasync of a duplicate
         descriptor where that covers data written through the mapping (Linux, see
-        `segment.SyncMethod`: it also releases the GIL, which `mmap.flush` does not), else
+        `filesync.SyncMethod`: it also releases the GIL, which `mmap.flush` does not), else
         msync of the mapping. Raises StoreIOError."""
         if DEFAULT_MMAP_SYNC is SyncMethod.FDATASYNC:
             return FileSync(fileio.dup(self._fd, self.path), self.path)

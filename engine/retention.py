@@ -57,7 +57,8 @@ from mqstore.engine.diskguard import DiskGuard, DiskVerdict
 from mqstore.engine.offsets import ConsumedOffsets
 from mqstore.engine.record import CheckStatus, check_record, takes_queue_offset
 from mqstore.engine.segment import ClockMs, Segment, now_ms
-from mqstore.engine.segment_queue import SegmentQueue, SleepMs, numbered_files
+from mqstore.engine.segment_files import numbered_files
+from mqstore.engine.segment_queue import SegmentQueue, SleepMs
 
 log = logging.getLogger(__name__)
 

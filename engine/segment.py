@@ -27,24 +27,14 @@ Two write paths, as RocketMQ's:
   the buffer is handed back through `on_buffer_done` and the segment becomes a plain
   mmap segment.
 
-**Flushing.** Data that went through `pwrite` is forced with `fdatasync`. Data written
-through the mapping is forced by `mmap_sync`: `SyncMethod.FDATASYNC` by default on
-Linux, `SyncMethod.MSYNC` elsewhere. On Linux the pages of a shared file mapping are in
-the page cache and are tracked dirty at the first write fault, so `fdatasync` of the
-file writes them back exactly as `msync(MS_SYNC)` does (the kernel implements `msync`
-as an fsync of the file range). Measured here (`ext4`, 2 vCPUs; see the tests' notes
-and bench/results/append.md): a freshly dirtied 4 KiB page costs msync ~430 µs (p50)
-against ~250 µs for fdatasync after an mmap write and ~190 µs after a pwrite; 1 MiB
-costs 3.3 ms against 2.6 ms. So fdatasync is the default; `MSYNC` stays available for
-platforms that do not promise it.
+**Flushing.** Data that went through `pwrite` is forced with `fdatasync`, data written
+through the mapping by `mmap_sync` (`engine.filesync.SyncMethod`, which says why
+fdatasync is the default on Linux).
 
-**Reference counting** (RocketMQ's ReferenceResource, spec §8.1): the segment starts
-with one reference. `hold()` takes one more while the segment is available;
-`release()` drops one and, at zero, unmaps the file and closes its descriptor.
-`shutdown(interval_forcibly_ms)` makes it unavailable and drops the initial reference;
-called again after `interval_forcibly_ms` it forces the count to `-1000 - count` and
-cleans up despite holders. `destroy()` is shutdown, then (once clean) unlink.
-Every read slice holds one reference until it is released.
+**Reference counting** (RocketMQ's ReferenceResource, `engine.refcount`): `hold()` /
+`release()`; at zero the file is unmapped and its descriptor closed. `destroy()` is
+shutdown, then (once clean) unlink. Every read slice holds one reference until it is
+released.
 
 **Positions driven from outside.** The multi-process runtime keeps positions in shared
 memory and runs the commit and flush rules itself. It opens the same file in each
@@ -67,23 +57,21 @@ the GIL). Reference counts are under a lock. One appender at a time.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import enum
 import errno
 import logging
 import mmap
 import os
-import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypedDict, Unpack
 
-from mqstore.engine import fileio
+from mqstore.engine import fileio, memlock
+from mqstore.engine.filesync import DEFAULT_MMAP_SYNC, FileSync, SyncMethod
 from mqstore.engine.findings import Finding, Severity
 from mqstore.engine.record import WritableBuffer
+from mqstore.engine.refcount import ReferenceCounted
 
 log = logging.getLogger(__name__)
 
@@ -132,18 +120,6 @@ class SegmentSizeError(ValueError):
         self.path = path
         self.actual_bytes = actual_bytes
         self.expected_bytes = expected_bytes
-
-
-class SyncMethod(enum.Enum):
-    """How data written through the mapping is forced to disk."""
-
-    FDATASYNC = "fdatasync"
-    MSYNC = "msync"
-
-
-DEFAULT_MMAP_SYNC: Final = (
-    SyncMethod.FDATASYNC if sys.platform.startswith("linux") else SyncMethod.MSYNC
-)
 
 
 class ReadStatus(enum.Enum):
@@ -196,103 +172,20 @@ class WarmResult:
     reason: str  # why it did not lock, if it did not
 
 
-class FileSync:
-    """One file to force from another thread than its writer's (the dispatcher's flush
-    thread): `run()` fdatasyncs a duplicate descriptor this object owns (`fileio.dup`),
-    so the writer may close or destroy the file meanwhile; where data written through a
-    mapping needs msync (`SyncMethod.MSYNC`), it msyncs `[0, length)` of the mapping,
-    held until `close()`. `close()` exactly once, after `run()` or instead of it."""
+class MapOptions(TypedDict, total=False):
+    """How segment files are forced and timed: the keywords a queue of segments takes
+    and passes on to each `Segment` it opens (defaults: `Segment.__init__`'s)."""
 
-    __slots__ = ("_release", "fd", "length", "mapping", "path")
-
-    def __init__(
-        self,
-        fd: int,
-        path: str,
-        *,
-        mapping: mmap.mmap | None = None,
-        length: int = 0,
-        release: Callable[[], None] | None = None,
-    ) -> None:
-        self.fd = fd
-        self.path = path
-        self.mapping = mapping
-        self.length = length
-        self._release = release
-
-    def run(self) -> None:
-        """Force the file. Raises StoreIOError."""
-        if self.fd >= 0:
-            fileio.fdatasync(self.fd, self.path)
-        elif self.mapping is not None and self.length > 0:
-            fileio.msync(self.mapping, 0, self.length, self.path)
-
-    def close(self) -> None:
-        fd, self.fd = self.fd, -1
-        if fd >= 0:
-            with contextlib.suppress(OSError):  # a dup: closing it loses nothing
-                os.close(fd)
-        release, self._release = self._release, None
-        self.mapping = None
-        if release is not None:
-            release()
+    mmap_sync: SyncMethod
+    clock_ms: ClockMs
 
 
-class ReferenceCounted:
-    """RocketMQ's ReferenceResource (spec §8.1), with an injectable clock."""
+class SegmentOptions(MapOptions, total=False):
+    """All of `Segment`'s keywords, for the constructors that pass them on."""
 
-    def __init__(self, clock_ms: ClockMs) -> None:
-        self._ref_count = 1
-        self._available = True
-        self._cleanup_over = False
-        self._first_shutdown_ms = 0
-        self._ref_lock = threading.Lock()
-        self._clock_ms = clock_ms
-
-    @property
-    def ref_count(self) -> int:
-        return self._ref_count
-
-    @property
-    def available(self) -> bool:
-        return self._available
-
-    def hold(self) -> bool:
-        """Take a reference; False once the resource is shutting down. O(1)."""
-        with self._ref_lock:
-            if self._available and self._ref_count > 0:
-                self._ref_count += 1
-                return True
-            return False
-
-    def release(self) -> None:
-        """Drop a reference; at zero (or below, after a forced shutdown) clean up."""
-        with self._ref_lock:
-            self._ref_count -= 1
-            if self._ref_count > 0:
-                return
-            self._cleanup_over = self._cleanup(self._ref_count)
-
-    def shutdown(self, interval_forcibly_ms: int) -> None:
-        """First call: unavailable, drop the initial reference. Later calls: force cleanup
-        once `interval_forcibly_ms` has passed since the first call and holders remain."""
-        if self._available:
-            self._available = False
-            self._first_shutdown_ms = self._clock_ms()
-            self.release()
-        elif (
-            self._ref_count > 0
-            and self._clock_ms() - self._first_shutdown_ms >= interval_forcibly_ms
-        ):
-            with self._ref_lock:
-                self._ref_count = -1000 - self._ref_count
-            self.release()
-
-    def is_cleanup_over(self) -> bool:
-        return self._ref_count <= 0 and self._cleanup_over
-
-    def _cleanup(self, current_ref: int) -> bool:
-        raise NotImplementedError
+    read_only: bool
+    write_buffer: WritableBuffer | None
+    on_buffer_done: BufferDone | None
 
 
 class Segment(ReferenceCounted):
@@ -300,21 +193,19 @@ class Segment(ReferenceCounted):
 
     def __init__(
         self,
-        path: str,
+        path: str | os.PathLike[str],
         size_bytes: int,
         *,
         read_only: bool = False,
         write_buffer: WritableBuffer | None = None,
         on_buffer_done: BufferDone | None = None,
-        positions: tuple[int, int, int] | None = None,
         mmap_sync: SyncMethod = DEFAULT_MMAP_SYNC,
         clock_ms: ClockMs = now_ms,
     ) -> None:
-        """Open an existing segment file. Prefer `Segment.create` / `Segment.open`.
-
-        `positions` = (wrote, committed, flushed); default all `size_bytes`, as RocketMQ's
-        load sets them (recovery then truncates). Raises SegmentNameError,
-        SegmentSizeError, StoreIOError.
+        """Open an existing segment file with all positions at `size_bytes`, as RocketMQ's
+        load sets them (recovery, or the runtime, then calls `adopt_positions`). A new
+        file: `Segment.create`, or `Segment.install` after `prepare`. Raises
+        SegmentNameError, SegmentSizeError, StoreIOError.
         """
         super().__init__(clock_ms)
         self.path = os.fspath(path)
@@ -351,11 +242,9 @@ class Segment(ReferenceCounted):
         self._locked = False
         self.store_timestamp = 0  # store timestamp of the last record appended
         self.first_in_queue = False
-        wrote, committed, flushed = positions if positions is not None else (size_bytes,) * 3
-        self.wrote_position = 0
-        self.committed_position = 0
-        self.flushed_position = 0
-        self.adopt_positions(wrote, committed, flushed)
+        self.wrote_position = size_bytes
+        self.committed_position = size_bytes
+        self.flushed_position = size_bytes
 
     # --- construction -----------------------------------------------------------------
 
@@ -365,11 +254,7 @@ class Segment(ReferenceCounted):
         directory: str | os.PathLike[str],
         start_offset: int,
         size_bytes: int,
-        *,
-        write_buffer: WritableBuffer | None = None,
-        on_buffer_done: BufferDone | None = None,
-        mmap_sync: SyncMethod = DEFAULT_MMAP_SYNC,
-        clock_ms: ClockMs = now_ms,
+        **options: Unpack[SegmentOptions],
     ) -> Segment:
         """Create, pre-allocate and open a new empty segment (positions 0, 0, 0).
 
@@ -387,9 +272,7 @@ class Segment(ReferenceCounted):
         tmp = cls.prepare(directory, start_offset, size_bytes)
         fileio.rename(tmp, path)
         fileio.fsync_dir(directory)
-        return cls.install(path, size_bytes, write_buffer=write_buffer,
-                           on_buffer_done=on_buffer_done, mmap_sync=mmap_sync,
-                           clock_ms=clock_ms)  # fmt: skip
+        return cls.install(path, size_bytes, **options)
 
     @staticmethod
     def prepare(directory: str, start_offset: int, size_bytes: int, suffix: str = ".tmp") -> str:
@@ -415,51 +298,11 @@ class Segment(ReferenceCounted):
         return tmp
 
     @classmethod
-    def install(
-        cls,
-        path: str,
-        size_bytes: int,
-        *,
-        write_buffer: WritableBuffer | None = None,
-        on_buffer_done: BufferDone | None = None,
-        mmap_sync: SyncMethod = DEFAULT_MMAP_SYNC,
-        clock_ms: ClockMs = now_ms,
-    ) -> Segment:
+    def install(cls, path: str, size_bytes: int, **options: Unpack[SegmentOptions]) -> Segment:
         """Open a file `prepare` made, renamed to its name, as a new empty segment."""
-        return cls(
-            path,
-            size_bytes,
-            write_buffer=write_buffer,
-            on_buffer_done=on_buffer_done,
-            positions=(0, 0, 0),
-            mmap_sync=mmap_sync,
-            clock_ms=clock_ms,
-        )
-
-    @classmethod
-    def open(
-        cls,
-        path: str | os.PathLike[str],
-        size_bytes: int,
-        *,
-        read_only: bool = False,
-        positions: tuple[int, int, int] | None = None,
-        write_buffer: WritableBuffer | None = None,
-        on_buffer_done: BufferDone | None = None,
-        mmap_sync: SyncMethod = DEFAULT_MMAP_SYNC,
-        clock_ms: ClockMs = now_ms,
-    ) -> Segment:
-        """Open an existing segment; positions default to full (RocketMQ's load)."""
-        return cls(
-            os.fspath(path),
-            size_bytes,
-            read_only=read_only,
-            write_buffer=write_buffer,
-            on_buffer_done=on_buffer_done,
-            positions=positions,
-            mmap_sync=mmap_sync,
-            clock_ms=clock_ms,
-        )
+        seg = cls(path, size_bytes, **options)
+        seg.adopt_positions(0, 0, 0)
+        return seg
 
     # --- positions --------------------------------------------------------------------
 
@@ -742,21 +585,10 @@ class Segment(ReferenceCounted):
             self._mlock(False)
 
     def _mlock(self, on: bool) -> tuple[bool, str]:
-        mm = self._mm
-        if mm is None:
+        if self._mm is None:
             return False, "unmapped"
-        libc_name = ctypes.util.find_library("c")
-        if libc_name is None:
-            return False, "no libc"
-        libc = ctypes.CDLL(libc_name, use_errno=True)
-        cbuf = (ctypes.c_char * self.size_bytes).from_buffer(mm)
-        addr = ctypes.addressof(cbuf)
-        del cbuf  # drop the export at once, or the mapping could not be closed
-        fn = libc.mlock if on else libc.munlock
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-        if fn(ctypes.c_void_p(addr), ctypes.c_size_t(self.size_bytes)) != 0:
-            err = ctypes.get_errno()
-            reason = f"{'mlock' if on else 'munlock'} failed: {os.strerror(err)}"
+        reason = memlock.set_locked(self._mm, self.size_bytes, locked=on)
+        if reason:
             if on:
                 log.warning(
                     "%s: %s (RLIMIT_MEMLOCK is often 8 MiB); going on unlocked",
@@ -770,7 +602,7 @@ class Segment(ReferenceCounted):
     # --- lifecycle --------------------------------------------------------------------
 
     def _cleanup(self, current_ref: int) -> bool:
-        if self._available:
+        if self.available:
             return False
         if self._cleanup_over:
             return True
@@ -825,7 +657,7 @@ class Segment(ReferenceCounted):
             err(f"committed position {c} is past the wrote position {w}")
         if not 0 <= f <= self.read_position:
             err(f"flushed position {f} outside [0, read position {self.read_position}]")
-        if self._available:
+        if self.available:
             if self._mm is None:
                 err("available but not mapped")
             try:

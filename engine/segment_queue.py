@@ -20,16 +20,9 @@ position advanced: `0` is RocketMQ's `true` ("no progress"), anything else is it
 fully flushed moves the position to the next segment's start, so the next call goes on
 there. `commit_all()` / `flush_all()` repeat until no progress.
 
-**Load.** Files are listed in ascending name order; names that are not 20 digits are
-ignored, except leftovers `<20 digits>.tmp` of an interrupted pre-allocation, which a
-writable queue deletes. Every segment must be exactly `segment_size_bytes` bytes, else
-`SegmentSizeError` names the file, with one exception, decided here for the case RocketMQ
-5.x also handles: a **zero-length last file** is an allocation that never finished and
-holds no data. A writable queue deletes it (as 5.x does) and records an INFO finding; a
-read-only queue leaves it on disk, skips it and reports a WARNING from `check()`. A
-zero-length file that is not the last is a hole in the log: `SegmentSizeError`.
-Loaded segments start with all positions at the segment size; recovery then cuts the
-tail with `truncate_dirty()`.
+**Load.** `load()` opens the files `engine.segment_files.list_segment_files` lists (its
+doc gives the rules: leftovers, a zero-length last file, sizes), with all positions at
+the segment size; recovery then cuts the tail with `truncate_dirty()`.
 
 **New segments** come from `allocator(start_offset) -> Segment`, a fresh segment with
 positions (0, 0, 0) and this queue's size. The default creates the file in place
@@ -46,10 +39,10 @@ from __future__ import annotations
 
 import itertools
 import os
-import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Unpack
 
 from sortedcontainers import SortedDict
 
@@ -57,24 +50,19 @@ from mqstore.engine import fileio
 from mqstore.engine.findings import Finding, Severity
 from mqstore.engine.record import END_FILE_MIN_BLANK_LENGTH, write_blank
 from mqstore.engine.segment import (
-    DEFAULT_MMAP_SYNC,
-    ClockMs,
+    MapOptions,
     ReadStatus,
     Segment,
-    SegmentSizeError,
-    SyncMethod,
     now_ms,
-    parse_segment_file_name,
     segment_file_name,
 )
+from mqstore.engine.segment_files import list_segment_files, segment_files_after
 
 Allocator = Callable[[int], Segment]
 SleepMs = Callable[[int], None]
 
 DELETE_FILES_BATCH_MAX = 10  # RocketMQ's DELETE_FILES_BATCH_MAX (5.x deleteFileBatchMax)
 TRUNCATE_DESTROY_INTERVAL_MS = 1000
-_TMP_LEFTOVER = re.compile(r"^\d{20}(\.next)?\.tmp$")
-PREPARED_SUFFIX = ".next.tmp"  # a file prepared ahead of need (`want_prepared`)
 
 
 class SegmentAllocationError(Exception):
@@ -86,19 +74,15 @@ def _sleep_ms(ms: int) -> None:
     time.sleep(ms / 1000)
 
 
-def numbered_files(directory: str, digits: int = 20) -> list[str]:
-    """The paths of the regular files in `directory` named by `digits` digits (commit-log
-    and consume-queue files: 20; index files: 17), in name order; [] for no directory.
-    A listing only: O(files) stats, no reads."""
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return []
-    return sorted(
-        os.path.join(directory, n)
-        for n in names
-        if len(n) == digits and n.isdigit() and os.path.isfile(os.path.join(directory, n))
-    )
+def _until_no_progress(step: Callable[[int], int], max_rounds: int) -> int:
+    """`step(0)` until it returns 0 (no progress) or `max_rounds`; the sum of its returns."""
+    total = 0
+    for _ in range(max_rounds):
+        n = step(0)
+        if n == 0:
+            break
+        total += n
+    return total
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,17 +102,17 @@ class SegmentQueue:
         *,
         read_only: bool = False,
         allocator: Allocator | None = None,
-        mmap_sync: SyncMethod = DEFAULT_MMAP_SYNC,
-        clock_ms: ClockMs = now_ms,
+        **options: Unpack[MapOptions],
     ) -> None:
-        """An empty queue over `directory` (created if writable); call `load()` next."""
+        """An empty queue over `directory` (created if writable); call `load()` next, or
+        construct with `.loaded()`. `options` go to every segment it opens."""
         if segment_size_bytes <= END_FILE_MIN_BLANK_LENGTH:
             raise ValueError(f"segment size must exceed 8 bytes, got {segment_size_bytes}")
         self.directory = os.fspath(directory)
         self.segment_size_bytes = segment_size_bytes
         self.read_only = read_only
-        self.mmap_sync = mmap_sync
-        self._clock_ms = clock_ms
+        self._options = options
+        self._clock_ms = options.get("clock_ms", now_ms)
         self._allocator: Allocator = allocator or self._create_in_place
         self._segments: SortedDict = SortedDict()  # start offset -> Segment
         self.committed_where = 0
@@ -145,53 +129,31 @@ class SegmentQueue:
 
     # --- loading ----------------------------------------------------------------------
 
-    def load(self) -> None:
-        """Open every segment file (see the module doc for the rules).
+    def loaded(self) -> SegmentQueue:
+        """`load()`, then this queue: `SegmentQueue(...).loaded()`."""
+        self.load()
+        return self
 
-        Raises SegmentSizeError naming the first file of the wrong size, StoreIOError.
-        O(files). Call once, before anything else.
+    def _open(self, path: str) -> Segment:
+        return Segment(path, self.segment_size_bytes, read_only=self.read_only, **self._options)
+
+    def load(self) -> None:
+        """Open every segment file (`engine.segment_files` says which, and what a
+        writable load deletes). Positions start full; recovery cuts the tail with
+        `truncate_dirty()`. Raises SegmentSizeError naming the first file of the wrong
+        size, StoreIOError. O(files). Call once, before anything else.
         """
         if self._segments:
             raise RuntimeError("load() on a queue that already holds segments")
-        names = sorted(os.listdir(self.directory)) if os.path.isdir(self.directory) else []
-        found: list[tuple[int, str, int]] = []
-        for name in names:
-            path = os.path.join(self.directory, name)
-            if _TMP_LEFTOVER.match(name) and not self.read_only:
-                fileio.unlink(path, missing_ok=True)
-                self._load_findings.append(
-                    Finding(Severity.INFO, "deleted an unfinished pre-allocation", path)
-                )
-                continue
-            if len(name) != 20 or not name.isdigit() or not os.path.isfile(path):
-                continue
-            found.append((parse_segment_file_name(name), path, os.stat(path).st_size))
-        found.sort()
-        if found and found[-1][2] == 0:
-            _, path, _ = found.pop()
-            if self.read_only:
-                self._skipped_empty_last = path
-            else:
-                fileio.unlink(path)
-                fileio.fsync_dir(self.directory)
-                self._load_findings.append(
-                    Finding(Severity.INFO, "deleted an empty last segment file", path)
-                )
-        for _, path, size in found:
-            if size != self.segment_size_bytes:
-                raise SegmentSizeError(path, size, self.segment_size_bytes)
+        files = list_segment_files(
+            self.directory, self.segment_size_bytes, read_only=self.read_only
+        )
+        self._load_findings.extend(files.findings)
+        self._skipped_empty_last = files.skipped_empty_last
         opened: list[Segment] = []
         try:
-            for _, path, _ in found:
-                opened.append(
-                    Segment.open(
-                        path,
-                        self.segment_size_bytes,
-                        read_only=self.read_only,
-                        mmap_sync=self.mmap_sync,
-                        clock_ms=self._clock_ms,
-                    )
-                )
+            for path in files.paths:
+                opened.append(self._open(path))
         except BaseException:
             for seg in opened:
                 seg.close()
@@ -215,28 +177,11 @@ class SegmentQueue:
             del self._segments[seg.start_offset]
         last = self.last()
         after = -1 if last is None else last.start_offset
-        names = sorted(os.listdir(self.directory)) if os.path.isdir(self.directory) else []
-        added = 0
-        for name in names:
-            if len(name) != 20 or not name.isdigit() or int(name) <= after:
-                continue
-            path = os.path.join(self.directory, name)
-            try:
-                size = os.stat(path).st_size
-            except FileNotFoundError:
-                continue
-            if size != self.segment_size_bytes:
-                break  # a pre-allocation still being built: next time
-            seg = Segment.open(
-                path,
-                self.segment_size_bytes,
-                read_only=True,
-                mmap_sync=self.mmap_sync,
-                clock_ms=self._clock_ms,
-            )
+        paths = segment_files_after(self.directory, self.segment_size_bytes, after)
+        for path in paths:
+            seg = self._open(path)
             self._segments[seg.start_offset] = seg
-            added += 1
-        return added
+        return len(paths)
 
     def release_before(self, offset: int) -> int:
         """Read-only queues that only walk forward (the dispatcher): unmap and forget the
@@ -267,15 +212,9 @@ class SegmentQueue:
                 self.prepared[start_offset] = tmp  # still there: the next try takes it
                 raise
             self.dir_unsynced = True
-            return Segment.install(
-                path, self.segment_size_bytes, mmap_sync=self.mmap_sync, clock_ms=self._clock_ms
-            )
+            return Segment.install(path, self.segment_size_bytes, **self._options)
         return Segment.create(
-            self.directory,
-            start_offset,
-            self.segment_size_bytes,
-            mmap_sync=self.mmap_sync,
-            clock_ms=self._clock_ms,
+            self.directory, start_offset, self.segment_size_bytes, **self._options
         )
 
     # --- looking up -------------------------------------------------------------------
@@ -447,23 +386,11 @@ class SegmentQueue:
 
     def commit_all(self, *, max_rounds: int = 1_000_000) -> int:
         """`commit(0)` until nothing advances; return total bytes advanced."""
-        total = 0
-        for _ in range(max_rounds):
-            n = self.commit(0)
-            if n == 0:
-                break
-            total += n
-        return total
+        return _until_no_progress(self.commit, max_rounds)
 
     def flush_all(self, *, max_rounds: int = 1_000_000) -> int:
         """`flush(0)` until nothing advances; return total bytes advanced."""
-        total = 0
-        for _ in range(max_rounds):
-            n = self.flush(0)
-            if n == 0:
-                break
-            total += n
-        return total
+        return _until_no_progress(self.flush, max_rounds)
 
     # --- offsets ----------------------------------------------------------------------
 
@@ -632,9 +559,9 @@ class SegmentQueue:
     def want_prepared(self) -> int | None:
         """Where the next segment starts, when it is worth making ahead of need in another
         thread (the last segment is at least half written and none is prepared for it):
-        that thread runs `Segment.prepare(directory, start, size, PREPARED_SUFFIX)` and
-        puts the path in `prepared`, and the roll is then a rename (`_add`). None
-        otherwise. Writable queues with the default allocator only. O(1)."""
+        that thread runs `Segment.prepare(directory, start, size, PREPARED_SUFFIX)` (from
+        `engine.segment_files`) and puts the path in `prepared`, and the roll is then a
+        rename (`_add`). None otherwise. Writable queues with the default allocator only. O(1)."""
         last = self.last()
         if last is None or self.read_only or self._allocator != self._create_in_place:
             return None
@@ -675,6 +602,10 @@ class SegmentQueue:
     def check(self, *, deep: bool = False) -> list[Finding]:
         """The chain (adjacency, names, sizes), positions, and every segment's check()."""
         out = list(self._load_findings)
+
+        def err(what: str, path: str | None = None, offset: int | None = None) -> None:
+            out.append(Finding(Severity.ERROR, what, path, offset))
+
         if self._skipped_empty_last is not None:
             out.append(
                 Finding(
@@ -685,44 +616,31 @@ class SegmentQueue:
             )
         segs = self.segments
         for prev, seg in itertools.pairwise(segs):
-            if seg.start_offset - prev.start_offset != self.segment_size_bytes:
-                out.append(
-                    Finding(
-                        Severity.ERROR,
-                        f"segment starts {seg.start_offset - prev.start_offset} bytes after "
-                        f"the previous one; expected {self.segment_size_bytes}",
-                        seg.path,
-                        seg.start_offset,
-                    )
+            gap = seg.start_offset - prev.start_offset
+            if gap != self.segment_size_bytes:
+                err(
+                    f"segment starts {gap} bytes after the previous one; "
+                    f"expected {self.segment_size_bytes}",
+                    seg.path,
+                    seg.start_offset,
                 )
             if not prev.is_full():
-                out.append(
-                    Finding(
-                        Severity.ERROR,
-                        f"segment is not full (wrote {prev.wrote_position}) but is not the last",
-                        prev.path,
-                        prev.start_offset + prev.wrote_position,
-                    )
+                err(
+                    f"segment is not full (wrote {prev.wrote_position}) but is not the last",
+                    prev.path,
+                    prev.start_offset + prev.wrote_position,
                 )
         for seg in segs:
             if seg.file_name != segment_file_name(seg.start_offset):
-                out.append(Finding(Severity.ERROR, "name does not match start offset", seg.path))
+                err("name does not match start offset", seg.path)
             out.extend(seg.check(deep=deep))
-        if segs:
-            if self.committed_where > self.max_wrote_offset():
-                out.append(
-                    Finding(
-                        Severity.ERROR,
-                        f"committed_where {self.committed_where} is past the last byte "
-                        f"appended ({self.max_wrote_offset()})",
-                    )
-                )
-            if self.flushed_where > self.max_offset():
-                out.append(
-                    Finding(
-                        Severity.ERROR,
-                        f"flushed_where {self.flushed_where} is past the readable end "
-                        f"({self.max_offset()})",
-                    )
-                )
+        if segs and self.committed_where > self.max_wrote_offset():
+            err(
+                f"committed_where {self.committed_where} is past the last byte "
+                f"appended ({self.max_wrote_offset()})"
+            )
+        if segs and self.flushed_where > self.max_offset():
+            err(
+                f"flushed_where {self.flushed_where} is past the readable end ({self.max_offset()})"
+            )
         return out

@@ -82,7 +82,8 @@ class LogFiles:
         if seg is None:
             path = os.path.join(self.log_dir, segment_file_name(index * self.size))
             s = self.size
-            seg = Segment.open(path, s, positions=(s, s, 0))
+            seg = Segment(path, s)
+            seg.adopt_positions(s, s, 0)
             self._segs[index] = seg
             for old in [i for i in self._segs if i < index - 2]:
                 self._segs.pop(old).close()

@@ -8,7 +8,7 @@ index roll's flush of the full file stalled dispatch for 10-60 ms each, the p99 
 
 Ownership. The dispatcher's thread owns every consume queue, index file and position;
 it plans a `FlushJob` (`plan_job`) without a syscall: per file a `FileSync` (a
-duplicate descriptor, `segment.FileSync`) and the position to mark flushed. This
+duplicate descriptor, `filesync.FileSync`) and the position to mark flushed. This
 thread only runs jobs, one at a time: force the files, fsync the directories listed,
 then write the checkpoint when the job says so. The positions move back in the
 dispatcher's thread when it collects the finished job (`SegmentQueue.note_flushed`).
@@ -41,9 +41,11 @@ from dataclasses import dataclass, field
 from mqstore.engine import fileio
 from mqstore.engine.checkpoint import StoreCheckpoint
 from mqstore.engine.dispatch import Dispatcher
+from mqstore.engine.filesync import FileSync
 from mqstore.engine.indexfile import IndexService
-from mqstore.engine.segment import FileSync, Segment, segment_file_name
-from mqstore.engine.segment_queue import PREPARED_SUFFIX, SegmentQueue
+from mqstore.engine.segment import Segment, segment_file_name
+from mqstore.engine.segment_files import PREPARED_SUFFIX
+from mqstore.engine.segment_queue import SegmentQueue
 
 
 @dataclass

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from mqstore.engine import fileio
+from mqstore.engine.filesync import DEFAULT_MMAP_SYNC, SyncMethod
 from mqstore.engine.indexfile import (
     IndexFile,
     IndexGeometryError,
@@ -21,7 +22,6 @@ from mqstore.engine.indexfile import (
 )
 from mqstore.engine.record import SysFlag
 from mqstore.engine.recordcodes import java_string_hash
-from mqstore.engine.segment import DEFAULT_MMAP_SYNC, SyncMethod
 from tests.engine import cq_index_golden as golden
 
 StoreCopy = Callable[[str], Path]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from mqstore.engine import fileio
+from mqstore.engine.filesync import SyncMethod
 from mqstore.engine.findings import Severity, errors
 from mqstore.engine.segment import (
     OS_PAGE_SIZE,
@@ -19,7 +20,6 @@ from mqstore.engine.segment import (
     Segment,
     SegmentNameError,
     SegmentSizeError,
-    SyncMethod,
     parse_segment_file_name,
     segment_file_name,
 )
@@ -69,9 +69,9 @@ def test_create_preallocates_and_starts_empty(tmp_path: Path) -> None:
 def test_open_checks_size_and_defaults_to_full_positions(tmp_path: Path) -> None:
     Segment.create(tmp_path, 0, SIZE).close()
     with pytest.raises(SegmentSizeError) as ei:
-        Segment.open(tmp_path / segment_file_name(0), SIZE * 2)
+        Segment(tmp_path / segment_file_name(0), SIZE * 2)
     assert ei.value.path.endswith("00000000000000000000") and ei.value.actual_bytes == SIZE
-    seg = Segment.open(tmp_path / segment_file_name(0), SIZE)
+    seg = Segment(tmp_path / segment_file_name(0), SIZE)
     assert seg.is_full() and seg.read_position == SIZE and seg.flushed_position == SIZE
     seg.close()
 
@@ -147,7 +147,8 @@ def test_positions_from_outside(tmp_path: Path) -> None:
     seg.close()
     shared = bytearray(SIZE)
     shared[:11] = b"from a pool"
-    seg = Segment.open(tmp_path / segment_file_name(0), SIZE, positions=(0, 0, 0))
+    seg = Segment(tmp_path / segment_file_name(0), SIZE)
+    seg.adopt_positions(0, 0, 0)
     try:
         assert seg.commit_range(shared, 0, 11) == 11
         assert seg.committed_position == 11 and seg.wrote_position == 11
@@ -162,7 +163,7 @@ def test_positions_from_outside(tmp_path: Path) -> None:
     finally:
         seg.close()
     with pytest.raises(ValueError):
-        Segment.open(tmp_path / segment_file_name(0), SIZE, write_buffer=bytearray(10))
+        Segment(tmp_path / segment_file_name(0), SIZE, write_buffer=bytearray(10))
 
 
 @pytest.mark.parametrize("method", list(SyncMethod))
