@@ -52,11 +52,10 @@ import os
 import struct
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Final, NamedTuple
+from typing import Final, NamedTuple, Unpack
 
 from mqstore import _native
 from mqstore.engine import record
-from mqstore.engine.filesync import DEFAULT_MMAP_SYNC, SyncMethod
 from mqstore.engine.findings import Finding
 from mqstore.engine.logwalk import (
     ChunkScan,
@@ -78,7 +77,7 @@ from mqstore.engine.record import (
 )
 from mqstore.engine.recordcodes import make_msg_id
 from mqstore.engine.segment import ClockMs, ReadStatus, Segment, now_ms
-from mqstore.engine.segment_queue import Allocator, SegmentAllocationError, SegmentQueue
+from mqstore.engine.segment_queue import QueueOptions, SegmentAllocationError, SegmentQueue
 from mqstore.engine.tailcache import Tail, TailCache, store_host_of
 
 _TX_MASK: Final = 0xC
@@ -193,26 +192,17 @@ class CommitLog:
         directory: str | os.PathLike[str],
         segment_size_bytes: int,
         *,
-        read_only: bool = False,
-        allocator: Allocator | None = None,
-        mmap_sync: SyncMethod = DEFAULT_MMAP_SYNC,
-        clock_ms: ClockMs = now_ms,
         max_message_size: int = record.DEFAULT_MAX_MESSAGE_SIZE,
+        **options: Unpack[QueueOptions],
     ) -> CommitLog:
-        """Load the segments of `directory` (the store's `commitlog/`) and wrap them.
+        """Load the segments of `directory` (the store's `commitlog/`) into a
+        `SegmentQueue` built with `options`, and wrap them.
 
         Positions start full, as RocketMQ's load; run `recover_tail()` (or the store's
         recovery) before appending. Raises SegmentSizeError, StoreIOError.
         """
-        queue = SegmentQueue(
-            directory,
-            segment_size_bytes,
-            read_only=read_only,
-            allocator=allocator,
-            mmap_sync=mmap_sync,
-            clock_ms=clock_ms,
-        )
-        queue.load()
+        queue = SegmentQueue(directory, segment_size_bytes, **options).loaded()
+        clock_ms = options.get("clock_ms", now_ms)
         return cls(queue, clock_ms=clock_ms, max_message_size=max_message_size)
 
     # --- queue offsets ----------------------------------------------------------------
@@ -414,6 +404,8 @@ class CommitLog:
                     qo = offsets.get(qkey, 0)
                     offsets[qkey] = qo + 1
                 phys = start + pos
+                # The fields as `append` writes them, on purpose: a helper shared by the
+                # two fast paths costs both 0.1 us/msg (~9%, CPU time, A/B in one process).
                 _write_record(
                     target, pos,
                     (size, queue_id, msg.flag, sys_flag, msg.born_timestamp, body, topic_b,

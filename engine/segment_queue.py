@@ -65,6 +65,13 @@ DELETE_FILES_BATCH_MAX = 10  # RocketMQ's DELETE_FILES_BATCH_MAX (5.x deleteFile
 TRUNCATE_DESTROY_INTERVAL_MS = 1000
 
 
+class QueueOptions(MapOptions, total=False):
+    """`SegmentQueue`'s keywords, for the logs that build one (`CommitLog.open`)."""
+
+    read_only: bool
+    allocator: Allocator | None
+
+
 class SegmentAllocationError(Exception):
     """An allocator could not deliver the next segment (an expected outcome, e.g. the
     write pool is empty and fast-fail is on). The commit log reports it as a status."""
@@ -99,21 +106,20 @@ class SegmentQueue:
         self,
         directory: str | os.PathLike[str],
         segment_size_bytes: int,
-        *,
-        read_only: bool = False,
-        allocator: Allocator | None = None,
-        **options: Unpack[MapOptions],
+        **options: Unpack[QueueOptions],
     ) -> None:
         """An empty queue over `directory` (created if writable); call `load()` next, or
-        construct with `.loaded()`. `options` go to every segment it opens."""
+        construct with `.loaded()`. `read_only` (default False) and `allocator` (default:
+        create the file in place) are the queue's; the other options go to every
+        segment it opens."""
         if segment_size_bytes <= END_FILE_MIN_BLANK_LENGTH:
             raise ValueError(f"segment size must exceed 8 bytes, got {segment_size_bytes}")
         self.directory = os.fspath(directory)
         self.segment_size_bytes = segment_size_bytes
-        self.read_only = read_only
-        self._options = options
+        self.read_only = options.pop("read_only", False)
+        self._allocator: Allocator = options.pop("allocator", None) or self._create_in_place
+        self._options: MapOptions = options  # what is left: the segments' options
         self._clock_ms = options.get("clock_ms", now_ms)
-        self._allocator: Allocator = allocator or self._create_in_place
         self._segments: SortedDict = SortedDict()  # start offset -> Segment
         self.committed_where = 0
         self.flushed_where = 0
@@ -124,7 +130,7 @@ class SegmentQueue:
         self.dir_unsynced = False  # a prepared file was renamed in; its fsync_dir is due
         self._load_findings: list[Finding] = []
         self._skipped_empty_last: str | None = None
-        if not read_only:
+        if not self.read_only:
             fileio.makedirs(self.directory)
 
     # --- loading ----------------------------------------------------------------------
