@@ -24,6 +24,7 @@ disk through it and builds the disk a power cut would leave from that).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import importlib
 import mmap
@@ -253,21 +254,21 @@ def pread(fd: int, n: int, offset: int, path: StrPath = "?") -> bytes:
 
 
 def fsync(fd: int, path: StrPath = "?") -> None:
-    try:
-        _check_fault("fsync")
-        _watch.data_synced(path, 0, -1)
-        os.fsync(fd)
-    except OSError as e:
-        raise _wrap("fsync", path, e) from e
+    _sync_file("fsync", os.fsync, fd, path)
 
 
 def fdatasync(fd: int, path: StrPath = "?") -> None:
+    _sync_file("fdatasync", os.fdatasync, fd, path)
+
+
+def _sync_file(op: str, sync: Callable[[int], None], fd: int, path: StrPath) -> None:
+    """The sync seam told first (the whole file), then `sync(fd)`."""
     try:
-        _check_fault("fdatasync")
+        _check_fault(op)
         _watch.data_synced(path, 0, -1)
-        os.fdatasync(fd)
+        sync(fd)
     except OSError as e:
-        raise _wrap("fdatasync", path, e) from e
+        raise _wrap(op, path, e) from e
 
 
 def msync(mm: mmap.mmap, offset: int, length: int, path: StrPath = "?") -> None:
@@ -280,6 +281,27 @@ def msync(mm: mmap.mmap, offset: int, length: int, path: StrPath = "?") -> None:
             mm.flush(start, length + (offset - start))
     except OSError as e:
         raise _wrap("msync", path, e) from e
+
+
+def preallocate(path: StrPath, size: int, *, zeros_from_start: int = 0) -> None:
+    """Make `path` (truncated if it was there) a file of `size` allocated bytes, its first
+    `zeros_from_start` bytes written as zeros (written extents at once: no page fault
+    converts them later), fsynced. The allocators' first step, never the hot path.
+    Raises StoreIOError, and then no file is left: one that could not be allocated (a
+    full disk) must not keep the blocks it got; the next try starts from nothing."""
+    fd = open_file(path, create=True)
+    try:
+        ftruncate(fd, 0, path)
+        fallocate(fd, size, path)
+        if zeros_from_start > 0:
+            pwrite(fd, bytes(zeros_from_start), 0, path)
+        fsync(fd, path)
+    except StoreIOError:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+    finally:
+        close(fd, path)
 
 
 def mmap_file(fd: int, size: int, *, writable: bool, path: StrPath = "?") -> mmap.mmap:

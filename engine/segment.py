@@ -56,7 +56,6 @@ the GIL). Reference counts are under a lock. One appender at a time.
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import errno
 import logging
@@ -282,19 +281,7 @@ class Segment(ReferenceCounted):
         file surviving a crash). A writable `SegmentQueue.load` deletes `.tmp` leftovers.
         Raises StoreIOError (no file left behind)."""
         tmp = os.path.join(directory, segment_file_name(start_offset) + suffix)
-        fd = fileio.open_file(tmp, create=True)
-        try:
-            fileio.ftruncate(fd, 0, tmp)
-            fileio.fallocate(fd, size_bytes, tmp)
-            fileio.fsync(fd, tmp)
-        except fileio.StoreIOError:
-            # A file that could not be allocated (a full disk) must not keep the blocks
-            # it got: the next try, after space is freed, starts again from nothing.
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        finally:
-            fileio.close(fd, tmp)
+        fileio.preallocate(tmp, size_bytes)
         return tmp
 
     @classmethod
