@@ -27,9 +27,11 @@ import struct
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from mqstore.engine import fileio
 from mqstore.engine.checkpoint import CHECKPOINT_FILE, CheckpointError, CheckpointFields
+from mqstore.engine.closing import Closing
 from mqstore.engine.commitlog import CommitLog
 from mqstore.engine.findings import Finding, Severity
 from mqstore.engine.scan import BIT_FILLER
@@ -40,6 +42,7 @@ ABORT_FILE = "abort"
 COMMITLOG_DIR = "commitlog"
 FLUSHED_OFFSET_MAGIC = b"MQFLUSH1"
 _LAYOUT = struct.Struct(">8sq")
+FLUSHED_OFFSET_BYTES: Final = _LAYOUT.size
 
 
 def read_flushed_offset(store_dir: str | os.PathLike[str]) -> int | None:
@@ -53,10 +56,17 @@ def read_flushed_offset(store_dir: str | os.PathLike[str]) -> int | None:
     except fileio.StoreIOError:
         return None
     try:
-        raw = fileio.pread(fd, _LAYOUT.size, 0, path)
+        raw = fileio.pread(fd, FLUSHED_OFFSET_BYTES, 0, path)
     finally:
         fileio.close(fd, path)
-    if len(raw) != _LAYOUT.size:
+    return parse_flushed_offset(raw)
+
+
+def parse_flushed_offset(raw: bytes) -> int | None:
+    """The offset a `flushed_offset` file's bytes hold; None unless they are the 16-byte
+    record (magic, big-endian int64 >= 0). The engine's reader and the pipeline's
+    (`pipeline.storefs`, through `pyarrow.fs`) both parse with this."""
+    if len(raw) != FLUSHED_OFFSET_BYTES:
         return None
     magic, offset = _LAYOUT.unpack(raw)
     if magic != FLUSHED_OFFSET_MAGIC or offset < 0:
@@ -155,7 +165,7 @@ class CheckSummary:
     segment_size_bytes: int
 
 
-class StoreDir:
+class StoreDir(Closing):
     """A store directory opened for reading only. Close it (or use `with`)."""
 
     def __init__(self, path: str | os.PathLike[str], *, segment_size_bytes: int | None = None):
@@ -288,9 +298,3 @@ class StoreDir:
         if self._log is not None:
             self._log.close()
             self._log = None
-
-    def __enter__(self) -> StoreDir:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -18,18 +18,20 @@ ranged read (`read_range_reused` too, into a buffer kept for the next one).
 from __future__ import annotations
 
 import os
-import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pyarrow.fs as pafs
 
-from mqstore.engine.storedir import FLUSHED_OFFSET_FILE, FLUSHED_OFFSET_MAGIC
+from mqstore.engine.storedir import (
+    FLUSHED_OFFSET_BYTES,
+    FLUSHED_OFFSET_FILE,
+    parse_flushed_offset,
+)
 
 COMMITLOG_DIR = "commitlog"
 SEGMENT_NAME_DIGITS = 20
-_FLUSHED = struct.Struct(">8sq")
 
 
 class StoreNotFound(FileNotFoundError):
@@ -74,13 +76,7 @@ def read_flushed_offset(fs: pafs.FileSystem, root: str) -> int | None:
     if info.type != pafs.FileType.File:
         return None
     with fs.open_input_file(path) as f:
-        raw = f.read(_FLUSHED.size)
-    if len(raw) != _FLUSHED.size:
-        return None
-    magic, offset = _FLUSHED.unpack(raw)
-    if magic != FLUSHED_OFFSET_MAGIC or offset < 0:
-        return None
-    return int(offset)
+        return parse_flushed_offset(f.read(FLUSHED_OFFSET_BYTES))
 
 
 def open_store(uri: str, *, honour_flushed_offset: bool = True) -> StoreListing:
