@@ -31,15 +31,14 @@ Loop shape as every worker: beat, wait, tick; settings from the context each tic
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from dataclasses import KW_ONLY, InitVar, dataclass, field
+from typing import Any, Final, Protocol, TypedDict, Unpack
 
 from mqstore.conf.settings import StoreSettings
 from mqstore.engine import fileio
@@ -68,6 +67,7 @@ from mqstore.engine.segment import ClockMs, SegmentNameError, SegmentSizeError, 
 from mqstore.engine.segment_queue import SegmentQueue, SleepMs
 from mqstore.engine.storedir import read_flushed_offset
 from mqstore.ipc import control as c
+from mqstore.ipc.locks import store_lock_holder
 from mqstore.workers.base import Condition, WorkerContext
 from mqstore.workers.service import Service, run
 
@@ -75,7 +75,6 @@ log = logging.getLogger("mqstore.cleaner")
 
 STATUS_FILE: Final = ".mqstore-clean.json"
 REQUEST_FILE: Final = ".mqstore-clean-now"
-STORE_LOCK_FILE: Final = "lock"  # ipc.locks.STORE_LOCK
 DISK_CHECK_S: Final = 1.0
 FIRST_CLEAN_S: Final = 60.0  # RocketMQ's first cleanFilesPeriodically
 
@@ -133,14 +132,10 @@ def checkpoint_protection(
 
 def open_log_view(store_dir: str, settings: StoreSettings, clock_ms: ClockMs) -> SegmentQueue:
     """A read-only view of `commitlog/` as it is now (the cleaner unlinks through it)."""
-    queue = SegmentQueue(
-        os.path.join(store_dir, "commitlog"),
-        settings.segment_size_bytes,
-        read_only=True,
-        clock_ms=clock_ms,
-    )
-    queue.load()
-    return queue
+    log_dir = os.path.join(store_dir, "commitlog")
+    return SegmentQueue(
+        log_dir, settings.segment_size_bytes, read_only=True, clock_ms=clock_ms
+    ).loaded()
 
 
 def write_status(store_dir: str, doc: dict[str, Any]) -> None:
@@ -161,58 +156,55 @@ def read_status(store_dir: str) -> dict[str, Any] | None:
 
 def store_is_running(store_dir: str) -> bool:
     """Whether a supervisor holds `<store>/lock` (flock, as `ipc.locks.take_store_lock`)."""
-    path = os.path.join(store_dir, STORE_LOCK_FILE)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    finally:
-        os.close(fd)
+    return store_lock_holder(store_dir) is not None
 
 
+def _no_publish(v: DiskVerdict) -> None:
+    pass
+
+
+def _none_consumed() -> ConsumedOffsets | None:
+    return None
+
+
+class CleanerSeams(TypedDict, total=False):
+    """What tests and the offline clean replace in a `Cleaner` (defaults: its own)."""
+
+    probe: UsageProbe
+    clock_ms: ClockMs
+    sleep_ms: SleepMs | None
+
+
+@dataclass(eq=False)
 class Cleaner:
     """The cleaner's state across ticks: the guard (its DISK_FULL hysteresis), the
     totals, the manual request, and when each job is next due. Not thread-safe.
 
     `protection()` and `consumed()` are asked at each clean; `publish(verdict)` after
-    each disk check (the runtime writes `disk_state`).
+    each disk check (the runtime writes `disk_state`). `probe` and `disk_full` build the
+    guard; the first clean is due `first_clean_s` after construction.
     """
 
-    def __init__(
-        self,
-        store_dir: str,
-        settings: StoreSettings,
-        *,
-        protection: Callable[[SegmentQueue], Protection],
-        publish: Callable[[DiskVerdict], None] = lambda v: None,
-        consumed: Callable[[], ConsumedOffsets | None] = lambda: None,
-        probe: UsageProbe = psutil_usage,
-        clock_ms: ClockMs = now_ms,
-        sleep_ms: SleepMs | None = None,
-        disk_full: bool = False,
-        first_clean_s: float = FIRST_CLEAN_S,
-        on_deleted: Callable[[DeletedFile], None] | None = None,
-        on_progress: Callable[[], None] | None = None,
-    ) -> None:
-        self.store_dir = store_dir
-        self.settings = settings
-        self.guard = DiskGuard(store_paths(store_dir), settings, probe=probe, disk_full=disk_full)
-        self.protection = protection
-        self.publish = publish
-        self.consumed = consumed
-        self.clock_ms = clock_ms
-        self.sleep_ms = sleep_ms
-        self.on_deleted = on_deleted
-        self.on_progress = on_progress
-        self.totals = RetentionTotals()
-        self.last_report: CleanReport | None = None
+    store_dir: str
+    settings: StoreSettings
+    _: KW_ONLY
+    protection: Callable[[SegmentQueue], Protection]
+    publish: Callable[[DiskVerdict], None] = _no_publish
+    consumed: Callable[[], ConsumedOffsets | None] = _none_consumed
+    probe: InitVar[UsageProbe] = psutil_usage
+    clock_ms: ClockMs = now_ms
+    sleep_ms: SleepMs | None = None
+    disk_full: InitVar[bool] = False
+    first_clean_s: InitVar[float] = FIRST_CLEAN_S
+    on_deleted: Callable[[DeletedFile], None] | None = None
+    on_progress: Callable[[], None] | None = None
+    totals: RetentionTotals = field(init=False, default_factory=RetentionTotals)
+    last_report: CleanReport | None = field(init=False, default=None)
+
+    def __post_init__(self, probe: UsageProbe, disk_full: bool, first_clean_s: float) -> None:
+        self.guard = DiskGuard(
+            store_paths(self.store_dir), self.settings, probe=probe, disk_full=disk_full
+        )
         self._manual = 0
         self._next_disk = 0.0
         self._next_clean = time.monotonic() + first_clean_s
@@ -303,9 +295,7 @@ def clean_once(
     *,
     now: bool = False,
     consumed: ConsumedOffsets | None = None,
-    probe: UsageProbe = psutil_usage,
-    clock_ms: ClockMs = now_ms,
-    sleep_ms: SleepMs | None = None,
+    **seams: Unpack[CleanerSeams],
 ) -> CleanReport:
     """One clean of a store that is not running (`mqstore clean DIR [--now]`).
 
@@ -329,10 +319,8 @@ def clean_once(
         settings,
         protection=protection,
         consumed=lambda: consumed if consumed is not None else load_consumer_offsets(d),
-        probe=probe,
-        clock_ms=clock_ms,
-        sleep_ms=sleep_ms,
         disk_full=bool((prev.get("disk") or {}).get("disk_full", False)),
+        **seams,
     )
     totals = prev.get("totals")
     if isinstance(totals, dict):
