@@ -294,15 +294,15 @@ def clean_once(
     settings: StoreSettings,
     *,
     now: bool = False,
-    consumed: ConsumedOffsets | None = None,
     **seams: Unpack[CleanerSeams],
 ) -> CleanReport:
     """One clean of a store that is not running (`mqstore clean DIR [--now]`).
 
     `now` is RocketMQ's manual delete: the run happens whatever the hour and the disk,
     under the same rules (expired files only, unless the disk is over the force ratio).
-    Protection: the `flushed_offset` file and the checkpoint. Raises RuntimeError if a
-    supervisor holds the store, StoreIOError, SegmentSizeError.
+    Protection: the `flushed_offset` file and the checkpoint; unconsumed bytes: the
+    offsets in `config/consumerOffset.json`. Raises RuntimeError if a supervisor holds
+    the store, StoreIOError, SegmentSizeError.
     """
     d = os.fspath(store_dir)
     if store_is_running(d):
@@ -318,7 +318,7 @@ def clean_once(
         d,
         settings,
         protection=protection,
-        consumed=lambda: consumed if consumed is not None else load_consumer_offsets(d),
+        consumed=lambda: load_consumer_offsets(d),
         disk_full=bool((prev.get("disk") or {}).get("disk_full", False)),
         **seams,
     )
