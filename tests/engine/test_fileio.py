@@ -105,3 +105,19 @@ def test_makedirs_creates_owner_only_dirs(tmp_path: Path) -> None:
     fileio.makedirs(d)
     assert d.is_dir() and (d.stat().st_mode & 0o777) == 0o700
     fileio.makedirs(d)  # idempotent
+
+
+def test_preallocate_writes_the_zeros_asked_and_fsyncs(tmp_path: Path) -> None:
+    p = tmp_path / "idx.tmp"
+    p.write_bytes(b"old content that must go")
+    fileio.preallocate(p, 8192, zeros_from_start=100)
+    assert p.stat().st_size == 8192 and p.read_bytes() == bytes(8192)
+
+
+@pytest.mark.parametrize("op", ["ftruncate", "fallocate", "pwrite", "fsync"])
+def test_preallocate_leaves_no_file_when_a_step_fails(tmp_path: Path, op: str) -> None:
+    p = tmp_path / "seg.tmp"
+    fileio.set_fault(op, lambda: OSError(errno.ENOSPC, "injected"))
+    with pytest.raises(fileio.StoreIOError) as ei:
+        fileio.preallocate(p, 8192, zeros_from_start=10)
+    assert ei.value.op == op and not p.exists()
