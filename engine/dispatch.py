@@ -55,8 +55,7 @@ from array import array
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import repeat
-from operator import add, and_
+from operator import add
 from typing import Final
 
 from mqstore.engine import deleted_topics
@@ -78,7 +77,7 @@ from mqstore.engine.record import (
     check_record,
     takes_queue_offset,
 )
-from mqstore.engine.scan import BIT_FILLER, RecordScan, ScanStop, scan_records
+from mqstore.engine.scan import BIT_FILLER, RecordScan, ScanStop, scan_records, scan_summary
 from mqstore.engine.segment import ReadStatus
 from mqstore.engine.segment_queue import SegmentQueue
 
@@ -325,11 +324,10 @@ class Dispatcher:
         if not sc.count:
             return
         res.records += sc.count
-        if self.lag_hist is not None:
-            self._count_lags(sc.store_timestamp)
+        flags = self._summarise(sc)
         if not self.deferred:
             try:
-                self._dispatch_columns(buf, base, sc, res)
+                self._dispatch_columns(buf, base, sc, res, flags)
                 return
             except StoreIOError as e:
                 self._cut_back(buf, base, sc)
@@ -389,19 +387,28 @@ class Dispatcher:
             out = list(map(cache.get, raws))
         return out  # type: ignore[return-value]  # every raw is in the cache now
 
-    def _count_lags(self, store_timestamp: memoryview | array[int]) -> None:
-        """Per record: dispatch time minus store time into the lag histogram."""
+    def _summarise(self, sc: RecordScan | _OneRecord) -> int:
+        """One pass over the batch in C (`engine.scan.scan_summary`): per record, dispatch
+        time minus store time into the lag histogram (when kept); returns the SUMMARY_*
+        flags `_plain` reads."""
         lag = self.lag_hist
-        assert lag is not None
-        now_ms = time.time_ns() // 1_000_000
-        ages = [0 if a < 0 else a for a in map(now_ms.__sub__, store_timestamp)]
-        self.lag_sum_ms += sum(ages)
-        top = len(lag) - 1
-        for b, n in Counter(map(int.bit_length, ages)).items():
-            lag[min(b, top)] += n
+        buckets = 0 if lag is None else len(lag)
+        now_ms = time.time_ns() // 1_000_000 if buckets else 0
+        s = scan_summary(sc.store_timestamp, sc.bits, sc.sys_flag, sc.queue_id, now_ms, buckets)
+        if lag is not None:
+            self.lag_sum_ms += s.lag_sum_ms
+            for b, n in enumerate(s.lag_counts):
+                if n:
+                    lag[b] += n
+        return s.flags
 
     def _dispatch_columns(
-        self, buf: memoryview, base: int, sc: RecordScan | _OneRecord, res: DispatchResult
+        self,
+        buf: memoryview,
+        base: int,
+        sc: RecordScan | _OneRecord,
+        res: DispatchResult,
+        flags: int,
     ) -> None:
         """The module doc's rules over a batch: consume-queue units per queue (one
         `put_units` each), then index keys for runs of records that take them."""
@@ -411,7 +418,7 @@ class Dispatcher:
                 sc.size, sc.tags_code, base,
             )  # fmt: skip
             names = {raw: self._topic_name(raw) for raw in {g[0] for g in groups}}
-            if self._plain(set(names.values()), sc):
+            if self._plain(set(names.values()), flags):
                 self._dispatch_groups(base, groups, names, sc, res)
                 return
         topics = self._topics(buf, sc)
@@ -449,15 +456,14 @@ class Dispatcher:
         if self.index is not None:
             self._build_index(base, sc, no_index, res)
 
-    def _plain(self, distinct: set[str], sc: RecordScan | _OneRecord) -> bool:
+    def _plain(self, distinct: set[str], flags: int) -> bool:
         """Whether every record of the batch is a message of a good, live topic that
-        takes a queue unit and index keys: the common case, checked column-wide."""
+        takes a queue unit and index keys: the common case, checked column-wide (`flags`:
+        `_summarise`'s, no filler, no PREPARED / ROLLBACK part, no negative queue id)."""
         return (
-            not any(map(self._bad_topic, distinct))
+            not flags
+            and not any(map(self._bad_topic, distinct))
             and not (self.deleted and not distinct.isdisjoint(self.deleted))
-            and not any(map(and_, sc.bits, repeat(BIT_FILLER)))
-            and {sf & _TX_MASK for sf in set(sc.sys_flag)} <= {0, _TX_COMMIT}
-            and min(sc.queue_id) >= 0
         )
 
     def _dispatch_groups(

@@ -23,7 +23,7 @@ import enum
 import struct
 from array import array
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, TypeAlias
 
 from mqstore import _native
 from mqstore.engine import filler, indexfile
@@ -37,6 +37,13 @@ from mqstore.engine.record import (
 
 BIT_BODY_CRC_OK: Final = 0x1  # `bits`: the body CRC matched (or was not checked)
 BIT_FILLER: Final = 0x2  # `bits`: `engine.filler.is_filler` says the record is a filler
+
+# `ScanSummary.flags`: what makes a batch other than plain messages for the dispatcher.
+SUMMARY_FILLER: Final = 0x1  # a record is a filler
+SUMMARY_TX: Final = 0x2  # a PREPARED or ROLLBACK transaction part (sys_flag & 0x4)
+SUMMARY_NEG_QUEUE: Final = 0x4  # a negative queue id
+SUMMARY_MAX_BUCKETS: Final = 64
+SummaryColumn: TypeAlias = "Buffer | array[int]"  # a scan column, an array or its bytes
 
 
 class ScanStop(enum.IntEnum):
@@ -225,3 +232,74 @@ def _fix_tags(
     for i in fixups:
         tags[i] = _wrap64(check_record(buf, cols[0][i], check_crc=check_crc).tags_code)
     return _readonly(tags)
+
+
+@dataclass(frozen=True, slots=True)
+class ScanSummary:
+    """What the dispatcher asks of every record of a batch (`scan_summary`)."""
+
+    flags: int  # SUMMARY_* bits: 0 when every record is a plain message of a queue
+    lag_sum_ms: int  # the lags' sum
+    lag_counts: tuple[int, ...]  # records per lag bucket
+
+
+def _summary_columns(*cols: tuple[str, SummaryColumn, int]) -> list[memoryview]:
+    """The columns as bytes views of exactly n items each (n: the first's), as C checks."""
+    out = [memoryview(b).cast("B") for _name, b, _width in cols]
+    n = len(out[0]) // 8
+    for (name, _b, width), v in zip(cols, out, strict=True):
+        if len(v) != n * width:
+            raise ValueError(f"{name} must hold {n} items of {width} bytes")
+    return out
+
+
+def scan_summary_py(
+    store_timestamp: SummaryColumn,
+    bits: SummaryColumn,
+    sys_flag: SummaryColumn,
+    queue_id: SummaryColumn,
+    now_ms: int,
+    buckets: int,
+) -> ScanSummary:
+    """The reference pass over a batch's columns ('q', 'B', 'i', 'i', native-endian, of
+    one length): `flags` says whether any record is a filler, a PREPARED / ROLLBACK
+    transaction part or of a negative queue id; with `buckets` > 0, each record's lag
+    `max(0, now_ms - store_timestamp)` counts in bucket `min(lag.bit_length(), buckets
+    - 1)` and adds to `lag_sum_ms`. ValueError for other lengths or buckets outside
+    0..SUMMARY_MAX_BUCKETS."""
+    if not 0 <= buckets <= SUMMARY_MAX_BUCKETS:
+        raise ValueError(f"buckets must be from 0 to {SUMMARY_MAX_BUCKETS}")
+    ts_b, bits_b, sf_b, q_b = _summary_columns(
+        ("store_timestamp", store_timestamp, 8), ("bits", bits, 1), ("sys_flag", sys_flag, 4),
+        ("queue_id", queue_id, 4),
+    )  # fmt: skip
+    flags = 0
+    if any(b & BIT_FILLER for b in bits_b):
+        flags |= SUMMARY_FILLER
+    if any(sf & 0x4 for sf in sf_b.cast("i")):
+        flags |= SUMMARY_TX
+    if any(q < 0 for q in q_b.cast("i")):
+        flags |= SUMMARY_NEG_QUEUE
+    counts = [0] * buckets
+    total = 0
+    if buckets:
+        for ts in ts_b.cast("q"):
+            lag = max(0, now_ms - ts)
+            total += lag
+            counts[min(lag.bit_length(), buckets - 1)] += 1
+    return ScanSummary(flags, total, tuple(counts))
+
+
+def scan_summary(
+    store_timestamp: SummaryColumn,
+    bits: SummaryColumn,
+    sys_flag: SummaryColumn,
+    queue_id: SummaryColumn,
+    now_ms: int,
+    buckets: int,
+) -> ScanSummary:
+    """`scan_summary_py`, in C (one pass, no Python object per record)."""
+    flags, total, counts = _native.scan_summary(
+        store_timestamp, bits, sys_flag, queue_id, now_ms, buckets
+    )
+    return ScanSummary(flags, total, counts)

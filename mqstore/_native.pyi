@@ -219,6 +219,18 @@ def scan_records(
     from the reference. `engine.scan.scan_records` builds the RecordScan from this.
     MemoryError when the columns do not fit; ValueError if `pos` < 0."""
 
+def scan_summary(
+    store_timestamp: Buffer,
+    bits: Buffer,
+    sys_flag: Buffer,
+    queue_id: Buffer,
+    now_ms: int,
+    buckets: int,
+    /,
+) -> tuple[int, int, tuple[int, ...]]:
+    """`engine.scan.scan_summary_py` in one pass without the GIL -> (flags, lag_sum_ms,
+    counts). ValueError for columns of other lengths or `buckets` outside 0..64."""
+
 # engine/native/mqs_index.c: the twin of engine.indexfile.put_hashes.
 def index_put(
     buf: Buffer,

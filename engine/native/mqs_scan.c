@@ -422,3 +422,38 @@ int mqs_scan_run(struct mqs_scan *s, const uint8_t *buf, int64_t pos, int64_t en
     s->stop_pos = pos;
     return 0;
 }
+
+/* --- the dispatcher's pass over a batch (engine.scan.scan_summary_py) -------------------- */
+
+void mqs_scan_summary(const void *store_ts, const uint8_t *bits, const void *sys_flag,
+                      const void *queue_id, int64_t n, int64_t now_ms, int64_t *hist,
+                      int nbuckets, struct mqs_summary *out)
+{
+    const uint8_t *ts_at = store_ts, *sf_at = sys_flag, *q_at = queue_id;
+    uint8_t any_bits = 0;
+    int32_t all_tx = 0, min_queue = 0;
+    uint64_t hi = 0, lo = 0;
+    for (int64_t i = 0; i < n; i++) {
+        any_bits |= bits[i];
+        /* 0x4 set: PREPARED (0x4) or ROLLBACK (0xC); 0x0 and COMMIT (0x8) are plain */
+        int32_t sf, q;
+        memcpy(&sf, sf_at + 4 * i, sizeof sf);
+        memcpy(&q, q_at + 4 * i, sizeof q);
+        all_tx |= sf;
+        min_queue = q < min_queue ? q : min_queue;
+        if (nbuckets > 0) {
+            /* now_ms - ts in 64 unsigned bits: exact, as ts < now_ms and both are int64 */
+            int64_t ts;
+            memcpy(&ts, ts_at + 8 * i, sizeof ts);
+            uint64_t age = ts < now_ms ? (uint64_t)now_ms - (uint64_t)ts : 0;
+            int b = age ? 64 - __builtin_clzll(age) : 0;
+            hist[b < nbuckets ? b : nbuckets - 1]++;
+            lo += age;
+            hi += lo < age;
+        }
+    }
+    out->flags = (any_bits & MQS_BIT_FILLER ? MQS_SUMMARY_FILLER : 0) |
+                 (all_tx & 0x4 ? MQS_SUMMARY_TX : 0) | (min_queue < 0 ? MQS_SUMMARY_NEG_QUEUE : 0);
+    out->sum_hi = hi;
+    out->sum_lo = lo;
+}

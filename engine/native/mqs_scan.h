@@ -75,4 +75,24 @@ int mqs_scan_is_filler(const uint8_t *r, const struct mqs_layout *l);
  * subpart, surrogate pairs above U+FFFF). */
 uint32_t mqs_java_hash_utf8(uint32_t h, const uint8_t *s, size_t n);
 
+/* What the dispatcher asks of every record of a scanned batch, in one pass (the twin of
+ * engine.scan.scan_summary_py): `flags` ORs MQS_SUMMARY_FILLER (a record is a filler),
+ * MQS_SUMMARY_TX (a PREPARED or ROLLBACK part: sys_flag & 0xC is neither 0 nor 0x8) and
+ * MQS_SUMMARY_NEG_QUEUE (a negative queue id). With nbuckets > 0, each record's lag
+ * max(0, now_ms - store_ts) counts in hist[min(bit_length(lag), nbuckets - 1)] and adds
+ * to the 128-bit sum {sum_hi, sum_lo} (a hostile store time may be any int64). The
+ * columns are native-endian int64, uint8, int32, int32, read unaligned. */
+#define MQS_SUMMARY_FILLER 0x1
+#define MQS_SUMMARY_TX 0x2
+#define MQS_SUMMARY_NEG_QUEUE 0x4
+
+struct mqs_summary {
+    int flags;
+    uint64_t sum_hi, sum_lo;
+};
+
+void mqs_scan_summary(const void *store_ts, const uint8_t *bits, const void *sys_flag,
+                      const void *queue_id, int64_t n, int64_t now_ms, int64_t *hist,
+                      int nbuckets, struct mqs_summary *out);
+
 #endif

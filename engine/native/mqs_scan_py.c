@@ -5,6 +5,8 @@
 #include "mqs_args.h"
 #include "mqs_scan.h"
 
+#include <string.h>
+
 static PyObject *bytes_of(const void *p, int64_t n, size_t width)
 {
     return PyBytes_FromStringAndSize(n ? p : "", (Py_ssize_t)((size_t)n * width));
@@ -58,5 +60,88 @@ PyObject *mqs_py_scan_records(PyObject *Py_UNUSED(module), PyObject *args, PyObj
     PyBuffer_Release(&v);
     PyObject *out = rc < 0 ? PyErr_NoMemory() : result(&s);
     mqs_scan_free(&s);
+    return out;
+}
+
+/* The dispatcher's pass over a batch's columns, checked here: each must be a buffer of
+ * exactly n items of its width (n: store_timestamp's), as engine.scan.scan_summary_py
+ * says. The walk copies each item out (a buffer need not be aligned). */
+static int summary_column(PyObject *o, const char *name, Py_ssize_t width, Py_ssize_t n,
+                          Py_buffer *v)
+{
+    if (mqs_arg_buffer(o, name, v) < 0)
+        return -1;
+    if (v->len != n * width) {
+        PyErr_Format(PyExc_ValueError, "%s must hold %zd items of %zd bytes", name, n, width);
+        PyBuffer_Release(v);
+        return -1;
+    }
+    return 0;
+}
+
+#define MQS_SUMMARY_MAX_BUCKETS 64
+
+static PyObject *summary_result(const struct mqs_summary *sm, const int64_t *hist, int nbuckets)
+{
+    PyObject *sum = PyLong_FromUnsignedLongLong(sm->sum_lo);
+    if (sum != NULL && sm->sum_hi != 0) {
+        PyObject *hi = PyLong_FromUnsignedLongLong(sm->sum_hi), *shift = PyLong_FromLong(64);
+        PyObject *high = hi && shift ? PyNumber_Lshift(hi, shift) : NULL;
+        Py_XDECREF(hi);
+        Py_XDECREF(shift);
+        PyObject *total = high ? PyNumber_Or(high, sum) : NULL;
+        Py_XDECREF(high);
+        Py_SETREF(sum, total);
+    }
+    PyObject *counts = PyTuple_New(nbuckets);
+    for (int b = 0; counts != NULL && b < nbuckets; b++) {
+        PyObject *c = PyLong_FromLongLong((long long)hist[b]);
+        if (c == NULL)
+            Py_CLEAR(counts);
+        else
+            PyTuple_SET_ITEM(counts, b, c);
+    }
+    if (sum == NULL || counts == NULL) {
+        Py_XDECREF(sum);
+        Py_XDECREF(counts);
+        return NULL;
+    }
+    return Py_BuildValue("iNN", sm->flags, sum, counts);
+}
+
+PyObject *mqs_py_scan_summary(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    static const char *names[] = {"store_timestamp", "bits", "sys_flag", "queue_id"};
+    static const Py_ssize_t width[] = {8, 1, 4, 4};
+    if (nargs != 6) {
+        PyErr_Format(PyExc_TypeError, "scan_summary takes 6 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    int64_t now_ms, buckets;
+    if (mqs_arg_i64(args[4], "now_ms", &now_ms) < 0 || mqs_arg_i64(args[5], "buckets", &buckets) < 0)
+        return NULL;
+    if (buckets < 0 || buckets > MQS_SUMMARY_MAX_BUCKETS) {
+        PyErr_Format(PyExc_ValueError, "buckets must be from 0 to %d", MQS_SUMMARY_MAX_BUCKETS);
+        return NULL;
+    }
+    Py_buffer v[4];
+    if (mqs_arg_buffer(args[0], names[0], &v[0]) < 0)
+        return NULL;
+    Py_ssize_t n = v[0].len / 8;
+    PyBuffer_Release(&v[0]);
+    int held = 0;
+    PyObject *out = NULL;
+    for (; held < 4; held++)
+        if (summary_column(args[held], names[held], width[held], n, &v[held]) < 0)
+            goto done;
+    int64_t hist[MQS_SUMMARY_MAX_BUCKETS] = {0};
+    struct mqs_summary sm;
+    Py_BEGIN_ALLOW_THREADS mqs_scan_summary(v[0].buf, v[1].buf, v[2].buf, v[3].buf, n, now_ms,
+                                            hist, (int)buckets, &sm);
+    Py_END_ALLOW_THREADS
+    out = summary_result(&sm, hist, (int)buckets);
+done:
+    while (held-- > 0)
+        PyBuffer_Release(&v[held]);
     return out;
 }

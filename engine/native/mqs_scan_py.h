@@ -11,4 +11,9 @@
  * caller takes from the reference. engine.scan.scan_records builds the RecordScan. */
 PyObject *mqs_py_scan_records(PyObject *module, PyObject *args, PyObject *kwargs);
 
+/* scan_summary(store_timestamp, bits, sys_flag, queue_id, now_ms, buckets) -> (flags,
+ * lag_sum_ms, counts): mqs_scan_summary over a batch's columns ('q', 'B', 'i', 'i' of one
+ * length), without the GIL; engine.scan.scan_summary is its door. */
+PyObject *mqs_py_scan_summary(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+
 #endif

@@ -891,6 +891,9 @@ static PyMethodDef methods[] = {
      "scan_records(buf, pos, limit, *, check_crc=True, max_records=-1) -> (count, stop, "
      "stop_pos, blank_size, columns, fixups): the record scanner (engine/native/mqs_scan.c; "
      "engine.scan.scan_records is its door)."},
+    {"scan_summary", (PyCFunction)(void (*)(void))mqs_py_scan_summary, METH_FASTCALL,
+     "scan_summary(store_timestamp, bits, sys_flag, queue_id, now_ms, buckets) -> (flags, "
+     "lag_sum_ms, counts): engine.scan.scan_summary_py, in C."},
     {"verify_units", (PyCFunction)(void (*)(void))mqs_py_verify_units, METH_FASTCALL,
      "verify_units(units, first_queue_offset, queue_id, prev_end, log_min, log_end, "
      "headers_from, segments, segments_base, segment_size) -> (bad_queue_offset, prev_end): "
