@@ -399,14 +399,35 @@ static int add_row(struct mqs_scan *s, const uint8_t *buf, int64_t pos, const st
     return 0;
 }
 
+/* Without the CRC, ask for the log's lines MQS_SCAN_AHEAD bytes ahead of the walk: each
+ * record's header and tail are dependent loads (TOTALSIZE says where the next record
+ * starts, its lengths where its topic and properties are), each a miss on a log that is
+ * not in the caches, as the body between them is never read (a cold 300 MB log: 155 ->
+ * 85 ns per 1 KiB record). The CRC reads every body byte in order, which the hardware
+ * streams on its own (there asking too was 15% slower). `*ahead` is where the asking
+ * stopped; a prefetch never faults, and only buf[..end) is asked for. */
+#define MQS_SCAN_AHEAD 8192
+
+static void prefetch_ahead(const uint8_t *buf, int64_t pos, int64_t end, int64_t *ahead)
+{
+    int64_t want = end - pos > MQS_SCAN_AHEAD ? pos + MQS_SCAN_AHEAD : end;
+    if (*ahead < pos)
+        *ahead = pos;
+    for (; *ahead < want; *ahead += 64)
+        __builtin_prefetch(buf + *ahead);
+}
+
 int mqs_scan_run(struct mqs_scan *s, const uint8_t *buf, int64_t pos, int64_t end, int check_crc,
                  int64_t max_records)
 {
     s->stop = MQS_SCAN_LIMIT;
     if (reserve_row(s) < 0)
         return -1;
+    int64_t ahead = pos;
     while (pos < end && s->count != max_records) {
         s->stop_pos = pos;
+        if (!check_crc)
+            prefetch_ahead(buf, pos, end, &ahead);
         struct mqs_layout l;
         int verdict = mqs_scan_check(buf, pos, end, check_crc, &l);
         if (verdict != MQS_CHECK_OK) {
