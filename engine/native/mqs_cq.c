@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "mqs_args.h"
+#include "mqs_be.h"
 
-#define UNIT_SIZE 20
 
 struct cols {
     const uint8_t *buf;
@@ -44,12 +44,6 @@ static int same_key(const struct cols *c, int64_t a, int64_t b)
     return c->queue_id[a] == c->queue_id[b] && c->topic_len[a] == c->topic_len[b] &&
            memcmp(c->buf + c->topic_pos[a], c->buf + c->topic_pos[b],
                   (size_t)c->topic_len[a]) == 0;
-}
-
-static void put_be(uint8_t *p, uint64_t v, int bytes)
-{
-    for (int i = bytes - 1; i >= 0; i--, v >>= 8)
-        p[i] = (uint8_t)v;
 }
 
 /* Group ids per record (first pass); returns the number of groups or -1 (MemoryError). */
@@ -100,10 +94,10 @@ static void fill(const struct cols *c, int64_t n, const int64_t *gid, struct gro
             g->dense = 0;
         g->last_end = end;
         ((int32_t *)PyBytes_AS_STRING(g->records))[k] = (int32_t)r;
-        uint8_t *u = (uint8_t *)PyBytes_AS_STRING(g->units) + k * UNIT_SIZE;
-        put_be(u, (uint64_t)phys, 8);
-        put_be(u + 8, (uint32_t)c->size[r], 4);
-        put_be(u + 12, (uint64_t)c->tags[r], 8);
+        uint8_t *u = (uint8_t *)PyBytes_AS_STRING(g->units) + k * MQS_CQ_UNIT;
+        mqs_wr64(u, (uint64_t)phys);
+        mqs_wr32(u + 8, (uint32_t)c->size[r]);
+        mqs_wr64(u + 12, (uint64_t)c->tags[r]);
     }
 }
 
@@ -119,7 +113,7 @@ static PyObject *build(const struct cols *c, int64_t n)
         goto done;
     for (int64_t g = 0; g < ng; g++) {
         groups[g].records = PyBytes_FromStringAndSize(NULL, groups[g].count * 4);
-        groups[g].units = PyBytes_FromStringAndSize(NULL, groups[g].count * UNIT_SIZE);
+        groups[g].units = PyBytes_FromStringAndSize(NULL, groups[g].count * MQS_CQ_UNIT);
         if (groups[g].records == NULL || groups[g].units == NULL)
             goto done;
     }
@@ -214,39 +208,15 @@ out:
 
 /* --- recovery's walks (engine.consumequeue_files.valid_units_py, zero_tail_py) ------- */
 
-#define PRE_BLANK_SIZE 2147483647
-
-/* Big-endian loads that compile to one load and a byte swap (the walk is memory-bound). */
-static uint64_t load_be64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, sizeof v);
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    v = __builtin_bswap64(v);
-#endif
-    return v;
-}
-
-static uint32_t load_be32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, sizeof v);
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    v = __builtin_bswap32(v);
-#endif
-    return v;
-}
 
 int64_t mqs_cq_valid_units(const uint8_t *units, int64_t n, int64_t *last_real)
 {
     int64_t last = -1, i = 0;
     for (; i < n; i++) {
-        const uint8_t *u = units + i * UNIT_SIZE;
-        int64_t phys = (int64_t)load_be64(u);
-        int32_t size = (int32_t)load_be32(u + 8);
-        if (phys < 0 || size <= 0)
+        struct mqs_unit u = mqs_unit_at(units, i);
+        if (u.phys < 0 || u.size <= 0)
             break;
-        if (size != PRE_BLANK_SIZE)
+        if (u.size != MQS_PRE_BLANK_SIZE)
             last = i;
     }
     *last_real = last;
@@ -288,14 +258,14 @@ PyObject *mqs_py_valid_units(PyObject *Py_UNUSED(m), PyObject *arg)
     Py_buffer units;
     if (mqs_arg_buffer(arg, "units", &units) < 0)
         return NULL;
-    if (units.len % UNIT_SIZE != 0) {
+    if (units.len % MQS_CQ_UNIT != 0) {
         PyErr_Format(PyExc_ValueError, "units holds %zd bytes, not whole 20-byte units",
                      units.len);
         PyBuffer_Release(&units);
         return NULL;
     }
     int64_t count, last;
-    Py_BEGIN_ALLOW_THREADS count = mqs_cq_valid_units(units.buf, (int64_t)units.len / UNIT_SIZE, &last);
+    Py_BEGIN_ALLOW_THREADS count = mqs_cq_valid_units(units.buf, (int64_t)units.len / MQS_CQ_UNIT, &last);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&units);
     return Py_BuildValue("LL", (long long)count, (long long)last);

@@ -2,22 +2,10 @@
  * comments name the same steps. */
 #include "mqs_pull.h"
 
-static uint32_t rd32(const uint8_t *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-
-static int64_t rd64(const uint8_t *p)
-{
-    return (int64_t)(((uint64_t)rd32(p) << 32) | rd32(p + 4));
-}
-
 /* Where the record of the real unit at u ends; 0 for a pre-blank or no unit. */
-static int64_t real_end(const uint8_t *u)
+static int64_t real_end(struct mqs_unit u)
 {
-    int64_t off = rd64(u);
-    int32_t size = (int32_t)rd32(u + 8);
-    return size == MQS_PRE_BLANK_SIZE || off < 0 || size <= 0 ? 0 : off + size;
+    return u.size == MQS_PRE_BLANK_SIZE || u.phys < 0 || u.size <= 0 ? 0 : u.phys + u.size;
 }
 
 /* The tag-code filter: a ConsumeQueueExt address is no tag code (the TAGS decide). */
@@ -34,29 +22,28 @@ static int code_may_match(const struct mqs_pull *p, int64_t code)
 int mqs_pull_next(struct mqs_pull *p)
 {
     for (; p->i < p->nunits; p->i++) {
-        const uint8_t *u = p->units + p->i * MQS_CQ_UNIT;
-        int64_t off = rd64(u);
-        int32_t size = (int32_t)rd32(u + 8);
-        if (size == MQS_PRE_BLANK_SIZE)
+        struct mqs_unit u = mqs_unit_at(p->units, p->i);
+        if (u.size == MQS_PRE_BLANK_SIZE)
             continue; /* a pre-blank: passed */
-        if (off < 0 || size <= 0 || (p->i > 0 && off < real_end(u - MQS_CQ_UNIT)))
+        if (u.phys < 0 || u.size <= 0 ||
+            (p->i > 0 && u.phys < real_end(mqs_unit_at(p->units, p->i - 1))))
             return MQS_PULL_UNWRITTEN; /* no unit, or one before its predecessor's end */
-        if (p->count > 0 && (p->count >= p->max_count || p->got_bytes + size > p->max_bytes))
+        if (p->count > 0 && (p->count >= p->max_count || p->got_bytes + u.size > p->max_bytes))
             return MQS_PULL_FULL;
-        if (!code_may_match(p, rd64(u + 12)))
+        if (!code_may_match(p, u.tags))
             continue;
-        if (off >= p->limit) { /* not readable yet: no record */
+        if (u.phys >= p->limit) { /* not readable yet: no record */
             p->removing |= p->count == 0;
             continue;
         }
-        if (off < p->log_base || off - p->log_base >= p->log_len)
+        if (u.phys < p->log_base || u.phys - p->log_base >= p->log_len)
             return MQS_PULL_NEED_LOG;
-        int64_t pos = off - p->log_base;
+        int64_t pos = u.phys - p->log_base;
         int64_t end = p->log_len;
         if (p->limit - p->log_base < end)
             end = p->limit - p->log_base;
         struct mqs_layout l;
-        if (mqs_scan_check(p->log, pos, end, 1, &l) != MQS_CHECK_OK || l.total != size) {
+        if (mqs_scan_check(p->log, pos, end, 1, &l) != MQS_CHECK_OK || l.total != u.size) {
             p->removing |= p->count == 0;
             continue;
         }

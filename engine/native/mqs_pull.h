@@ -9,10 +9,9 @@
 
 #include <stdint.h>
 
+#include "mqs_be.h"
 #include "mqs_scan.h"
 
-#define MQS_CQ_UNIT 20
-#define MQS_PRE_BLANK_SIZE 2147483647       /* Integer.MAX_VALUE */
 #define MQS_MAX_EXT_ADDR (-2147483649LL)    /* ConsumeQueueExt addresses are <= this */
 
 /* What mqs_pull_next stopped at. */

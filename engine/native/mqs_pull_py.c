@@ -39,16 +39,6 @@ static struct {
     PyObject *common[NCOMMON];
 } reg;
 
-static uint32_t rd32(const uint8_t *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-
-static int64_t rd64(const uint8_t *p)
-{
-    return (int64_t)(((uint64_t)rd32(p) << 32) | rd32(p + 4));
-}
-
 /* --- registration ------------------------------------------------------------------- */
 
 /* The slot offsets of `cls`'s fields: each must be an object slot of a class `cls` is. */
@@ -157,7 +147,7 @@ static PyObject *host_str(struct host_cache *c, const uint8_t *raw, int n)
 {
     if (c->str != NULL && c->n == n && memcmp(c->raw, raw, (size_t)n) == 0)
         return Py_NewRef(c->str);
-    int32_t port = (int32_t)rd32(raw + n - 4);
+    int32_t port = (int32_t)mqs_rd32(raw + n - 4);
     PyObject *s;
     if (n == 8) {
         char buf[32];
@@ -220,35 +210,26 @@ static PyObject *name_str(const uint8_t *p, size_t n)
     return PyUnicode_DecodeUTF8((const char *)p, (Py_ssize_t)n, "replace");
 }
 
-/* engine.record.decode_properties: a 0x02-separated pair is kept when its first 0x01 is
- * neither its first nor its last character (the separators are ASCII and end any bad
- * UTF-8 sequence, so splitting the bytes first decodes alike); the last pair wins. */
+/* engine.record.decode_properties (the pairs it keeps: mqs_props_next); the last pair of
+ * a name wins. */
 static PyObject *props_dict(const uint8_t *p, int64_t n)
 {
     PyObject *d = PyDict_New();
     if (d == NULL)
         return NULL;
-    const uint8_t *end = p + n;
-    while (p < end) {
-        const uint8_t *sep = memchr(p, 0x02, (size_t)(end - p));
-        const uint8_t *stop = sep ? sep : end;
-        const uint8_t *eq = memchr(p, 0x01, (size_t)(stop - p));
-        if (eq != NULL && eq > p && eq < stop - 1) {
-            PyObject *k = name_str(p, (size_t)(eq - p));
-            PyObject *v = k == NULL ? NULL
-                                    : PyUnicode_DecodeUTF8((const char *)eq + 1,
-                                                           (Py_ssize_t)(stop - eq - 1), "replace");
-            int rc = v == NULL ? -1 : PyDict_SetItem(d, k, v);
-            Py_XDECREF(k);
-            Py_XDECREF(v);
-            if (rc < 0) {
-                Py_DECREF(d);
-                return NULL;
-            }
+    struct mqs_span name, value;
+    for (const uint8_t *end = p + n; mqs_props_next(&p, end, &name, &value);) {
+        PyObject *k = name_str(name.p, name.n);
+        PyObject *v = k == NULL ? NULL
+                                : PyUnicode_DecodeUTF8((const char *)value.p,
+                                                       (Py_ssize_t)value.n, "replace");
+        int rc = v == NULL ? -1 : PyDict_SetItem(d, k, v);
+        Py_XDECREF(k);
+        Py_XDECREF(v);
+        if (rc < 0) {
+            Py_DECREF(d);
+            return NULL;
         }
-        if (sep == NULL)
-            break;
-        p = sep + 1;
     }
     return d;
 }
@@ -266,30 +247,30 @@ static PyObject *prop_or_none(PyObject *props, int common_index)
 static PyObject *build(struct builder *b, int64_t pos, const struct mqs_layout *l, PyObject *props)
 {
     const uint8_t *r = b->log + pos;
-    int32_t sys_flag = (int32_t)rd32(r + 36);
+    int32_t sys_flag = (int32_t)mqs_rd32(r + 36);
     int bh = sys_flag & MQS_BORN_V6 ? 20 : 8;
     int sh = sys_flag & MQS_STORE_V6 ? 20 : 8;
     const uint8_t *store = r + 56 + bh;
-    int64_t phys = rd64(r + 28);
+    int64_t phys = mqs_rd64(r + 28);
     PyObject *v[NFIELDS] = {0};
     v[F_PROPERTIES] = props != NULL ? props : props_dict(r + l->props_at, l->props_len);
     if (v[F_PROPERTIES] == NULL)
         goto fail;
     v[F_PHYSICAL_OFFSET] = PyLong_FromLongLong(phys);
     v[F_SIZE] = PyLong_FromLongLong(l->total);
-    v[F_MAGIC] = PyLong_FromUnsignedLong(rd32(r + 4));
-    v[F_BODY_CRC] = PyLong_FromLong((int32_t)rd32(r + 8));
+    v[F_MAGIC] = PyLong_FromUnsignedLong(mqs_rd32(r + 4));
+    v[F_BODY_CRC] = PyLong_FromLong((int32_t)mqs_rd32(r + 8));
     v[F_CRC_OK] = Py_NewRef(Py_True); /* the walk checked it */
-    v[F_QUEUE_ID] = PyLong_FromLong((int32_t)rd32(r + 12));
-    v[F_FLAG] = PyLong_FromLong((int32_t)rd32(r + 16));
-    v[F_QUEUE_OFFSET] = PyLong_FromLongLong(rd64(r + 20));
+    v[F_QUEUE_ID] = PyLong_FromLong((int32_t)mqs_rd32(r + 12));
+    v[F_FLAG] = PyLong_FromLong((int32_t)mqs_rd32(r + 16));
+    v[F_QUEUE_OFFSET] = PyLong_FromLongLong(mqs_rd64(r + 20));
     v[F_SYS_FLAG] = PyLong_FromLong(sys_flag);
-    v[F_BORN_TIMESTAMP] = PyLong_FromLongLong(rd64(r + 40));
+    v[F_BORN_TIMESTAMP] = PyLong_FromLongLong(mqs_rd64(r + 40));
     v[F_BORN_HOST] = host_str(&b->hosts[0], r + 48, bh);
-    v[F_STORE_TIMESTAMP] = PyLong_FromLongLong(rd64(r + 48 + bh));
+    v[F_STORE_TIMESTAMP] = PyLong_FromLongLong(mqs_rd64(r + 48 + bh));
     v[F_STORE_HOST] = host_str(&b->hosts[1], store, sh);
-    v[F_RECONSUME_TIMES] = PyLong_FromLong((int32_t)rd32(store + sh));
-    v[F_PREPARED_OFFSET] = PyLong_FromLongLong(rd64(store + sh + 4));
+    v[F_RECONSUME_TIMES] = PyLong_FromLong((int32_t)mqs_rd32(store + sh));
+    v[F_PREPARED_OFFSET] = PyLong_FromLongLong(mqs_rd64(store + sh + 4));
     v[F_TOPIC] = topic_str(b, r + l->topic_at, l->topic_len);
     if (b->zero_copy)
         v[F_BODY] = PySequence_GetSlice(b->view, (Py_ssize_t)(pos + l->fixed),

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mqs_be.h"
 #include "mqs_crc32.h"
 #include "mqs_record.h"
 
@@ -20,21 +21,6 @@ static const int64_t DELAY_LEVEL_MS[18] = {
     1000,   5000,   10000,  30000,  60000,  120000,  180000,  240000,  300000,
     360000, 420000, 480000, 540000, 600000, 1200000, 1800000, 3600000, 7200000,
 };
-
-static uint32_t rd32(const uint8_t *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-
-static int64_t rd64(const uint8_t *p)
-{
-    return (int64_t)(((uint64_t)rd32(p) << 32) | rd32(p + 4));
-}
-
-static int16_t rd16(const uint8_t *p)
-{
-    return (int16_t)(uint16_t)(((unsigned)p[0] << 8) | p[1]);
-}
 
 static uint32_t jstep(uint32_t h, uint32_t unit)
 {
@@ -170,55 +156,59 @@ void mqs_scan_free(struct mqs_scan *s)
 
 /* --- one record -------------------------------------------------------------------- */
 
-struct span {
-    const uint8_t *p;
-    size_t n;
-};
-
 /* What the properties say, as record.decode_properties reads them (last pair wins). */
 struct props {
-    struct span tags, keys, uniq, delay, filler_value;
+    struct mqs_span tags, keys, uniq, delay, filler_value;
     int pairs;       /* pairs kept */
     int other_pairs; /* pairs kept whose name is not MQSTORE_FILLER */
 };
 
-static int name_is(struct span name, const char *want)
+static int name_is(struct mqs_span name, const char *want)
 {
     size_t n = strlen(want);
     return name.n == n && memcmp(name.p, want, n) == 0;
 }
 
-/* decode_properties keeps a 0x02-separated pair when its first 0x01 is neither its first
- * nor its last character. The separators are ASCII, so that is decided on bytes, and the
+int mqs_props_next(const uint8_t **at, const uint8_t *end, struct mqs_span *name,
+                   struct mqs_span *value)
+{
+    for (const uint8_t *p = *at; p < end;) {
+        const uint8_t *sep = memchr(p, 0x02, (size_t)(end - p));
+        const uint8_t *stop = sep ? sep : end;
+        const uint8_t *eq = memchr(p, 0x01, (size_t)(stop - p));
+        const uint8_t *next = sep ? sep + 1 : end;
+        if (eq != NULL && eq > p && eq < stop - 1) {
+            *name = (struct mqs_span){p, (size_t)(eq - p)};
+            *value = (struct mqs_span){eq + 1, (size_t)(stop - eq - 1)};
+            *at = next;
+            return 1;
+        }
+        p = next;
+    }
+    *at = end;
+    return 0;
+}
+
+/* Fill `out` from the pairs kept (the last pair of a name wins); the
  * names compared are ASCII, so a name equals one iff its bytes do. */
 static void parse_props(const uint8_t *p, size_t n, struct props *out)
 {
     memset(out, 0, sizeof *out);
-    const uint8_t *end = p + n;
-    while (p < end) {
-        const uint8_t *sep = memchr(p, 0x02, (size_t)(end - p));
-        const uint8_t *stop = sep ? sep : end;
-        const uint8_t *eq = memchr(p, 0x01, (size_t)(stop - p));
-        if (eq != NULL && eq > p && eq < stop - 1) {
-            struct span name = {p, (size_t)(eq - p)};
-            struct span value = {eq + 1, (size_t)(stop - eq - 1)};
-            out->pairs++;
-            if (name_is(name, "MQSTORE_FILLER"))
-                out->filler_value = value;
-            else
-                out->other_pairs++;
-            if (name_is(name, "TAGS"))
-                out->tags = value;
-            else if (name_is(name, "KEYS"))
-                out->keys = value;
-            else if (name_is(name, "UNIQ_KEY"))
-                out->uniq = value;
-            else if (name_is(name, "DELAY"))
-                out->delay = value;
-        }
-        if (sep == NULL)
-            break;
-        p = sep + 1;
+    struct mqs_span name, value;
+    for (const uint8_t *end = p + n; mqs_props_next(&p, end, &name, &value);) {
+        out->pairs++;
+        if (name_is(name, "MQSTORE_FILLER"))
+            out->filler_value = value;
+        else
+            out->other_pairs++;
+        if (name_is(name, "TAGS"))
+            out->tags = value;
+        else if (name_is(name, "KEYS"))
+            out->keys = value;
+        else if (name_is(name, "UNIQ_KEY"))
+            out->uniq = value;
+        else if (name_is(name, "DELAY"))
+            out->delay = value;
     }
 }
 
@@ -226,7 +216,7 @@ static void parse_props(const uint8_t *p, size_t n, struct props *out)
  * sign, decimal digits with single underscores between them. Returns 1 and the level
  * (capped at 18: delivery_time_ms caps it) or 0 for what int() refuses; -1 when the value
  * is not ASCII (the caller leaves it to the reference). */
-static int delay_level(struct span v, int *level)
+static int delay_level(struct mqs_span v, int *level)
 {
     for (size_t i = 0; i < v.n; i++)
         if (v.p[i] >= 0x80)
@@ -262,7 +252,7 @@ static int delay_level(struct span v, int *level)
 
 /* check_record's tags code: the TAGS value's Java hash, or on the schedule topic with a
  * positive DELAY level, the delivery time. Returns -1 when the reference must say. */
-static int tags_code(const struct props *pr, struct span topic, int64_t store_ts, int64_t *code)
+static int tags_code(const struct props *pr, struct mqs_span topic, int64_t store_ts, int64_t *code)
 {
     *code = pr->tags.p ? (int32_t)mqs_java_hash_utf8(0, pr->tags.p, pr->tags.n) : 0;
     if (pr->delay.p == NULL || !name_is(topic, "SCHEDULE_TOPIC_XXXX"))
@@ -278,7 +268,7 @@ static int tags_code(const struct props *pr, struct span topic, int64_t store_ts
 
 /* The index keys of IndexService.build_index, in its order: topic#UNIQ_KEY, then
  * topic#k for each non-empty KEYS token split on ' '. */
-static int push_keys(struct mqs_scan *s, const struct props *pr, struct span topic)
+static int push_keys(struct mqs_scan *s, const struct props *pr, struct mqs_span topic)
 {
     uint32_t base = jstep(mqs_java_hash_utf8(0, topic.p, topic.n), '#');
     if (pr->uniq.p && push_key(s, mqs_java_hash_utf8(base, pr->uniq.p, pr->uniq.n)) < 0)
@@ -301,25 +291,25 @@ static int push_keys(struct mqs_scan *s, const struct props *pr, struct span top
 static int check(const uint8_t *r, int64_t total, int tl, int check_crc, struct mqs_layout *l)
 {
     l->total = total;
-    int32_t sys_flag = (int32_t)rd32(r + 36);
+    int32_t sys_flag = (int32_t)mqs_rd32(r + 36);
     l->fixed = 72 + (sys_flag & MQS_BORN_V6 ? 20 : 8) + (sys_flag & MQS_STORE_V6 ? 20 : 8);
     /* any field that would run past TOTALSIZE makes the fields add up to more */
     if (l->fixed + tl + 2 > total)
         return 0;
-    int32_t body_len = (int32_t)rd32(r + l->fixed - 4);
+    int32_t body_len = (int32_t)mqs_rd32(r + l->fixed - 4);
     l->body_len = body_len > 0 ? body_len : 0;
     if (l->fixed + l->body_len + tl + 2 > total)
         return 0;
     if (body_len > 0 && check_crc &&
-        (mqs_crc32(0, r + l->fixed, (size_t)body_len) & 0x7FFFFFFFu) != rd32(r + 8))
+        (mqs_crc32(0, r + l->fixed, (size_t)body_len) & 0x7FFFFFFFu) != mqs_rd32(r + 8))
         return 0;
     l->topic_at = l->fixed + l->body_len + tl;
-    int topic_len = tl == 1 ? (int8_t)r[l->topic_at - 1] : rd16(r + l->topic_at - 2);
+    int topic_len = tl == 1 ? (int8_t)r[l->topic_at - 1] : mqs_rd16(r + l->topic_at - 2);
     l->topic_len = topic_len > 0 ? topic_len : 0;
     l->props_at = l->topic_at + l->topic_len + 2;
     if (l->props_at > total)
         return 0;
-    int props_len = rd16(r + l->props_at - 2);
+    int props_len = mqs_rd16(r + l->props_at - 2);
     l->props_len = props_len > 0 ? props_len : 0;
     if (l->props_at + l->props_len != total)
         return 0;
@@ -332,8 +322,8 @@ int mqs_scan_check(const uint8_t *buf, int64_t pos, int64_t end, int check_crc,
 {
     if (end - pos < 8)
         return MQS_CHECK_CORRUPT; /* fewer than 8 bytes left */
-    int64_t total = (int32_t)rd32(buf + pos);
-    uint32_t magic = rd32(buf + pos + 4);
+    int64_t total = (int32_t)mqs_rd32(buf + pos);
+    uint32_t magic = mqs_rd32(buf + pos + 4);
     if (magic == MQS_BLANK_MAGIC) {
         l->total = total;
         return MQS_CHECK_BLANK;
@@ -357,17 +347,17 @@ int mqs_scan_is_filler(const uint8_t *r, const struct mqs_layout *l)
 {
     struct props pr;
     parse_props(r + l->props_at, (size_t)l->props_len, &pr);
-    return is_filler((int32_t)rd32(r + 16), rd64(r + 40), &pr);
+    return is_filler((int32_t)mqs_rd32(r + 16), mqs_rd64(r + 40), &pr);
 }
 
 static int add_row(struct mqs_scan *s, const uint8_t *buf, int64_t pos, const struct mqs_layout *l)
 {
     int64_t total = l->total;
     const uint8_t *r = buf + pos;
-    int32_t sys_flag = (int32_t)rd32(r + 36), flag = (int32_t)rd32(r + 16);
-    int64_t born = rd64(r + 40);
-    int64_t store_ts = rd64(r + 48 + (sys_flag & MQS_BORN_V6 ? 20 : 8));
-    struct span topic = {r + l->topic_at, (size_t)l->topic_len};
+    int32_t sys_flag = (int32_t)mqs_rd32(r + 36), flag = (int32_t)mqs_rd32(r + 16);
+    int64_t born = mqs_rd64(r + 40);
+    int64_t store_ts = mqs_rd64(r + 48 + (sys_flag & MQS_BORN_V6 ? 20 : 8));
+    struct mqs_span topic = {r + l->topic_at, (size_t)l->topic_len};
     struct props pr;
     parse_props(r + l->props_at, (size_t)l->props_len, &pr);
     int filler = is_filler(flag, born, &pr);
@@ -376,9 +366,9 @@ static int add_row(struct mqs_scan *s, const uint8_t *buf, int64_t pos, const st
         return -1;
     put64(s, MQS_COL_POS, pos);
     put32(s, MQS_COL_SIZE, (int32_t)total);
-    put32(s, MQS_COL_QUEUE_ID, (int32_t)rd32(r + 12));
-    put64(s, MQS_COL_QUEUE_OFFSET, rd64(r + 20));
-    put64(s, MQS_COL_PHYSICAL_OFFSET, rd64(r + 28));
+    put32(s, MQS_COL_QUEUE_ID, (int32_t)mqs_rd32(r + 12));
+    put64(s, MQS_COL_QUEUE_OFFSET, mqs_rd64(r + 20));
+    put64(s, MQS_COL_PHYSICAL_OFFSET, mqs_rd64(r + 28));
     put32(s, MQS_COL_SYS_FLAG, sys_flag);
     put32(s, MQS_COL_FLAG, flag);
     put64(s, MQS_COL_BORN_TIMESTAMP, born);

@@ -67,6 +67,20 @@ enum mqs_check { MQS_CHECK_OK = 0, MQS_CHECK_BLANK = 1, MQS_CHECK_CORRUPT = 2 };
 int mqs_scan_check(const uint8_t *buf, int64_t pos, int64_t end, int check_crc,
                    struct mqs_layout *l);
 
+/* A span of bytes in a record. */
+struct mqs_span {
+    const uint8_t *p;
+    size_t n;
+};
+
+/* The next properties pair that engine.record.decode_properties keeps, from *at (< end):
+ * a 0x02-separated pair whose first 0x01 is neither its first nor its last character
+ * (the separators are ASCII and end any bad UTF-8 sequence, so splitting the bytes first
+ * decodes alike). Returns 1 with its name and value (*at moves past it), 0 when none is
+ * left. The caller lets the last pair of a name win. */
+int mqs_props_next(const uint8_t **at, const uint8_t *end, struct mqs_span *name,
+                   struct mqs_span *value);
+
 /* engine.filler.is_filler of the record `r` that mqs_scan_check accepted with `l`. */
 int mqs_scan_is_filler(const uint8_t *r, const struct mqs_layout *l);
 

@@ -118,7 +118,8 @@ PyObject *mqs_py_scan_summary(PyObject *Py_UNUSED(module), PyObject *const *args
         return NULL;
     }
     int64_t now_ms, buckets;
-    if (mqs_arg_i64(args[4], "now_ms", &now_ms) < 0 || mqs_arg_i64(args[5], "buckets", &buckets) < 0)
+    if (mqs_arg_i64(args[4], "now_ms", &now_ms) < 0 ||
+        mqs_arg_i64(args[5], "buckets", &buckets) < 0)
         return NULL;
     if (buckets < 0 || buckets > MQS_SUMMARY_MAX_BUCKETS) {
         PyErr_Format(PyExc_ValueError, "buckets must be from 0 to %d", MQS_SUMMARY_MAX_BUCKETS);

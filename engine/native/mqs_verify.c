@@ -4,22 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mqs_be.h"
 #include "mqs_record.h"
 
 #define MQS_MESSAGE_MAGIC_V2 0xDAA320ABu
-#define PRE_BLANK_SIZE 2147483647
-#define UNIT_SIZE 20
 #define HEAD_SIZE 36 /* size, magic, crc, queue id, flag, queue offset, physical offset */
-
-static uint32_t rd32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-static int64_t rd64(const uint8_t *p)
-{
-    return (int64_t)(((uint64_t)rd32(p) << 32) | rd32(p + 4));
-}
 
 /* The record at `phy` agrees with the unit: 1 yes, 0 no, -1 its segment is UNKNOWN. */
 static int header_matches(struct mqs_verify *v, int64_t phy, int32_t size, int64_t qo)
@@ -38,25 +27,26 @@ static int header_matches(struct mqs_verify *v, int64_t phy, int32_t size, int64
     if (s->state != MQS_SEG_HELD || pos + HEAD_SIZE > s->len)
         return 0;
     const uint8_t *h = s->buf + pos;
-    uint32_t magic = rd32(h + 4);
-    return (int32_t)rd32(h) == size && (magic == MQS_MESSAGE_MAGIC || magic == MQS_MESSAGE_MAGIC_V2) &&
-           (int64_t)(int32_t)rd32(h + 12) == v->queue_id && rd64(h + 20) == qo && rd64(h + 28) == phy;
+    uint32_t magic = mqs_rd32(h + 4);
+    return (int32_t)mqs_rd32(h) == size &&
+           (magic == MQS_MESSAGE_MAGIC || magic == MQS_MESSAGE_MAGIC_V2) &&
+           (int64_t)(int32_t)mqs_rd32(h + 12) == v->queue_id && mqs_rd64(h + 20) == qo &&
+           mqs_rd64(h + 28) == phy;
 }
 
 int mqs_verify_run(struct mqs_verify *v)
 {
     for (; v->next < v->nunits; v->next++) {
-        const uint8_t *u = v->units + v->next * UNIT_SIZE;
-        int64_t phy = rd64(u);
-        int32_t size = (int32_t)rd32(u + 8);
-        if (size == PRE_BLANK_SIZE)
+        struct mqs_unit u = mqs_unit_at(v->units, v->next);
+        if (u.size == MQS_PRE_BLANK_SIZE)
             continue;
-        /* phy + size cannot overflow once phy <= log_end - size (log_end >= 0, size > 0) */
-        int ok = phy >= 0 && size > 0 && phy >= v->prev_end && phy <= v->log_end - size;
-        if (ok && phy < v->log_min)
+        /* phys + size cannot overflow once phys <= log_end - size (log_end >= 0, size > 0) */
+        int ok = u.phys >= 0 && u.size > 0 && u.phys >= v->prev_end &&
+                 u.phys <= v->log_end - u.size;
+        if (ok && u.phys < v->log_min)
             ok = v->prev_end < 0 || v->prev_end <= v->log_min; /* below the log: retention */
-        if (ok && phy >= v->headers_from && phy >= v->log_min) {
-            ok = header_matches(v, phy, size, v->first_qo + v->next);
+        if (ok && u.phys >= v->headers_from && u.phys >= v->log_min) {
+            ok = header_matches(v, u.phys, u.size, v->first_qo + v->next);
             if (ok < 0)
                 return MQS_VERIFY_NEED_SEGMENT;
         }
@@ -64,7 +54,7 @@ int mqs_verify_run(struct mqs_verify *v)
             v->bad_qo = v->first_qo + v->next;
             return MQS_VERIFY_BAD;
         }
-        v->prev_end = phy + size;
+        v->prev_end = u.phys + u.size;
     }
     return MQS_VERIFY_DONE;
 }
