@@ -394,7 +394,7 @@ class Dispatcher:
         lag = self.lag_hist
         buckets = 0 if lag is None else len(lag)
         now_ms = time.time_ns() // 1_000_000 if buckets else 0
-        s = scan_summary(sc.store_timestamp, sc.bits, sc.sys_flag, sc.queue_id, now_ms, buckets)
+        s = scan_summary(sc, now_ms, buckets)
         if lag is not None:
             self.lag_sum_ms += s.lag_sum_ms
             for b, n in enumerate(s.lag_counts):

@@ -23,7 +23,7 @@ import enum
 import struct
 from array import array
 from dataclasses import dataclass
-from typing import Final, Literal, TypeAlias
+from typing import Final, Literal, Protocol, TypeAlias
 
 from mqstore import _native
 from mqstore.engine import filler, indexfile
@@ -243,8 +243,25 @@ class ScanSummary:
     lag_counts: tuple[int, ...]  # records per lag bucket
 
 
-def _summary_columns(*cols: tuple[str, SummaryColumn, int]) -> list[memoryview]:
+class SummaryColumns(Protocol):
+    """The columns `scan_summary` reads: a RecordScan's, or any object's with these."""
+
+    @property
+    def store_timestamp(self) -> SummaryColumn: ...  # 'q'
+    @property
+    def bits(self) -> SummaryColumn: ...  # 'B'
+    @property
+    def sys_flag(self) -> SummaryColumn: ...  # 'i'
+    @property
+    def queue_id(self) -> SummaryColumn: ...  # 'i'
+
+
+def _summary_columns(sc: SummaryColumns) -> list[memoryview]:
     """The columns as bytes views of exactly n items each (n: the first's), as C checks."""
+    cols = (
+        ("store_timestamp", sc.store_timestamp, 8), ("bits", sc.bits, 1),
+        ("sys_flag", sc.sys_flag, 4), ("queue_id", sc.queue_id, 4),
+    )  # fmt: skip
     out = [memoryview(b).cast("B") for _name, b, _width in cols]
     n = len(out[0]) // 8
     for (name, _b, width), v in zip(cols, out, strict=True):
@@ -253,26 +270,15 @@ def _summary_columns(*cols: tuple[str, SummaryColumn, int]) -> list[memoryview]:
     return out
 
 
-def scan_summary_py(
-    store_timestamp: SummaryColumn,
-    bits: SummaryColumn,
-    sys_flag: SummaryColumn,
-    queue_id: SummaryColumn,
-    now_ms: int,
-    buckets: int,
-) -> ScanSummary:
-    """The reference pass over a batch's columns ('q', 'B', 'i', 'i', native-endian, of
-    one length): `flags` says whether any record is a filler, a PREPARED / ROLLBACK
-    transaction part or of a negative queue id; with `buckets` > 0, each record's lag
-    `max(0, now_ms - store_timestamp)` counts in bucket `min(lag.bit_length(), buckets
-    - 1)` and adds to `lag_sum_ms`. ValueError for other lengths or buckets outside
-    0..SUMMARY_MAX_BUCKETS."""
+def scan_summary_py(sc: SummaryColumns, now_ms: int, buckets: int) -> ScanSummary:
+    """The reference pass over a batch's columns (native-endian, of one length): `flags`
+    says whether any record is a filler, a PREPARED / ROLLBACK transaction part or of a
+    negative queue id; with `buckets` > 0, each record's lag `max(0, now_ms -
+    store_timestamp)` counts in bucket `min(lag.bit_length(), buckets - 1)` and adds to
+    `lag_sum_ms`. ValueError for other lengths or buckets outside 0..SUMMARY_MAX_BUCKETS."""
     if not 0 <= buckets <= SUMMARY_MAX_BUCKETS:
         raise ValueError(f"buckets must be from 0 to {SUMMARY_MAX_BUCKETS}")
-    ts_b, bits_b, sf_b, q_b = _summary_columns(
-        ("store_timestamp", store_timestamp, 8), ("bits", bits, 1), ("sys_flag", sys_flag, 4),
-        ("queue_id", queue_id, 4),
-    )  # fmt: skip
+    ts_b, bits_b, sf_b, q_b = _summary_columns(sc)
     flags = 0
     if any(b & BIT_FILLER for b in bits_b):
         flags |= SUMMARY_FILLER
@@ -290,16 +296,9 @@ def scan_summary_py(
     return ScanSummary(flags, total, tuple(counts))
 
 
-def scan_summary(
-    store_timestamp: SummaryColumn,
-    bits: SummaryColumn,
-    sys_flag: SummaryColumn,
-    queue_id: SummaryColumn,
-    now_ms: int,
-    buckets: int,
-) -> ScanSummary:
+def scan_summary(sc: SummaryColumns, now_ms: int, buckets: int) -> ScanSummary:
     """`scan_summary_py`, in C (one pass, no Python object per record)."""
     flags, total, counts = _native.scan_summary(
-        store_timestamp, bits, sys_flag, queue_id, now_ms, buckets
+        sc.store_timestamp, sc.bits, sc.sys_flag, sc.queue_id, now_ms, buckets
     )
     return ScanSummary(flags, total, counts)

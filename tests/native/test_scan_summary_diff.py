@@ -10,6 +10,7 @@ flags, lag sum and counts, or the same ValueError.
 from __future__ import annotations
 
 from array import array
+from typing import NamedTuple
 
 import pytest
 from hypothesis import given, settings
@@ -30,11 +31,18 @@ _record = st.tuples(
 )
 
 
+class Cols(NamedTuple):
+    store_timestamp: SummaryColumn
+    bits: SummaryColumn
+    sys_flag: SummaryColumn
+    queue_id: SummaryColumn
+
+
 def _both(cols: list[SummaryColumn], now_ms: int, buckets: int) -> list[object]:
     out: list[object] = []
     for f in (scan.scan_summary, scan.scan_summary_py):
         try:
-            out.append(f(cols[0], cols[1], cols[2], cols[3], now_ms, buckets))
+            out.append(f(Cols(*cols), now_ms, buckets))
         except ValueError as e:
             out.append(str(e))
     return out
@@ -65,7 +73,7 @@ def test_plain_batch_and_lags() -> None:
     """A worked case: lags 0 (a future time), 1, 5 and 1000 ms fall in buckets 0, 1, 3, 10."""
     ts = array("q", [NOW + 7, NOW - 1, NOW - 5, NOW - 1000])
     got = scan.scan_summary(
-        ts, bytes(4), array("i", [0, 8, 0, 8]), array("i", [0, 1, 2, 3]), NOW, 18
+        Cols(ts, bytes(4), array("i", [0, 8, 0, 8]), array("i", [0, 1, 2, 3])), NOW, 18
     )
     want = [0] * 18
     for bucket in (0, 1, 3, 10):
@@ -83,5 +91,5 @@ def test_plain_batch_and_lags() -> None:
     ],
 )
 def test_flags_name_what_is_not_plain(bits: int, sys_flag: int, queue_id: int, flags: int) -> None:
-    cols = (array("q", [NOW]), bytes([bits]), array("i", [sys_flag]), array("i", [queue_id]))
-    assert scan.scan_summary(*cols, NOW, 0).flags == flags
+    cols = Cols(array("q", [NOW]), bytes([bits]), array("i", [sys_flag]), array("i", [queue_id]))
+    assert scan.scan_summary(cols, NOW, 0).flags == flags
