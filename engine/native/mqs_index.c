@@ -11,38 +11,10 @@
 #include <string.h>
 
 #include "mqs_args.h"
+#include "mqs_be.h"
 
 #define HEADER_SIZE 40
 #define ENTRY_SIZE 20
-
-static int64_t get64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = (v << 8) | p[i];
-    return (int64_t)v;
-}
-
-static int32_t get32(const uint8_t *p)
-{
-    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) |
-                     (uint32_t)p[3]);
-}
-
-static void put64(uint8_t *p, int64_t v)
-{
-    for (int i = 7; i >= 0; i--, v = (int64_t)((uint64_t)v >> 8))
-        p[i] = (uint8_t)v;
-}
-
-static void put32(uint8_t *p, int32_t v)
-{
-    uint32_t u = (uint32_t)v;
-    p[0] = (uint8_t)(u >> 24);
-    p[1] = (uint8_t)(u >> 16);
-    p[2] = (uint8_t)(u >> 8);
-    p[3] = (uint8_t)u;
-}
 
 struct index_batch {
     uint8_t *file;
@@ -57,8 +29,8 @@ static int put_one(const struct index_batch *b, int32_t h, int64_t phy, int64_t 
                    const char **err)
 {
     uint8_t *f = b->file;
-    int64_t begin_ts = get64(f);
-    int32_t slot_count = get32(f + 32), count = get32(f + 36);
+    int64_t begin_ts = mqs_rd64(f);
+    int32_t slot_count = (int32_t)mqs_rd32(f + 32), count = (int32_t)mqs_rd32(f + 36);
     if (count >= b->entries)
         return 1;
     if (h < 0) {
@@ -70,7 +42,7 @@ static int put_one(const struct index_batch *b, int32_t h, int64_t phy, int64_t 
         return -1;
     }
     uint8_t *slot = f + HEADER_SIZE + (h % b->slots) * 4;
-    int32_t slot_value = get32(slot);
+    int32_t slot_value = (int32_t)mqs_rd32(slot);
     if (slot_value <= 0 || slot_value > count)
         slot_value = 0;
     if (slot_value == 0 && slot_count == INT32_MAX) {
@@ -79,25 +51,29 @@ static int put_one(const struct index_batch *b, int32_t h, int64_t phy, int64_t 
     }
     int32_t diff = 0;
     if (begin_ts > 0) {
-        __int128 d = ((__int128)ts - begin_ts) / 1000;
+        /* (ts - begin_ts) / 1000, truncated toward zero as Java's long division; in 64
+         * bits unless a hostile time makes the difference overflow them */
+        int64_t d64;
+        __int128 d = __builtin_sub_overflow(ts, begin_ts, &d64) ? ((__int128)ts - begin_ts) / 1000
+                                                                : d64 / 1000;
         diff = d < 0 ? 0 : d > INT32_MAX ? INT32_MAX : (int32_t)d;
     }
     uint8_t *e = f + HEADER_SIZE + b->slots * 4 + (int64_t)count * ENTRY_SIZE;
-    put32(e, h);
-    put64(e + 4, phy);
-    put32(e + 12, diff);
-    put32(e + 16, slot_value);
-    put32(slot, count);
+    mqs_wr32(e, (uint32_t)h);
+    mqs_wr64(e + 4, (uint64_t)phy);
+    mqs_wr32(e + 12, (uint32_t)diff);
+    mqs_wr32(e + 16, (uint32_t)slot_value);
+    mqs_wr32(slot, (uint32_t)count);
     if (count <= 1) {
-        put64(f, ts);
-        put64(f + 16, phy);
+        mqs_wr64(f, (uint64_t)ts);
+        mqs_wr64(f + 16, (uint64_t)phy);
     }
     if (slot_value == 0)
         slot_count++;
-    put64(f + 8, ts);
-    put64(f + 24, phy);
-    put32(f + 32, slot_count);
-    put32(f + 36, count + 1);
+    mqs_wr64(f + 8, (uint64_t)ts);
+    mqs_wr64(f + 24, (uint64_t)phy);
+    mqs_wr32(f + 32, (uint32_t)slot_count);
+    mqs_wr32(f + 36, (uint32_t)count + 1);
     return 0;
 }
 
