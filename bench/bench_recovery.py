@@ -41,7 +41,7 @@ from mqstore.conf.settings import StoreSettings
 from mqstore.engine.commitlog import CommitLog
 from mqstore.engine.consumequeue_store import ConsumeQueueStore
 from mqstore.engine.dispatch import Dispatcher
-from mqstore.engine.indexfile import IndexService
+from mqstore.engine.indexservice import IndexService
 from mqstore.engine.reader import Geometry
 from mqstore.engine.record import Message
 from mqstore.engine.recovery import recover_store

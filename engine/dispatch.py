@@ -67,7 +67,8 @@ from mqstore.engine.consumequeue_files import group_units_c as group_units
 from mqstore.engine.consumequeue_store import ConsumeQueueStore
 from mqstore.engine.fileio import StoreIOError, is_no_space
 from mqstore.engine.filler import is_filler
-from mqstore.engine.indexfile import IndexService, KeyBatch, build_key, key_hash
+from mqstore.engine.indexfile import KeyBatch, build_key, key_hash
+from mqstore.engine.indexservice import IndexService
 from mqstore.engine.names import topic_problem
 from mqstore.engine.reader import Geometry
 from mqstore.engine.record import (

@@ -44,7 +44,7 @@ from mqstore.engine.consumequeue import ConsumeQueue
 from mqstore.engine.consumequeue_files import detect_file_size
 from mqstore.engine.consumequeue_store import ConsumeQueueStore
 from mqstore.engine.filler import is_filler
-from mqstore.engine.indexfile import IndexService
+from mqstore.engine.indexservice import IndexService
 from mqstore.engine.pull import PullStop, TagFilter, pull_units
 from mqstore.engine.record import (
     PROPERTY_KEYS,

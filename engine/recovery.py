@@ -60,7 +60,7 @@ from mqstore.engine.consumequeue import QueueKey
 from mqstore.engine.consumequeue_files import cq_file_size, queue_dirs, zero_tail
 from mqstore.engine.consumequeue_store import ConsumeQueueStore
 from mqstore.engine.dispatch import Dispatcher, DispatchResult, DispatchStop
-from mqstore.engine.indexfile import IndexService
+from mqstore.engine.indexservice import IndexService
 from mqstore.engine.logwalk import ChunkScan, ScanStop
 from mqstore.engine.reader import Geometry
 from mqstore.engine.record import (

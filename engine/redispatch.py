@@ -25,7 +25,7 @@ from mqstore.engine.commitlog import CommitLog
 from mqstore.engine.consumequeue import ConsumeQueue
 from mqstore.engine.consumequeue_store import ConsumeQueueStore
 from mqstore.engine.dispatch import Dispatcher, DispatchResult
-from mqstore.engine.indexfile import IndexService
+from mqstore.engine.indexservice import IndexService
 from mqstore.engine.logwalk import ChunkScan
 from mqstore.engine.record import check_record
 from mqstore.engine.scan import RecordScan

@@ -42,7 +42,7 @@ from mqstore.engine import fileio
 from mqstore.engine.checkpoint import StoreCheckpoint
 from mqstore.engine.dispatch import Dispatcher
 from mqstore.engine.filesync import FileSync
-from mqstore.engine.indexfile import IndexService
+from mqstore.engine.indexservice import IndexService
 from mqstore.engine.segment import Segment, segment_file_name
 from mqstore.engine.segment_files import PREPARED_SUFFIX
 from mqstore.engine.segment_queue import SegmentQueue

@@ -8,7 +8,7 @@ from pathlib import Path
 from mqstore.engine.commitlog import AppendResult, CommitLog
 from mqstore.engine.consumequeue_store import ConsumeQueueStore
 from mqstore.engine.dispatch import Dispatcher
-from mqstore.engine.indexfile import IndexService
+from mqstore.engine.indexservice import IndexService
 from mqstore.engine.record import Message
 from mqstore.engine.segment import ClockMs
 

@@ -19,7 +19,7 @@ from mqstore.engine.consumequeue_files import PRE_BLANK_SIZE
 from mqstore.engine.consumequeue_store import ConsumeQueueStore
 from mqstore.engine.dispatch import Dispatcher, DispatchStop
 from mqstore.engine.filler import filler_record
-from mqstore.engine.indexfile import IndexService
+from mqstore.engine.indexservice import IndexService
 from mqstore.engine.reader import Geometry
 from mqstore.engine.record import SysFlag
 from mqstore.engine.recordcodes import tags_code

@@ -15,11 +15,11 @@ from mqstore.engine.filesync import DEFAULT_MMAP_SYNC, SyncMethod
 from mqstore.engine.indexfile import (
     IndexFile,
     IndexGeometryError,
-    IndexService,
     index_file_name,
     index_file_size,
     key_hash,
 )
+from mqstore.engine.indexservice import IndexService
 from mqstore.engine.record import SysFlag
 from mqstore.engine.recordcodes import java_string_hash
 from tests.engine import cq_index_golden as golden

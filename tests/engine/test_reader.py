@@ -16,7 +16,7 @@ from mqstore.engine.commitlog import CommitLog
 from mqstore.engine.consumequeue_store import ConsumeQueueStore
 from mqstore.engine.dispatch import Dispatcher
 from mqstore.engine.filler import filler_record
-from mqstore.engine.indexfile import IndexService
+from mqstore.engine.indexservice import IndexService
 from mqstore.engine.pull import TagFilter, pull_units, pull_units_py
 from mqstore.engine.reader import DEFAULT_MAX_BYTES, Geometry, GetStatus, StoreReader
 from mqstore.engine.record import DecodedRecord, Message, RecordFields, RecordView

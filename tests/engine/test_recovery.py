@@ -22,7 +22,7 @@ from mqstore.engine.commitlog import AppendResult, CommitLog
 from mqstore.engine.consumequeue_store import ConsumeQueueStore
 from mqstore.engine.dispatch import Dispatcher
 from mqstore.engine.findings import errors
-from mqstore.engine.indexfile import IndexService
+from mqstore.engine.indexservice import IndexService
 from mqstore.engine.reader import Geometry, GetStatus, StoreReader
 from mqstore.engine.record import decode, encode_properties
 from mqstore.engine.recovery import RecoveryReport, read_report, recover_store, write_report

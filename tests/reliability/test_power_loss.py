@@ -24,7 +24,7 @@ import pytest
 from mqstore import StoreClient
 from mqstore.engine.checkpoint import CheckpointFields
 from mqstore.engine.consumequeue_store import ConsumeQueueStore
-from mqstore.engine.indexfile import IndexService
+from mqstore.engine.indexservice import IndexService
 from mqstore.ipc import control as c
 from mqstore.ipc.commit import pid_alive
 from tests.reliability.conftest import FIGURES, sized

@@ -19,7 +19,7 @@ from mqstore.engine.checkpoint import CheckpointFields, StoreCheckpoint
 from mqstore.engine.commitlog import AppendResult
 from mqstore.engine.consumequeue_store import ConsumeQueueStore
 from mqstore.engine.dispatch import Dispatcher
-from mqstore.engine.indexfile import IndexService
+from mqstore.engine.indexservice import IndexService
 from mqstore.workers.cq_flusher import FlushThread, plan_job, run_job
 from tests.engine.storebuild import CQ_FILE, ENTRIES, SLOTS, open_log, write_messages
 from tests.runtime.harness import wait_for
