@@ -19,9 +19,10 @@ import sys
 from pathlib import Path
 
 from mqstore.conf.load import ConfigError, load_settings
+from mqstore.conf.settings import StoreSettings
 from mqstore.engine import fileio
 from mqstore.engine.indexfile import IndexGeometryError
-from mqstore.engine.recovery import recover_store, write_report
+from mqstore.engine.recovery import RecoveryReport, recover_store, write_report
 from mqstore.engine.segment import SegmentNameError, SegmentSizeError
 from mqstore.ipc.locks import StoreLockHeld, store_lock_holder, take_store_lock
 
@@ -44,28 +45,48 @@ def _progress(done: int, total: int) -> None:
         print(f"\rvalidated {done / 2**20:.0f} / {total / 2**20:.0f} MiB", end="", file=sys.stderr)
 
 
+class _Refused(Exception):
+    """Exit 2 with this message: not a store, or a running one."""
+
+
 def run(args: argparse.Namespace) -> int:
     store = str(args.store_dir)
-    if not os.path.isdir(os.path.join(store, "commitlog")):
-        print(f"mqstore recover: {store} is not a store (no commitlog/)", file=sys.stderr)
-        return 2
     try:
+        if not os.path.isdir(os.path.join(store, "commitlog")):
+            raise _Refused(f"{store} is not a store (no commitlog/)")
         settings = load_settings(args.store_dir, args.config, os.environ).settings
-    except ConfigError as e:
+        report = _recover_locked(store, settings, args)
+    except (
+        _Refused,
+        ConfigError,
+        StoreLockHeld,
+        SegmentSizeError,
+        SegmentNameError,
+        IndexGeometryError,
+    ) as e:
         print(f"mqstore recover: {e}", file=sys.stderr)
         return 2
+    except fileio.StoreIOError as e:
+        print(f"mqstore recover: I/O error, nothing more was done: {e}", file=sys.stderr)
+        return 1
+    if sys.stderr.isatty():
+        print(file=sys.stderr)
+    print(report.to_json() if args.json else report.summary())
+    return 0
+
+
+def _recover_locked(
+    store: str, settings: StoreSettings, args: argparse.Namespace
+) -> RecoveryReport:
+    """Recover holding the store lock (a dry run only checks that no one holds it) and
+    keep the report. Raises _Refused, StoreLockHeld and what `recover_store` raises."""
     lock_fd = -1
     if args.dry_run:
         holder = store_lock_holder(store)
         if holder is not None:
-            print(f"mqstore recover: the store is running (pid {holder})", file=sys.stderr)
-            return 2
+            raise _Refused(f"the store is running (pid {holder})")
     else:
-        try:
-            lock_fd = take_store_lock(store)
-        except StoreLockHeld as e:
-            print(f"mqstore recover: {e}", file=sys.stderr)
-            return 2
+        lock_fd = take_store_lock(store)
     try:
         report = recover_store(
             store,
@@ -76,16 +97,7 @@ def run(args: argparse.Namespace) -> int:
         )
         if not args.dry_run:
             write_report(store, report)
-    except (SegmentSizeError, SegmentNameError, IndexGeometryError) as e:
-        print(f"mqstore recover: {e}", file=sys.stderr)
-        return 2
-    except fileio.StoreIOError as e:
-        print(f"mqstore recover: I/O error, nothing more was done: {e}", file=sys.stderr)
-        return 1
+        return report
     finally:
         if lock_fd >= 0:
             os.close(lock_fd)
-    if sys.stderr.isatty():
-        print(file=sys.stderr)
-    print(report.to_json() if args.json else report.summary())
-    return 0
