@@ -17,7 +17,7 @@ import bisect
 import dataclasses
 import enum
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Final, NamedTuple
 
 from mqstore.engine.findings import Finding, Severity
@@ -55,21 +55,22 @@ def _takes_offset(sys_flag: int) -> bool:
     return tx == 0 or tx == _TX_COMMIT
 
 
+@dataclass(eq=False)
 class _LogWalk:
     """Where a walk over the log is: set while iterating, read after (`RecordScan`,
-    `ChunkScan`)."""
+    `ChunkScan`): `end_offset` (from `from_offset` on), `stop`, `reason`, `records`."""
 
-    def __init__(
-        self, queue: SegmentQueue, from_offset: int, *, check_crc: bool, to_offset: int
-    ) -> None:
-        self._queue = queue
-        self.from_offset = from_offset
-        self.check_crc = check_crc
-        self.to_offset = to_offset
-        self.end_offset = from_offset
-        self.stop = ScanStop.END_OF_DATA
-        self.reason = ""
-        self.records = 0
+    _queue: SegmentQueue
+    from_offset: int
+    _: KW_ONLY
+    check_crc: bool
+    to_offset: int
+    stop: ScanStop = field(default=ScanStop.END_OF_DATA, init=False)
+    reason: str = field(default="", init=False)
+    records: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        self.end_offset = self.from_offset
 
     def _end(self, offset: int, stop: ScanStop, reason: str = "") -> None:
         self.end_offset = offset
