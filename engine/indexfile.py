@@ -62,13 +62,14 @@ from mqstore.engine.filesync import DEFAULT_MMAP_SYNC, FileSync, SyncMethod
 from mqstore.engine.record import WritableBuffer
 from mqstore.engine.recordcodes import java_string_hash
 
-INDEX_HEADER_SIZE: Final = 40
-HASH_SLOT_SIZE: Final = 4
-INDEX_ENTRY_SIZE: Final = 20
-_HEADER: Final = struct.Struct(">qqqqii")
-_ENTRY: Final = struct.Struct(">iqii")
-_I32: Final = struct.Struct(">i")
-_I64_PACK: Final = struct.Struct(">q").pack_into
+_HEADER: Final = struct.Struct(">qqqqii")  # the header's six fields (module doc)
+_ENTRY: Final = struct.Struct(">iqii")  # an entry's four
+_I32: Final = struct.Struct(">i")  # a slot; index_count
+_I64: Final = struct.Struct(">q")  # a header timestamp or offset
+INDEX_HEADER_SIZE: Final = _HEADER.size
+HASH_SLOT_SIZE: Final = _I32.size
+INDEX_ENTRY_SIZE: Final = _ENTRY.size
+_I64_PACK: Final = _I64.pack_into
 _TAIL_PACK: Final = struct.Struct(">qii").pack_into  # end phy offset, slot count, count
 _INT_MAX: Final = 2_147_483_647
 _ONE_KEY: Final = array("i", [0, 1])  # key_first of a single record with one key
@@ -211,6 +212,19 @@ class IndexHeader:
     index_count: int
 
 
+class _HeaderField:
+    """A header field of an `IndexFile`, read from its mapping at each access."""
+
+    __slots__ = ("_fmt", "_off")
+
+    def __init__(self, fmt: struct.Struct, off: int) -> None:
+        self._fmt = fmt
+        self._off = off
+
+    def __get__(self, f: IndexFile, owner: type | None = None) -> int:
+        return int(self._fmt.unpack_from(f._mm, self._off)[0])
+
+
 class IndexFile:
     """One index file, mapped. See the module docstring."""
 
@@ -263,12 +277,10 @@ class IndexFile:
         index_num: int,
         *,
         now_ms_value: int,
-        prev_end_phy_offset: int = 0,
-        prev_end_timestamp: int = 0,
     ) -> IndexFile:
         """A new, zeroed file named by `now_ms_value` (bumped by 1 ms while the name is
-        taken), its header begin/end set to the previous file's end values when they are
-        > 0, as RocketMQ's getAndCreateLastIndexFile does.
+        taken); `start_after` the previous file next, as RocketMQ's
+        getAndCreateLastIndexFile does.
 
         Allocated, not sparse: built as `<name>.tmp` (fallocate, fsync), then renamed
         into place, as commit-log segments and consume queues are. A sparse file on a
@@ -283,8 +295,7 @@ class IndexFile:
         tmp = cls.prepare(directory, hash_slot_num, index_num, os.path.basename(path) + ".tmp")
         fileio.rename(tmp, path)
         fileio.fsync_dir(directory)
-        return cls.install(path, hash_slot_num, index_num, prev_end_phy_offset=prev_end_phy_offset,
-                           prev_end_timestamp=prev_end_timestamp)  # fmt: skip
+        return cls(path, hash_slot_num, index_num)
 
     @staticmethod
     def free_name(directory: str, now_ms_value: int) -> str:
@@ -298,7 +309,7 @@ class IndexFile:
     def prepare(directory: str, hash_slot_num: int, index_num: int, tmp_name: str) -> str:
         """The first half of `create`, ahead of need: `directory/tmp_name` allocated,
         its slot table written, fsynced, and left there; returns its path. Rename it to a
-        `free_name`, then `install`; the directory's fsync is the caller's. A writable
+        `free_name`, then open it; the directory's fsync is the caller's. A writable
         `IndexService.load` deletes `.tmp` leftovers. Raises StoreIOError (no file left
         behind)."""
         fileio.makedirs(directory)
@@ -320,49 +331,27 @@ class IndexFile:
             fileio.close(fd, tmp)
         return tmp
 
-    @classmethod
-    def install(
-        cls,
-        path: str,
-        hash_slot_num: int,
-        index_num: int,
-        *,
-        prev_end_phy_offset: int = 0,
-        prev_end_timestamp: int = 0,
-    ) -> IndexFile:
-        """Open a file `prepare` made, renamed to its name, as a new empty index file
-        whose header starts at the previous file's end values (when > 0)."""
-        f = cls(path, hash_slot_num, index_num)
+    def start_after(self, prev_end_phy_offset: int, prev_end_timestamp: int) -> None:
+        """Start a new, empty file's header at the previous file's end values (each when
+        > 0): its begin and end offset, its begin and end time."""
         if prev_end_phy_offset > 0:
-            f._set_header(begin_phy_offset=prev_end_phy_offset, end_phy_offset=prev_end_phy_offset)
+            self._set_header(
+                begin_phy_offset=prev_end_phy_offset, end_phy_offset=prev_end_phy_offset
+            )
         if prev_end_timestamp > 0:
-            f._set_header(begin_timestamp=prev_end_timestamp, end_timestamp=prev_end_timestamp)
-        return f
+            self._set_header(begin_timestamp=prev_end_timestamp, end_timestamp=prev_end_timestamp)
 
     # --- header -----------------------------------------------------------------------
 
     def header(self) -> IndexHeader:
         return IndexHeader(*_HEADER.unpack_from(self._mm, 0))
 
-    @property
-    def begin_timestamp(self) -> int:
-        return int(struct.unpack_from(">q", self._mm, 0)[0])
-
-    @property
-    def end_timestamp(self) -> int:
-        return int(struct.unpack_from(">q", self._mm, 8)[0])
-
-    @property
-    def begin_phy_offset(self) -> int:
-        return int(struct.unpack_from(">q", self._mm, 16)[0])
-
-    @property
-    def end_phy_offset(self) -> int:
-        return int(struct.unpack_from(">q", self._mm, 24)[0])
-
-    @property
-    def index_count(self) -> int:
-        return int(_I32.unpack_from(self._mm, 36)[0])
+    # Header fields read through the mapping, at their offsets in the module doc's table.
+    begin_timestamp = _HeaderField(_I64, 0)
+    end_timestamp = _HeaderField(_I64, 8)
+    begin_phy_offset = _HeaderField(_I64, 16)
+    end_phy_offset = _HeaderField(_I64, 24)
+    index_count = _HeaderField(_I32, 36)
 
     def _set_header(self, **fields: int) -> None:
         h = self.header()

@@ -143,22 +143,13 @@ class IndexService:
                 self.prepared = tmp  # still there: the next try takes it
                 raise
             self.dir_unsynced = True
-            f = IndexFile.install(
-                path,
-                self.hash_slot_num,
-                self.index_num,
-                prev_end_phy_offset=prev_phy,
-                prev_end_timestamp=prev_ts,
-            )
+            f = IndexFile(path, self.hash_slot_num, self.index_num)
         else:
+            now = self._clock_ms()
             f = IndexFile.create(
-                self.directory,
-                self.hash_slot_num,
-                self.index_num,
-                now_ms_value=self._clock_ms(),
-                prev_end_phy_offset=prev_phy,
-                prev_end_timestamp=prev_ts,
+                self.directory, self.hash_slot_num, self.index_num, now_ms_value=now
             )
+        f.start_after(prev_phy, prev_ts)
         self.files.append(f)
         if last is not None and self._defer_roll_flush:
             self.rolled.append(last)
