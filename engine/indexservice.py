@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from array import array
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 from typing import Final
 
 from mqstore.engine import fileio
@@ -42,42 +42,37 @@ class QueryOffsetResult:
     index_last_update_phy_offset: int
 
 
+@dataclass(eq=False)
 class IndexService:
-    """Every index file of a store, oldest first; the newest takes new keys."""
+    """Every index file of a store, oldest first; the newest takes new keys.
 
-    def __init__(
-        self,
-        store_dir: str | os.PathLike[str],
-        hash_slot_num: int,
-        index_num: int,
-        *,
-        read_only: bool = False,
-        max_msgs_num_batch: int = 64,
-        clock_ms: ClockMs = now_ms,
-        on_roll: Callable[[int], None] | None = None,
-        defer_roll_flush: bool = False,
-    ) -> None:
-        """`on_roll(end_timestamp)` runs after a full file was flushed on a roll (the
-        caller stores it as the checkpoint's index timestamp and flushes the checkpoint:
-        RocketMQ's IndexService.flush). With `defer_roll_flush` a roll flushes nothing:
-        the full file goes to `rolled`, for its owner to flush elsewhere (the dispatcher's
-        flush thread, as RocketMQ flushes it in a thread of its own) and only then to
-        advance the checkpoint; `on_roll` is not called."""
+    `on_roll(end_timestamp)` runs after a full file was flushed on a roll (the caller
+    stores it as the checkpoint's index timestamp and flushes the checkpoint: RocketMQ's
+    IndexService.flush). With `defer_roll_flush` a roll flushes nothing: the full file
+    goes to `rolled`, for its owner to flush elsewhere (the dispatcher's flush thread, as
+    RocketMQ flushes it in a thread of its own) and only then to advance the checkpoint;
+    `on_roll` is not called."""
+
+    store_dir: InitVar[str | os.PathLike[str]]
+    hash_slot_num: int
+    index_num: int
+    _: KW_ONLY
+    read_only: bool = False
+    max_msgs_num_batch: int = 64
+    clock_ms: ClockMs = now_ms
+    on_roll: Callable[[int], None] | None = None
+    defer_roll_flush: bool = False
+    directory: str = field(init=False)  # <store_dir>/index
+    files: list[IndexFile] = field(init=False, default_factory=list)
+    rolled: list[IndexFile] = field(init=False, default_factory=list)  # not flushed yet
+    # A file made ahead of need by another thread (`want_prepared`, `prepare_next`),
+    # taken by the next roll; its directory's fsync is then due (`dir_unsynced`).
+    prepared: str | None = field(init=False, default=None)
+    dir_unsynced: bool = field(init=False, default=False)
+    min_destroyed_begin_phy: int | None = field(init=False, default=None)  # set by load()
+
+    def __post_init__(self, store_dir: str | os.PathLike[str]) -> None:
         self.directory = os.path.join(os.fspath(store_dir), INDEX_DIR)
-        self.hash_slot_num = hash_slot_num
-        self.index_num = index_num
-        self.read_only = read_only
-        self.max_msgs_num_batch = max_msgs_num_batch
-        self._clock_ms = clock_ms
-        self._on_roll = on_roll
-        self._defer_roll_flush = defer_roll_flush
-        self.rolled: list[IndexFile] = []  # full files not flushed yet (defer_roll_flush)
-        # A file made ahead of need by another thread (`want_prepared`, `prepare_next`),
-        # taken by the next roll; its directory's fsync is then due (`dir_unsynced`).
-        self.prepared: str | None = None
-        self.dir_unsynced = False
-        self.files: list[IndexFile] = []
-        self.min_destroyed_begin_phy: int | None = None  # set by load() when it destroys
 
     def load(self, *, last_exit_ok: bool = True, index_msg_timestamp: int = 0) -> list[str]:
         """Open every file in name order. After an abnormal exit, destroy files whose
@@ -136,7 +131,7 @@ class IndexService:
         tmp, self.prepared = self.prepared, None
         if tmp is not None and os.path.exists(tmp):
             # Made ahead by another thread: a rename, no sync here (`dir_unsynced`).
-            path = IndexFile.free_name(self.directory, self._clock_ms())
+            path = IndexFile.free_name(self.directory, self.clock_ms())
             try:
                 fileio.rename(tmp, path)
             except fileio.StoreIOError:
@@ -145,18 +140,18 @@ class IndexService:
             self.dir_unsynced = True
             f = IndexFile(path, self.hash_slot_num, self.index_num)
         else:
-            now = self._clock_ms()
+            now = self.clock_ms()
             f = IndexFile.create(
                 self.directory, self.hash_slot_num, self.index_num, now_ms_value=now
             )
         f.start_after(prev_phy, prev_ts)
         self.files.append(f)
-        if last is not None and self._defer_roll_flush:
+        if last is not None and self.defer_roll_flush:
             self.rolled.append(last)
         elif last is not None:
             last.flush()
-            if self._on_roll is not None and last.end_timestamp > 0:
-                self._on_roll(last.end_timestamp)
+            if self.on_roll is not None and last.end_timestamp > 0:
+                self.on_roll(last.end_timestamp)
         return f
 
     def build_index(

@@ -141,14 +141,15 @@ def check_put_types(
     label: str,
     topic: object,
     body: object,
-    tags: object = None,
-    keys: object = None,
-    properties: object = None,
-    queue_id: object = None,
+    tags: object,
+    keys: object,
+    properties: object,
+    queue_id: object,
 ) -> None:
-    """TypeError for a put's fields of the wrong type. `label` formats a field's name
-    into the message: "put() argument {!r}", "put_batch() messages[3][{!r}]". Cost: a
-    few type checks, O(len) for a list of keys or a properties mapping."""
+    """TypeError for a put's fields of the wrong type (None is right for all but the
+    topic and the body). `label` formats a field's name into the message: "put()
+    argument {!r}", "put_batch() messages[3][{!r}]". Cost: a few type checks, O(len) for
+    a list of keys or a properties mapping."""
     if type(topic) is not str and not isinstance(topic, str):
         _wrong(label.format("topic"), "str", topic)
     if type(body) is not bytes and not isinstance(body, _BODY):
