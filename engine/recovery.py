@@ -3,7 +3,7 @@
 `recover_store(store_dir, settings)` brings a store that is not running back to a state
 the runtime can serve from, and says what it did in a `RecoveryReport`:
 
-0. Load: files cut short are zero-filled first (so they load, and validation finds the
+0. **Load** (`load_store`): files cut short are zero-filled first (so they load, and validation finds the
    damage as zeros); then the commit log (positions full), the checkpoint, every consume
    queue (`ConsumeQueue.recover`: last 3 files) and the index (after an abnormal exit,
    index files newer than the checkpoint's index timestamp are destroyed, as RocketMQ
@@ -208,7 +208,7 @@ def recover_store(
             d, cq_file_size(geo.cq_file_size_bytes)
         )
     with contextlib.ExitStack() as stack:
-        st = _load(stack, d, geo, s, read_only=dry_run, abnormal=abnormal,
+        st = load_store(stack, d, geo, s, read_only=dry_run, abnormal=abnormal,
                    clock_ms=clock_ms or now_ms)  # fmt: skip
         report.index_files_destroyed = st.index_files_destroyed
         plan = plan_recovery(
@@ -262,7 +262,7 @@ class LoadedStore:
         return self.index if self.index_enabled else None
 
 
-def _load(
+def load_store(
     stack: contextlib.ExitStack,
     d: str,
     geo: Geometry,

@@ -5,6 +5,7 @@ dry runs, the report, and I/O faults."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import random
@@ -25,7 +26,17 @@ from mqstore.engine.findings import errors
 from mqstore.engine.indexservice import IndexService
 from mqstore.engine.reader import Geometry, GetStatus, StoreReader
 from mqstore.engine.record import decode, encode_properties
-from mqstore.engine.recovery import RecoveryReport, read_report, recover_store, write_report
+from mqstore.engine.recovery import (
+    RecoveryReport,
+    apply,
+    load_store,
+    plan_recovery,
+    read_report,
+    recover_store,
+    validate,
+    write_report,
+)
+from mqstore.engine.segment import now_ms
 from tests.engine.storebuild import (
     CQ_FILE,
     ENTRIES,
@@ -603,3 +614,38 @@ def test_normal_recovery_forces_only_the_index_files_the_checkpoint_does_not_cov
         assert set(names) <= set(synced.names)
     finally:
         fileio.set_sync_watch(None)
+
+
+def test_plan_and_validate_write_nothing_and_apply_does_what_they_found(tmp_path: Path) -> None:
+    """The steps one by one: plan and validate leave the loaded store's files as they
+    were; validate's cuts name the torn record and the first record the queues lack;
+    apply re-dispatches from there, cuts there, and every record before the tear reads."""
+    log = open_log(tmp_path)
+    results = write_messages(log, 30)
+    cqs, idx = ConsumeQueueStore(tmp_path, CQ_FILE), IndexService(tmp_path, SLOTS, ENTRIES)
+    Dispatcher(log, cqs, idx).dispatch(0, results[10].wrote_offset)  # died mid-dispatch
+    log.queue.flush_all()
+    for c in (log, cqs, idx):
+        c.close()
+    _zero_from(tmp_path, results[25].wrote_offset + 10)  # record 25 torn
+    _crash(tmp_path)
+    s = StoreSettings()
+    report = RecoveryReport("abnormal", str(tmp_path))
+    with contextlib.ExitStack() as stack:
+        st = load_store(
+            stack, str(tmp_path), GEO, s, read_only=False, abnormal=True, clock_ms=now_ms
+        )
+        before = _snapshot(tmp_path)
+        plan = plan_recovery(
+            st, abnormal=True, index_safe=False, segments_extended=[], queue_files_extended=[]
+        )
+        cuts = validate(st, plan, check_crc=True, progress=None)
+        assert _snapshot(tmp_path) == before
+        assert (plan.start_offset, plan.dispatch_from) == (0, 0)  # all-zero checkpoint
+        assert (cuts.end_offset, cuts.stop.value) == (results[25].wrote_offset, "CORRUPT")
+        assert cuts.lacking_from == results[10].wrote_offset
+        assert cuts.records_validated == 25 and cuts.bytes_truncated > 0
+        apply(report, st, plan, cuts)
+    assert report.records_redispatched == 15
+    assert _pull_all(tmp_path) == [r.wrote_offset for r in results[:25]]
+    _assert_consistent(tmp_path)
