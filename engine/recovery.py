@@ -3,11 +3,11 @@
 `recover_store(store_dir, settings)` brings a store that is not running back to a state
 the runtime can serve from, and says what it did in a `RecoveryReport`:
 
-0. **Load** (`load_store`): files cut short are zero-filled first (so they load, and validation finds the
-   damage as zeros); then the commit log (positions full), the checkpoint, every consume
-   queue (`ConsumeQueue.recover`: last 3 files) and the index (after an abnormal exit,
-   index files newer than the checkpoint's index timestamp are destroyed, as RocketMQ
-   does).
+0. **Load**: files cut short are zero-filled first (so they load, and validation finds
+   the damage as zeros); then `load_store` opens the commit log (positions full), the
+   checkpoint, every consume queue (`ConsumeQueue.recover`: last 3 files) and the index
+   (after an abnormal exit, index files newer than the checkpoint's index timestamp are
+   destroyed, as RocketMQ does).
 1. **Plan** (`plan_recovery`, a pure choice, `RecoveryPlan`): where to validate from:
    * **normal** (`abort` absent): the last 3 commit-log segments;
    * **abnormal** (`abort` present): walking back from the newest segment, the first
