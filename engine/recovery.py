@@ -208,8 +208,8 @@ def recover_store(
             d, cq_file_size(geo.cq_file_size_bytes)
         )
     with contextlib.ExitStack() as stack:
-        st = load_store(stack, d, geo, s, read_only=dry_run, abnormal=abnormal,
-                   clock_ms=clock_ms or now_ms)  # fmt: skip
+        clock = clock_ms or now_ms
+        st = load_store(stack, d, geo, s, read_only=dry_run, abnormal=abnormal, clock_ms=clock)
         report.index_files_destroyed = st.index_files_destroyed
         plan = plan_recovery(
             st,
