@@ -249,14 +249,20 @@ def test_seeded_garbage_in_a_body_cuts_exactly_there(tmp_path: Path, seed: int) 
     assert _pull_all(tmp_path) == [r.wrote_offset for r in results[:k]], f"seed {seed}"
 
 
-def test_queues_lagging_behind_the_log_are_caught_up(tmp_path: Path) -> None:
-    log = open_log(tmp_path)
-    results = write_messages(log, 30)
-    cqs, idx = ConsumeQueueStore(tmp_path, CQ_FILE), IndexService(tmp_path, SLOTS, ENTRIES)
-    Dispatcher(log, cqs, idx).dispatch(0, results[10].wrote_offset)  # died mid-dispatch
+def _dispatched_up_to(store: Path, n: int, k: int) -> list[AppendResult]:
+    """`n` messages written and flushed, the first `k` dispatched: the dispatcher died."""
+    log = open_log(store)
+    results = write_messages(log, n)
+    cqs, idx = ConsumeQueueStore(store, CQ_FILE), IndexService(store, SLOTS, ENTRIES)
+    Dispatcher(log, cqs, idx).dispatch(0, results[k].wrote_offset)
     log.queue.flush_all()
     for c in (log, cqs, idx):
         c.close()
+    return results
+
+
+def test_queues_lagging_behind_the_log_are_caught_up(tmp_path: Path) -> None:
+    results = _dispatched_up_to(tmp_path, 30, 10)
     rep = _recover(tmp_path)  # no abort: normal recovery still catches the queues up
     assert rep.mode == "normal" and rep.records_redispatched == 20
     assert rep.dispatch_from == results[9].wrote_offset + results[9].wrote_bytes
@@ -620,13 +626,7 @@ def test_plan_and_validate_write_nothing_and_apply_does_what_they_found(tmp_path
     """The steps one by one: plan and validate leave the loaded store's files as they
     were; validate's cuts name the torn record and the first record the queues lack;
     apply re-dispatches from there, cuts there, and every record before the tear reads."""
-    log = open_log(tmp_path)
-    results = write_messages(log, 30)
-    cqs, idx = ConsumeQueueStore(tmp_path, CQ_FILE), IndexService(tmp_path, SLOTS, ENTRIES)
-    Dispatcher(log, cqs, idx).dispatch(0, results[10].wrote_offset)  # died mid-dispatch
-    log.queue.flush_all()
-    for c in (log, cqs, idx):
-        c.close()
+    results = _dispatched_up_to(tmp_path, 30, 10)
     _zero_from(tmp_path, results[25].wrote_offset + 10)  # record 25 torn
     _crash(tmp_path)
     s = StoreSettings()
