@@ -18,13 +18,13 @@ import os
 import sys
 from pathlib import Path
 
-from mqstore.conf.load import ConfigError, load_settings
 from mqstore.conf.settings import StoreSettings
 from mqstore.engine import fileio
 from mqstore.engine.indexfile import IndexGeometryError
 from mqstore.engine.recovery import RecoveryReport, recover_store, write_report
 from mqstore.engine.segment import SegmentNameError, SegmentSizeError
 from mqstore.ipc.locks import StoreLockHeld, store_lock_holder, take_store_lock
+from mqstore.workers.commands._common import store_settings
 
 NAME = "recover"
 HELP = "recover a stopped store offline (validate, cut a torn tail, rebuild queues and index)"
@@ -46,24 +46,16 @@ def _progress(done: int, total: int) -> None:
 
 
 class _Refused(Exception):
-    """Exit 2 with this message: not a store, or a running one."""
+    """Exit 2 with this message: a running store."""
 
 
 def run(args: argparse.Namespace) -> int:
-    store = str(args.store_dir)
+    settings = store_settings(NAME, args)
+    if settings is None:
+        return 2
     try:
-        if not os.path.isdir(os.path.join(store, "commitlog")):
-            raise _Refused(f"{store} is not a store (no commitlog/)")
-        settings = load_settings(args.store_dir, args.config, os.environ).settings
-        report = _recover_locked(store, settings, args)
-    except (
-        _Refused,
-        ConfigError,
-        StoreLockHeld,
-        SegmentSizeError,
-        SegmentNameError,
-        IndexGeometryError,
-    ) as e:
+        report = _recover_locked(str(args.store_dir), settings, args)
+    except (_Refused, StoreLockHeld, SegmentSizeError, SegmentNameError, IndexGeometryError) as e:
         print(f"mqstore recover: {e}", file=sys.stderr)
         return 2
     except fileio.StoreIOError as e:
