@@ -46,7 +46,6 @@ One writer (the dispatcher); readers open files read-only in their own process.
 
 from __future__ import annotations
 
-import contextlib
 import mmap
 import os
 import struct
@@ -314,21 +313,12 @@ class IndexFile:
         behind)."""
         fileio.makedirs(directory)
         tmp = os.path.join(directory, tmp_name)
-        fd = fileio.open_file(tmp, create=True)
-        try:
-            fileio.ftruncate(fd, 0, tmp)
-            fileio.fallocate(fd, index_file_size(hash_slot_num, index_num), tmp)
-            # The slot table is written at random: zeros written now make its blocks
-            # written extents at once, so the dispatcher's first keys do not each take a
-            # page fault that converts one (RocketMQ warms its mapped files likewise).
-            fileio.pwrite(fd, bytes(INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE), 0, tmp)
-            fileio.fsync(fd, tmp)
-        except fileio.StoreIOError:
-            with contextlib.suppress(OSError):  # no blocks kept for a file never used
-                os.unlink(tmp)
-            raise
-        finally:
-            fileio.close(fd, tmp)
+        # The slot table is written at random: zeros written now make its blocks written
+        # extents at once, so the dispatcher's first keys do not each take a page fault
+        # that converts one (RocketMQ warms its mapped files likewise).
+        slot_table = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
+        size = index_file_size(hash_slot_num, index_num)
+        fileio.preallocate(tmp, size, zeros_from_start=slot_table)
         return tmp
 
     def start_after(self, prev_end_phy_offset: int, prev_end_timestamp: int) -> None:
