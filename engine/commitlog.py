@@ -86,7 +86,6 @@ _TX_PREPARED: Final = 0x4
 _I32: Final = struct.Struct(">i")
 _I64: Final = struct.Struct(">q")
 _I16: Final = struct.Struct(">h")
-_QO_PO: Final = struct.Struct(">qq")
 _CHUNK_RECORDS: Final = 8192  # records per scanner call in ChunkScan: bounded columns
 _write_record: Final = _native.write_record  # the put path's C encoder
 _time_ns: Final = time.time_ns
@@ -499,7 +498,7 @@ class CommitLog:
         out: list[AppendResult] = []
         start = seg.start_offset
         append = out.append
-        pack_qo_po = _QO_PO.pack_into
+        pack_qo_po = record.QO_PO.pack_into
         pack_ts = _I64.pack_into
         for data, ts_pos, qkey, takes, addr, port in preps:
             qo = offsets.get(qkey, 0) if takes else 0

@@ -48,11 +48,10 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
-import struct
 from typing import Final
 
 from mqstore import _native
-from mqstore.engine.consumequeue_files import CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE
+from mqstore.engine.consumequeue_files import CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, UNIT
 from mqstore.engine.filler import is_filler
 from mqstore.engine.record import (
     PROPERTY_TAGS,
@@ -67,7 +66,6 @@ from mqstore.engine.record import (
 from mqstore.engine.recordcodes import format_host, tags_code
 
 MAX_EXT_ADDR: Final = -2_147_483_649  # ConsumeQueueExt addresses are <= this (spec §3.2)
-_UNIT: Final = struct.Struct(">qiq")
 
 Walk = tuple[int, int, int, bool]  # (next unit, PullStop, sizes added, removing)
 
@@ -106,7 +104,7 @@ _EVERY: Final = TagFilter(None, None)
 
 def _real_end(units: Buffer, i: int) -> int:
     """Where the record of real unit i ends; 0 for a pre-blank or no unit."""
-    off, size, _code = _UNIT.unpack_from(units, i * CQ_STORE_UNIT_SIZE)
+    off, size, _code = UNIT.unpack_from(units, i * CQ_STORE_UNIT_SIZE)
     return 0 if size == PRE_BLANK_SIZE or off < 0 or size <= 0 else int(off + size)
 
 
@@ -159,7 +157,7 @@ def pull_units_py(
     removing = False
     i = start
     while i < n:
-        off, size, code = _UNIT.unpack_from(units, i * CQ_STORE_UNIT_SIZE)
+        off, size, code = UNIT.unpack_from(units, i * CQ_STORE_UNIT_SIZE)
         if size == PRE_BLANK_SIZE:  # 1
             i += 1
             continue

@@ -260,7 +260,8 @@ class EncodedRecord(NamedTuple):
 _FIXED_PREFIX = struct.Struct(">iIiiiqqiq")  # TOTALSIZE .. BORNTIMESTAMP: 44 bytes
 _HOST4 = struct.Struct(">4si")
 _HOST6 = struct.Struct(">16si")
-_QO_PO = struct.Struct(">qq")
+QO_PO: Final = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET: stamped at append
+HEAD_TO_PHYSICAL: Final = struct.Struct(">iIiiiqq")  # TOTALSIZE .. PHYSICALOFFSET: 36 bytes
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
@@ -382,7 +383,7 @@ def patch_append_fields(
     """Copy `rec` to `buf[pos:]` and fill in the three fields the appender owns."""
     data = rec.data
     buf[pos : pos + len(data)] = data
-    _QO_PO.pack_into(buf, pos + POS_QUEUEOFFSET, queue_offset, physical_offset)
+    QO_PO.pack_into(buf, pos + POS_QUEUEOFFSET, queue_offset, physical_offset)
     _I64.pack_into(buf, pos + rec.store_ts_pos, store_timestamp)
 
 

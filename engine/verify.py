@@ -34,22 +34,22 @@ from __future__ import annotations
 
 import contextlib
 import operator
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
 
 from mqstore import _native
 from mqstore.engine.commitlog import CommitLog
 from mqstore.engine.consumequeue import ConsumeQueue, QueueKey
-from mqstore.engine.consumequeue_files import CQ_STORE_UNIT_SIZE, CqUnit
+from mqstore.engine.consumequeue_files import CQ_STORE_UNIT_SIZE, UNIT, CqUnit
 from mqstore.engine.consumequeue_store import ConsumeQueueStore
-from mqstore.engine.record import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, Buffer
+from mqstore.engine.record import (
+    HEAD_TO_PHYSICAL,
+    MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
+    Buffer,
+)
 from mqstore.engine.scan import RecordScan
 from mqstore.engine.segment import ReadStatus
-
-_UNIT: Final = struct.Struct(">qiq")
-_HEAD: Final = struct.Struct(">iIiiiqq")  # size, magic, crc, queue id, flag, qo, phys
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +85,7 @@ def verify_units_py(
     view = memoryview(units).cast("B")
     if len(view) % CQ_STORE_UNIT_SIZE:
         raise ValueError(f"units holds {len(view)} bytes, not whole 20-byte units")
-    for i, t in enumerate(_UNIT.iter_unpack(view)):
+    for i, t in enumerate(UNIT.iter_unpack(view)):
         u = CqUnit._make(t)
         if u.is_pre_blank:
             continue
@@ -125,9 +125,9 @@ def _header(phy: int, log: LogBounds) -> tuple[int, ...] | None:
     if seg is None:
         return None
     view = memoryview(seg).cast("B")
-    if pos + _HEAD.size > len(view):
+    if pos + HEAD_TO_PHYSICAL.size > len(view):
         return None
-    return _HEAD.unpack_from(view, pos)
+    return HEAD_TO_PHYSICAL.unpack_from(view, pos)
 
 
 def queue_last_ends(buf: Buffer, scan: RecordScan, start: int) -> dict[tuple[bytes, int], int]:
