@@ -21,6 +21,8 @@ SOURCES = [
     "ipc/native/mqs_futex.c",
     "ipc/native/mqs_live.c",
     "ipc/native/mqs_put.c",
+    "ipc/native/mqs_round.c",
+    "ipc/native/mqs_control_py.c",
     "engine/native/mqs_scan.c",
     "engine/native/mqs_scan_py.c",
     "engine/native/mqs_pull.c",

@@ -103,6 +103,12 @@ def _install_env_faults() -> None:
         set_fault(op, factory, after=after)
 
 
+def seams_quiet(*ops: str) -> bool:
+    """No fault is set on any of `ops` and no sync watch is installed: a caller may do
+    those operations outside this module (the flusher's C round, `ipc.commit`)."""
+    return _watch is NO_WATCH and not any(op in _faults for op in ops)
+
+
 def _check_fault(op: str) -> None:
     factory = _faults.get(op)
     if factory is None:

@@ -15,6 +15,13 @@ touched, opened lazily). Three steps, each with one owner of the position it mov
 * `flush(least_pages)`: force `[flushed, committed)` with fdatasync, then move
   `flushed_pos` and rewrite `<store>/flushed_offset`. Flusher only (supervisor at drain).
   Raises StoreIOError, after which the caller marks the store read-only.
+  `flush_and_wake` also wakes the sync waiters the flush covered (`wake_mask`) and
+  counts it in the control block's fsync histograms.
+
+Under SYNC_FLUSH the flusher's round (gather, commit, flush, wake) is one C call without
+the GIL, `sync_round` (`ipc/native/mqs_round.c`), when every byte of it lies in one
+segment and no fault or sync watch is set (`fileio.seams_quiet`); `sync_round_py` is its
+Python twin and does the rest (a segment boundary, fills for dead producers).
 
 Least-pages rules are RocketMQ's: whole 4 KiB pages between the two positions, or a
 segment boundary crossed, or `least_pages <= 0` for anything new.
@@ -22,12 +29,14 @@ segment boundary crossed, or `least_pages <= 0` for anything new.
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from typing import Final
 
 from mqstore import _native
 from mqstore.engine import fileio, storedir
+from mqstore.engine.filesync import SyncMethod
 from mqstore.engine.filler import INTERNAL_TOPIC, write_filler
 from mqstore.engine.segment import OS_PAGE_SIZE, Segment, segment_file_name
 from mqstore.ipc import control as c
@@ -35,6 +44,33 @@ from mqstore.ipc.locks import COMMIT_LOCK, FileLock
 from mqstore.ipc.reservation import LiveTable
 
 DEAD_CHECK_AFTER_S: Final = 0.02  # a slot must be stuck this long before its pid is checked
+ROUND_FORCED: Final = 0  # _native.sync_round's codes (ipc/native/mqs_round.h)
+ROUND_FAILED: Final = 3
+ROUND_OPS: Final = ("", "flock", "pwrite", "fdatasync", "pwrite")  # by the op it returns
+WAKE_ANY: Final = 0xFFFF_FFFF
+WAKE_SHIFT: Final = 12  # futex wake buckets of 4 KiB of log (ipc/native/mqs_futex.h)
+
+# (t_gathered, t_committed, t_forced, t_waked) of a sync round, CLOCK_MONOTONIC ns
+RoundTimes = tuple[int, int, int, int]
+
+
+def wait_bits(end: int) -> int:
+    """The futex bit a sync waiter for flushed_pos >= `end` sleeps with (`mqs_wait_bits`'
+    twin): the bit of end's 2^WAKE_SHIFT-byte bucket, modulo 32."""
+    return WAKE_ANY if end <= 0 else 1 << ((end >> WAKE_SHIFT) & 31)
+
+
+def wake_mask(from_pos: int, to_pos: int) -> int:
+    """The futex bits of the sync waiters a flush from `from_pos` to `to_pos` covered:
+    those of the ends in (from_pos, to_pos] (`mqs_wake_mask`'s twin); every bit for 32
+    buckets or more, or for an empty range."""
+    first, last = (from_pos + 1) >> WAKE_SHIFT, to_pos >> WAKE_SHIFT
+    if to_pos <= from_pos or from_pos < 0 or last - first >= 31:
+        return WAKE_ANY
+    mask = 0
+    for b in range(first, last + 1):
+        mask |= 1 << (b & 31)
+    return mask
 
 
 def pid_alive(pid: int) -> bool:
@@ -75,6 +111,7 @@ class LogFiles:
         self._commit_lock = FileLock(os.path.join(store_dir, COMMIT_LOCK))
         self._stuck: tuple[int, float] = (-1, 0.0)
         self._flushed_fd = -1
+        self._round_fd = (-1, -1)  # (segment index, fd) the C round forces
         self._live = LiveTable(store_dir)
 
     def segment(self, index: int) -> Segment:
@@ -104,6 +141,9 @@ class LogFiles:
         if self._flushed_fd >= 0:
             fileio.close(self._flushed_fd)
             self._flushed_fd = -1
+        if self._round_fd[1] >= 0:
+            fileio.close(self._round_fd[1])
+            self._round_fd = (-1, -1)
 
     # --- publish ----------------------------------------------------------------------
 
@@ -185,8 +225,10 @@ class LogFiles:
     def _commit_locked(self, least_pages: int) -> int:
         cb = self.cb
         self.publish()
-        pub = cb.get(c.OFF_PUBLISHED)
-        com = cb.get(c.OFF_COMMITTED)
+        # In this order: the seq before the position (a publisher moves the position
+        # first), so every seq below `pseq` is committed once `pub` is.
+        order = (c.OFF_PUBLISHED_SEQ, c.OFF_PUBLISHED_TS, c.OFF_PUBLISHED, c.OFF_COMMITTED)
+        pseq, ts, pub, com = map(cb.get, order)
         if pub <= com:
             return 0
         size = self.size
@@ -196,8 +238,6 @@ class LogFiles:
             and pub // size == com // size
         ):
             return 0
-        ts = cb.get(c.OFF_PUBLISHED_TS)
-        pseq = cb.get(c.OFF_PUBLISHED_SEQ)
         start = com
         if self.pool:
             while com < pub:
@@ -247,9 +287,89 @@ class LogFiles:
         self.write_flushed_offset(com)
         return com - fl
 
-    def write_flushed_offset(self, offset: int) -> None:
-        """Rewrite `<store>/flushed_offset` in place (the Spark reader's limit)."""
+    def _offset_file(self) -> tuple[int, str]:
         path = os.path.join(self.store_dir, storedir.FLUSHED_OFFSET_FILE)
         if self._flushed_fd < 0:
             self._flushed_fd = fileio.open_file(path, create=True, mode=0o600)
-        storedir.write_flushed_offset(self._flushed_fd, offset, path)
+        return self._flushed_fd, path
+
+    def write_flushed_offset(self, offset: int) -> None:
+        """Rewrite `<store>/flushed_offset` in place (the Spark reader's limit)."""
+        fd, path = self._offset_file()
+        storedir.write_flushed_offset(fd, offset, path)
+
+    def flush_and_wake(self, least_pages: int = 0) -> tuple[int, int] | None:
+        """`flush`, then, when it forced, wake the sync waiters it may cover and count the
+        fsync's duration and messages in the control block's histograms (the metrics'
+        fsync latency and group commits). (forced, waiters woken) times, or None."""
+        cb = self.cb
+        n0, ns0 = cb.get(c.OFF_FSYNC_COUNT), cb.get(c.OFF_FSYNC_NS)
+        m0, fl0 = cb.get(c.OFF_FSYNC_MSGS), cb.get(c.OFF_FLUSHED)
+        self.flush(least_pages)
+        if cb.get(c.OFF_FSYNC_COUNT) == n0:
+            return None
+        t_forced = time.monotonic_ns()
+        _native.flushed_wake(cb.buf, fl0)
+        t_waked = time.monotonic_ns()
+        us = (cb.get(c.OFF_FSYNC_NS) - ns0) // 1000
+        b = c.bucket_of(us, c.FSYNC_HIST_SHIFT, c.FSYNC_HIST_BUCKETS)
+        cb.add(c.OFF_FSYNC_HIST + 8 * b, 1)
+        b = c.bucket_of(cb.get(c.OFF_FSYNC_MSGS) - m0, 0, c.GROUP_HIST_BUCKETS)
+        cb.add(c.OFF_GROUP_HIST + 8 * b, 1)
+        return t_forced, t_waked
+
+    # --- the flusher's SYNC_FLUSH round ----------------------------------------------------
+
+    def sync_round(self, want_seq: int, gather_ns: int) -> RoundTimes | None:
+        """Gather (until published_seq reaches `want_seq`, at most `gather_ns`), commit up
+        to the sync request, flush and wake: in C without the GIL when it can
+        (`_native.sync_round`), else `sync_round_py`. Its times, or None when it forced
+        nothing. Raises StoreIOError."""
+        cb = self.cb
+        index = cb.get(c.OFF_FLUSHED) // self.size
+        if (
+            fileio.seams_quiet("pwrite", "fdatasync")
+            and (self.pool or self.segment(index).mmap_sync is SyncMethod.FDATASYNC)
+            and self._round_file(index)
+        ):
+            code, op, err, *times = _native.sync_round(
+                cb.buf, cb.pool_buf if self.pool else None, index, self._round_fd[1],
+                self._commit_lock.fd, self._offset_file()[0], want_seq, gather_ns,
+            )  # fmt: skip
+            if code == ROUND_FORCED:
+                return times[0], times[1], times[2], times[3]
+            if code == ROUND_FAILED:
+                path = self._offset_file()[1] if op == 4 else self.segment(index).path
+                raise fileio.StoreIOError(ROUND_OPS[op], path, OSError(err, os.strerror(err)))
+            want_seq = 0  # gathered: the rest (a boundary, a fill) in Python
+        return self.sync_round_py(want_seq, gather_ns)
+
+    def _round_file(self, index: int) -> bool:
+        """The C round's descriptor of segment `index` is open (False: no such file yet,
+        which the Python round handles, as it did before)."""
+        if self._round_fd[0] == index:
+            return True
+        if self._round_fd[1] >= 0:
+            fileio.close(self._round_fd[1])
+            self._round_fd = (-1, -1)
+        path = os.path.join(self.log_dir, segment_file_name(index * self.size))
+        try:
+            self._round_fd = (index, fileio.open_file(path, create=False))
+        except fileio.StoreIOError as e:
+            if e.errno != errno.ENOENT:
+                raise
+            return False
+        return True
+
+    def sync_round_py(self, want_seq: int, gather_ns: int) -> RoundTimes | None:
+        """`sync_round` in Python (`_native.sync_round`'s twin): the gather, `commit(0)`
+        when the request is beyond the committed position, `flush_and_wake(0)`."""
+        cb = self.cb
+        if want_seq > 0 and cb.get(c.OFF_PUBLISHED_SEQ) < want_seq:
+            _native.flusher_gather(cb.buf, want_seq, gather_ns)
+        t_gathered = time.monotonic_ns()
+        if cb.get(c.OFF_COMMITTED) < _native.sync_request(cb.buf):
+            self.commit(0)
+        t_committed = time.monotonic_ns()
+        woke = self.flush_and_wake(0)
+        return None if woke is None else (t_gathered, t_committed, *woke)

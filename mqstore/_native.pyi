@@ -184,7 +184,33 @@ def init_control(ctl: Buffer, /) -> None:
     """Supervisor, once: the robust, process-shared reservation mutex."""
 
 def flushed_wake_all(ctl: Buffer, /) -> None:
-    """Flusher: after moving flushed_pos, wake every sync waiter."""
+    """After setting READ_ONLY, at drain: wake every sync waiter."""
+
+def flushed_wake(ctl: Buffer, from_pos: int, /) -> None:
+    """Flusher, after moving flushed_pos from `from_pos`: wake the sync waiters it
+    covered (the bits of `wake_mask(from_pos, flushed_pos)`)."""
+
+def wake_mask(from_pos: int, to_pos: int, /) -> int:
+    """The futex bits of waiters for ends in (from_pos, to_pos] (ipc.commit.wake_mask)."""
+
+def wait_bits(end: int, /) -> int:
+    """The futex bit a waiter for `end` sleeps with (ipc.commit.wait_bits)."""
+
+def sync_round(
+    ctl: Buffer,
+    pool: Buffer | None,
+    seg_index: int,
+    seg_fd: int,
+    lock_fd: int,
+    offset_fd: int,
+    want_seq: int,
+    gather_ns: int,
+    /,
+) -> tuple[int, int, int, int, int, int, int, int]:
+    """The flusher's SYNC_FLUSH round without the GIL (ipc/native/mqs_round.h): (code 0
+    forced / 1 nothing to force / 2 left to the Python twin / 3 failed, the failed call
+    1 flock 2 pwrite 3 fdatasync 4 flushed_offset's pwrite, its errno, t_gathered,
+    t_committed, t_forced, t_waked, fsync_ns)."""
 
 def flusher_wake(ctl: Buffer, /) -> None:
     """Wake the flusher if it sleeps."""

@@ -4,13 +4,17 @@
 block, without sockets (`ipc/native/mqs_futex.c`): a sync producer records the end it waits
 for in `sync_request` (the furthest one wins) and wakes the flusher if it sleeps; the
 flusher commits on demand (publish + pwrite of the pool, under the commit lock), forces
-once, publishes the new `flushed_pos`, and wakes every waiter with one FUTEX_WAKE. Each
-waiter decides from `flushed_pos` alone: nothing another process sends can acknowledge a
-put. Whoever arrives during an fsync is served by the next one (group commit). A
-request not yet covered after a flush (another producer is still copying before it)
-keeps the flusher polling: first yielding the CPU to it (POLL_NS), then backing off
-from SPIN_S to SPIN_MAX_S while nothing moves. Waiters enforce `syncFlushTimeout`
-themselves (FLUSH_DISK_TIMEOUT).
+once, publishes the new `flushed_pos`, and wakes the waiters that flush may cover with
+one FUTEX_WAKE_BITSET (a waiter sleeps on the bit of its end's 4 KiB bucket of log;
+`ipc.commit.wake_mask`). Each waiter decides from `flushed_pos` alone: nothing another process sends
+can acknowledge a put. The whole round (gather, commit, force, publish, statistics,
+wake) is one C call without the GIL, `LogFiles.sync_round` (`ipc/native/mqs_round.c`),
+which leaves to its Python twin what it cannot do (a segment boundary, a fill for a dead
+producer, a fault or sync watch set). Whoever arrives during an fsync is served by the
+next one (group commit). A request not yet covered after a flush (another producer is
+still copying before it) keeps the flusher polling: first yielding the CPU to it
+(POLL_NS), then backing off from SPIN_S to SPIN_MAX_S while nothing moves. Waiters
+enforce `syncFlushTimeout` themselves (FLUSH_DISK_TIMEOUT).
 
 Three measured choices keep the rounds full (`bench/results/profile_sync.txt`):
 
@@ -19,9 +23,9 @@ Three measured choices keep the rounds full (`bench/results/profile_sync.txt`):
   it alone and leaves the rest to the next fsync, so two half groups alternate. Before
   forcing, the flusher waits until as many messages are published and not yet flushed
   as the last round covered, at most GATHER_FRACTION of a recent fsync (and
-  GATHER_MAX_NS): `_native.flusher_gather`, woken only by the producer whose publish
-  completes the group. A put is never answered sooner than before: it only waits for
-  its round's start up to that bound.
+  GATHER_MAX_NS): the round's first step (`mqs_flusher_gather`), woken only by the
+  producer whose publish completes the group. A put is never answered sooner than
+  before: it only waits for its round's start up to that bound.
 * **Poll before sleeping.** After a round, the flusher yields the CPU for up to POLL_NS
   looking for the next request before it sleeps on its futex: a lone sync producer is
   back within tens of microseconds, and finding its request saves the futex wake-up
@@ -89,7 +93,6 @@ class Flusher(Service):
         self.fsync_ns = 0  # recent fdatasync time (moving average)
         self.spins = 0  # polls since the last round for a producer still copying
         self.poll_next = False  # the last tick served a sync round: poll before sleeping
-        self._forced = (0, 0)  # (fsync returned, waiters woken) of the last flush, ns
         self._slept = (0, 0)  # (went to sleep, woke) of the last futex sleep, ns
 
     @property
@@ -151,20 +154,16 @@ class Flusher(Service):
         return timeout
 
     def _serve_sync_request(self, now: float) -> float:
-        """Commit and force up to the furthest request; the wait before the next tick
-        (0 when served, a growing spin while a producer ahead is still copying)."""
+        """Gather, commit and force up to the furthest request, wake its waiters: one C
+        call when it can (`LogFiles.sync_round`); the wait before the next tick (0 when
+        served, a growing spin while a producer ahead is still copying)."""
         cb = self.ctx.cb
         t0 = time.monotonic_ns()
-        self._gather(t0)
-        t_gathered = time.monotonic_ns()
         before = cb.get(c.OFF_FLUSHED)
-        m0 = cb.get(c.OFF_FSYNC_MSGS)
-        if cb.get(c.OFF_COMMITTED) < _native.sync_request(cb.buf):
-            self.files.commit(0)
-        t1 = time.monotonic_ns() if self.trace_path else 0
-        self.flush(0)
+        m0, ns0 = cb.get(c.OFF_FSYNC_MSGS), cb.get(c.OFF_FSYNC_NS)
+        times = self.files.sync_round(*self._gather_target())
         self.last_flush = now
-        if cb.get(c.OFF_FLUSHED) == before and self.requested():
+        if times is None and self.requested():
             # Not published yet (a producer ahead is still copying, or preempted while
             # it copies): yield the CPU to it for a moment, then poll, backing off while
             # nothing moves.
@@ -176,13 +175,12 @@ class Flusher(Service):
             return spin
         msgs = cb.get(c.OFF_FSYNC_MSGS) - m0
         self.group = msgs
-        t_forced, t_waked = self._forced
-        if self.trace_path and len(self.trace) < TRACE_MAX_ROWS:
+        self._note_fsync(cb.get(c.OFF_FSYNC_NS) - ns0)
+        if times and self.trace_path and len(self.trace) < TRACE_MAX_ROWS:
             slept, self._slept = self._slept, (0, 0)
             self.trace.append(
-                (*slept, t0, t_gathered, t1, t_forced, t_waked, msgs,
-                 cb.get(c.OFF_FLUSHED) - before, self.spins)
-            )  # fmt: skip
+                (*slept, t0, *times, msgs, cb.get(c.OFF_FLUSHED) - before, self.spins)
+            )
         self.spins = 0
         self.spin = SPIN_S
         self.poll_next = True
@@ -199,42 +197,31 @@ class Flusher(Service):
                 return True
         return False
 
-    def _gather(self, t0: int) -> None:
+    def _gather_target(self) -> tuple[int, int]:
         """Group commit's other half: the last round woke `group` waiters, who are on
         their way back with their next puts. While fewer than that are published and
-        not flushed, sleep until the producer whose publish completes the group wakes
-        the flusher, at most GATHER_FRACTION of a recent fsync: one force for all of
-        them instead of two."""
+        not flushed, the round sleeps until the producer whose publish completes the
+        group wakes the flusher, at most GATHER_FRACTION of a recent fsync: one force
+        for all of them instead of two. (published_seq to wait for, at most ns), or
+        (0, 0): no gather."""
         want = self.group
         if want <= 1:
-            return
+            return 0, 0
         cb = self.ctx.cb
         target = cb.get(c.OFF_FLUSHED_SEQ) + want
         if cb.get(c.OFF_PUBLISHED_SEQ) >= target:
-            return
-        timeout = min(int(self.fsync_ns * GATHER_FRACTION), GATHER_MAX_NS)
-        _native.flusher_gather(cb.buf, target, timeout)
+            return 0, 0
+        return target, min(int(self.fsync_ns * GATHER_FRACTION), GATHER_MAX_NS)
+
+    def _note_fsync(self, ns: int) -> None:
+        if ns > 0:
+            self.fsync_ns = (self.fsync_ns * 7 + ns) // 8
 
     def flush(self, least: int) -> None:
-        """`files.flush`, then wake every sync waiter; when it fsynced, its duration and
-        the slots it covered into the control block's histograms (the metrics' fsync
-        latency and group commits)."""
-        cb = self.ctx.cb
-        n0, ns0, m0 = cb.get(c.OFF_FSYNC_COUNT), cb.get(c.OFF_FSYNC_NS), cb.get(c.OFF_FSYNC_MSGS)
-        self.files.flush(least)
-        if cb.get(c.OFF_FSYNC_COUNT) == n0:
-            self._forced = (0, 0)
-            return
-        t_forced = time.monotonic_ns()
-        _native.flushed_wake_all(cb.buf)
-        self._forced = (t_forced, time.monotonic_ns())
-        ns = cb.get(c.OFF_FSYNC_NS) - ns0
-        self.fsync_ns = (self.fsync_ns * 7 + ns) // 8
-        us = ns // 1000
-        b = c.bucket_of(us, c.FSYNC_HIST_SHIFT, c.FSYNC_HIST_BUCKETS)
-        cb.add(c.OFF_FSYNC_HIST + 8 * b, 1)
-        b = c.bucket_of(cb.get(c.OFF_FSYNC_MSGS) - m0, 0, c.GROUP_HIST_BUCKETS)
-        cb.add(c.OFF_GROUP_HIST + 8 * b, 1)
+        """`files.flush_and_wake`: force, wake the sync waiters it covered, count it."""
+        ns0 = self.ctx.cb.get(c.OFF_FSYNC_NS)
+        self.files.flush_and_wake(least)
+        self._note_fsync(self.ctx.cb.get(c.OFF_FSYNC_NS) - ns0)
 
     def drain_step(self) -> bool:
         """Everything committed goes to disk, every waiter gets its answer (the rest

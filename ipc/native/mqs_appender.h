@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "mqs_append.h"
+#include "mqs_futex.h"
 
 /* Copies and CRCs of at least this many bytes run with the GIL released. */
 #define MQS_NOGIL_BYTES (64 * 1024)
@@ -36,8 +37,6 @@ typedef struct {
     int open, has_pool, busy;
     struct mqs_client c;
 } Appender;
-
-int64_t mqs_mono_ns(void);
 
 /* Reserve and copy `n` parsed items into the pool or `target_obj` (the mapping of segment
  * `target_index`): MQS_OK with r, qoffs and waited filled, a code < 0, or -100 with an

@@ -9,6 +9,13 @@
 
 #include "mqs_layout.h"
 
+int64_t mqs_mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 /* Shared futexes (no FUTEX_PRIVATE_FLAG): waiters and wakers are different processes. */
 static void futex_wait(uint32_t *word, uint32_t seen, int64_t timeout_ns)
 {
@@ -16,9 +23,34 @@ static void futex_wait(uint32_t *word, uint32_t seen, int64_t timeout_ns)
     syscall(SYS_futex, word, FUTEX_WAIT, seen, &ts, NULL, 0); /* EAGAIN/EINTR/ETIMEDOUT: fine */
 }
 
+/* FUTEX_WAIT_BITSET: woken only by a wake whose mask shares a bit with `bits`; its
+ * timeout is absolute (CLOCK_MONOTONIC). */
+static void futex_wait_bits(uint32_t *word, uint32_t seen, int64_t timeout_ns, uint32_t bits)
+{
+    int64_t at = mqs_mono_ns() + timeout_ns;
+    struct timespec ts = {at / 1000000000, at % 1000000000};
+    syscall(SYS_futex, word, FUTEX_WAIT_BITSET, seen, &ts, NULL, bits);
+}
+
 static void futex_wake(uint32_t *word, int n)
 {
     syscall(SYS_futex, word, FUTEX_WAKE, n, NULL, NULL, 0);
+}
+
+uint32_t mqs_wait_bits(int64_t end)
+{
+    return end <= 0 ? MQS_WAKE_ANY : 1u << ((end >> MQS_WAKE_SHIFT) & 31);
+}
+
+uint32_t mqs_wake_mask(int64_t from_pos, int64_t to_pos)
+{
+    int64_t first = (from_pos + 1) >> MQS_WAKE_SHIFT, last = to_pos >> MQS_WAKE_SHIFT;
+    if (to_pos <= from_pos || from_pos < 0 || last - first >= 31)
+        return MQS_WAKE_ANY; /* nothing moved: everyone, never fewer than needed */
+    uint32_t mask = 0;
+    for (int64_t b = first; b <= last; b++)
+        mask |= 1u << (b & 31);
+    return mask;
 }
 
 static int64_t load(uint8_t *ctl, int64_t off)
@@ -54,7 +86,7 @@ int mqs_wait_flushed_tick(uint8_t *ctl, int64_t end, int64_t tick_ns)
            !__atomic_compare_exchange_n(req, &cur, end, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
         ;
     mqs_flusher_wake(ctl);
-    futex_wait(seq, seen, tick_ns);
+    futex_wait_bits(seq, seen, tick_ns, mqs_wait_bits(end));
     if (load(ctl, MQS_OFF_FLUSHED) >= end) /* the shared word is the truth */
         return MQS_FLUSHED;
     if (load(ctl, MQS_OFF_FLAGS) & MQS_FLAG_READ_ONLY)
@@ -62,10 +94,21 @@ int mqs_wait_flushed_tick(uint8_t *ctl, int64_t end, int64_t tick_ns)
     return MQS_WAIT_AGAIN;
 }
 
-void mqs_flushed_wake_all(uint8_t *ctl)
+void mqs_flushed_wake(uint8_t *ctl, uint32_t mask)
 {
     __atomic_add_fetch(mqs_u32(ctl, MQS_OFF_FLUSH_SEQ), 1, __ATOMIC_SEQ_CST);
-    futex_wake(mqs_u32(ctl, MQS_OFF_FLUSH_SEQ), INT_MAX);
+    syscall(SYS_futex, mqs_u32(ctl, MQS_OFF_FLUSH_SEQ), FUTEX_WAKE_BITSET, INT_MAX, NULL, NULL,
+            mask ? mask : MQS_WAKE_ANY);
+}
+
+void mqs_flushed_wake_all(uint8_t *ctl)
+{
+    mqs_flushed_wake(ctl, MQS_WAKE_ANY);
+}
+
+void mqs_flushed_wake_from(uint8_t *ctl, int64_t from_pos)
+{
+    mqs_flushed_wake(ctl, mqs_wake_mask(from_pos, load(ctl, MQS_OFF_FLUSHED)));
 }
 
 int64_t mqs_sync_request(uint8_t *ctl)
@@ -87,18 +130,11 @@ int mqs_flusher_sleep(uint8_t *ctl, int64_t timeout_ns)
     return load(ctl, MQS_OFF_SYNC_REQUEST) > load(ctl, MQS_OFF_FLUSHED);
 }
 
-static int64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 int mqs_flusher_gather(uint8_t *ctl, int64_t want_seq, int64_t timeout_ns)
 {
     uint32_t *wake = mqs_u32(ctl, MQS_OFF_FLUSHER_WAKE);
     uint32_t *sleeps = mqs_u32(ctl, MQS_OFF_FLUSHER_SLEEPS);
-    int64_t deadline = mono_ns() + timeout_ns;
+    int64_t deadline = mqs_mono_ns() + timeout_ns;
     __atomic_store_n(mqs_i64(ctl, MQS_OFF_GATHER_WANT), want_seq, __ATOMIC_SEQ_CST);
     __atomic_store_n(sleeps, 1, __ATOMIC_SEQ_CST);
     for (;;) {
@@ -107,7 +143,7 @@ int mqs_flusher_gather(uint8_t *ctl, int64_t want_seq, int64_t timeout_ns)
         uint32_t seen = __atomic_load_n(wake, __ATOMIC_SEQ_CST);
         if (load(ctl, MQS_OFF_PUBLISHED_SEQ) >= want_seq)
             break;
-        int64_t left = deadline - mono_ns();
+        int64_t left = deadline - mqs_mono_ns();
         if (left <= 0)
             break;
         futex_wait(wake, seen, left);

@@ -1,22 +1,49 @@
 /* Sync acknowledgements over the control block, no sockets: a sync producer waits on
- * FLUSH_SEQ until FLUSHED covers its end; the flusher bumps FLUSH_SEQ and wakes every
- * waiter after each flush; producers wake a sleeping flusher through FLUSHER_WAKE. A
- * wake-up is a hint: only the shared flushed position, which the flusher alone writes
- * (owner-only shared memory), makes a put PUT_OK. */
+ * FLUSH_SEQ until FLUSHED covers its end; the flusher bumps FLUSH_SEQ and wakes the
+ * waiters its flush may have covered; producers wake a sleeping flusher through
+ * FLUSHER_WAKE. A wake-up is a hint: only the shared flushed position, which the flusher
+ * alone writes (owner-only shared memory), makes a put PUT_OK.
+ *
+ * Who is woken (FUTEX_WAIT_BITSET / FUTEX_WAKE_BITSET): the log is cut into buckets of
+ * 2^MQS_WAKE_SHIFT bytes, and a waiter for `end` sleeps with the bit of end's bucket
+ * modulo 32 (`mqs_wait_bits`). A flush that moved flushed_pos from f to t covers exactly
+ * the ends in (f, t]: it wakes the bits of their buckets (`mqs_wake_mask`; every bit
+ * when they are 32 or more). So a waiter a round does not cover sleeps on instead of
+ * waking to find nothing, but for those in t's own bucket and those 32 buckets ahead.
+ * Positions, not seqs: the flushed position is the truth the waiter decides from, and
+ * no waiter it covers is missed (ipc/commit.py: `wait_bits`, `wake_mask` are twins). */
 #ifndef MQS_FUTEX_H
 #define MQS_FUTEX_H
 
 #include <stdint.h>
 
 enum { MQS_FLUSHED = 0, MQS_WAIT_AGAIN = 1, MQS_FLUSH_FAILED = 2 };
+#define MQS_WAKE_ANY 0xFFFFFFFFu
+#define MQS_WAKE_SHIFT 12 /* 4 KiB buckets: 32 of them hold a round of 64 1 KiB puts */
+
+/* CLOCK_MONOTONIC in ns (time.monotonic_ns, time.perf_counter_ns on Linux). */
+int64_t mqs_mono_ns(void);
+
+/* The bit a waiter for flushed_pos >= `end` sleeps with. */
+uint32_t mqs_wait_bits(int64_t end);
+
+/* The bits of the ends in (from_pos, to_pos]: every bit for 32 buckets or more, or for
+ * an empty range. */
+uint32_t mqs_wake_mask(int64_t from_pos, int64_t to_pos);
 
 /* One tick of a sync producer's wait (call without the GIL): record the request, wake
- * the flusher if it sleeps, wait on FLUSH_SEQ at most `tick_ns`. Returns MQS_FLUSHED
- * once flushed_pos >= end, MQS_FLUSH_FAILED once the store is read-only, else
- * MQS_WAIT_AGAIN (the caller checks its deadline and signals, then calls again). */
+ * the flusher if it sleeps, wait on FLUSH_SEQ with end's bit at most `tick_ns`. Returns
+ * MQS_FLUSHED once flushed_pos >= end, MQS_FLUSH_FAILED once the store is read-only,
+ * else MQS_WAIT_AGAIN (the caller checks its deadline and signals, then calls again). */
 int mqs_wait_flushed_tick(uint8_t *ctl, int64_t end, int64_t tick_ns);
 
-/* Flusher: after moving flushed_pos (or setting READ_ONLY), wake every waiter. */
+/* Flusher: after moving flushed_pos, wake the waiters sleeping with a bit of `mask`. */
+void mqs_flushed_wake(uint8_t *ctl, uint32_t mask);
+
+/* Flusher: after moving flushed_pos from `from_pos`: wake the waiters it covered. */
+void mqs_flushed_wake_from(uint8_t *ctl, int64_t from_pos);
+
+/* After setting READ_ONLY, at drain: wake every waiter. */
 void mqs_flushed_wake_all(uint8_t *ctl);
 
 /* Flusher: sleep until a producer asks for a flush beyond flushed_pos, or `timeout_ns`

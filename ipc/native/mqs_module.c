@@ -8,21 +8,22 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include <time.h>
+#include <limits.h>
 
 #include "mqs_append.h"
 #include "mqs_appender.h"
 #include "mqs_args.h"
+#include "mqs_control_py.h"
 #include "mqs_crashpoint.h"
 #include "mqs_cq.h"
 #include "mqs_crc32.h"
 #include "mqs_futex.h"
 #include "mqs_index.h"
 #include "mqs_layout.h"
-#include "mqs_live.h"
 #include "mqs_pull_py.h"
 #include "mqs_put.h"
 #include "mqs_record.h"
+#include "mqs_round.h"
 #include "mqs_scan_py.h"
 #include "mqs_verify_py.h"
 
@@ -268,13 +269,6 @@ static void appender_dealloc(Appender *self)
     }
     mqs_put_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-int64_t mqs_mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 /* The lock, without the GIL when it has to wait (`waited`: how long; 0 when free). */
@@ -640,25 +634,28 @@ static PyObject *appender_count(Appender *Py_UNUSED(self), PyObject *const *args
     Py_RETURN_NONE;
 }
 
+/* A METH_FASTCALL entry of a method table. */
+#define FAST(name, fn, doc) {name, (PyCFunction)(void (*)(void))(fn), METH_FASTCALL, doc}
+
 static PyMethodDef appender_methods[] = {
-    {"count", (PyCFunction)(void (*)(void))appender_count, METH_FASTCALL,
-     "count(stats, n, nbytes, status_index, ok, sync, lat_ns, lock_ns, append_ns, "
-     "flush_ns): one put call into the client's statistics row (lock_ns < 0: no phases)."},
-    {"put", (PyCFunction)(void (*)(void))appender_put, METH_FASTCALL,
-     "put(target, target_index, qslot, prep, timeout_ns) -> (seq, start, store_ts, "
-     "queue_offset, lock_wait_ns) | int: the whole common-case put, or a code (< 0)."},
-    {"put_batch", (PyCFunction)(void (*)(void))appender_put_batch, METH_FASTCALL,
-     "put_batch(target, target_index, qslots, preps, timeout_ns) -> (first_seq, start, "
-     "store_ts, queue_offsets, lock_wait_ns) | int"},
-    {"write", (PyCFunction)(void (*)(void))appender_write, METH_FASTCALL,
-     "write(target, pos, seq, prep, queue_offset, physical_offset, store_timestamp): the "
-     "general path's copy of one reserved record (prep None: a BLANK of store_timestamp "
-     "bytes), then its slot DONE."},
+    FAST("count", appender_count,
+         "count(stats, n, nbytes, status_index, ok, sync, lat_ns, lock_ns, append_ns, "
+         "flush_ns): one put call into the client's statistics row (lock_ns < 0: no phases)."),
+    FAST("put", appender_put,
+         "put(target, target_index, qslot, prep, timeout_ns) -> (seq, start, store_ts, "
+         "queue_offset, lock_wait_ns) | int: the whole common-case put, or a code (< 0)."),
+    FAST("put_batch", appender_put_batch,
+         "put_batch(target, target_index, qslots, preps, timeout_ns) -> (first_seq, start, "
+         "store_ts, queue_offsets, lock_wait_ns) | int"),
+    FAST("write", appender_write,
+         "write(target, pos, seq, prep, queue_offset, physical_offset, store_timestamp): the "
+         "general path's copy of one reserved record (prep None: a BLANK of store_timestamp "
+         "bytes), then its slot DONE."),
     {"lock", (PyCFunction)appender_lock, METH_O,
      "lock(timeout_ns) -> int: take the reservation lock (0) or a code (< 0)."},
     {"unlock", (PyCFunction)appender_unlock, METH_NOARGS, "unlock(): release it."},
-    {"wait_flushed", (PyCFunction)(void (*)(void))appender_wait_flushed, METH_FASTCALL,
-     "wait_flushed(end, timeout_ns) -> 0 flushed | 1 timed out | 2 flush failed."},
+    FAST("wait_flushed", appender_wait_flushed,
+         "wait_flushed(end, timeout_ns) -> 0 flushed | 1 timed out | 2 flush failed."),
     MQS_PUT_METHODS
     {"close", (PyCFunction)appender_close, METH_NOARGS, "Release the shared buffers."},
     {NULL, NULL, 0, NULL},
@@ -710,178 +707,12 @@ static PyObject *py_write_record(PyObject *Py_UNUSED(m), PyObject *const *args, 
     Py_RETURN_NONE;
 }
 
-/* ---- control-block helpers for the supervisor, the flusher and the committer ------- */
-
-static int ctl_of(PyObject *o, Py_buffer *v)
-{
-    if (mqs_arg_wbuffer(o, "ctl", v) < 0)
-        return -1;
-    if (v->len < MQS_SLOTS_OFF) {
-        PyBuffer_Release(v);
-        PyErr_SetString(PyExc_ValueError, "ctl is shorter than a control block");
-        return -1;
-    }
-    return 0;
-}
-
-static PyObject *py_init_control(PyObject *Py_UNUSED(m), PyObject *arg)
-{
-    Py_buffer v;
-    if (ctl_of(arg, &v) < 0)
-        return NULL;
-    int rc = mqs_mutex_init(v.buf);
-    PyBuffer_Release(&v);
-    if (rc != 0) {
-        errno = rc;
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    Py_RETURN_NONE;
-}
-
-static PyObject *py_publish(PyObject *Py_UNUSED(m), PyObject *arg)
-{
-    Py_buffer v;
-    if (ctl_of(arg, &v) < 0)
-        return NULL;
-    int64_t slots = *mqs_i64(v.buf, MQS_OFF_SLOT_COUNT);
-    int64_t n = slots > 0 ? mqs_publish(v.buf, slots) : 0;
-    PyBuffer_Release(&v);
-    return PyLong_FromLongLong(n);
-}
-
-static PyObject *py_flushed_wake_all(PyObject *Py_UNUSED(m), PyObject *arg)
-{
-    Py_buffer v;
-    if (ctl_of(arg, &v) < 0)
-        return NULL;
-    mqs_flushed_wake_all(v.buf);
-    PyBuffer_Release(&v);
-    Py_RETURN_NONE;
-}
-
-static PyObject *py_flusher_wake(PyObject *Py_UNUSED(m), PyObject *arg)
-{
-    Py_buffer v;
-    if (ctl_of(arg, &v) < 0)
-        return NULL;
-    mqs_flusher_wake(v.buf);
-    PyBuffer_Release(&v);
-    Py_RETURN_NONE;
-}
-
-static PyObject *py_sync_request(PyObject *Py_UNUSED(m), PyObject *arg)
-{
-    Py_buffer v;
-    if (ctl_of(arg, &v) < 0)
-        return NULL;
-    int64_t r = mqs_sync_request(v.buf);
-    PyBuffer_Release(&v);
-    return PyLong_FromLongLong(r);
-}
-
-static PyObject *py_flusher_sleep(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
-{
-    int64_t timeout_ns;
-    if (n != 2) {
-        PyErr_SetString(PyExc_TypeError, "flusher_sleep(ctl, timeout_ns) takes 2 arguments");
-        return NULL;
-    }
-    if (mqs_arg_i64(args[1], "timeout_ns", &timeout_ns) < 0)
-        return NULL;
-    Py_buffer v;
-    if (ctl_of(args[0], &v) < 0)
-        return NULL;
-    int r;
-    Py_BEGIN_ALLOW_THREADS r = mqs_flusher_sleep(v.buf, timeout_ns > 0 ? timeout_ns : 1);
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&v);
-    return PyBool_FromLong(r);
-}
-
-static PyObject *py_flusher_gather(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
-{
-    int64_t want, timeout_ns;
-    if (n != 3) {
-        PyErr_SetString(PyExc_TypeError,
-                        "flusher_gather(ctl, want_seq, timeout_ns) takes 3 arguments");
-        return NULL;
-    }
-    if (mqs_arg_i64(args[1], "want_seq", &want) < 0 ||
-        mqs_arg_i64(args[2], "timeout_ns", &timeout_ns) < 0)
-        return NULL;
-    Py_buffer v;
-    if (ctl_of(args[0], &v) < 0)
-        return NULL;
-    int r;
-    Py_BEGIN_ALLOW_THREADS r = mqs_flusher_gather(v.buf, want, timeout_ns > 0 ? timeout_ns : 1);
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&v);
-    return PyBool_FromLong(r);
-}
-
-static PyObject *py_reserve_fence(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
-{
-    int64_t timeout_ns;
-    if (n != 2) {
-        PyErr_SetString(PyExc_TypeError, "reserve_fence(ctl, timeout_ns) takes 2 arguments");
-        return NULL;
-    }
-    if (mqs_arg_i64(args[1], "timeout_ns", &timeout_ns) < 0)
-        return NULL;
-    Py_buffer v;
-    if (ctl_of(args[0], &v) < 0)
-        return NULL;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS rc = mqs_lock(v.buf, timeout_ns);
-    if (rc == MQS_OK)
-        mqs_unlock(v.buf);
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&v);
-    return PyLong_FromLong(rc);
-}
-
-static PyObject *py_live_hold(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
-{
-    int32_t fd;
-    int64_t pid;
-    if (n != 2) {
-        PyErr_SetString(PyExc_TypeError, "live_hold(fd, pid) takes 2 arguments");
-        return NULL;
-    }
-    if (mqs_arg_i32(args[0], "fd", &fd) < 0 || mqs_arg_i64(args[1], "pid", &pid) < 0)
-        return NULL;
-    int rc = mqs_live_hold(fd, pid);
-    if (rc != 0) {
-        errno = rc;
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    Py_RETURN_NONE;
-}
-
-static PyObject *py_live_check(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
-{
-    int32_t fd;
-    int64_t pid;
-    if (n != 2) {
-        PyErr_SetString(PyExc_TypeError, "live_check(fd, pid) takes 2 arguments");
-        return NULL;
-    }
-    if (mqs_arg_i32(args[0], "fd", &fd) < 0 || mqs_arg_i64(args[1], "pid", &pid) < 0)
-        return NULL;
-    int rc = mqs_live_check(fd, pid);
-    if (rc < 0) {
-        errno = -rc;
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    return PyBool_FromLong(rc);
-}
-
 static PyMethodDef methods[] = {
     MQS_INDEX_METHODS
     MQS_CQ_METHODS
     MQS_PULL_METHODS
-    {"crc32", (PyCFunction)(void (*)(void))py_crc32, METH_FASTCALL,
-     "crc32(data, value=0) -> int: zlib.crc32, folded with PCLMULQDQ where the CPU has it."},
+    FAST("crc32", py_crc32,
+         "crc32(data, value=0) -> int: zlib.crc32, folded with PCLMULQDQ where the CPU has it."),
     {"crc32_slice8", py_crc32_slice8, METH_O,
      "crc32_slice8(data) -> int: the portable slicing-by-8 CRC alone (for tests)."},
     {"crc32_uses_pclmul", py_crc32_uses_pclmul, METH_NOARGS,
@@ -891,45 +722,23 @@ static PyMethodDef methods[] = {
      "scan_records(buf, pos, limit, *, check_crc=True, max_records=-1) -> (count, stop, "
      "stop_pos, blank_size, columns, fixups): the record scanner (engine/native/mqs_scan.c; "
      "engine.scan.scan_records is its door)."},
-    {"scan_summary", (PyCFunction)(void (*)(void))mqs_py_scan_summary, METH_FASTCALL,
-     "scan_summary(store_timestamp, bits, sys_flag, queue_id, now_ms, buckets) -> (flags, "
-     "lag_sum_ms, counts): engine.scan.scan_summary_py, in C."},
-    {"verify_units", (PyCFunction)(void (*)(void))mqs_py_verify_units, METH_FASTCALL,
-     "verify_units(units, first_queue_offset, queue_id, prev_end, log_min, log_end, "
-     "headers_from, segments, segments_base, segment_size) -> (bad_queue_offset, prev_end): "
-     "recovery's consume-queue check (engine/native/mqs_verify.c; engine.verify is its door)."},
-    {"queue_last_ends", (PyCFunction)(void (*)(void))mqs_py_queue_last_ends, METH_FASTCALL,
-     "queue_last_ends(buf, start, pos, size, queue_id, topic_pos, topic_len) -> dict: each "
-     "queue's last scanned record's end (engine.verify.queue_last_ends is its door)."},
+    FAST("scan_summary", mqs_py_scan_summary,
+         "scan_summary(store_timestamp, bits, sys_flag, queue_id, now_ms, buckets) -> (flags, "
+         "lag_sum_ms, counts): engine.scan.scan_summary_py, in C."),
+    FAST("verify_units", mqs_py_verify_units,
+         "verify_units(units, first_queue_offset, queue_id, prev_end, log_min, log_end, "
+         "headers_from, segments, segments_base, segment_size) -> (bad_queue_offset, prev_end): "
+         "recovery's consume-queue check (engine/native/mqs_verify.c; engine.verify is its door)."),
+    FAST("queue_last_ends", mqs_py_queue_last_ends,
+         "queue_last_ends(buf, start, pos, size, queue_id, topic_pos, topic_len) -> dict: each "
+         "queue's last scanned record's end (engine.verify.queue_last_ends is its door)."),
     {"encode", (PyCFunction)(void (*)(void))py_encode, METH_VARARGS | METH_KEYWORDS,
      "encode(topic, body, properties, *, ...) -> bytes: one V1 record, as "
      "engine.record.encode lays it out (the inputs already validated)."},
-    {"write_record", (PyCFunction)(void (*)(void))py_write_record, METH_FASTCALL,
-     "write_record(target, pos, prep, queue_offset, physical_offset, store_timestamp): "
-     "one record into a writable buffer (engine.commitlog)."},
-    {"init_control", py_init_control, METH_O,
-     "init_control(ctl): supervisor, once: the robust process-shared reservation mutex."},
-    {"publish", py_publish, METH_O,
-     "publish(ctl) -> int: advance published_pos over contiguous DONE slots (lock-free)."},
-    {"flushed_wake_all", py_flushed_wake_all, METH_O,
-     "flushed_wake_all(ctl): flusher, after moving flushed_pos: wake every sync waiter."},
-    {"flusher_wake", py_flusher_wake, METH_O,
-     "flusher_wake(ctl): wake the flusher if it sleeps."},
-    {"sync_request", py_sync_request, METH_O,
-     "sync_request(ctl) -> int: the furthest end a sync producer waits for."},
-    {"flusher_sleep", (PyCFunction)(void (*)(void))py_flusher_sleep, METH_FASTCALL,
-     "flusher_sleep(ctl, timeout_ns) -> bool: flusher: sleep until a sync request is "
-     "pending (True) or the timeout passes."},
-    {"flusher_gather", (PyCFunction)(void (*)(void))py_flusher_gather, METH_FASTCALL,
-     "flusher_gather(ctl, want_seq, timeout_ns) -> bool: flusher: sleep until "
-     "published_seq reaches want_seq (True) or the timeout passes."},
-    {"reserve_fence", (PyCFunction)(void (*)(void))py_reserve_fence, METH_FASTCALL,
-     "reserve_fence(ctl, timeout_ns) -> int: take and release the reservation lock (0), "
-     "so that no producer is inside the section; or a code (< 0)."},
-    {"live_hold", (PyCFunction)(void (*)(void))py_live_hold, METH_FASTCALL,
-     "live_hold(fd, pid): hold the liveness byte of `pid` through descriptor fd."},
-    {"live_check", (PyCFunction)(void (*)(void))py_live_check, METH_FASTCALL,
-     "live_check(fd, pid) -> bool: whether a live producer holds the byte of `pid`."},
+    FAST("write_record", py_write_record,
+         "write_record(target, pos, prep, queue_offset, physical_offset, store_timestamp): "
+         "one record into a writable buffer (engine.commitlog)."),
+    MQS_CONTROL_METHODS
     {NULL, NULL, 0, NULL},
 };
 
@@ -939,23 +748,69 @@ static struct PyModuleDef module = {
     NULL, NULL, NULL, NULL,
 };
 
+/* Every offset and size C uses, by ipc/control.py's name (tests/runtime/test_control.py
+ * compares them). */
+static const struct {
+    const char *name;
+    long long value;
+} layout[] = {
+    {"MAGIC_VERSION", (long long)MQS_MAGIC_VERSION},
+    {"OFF_RESERVED", (long long)MQS_OFF_RESERVED},
+    {"OFF_SEQ", (long long)MQS_OFF_SEQ},
+    {"OFF_PUBLISHED_SEQ", (long long)MQS_OFF_PUBLISHED_SEQ},
+    {"OFF_COMMITTED", (long long)MQS_OFF_COMMITTED},
+    {"OFF_FLUSHED", (long long)MQS_OFF_FLUSHED},
+    {"OFF_FLAGS", (long long)MQS_OFF_FLAGS},
+    {"OFF_ALLOCATED", (long long)MQS_OFF_ALLOCATED},
+    {"OFF_CS_PID", (long long)MQS_OFF_CS_PID},
+    {"OFF_CS_SEQ", (long long)MQS_OFF_CS_SEQ},
+    {"OFF_DISK_STATE", (long long)MQS_OFF_DISK_STATE},
+    {"OFF_RESERVE_MUTEX", (long long)MQS_OFF_RESERVE_MUTEX},
+    {"OFF_FLUSH_SEQ", (long long)MQS_OFF_FLUSH_SEQ},
+    {"OFF_FLUSHER_WAKE", (long long)MQS_OFF_FLUSHER_WAKE},
+    {"OFF_FLUSHER_SLEEPS", (long long)MQS_OFF_FLUSHER_SLEEPS},
+    {"CLIENT_FIELDS", (long long)MQS_CLIENT_FIELDS},
+    {"CF_HIST", (long long)MQS_CF_HIST},
+    {"CF_PHASES", (long long)MQS_CF_PHASES},
+    {"PHASE_BUCKETS", (long long)MQS_PHASE_BUCKETS},
+    {"OFF_SYNC_REQUEST", (long long)MQS_OFF_SYNC_REQUEST},
+    {"OFF_LOCK_TIMEOUTS", (long long)MQS_OFF_LOCK_TIMEOUTS},
+    {"OFF_OWNER_DEAD", (long long)MQS_OFF_OWNER_DEAD},
+    {"OFF_GATHER_WANT", (long long)MQS_OFF_GATHER_WANT},
+    {"SLOTS_OFF", (long long)MQS_SLOTS_OFF},
+    {"SLOT_ROW", (long long)MQS_SLOT_ROW},
+    {"OFF_FSYNC_COUNT", (long long)MQS_OFF_FSYNC_COUNT},
+    {"OFF_FSYNC_MSGS", (long long)MQS_OFF_FSYNC_MSGS},
+    {"OFF_PUBLISHED_TS", (long long)MQS_OFF_PUBLISHED_TS},
+    {"OFF_COMMITTED_TS", (long long)MQS_OFF_COMMITTED_TS},
+    {"OFF_FLUSHED_TS", (long long)MQS_OFF_FLUSHED_TS},
+    {"OFF_FLUSHED_SEQ", (long long)MQS_OFF_FLUSHED_SEQ},
+    {"OFF_FSYNC_NS", (long long)MQS_OFF_FSYNC_NS},
+    {"OFF_COMMITTED_SEQ", (long long)MQS_OFF_COMMITTED_SEQ},
+    {"OFF_FSYNC_HIST", (long long)MQS_OFF_FSYNC_HIST},
+    {"FSYNC_HIST_BUCKETS", (long long)MQS_FSYNC_HIST_BUCKETS},
+    {"FSYNC_HIST_SHIFT", (long long)MQS_FSYNC_HIST_SHIFT},
+    {"OFF_GROUP_HIST", (long long)MQS_OFF_GROUP_HIST},
+    {"GROUP_HIST_BUCKETS", (long long)MQS_GROUP_HIST_BUCKETS},
+    {"OFF_SEGMENT_SIZE", (long long)MQS_OFF_SEGMENT_SIZE},
+    {"OFF_POOL_BUFFERS", (long long)MQS_OFF_POOL_BUFFERS},
+    {"OFF_SLOT_COUNT", (long long)MQS_OFF_SLOT_COUNT},
+};
+
 static int add_layout(PyObject *m)
 {
-    PyObject *d = Py_BuildValue(
-        "{sLsisisisisisisisisisisisisisisisisisisisisisisisi}", "MAGIC_VERSION",
-        (long long)MQS_MAGIC_VERSION, "OFF_RESERVED", MQS_OFF_RESERVED, "OFF_SEQ", MQS_OFF_SEQ,
-        "OFF_PUBLISHED_SEQ", MQS_OFF_PUBLISHED_SEQ, "OFF_COMMITTED", MQS_OFF_COMMITTED,
-        "OFF_FLUSHED", MQS_OFF_FLUSHED, "OFF_FLAGS", MQS_OFF_FLAGS, "OFF_ALLOCATED",
-        MQS_OFF_ALLOCATED, "OFF_CS_PID", MQS_OFF_CS_PID, "OFF_CS_SEQ", MQS_OFF_CS_SEQ,
-        "OFF_DISK_STATE", MQS_OFF_DISK_STATE, "OFF_RESERVE_MUTEX", MQS_OFF_RESERVE_MUTEX,
-        "OFF_FLUSH_SEQ", MQS_OFF_FLUSH_SEQ, "OFF_FLUSHER_WAKE", MQS_OFF_FLUSHER_WAKE,
-        "OFF_FLUSHER_SLEEPS", MQS_OFF_FLUSHER_SLEEPS, "CLIENT_FIELDS", MQS_CLIENT_FIELDS,
-        "CF_HIST", MQS_CF_HIST, "CF_PHASES", MQS_CF_PHASES, "PHASE_BUCKETS",
-        MQS_PHASE_BUCKETS, "OFF_SYNC_REQUEST",
-        MQS_OFF_SYNC_REQUEST, "OFF_LOCK_TIMEOUTS", MQS_OFF_LOCK_TIMEOUTS, "OFF_OWNER_DEAD",
-        MQS_OFF_OWNER_DEAD, "OFF_GATHER_WANT", MQS_OFF_GATHER_WANT, "SLOTS_OFF", MQS_SLOTS_OFF, "SLOT_ROW", MQS_SLOT_ROW);
+    PyObject *d = PyDict_New();
     if (d == NULL)
         return -1;
+    for (size_t i = 0; i < sizeof layout / sizeof layout[0]; i++) {
+        PyObject *v = PyLong_FromLongLong(layout[i].value);
+        if (v == NULL || PyDict_SetItemString(d, layout[i].name, v) < 0) {
+            Py_XDECREF(v);
+            Py_DECREF(d);
+            return -1;
+        }
+        Py_DECREF(v);
+    }
     int rc = PyModule_AddObjectRef(m, "LAYOUT", d);
     Py_DECREF(d);
     return rc;

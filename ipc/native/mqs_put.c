@@ -108,11 +108,10 @@ static PyObject *putlock_release(PutLock *self, PyObject *Py_UNUSED(a))
 
 static PyObject *putlock_exit(PutLock *self, PyObject *Py_UNUSED(args))
 {
-    if (!self->locked) {
-        PyErr_SetString(PyExc_RuntimeError, "release unlocked lock");
+    PyObject *r = putlock_release(self, NULL);
+    if (r == NULL)
         return NULL;
-    }
-    putlock_release_held(self);
+    Py_DECREF(r);
     Py_RETURN_FALSE;
 }
 

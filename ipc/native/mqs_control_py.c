@@ -1,0 +1,260 @@
+/* The control block's helpers as Python sees them (mqstore._native): each door checks
+ * its arguments, then calls the C of mqs_append.c, mqs_futex.c, mqs_round.c or
+ * mqs_live.c; the waits and the flusher's round run without the GIL. */
+#include "mqs_control_py.h"
+
+#include <errno.h>
+#include <limits.h>
+
+#include "mqs_append.h"
+#include "mqs_args.h"
+#include "mqs_futex.h"
+#include "mqs_layout.h"
+#include "mqs_live.h"
+#include "mqs_round.h"
+
+static int ctl_of(PyObject *o, Py_buffer *v)
+{
+    if (mqs_arg_wbuffer(o, "ctl", v) < 0)
+        return -1;
+    if (v->len < MQS_SLOTS_OFF) {
+        PyBuffer_Release(v);
+        PyErr_SetString(PyExc_ValueError, "ctl is shorter than a control block");
+        return -1;
+    }
+    return 0;
+}
+
+/* The arguments of `usage`: the control block, then one int64 per name of `names`
+ * (NULL-terminated); -1 with an exception set. Release `v` after. */
+static int ctl_args(PyObject *const *args, Py_ssize_t n, const char *usage,
+                    const char *const *names, Py_buffer *v, int64_t *out)
+{
+    Py_ssize_t k = 0;
+    while (names[k])
+        k++;
+    if (n != k + 1) {
+        PyErr_Format(PyExc_TypeError, "%s takes %zd arguments", usage, k + 1);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < k; i++)
+        if (mqs_arg_i64(args[i + 1], names[i], &out[i]) < 0)
+            return -1;
+    return ctl_of(args[0], v);
+}
+
+/* A one-argument helper: `expr` over the control block `v.buf`, its result returned. */
+#define CTL_HELPER(fn, expr)                                                                   \
+    PyObject *fn(PyObject *Py_UNUSED(m), PyObject *arg)                                 \
+    {                                                                                          \
+        Py_buffer v;                                                                           \
+        if (ctl_of(arg, &v) < 0)                                                               \
+            return NULL;                                                                       \
+        PyObject *r = (expr);                                                                  \
+        PyBuffer_Release(&v);                                                                  \
+        return r;                                                                              \
+    }
+
+static PyObject *none_after(int Py_UNUSED(ignored))
+{
+    Py_RETURN_NONE;
+}
+
+static int init_control(uint8_t *ctl)
+{
+    int rc = mqs_mutex_init(ctl);
+    if (rc != 0) {
+        errno = rc;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    return 0;
+}
+
+static int64_t publish(uint8_t *ctl)
+{
+    int64_t slots = *mqs_i64(ctl, MQS_OFF_SLOT_COUNT);
+    return slots > 0 ? mqs_publish(ctl, slots) : 0;
+}
+
+static int wake_all(uint8_t *ctl)
+{
+    mqs_flushed_wake_all(ctl);
+    return 0;
+}
+
+static int wake_flusher(uint8_t *ctl)
+{
+    mqs_flusher_wake(ctl);
+    return 0;
+}
+
+CTL_HELPER(mqs_py_init_control, init_control(v.buf) < 0 ? NULL : none_after(0))
+CTL_HELPER(mqs_py_publish, PyLong_FromLongLong(publish(v.buf)))
+CTL_HELPER(mqs_py_flushed_wake_all, none_after(wake_all(v.buf)))
+CTL_HELPER(mqs_py_flusher_wake, none_after(wake_flusher(v.buf)))
+CTL_HELPER(mqs_py_sync_request, PyLong_FromLongLong(mqs_sync_request(v.buf)))
+
+PyObject *mqs_py_flushed_wake(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
+{
+    static const char *const names[] = {"from_pos", NULL};
+    int64_t a[1];
+    Py_buffer v;
+    if (ctl_args(args, n, "flushed_wake(ctl, from_pos)", names, &v, a) < 0)
+        return NULL;
+    mqs_flushed_wake_from(v.buf, a[0]);
+    PyBuffer_Release(&v);
+    Py_RETURN_NONE;
+}
+
+/* wake_mask(from_pos, to_pos) and wait_bits(end): the futex bits (mqs_futex.h). */
+static PyObject *py_wake_bits(PyObject *const *args, Py_ssize_t n, int mask)
+{
+    int64_t a[2];
+    static const char *const names[] = {"from_pos", "to_pos", "end"};
+    if (n != 2 - !mask) {
+        PyErr_SetString(PyExc_TypeError, mask ? "wake_mask(from_pos, to_pos) takes 2 arguments"
+                                              : "wait_bits(end) takes 1 argument");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (mqs_arg_i64(args[i], names[mask ? i : 2], &a[i]) < 0)
+            return NULL;
+    return PyLong_FromUnsignedLong(mask ? mqs_wake_mask(a[0], a[1]) : mqs_wait_bits(a[0]));
+}
+
+PyObject *mqs_py_wake_mask(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
+{
+    return py_wake_bits(args, n, 1);
+}
+
+PyObject *mqs_py_wait_bits(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
+{
+    return py_wake_bits(args, n, 0);
+}
+
+/* The flusher's waits: sleep (0), gather (1), the reservation fence (2), GIL released. */
+static PyObject *ctl_wait(PyObject *const *args, Py_ssize_t n, int which)
+{
+    static const char *const sleep_names[] = {"timeout_ns", NULL};
+    static const char *const gather_names[] = {"want_seq", "timeout_ns", NULL};
+    static const char *const usage[] = {"flusher_sleep(ctl, timeout_ns)",
+                                        "flusher_gather(ctl, want_seq, timeout_ns)",
+                                        "reserve_fence(ctl, timeout_ns)"};
+    int64_t a[2];
+    Py_buffer v;
+    if (ctl_args(args, n, usage[which], which == 1 ? gather_names : sleep_names, &v, a) < 0)
+        return NULL;
+    int r;
+    Py_BEGIN_ALLOW_THREADS
+    if (which == 0) {
+        r = mqs_flusher_sleep(v.buf, a[0] > 0 ? a[0] : 1);
+    } else if (which == 1) {
+        r = mqs_flusher_gather(v.buf, a[0], a[1] > 0 ? a[1] : 1);
+    } else {
+        r = mqs_lock(v.buf, a[0]);
+        if (r == MQS_OK)
+            mqs_unlock(v.buf);
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&v);
+    return which == 2 ? PyLong_FromLong(r) : PyBool_FromLong(r);
+}
+
+PyObject *mqs_py_flusher_sleep(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
+{
+    return ctl_wait(args, n, 0);
+}
+
+PyObject *mqs_py_flusher_gather(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
+{
+    return ctl_wait(args, n, 1);
+}
+
+PyObject *mqs_py_reserve_fence(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
+{
+    return ctl_wait(args, n, 2);
+}
+
+/* sync_round(ctl, pool, seg_index, seg_fd, lock_fd, offset_fd, want_seq, gather_ns) ->
+ * (code, op, errno, t_gathered, t_committed, t_forced, t_waked, fsync_ns) */
+PyObject *mqs_py_sync_round(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
+{
+    static const char *const names[] = {"seg_index", "seg_fd", "lock_fd", "offset_fd",
+                                        "want_seq", "gather_ns", NULL};
+    int64_t a[6];
+    Py_buffer v, pool = {0};
+    if (n != 8) {
+        PyErr_SetString(PyExc_TypeError, "sync_round(ctl, pool, seg_index, seg_fd, lock_fd, "
+                                         "offset_fd, want_seq, gather_ns) takes 8 arguments");
+        return NULL;
+    }
+    PyObject *const rest[7] = {args[0], args[2], args[3], args[4], args[5], args[6], args[7]};
+    if (ctl_args(rest, 7, "sync_round", names, &v, a) < 0)
+        return NULL;
+    int64_t size = *mqs_i64(v.buf, MQS_OFF_SEGMENT_SIZE);
+    int64_t pool_n = *mqs_i64(v.buf, MQS_OFF_POOL_BUFFERS);
+    int has_pool = args[1] != Py_None;
+    if (has_pool && mqs_arg_wbuffer(args[1], "pool", &pool) < 0) {
+        PyBuffer_Release(&v);
+        return NULL;
+    }
+    const char *bad = NULL;
+    if (size <= 0 || a[0] < 0)
+        bad = "seg_index must be >= 0 of a control block with a segment size";
+    else if (has_pool != (pool_n > 0) || (has_pool && pool.len < pool_n * size))
+        bad = "pool must be the control block's pool (None when it has none)";
+    else if (a[1] < 0 || a[1] > INT_MAX || a[2] < 0 || a[2] > INT_MAX || a[3] < 0 ||
+             a[3] > INT_MAX)
+        bad = "seg_fd, lock_fd and offset_fd must be open descriptors";
+    if (bad) {
+        if (has_pool)
+            PyBuffer_Release(&pool);
+        PyBuffer_Release(&v);
+        PyErr_SetString(PyExc_ValueError, bad);
+        return NULL;
+    }
+    struct mqs_round_in in = {v.buf, has_pool ? pool.buf : NULL, a[0], (int)a[1], (int)a[2],
+                              (int)a[3], a[4], a[5]};
+    struct mqs_round_out out;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS rc = mqs_sync_round(&in, &out);
+    Py_END_ALLOW_THREADS
+    if (has_pool)
+        PyBuffer_Release(&pool);
+    PyBuffer_Release(&v);
+    return Py_BuildValue("(iiiLLLLL)", rc, out.op, out.err, (long long)out.t_gathered,
+                         (long long)out.t_committed, (long long)out.t_forced,
+                         (long long)out.t_waked, (long long)out.fsync_ns);
+}
+
+/* live_hold(fd, pid) (check 0) and live_check(fd, pid) (check 1): mqs_live.c. */
+static PyObject *live(PyObject *const *args, Py_ssize_t n, int check)
+{
+    int32_t fd;
+    int64_t pid;
+    if (n != 2) {
+        PyErr_SetString(PyExc_TypeError, check ? "live_check(fd, pid) takes 2 arguments"
+                                               : "live_hold(fd, pid) takes 2 arguments");
+        return NULL;
+    }
+    if (mqs_arg_i32(args[0], "fd", &fd) < 0 || mqs_arg_i64(args[1], "pid", &pid) < 0)
+        return NULL;
+    /* hold: 0 or an errno; check: 1 held, 0 free, or -errno */
+    int rc = check ? mqs_live_check(fd, pid) : -mqs_live_hold(fd, pid);
+    if (rc < 0) {
+        errno = -rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return check ? PyBool_FromLong(rc) : Py_NewRef(Py_None);
+}
+
+PyObject *mqs_py_live_hold(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
+{
+    return live(args, n, 0);
+}
+
+PyObject *mqs_py_live_check(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
+{
+    return live(args, n, 1);
+}

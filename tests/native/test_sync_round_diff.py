@@ -1,0 +1,210 @@
+"""The flusher's SYNC_FLUSH round in C (`_native.sync_round`, `ipc/native/mqs_round.c`,
+called by `LogFiles.sync_round`) against its Python twin (`LogFiles.sync_round_py`), and
+the futex wake mask (`_native.wake_mask`) against `ipc.commit.wake_mask`.
+
+Two stores on real shared memory and real files take the same published records, round
+after round (the committer sometimes committing ahead, records crossing into the next
+segment, where the C round hands over to the twin): the control blocks (but the fsync's
+duration), the commit-log files and `flushed_offset` must stay equal byte for byte."""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mqstore import _native
+from mqstore.engine import fileio, storedir
+from mqstore.engine.segment import segment_file_name
+from mqstore.ipc import commit
+from mqstore.ipc import control as c
+from mqstore.ipc.commit import LogFiles
+
+SEG = 1 << 16
+SEGMENTS = 3
+TIME_FIELDS = {c.OFF_FSYNC_NS} | {c.OFF_FSYNC_HIST + 8 * i for i in range(c.FSYNC_HIST_BUCKETS)}
+
+
+@contextmanager
+def store(pool: bool) -> Iterator[tuple[Path, c.ControlBlock, LogFiles]]:
+    """A store directory with SEGMENTS zeroed segment files and a running control block
+    (no supervisor, no workers)."""
+    with tempfile.TemporaryDirectory(prefix="mqs-round-") as tmp:
+        d = Path(tmp)
+        (d / "commitlog").mkdir()
+        for i in range(SEGMENTS):
+            (d / "commitlog" / segment_file_name(i * SEG)).write_bytes(bytes(SEG))
+        geo = c.Geometry(segment_size=SEG, pool_buffers=2 if pool else 0, slot_count=256,
+                         qtable_capacity=16)  # fmt: skip
+        cb = c.ControlBlock.create(d, 1, geo, token=secrets.token_hex(4))
+        cb.set(c.OFF_FLAGS, c.FLAG_RUNNING)
+        cb.set(c.OFF_ALLOCATED, SEGMENTS * SEG)
+        files = LogFiles(str(d), cb, "127.0.0.1:10911")
+        try:
+            yield d, cb, files
+        finally:
+            files.close()
+            cb.close()
+
+
+def publish(d: Path, cb: c.ControlBlock, sizes: list[int], fill: int) -> None:
+    """Reserve, write and mark DONE records of `sizes` (a record that would leave less
+    than a BLANK's room in its segment gets one first), then let the producers' publish
+    run and ask for a flush of their end, as a sync producer does."""
+    at, seq = cb.get(c.OFF_RESERVED), cb.get(c.OFF_SEQ)
+    for size in sizes:
+        room = SEG - at % SEG
+        if size + 8 > room:
+            write_slot(d, cb, seq, at, room, fill)  # the BLANK that ends the segment
+            at, seq = at + room, seq + 1
+        if at + size > SEGMENTS * SEG - 8:
+            break
+        write_slot(d, cb, seq, at, size, fill + seq)
+        at, seq = at + size, seq + 1
+    cb.set(c.OFF_RESERVED, at)
+    cb.set(c.OFF_SEQ, seq)
+    _native.publish(cb.buf)
+    cb.set(c.OFF_SYNC_REQUEST, at)
+
+
+def write_slot(d: Path, cb: c.ControlBlock, seq: int, at: int, size: int, fill: int) -> None:
+    data = bytes([fill & 0xFF]) * size
+    index, pos = divmod(at, SEG)
+    if cb.pool_buffers:
+        view = cb.pool_view(index)
+        view[pos : pos + size] = data
+        view.release()
+    else:  # the producers write the file's mapping; the same bytes through the file here
+        fd = os.open(d / "commitlog" / segment_file_name(index * SEG), os.O_WRONLY)
+        os.pwrite(fd, data, pos)
+        os.close(fd)
+    row = c.SLOTS_OFF + (seq % cb.slot_count) * c.SLOT_ROW
+    c.SLOT.pack_into(cb.buf, row, at, seq, 1000 + seq, size, os.getpid(), 0, c.STATE_DONE)
+
+
+def state(d: Path, cb: c.ControlBlock) -> tuple[dict[int, int], list[bytes], bytes]:
+    ctl = {off: cb.get(off) for off in range(8, 448, 8) if off not in TIME_FIELDS}
+    ctl[c.OFF_FLUSH_SEQ] = cb.get(c.OFF_FLUSH_SEQ) & 0xFFFF_FFFF
+    logs = [p.read_bytes() for p in sorted((d / "commitlog").iterdir())]
+    off = d / storedir.FLUSHED_OFFSET_FILE
+    return ctl, logs, off.read_bytes() if off.exists() else b""
+
+
+rounds = st.lists(
+    st.tuples(
+        st.lists(st.integers(60, 9000), min_size=0, max_size=12),  # records before the round
+        st.booleans(),  # the committer commits them first
+        st.integers(0, 3),  # gather for this many more messages (0: no gather)
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(
+    max_examples=60, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)  # fmt: skip
+@given(pool=st.booleans(), plan=rounds)
+def test_the_c_round_matches_its_python_twin(
+    pool: bool, plan: list[tuple[list[int], bool, int]]
+) -> None:
+    assert fileio.seams_quiet("pwrite", "fdatasync")  # else both rounds are the twin's
+    with store(pool) as (da, a, fa), store(pool) as (db, b, fb):
+        for i, (sizes, committer_first, gather) in enumerate(plan):
+            for d, cb, files in ((da, a, fa), (db, b, fb)):
+                publish(d, cb, sizes, fill=i)
+                if committer_first:
+                    files.commit(0)
+            want = a.get(c.OFF_PUBLISHED_SEQ) + gather if gather else 0
+            got = fa.sync_round(want, 1000)
+            twin = fb.sync_round_py(want, 1000)
+            assert (got is None) == (twin is None)
+            assert state(da, a) == state(db, b)
+            assert a.get(c.OFF_FLUSHED) == a.get(c.OFF_COMMITTED) >= a.get(c.OFF_SYNC_REQUEST)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.integers(-5, 1 << 40), st.integers(-(1 << 18), 1 << 18))
+def test_the_wake_bits_match_their_python_twins(start: int, n: int) -> None:
+    assert _native.wake_mask(start, start + n) == commit.wake_mask(start, start + n)
+    assert _native.wait_bits(start + n) == commit.wait_bits(start + n)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.integers(0, 1 << 40), st.integers(1, 1 << 18), st.integers(0, 1 << 18))
+def test_a_flush_wakes_every_waiter_it_covered(start: int, n: int, k: int) -> None:
+    """The waiter for any end in (start, start + n] sleeps with a bit of the mask; one
+    beyond, in a bucket that does not alias a covered one modulo 32, does not (it sleeps
+    on)."""
+    mask = commit.wake_mask(start, start + n)
+    end = start + 1 + k % n
+    assert mask & commit.wait_bits(end)
+    shift = commit.WAKE_SHIFT
+    first, last = (start + 1) >> shift, (start + n) >> shift
+    beyond = start + n + 1 + k
+    ahead = (beyond >> shift) - last  # buckets past the last one covered
+    if mask != commit.WAKE_ANY and 1 <= ahead <= 31 - (last - first):
+        assert not mask & commit.wait_bits(beyond)
+
+
+def test_a_failed_write_moves_nothing_and_says_which_call() -> None:
+    with store(pool=True) as (d, cb, _files):
+        publish(d, cb, [1000, 2000], fill=1)
+        path = d / "commitlog" / segment_file_name(0)
+        ro = os.open(path, os.O_RDONLY)
+        lock = os.open(d / "lock-for-test", os.O_RDWR | os.O_CREAT, 0o600)
+        off = os.open(d / storedir.FLUSHED_OFFSET_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            code, op, err, *_ = _native.sync_round(cb.buf, cb.pool_buf, 0, ro, lock, off, 0, 0)
+        finally:
+            for fd in (ro, lock, off):
+                os.close(fd)
+        assert (code, op, err) == (commit.ROUND_FAILED, 2, errno.EBADF)
+        assert cb.get(c.OFF_COMMITTED) == cb.get(c.OFF_FLUSHED) == 0
+        assert cb.get(c.OFF_FSYNC_COUNT) == 0
+
+
+def test_a_fault_set_on_fdatasync_takes_the_python_round() -> None:
+    """The fault seam (and a sync watch) sees every sync: with a fault set the round is
+    the twin's, and the injected error is raised as the store's I/O error."""
+    with store(pool=True) as (d, cb, files):
+        publish(d, cb, [1000], fill=1)
+        fileio.set_fault("fdatasync", lambda: OSError(errno.EIO, "injected"))
+        try:
+            with pytest.raises(fileio.StoreIOError, match="fdatasync"):
+                files.sync_round(0, 0)
+        finally:
+            fileio.clear_faults()
+        assert cb.get(c.OFF_FLUSHED) == 0
+        assert files.sync_round(0, 0) is not None
+        assert cb.get(c.OFF_FLUSHED) == 1000
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        (),
+        (bytearray(16), None, 0, 0, 0, 0, 0, 0),  # not a control block
+        ("ctl", None, 0, 0, 0, 0, 0, 0),
+    ],
+)
+def test_bad_arguments_raise(args: tuple[object, ...]) -> None:
+    with pytest.raises((TypeError, ValueError)):
+        _native.sync_round(*args)  # type: ignore[arg-type]
+
+
+def test_a_pool_that_is_not_the_blocks_is_refused() -> None:
+    with store(pool=True) as (_d, cb, _files):
+        with pytest.raises(ValueError, match="pool"):
+            _native.sync_round(cb.buf, None, 0, 0, 0, 0, 0, 0)
+        with pytest.raises(ValueError, match="descriptors"):
+            _native.sync_round(cb.buf, cb.pool_buf, 0, -1, 0, 0, 0, 0)
