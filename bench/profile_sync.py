@@ -16,6 +16,12 @@ what a loaded 2-core machine costs) are read for the producers and for each work
 
 `--save` writes `bench/results/profile_sync.txt` (command, commit, machine, load).
 `--rates-only` skips the trace (an A/B of throughput, sync rows only).
+
+`--round-cost N` measures the flusher's round alone instead, in this process: N rounds of
+one published 1 KiB record each on a store of its own (no workers, the bench directory's
+file system), alternately by the C round (`LogFiles.sync_round`) and its Python twin
+(`sync_round_py`): the thread's CPU and the wall time per round outside the fdatasync.
+CPU time is what a loaded machine changes least.
 """
 
 from __future__ import annotations
@@ -297,6 +303,66 @@ def run_one(root: Path, producers: int, duration_s: float, pool: bool, trace: bo
     return "\n".join(lines)
 
 
+def round_cost(root: Path, rounds: int, pool: bool) -> str:
+    """The C round against its Python twin, alternating, on one store (see the doc)."""
+    import secrets
+
+    from mqstore import _native
+    from mqstore.engine.segment import segment_file_name
+    from mqstore.ipc import control as c
+    from mqstore.ipc.commit import LogFiles
+
+    seg = 64 << 20
+    d = root / "round-cost"
+    (d / "commitlog").mkdir(parents=True)
+    with open(d / "commitlog" / segment_file_name(0), "wb") as f:
+        f.truncate(seg)
+        f.write(bytes(BODY_BYTES + 200) * (rounds + 10))  # written, as the allocator does
+    geo = c.Geometry(segment_size=seg, pool_buffers=1 if pool else 0, slot_count=4096)
+    cb = c.ControlBlock.create(d, 1, geo, token=secrets.token_hex(4))
+    files = LogFiles(str(d), cb, "127.0.0.1:10911")
+    fd = os.open(d / "commitlog" / segment_file_name(0), os.O_WRONLY)
+    size = BODY_BYTES + 200
+    cost: dict[str, tuple[list[float], list[float]]] = {"C": ([], []), "Python": ([], [])}
+    try:
+        cb.set(c.OFF_FLAGS, c.FLAG_RUNNING)
+        for i in range(rounds):
+            at = i * size
+            body = os.urandom(size)
+            if pool:
+                view = cb.pool_view(0)
+                view[at : at + size] = body
+                view.release()
+            else:  # what a producer writes into the file's mapping
+                os.pwrite(fd, body, at)
+            row = c.SLOTS_OFF + (i % cb.slot_count) * c.SLOT_ROW
+            c.SLOT.pack_into(cb.buf, row, at, i, i, size, os.getpid(), 0, c.STATE_DONE)
+            cb.set(c.OFF_RESERVED, at + size)
+            cb.set(c.OFF_SEQ, i + 1)
+            _native.publish(cb.buf)
+            cb.set(c.OFF_SYNC_REQUEST, at + size)
+            name = "C" if i % 2 else "Python"
+            ns0 = cb.get(c.OFF_FSYNC_NS)
+            w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+            (files.sync_round if name == "C" else files.sync_round_py)(0, 0)
+            c1, w1 = time.thread_time_ns(), time.perf_counter_ns()
+            fsync = cb.get(c.OFF_FSYNC_NS) - ns0
+            cost[name][0].append((c1 - c0) / 1e3)
+            cost[name][1].append((w1 - w0 - fsync) / 1e3)
+    finally:
+        os.close(fd)
+        files.close()
+        cb.close()
+    lines = [
+        f"== the flusher's round alone, pool {'on' if pool else 'off'}, {rounds:,} rounds of "
+        f"one {size}-byte record, C and Python alternating, load {os.getloadavg()[0]:.2f}"
+    ]
+    for name, (cpu, wall) in cost.items():
+        lines.append(_stat_line(f"{name}: thread CPU per round (µs)", cpu))
+        lines.append(_stat_line(f"{name}: wall per round outside fdatasync (µs)", wall))
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.profile_sync", description=__doc__)
     ap.add_argument("--producers", default="1,16,64")
@@ -306,11 +372,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rates-only", action="store_true")
     ap.add_argument("--save", action="store_true")
     ap.add_argument("--dir", default=None)
+    ap.add_argument("--round-cost", type=int, default=0, metavar="N")
     args = ap.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="mqstore-profile-sync-", dir=args.dir))
     out: list[str] = []
     try:
-        for _ in range(args.repeat):
+        if args.round_cost:
+            out.append(round_cost(root, args.round_cost, args.pool == "on"))
+            print(out[-1], flush=True)
+        for _ in range(0 if args.round_cost else args.repeat):
             for n in (int(x) for x in args.producers.split(",")):
                 text = run_one(root, n, args.duration, args.pool == "on", not args.rates_only)
                 print(text, flush=True)
