@@ -5,55 +5,79 @@ Created by the supervisor (`ControlBlock.create`), mapped by workers, clients an
 and `mqs-<h>-<gen>-pool`, where `<h>` hashes the store's real path and `<gen>` is the
 supervisor's generation, so leftovers of a crashed run are found by prefix and removed.
 
-Header, layout version 3 (little-endian int64 unless said):
+Header, layout version 3 (`MAGIC_VERSION`; little-endian int64 unless said). Python
+outside this module reads and writes it only through the typed views of
+`ipc.control_views`; each field's one writer, as the view method it calls (C: the same
+step in `ipc/native/mqs_append.c`):
 
 | off | field            | written only by                                          |
 | --- | ---------------- | -------------------------------------------------------- |
-| 0   | magic_version    | supervisor, once at create                               |
-| 8   | reserved_pos     | producers, under the reservation lock (with `seq`)       |
-| 16  | seq              | producers: next reservation slot sequence number         |
-| 24  | published_pos    | publishers: producers and the commit step, compare-and-  |
-|     |                  | swap (`ipc.reservation`: publish)                        |
-| 32  | published_seq    | publishers (compare-and-swap)                            |
-| 40  | committed_pos    | the commit step (committer, or flusher on demand)        |
-| 48  | flushed_pos      | flusher (supervisor at drain)                            |
-| 56  | flags            | supervisor; flusher sets READ_ONLY                       |
-| 64  | generation       | supervisor, once                                         |
-| 72  | supervisor_pid   | supervisor, once                                         |
-| 80  | allocated_upto   | allocator (and supervisor at boot): end of ready files   |
-| 88  | cs_pid           | producers: pid inside the reservation critical section   |
-| 96  | cs_seq_start     | producers: `seq` when that section began                 |
-| 104 | segment_size     | supervisor, once                                         |
-| 112 | pool_buffers     | supervisor, once (0 = pool off, direct mmap writes)      |
-| 120 | slot_count       | supervisor, once                                         |
-| 128 | qtable_capacity  | supervisor, once                                         |
-| 136 | fsync_count      | flusher                                                  |
-| 144 | fsync_msgs       | flusher: reservation slots covered by its fsyncs         |
-| 152 | published_ts     | publishers: store timestamp of the last published slot   |
-| 160 | committed_ts     | commit step                                              |
-| 168 | flushed_ts       | flusher (checkpoint's physic_msg_timestamp)              |
-| 176 | busy_count       | producers (racy counter, statistics only)                |
-| 184 | fillers          | publisher: slots filled for dead producers               |
-| 192 | retired_puts     | supervisor: puts of detached clients                     |
-| 200 | retired_bytes    | supervisor                                               |
-| 208 | flushed_seq      | flusher                                                  |
-| 216 | fsync_ns_total   | flusher                                                  |
-| 224 | flush_failures   | flusher                                                  |
-| 232 | committed_seq    | commit step: `published_seq` its commit covered          |
-| 240 | disk_state       | cleaner: bit 0 DISK_FULL, bit 1 CLEAN_IMMEDIATELY, bits  |
-|     |                  | 16.. the disk usage in per mille (`workers.cleaner`)     |
-| 248 | fsync_hist[13]   | flusher: fsyncs by duration, bucket i up to 2^(i+6) µs   |
-|     |                  | (64 µs .. 262 ms), the last one unbounded                |
-| 352 | group_hist[12]   | flusher: fsyncs by reservation slots covered, bucket i   |
-|     |                  | up to 2^i (1 .. 1024), the last one unbounded            |
-| 448 | dispatched_pos   | dispatcher (supervisor seeds it at boot): consume queues |
-|     |                  | and index hold every record below it                     |
-| 456 | dispatched_ts    | dispatcher: store time of the last record dispatched     |
-| 464 | dispatched_count | dispatcher: records dispatched since boot                |
-| 472 | dispatch_lag_ms  | dispatcher: the sum of the lags in the dispatch-lag      |
-|     |                  | histogram (ms), never reset                              |
-| 480 | nonce            | supervisor: random, also in `.mqstore-ipc.json`; clients |
-|     |                  | refuse a block without it (`ipc.access`)                 |
+| 0   | magic_version    | supervisor, once, last at `ControlBlock.create`          |
+| 8   | reserved_pos     | the reservation lock holder, with `seq` in one store:    |
+|     |                  | `Reservation.commit_reservation` (C `mqs_reserve`);      |
+|     |                  | supervisor at boot: `Positions.seed_positions`           |
+| 16  | seq              | as reserved_pos: next reservation slot sequence number   |
+| 24  | published_pos    | publishers, compare-and-swap max: C `_native.publish`    |
+|     |                  | (producers, commit step); its Python twin                |
+|     |                  | `Positions.publish_slot`; `Positions.seed_positions`     |
+| 32  | published_seq    | as published_pos (compare-and-swap)                      |
+| 40  | committed_pos    | the commit step (`ipc.commit`: committer, or flusher on  |
+|     |                  | demand): `Positions.advance_committed`; `seed_positions` |
+| 48  | flushed_pos      | the flush step (flusher; supervisor at drain):           |
+|     |                  | `Positions.advance_flushed`; `seed_positions`            |
+| 56  | flags            | `Flags`: supervisor `mark_running`, `refuse_writes`,     |
+|     |                  | `mark_stopped`; a failing worker `mark_read_only`        |
+| 64  | generation       | supervisor, once at create (`ControlBlock.generation`)   |
+| 72  | supervisor_pid   | supervisor, once at create (`.supervisor_pid`)           |
+| 80  | allocated_upto   | allocator (supervisor at boot): `Positions.              |
+|     |                  | raise_allocated`, the end of the ready files             |
+| 88  | cs_pid           | the lock holder: `Reservation.write_intent`, cleared by  |
+|     |                  | `clear_intent` (C `mqs_reserve`): pid inside the section |
+| 96  | cs_seq_start     | the lock holder: `Reservation.write_intent`, `seq` when  |
+|     |                  | that section began                                       |
+| 104 | segment_size     | supervisor, once at create (`.segment_size`)             |
+| 112 | pool_buffers     | supervisor, once at create (0 = pool off, direct mmap)   |
+| 120 | slot_count       | supervisor, once at create                               |
+| 128 | qtable_capacity  | supervisor, once at create                               |
+| 136 | fsync_count      | the flush step: `FlushStats.record_fsync`                |
+| 144 | fsync_msgs       | the flush step: `FlushStats.record_fsync`, reservation   |
+|     |                  | slots covered by its fsyncs                              |
+| 152 | published_ts     | as published_pos: store time of the last published slot  |
+| 160 | committed_ts     | the commit step: `Positions.stamp_committed`             |
+| 168 | flushed_ts       | the flush step: `Positions.advance_flushed` (the         |
+|     |                  | checkpoint's physic_msg_timestamp)                       |
+| 176 | busy_count       | producers: `Reservation.count_busy_wait` (racy counter,  |
+|     |                  | statistics only)                                         |
+| 184 | fillers          | the commit step's publisher: `Reservation.count_filler`, |
+|     |                  | slots filled for dead producers                          |
+| 192 | (unused)         | 16 bytes, always 0 (detached clients' totals are kept by |
+|     |                  | the supervisor in memory: `workers.sampling`)            |
+| 208 | flushed_seq      | the flush step: `Positions.advance_flushed`              |
+| 216 | fsync_ns_total   | the flush step: `FlushStats.record_fsync`                |
+| 224 | flush_failures   | flusher: `FlushStats.count_flush_failure`                |
+| 232 | committed_seq    | the commit step: `Positions.stamp_committed`, the        |
+|     |                  | `published_seq` its commit covered                       |
+| 240 | disk_state       | cleaner: `DiskWord.set_disk_state`; bit 0 DISK_FULL,     |
+|     |                  | bit 1 CLEAN_IMMEDIATELY, bits 16.. the disk usage in per |
+|     |                  | mille (`engine.diskguard`)                               |
+| 248 | fsync_hist[13]   | flusher: `Histograms.count_fsync`, fsyncs by duration,   |
+|     |                  | bucket i up to 2^(i+6) µs (64 µs .. 262 ms), the last    |
+|     |                  | one unbounded                                            |
+| 352 | group_hist[12]   | flusher: `Histograms.count_fsync`, fsyncs by reservation |
+|     |                  | slots covered, bucket i up to 2^i (1 .. 1024), the last  |
+|     |                  | one unbounded                                            |
+| 448 | dispatched_pos   | dispatcher: `Positions.set_dispatched` (supervisor seeds |
+|     |                  | it at boot): consume queues and index hold every record  |
+|     |                  | below it                                                 |
+| 456 | dispatched_ts    | dispatcher: `DispatchStats.set_last_dispatched_ts`,      |
+|     |                  | store time of the last record dispatched                 |
+| 464 | dispatched_count | dispatcher: `DispatchStats.set_dispatched_records`,      |
+|     |                  | records dispatched since boot                            |
+| 472 | dispatch_lag_ms  | dispatcher: `Histograms.store_dispatch_lag`, the sum of  |
+|     |                  | the lags in the dispatch-lag histogram, never reset      |
+| 480 | nonce            | supervisor, once at create (`.nonce`): random, also in   |
+|     |                  | `.mqstore-ipc.json`; clients refuse a block without it   |
+|     |                  | (`ipc.access`)                                           |
 
 Native area at 2048 (layout version 3), owned by the C core (`ipc/native/mqs_layout.h`
 mirrors these offsets; `ipc.reservation` and `ipc/native/mqs_futex.h` say how they are used):
@@ -77,8 +101,9 @@ Workers table at 512: 8 rows of 64 bytes (pid, heartbeat_ms, restarts, state, na
 written by the worker (heartbeat) and the supervisor (pid, restarts, state).
 
 Dispatch lag at 1024: 18 int64, records dispatched by lag (dispatch time minus store time),
-bucket i for lags under 2^i ms, the last one unbounded; written by the dispatcher only,
-never reset (a restarted dispatcher continues from the counts it finds).
+bucket i for lags under 2^i ms, the last one unbounded; written by the dispatcher only
+(`Histograms.store_dispatch_lag`), never reset (a restarted dispatcher continues from the
+counts it finds).
 
 Client statistics at 4096: 256 rows of `CLIENT_FIELDS` int64, row owned by one client,
 assigned at attach: pid, puts, errors, bytes, lat_max_ns, sync_puts, lat_sum_ns, puts by
@@ -142,8 +167,6 @@ OFF_COMMITTED_TS: Final = 160
 OFF_FLUSHED_TS: Final = 168
 OFF_BUSY: Final = 176
 OFF_FILLERS: Final = 184
-OFF_RETIRED_PUTS: Final = 192
-OFF_RETIRED_BYTES: Final = 200
 OFF_FLUSHED_SEQ: Final = 208
 OFF_FSYNC_NS: Final = 216
 OFF_FLUSH_FAILURES: Final = 224
@@ -355,6 +378,8 @@ class ControlBlock:
         self.qtable_capacity = self.get(OFF_QCAP)
         self.qtable_off = SLOTS_OFF + self.slot_count * SLOT_ROW
         self.generation = self.get(OFF_GENERATION)
+        self.supervisor_pid = self.get(OFF_SUP_PID)
+        self.nonce = self.get(OFF_NONCE)
         self.ctl_name = ctl.name
         self.pool_name = pool.name if pool is not None else ""
 
@@ -459,6 +484,8 @@ class ControlBlock:
     # --- fields -------------------------------------------------------------------------
 
     def get(self, off: int) -> int:
+        """A raw header field: for this module and tests; everything else reads through
+        `ipc.control_views`."""
         return int(I64.unpack_from(self.buf, off)[0])
 
     def readable_end(self, sync_flush: bool) -> int:

@@ -1,0 +1,324 @@
+"""Typed views over the control block's header, one per owner: the only way Python code
+outside `ipc.control` reads or writes a header field.
+
+The header's layout, with the view method that writes each field, is the table in
+`ipc.control`'s docstring. A view's read properties are for anyone. Its write methods
+each belong to one step, named in their docstrings and in `WRITERS`, which
+`tests/runtime/test_control.py` checks against every call in the tree: "one writer per
+field" is an API, not a convention. C writes some of the same fields
+(`ipc/native/mqs_layout.h`: the reservation, the publisher); the native area at 2048 is
+touched through `_native`'s helpers only.
+
+Every read is one aligned int64 load and every write one aligned store, as a reader that
+tolerates an older value needs (the module docstring of `ipc.control`); the counters'
+`+=` are not atomic: each has one writer, or is a statistic that may lose a count. A view
+holds the block's buffer, not a copy: build one where the block is mapped (a worker's
+`__init__`, or per call: it costs one object) and drop it with the block.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import Final
+
+from mqstore.ipc import control as c
+
+_I64_UNPACK: Final = c.I64.unpack_from
+_I64_PACK: Final = c.I64.pack_into
+
+
+class _Field:
+    """A read-only int64 header field of a view: `view.name` loads it."""
+
+    __slots__ = ("off",)
+
+    def __init__(self, off: int) -> None:
+        self.off = off
+
+    def __get__(self, view: _View, owner: type | None = None) -> int:
+        return int(_I64_UNPACK(view._buf, self.off)[0])
+
+
+def _fields(*offs: int) -> tuple[_Field, ...]:
+    return tuple(_Field(off) for off in offs)
+
+
+class _View:
+    __slots__ = ("_buf",)
+
+    def __init__(self, cb: c.ControlBlock | bytearray | memoryview) -> None:
+        self._buf = cb.buf if isinstance(cb, c.ControlBlock) else cb
+
+    def _set(self, off: int, value: int) -> None:
+        _I64_PACK(self._buf, off, value)
+
+    def _add(self, off: int, delta: int) -> None:
+        _I64_PACK(self._buf, off, _I64_UNPACK(self._buf, off)[0] + delta)
+
+    def _counts(self, off: int, buckets: int) -> list[int]:
+        return [int(v) for v in struct.unpack_from(f"<{buckets}q", self._buf, off)]
+
+
+class Positions(_View):
+    """Where the log stands: reserved >= published >= committed >= flushed, and the
+    dispatcher's position, with the store time and slot sequence each one reached."""
+
+    # Each position with the slot sequence and store time it reached.
+    reserved, seq = _Field(c.OFF_RESERVED), _Field(c.OFF_SEQ)
+    published, published_seq, published_ts = _fields(
+        c.OFF_PUBLISHED, c.OFF_PUBLISHED_SEQ, c.OFF_PUBLISHED_TS
+    )
+    committed, committed_seq, committed_ts = _fields(
+        c.OFF_COMMITTED, c.OFF_COMMITTED_SEQ, c.OFF_COMMITTED_TS
+    )
+    flushed, flushed_seq, flushed_ts = _fields(c.OFF_FLUSHED, c.OFF_FLUSHED_SEQ, c.OFF_FLUSHED_TS)
+    dispatched, allocated = _Field(c.OFF_DISPATCHED), _Field(c.OFF_ALLOCATED)
+
+    def reserved_and_seq(self) -> tuple[int, int]:
+        """`reserved_pos` and `seq` in one load: the commit point writes them in one."""
+        reserved, seq = c.PAIR.unpack_from(self._buf, c.OFF_RESERVED)
+        return int(reserved), int(seq)
+
+    def readable_end(self, sync_flush: bool) -> int:
+        """Where readers and the dispatcher stop: flushed under SYNC_FLUSH (nothing a
+        crash can take back is consumed); under ASYNC_FLUSH what is in the files:
+        committed with the pool on, published (complete records written straight into
+        the mapping) with it off."""
+        if sync_flush:
+            return self.flushed
+        pool_off = _I64_UNPACK(self._buf, c.OFF_POOL_BUFFERS)[0] == 0
+        return self.published if pool_off else self.committed
+
+    def seed_positions(self, end: int) -> None:
+        """The supervisor at boot, before any worker or producer: every position at the
+        recovered end."""
+        for off in (
+            c.OFF_RESERVED, c.OFF_PUBLISHED, c.OFF_COMMITTED, c.OFF_FLUSHED, c.OFF_DISPATCHED,
+        ):  # fmt: skip
+            self._set(off, end)
+
+    def publish_slot(self, end: int, ts: int, next_seq: int) -> None:
+        """The Python twin of the publisher (`ipc.reservation.publish_reference`) only;
+        the producers and the commit step publish with `_native.publish`: raise
+        published_pos and published_ts to a DONE slot's end and store time (never
+        lower), then move published_seq past it."""
+        for off, value in ((c.OFF_PUBLISHED, end), (c.OFF_PUBLISHED_TS, ts)):
+            if _I64_UNPACK(self._buf, off)[0] < value:
+                self._set(off, value)
+        self._set(c.OFF_PUBLISHED_SEQ, next_seq)
+
+    def advance_committed(self, pos: int) -> None:
+        """The commit step only (`ipc.commit.LogFiles.commit`, under the commit lock):
+        everything below `pos` is in the files."""
+        self._set(c.OFF_COMMITTED, pos)
+
+    def stamp_committed(self, ts: int, seq: int) -> None:
+        """The commit step only, after its last `advance_committed`: the store time and
+        `published_seq` its commit covered."""
+        self._set(c.OFF_COMMITTED_TS, ts)
+        self._set(c.OFF_COMMITTED_SEQ, seq)
+
+    def advance_flushed(self, pos: int, ts: int, seq: int) -> None:
+        """The flush step only (`ipc.commit.LogFiles.flush`: the flusher, the supervisor
+        at drain): the slot sequence and store time first, the position last, so a
+        reader that sees the position sees what it covers."""
+        self._set(c.OFF_FLUSHED_SEQ, seq)
+        self._set(c.OFF_FLUSHED_TS, ts)
+        self._set(c.OFF_FLUSHED, pos)
+
+    def set_dispatched(self, pos: int) -> None:
+        """The dispatcher only: the consume queues and the index hold every record
+        below `pos` (written after the round's units reached every queue)."""
+        self._set(c.OFF_DISPATCHED, pos)
+
+    def raise_allocated(self, upto: int) -> None:
+        """The allocator only (`workers.allocator.ensure_segments`, which the supervisor
+        also runs at boot): the segment files below `upto` exist. Never lowered."""
+        if upto > self.allocated:
+            self._set(c.OFF_ALLOCATED, upto)
+
+    def skip_to(self, pos: int) -> None:
+        """A profiling harness standing in for the general path, the publisher and the
+        committer at a segment's end (`bench/profile_put_native.py` only): reserved,
+        published and committed at `pos`."""
+        for off in (c.OFF_RESERVED, c.OFF_PUBLISHED, c.OFF_COMMITTED):
+            self._set(off, pos)
+
+
+class Reservation(_View):
+    """The reservation step's fields besides the positions (`ipc.reservation`): the
+    intent record of the producer inside the section, and its counters."""
+
+    holder_pid = _Field(c.OFF_CS_PID)
+    holder_seq = _Field(c.OFF_CS_SEQ)
+    busy_waits = _Field(c.OFF_BUSY)
+    fillers = _Field(c.OFF_FILLERS)
+
+    def write_intent(self, seq: int, pid: int) -> None:
+        """The lock holder only (`ipc.general_path`; C `mqs_reserve`): the intent record,
+        `cs_seq` then `cs_pid`, before the slots it reserves."""
+        self._set(c.OFF_CS_SEQ, seq)
+        self._set(c.OFF_CS_PID, pid)
+
+    def commit_reservation(self, end: int, seq: int) -> None:
+        """The lock holder only (`ipc.general_path`; C `mqs_reserve`): the commit point,
+        `reserved_pos` and `seq` in one store."""
+        c.PAIR.pack_into(self._buf, c.OFF_RESERVED, end, seq)
+
+    def clear_intent(self) -> None:
+        """The lock holder only (`ipc.general_path`; C `mqs_reserve`), before it unlocks."""
+        self._set(c.OFF_CS_PID, 0)
+
+    def count_busy_wait(self) -> None:
+        """Producers (`ipc.general_path`), when a reservation starts waiting for room;
+        racy, a statistic."""
+        self._add(c.OFF_BUSY, 1)
+
+    def count_filler(self) -> None:
+        """The commit step's publisher only (`ipc.commit.LogFiles.publish`): a slot
+        filled for a producer that is gone."""
+        self._add(c.OFF_FILLERS, 1)
+
+
+class Flags(_View):
+    """The store's state bits (`FLAG_NAMES`); C reads them in every put."""
+
+    word = _Field(c.OFF_FLAGS)
+
+    def names(self) -> list[str]:
+        word = self.word
+        return [n for bit, n in c.FLAG_NAMES.items() if word & bit]
+
+    def _change(self, flag: int, on: bool) -> None:
+        word = self.word
+        self._set(c.OFF_FLAGS, (word | flag) if on else (word & ~flag))
+
+    def mark_running(self) -> None:
+        """The supervisor only, once boot is done (and profiling harnesses that stand in
+        for it)."""
+        self._change(c.FLAG_RUNNING, True)
+
+    def refuse_writes(self) -> None:
+        """The supervisor only, when its drain begins."""
+        self._change(c.FLAG_REFUSE_WRITES, True)
+
+    def mark_read_only(self) -> None:
+        """After a failed write or fsync: any worker failing closed
+        (`workers.service.fail_closed`), the flusher, the supervisor. Never cleared
+        while the store runs."""
+        self._change(c.FLAG_READ_ONLY, True)
+
+    def mark_stopped(self) -> None:
+        """The supervisor only, at the end of its drain: STOPPED, then RUNNING off."""
+        self._change(c.FLAG_STOPPED, True)
+        self._change(c.FLAG_RUNNING, False)
+
+
+class DiskWord(_View):
+    """The cleaner's word about the disk (`engine.diskguard.encode_state`): bit 0
+    DISK_FULL, bit 1 CLEAN_IMMEDIATELY, bits 16.. the usage in per mille."""
+
+    word = _Field(c.OFF_DISK_STATE)
+
+    def set_disk_state(self, word: int) -> None:
+        """The cleaner only, after each disk check."""
+        self._set(c.OFF_DISK_STATE, word)
+
+
+class FlushStats(_View):
+    """The flush step's counters, never reset."""
+
+    fsyncs = _Field(c.OFF_FSYNC_COUNT)
+    fsync_slots = _Field(c.OFF_FSYNC_MSGS)
+    fsync_ns = _Field(c.OFF_FSYNC_NS)
+    failures = _Field(c.OFF_FLUSH_FAILURES)
+
+    def record_fsync(self, ns: int, slots: int) -> None:
+        """The flush step only (`ipc.commit.LogFiles.flush`), before it moves the
+        flushed position: one force, its duration and the reservation slots it covered."""
+        self._add(c.OFF_FSYNC_NS, ns)
+        self._add(c.OFF_FSYNC_COUNT, 1)
+        self._add(c.OFF_FSYNC_MSGS, slots)
+
+    def count_flush_failure(self) -> None:
+        """The flusher only, when a flush failed (after it marked the store read-only)."""
+        self._add(c.OFF_FLUSH_FAILURES, 1)
+
+
+class Histograms(_View):
+    """The log2 histograms, never reset; the last bucket of each holds everything
+    larger."""
+
+    dispatch_lag_sum_ms = _Field(c.OFF_DISPATCH_LAG_SUM_MS)
+
+    def fsync_us(self) -> list[int]:
+        """fsyncs by duration (bucket 0: up to 2^FSYNC_HIST_SHIFT µs)."""
+        return self._counts(c.OFF_FSYNC_HIST, c.FSYNC_HIST_BUCKETS)
+
+    def group_commits(self) -> list[int]:
+        """fsyncs by reservation slots covered (bucket 0: 1)."""
+        return self._counts(c.OFF_GROUP_HIST, c.GROUP_HIST_BUCKETS)
+
+    def dispatch_lag_ms(self) -> list[int]:
+        """Records dispatched by dispatch time minus store time (bucket i: under 2^i ms)."""
+        return self._counts(c.OFF_DISPATCH_LAG_HIST, c.DISPATCH_LAG_BUCKETS)
+
+    def count_fsync(self, us: int, slots: int) -> None:
+        """The flusher only, after a flush that forced: its duration and slots covered."""
+        b = c.bucket_of(us, c.FSYNC_HIST_SHIFT, c.FSYNC_HIST_BUCKETS)
+        self._add(c.OFF_FSYNC_HIST + 8 * b, 1)
+        b = c.bucket_of(slots, 0, c.GROUP_HIST_BUCKETS)
+        self._add(c.OFF_GROUP_HIST + 8 * b, 1)
+
+    def store_dispatch_lag(self, counts: Sequence[int], sum_ms: int) -> None:
+        """The dispatcher only, after a round: its whole lag histogram (it keeps the
+        counts, continued from these at its start) and their sum in ms."""
+        for i, n in enumerate(counts):
+            self._set(c.OFF_DISPATCH_LAG_HIST + 8 * i, n)
+        self._set(c.OFF_DISPATCH_LAG_SUM_MS, sum_ms)
+
+
+class DispatchStats(_View):
+    """The dispatcher's statistics (its position is `Positions.dispatched`)."""
+
+    last_ts = _Field(c.OFF_DISPATCHED_TS)
+    records = _Field(c.OFF_DISPATCHED_RECORDS)
+
+    def set_last_dispatched_ts(self, ts: int) -> None:
+        """The dispatcher only: the store time of the last record it dispatched."""
+        self._set(c.OFF_DISPATCHED_TS, ts)
+
+    def set_dispatched_records(self, n: int) -> None:
+        """The dispatcher only, after the round's lags: records dispatched since boot."""
+        self._set(c.OFF_DISPATCHED_RECORDS, n)
+
+
+# Each write method and the files that may call it (tests aside): checked by
+# tests/runtime/test_control.py over every call in the tree.
+WRITERS: Final[dict[str, tuple[str, ...]]] = {
+    "seed_positions": ("workers/supervisor.py",),
+    "publish_slot": ("ipc/reservation.py",),
+    "advance_committed": ("ipc/commit.py",),
+    "stamp_committed": ("ipc/commit.py",),
+    "advance_flushed": ("ipc/commit.py",),
+    "set_dispatched": ("workers/dispatcher.py",),
+    "raise_allocated": ("workers/allocator.py", "bench/profile_put_native.py"),
+    "skip_to": ("bench/profile_put_native.py",),
+    "write_intent": ("ipc/general_path.py",),
+    "commit_reservation": ("ipc/general_path.py",),
+    "clear_intent": ("ipc/general_path.py",),
+    "count_busy_wait": ("ipc/general_path.py",),
+    "count_filler": ("ipc/commit.py",),
+    "mark_running": ("workers/supervisor.py", "bench/profile_put_native.py"),
+    "refuse_writes": ("workers/supervisor.py",),
+    "mark_read_only": ("workers/service.py", "workers/flusher.py", "workers/supervisor.py"),
+    "mark_stopped": ("workers/supervisor.py",),
+    "set_disk_state": ("workers/cleaner.py",),
+    "record_fsync": ("ipc/commit.py",),
+    "count_flush_failure": ("workers/flusher.py",),
+    "count_fsync": ("workers/flusher.py",),
+    "store_dispatch_lag": ("workers/dispatcher.py",),
+    "set_last_dispatched_ts": ("workers/dispatcher.py",),
+    "set_dispatched_records": ("workers/dispatcher.py",),
+}
