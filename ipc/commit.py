@@ -40,6 +40,7 @@ from mqstore.engine.filesync import SyncMethod
 from mqstore.engine.filler import INTERNAL_TOPIC, write_filler
 from mqstore.engine.segment import OS_PAGE_SIZE, Segment, segment_file_name
 from mqstore.ipc import control as c
+from mqstore.ipc.control_views import FlushStats, Positions, Reservation
 from mqstore.ipc.locks import COMMIT_LOCK, FileLock
 from mqstore.ipc.reservation import LiveTable
 
@@ -104,6 +105,7 @@ class LogFiles:
         self.store_dir = store_dir
         self.log_dir = os.path.join(store_dir, "commitlog")
         self.cb = cb
+        self.pos = Positions(cb)
         self.store_host = store_host
         self.size = cb.segment_size
         self.pool = cb.pool_buffers > 0
@@ -168,11 +170,11 @@ class LogFiles:
         return the slots this call advanced. Caller holds the commit lock (fills are
         the committer's alone). `force` (supervisor's last drain, writes refused,
         producers given time) fills every RESERVED slot: none of them was acknowledged."""
-        cb = self.cb
+        cb, pos = self.cb, self.pos
         advanced = _native.publish(cb.buf)
         while True:
-            ps = cb.get(c.OFF_PUBLISHED_SEQ)
-            if ps >= cb.get(c.OFF_SEQ):
+            ps = pos.published_seq
+            if ps >= pos.seq:
                 return advanced
             off, qo, sts, size, pid, qslot, state = cb.slot(ps)
             if state != c.STATE_DONE:
@@ -183,7 +185,7 @@ class LogFiles:
                     return advanced
                 self._fill(off, size, qslot, qo, sts)
                 cb.set_slot_state(ps, c.STATE_DONE)
-                cb.add(c.OFF_FILLERS, 1)
+                Reservation(cb).count_filler()
             advanced += _native.publish(cb.buf)
 
     def _fill(self, off: int, size: int, qslot: int, qo: int, sts: int) -> None:
@@ -223,12 +225,12 @@ class LogFiles:
             self._commit_lock.release()
 
     def _commit_locked(self, least_pages: int) -> int:
-        cb = self.cb
+        cb, pos = self.cb, self.pos
         self.publish()
         # In this order: the seq before the position (a publisher moves the position
         # first), so every seq below `pseq` is committed once `pub` is.
-        order = (c.OFF_PUBLISHED_SEQ, c.OFF_PUBLISHED_TS, c.OFF_PUBLISHED, c.OFF_COMMITTED)
-        pseq, ts, pub, com = map(cb.get, order)
+        pseq, ts = pos.published_seq, pos.published_ts
+        pub, com = pos.published, pos.committed
         if pub <= com:
             return 0
         size = self.size
@@ -249,23 +251,22 @@ class LogFiles:
                 finally:
                     view.release()
                 com = end
-                cb.set(c.OFF_COMMITTED, com)
+                pos.advance_committed(com)
         else:
             com = pub
-            cb.set(c.OFF_COMMITTED, com)
-        cb.set(c.OFF_COMMITTED_TS, ts)
-        cb.set(c.OFF_COMMITTED_SEQ, pseq)
+            pos.advance_committed(com)
+        pos.stamp_committed(ts, pseq)
         return com - start
 
     # --- flush --------------------------------------------------------------------------
 
     def flush(self, least_pages: int = 0) -> int:
         """Force `[flushed, committed)`; return bytes flushed. Raises StoreIOError."""
-        cb = self.cb
-        ts = cb.get(c.OFF_COMMITTED_TS)
-        cseq = cb.get(c.OFF_COMMITTED_SEQ)
-        com = cb.get(c.OFF_COMMITTED)
-        fl = cb.get(c.OFF_FLUSHED)
+        pos = self.pos
+        ts = pos.committed_ts
+        cseq = pos.committed_seq
+        com = pos.committed
+        fl = pos.flushed
         if com <= fl:
             return 0
         size = self.size
@@ -278,12 +279,9 @@ class LogFiles:
             end = min(com, (index + 1) * size)
             self.segment(index).flush_to(end - index * size, wrote_through_pwrite=self.pool)
             at = end
-        cb.add(c.OFF_FSYNC_NS, time.perf_counter_ns() - t0)
-        cb.add(c.OFF_FSYNC_COUNT, 1)
-        cb.add(c.OFF_FSYNC_MSGS, max(cseq - cb.get(c.OFF_FLUSHED_SEQ), 0))
-        cb.set(c.OFF_FLUSHED_SEQ, cseq)
-        cb.set(c.OFF_FLUSHED_TS, ts)
-        cb.set(c.OFF_FLUSHED, com)
+        ns = time.perf_counter_ns() - t0
+        FlushStats(self.cb).record_fsync(ns, max(cseq - pos.flushed_seq, 0))
+        pos.advance_flushed(com, ts, cseq)
         self.write_flushed_offset(com)
         return com - fl
 

@@ -150,6 +150,7 @@ class Reservation(_View):
     """The reservation step's fields besides the positions (`ipc.reservation`): the
     intent record of the producer inside the section, and its counters."""
 
+    slot_count = _Field(c.OFF_SLOT_COUNT)  # the slot ring's rows, written once at create
     holder_pid = _Field(c.OFF_CS_PID)
     holder_seq = _Field(c.OFF_CS_SEQ)
     busy_waits = _Field(c.OFF_BUSY)

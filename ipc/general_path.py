@@ -22,14 +22,13 @@ from mqstore.engine.diskguard import DISK_FULL_BIT, decode_state
 from mqstore.engine.record import END_FILE_MIN_BLANK_LENGTH
 from mqstore.engine.segment import segment_file_name
 from mqstore.ipc import control as c
+from mqstore.ipc.control_views import DiskWord, Flags, Positions, Reservation
 from mqstore.ipc.prepare import _P_QUEUE, _P_SIZE, _P_TAKES, _P_TOPIC, Preparer, _Prep
 from mqstore.ipc.results import PutMessageStatus
 
 _SLOT_PACK: Final = c.SLOT.pack_into
 _I64_PACK: Final = c.I64.pack_into
 _I64_UNPACK: Final = c.I64.unpack_from
-_PAIR_PACK: Final = c.PAIR.pack_into
-_PAIR_UNPACK: Final = c.PAIR.unpack_from
 _time_ns: Final = time.time_ns
 
 
@@ -130,12 +129,14 @@ class GeneralPath(Preparer):
         pause = 0.00005
         app = self._app
         pid = self._pid
+        positions, resv = Positions(buf), Reservation(buf)
+        store_flags, disk_state = Flags(buf), DiskWord(buf)
         while True:
             code = app.lock(self._busy_ns)
             if code:
                 raise self._lock_failed(code)
             try:
-                flags = _I64_UNPACK(buf, c.OFF_FLAGS)[0]
+                flags = store_flags.word
                 if flags & (c.FLAG_REFUSE_WRITES | c.FLAG_READ_ONLY | c.FLAG_STOPPED) or not (
                     flags & c.FLAG_RUNNING
                 ):
@@ -144,14 +145,14 @@ class GeneralPath(Preparer):
                         if flags & c.FLAG_READ_ONLY
                         else "the store is stopping or not running; writes are refused"
                     )
-                disk = _I64_UNPACK(buf, c.OFF_DISK_STATE)[0]
+                disk = disk_state.word
                 if disk & DISK_FULL_BIT:
                     ratio = decode_state(disk)[2]
                     raise _Refused(
                         f"the disk is full ({ratio:.1%} used); writes resume by themselves "
                         "once the cleaner has freed space"
                     )
-                reserved, seq = _PAIR_UNPACK(buf, c.OFF_RESERVED)
+                reserved, seq = positions.reserved_and_seq()
                 index = reserved // seg_size
                 pos = reserved - index * seg_size
                 if pos + total + END_FILE_MIN_BLANK_LENGTH > seg_size:
@@ -165,19 +166,15 @@ class GeneralPath(Preparer):
                     nslots = len(preps)
                 end = start + total
                 why = ""
-                if end > _I64_UNPACK(buf, c.OFF_ALLOCATED)[0]:
+                if end > positions.allocated:
                     why = "file"
-                elif (
-                    self._pool_n
-                    and _I64_UNPACK(buf, c.OFF_COMMITTED)[0] < (index - self._pool_n + 1) * seg_size
-                ):
+                elif self._pool_n and positions.committed < (index - self._pool_n + 1) * seg_size:
                     why = "pool"
-                elif seq + nslots - _I64_UNPACK(buf, c.OFF_PUBLISHED_SEQ)[0] > self._slot_count:
+                elif seq + nslots - positions.published_seq > self._slot_count:
                     why = "slots"
                 if not why:
                     # The intent record (cs_seq, then cs_pid), as mqs_reserve writes it.
-                    _I64_PACK(buf, c.OFF_CS_SEQ, seq)
-                    _I64_PACK(buf, c.OFF_CS_PID, pid)
+                    resv.write_intent(seq, pid)
                     now = _time_ns() // 1_000_000
                     first = seq
                     slot_off = c.SLOTS_OFF
@@ -200,7 +197,7 @@ class GeneralPath(Preparer):
                         if qs is None:
                             qs = self._cb.find_or_add_queue(p[_P_TOPIC], p[_P_QUEUE])
                             if qs < 0:
-                                _I64_PACK(buf, c.OFF_CS_PID, 0)
+                                resv.clear_intent()
                                 raise _Busy(
                                     PutMessageStatus.SERVICE_NOT_AVAILABLE,
                                     "the queue table of the control block is full",
@@ -220,10 +217,10 @@ class GeneralPath(Preparer):
                         )  # fmt: skip
                         seq += 1
                         at += p[_P_SIZE]
-                    _PAIR_PACK(buf, c.OFF_RESERVED, end, seq)  # the commit point
+                    resv.commit_reservation(end, seq)  # the commit point
                     for qs, nxt in qupd.items():
                         _I64_PACK(buf, qtable_off + qs * c.QROW + 8, nxt)
-                    _I64_PACK(buf, c.OFF_CS_PID, 0)
+                    resv.clear_intent()
                     return first, start, blank, now, qoffs
             finally:
                 app.unlock()
@@ -233,7 +230,7 @@ class GeneralPath(Preparer):
                 if why == "pool" and self._fast_fail:
                     raise _Busy(PutMessageStatus.OS_PAGECACHE_BUSY, "no free write-pool buffer")
                 deadline = now_s + self._busy_timeout_s
-                self._cb.add(c.OFF_BUSY, 1)
+                resv.count_busy_wait()
             elif now_s >= deadline:
                 if why == "file":
                     raise _Busy(

@@ -12,9 +12,9 @@ Two limits keep every answer durable and consistent, read from the control block
 call:
 
 - queue reads (`pull`, `min_offset`, `max_offset`, `query`) stop at the dispatcher's
-  published position (`OFF_DISPATCHED`): the consume queues and the index are complete
+  published position (`Positions.dispatched`): the consume queues and the index are complete
   below it, and it never passes what a crash cannot take back (the dispatcher follows
-  the flushed position under SYNC_FLUSH, `ControlBlock.readable_end` under ASYNC_FLUSH);
+  the flushed position under SYNC_FLUSH, `Positions.readable_end` under ASYNC_FLUSH);
 - physical reads (`get`, `get_by_msg_id`) stop at the flushed (SYNC_FLUSH) or committed
   (ASYNC_FLUSH) position.
 
@@ -50,6 +50,7 @@ from mqstore.engine.reader import MAX_TIMESTAMP_MS, Geometry, StoreReader
 from mqstore.engine.record import DecodedRecord
 from mqstore.ipc import control as c
 from mqstore.ipc.accepts import BOOL, INT, OPT_INT, OPT_STR, STR, check_types
+from mqstore.ipc.control_views import Positions
 from mqstore.ipc.read_results import GetMessageStatus, PullResult, PullViews
 from mqstore.ipc.session import Session
 
@@ -95,11 +96,11 @@ class ClientReads:
 
     def dispatched(self) -> int:
         """Where the consume queues and the index end (the dispatcher's position)."""
-        return self._attached().cb.get(c.OFF_DISPATCHED)
+        return Positions(self._attached().cb).dispatched
 
     def durable(self) -> int:
         """Flushed under SYNC_FLUSH; under ASYNC_FLUSH what is in the files (committed
-        with the pool on, published with it off): `ControlBlock.readable_end`."""
+        with the pool on, published with it off): `Positions.readable_end`."""
         return _durable(self._attached())
 
     def _open(self, queue_reads: bool = True) -> StoreReader:
@@ -108,7 +109,7 @@ class ClientReads:
         the store restarted since it was opened (recovery may have cut files it maps)."""
         store = self._attached()
         durable = _durable(store)
-        self._limit = min(store.cb.get(c.OFF_DISPATCHED), durable) if queue_reads else durable
+        self._limit = min(Positions(store.cb).dispatched, durable) if queue_reads else durable
         gen = store.cb.generation
         if self._reader is not None and gen != self._generation:
             self._reader.close()
@@ -307,7 +308,8 @@ class ClientReads:
 
 
 def _durable(store: AttachedStore) -> int:
-    return store.cb.readable_end(store.settings.flush_disk_type is FlushDiskType.SYNC_FLUSH)
+    sync_flush = store.settings.flush_disk_type is FlushDiskType.SYNC_FLUSH
+    return Positions(store.cb).readable_end(sync_flush)
 
 
 def for_client(client: Session) -> ClientReads:

@@ -74,6 +74,7 @@ from typing import Final
 
 from mqstore import _native
 from mqstore.ipc import control as c
+from mqstore.ipc.control_views import Positions, Reservation
 
 LIVE_LOCK: Final = ".mqstore-live.lock"
 
@@ -130,19 +131,16 @@ def publish_reference(buf: bytearray) -> int:
     """The Python twin of `_native.publish` (tests compare the two byte for byte): move
     published_seq over contiguous DONE slots, published_pos and published_ts to the last
     one's end and store time (never lower); return the slots advanced. One process."""
-    get = c.I64.unpack_from
-    slot_count = get(buf, c.OFF_SLOT_COUNT)[0]
-    seq = get(buf, c.OFF_SEQ)[0]
-    ps = start = get(buf, c.OFF_PUBLISHED_SEQ)[0]
+    pos = Positions(buf)
+    slot_count = Reservation(buf).slot_count
+    seq = pos.seq
+    ps = start = pos.published_seq
     while ps < seq:
         off, _qo, ts, size, _pid, _qslot, state = c.SLOT.unpack_from(
             buf, c.SLOTS_OFF + (ps % slot_count) * c.SLOT_ROW
         )
         if state != c.STATE_DONE:
             break
-        for field, value in ((c.OFF_PUBLISHED, off + size), (c.OFF_PUBLISHED_TS, ts)):
-            if get(buf, field)[0] < value:
-                c.I64.pack_into(buf, field, value)
         ps += 1
-        c.I64.pack_into(buf, c.OFF_PUBLISHED_SEQ, ps)
+        pos.publish_slot(off + size, ts, ps)
     return int(ps - start)

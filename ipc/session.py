@@ -38,6 +38,7 @@ from mqstore.engine.topics import QueueCounts
 from mqstore.ipc import access, channel
 from mqstore.ipc import control as c
 from mqstore.ipc.accepts import NUMBER, PATH, check_types
+from mqstore.ipc.control_views import Flags, Positions
 from mqstore.ipc.reservation import LiveLock
 
 _STALE_CHECK_S: Final = 0.01
@@ -76,7 +77,7 @@ def _attach_checked(store_dir: str, ctl: str, pool: str) -> c.ControlBlock:
         if name:
             access.check_segment(name.lstrip("/"), store_dir)
     cb = c.ControlBlock.attach(ctl, pool)
-    if cb.get(c.OFF_NONCE) != names.get("nonce"):
+    if cb.nonce != names.get("nonce"):
         cb.close()
         raise access.StoreAccessDenied(
             f"shared memory {ctl} does not carry the store's nonce: the store did not create it"
@@ -232,7 +233,7 @@ class Session:
         self._last_stale_check = now
         if self._attached:
             self._before_check()
-            stale = self._cb.flags & c.FLAG_STOPPED
+            stale = Flags(self._cb).word & c.FLAG_STOPPED
             if not stale:
                 r, _, _ = select.select([self._sock], [], [], 0)
                 stale = bool(r)  # the supervisor closed our connection: it is gone
@@ -264,14 +265,14 @@ class Session:
     def flushed_position(self) -> int:
         """The flusher's flushed position in the control block, as mapped now (no
         staleness check; AttributeError or ValueError while detached)."""
-        return self._cb.get(c.OFF_FLUSHED)
+        return Positions(self._cb).flushed
 
     def positions(self) -> dict[str, int]:
         """The control block's positions (reserved, published, committed, flushed)."""
-        cb = self._cb
+        pos = Positions(self._cb)
         return {
-            "reserved": cb.get(c.OFF_RESERVED),
-            "published": cb.get(c.OFF_PUBLISHED),
-            "committed": cb.get(c.OFF_COMMITTED),
-            "flushed": cb.get(c.OFF_FLUSHED),
+            "reserved": pos.reserved,
+            "published": pos.published,
+            "committed": pos.committed,
+            "flushed": pos.flushed,
         }
