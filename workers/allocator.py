@@ -20,6 +20,7 @@ from mqstore.engine import fileio
 from mqstore.engine.diskguard import space_problem
 from mqstore.engine.segment import Segment, segment_file_name
 from mqstore.ipc import control as c
+from mqstore.ipc.control_views import Positions
 from mqstore.workers.base import Condition, WorkerContext
 from mqstore.workers.service import Service, run
 
@@ -35,7 +36,7 @@ def ensure_segments(store_dir: str, cb: c.ControlBlock, settings: StoreSettings)
     size = cb.segment_size
     log_dir = os.path.join(store_dir, "commitlog")
     fileio.makedirs(log_dir)
-    first = cb.get(c.OFF_RESERVED) // size
+    first = Positions(cb).reserved // size
     ready = first
     cond = _no_space.setdefault(log_dir, Condition("allocator"))
     for index in range(first, first + AHEAD + 1):
@@ -66,8 +67,7 @@ def ensure_segments(store_dir: str, cb: c.ControlBlock, settings: StoreSettings)
         finally:
             seg.close()
     upto = ready * size
-    if upto > cb.get(c.OFF_ALLOCATED):
-        cb.set(c.OFF_ALLOCATED, upto)
+    Positions(cb).raise_allocated(upto)
     return upto
 
 
@@ -77,8 +77,9 @@ class Allocator(Service):
     def tick(self) -> float:
         cb = self.ctx.cb
         size = cb.segment_size
-        need = cb.get(c.OFF_RESERVED) // size + AHEAD + 1
-        if need * size > cb.get(c.OFF_ALLOCATED):
+        pos = Positions(cb)
+        need = pos.reserved // size + AHEAD + 1
+        if need * size > pos.allocated:
             ensure_segments(self.ctx.store_dir, cb, self.ctx.settings)
         return TICK_S
 

@@ -12,7 +12,7 @@ The rules are `engine.retention` and `engine.diskguard`; this module only runs t
 * Each run's `CleanReport` and the totals since start go to `<store>/.mqstore-clean.json`
   (atomic replace) for `mqstore status` and `mqstore clean`.
 
-`disk_state` (int64 at `ipc.control.OFF_DISK_STATE`) is `engine.diskguard.encode_state`:
+`disk_state` (the control block's `DiskWord` view) is `engine.diskguard.encode_state`:
 bit 0 DISK_FULL, bit 1 CLEAN_IMMEDIATELY, bits 16.. the usage in per mille. Producers
 refuse puts while bit 0 is set, with `engine.diskguard.refusal_from_state` as reason.
 
@@ -22,7 +22,7 @@ clean, when it exists.
 
 Where the protection comes from: `flushed` is the control block's flushed position (or
 the `flushed_offset` file offline); `dispatched` is the dispatcher's published position
-(`OFF_DISPATCHED`; offline, the end of the furthest last consume-queue unit);
+(`Positions.dispatched`; offline, the end of the furthest last consume-queue unit);
 `checkpointed` is where abnormal recovery would start by the checkpoint
 (`checkpoint_protection`; the live physic timestamp in the runtime).
 
@@ -66,7 +66,7 @@ from mqstore.engine.retention import (
 from mqstore.engine.segment import ClockMs, SegmentNameError, SegmentSizeError, now_ms
 from mqstore.engine.segment_queue import SegmentQueue, SleepMs
 from mqstore.engine.storedir import read_flushed_offset
-from mqstore.ipc import control as c
+from mqstore.ipc.control_views import DiskWord, Positions
 from mqstore.ipc.locks import store_lock_holder
 from mqstore.workers.base import Condition, WorkerContext
 from mqstore.workers.service import Service, run
@@ -367,17 +367,17 @@ def _say_deleted(d: DeletedFile) -> None:
 
 def main(ctx: WorkerContext) -> int:
     """The worker: `WorkerSpec("cleaner", "mqstore.workers.cleaner:main")` in the supervisor."""
-    cb = ctx.cb
+    pos, disk = Positions(ctx.cb), DiskWord(ctx.cb)
 
     def publish(v: DiskVerdict) -> None:
-        cb.set(c.OFF_DISK_STATE, encode_disk_state(v))
+        disk.set_disk_state(encode_disk_state(v))
 
     def protection(queue: SegmentQueue) -> Protection:
         # The dispatcher's published position (seeded by the supervisor at boot).
         return Protection(
-            cb.get(c.OFF_FLUSHED),
-            cb.get(c.OFF_DISPATCHED),
-            checkpoint_protection(ctx.store_dir, queue, live_physic_ms=cb.get(c.OFF_FLUSHED_TS)),
+            pos.flushed,
+            pos.dispatched,
+            checkpoint_protection(ctx.store_dir, queue, live_physic_ms=pos.flushed_ts),
         )
 
     def deleted(d: DeletedFile) -> None:
@@ -388,7 +388,7 @@ def main(ctx: WorkerContext) -> int:
         ctx.beat()
         ctx.wait(ms / 1000)
 
-    was_full, _, _ = decode_disk_state(cb.get(c.OFF_DISK_STATE))
+    was_full, _, _ = decode_disk_state(disk.word)
     cleaner = Cleaner(
         ctx.store_dir,
         ctx.settings,

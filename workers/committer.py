@@ -16,8 +16,8 @@ import time
 from typing import Final
 
 from mqstore import _native
-from mqstore.ipc import control as c
 from mqstore.ipc.commit import LogFiles
+from mqstore.ipc.control_views import Positions
 from mqstore.workers.base import WorkerContext
 from mqstore.workers.service import Service, run
 
@@ -30,6 +30,7 @@ class Committer(Service):
     def __init__(self, ctx: WorkerContext) -> None:
         super().__init__(ctx)
         self.files = LogFiles(ctx.store_dir, ctx.cb, ctx.settings.store_host)
+        self.pos = Positions(ctx.cb)
         self.last = self.last_thorough = time.monotonic()
 
     def _pressure(self) -> bool:
@@ -37,7 +38,7 @@ class Committer(Service):
         cb = self.ctx.cb
         size = cb.segment_size
         return cb.pool_buffers > 0 and (
-            cb.get(c.OFF_RESERVED) // size - cb.get(c.OFF_COMMITTED) // size >= cb.pool_buffers - 1
+            self.pos.reserved // size - self.pos.committed // size >= cb.pool_buffers - 1
         )
 
     def tick(self) -> float:
@@ -59,8 +60,7 @@ class Committer(Service):
 
     def drain_step(self) -> bool:
         self.files.commit(0)
-        cb = self.ctx.cb
-        return cb.get(c.OFF_PUBLISHED) >= cb.get(c.OFF_RESERVED)
+        return self.pos.published >= self.pos.reserved
 
     def close(self) -> None:
         self.files.close()

@@ -20,7 +20,7 @@ advanced only by a thorough job, to the dispatched logics timestamp as it was wh
 job was planned: every unit up to it was in the mappings then and every file holding one
 is forced by the job before the checkpoint is written. The index timestamp is advanced
 to the end timestamp of a rolled (full) index file only after that file was forced. The
-physic timestamp is the flusher's (`OFF_FLUSHED_TS`). A job that fails writes no
+physic timestamp is the flusher's (`Positions.flushed_ts`). A job that fails writes no
 checkpoint.
 
 Failure. A `StoreIOError` (or any error) in this thread ends it; the dispatcher's thread

@@ -5,7 +5,7 @@ record below the limit gets its consume-queue unit and its index keys. The limit
 flushed position under SYNC_FLUSH, so that nothing a crash can take back is ever
 consumed (DESIGN §3); under ASYNC_FLUSH it is what is in the files: committed with the
 write pool on, published (complete records written straight into the mapping) with it
-off. Its position goes to the control block (`OFF_DISPATCHED`), where readers,
+off. Its position goes to the control block (`Positions.dispatched`), where readers,
 `mqstore status` and the cleaner's "never delete what is not dispatched" rule read it.
 
 Loop, as every worker (`workers.service`): beat, wait, then dispatch what is there (in
@@ -21,7 +21,7 @@ Consume-queue flush (RocketMQ's FlushConsumeQueueService), in the flush thread
 `flush_consume_queue_thorough_interval_ms` has passed) and hands it over; a thorough job
 also forces the current index file and then writes the checkpoint with the logics time
 dispatched when it was planned (never past what it forced) and the physic time the
-flusher published (`OFF_FLUSHED_TS`). A full index file (a roll) goes to the thread at
+flusher published (`Positions.flushed_ts`). A full index file (a roll) goes to the thread at
 once; the checkpoint's index time moves to its end only after it was forced. The loop
 collects a finished job at its next tick (the positions it forced) and never waits for
 one: a job due while another is out waits for the next tick. A failed sync in the thread
@@ -49,7 +49,7 @@ from mqstore.engine.checkpoint import CheckpointFields, StoreCheckpoint
 from mqstore.engine.dispatch import Dispatcher, DispatchStop
 from mqstore.engine.fileio import StoreIOError, is_no_space
 from mqstore.engine.reader import Geometry
-from mqstore.ipc import control as c
+from mqstore.ipc.control_views import DispatchStats, Histograms, Positions
 from mqstore.workers.base import Condition, ExitCode, WorkerContext
 from mqstore.workers.cq_flusher import FlushThread, plan_job, run_job
 from mqstore.workers.service import Service, run
@@ -62,7 +62,7 @@ NO_SPACE_WAIT_S: Final = 0.5  # between tries while a full disk holds dispatch u
 
 
 def _limit(ctx: WorkerContext) -> int:
-    return ctx.cb.readable_end(ctx.settings.flush_disk_type is FlushDiskType.SYNC_FLUSH)
+    return Positions(ctx.cb).readable_end(ctx.settings.flush_disk_type is FlushDiskType.SYNC_FLUSH)
 
 
 class _TopicRegistry:
@@ -139,17 +139,18 @@ class DispatchService(Service):
         self.cp = cp  # the flush thread's while it runs
         self.flusher: FlushThread | None = None
         cb = ctx.cb
-        # The supervisor seeds OFF_DISPATCHED with the recovered end at boot; a restarted
-        # dispatcher finds there the end of the last round it finished.
-        self.offset = disp.resume_offset(cb.get(c.OFF_DISPATCHED))
+        self.pos, self.stats, self.hist = Positions(cb), DispatchStats(cb), Histograms(cb)
+        # The supervisor seeds the dispatched position with the recovered end at boot; a
+        # restarted dispatcher finds there the end of the last round it finished.
+        self.offset = disp.resume_offset(self.pos.dispatched)
         self.segment_size = disp.log.queue.segment_size_bytes
         disp.log.queue.release_before(self.offset)
-        cb.set(c.OFF_DISPATCHED, self.offset)
+        self.pos.set_dispatched(self.offset)
         self.registry = _TopicRegistry(ctx)
         self.registry.update(disp)
-        self.lag = cb.histogram(c.OFF_DISPATCH_LAG_HIST, c.DISPATCH_LAG_BUCKETS)  # never reset
+        self.lag = self.hist.dispatch_lag_ms()  # never reset
         disp.lag_hist = self.lag
-        disp.lag_sum_ms = cb.get(c.OFF_DISPATCH_LAG_SUM_MS)
+        disp.lag_sum_ms = self.hist.dispatch_lag_sum_ms
         self.dispatched = 0
         self.idle_wait = BUSY_WAIT_S
         self.last_flush = self.last_thorough = time.monotonic()
@@ -157,11 +158,11 @@ class DispatchService(Service):
         self.flusher = FlushThread(cp, self._physic_ms, ctx.wake)
 
     def _physic_ms(self) -> int:
-        return self.ctx.cb.get(c.OFF_FLUSHED_TS)
+        return self.pos.flushed_ts
 
     def round_once(self) -> bool:
         """Dispatch one bounded round; True if it moved."""
-        cb, disp, offset = self.ctx.cb, self.disp, self.offset
+        disp, offset = self.disp, self.offset
         limit = _limit(self.ctx)
         if offset >= limit:
             return False
@@ -177,14 +178,12 @@ class DispatchService(Service):
         self.offset = res.next_offset
         self.dispatched += res.records
         if res.last_store_timestamp:
-            cb.set(c.OFF_DISPATCHED_TS, res.last_store_timestamp)
+            self.stats.set_last_dispatched_ts(res.last_store_timestamp)
         if res.records:
-            for i, n in enumerate(self.lag):
-                cb.set(c.OFF_DISPATCH_LAG_HIST + 8 * i, n)
-            cb.set(c.OFF_DISPATCH_LAG_SUM_MS, disp.lag_sum_ms)
+            self.hist.store_dispatch_lag(self.lag, disp.lag_sum_ms)
         # after the histogram: a reader that sees the records counted sees their lags
-        cb.set(c.OFF_DISPATCHED_RECORDS, self.dispatched)
-        cb.set(c.OFF_DISPATCHED, self.offset)
+        self.stats.set_dispatched_records(self.dispatched)
+        self.pos.set_dispatched(self.offset)
         self.registry.update(disp)
         return moved
 

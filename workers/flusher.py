@@ -62,6 +62,7 @@ from mqstore.conf.settings import FlushDiskType
 from mqstore.engine.fileio import StoreIOError
 from mqstore.ipc import control as c
 from mqstore.ipc.commit import LogFiles
+from mqstore.ipc.control_views import Flags, FlushStats, Positions
 from mqstore.workers.base import ExitCode, WorkerContext
 from mqstore.workers.service import Service, run
 
@@ -82,7 +83,8 @@ class Flusher(Service):
     def __init__(self, ctx: WorkerContext) -> None:
         super().__init__(ctx)
         self.files = LogFiles(ctx.store_dir, ctx.cb, ctx.settings.store_host)
-        self.idle = bool(ctx.cb.flags & c.FLAG_READ_ONLY)
+        self.pos, self.stats = Positions(ctx.cb), FlushStats(ctx.cb)
+        self.idle = bool(Flags(ctx.cb).word & c.FLAG_READ_ONLY)
         self.last_flush = self.last_thorough = time.monotonic()
         self.spin = SPIN_S
         self.spinning = False  # the next wait is a poll for a producer still copying
@@ -100,7 +102,7 @@ class Flusher(Service):
         return self.ctx.settings.flush_disk_type is FlushDiskType.SYNC_FLUSH
 
     def requested(self) -> bool:
-        return _native.sync_request(self.ctx.cb.buf) > self.ctx.cb.get(c.OFF_FLUSHED)
+        return _native.sync_request(self.ctx.cb.buf) > self.pos.flushed
 
     def wait(self, seconds: float) -> None:
         """Sleep on the flusher's futex (woken by the committer or a sync producer); a
@@ -157,10 +159,9 @@ class Flusher(Service):
         """Gather, commit and force up to the furthest request, wake its waiters: one C
         call when it can (`LogFiles.sync_round`); the wait before the next tick (0 when
         served, a growing spin while a producer ahead is still copying)."""
-        cb = self.ctx.cb
         t0 = time.monotonic_ns()
-        before = cb.get(c.OFF_FLUSHED)
-        m0, ns0 = cb.get(c.OFF_FSYNC_MSGS), cb.get(c.OFF_FSYNC_NS)
+        before = self.pos.flushed
+        m0, ns0 = self.stats.fsync_slots, self.stats.fsync_ns
         times = self.files.sync_round(*self._gather_target())
         self.last_flush = now
         if times is None and self.requested():
@@ -173,14 +174,12 @@ class Flusher(Service):
             spin, self.spinning = self.spin, True
             self.spin = min(spin * 2, SPIN_MAX_S)
             return spin
-        msgs = cb.get(c.OFF_FSYNC_MSGS) - m0
+        msgs = self.stats.fsync_slots - m0
         self.group = msgs
-        self._note_fsync(cb.get(c.OFF_FSYNC_NS) - ns0)
+        self._note_fsync(self.stats.fsync_ns - ns0)
         if times and self.trace_path and len(self.trace) < TRACE_MAX_ROWS:
             slept, self._slept = self._slept, (0, 0)
-            self.trace.append(
-                (*slept, t0, *times, msgs, cb.get(c.OFF_FLUSHED) - before, self.spins)
-            )
+            self.trace.append((*slept, t0, *times, msgs, self.pos.flushed - before, self.spins))
         self.spins = 0
         self.spin = SPIN_S
         self.poll_next = True
@@ -193,7 +192,7 @@ class Flusher(Service):
         deadline = time.monotonic_ns() + POLL_NS
         while time.monotonic_ns() < deadline:
             os.sched_yield()
-            if _native.publish(cb.buf) or cb.get(c.OFF_PUBLISHED) > flushed:
+            if _native.publish(cb.buf) or self.pos.published > flushed:
                 return True
         return False
 
@@ -207,9 +206,8 @@ class Flusher(Service):
         want = self.group
         if want <= 1:
             return 0, 0
-        cb = self.ctx.cb
-        target = cb.get(c.OFF_FLUSHED_SEQ) + want
-        if cb.get(c.OFF_PUBLISHED_SEQ) >= target:
+        target = self.pos.flushed_seq + want
+        if self.pos.published_seq >= target:
             return 0, 0
         return target, min(int(self.fsync_ns * GATHER_FRACTION), GATHER_MAX_NS)
 
@@ -219,9 +217,9 @@ class Flusher(Service):
 
     def flush(self, least: int) -> None:
         """`files.flush_and_wake`: force, wake the sync waiters it covered, count it."""
-        ns0 = self.ctx.cb.get(c.OFF_FSYNC_NS)
+        ns0 = self.stats.fsync_ns
         self.files.flush_and_wake(least)
-        self._note_fsync(self.ctx.cb.get(c.OFF_FSYNC_NS) - ns0)
+        self._note_fsync(self.stats.fsync_ns - ns0)
 
     def drain_step(self) -> bool:
         """Everything committed goes to disk, every waiter gets its answer (the rest
@@ -234,8 +232,8 @@ class Flusher(Service):
 
     def on_io_error(self, e: StoreIOError) -> None:
         cb = self.ctx.cb
-        cb.set_flag(c.FLAG_READ_ONLY)  # before the wake: every waiter sees it
-        cb.add(c.OFF_FLUSH_FAILURES, 1)
+        Flags(cb).mark_read_only()  # before the wake: every waiter sees it
+        self.stats.count_flush_failure()
         _native.flushed_wake_all(cb.buf)
 
     def close(self) -> None:

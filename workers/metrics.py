@@ -30,6 +30,14 @@ from mqstore.engine.diskguard import decode_state
 from mqstore.engine.segment import segment_file_name
 from mqstore.engine.storedir import list_segments
 from mqstore.ipc import control as c
+from mqstore.ipc.control_views import (
+    DiskWord,
+    DispatchStats,
+    Flags,
+    FlushStats,
+    Histograms,
+    Positions,
+)
 from mqstore.ipc.results import PutMessageStatus
 from mqstore.workers import stats
 
@@ -56,7 +64,8 @@ def oldest_undispatched_ms(store_dir: str, cb: c.ControlBlock, sync_flush: bool)
     position is below its limit (`readable_end`: flushed under SYNC_FLUSH, else what is
     in the files). None when it has caught up; the store time of the last record it
     dispatched when the next one cannot be read (not a message: a stop at damage)."""
-    dispatched, end = cb.get(c.OFF_DISPATCHED), cb.readable_end(sync_flush)
+    pos = Positions(cb)
+    dispatched, end = pos.dispatched, pos.readable_end(sync_flush)
     if dispatched >= end:
         return None
     size = cb.segment_size
@@ -67,7 +76,7 @@ def oldest_undispatched_ms(store_dir: str, cb: c.ControlBlock, sync_flush: bool)
         ts = _store_timestamp(path, off % size)
         if ts is not None:
             return ts
-    return cb.get(c.OFF_DISPATCHED_TS) or None
+    return DispatchStats(cb).last_ts or None
 
 
 def dispatch_behind_seconds(
@@ -126,33 +135,33 @@ class StoreCollector(Collector):
         cb = self._cb()
         if cb is None:
             return
-        g = cb.get
+        pos, flush, hist = Positions(cb), FlushStats(cb), Histograms(cb)
         totals = self._totals()
         yield from _counters(cb, totals)
         yield from _latency(totals)
         yield _log2_histogram(
             "mqstore_fsync_latency_seconds",
             "duration of the flusher's fsyncs (sum: the exact total)",
-            cb.histogram(c.OFF_FSYNC_HIST, c.FSYNC_HIST_BUCKETS),
+            hist.fsync_us(),
             c.FSYNC_HIST_SHIFT,
             1e-6,
-            g(c.OFF_FSYNC_NS) / 1e9,
+            flush.fsync_ns / 1e9,
         )
         yield _log2_histogram(
             "mqstore_group_commit_messages",
             "reservation slots (messages or batches) covered by each fsync",
-            cb.histogram(c.OFF_GROUP_HIST, c.GROUP_HIST_BUCKETS),
+            hist.group_commits(),
             0,
             1.0,
-            float(g(c.OFF_FSYNC_MSGS)),
+            float(flush.fsync_slots),
         )
         yield _log2_histogram(
             "mqstore_dispatch_lag_seconds",
             "per record, dispatch time minus store time (ms resolution)",
-            cb.histogram(c.OFF_DISPATCH_LAG_HIST, c.DISPATCH_LAG_BUCKETS),
+            hist.dispatch_lag_ms(),
             0,
             1e-3,
-            g(c.OFF_DISPATCH_LAG_SUM_MS) / 1e3,
+            hist.dispatch_lag_sum_ms / 1e3,
         )
         size, allocated, deleted, oldest_ts = self._segments()
         m = CounterMetricFamily("mqstore_segments_allocated", "commit-log files seen appear")
@@ -161,9 +170,9 @@ class StoreCollector(Collector):
         m = CounterMetricFamily("mqstore_segments_deleted", "commit-log files seen go away")
         m.add_metric([], deleted)
         yield m
-        published, committed = g(c.OFF_PUBLISHED), g(c.OFF_COMMITTED)
-        flushed, dispatched = g(c.OFF_FLUSHED), g(c.OFF_DISPATCHED)
-        limit = cb.readable_end(self.sync_flush)
+        published, committed = pos.published, pos.committed
+        flushed, dispatched = pos.flushed, pos.dispatched
+        limit = pos.readable_end(self.sync_flush)
         gauges: list[tuple[str, str, float]] = [
             ("mqstore_commit_behind_bytes", "published but not committed", published - committed),
             ("mqstore_flush_behind_bytes", "committed but not flushed", committed - flushed),
@@ -177,10 +186,10 @@ class StoreCollector(Collector):
         ]
         pool = cb.pool_buffers
         if pool:
-            in_use = g(c.OFF_RESERVED) // cb.segment_size - committed // cb.segment_size + 1
+            in_use = pos.reserved // cb.segment_size - committed // cb.segment_size + 1
             free = max(0, min(pool, pool - in_use))
             gauges.append(("mqstore_pool_free_buffers", "free transient pool buffers", free))
-        word = g(c.OFF_DISK_STATE)
+        word = DiskWord(cb).word
         if word:
             gauges.append(
                 (
@@ -194,7 +203,7 @@ class StoreCollector(Collector):
             gauges.append(
                 ("mqstore_oldest_message_age_seconds", "age of the oldest stored message", age)
             )
-        dts = g(c.OFF_DISPATCHED_TS)
+        dts = DispatchStats(cb).last_ts
         if dts:
             gauges.append(
                 (
@@ -219,7 +228,7 @@ class StoreCollector(Collector):
             gm.add_metric([], value)
             yield gm
         flags = GaugeMetricFamily("mqstore_flag", "control block flags (1 = set)", labels=["flag"])
-        word_flags = g(c.OFF_FLAGS)
+        word_flags = Flags(cb).word
         for bit, name in c.FLAG_NAMES.items():
             flags.add_metric([name], 1.0 if word_flags & bit else 0.0)
         yield flags
@@ -241,7 +250,7 @@ def _read_only(word_flags: int, reason: dict[str, str] | None) -> Metric:
 
 
 def _counters(cb: c.ControlBlock, totals: stats.Totals) -> Iterator[Metric]:
-    g = cb.get
+    flush = FlushStats(cb)
     puts = CounterMetricFamily(
         "mqstore_puts", "messages put, by PutMessageStatus", labels=["status"]
     )
@@ -254,18 +263,18 @@ def _counters(cb: c.ControlBlock, totals: stats.Totals) -> Iterator[Metric]:
     m = CounterMetricFamily("mqstore_appended_bytes", "bytes appended by puts")
     m.add_metric([], totals.bytes)
     yield m
-    fsyncs = g(c.OFF_FSYNC_COUNT)
+    fsyncs = flush.fsyncs
     m = CounterMetricFamily("mqstore_fsyncs", "fsyncs of the commit log")
     m.add_metric([], fsyncs)
     yield m
     m = CounterMetricFamily("mqstore_fsync_seconds", "time spent in commit-log fsyncs")
-    m.add_metric([], g(c.OFF_FSYNC_NS) / 1e9)
+    m.add_metric([], flush.fsync_ns / 1e9)
     yield m
     m = CounterMetricFamily("mqstore_flush_failures", "failed flushes")
-    m.add_metric([], g(c.OFF_FLUSH_FAILURES))
+    m.add_metric([], flush.failures)
     yield m
     m = CounterMetricFamily("mqstore_dispatched_records", "records dispatched since boot")
-    m.add_metric([], g(c.OFF_DISPATCHED_RECORDS))
+    m.add_metric([], DispatchStats(cb).records)
     yield m
     restarts = CounterMetricFamily("mqstore_worker_restarts", "worker restarts", labels=["worker"])
     for i in range(c.MAX_WORKERS):

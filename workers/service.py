@@ -37,7 +37,7 @@ import time
 from typing import ClassVar, Final
 
 from mqstore.engine.fileio import StoreIOError
-from mqstore.ipc import control as c
+from mqstore.ipc.control_views import Flags
 from mqstore.workers.base import REASON_FD_ENV, ExitCode, WorkerContext, say
 
 DRAIN_PAUSE_S: Final = 0.005  # between drain steps that are not done yet
@@ -100,7 +100,7 @@ def run(ctx: WorkerContext, service: Service) -> int:
 def fail_closed(ctx: WorkerContext, e: StoreIOError, code: ExitCode = ExitCode.IO_FAILED) -> int:
     """Mark the store read-only for `e`, tell the supervisor why, return `code` (the
     worker exits with it). Any worker, any time after it mapped the control block."""
-    ctx.cb.set_flag(c.FLAG_READ_ONLY)
+    Flags(ctx.cb).mark_read_only()
     reason = read_only_reason(ctx.name, e)
     say(ctx.name, f"I/O error, the store is read-only: {reason['message']}", "ERROR")
     _report_reason(reason)

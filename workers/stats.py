@@ -13,6 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mqstore.ipc import control as c
+from mqstore.ipc.control_views import (
+    DiskWord,
+    DispatchStats,
+    Flags,
+    FlushStats,
+    Positions,
+    Reservation,
+)
 from mqstore.workers.cleaner import status_doc as cleaner_status
 
 
@@ -100,13 +108,8 @@ def live_totals(cb: c.ControlBlock, rows: dict[int, int]) -> Totals:
 
 
 def sample(cb: c.ControlBlock, totals: Totals) -> Sample:
-    return Sample(
-        time.monotonic(),
-        totals.puts,
-        cb.get(c.OFF_FSYNC_COUNT),
-        cb.get(c.OFF_FSYNC_MSGS),
-        totals.bytes,
-    )
+    flush = FlushStats(cb)
+    return Sample(time.monotonic(), totals.puts, flush.fsyncs, flush.fsync_slots, totals.bytes)
 
 
 def worker_docs(
@@ -139,10 +142,11 @@ def build(
     settings: dict[str, Any],
 ) -> dict[str, Any]:
     now = sample(cb, totals)
-    reserved = cb.get(c.OFF_RESERVED)
-    published = cb.get(c.OFF_PUBLISHED)
-    committed = cb.get(c.OFF_COMMITTED)
-    flushed = cb.get(c.OFF_FLUSHED)
+    pos, flush, resv = Positions(cb), FlushStats(cb), Reservation(cb)
+    reserved = pos.reserved
+    published = pos.published
+    committed = pos.committed
+    flushed = pos.flushed
     size = cb.segment_size
     pool = cb.pool_buffers
     in_use = (reserved // size - committed // size + 1) if pool else 0
@@ -154,25 +158,25 @@ def build(
             "bytes_per_s": round((now.bytes - prev.bytes) / dt, 1),
             "fsyncs_per_s": round((now.fsyncs - prev.fsyncs) / dt, 1),
         }
-    fsyncs = cb.get(c.OFF_FSYNC_COUNT)
+    fsyncs = flush.fsyncs
     return {
         "store_dir": store_dir,
         "generation": cb.generation,
-        "supervisor_pid": cb.get(c.OFF_SUP_PID),
-        "flags": cb.flag_names(),
+        "supervisor_pid": cb.supervisor_pid,
+        "flags": Flags(cb).names(),
         "settings": settings,
         "positions": {
             "reserved": reserved,
             "published": published,
             "committed": committed,
             "flushed": flushed,
-            "allocated_upto": cb.get(c.OFF_ALLOCATED),
-            "dispatched": cb.get(c.OFF_DISPATCHED),
+            "allocated_upto": pos.allocated,
+            "dispatched": pos.dispatched,
         },
         "commit_lag_bytes": published - committed,
         "flush_lag_bytes": committed - flushed,
-        "dispatch_lag_bytes": max(0, committed - cb.get(c.OFF_DISPATCHED)),
-        "dispatched_records": cb.get(c.OFF_DISPATCHED_RECORDS),
+        "dispatch_lag_bytes": max(0, committed - pos.dispatched),
+        "dispatched_records": DispatchStats(cb).records,
         "pool": {
             "enabled": pool > 0,
             "buffers": pool,
@@ -196,16 +200,16 @@ def build(
         "fsync": {
             "total": fsyncs,
             "per_s": rates["fsyncs_per_s"],
-            "msgs_per_fsync": round(cb.get(c.OFF_FSYNC_MSGS) / fsyncs, 2) if fsyncs else 0.0,
-            "mean_us": round(cb.get(c.OFF_FSYNC_NS) / fsyncs / 1000, 1) if fsyncs else 0.0,
-            "failures": cb.get(c.OFF_FLUSH_FAILURES),
+            "msgs_per_fsync": round(flush.fsync_slots / fsyncs, 2) if fsyncs else 0.0,
+            "mean_us": round(flush.fsync_ns / fsyncs / 1000, 1) if fsyncs else 0.0,
+            "failures": flush.failures,
         },
-        "fillers": cb.get(c.OFF_FILLERS),
+        "fillers": resv.fillers,
         # 0 until the cleaner's first disk check
-        "cleaner": cleaner_status(store_dir, cb.get(c.OFF_DISK_STATE) or None),
+        "cleaner": cleaner_status(store_dir, DiskWord(cb).word or None),
         "findings": [str(f) for f in cb.check()],
         "reservation_holder": reservation_holder(cb),
-        "busy_waits": cb.get(c.OFF_BUSY),
+        "busy_waits": resv.busy_waits,
     }
 
 
@@ -229,7 +233,7 @@ def reservation_holder(cb: c.ControlBlock) -> dict[str, Any] | None:
     """The producer inside the reservation step now (its pid, from the intent record
     `cs_pid`, and its state), or None. A put holds it for microseconds; one seen twice,
     or "stopped", is what holds every other put up (they answer OS_PAGECACHE_BUSY)."""
-    pid = cb.get(c.OFF_CS_PID)
+    pid = Reservation(cb).holder_pid
     if pid <= 0:
         return None
     return {"pid": pid, "state": process_state(pid)}

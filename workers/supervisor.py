@@ -53,6 +53,7 @@ from mqstore.engine.storedir import ABORT_FILE
 from mqstore.ipc import access
 from mqstore.ipc import control as c
 from mqstore.ipc.commit import LogFiles
+from mqstore.ipc.control_views import Flags, Positions
 from mqstore.ipc.locks import StoreLockHeld, take_store_lock
 from mqstore.ipc.reservation import live_lock_path
 from mqstore.workers import sdnotify, stats
@@ -233,10 +234,7 @@ class Supervisor:
                 os.fchmod(live, 0o600)
         finally:
             os.close(live)
-        for off in (
-            c.OFF_RESERVED, c.OFF_PUBLISHED, c.OFF_COMMITTED, c.OFF_FLUSHED, c.OFF_DISPATCHED,
-        ):  # fmt: skip
-            cb.set(off, end)
+        Positions(cb).seed_positions(end)
         for (topic, qid), nxt in offsets.items():
             row = cb.find_or_add_queue(topic.encode("utf-8"), qid)
             if row < 0:
@@ -250,7 +248,7 @@ class Supervisor:
             self.server.listen()
         except OSError as e:
             raise BootError(ExitCode.BOOT_ERROR, f"cannot bind the supervisor socket: {e}") from e
-        cb.set_flag(c.FLAG_RUNNING)
+        Flags(cb).mark_running()
         self.workers = [_Worker(spec, i) for i, spec in enumerate(WORKERS)]
         for w in self.workers:
             self._spawn(w)
@@ -368,7 +366,7 @@ class Supervisor:
             if code in (ExitCode.IO_FAILED, ExitCode.FLUSH_FAILED):
                 # Fail closed: the store stays up, read-only, and the worker is not
                 # restarted into the same failure (a restart cannot undo a lost write).
-                cb.set_flag(c.FLAG_READ_ONLY)
+                Flags(cb).mark_read_only()
                 reason = self._reason(w)
                 self.read_only = self.read_only or reason
                 w.halted = True
@@ -588,7 +586,7 @@ class Supervisor:
         cb = self.cb
         assert cb is not None
         s = self.settings
-        cb.set_flag(c.FLAG_REFUSE_WRITES)
+        Flags(cb).refuse_writes()
         # No producer is inside the reservation step after this (one that is stopped in
         # it does not hold the stop up: its reservation is filled at the drain).
         if not self._fence_reservations(cb):
@@ -613,7 +611,7 @@ class Supervisor:
                 w.proc.kill()
                 code = w.proc.wait()
             if code in (ExitCode.IO_FAILED, ExitCode.FLUSH_FAILED):  # in its drain
-                cb.set_flag(c.FLAG_READ_ONLY)
+                Flags(cb).mark_read_only()
                 self.read_only = self.read_only or self._reason(w)
             cb.set_worker(w.index, w.spec.name, 0, w.restarts, WORKER_EXITED)
             w.proc = None
@@ -621,11 +619,12 @@ class Supervisor:
             self._close_reason(w)
         code = int(ExitCode.OK)
         files = LogFiles(self.store_dir, cb, s.store_host)
+        pos = Positions(cb)
         try:
             deadline = time.monotonic() + STOP.drain_s
             while True:
                 files.publish_locked()
-                if cb.get(c.OFF_PUBLISHED) >= cb.get(c.OFF_RESERVED):
+                if pos.published >= pos.reserved:
                     break
                 if time.monotonic() >= deadline:
                     n = files.publish_locked(force=True)
@@ -635,7 +634,7 @@ class Supervisor:
                     break
                 time.sleep(0.005)
             clean = False
-            if cb.flags & c.FLAG_READ_ONLY:
+            if Flags(cb).word & c.FLAG_READ_ONLY:
                 why = self.read_only_reason or "a worker's I/O failed"
                 self._say(f"the store is read-only ({why}); not flushing", "ERROR")
             else:
@@ -643,7 +642,7 @@ class Supervisor:
                     try:
                         files.commit(0)
                         files.flush(0)
-                        clean = cb.get(c.OFF_FLUSHED) >= cb.get(c.OFF_RESERVED)
+                        clean = pos.flushed >= pos.reserved
                         break
                     except StoreIOError as e:
                         self._say(f"final flush failed (attempt {attempt + 1}): {e}", "ERROR")
@@ -652,7 +651,7 @@ class Supervisor:
             else:
                 cp = StoreCheckpoint.open_in(self.store_dir)
                 try:
-                    ts = cb.get(c.OFF_FLUSHED_TS)
+                    ts = pos.flushed_ts
                     if ts:
                         cp.physic_msg_timestamp = ts
                     cp.flush()
@@ -665,8 +664,7 @@ class Supervisor:
             code = int(ExitCode.FLUSH_FAILED)
         finally:
             files.close()
-            cb.set_flag(c.FLAG_STOPPED)
-            cb.set_flag(c.FLAG_RUNNING, False)
+            Flags(cb).mark_stopped()
             self.server.close_listener()
             self._stop_metrics()
             cb.close()

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from mqstore.conf.load import ConfigError, load_settings
 from mqstore.engine.fileio import StoreIOError
-from mqstore.ipc import control as c
 from mqstore.ipc.control import ControlBlock
 from mqstore.workers.base import (
     WORKER_RUNNING,
@@ -48,7 +47,7 @@ def main(argv: list[str]) -> int:
         store_dir,
         settings,
         cb,
-        parent_pid=cb.get(c.OFF_SUP_PID),
+        parent_pid=cb.supervisor_pid,
         config=config,
     )
     ctx.install_signals()
