@@ -201,41 +201,43 @@ class Samples:
 
 
 def _sample(client: Any, s: Samples, stop: threading.Event) -> None:
-    from mqstore.ipc import control as c
+    from mqstore.ipc.control_views import DispatchStats, Positions
     from mqstore.workers.metrics import oldest_undispatched_ms
 
     cb = client._cb
+    pos, stats = Positions(cb), DispatchStats(cb)
     store = str(client.store_dir)
     while not stop.wait(SAMPLE_S):
         s.t_ns.append(time.monotonic_ns())
         s.wall_ms.append(time.time_ns() // 1_000_000)
-        s.published.append(cb.get(c.OFF_PUBLISHED))
-        s.committed.append(cb.get(c.OFF_COMMITTED))
-        s.dispatched.append(cb.get(c.OFF_DISPATCHED))
-        s.records.append(cb.get(c.OFF_DISPATCHED_RECORDS))
-        s.dispatched_ts.append(cb.get(c.OFF_DISPATCHED_TS))
+        s.published.append(pos.published)
+        s.committed.append(pos.committed)
+        s.dispatched.append(pos.dispatched)
+        s.records.append(stats.records)
+        s.dispatched_ts.append(stats.last_ts)
         s.oldest_ts.append(oldest_undispatched_ms(store, cb, sync_flush=False) or 0)
 
 
 def _warm(client: Any) -> None:
     """One message per queue, dispatched before the timed part: the consume-queue files
     and the index file exist, as in a store that has been running."""
-    from mqstore.ipc import control as c
+    from mqstore.ipc.control_views import Positions
 
     for q in range(QUEUES):
         client.put(TOPIC, BODY, tags="TagA", keys=f"warm-{q}", queue_id=q, wait_store=False)
-    end = client._cb.get(c.OFF_PUBLISHED)
+    pos = Positions(client._cb)
+    end = pos.published
     deadline = time.monotonic() + 60
-    while client._cb.get(c.OFF_DISPATCHED) < end:
+    while pos.dispatched < end:
         if time.monotonic() > deadline:
             raise RuntimeError("the warm-up messages were not dispatched in 60 s")
         time.sleep(0.01)
 
 
 def _lag_histogram(client: Any) -> list[int]:
-    from mqstore.ipc import control as c
+    from mqstore.ipc.control_views import Histograms
 
-    return list(client._cb.histogram(c.OFF_DISPATCH_LAG_HIST, c.DISPATCH_LAG_BUCKETS))
+    return Histograms(client._cb).dispatch_lag_ms()
 
 
 def _hist_p99_ms(before: list[int], after: list[int]) -> float | None:
@@ -397,8 +399,8 @@ def _rate_series(s: Samples, t0_ns: int, step_s: float = 0.1) -> list[tuple[floa
 
 
 def run_once(root: Path, args: argparse.Namespace, config: str, rate: float) -> dict[str, Any]:
-    from mqstore.ipc import control as c
     from mqstore.ipc.client import StoreClient
+    from mqstore.ipc.control_views import DispatchStats, Positions
 
     ctx = mp.get_context("spawn")
     load_before = os.getloadavg()
@@ -440,7 +442,7 @@ def run_once(root: Path, args: argparse.Namespace, config: str, rate: float) -> 
             sampling = threading.Event()
             sampler = threading.Thread(target=_sample, args=(client, samples, sampling))
             hist_before = _lag_histogram(client)
-            records_before = client._cb.get(c.OFF_DISPATCHED_RECORDS)
+            records_before = DispatchStats(client._cb).records
             sampler.start()
             spy = None
             if args.profile:
@@ -451,13 +453,13 @@ def run_once(root: Path, args: argparse.Namespace, config: str, rate: float) -> 
                 for p in prods:
                     p.join(args.seconds + 120)
                 running_samples = len(samples.t_ns)
-                end = client._cb.get(c.OFF_PUBLISHED)
+                end = Positions(client._cb).published
                 caught = _wait_caught_up(samples, end)
             finally:
                 sampling.set()
                 sampler.join()
             hist_after = _lag_histogram(client)
-            records_after = client._cb.get(c.OFF_DISPATCHED_RECORDS)
+            records_after = DispatchStats(client._cb).records
             for p in prods + cons:
                 p.join(args.seconds + 120)
                 if p.exitcode != 0:

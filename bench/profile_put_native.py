@@ -30,6 +30,7 @@ import time
 from mqstore import _native
 from mqstore.engine import record
 from mqstore.ipc import control as c
+from mqstore.ipc.control_views import Flags, Positions
 from mqstore.ipc.results import PutMessageStatus, PutResult
 
 SEG = 64 << 20
@@ -50,8 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     geo = c.Geometry(SEG, 2, slot_count=8192, qtable_capacity=256)
     cb = c.ControlBlock.create(tmp, 1, geo, token=secrets.token_hex(4))
     try:
-        cb.set(c.OFF_FLAGS, c.FLAG_RUNNING)
-        cb.set(c.OFF_ALLOCATED, 1 << 50)
+        Flags(cb).mark_running()
+        Positions(cb).raise_allocated(1 << 50)
         tb = TOPIC.encode()
         heads = {TAGS: record.encode_properties({record.PROPERTY_TAGS: TAGS})}
         qslots = [cb.find_or_add_queue(tb, q) for q in range(4)]
@@ -80,9 +81,8 @@ def main(argv: list[str] | None = None) -> int:
 
         def roll() -> None:
             """A segment's end: what the general path, committer and publisher do."""
-            nxt = (cb.get(c.OFF_RESERVED) // SEG + 1) * SEG
-            for off in (c.OFF_RESERVED, c.OFF_PUBLISHED, c.OFF_COMMITTED):
-                cb.set(off, nxt)
+            pos = Positions(cb)
+            pos.skip_to((pos.reserved // SEG + 1) * SEG)
 
         def run(n: int) -> tuple[float, float]:
             f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt

@@ -227,7 +227,7 @@ class Dispatcher:
         records (transactions, fillers) from there is harmless.
 
         `published`: the position a dispatcher that ran before in this boot last
-        published (`OFF_DISPATCHED`, written after a round's units reached every queue).
+        published (`Positions.dispatched`, written after a round's units reached every queue).
         A round writes its units queue by queue, so a kill between two queues leaves one
         queue ahead of the others; resuming from the furthest queue would fill the
         others' units of that round with pre-blanks (RocketMQ dispatches one record at a
