@@ -25,8 +25,9 @@ step in `ipc/native/mqs_append.c`):
 |     |                  | demand): `Positions.advance_committed`; `seed_positions` |
 | 48  | flushed_pos      | the flush step (flusher; supervisor at drain):           |
 |     |                  | `Positions.advance_flushed`; `seed_positions`            |
-| 56  | flags            | `Flags`: supervisor `mark_running`, `refuse_writes`,     |
-|     |                  | `mark_stopped`; a failing worker `mark_read_only`        |
+| 56  | flags            | `Flags`: supervisor `mark_running`,                      |
+|     |                  | `mark_refusing_writes`, `mark_stopped`; a failing worker |
+|     |                  | (or the supervisor for it) `mark_read_only`              |
 | 64  | generation       | supervisor, once at create (`ControlBlock.generation`)   |
 | 72  | supervisor_pid   | supervisor, once at create (`.supervisor_pid`)           |
 | 80  | allocated_upto   | allocator (supervisor at boot): `Positions.              |
@@ -488,36 +489,10 @@ class ControlBlock:
         `ipc.control_views`."""
         return int(I64.unpack_from(self.buf, off)[0])
 
-    def readable_end(self, sync_flush: bool) -> int:
-        """Where readers and the dispatcher stop: flushed under SYNC_FLUSH (nothing a
-        crash can take back is consumed); under ASYNC_FLUSH what is in the files:
-        committed with the pool on, published (complete records written straight into
-        the mapping) with it off."""
-        if sync_flush:
-            return self.get(OFF_FLUSHED)
-        return self.get(OFF_PUBLISHED if self.pool_buffers == 0 else OFF_COMMITTED)
-
     def set(self, off: int, value: int) -> None:
+        """A raw header store: for tests that inject a state; the store's own writers
+        go through `ipc.control_views`."""
         I64.pack_into(self.buf, off, value)
-
-    def histogram(self, off: int, buckets: int) -> list[int]:
-        return [self.get(off + 8 * i) for i in range(buckets)]
-
-    def add(self, off: int, delta: int) -> None:
-        """Not atomic: for counters with one writer, or statistics that may lose a count."""
-        I64.pack_into(self.buf, off, I64.unpack_from(self.buf, off)[0] + delta)
-
-    @property
-    def flags(self) -> int:
-        return self.get(OFF_FLAGS)
-
-    def set_flag(self, flag: int, on: bool = True) -> None:
-        f = self.flags
-        self.set(OFF_FLAGS, (f | flag) if on else (f & ~flag))
-
-    def flag_names(self) -> list[str]:
-        f = self.flags
-        return [n for bit, n in FLAG_NAMES.items() if f & bit]
 
     def pool_view(self, segment_index: int) -> memoryview:
         """The pool buffer of a segment (segment i uses buffer i % pool_buffers)."""

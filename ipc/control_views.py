@@ -200,7 +200,7 @@ class Flags(_View):
         for it)."""
         self._change(c.FLAG_RUNNING, True)
 
-    def refuse_writes(self) -> None:
+    def mark_refusing_writes(self) -> None:
         """The supervisor only, when its drain begins."""
         self._change(c.FLAG_REFUSE_WRITES, True)
 
@@ -312,7 +312,7 @@ WRITERS: Final[dict[str, tuple[str, ...]]] = {
     "count_busy_wait": ("ipc/general_path.py",),
     "count_filler": ("ipc/commit.py",),
     "mark_running": ("workers/supervisor.py", "bench/profile_put_native.py"),
-    "refuse_writes": ("workers/supervisor.py",),
+    "mark_refusing_writes": ("workers/supervisor.py",),
     "mark_read_only": ("workers/service.py", "workers/flusher.py", "workers/supervisor.py"),
     "mark_stopped": ("workers/supervisor.py",),
     "set_disk_state": ("workers/cleaner.py",),

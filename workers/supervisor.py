@@ -586,7 +586,7 @@ class Supervisor:
         cb = self.cb
         assert cb is not None
         s = self.settings
-        Flags(cb).refuse_writes()
+        Flags(cb).mark_refusing_writes()
         # No producer is inside the reservation step after this (one that is stopped in
         # it does not hold the stop up: its reservation is filled at the drain).
         if not self._fence_reservations(cb):

@@ -20,6 +20,7 @@ from mqstore.engine import record, recordcodes
 from mqstore.engine.record import EncodeStatus, Message
 from mqstore.ipc import control as c
 from mqstore.ipc.commit import pid_alive
+from mqstore.ipc.control_views import Flags
 from mqstore.ipc.reservation import LIVE_LOCK, LiveLock, LiveTable
 from tests.native.test_record_diff import messages
 
@@ -105,7 +106,7 @@ def test_a_put_that_needs_the_general_path_writes_nothing(cb: c.ControlBlock) ->
         cb.set(c.OFF_RESERVED, SEG - 500)  # the record does not fit: a roll
         assert app.put(None, -1, qs, prep_of(msg), 10**9) == _native.FALLBACK
         cb.set(c.OFF_RESERVED, 0)
-        cb.set_flag(c.FLAG_REFUSE_WRITES)
+        Flags(cb).mark_refusing_writes()
         assert app.put(None, -1, qs, prep_of(msg), 10**9) == _native.FALLBACK
         assert cb.get(c.OFF_SEQ) == 0 and cb.slot_state(0) == c.STATE_FREE
     finally:
@@ -225,7 +226,7 @@ def test_the_flush_wait_decides_from_the_flushed_position(cb: c.ControlBlock) ->
         t.join()
         _native.flushed_wake_all(cb.buf)  # a wake without progress changes nothing
         assert app.wait_flushed(400, 50_000_000) == 1
-        cb.set_flag(c.FLAG_READ_ONLY)
+        Flags(cb).mark_read_only()
         assert app.wait_flushed(400, 10**9) == 2
     finally:
         app.close()

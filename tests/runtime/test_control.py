@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import multiprocessing
 import os
 import threading
@@ -12,6 +13,8 @@ import pytest
 
 from mqstore import _native
 from mqstore.ipc import control as c
+from mqstore.ipc import control_views as v
+from mqstore.ipc.control_views import Flags
 from mqstore.ipc.locks import FileLock, StoreLockHeld, store_lock_holder, take_store_lock
 
 
@@ -62,9 +65,9 @@ def test_create_attach_and_fields(cb: c.ControlBlock, tmp_path: Path) -> None:
         v[:3] = b"abc"
         v.release()
         assert cb.pool_buf is not None and bytes(cb.pool_buf[65536 : 65536 + 3]) == b"abc"
-        cb.set_flag(c.FLAG_RUNNING)
-        cb.set_flag(c.FLAG_READ_ONLY)
-        assert other.flag_names() == ["running", "read_only"]
+        Flags(cb).mark_running()
+        Flags(cb).mark_read_only()
+        assert Flags(other).names() == ["running", "read_only"]
     finally:
         other.close()
     assert len(c.leftover_shm(tmp_path)) == 2  # a non-owner's close unlinks nothing
@@ -84,6 +87,65 @@ def test_check_reports_positions_out_of_order(cb: c.ControlBlock) -> None:
     assert cb.check() == []
     cb.set(c.OFF_FLUSHED, 10)
     assert any("out of order" in f.what for f in cb.check())
+
+
+REPO = Path(__file__).resolve().parent.parent.parent
+_SOURCES = ("engine", "ipc", "workers", "pipeline", "bench")
+
+
+def _calls_and_offsets() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(file, writer method) of every call of a view's write method, and (file, name) of
+    every `OFF_*` name used, in the tree outside tests/."""
+    calls, offsets = [], []
+    for top in _SOURCES:
+        for path in sorted((REPO / top).rglob("*.py")):
+            rel = str(path.relative_to(REPO))
+            for node in ast.walk(ast.parse(path.read_text(), rel)):
+                func = node.func if isinstance(node, ast.Call) else None
+                if isinstance(func, ast.Attribute) and func.attr in v.WRITERS:
+                    calls.append((rel, func.attr))
+                name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
+                if isinstance(name, str) and name.startswith("OFF_"):
+                    offsets.append((rel, name))
+    return calls, offsets
+
+
+def test_each_header_field_is_written_by_its_owner_only() -> None:
+    """ "One writer per field" as an API: each write method of the views is called only
+    from the files `WRITERS` names, and nothing outside the two modules of the layout
+    uses a raw offset."""
+    views = [v.Positions, v.Reservation, v.Flags, v.DiskWord, v.FlushStats, v.Histograms]
+    views.append(v.DispatchStats)
+    methods = {name for view in views for name in vars(view) if not name.startswith("_")}
+    assert set(v.WRITERS) <= methods
+    calls, offsets = _calls_and_offsets()
+    assert {m for _f, m in calls} == set(v.WRITERS)  # every writer has its caller
+    assert [(f, m) for f, m in calls if f not in v.WRITERS[m]] == []
+    assert [u for u in offsets if u[0] not in ("ipc/control.py", "ipc/control_views.py")] == []
+
+
+@pytest.mark.parametrize(("pool", "sync", "end"), [(2, True, 10), (2, False, 20), (0, False, 30)])
+def test_readable_end(tmp_path: Path, pool: int, sync: bool, end: int) -> None:
+    block = c.ControlBlock.create(tmp_path, 1, c.Geometry(65536, pool, slot_count=8))
+    try:
+        pos = v.Positions(block)
+        for off, value in ((c.OFF_FLUSHED, 10), (c.OFF_COMMITTED, 20), (c.OFF_PUBLISHED, 30)):
+            block.set(off, value)
+        assert pos.readable_end(sync) == end
+    finally:
+        block.close()
+
+
+def test_flush_statistics_and_histograms(cb: c.ControlBlock) -> None:
+    stats, hist, pos = v.FlushStats(cb), v.Histograms(cb), v.Positions(cb)
+    stats.record_fsync(3000, 5)
+    pos.advance_flushed(100, 7, 5)
+    hist.count_fsync(100, 5)  # 100 µs: bucket 1 (up to 128); 5 slots: bucket 3 (up to 8)
+    assert (stats.fsyncs, stats.fsync_slots, stats.fsync_ns) == (1, 5, 3000)
+    assert (pos.flushed, pos.flushed_ts, pos.flushed_seq) == (100, 7, 5)
+    assert hist.fsync_us()[:3] == [0, 1, 0] and hist.group_commits()[:4] == [0, 0, 0, 1]
+    hist.store_dispatch_lag([1, 2] + [0] * (c.DISPATCH_LAG_BUCKETS - 2), 9)
+    assert hist.dispatch_lag_ms()[:3] == [1, 2, 0] and hist.dispatch_lag_sum_ms == 9
 
 
 def test_remove_leftovers(tmp_path: Path) -> None:
