@@ -30,8 +30,8 @@ step in `ipc/native/mqs_append.c`):
 |     |                  | (or the supervisor for it) `mark_read_only`              |
 | 64  | generation       | supervisor, once at create (`ControlBlock.generation`)   |
 | 72  | supervisor_pid   | supervisor, once at create (`.supervisor_pid`)           |
-| 80  | allocated_upto   | allocator (supervisor at boot): `Positions.              |
-|     |                  | raise_allocated`, the end of the ready files             |
+| 80  | allocated_upto   | allocator (supervisor at boot):                          |
+|     |                  | `Positions.raise_allocated`, the end of the ready files  |
 | 88  | cs_pid           | the lock holder: `Reservation.write_intent`, cleared by  |
 |     |                  | `clear_intent` (C `mqs_reserve`): pid inside the section |
 | 96  | cs_seq_start     | the lock holder: `Reservation.write_intent`, `seq` when  |
@@ -62,7 +62,7 @@ step in `ipc/native/mqs_append.c`):
 |     |                  | bit 1 CLEAN_IMMEDIATELY, bits 16.. the disk usage in per |
 |     |                  | mille (`engine.diskguard`)                               |
 | 248 | fsync_hist[13]   | flusher: `Histograms.count_fsync`, fsyncs by duration,   |
-|     |                  | bucket i up to 2^(i+6) µs (64 µs .. 262 ms), the last    |
+|     |                  | bucket i up to 2^(i+6) µs (64 µs .. 131 ms), the last    |
 |     |                  | one unbounded                                            |
 | 352 | group_hist[12]   | flusher: `Histograms.count_fsync`, fsyncs by reservation |
 |     |                  | slots covered, bucket i up to 2^i (1 .. 1024), the last  |
@@ -78,7 +78,7 @@ step in `ipc/native/mqs_append.c`):
 |     |                  | the lags in the dispatch-lag histogram, never reset      |
 | 480 | nonce            | supervisor, once at create (`.nonce`): random, also in   |
 |     |                  | `.mqstore-ipc.json`; clients refuse a block without it   |
-|     |                  | (`ipc.access`)                                           |
+|     |                  | (`ipc.session`; the rules: `ipc.access`)                 |
 
 Native area at 2048 (layout version 3), owned by the C core (`ipc/native/mqs_layout.h`
 mirrors these offsets; `ipc.reservation` and `ipc/native/mqs_futex.h` say how they are used):

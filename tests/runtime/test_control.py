@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import multiprocessing
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -122,6 +123,24 @@ def test_each_header_field_is_written_by_its_owner_only() -> None:
     assert {m for _f, m in calls} == set(v.WRITERS)  # every writer has its caller
     assert [(f, m) for f, m in calls if f not in v.WRITERS[m]] == []
     assert [u for u in offsets if u[0] not in ("ipc/control.py", "ipc/control_views.py")] == []
+
+
+def test_the_layout_table_matches_the_code() -> None:
+    """ipc/control.py's docstring: its version is MAGIC_VERSION's, its tables list every
+    offset constant below the client rows (and no other), and each view method it names
+    as a writer exists, as does each one of `WRITERS` it should name."""
+    doc = c.__doc__ or ""
+    versions = set(re.findall(r"layout version (\d+)", doc))
+    assert versions == {str(c.MAGIC_VERSION & 0xFF)}
+    rows = {int(m) for m in re.findall(r"^\| (\d+) +\|", doc, re.MULTILINE)}
+    consts = {getattr(c, n) for n in dir(c) if n.startswith("OFF_")}
+    assert rows - {192} == {off for off in consts if off < c.WORKERS_OFF or off >= 2048}
+    named = re.findall(r"`([A-Z]\w+)\.([a-z_]+)`", doc)
+    for view, method in named:
+        if view != "ControlBlock":
+            assert callable(getattr(getattr(v, view), method)), (view, method)
+    written = {m for _v, m in named} | set(re.findall(r"`([a-z_]+)`", doc))
+    assert set(v.WRITERS) - {"skip_to"} <= written
 
 
 @pytest.mark.parametrize(("pool", "sync", "end"), [(2, True, 10), (2, False, 20), (0, False, 30)])
