@@ -311,6 +311,7 @@ def round_cost(root: Path, rounds: int, pool: bool) -> str:
     from mqstore.engine.segment import segment_file_name
     from mqstore.ipc import control as c
     from mqstore.ipc.commit import LogFiles
+    from mqstore.ipc.control_views import Flags, FlushStats, Reservation
 
     seg = 64 << 20
     d = root / "round-cost"
@@ -325,7 +326,8 @@ def round_cost(root: Path, rounds: int, pool: bool) -> str:
     size = BODY_BYTES + 200
     cost: dict[str, tuple[list[float], list[float]]] = {"C": ([], []), "Python": ([], [])}
     try:
-        cb.set(c.OFF_FLAGS, c.FLAG_RUNNING)
+        Flags(cb).mark_running()
+        resv, stats = Reservation(cb), FlushStats(cb)
         for i in range(rounds):
             at = i * size
             body = os.urandom(size)
@@ -337,16 +339,15 @@ def round_cost(root: Path, rounds: int, pool: bool) -> str:
                 os.pwrite(fd, body, at)
             row = c.SLOTS_OFF + (i % cb.slot_count) * c.SLOT_ROW
             c.SLOT.pack_into(cb.buf, row, at, i, i, size, os.getpid(), 0, c.STATE_DONE)
-            cb.set(c.OFF_RESERVED, at + size)
-            cb.set(c.OFF_SEQ, i + 1)
+            resv.commit_reservation(at + size, i + 1)
             _native.publish(cb.buf)
             cb.set(c.OFF_SYNC_REQUEST, at + size)
             name = "C" if i % 2 else "Python"
-            ns0 = cb.get(c.OFF_FSYNC_NS)
+            ns0 = stats.fsync_ns
             w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
             (files.sync_round if name == "C" else files.sync_round_py)(0, 0)
             c1, w1 = time.thread_time_ns(), time.perf_counter_ns()
-            fsync = cb.get(c.OFF_FSYNC_NS) - ns0
+            fsync = stats.fsync_ns - ns0
             cost[name][0].append((c1 - c0) / 1e3)
             cost[name][1].append((w1 - w0 - fsync) / 1e3)
     finally:

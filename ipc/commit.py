@@ -40,7 +40,7 @@ from mqstore.engine.filesync import SyncMethod
 from mqstore.engine.filler import INTERNAL_TOPIC, write_filler
 from mqstore.engine.segment import OS_PAGE_SIZE, Segment, segment_file_name
 from mqstore.ipc import control as c
-from mqstore.ipc.control_views import FlushStats, Positions, Reservation
+from mqstore.ipc.control_views import FlushStats, Histograms, Positions, Reservation
 from mqstore.ipc.locks import COMMIT_LOCK, FileLock
 from mqstore.ipc.reservation import LiveTable
 
@@ -300,20 +300,16 @@ class LogFiles:
         """`flush`, then, when it forced, wake the sync waiters it may cover and count the
         fsync's duration and messages in the control block's histograms (the metrics'
         fsync latency and group commits). (forced, waiters woken) times, or None."""
-        cb = self.cb
-        n0, ns0 = cb.get(c.OFF_FSYNC_COUNT), cb.get(c.OFF_FSYNC_NS)
-        m0, fl0 = cb.get(c.OFF_FSYNC_MSGS), cb.get(c.OFF_FLUSHED)
+        cb, stats = self.cb, FlushStats(self.cb)
+        n0, ns0 = stats.fsyncs, stats.fsync_ns
+        m0, fl0 = stats.fsync_slots, self.pos.flushed
         self.flush(least_pages)
-        if cb.get(c.OFF_FSYNC_COUNT) == n0:
+        if stats.fsyncs == n0:
             return None
         t_forced = time.monotonic_ns()
         _native.flushed_wake(cb.buf, fl0)
         t_waked = time.monotonic_ns()
-        us = (cb.get(c.OFF_FSYNC_NS) - ns0) // 1000
-        b = c.bucket_of(us, c.FSYNC_HIST_SHIFT, c.FSYNC_HIST_BUCKETS)
-        cb.add(c.OFF_FSYNC_HIST + 8 * b, 1)
-        b = c.bucket_of(cb.get(c.OFF_FSYNC_MSGS) - m0, 0, c.GROUP_HIST_BUCKETS)
-        cb.add(c.OFF_GROUP_HIST + 8 * b, 1)
+        Histograms(cb).count_fsync((stats.fsync_ns - ns0) // 1000, stats.fsync_slots - m0)
         return t_forced, t_waked
 
     # --- the flusher's SYNC_FLUSH round ----------------------------------------------------
@@ -324,7 +320,7 @@ class LogFiles:
         (`_native.sync_round`), else `sync_round_py`. Its times, or None when it forced
         nothing. Raises StoreIOError."""
         cb = self.cb
-        index = cb.get(c.OFF_FLUSHED) // self.size
+        index = self.pos.flushed // self.size
         if (
             fileio.seams_quiet("pwrite", "fdatasync")
             and (self.pool or self.segment(index).mmap_sync is SyncMethod.FDATASYNC)
@@ -363,10 +359,10 @@ class LogFiles:
         """`sync_round` in Python (`_native.sync_round`'s twin): the gather, `commit(0)`
         when the request is beyond the committed position, `flush_and_wake(0)`."""
         cb = self.cb
-        if want_seq > 0 and cb.get(c.OFF_PUBLISHED_SEQ) < want_seq:
+        if want_seq > 0 and self.pos.published_seq < want_seq:
             _native.flusher_gather(cb.buf, want_seq, gather_ns)
         t_gathered = time.monotonic_ns()
-        if cb.get(c.OFF_COMMITTED) < _native.sync_request(cb.buf):
+        if self.pos.committed < _native.sync_request(cb.buf):
             self.commit(0)
         t_committed = time.monotonic_ns()
         woke = self.flush_and_wake(0)

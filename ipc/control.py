@@ -7,8 +7,10 @@ supervisor's generation, so leftovers of a crashed run are found by prefix and r
 
 Header, layout version 3 (`MAGIC_VERSION`; little-endian int64 unless said). Python
 outside this module reads and writes it only through the typed views of
-`ipc.control_views`; each field's one writer, as the view method it calls (C: the same
-step in `ipc/native/mqs_append.c`):
+`ipc.control_views`; each field's one writer, as the view method it calls. C runs the
+same steps: the reservation and the publisher in `ipc/native/mqs_append.c`, and the
+flusher's SYNC_FLUSH round (commit, flush, its statistics and histograms, as
+`ipc.commit`'s `sync_round_py`) in `ipc/native/mqs_round.c`:
 
 | off | field            | written only by                                          |
 | --- | ---------------- | -------------------------------------------------------- |

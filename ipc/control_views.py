@@ -163,8 +163,9 @@ class Reservation(_View):
         self._set(c.OFF_CS_PID, pid)
 
     def commit_reservation(self, end: int, seq: int) -> None:
-        """The lock holder only (`ipc.general_path`; C `mqs_reserve`): the commit point,
-        `reserved_pos` and `seq` in one store."""
+        """The lock holder only (`ipc.general_path`; C `mqs_reserve`; the sync-round
+        profile stands in for it): the commit point, `reserved_pos` and `seq` in one
+        store."""
         c.PAIR.pack_into(self._buf, c.OFF_RESERVED, end, seq)
 
     def clear_intent(self) -> None:
@@ -196,8 +197,8 @@ class Flags(_View):
         self._set(c.OFF_FLAGS, (word | flag) if on else (word & ~flag))
 
     def mark_running(self) -> None:
-        """The supervisor only, once boot is done (and profiling harnesses that stand in
-        for it)."""
+        """The supervisor only, once boot is done (and the profiling harnesses that
+        stand in for it)."""
         self._change(c.FLAG_RUNNING, True)
 
     def mark_refusing_writes(self) -> None:
@@ -266,7 +267,9 @@ class Histograms(_View):
         return self._counts(c.OFF_DISPATCH_LAG_HIST, c.DISPATCH_LAG_BUCKETS)
 
     def count_fsync(self, us: int, slots: int) -> None:
-        """The flusher only, after a flush that forced: its duration and slots covered."""
+        """The flush step only (`ipc.commit.LogFiles.flush_and_wake`; C: the flusher's
+        round, `_native.sync_round`), after a flush that forced: its duration and slots
+        covered."""
         b = c.bucket_of(us, c.FSYNC_HIST_SHIFT, c.FSYNC_HIST_BUCKETS)
         self._add(c.OFF_FSYNC_HIST + 8 * b, 1)
         b = c.bucket_of(slots, 0, c.GROUP_HIST_BUCKETS)
@@ -307,18 +310,22 @@ WRITERS: Final[dict[str, tuple[str, ...]]] = {
     "raise_allocated": ("workers/allocator.py", "bench/profile_put_native.py"),
     "skip_to": ("bench/profile_put_native.py",),
     "write_intent": ("ipc/general_path.py",),
-    "commit_reservation": ("ipc/general_path.py",),
+    "commit_reservation": ("ipc/general_path.py", "bench/profile_sync.py"),
     "clear_intent": ("ipc/general_path.py",),
     "count_busy_wait": ("ipc/general_path.py",),
     "count_filler": ("ipc/commit.py",),
-    "mark_running": ("workers/supervisor.py", "bench/profile_put_native.py"),
+    "mark_running": (
+        "workers/supervisor.py",
+        "bench/profile_put_native.py",
+        "bench/profile_sync.py",
+    ),
     "mark_refusing_writes": ("workers/supervisor.py",),
     "mark_read_only": ("workers/service.py", "workers/flusher.py", "workers/supervisor.py"),
     "mark_stopped": ("workers/supervisor.py",),
     "set_disk_state": ("workers/cleaner.py",),
     "record_fsync": ("ipc/commit.py",),
     "count_flush_failure": ("workers/flusher.py",),
-    "count_fsync": ("workers/flusher.py",),
+    "count_fsync": ("ipc/commit.py",),
     "store_dispatch_lag": ("workers/dispatcher.py",),
     "set_last_dispatched_ts": ("workers/dispatcher.py",),
     "set_dispatched_records": ("workers/dispatcher.py",),
