@@ -1,0 +1,255 @@
+"""Issue 22, item 4: `AsyncStoreClient`'s puts against the blocking client's, same run.
+
+    python -m bench.bench_aio [--n 60000] [--sync-n 20000] [--no-sync] [--no-save]
+
+One producer process per store (a fresh Python, the store's real workers), 1 KiB bodies.
+ASYNC_FLUSH: for each call shape (the README's `put(t, body, tags="t", keys=[k])`, and
+`keys=k` as a str), `--n` puts three ways, interleaved over two rounds (the best round
+counts): blocking `StoreClient.put` one by one; `await AsyncStoreClient.put(...)` one by
+one; `asyncio.gather` of `--gather` puts at a time. SYNC_FLUSH: `--sync-n` puts from
+`--threads` blocking threads (a StoreClient each) against `asyncio.gather` of
+`--gather` awaited sync puts from one loop. Rates and the producer's CPU per put.
+Goals (ASYNC, README shape): awaited one by one >= 0.5x blocking; gathered >= 0.9x.
+Writes `bench/results/aio.{md,json,png}`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench import report
+from bench.report import Column, Goal, Report, command_line
+from bench.store_run import REPO, running_store
+
+PAD = b"x" * 1000
+SHAPES: dict[str, Callable[[int], dict[str, Any]]] = {
+    "readme": lambda i: {"tags": "t", "keys": [f"k{i}"]},
+    "str_key": lambda i: {"tags": "t", "keys": f"k{i}"},
+}
+
+
+def _bodies(n: int) -> list[bytes]:
+    return [b"%023d|" % i + PAD for i in range(n)]
+
+
+def _timed(run: Callable[[], int], n: int) -> dict[str, float]:
+    c0, t0 = time.process_time(), time.perf_counter()
+    bad = run()
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"msgs_per_s": n / dt, "cpu_us": cpu / n * 1e6, "bad": bad}
+
+
+def _async_child(store: str, n: int, gather: int) -> dict[str, dict[str, float]]:
+    from mqstore import AsyncStoreClient, StoreClient
+
+    bodies = _bodies(n)
+    out: dict[str, dict[str, float]] = {}
+
+    def keep(name: str, got: dict[str, float]) -> None:
+        if name not in out or got["msgs_per_s"] > out[name]["msgs_per_s"]:
+            out[name] = got
+
+    async def awaited(aio: Any, kw: list[dict[str, Any]]) -> int:
+        bad = 0
+        for i in range(n):
+            r = await aio.put("t", bodies[i], **kw[i])
+            bad += not r.ok
+        return bad
+
+    async def gathered(aio: Any, kw: list[dict[str, Any]]) -> int:
+        bad = 0
+        for lo in range(0, n, gather):
+            rs = await asyncio.gather(
+                *(aio.put("t", bodies[i], **kw[i]) for i in range(lo, min(n, lo + gather)))
+            )
+            bad += sum(not r.ok for r in rs)
+        return bad
+
+    async def on_loop(aio_run: Callable[[Any, list[dict[str, Any]]], Any], kw: Any) -> int:
+        async with AsyncStoreClient.attach(store) as aio:
+            await aio.put("warm", PAD)
+            bad: int = await aio_run(aio, kw)
+            return bad
+
+    with StoreClient.attach(store) as client:
+        for _ in range(2000):
+            client.put("warm", PAD)
+        for _round in range(2):
+            for shape, args in SHAPES.items():
+                kw = [args(i) for i in range(n)]
+
+                def blocking(kw: list[dict[str, Any]] = kw) -> int:
+                    return sum(not client.put("t", bodies[i], **kw[i]).ok for i in range(n))
+
+                keep(f"{shape} blocking", _timed(blocking, n))
+                for name, fn in (("awaited", awaited), ("gathered", gathered)):
+
+                    def run(fn: Any = fn, kw: list[dict[str, Any]] = kw) -> int:
+                        bad: int = asyncio.run(on_loop(fn, kw))
+                        return bad
+
+                    keep(f"{shape} {name}", _timed(run, n))
+    return out
+
+
+def _sync_child(store: str, n: int, gather: int, threads: int) -> dict[str, dict[str, float]]:
+    from mqstore import AsyncStoreClient, StoreClient
+
+    bodies = _bodies(n)
+    kw = [SHAPES["readme"](i) for i in range(n)]
+    per = n // threads
+    out: dict[str, dict[str, float]] = {}
+
+    def blocking() -> int:
+        bad = [0] * threads
+        go = threading.Barrier(threads)
+
+        def run(k: int) -> None:
+            with StoreClient.attach(store) as c:
+                go.wait()
+                for i in range(k * per, (k + 1) * per):
+                    bad[k] += not c.put("t", bodies[i], **kw[i]).ok
+
+        ts = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        return sum(bad)
+
+    async def gathered() -> int:
+        bad = 0
+        async with AsyncStoreClient.attach(store) as aio:
+            for lo in range(0, per * threads, gather):
+                hi = min(per * threads, lo + gather)
+                rs = await asyncio.gather(
+                    *(aio.put("t", bodies[i], **kw[i]) for i in range(lo, hi))
+                )
+                bad += sum(not r.ok for r in rs)
+        return bad
+
+    for _round in range(2):
+        for name, fn in (
+            (f"sync blocking x{threads} threads", blocking),
+            ("sync gathered", lambda: asyncio.run(gathered())),
+        ):
+            got = _timed(fn, per * threads)
+            if name not in out or got["msgs_per_s"] > out[name]["msgs_per_s"]:
+                out[name] = got
+    return out
+
+
+def _child(store: Path, args: argparse.Namespace, sync: bool) -> dict[str, dict[str, float]]:
+    argv = [sys.executable, "-m", "bench.bench_aio", "--child", str(store)]
+    argv += ["--n", str(args.sync_n if sync else args.n), "--gather", str(args.gather)]
+    argv += ["--threads", str(args.threads)] + (["--child-sync"] if sync else [])
+    got = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=1800)
+    if got.returncode != 0 or got.stderr.strip():
+        raise SystemExit(f"producer failed ({got.returncode}):\n{got.stderr[-2000:]}")
+    doc: dict[str, dict[str, float]] = json.loads(got.stdout.strip().splitlines()[-1])
+    return doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.bench_aio", description=__doc__)
+    ap.add_argument("--n", type=int, default=60_000)
+    ap.add_argument("--sync-n", type=int, default=20_000)
+    ap.add_argument("--gather", type=int, default=5000)
+    ap.add_argument("--threads", type=int, default=16)
+    ap.add_argument("--no-sync", action="store_true")
+    ap.add_argument("--dir", type=Path, default=None, help="parent of the stores (the disk)")
+    ap.add_argument("--no-save", action="store_true")
+    ap.add_argument("--child", type=str, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--child-sync", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        if args.child_sync:
+            doc = _sync_child(args.child, args.n, args.gather, args.threads)
+        else:
+            doc = _async_child(args.child, args.n, args.gather)
+        print(json.dumps(doc))
+        return 0
+    root = Path(tempfile.mkdtemp(prefix="mqs-aio-", dir=args.dir))
+    rows: list[dict[str, Any]] = []
+    try:
+        with running_store(root, "async", sync=False, pool=True) as run:
+            got = _child(run.store_dir, args, sync=False)
+        if not args.no_sync:
+            with running_store(root, "sync", sync=True, pool=True) as run:
+                got.update(_child(run.store_dir, args, sync=True))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    for label, m in got.items():
+        rows.append({"label": label, **m})
+        line = f"{label:32} {m['msgs_per_s']:10,.0f} msgs/s  {m['cpu_us']:6.1f} µs CPU/put"
+        print(f"{line}  bad {m['bad']:.0f}")
+
+    def rate(label: str) -> float:
+        return float(got[label]["msgs_per_s"])
+
+    base = rate("readme blocking")
+    goals = [
+        Goal("README shape, awaited one by one", rate("readme awaited"), 0.5 * base, "msgs/s",
+             basis="0.5x blocking, same run"),
+        Goal("README shape, gathered", rate("readme gathered"), 0.9 * base, "msgs/s",
+             basis="0.9x blocking, same run"),
+    ]  # fmt: skip
+    notes = []
+    for shape in SHAPES:
+        blocking = rate(f"{shape} blocking")
+        notes.append(
+            f"{shape}: awaited / blocking = {rate(f'{shape} awaited') / blocking:.2f}, "
+            f"gathered / blocking = {rate(f'{shape} gathered') / blocking:.2f}"
+        )
+    sync_blocking = f"sync blocking x{args.threads} threads"
+    if sync_blocking in got:
+        notes.append(
+            f"SYNC_FLUSH: gathered / {args.threads} blocking threads = "
+            f"{rate('sync gathered') / rate(sync_blocking):.2f}"
+        )
+    print("\n".join(notes))
+    print(
+        "goals: "
+        + ", ".join(f"{g.name} {g.ratio:.2f} ({'met' if g.met else 'NOT met'})" for g in goals)
+    )
+    if any(m["bad"] for m in got.values()):
+        print("some puts were not PUT_OK")
+        return 1
+    if not args.no_save:
+        rep = Report(
+            name="aio",
+            title="AsyncStoreClient puts against the blocking client's, same run",
+            method=[
+                f"one producer process, 1 KiB bodies; ASYNC_FLUSH: {args.n} puts per way and "
+                f"shape, best of two interleaved rounds; gathered: asyncio.gather of "
+                f"{args.gather} at a time;",
+                f"SYNC_FLUSH (pool on): {args.sync_n} README-shape puts from {args.threads} "
+                f"blocking threads, a StoreClient each, against gather of {args.gather} "
+                "on one loop.",
+            ],
+            columns=[
+                Column("label", "way", "{}"),
+                Column("msgs_per_s", "msgs/s"),
+                Column("cpu_us", "CPU µs/put", "{:.1f}"),
+            ],
+            rows=rows,
+            goals=goals,
+            notes=notes,
+        )
+        report.write(rep, command=command_line("bench.bench_aio", argv), bench_dir=root)
+    return 0 if all(g.met for g in goals) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
