@@ -67,6 +67,7 @@ _RESTARTED: Final = "the store restarted before the record was known flushed"
 P = ParamSpec("P")
 R = TypeVar("R")
 Outcome = PutResult | list[PutResult]
+Settled = tuple[PutMessageStatus, str]
 # (record end, deadline, control block written into, future, the put's result)
 _Wait = tuple[int, float, c.ControlBlock, "asyncio.Future[Any]", Outcome]
 
@@ -93,23 +94,23 @@ def _answer(
 
 
 class _FlushWaits:
-    """The flush waits of one client's sync puts, settled on the loop without a thread
-    per put. Puts on the loop append in reservation order, so the ends (and deadlines)
-    of `_pending` ascend: the waiter thread sleeps for the first end (asking the flusher
-    for the furthest), then the loop pops every entry the flushed position covers, in
-    one `call_soon_threadsafe` per wake-up. Only the flushed position of the control
-    block a record was written into settles it PUT_OK; a block the client has since
-    detached from (the supervisor restarted) can no longer say: FLUSH_DISK_TIMEOUT."""
+    """The flush waits of one client's sync puts, without a thread per put. Puts on the
+    loop append in reservation order, so the ends (and deadlines) of `_pending` ascend.
+    One thread of its own sleeps in the futex wait for the first end (GIL released;
+    asking the flusher for the furthest), takes every entry the flushed position now
+    covers, and has the loop answer them in one `call_soon_threadsafe`. Only the flushed
+    position of the control block a record was written into answers it PUT_OK; a block
+    the client has since detached from (the supervisor restarted) can no longer say:
+    FLUSH_DISK_TIMEOUT."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, client: StoreClient) -> None:
         self._loop = loop
         self._client = client
         self._raise = client.raise_on_status
-        self._pending: deque[_Wait] = deque()  # touched by the loop; read by the thread
-        self._want = 0  # the furthest end awaited
+        self._pending: deque[_Wait] = deque()  # appended on the loop, taken by the thread
+        self._want: tuple[int, c.ControlBlock | None] = (0, None)  # the furthest end awaited
         self._idle = True  # the thread may sleep on _work: wake it on an append
         self._work = threading.Event()
-        self._settled = threading.Event()  # the loop settled what the thread saw
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="mqstore-aio-flush", daemon=True)
         self._thread.start()
@@ -119,7 +120,7 @@ class _FlushWaits:
         with their flush status."""
         fut = self._loop.create_future()
         self._pending.append((end, time.monotonic() + self._client.sync_timeout_s, cb, fut, got))
-        self._want = end
+        self._want = (end, cb)
         if self._idle:
             self._work.set()
         return fut
@@ -138,22 +139,23 @@ class _FlushWaits:
                 end, deadline, cb, _fut, _got = self._pending[0]
             except IndexError:
                 continue
+            want, want_cb = self._want
             try:
-                client.wait_flushed(self._want, 0)  # the flusher's request: the furthest end
-                left = min(_WATCH_S, deadline - time.monotonic())
-                client.wait_flushed(end, max(left, 0.0))
+                if want > end and want_cb is cb:  # the flusher's request: the furthest end
+                    client.wait_flushed(want, 0)
+                client.wait_flushed(end, max(min(_WATCH_S, deadline - time.monotonic()), 0.0))
             except (AttributeError, ValueError, TypeError):  # the client is re-attaching
                 time.sleep(_RETRY_S)
-            self._settled.clear()
-            try:
-                self._loop.call_soon_threadsafe(self._settle, cb)
-            except RuntimeError:  # the loop is closed
-                return
-            self._settled.wait()
+            answers = self._take(cb)
+            if answers:
+                try:
+                    self._loop.call_soon_threadsafe(self._answer_all, answers)
+                except RuntimeError:  # the loop is closed
+                    return
 
-    def _settle(self, cb: c.ControlBlock) -> None:
-        """On the loop: answer, in order, the waits on `cb` its flushed position covers,
-        or that can no longer be covered or waited for."""
+    def _take(self, cb: c.ControlBlock) -> list[tuple[asyncio.Future[Any], Outcome, Settled]]:
+        """Take, in order, the waits on `cb` its flushed position covers, or that can no
+        longer be covered or waited for, each with its status and reason."""
         try:
             flushed = Positions(cb).flushed
             failed = bool(Flags(cb).word & c.FLAG_READ_ONLY)
@@ -162,36 +164,41 @@ class _FlushWaits:
             flushed, failed, gone = -1, False, True
         now = time.monotonic()
         pending = self._pending
+        taken = []
         while pending:
             end, deadline, at, fut, got = pending[0]
             if at is not cb:
                 break
             if end <= flushed:
-                status, reason = OK, ""
+                settled: Settled = (OK, "")
             elif gone:
-                status, reason = TIMED_OUT, _RESTARTED
+                settled = (TIMED_OUT, _RESTARTED)
             elif failed:
-                status = PutMessageStatus.FLUSH_DISK_FAILED
-                reason = "fsync failed: the store is read-only"
+                settled = (
+                    PutMessageStatus.FLUSH_DISK_FAILED,
+                    "fsync failed: the store is read-only",
+                )
             elif now >= deadline:
                 timeout_ms = self._client.sync_timeout_s * 1000
-                status = TIMED_OUT
-                reason = f"not flushed within syncFlushTimeout ({timeout_ms:.0f} ms)"
+                settled = (TIMED_OUT, f"not flushed within syncFlushTimeout ({timeout_ms:.0f} ms)")
             else:
                 break
             pending.popleft()
+            taken.append((fut, got, settled))
+        return taken
+
+    def _answer_all(self, answers: list[tuple[asyncio.Future[Any], Outcome, Settled]]) -> None:
+        for fut, got, (status, reason) in answers:
             if not fut.done():  # else cancelled
                 _answer(fut, got, status, reason, self._raise)
-        self._settled.set()
 
     async def close(self) -> None:
         """Once every put under way has its answer: stop the thread."""
-        waiting = [w[3] for w in self._pending if not w[3].done()]
+        waiting = [w[3] for w in tuple(self._pending) if not w[3].done()]
         if waiting:
             await asyncio.wait(waiting)
         self._closed = True
         self._work.set()
-        self._settled.set()
         await asyncio.to_thread(self._thread.join)
 
 
