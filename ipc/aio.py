@@ -59,7 +59,7 @@ from mqstore.ipc.results import PutMessageStatus, PutResult, error_for
 from mqstore.ipc.session import check_attach_types
 
 _WATCH_S: Final = 0.05  # the longest futex sleep: deadlines and closing are seen this soon
-_RETRY_S: Final = 0.005  # after a wait that found the client re-attaching
+_RETRY_S: Final = 0.005  # the tick while the sleeper is on another store generation
 _SYNC: Final = FlushDiskType.SYNC_FLUSH
 OK: Final = PutMessageStatus.PUT_OK
 TIMED_OUT: Final = PutMessageStatus.FLUSH_DISK_TIMEOUT
@@ -98,14 +98,20 @@ class _FlushWaits:
     loop append in reservation order, so the ends (and deadlines) of `_pending` ascend.
     One thread of its own sleeps in the futex wait for the first end (GIL released;
     asking the flusher for the furthest), takes every entry the flushed position now
-    covers, and has the loop answer them in one `call_soon_threadsafe`. Only the flushed
-    position of the control block a record was written into answers it PUT_OK; a block
-    the client has since detached from (the supervisor restarted) can no longer say:
-    FLUSH_DISK_TIMEOUT."""
+    covers, and has the loop answer them in one `call_soon_threadsafe`.
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, client: StoreClient) -> None:
+    The thread sleeps through a `StoreClient` of its own (`sleeper`), so that no wait
+    is ever under way in the putting client's appender when a put re-attaches it. Only
+    the flushed position of the control block a record was written into (the putting
+    client's, read here) answers it PUT_OK; a block that client has since detached
+    from (the supervisor restarted) can no longer say: FLUSH_DISK_TIMEOUT."""
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, client: StoreClient, sleeper: StoreClient
+    ) -> None:
         self._loop = loop
         self._client = client
+        self._sleeper = sleeper
         self._raise = client.raise_on_status
         self._pending: deque[_Wait] = deque()  # appended on the loop, taken by the thread
         self._want: tuple[int, c.ControlBlock | None] = (0, None)  # the furthest end awaited
@@ -126,7 +132,6 @@ class _FlushWaits:
         return fut
 
     def _run(self) -> None:
-        client = self._client
         while True:
             self._idle = True
             if not self._pending and not self._closed:
@@ -139,19 +144,29 @@ class _FlushWaits:
                 end, deadline, cb, _fut, _got = self._pending[0]
             except IndexError:
                 continue
-            want, want_cb = self._want
-            try:
-                if want > end and want_cb is cb:  # the flusher's request: the furthest end
-                    client.wait_flushed(want, 0)
-                client.wait_flushed(end, max(min(_WATCH_S, deadline - time.monotonic()), 0.0))
-            except (AttributeError, ValueError, TypeError):  # the client is re-attaching
-                time.sleep(_RETRY_S)
+            self._sleep(end, deadline, cb)
             answers = self._take(cb)
             if answers:
                 try:
                     self._loop.call_soon_threadsafe(self._answer_all, answers)
                 except RuntimeError:  # the loop is closed
                     return
+
+    def _sleep(self, end: int, deadline: float, cb: c.ControlBlock) -> None:
+        """Until the flushed position of `cb` may cover `end`, at most `_WATCH_S` or
+        the deadline: the futex wait of the sleeper's client, when it is attached to
+        `cb`'s store generation (it re-attaches at its staleness checks), else a tick."""
+        sleeper = self._sleeper
+        want, want_cb = self._want
+        try:
+            if sleeper.live_control_block().ctl_name == cb.ctl_name:
+                if want > end and want_cb is cb:  # the flusher's request: the furthest end
+                    sleeper.wait_flushed(want, 0)
+                sleeper.wait_flushed(end, max(min(_WATCH_S, deadline - time.monotonic()), 0.0))
+                return
+        except (channel.SupervisorUnavailable, AttributeError, ValueError, TypeError):
+            pass  # not attached to a running store just now
+        time.sleep(_RETRY_S)
 
     def _take(self, cb: c.ControlBlock) -> list[tuple[asyncio.Future[Any], Outcome, Settled]]:
         """Take, in order, the waits on `cb` its flushed position covers, or that can no
@@ -290,6 +305,7 @@ class AsyncStoreClient:
         self._timeout_s = timeout_s
         self._reads = ThreadPoolExecutor(1, thread_name_prefix="mqstore-aio-read")
         self._client: StoreClient | None = None  # the loop's: puts, positions
+        self._sleeper: StoreClient | None = None  # the flush waits' thread's
         self._reader: StoreClient | None = None  # the read thread's, made at its first read
         self._client_reads: ClientReads | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -309,7 +325,8 @@ class AsyncStoreClient:
     async def _start(self) -> None:
         loop = asyncio.get_running_loop()
         self._client = await loop.run_in_executor(self._reads, self._new_client)
-        self._waits = _FlushWaits(loop, self._client)
+        self._sleeper = await loop.run_in_executor(self._reads, self._new_client)
+        self._waits = _FlushWaits(loop, self._client, self._sleeper)
         self._new_future = loop.create_future
         self._loop = loop
 
@@ -323,8 +340,9 @@ class AsyncStoreClient:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._reads, self._close_reader)
         self._reads.shutdown(wait=True)
-        if self._client is not None:
-            self._client.close()
+        for client in (self._client, self._sleeper):
+            if client is not None:
+                client.close()
 
     async def __aenter__(self) -> AsyncStoreClient:
         return self

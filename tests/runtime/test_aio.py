@@ -1,6 +1,7 @@
 """The asyncio client against a real supervisor: concurrent awaits beside blocking
 producers in other processes, exactly-once in the log, a loop that keeps running while
-puts wait for their fsync, batches, pulls, statuses, and a failed fsync."""
+puts wait for their fsync, puts done at the call when they do not wait, batches, pulls,
+statuses, a flush timeout, a failed fsync, a cancelled put and a restarted store."""
 
 from __future__ import annotations
 
@@ -14,10 +15,13 @@ import threading
 import time
 from collections import Counter
 
+import pytest
+
 from mqstore import AsyncStoreClient, PutMessageStatus, PutResult
 from mqstore.engine.reader import GetResult
+from mqstore.ipc.commit import pid_alive
 from tests.runtime.conftest import StoreFactory
-from tests.runtime.harness import REPO, Store
+from tests.runtime.harness import REPO, Store, wait_for
 
 OK = PutMessageStatus.PUT_OK
 
@@ -304,3 +308,41 @@ def test_a_cancelled_put_leaves_no_wait_behind(make_store: StoreFactory) -> None
     assert not [t for t in threading.enumerate() if t.name == "mqstore-aio-flush"]
     assert st.stop() == 0
     assert [r.body for r in st.read_log() if r.topic == "cx"] == [b"cancelled", b"after"]
+
+
+@pytest.mark.slow
+def test_a_put_waiting_when_the_store_restarts_is_never_acknowledged(
+    make_store: StoreFactory,
+) -> None:
+    """A sync put written into a control block the client then leaves (the supervisor
+    was killed and restarted) cannot be covered by that block any more: it is answered
+    FLUSH_DISK_TIMEOUT at once, never PUT_OK from the new block's flushed position."""
+    st = make_store({"sync_flush_timeout_ms": 60000})
+    flusher = _flusher_pid(st)
+    workers = [w["pid"] for w in st.status()["workers"]]
+
+    def kill_and_restart() -> None:
+        assert st.proc is not None
+        st.proc.kill()
+        st.proc.wait()
+        st.proc = None
+        st._log.close()
+        os.kill(flusher, signal.SIGKILL)
+        wait_for(lambda: not any(pid_alive(p) for p in workers), 30, "the workers to exit")
+        st.start()
+
+    async def main() -> tuple[PutResult, PutResult, float]:
+        async with AsyncStoreClient.attach(st.path) as aio:
+            assert (await aio.put("rs", b"before", queue_id=0)).ok
+            os.kill(flusher, signal.SIGSTOP)
+            waiting = aio.put("rs", b"unflushed", queue_id=0)
+            await asyncio.to_thread(kill_and_restart)
+            t0 = time.monotonic()
+            after = await aio.put("rs", b"after", queue_id=0)  # re-attaches
+            got = await asyncio.wait_for(waiting, 30)
+            return got, after, time.monotonic() - t0
+
+    got, after, waited = asyncio.run(main())
+    assert got.status is PutMessageStatus.FLUSH_DISK_TIMEOUT and "restarted" in got.reason, got
+    assert waited < 30  # answered when the client left the block, not at the 60 s timeout
+    assert after.ok, after
