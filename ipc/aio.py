@@ -15,13 +15,14 @@ hop. `put` and `put_batch` return an `asyncio.Future` (await it, gather it, or
   segment file, up to `os_page_cache_busy_timeout_ms`, as a blocking put's does.
 * **SYNC_FLUSH with `wait_store`**: the put is reserved, copied and published on the
   loop without waiting (the blocking put's `wait_store=False`); its future resolves once
-  the flush is known (`_FlushWaits`): one thread of the client's own sleeps in the futex
-  wait on the control block's flushed position (GIL released) and, each time the
-  flusher moves it, has the loop settle every future it covers, so any number of
-  concurrent puts share each group-committed fsync. PUT_OK only once the flushed
-  position of the control block the record was written into covers the record;
-  FLUSH_DISK_TIMEOUT after `syncFlushTimeout`; FLUSH_DISK_FAILED once the store is
-  read-only: the blocking client's statuses. The loop never blocks on a flush.
+  the flush is known (`_FlushWaits`): one thread of the client's own (with a
+  `StoreClient` of its own) sleeps in the futex wait on the control block's flushed
+  position (GIL released) and, each time the flusher moves it, has the loop settle
+  every future it covers, in one batch, so any number of concurrent puts share each
+  group-committed fsync. PUT_OK only once the flushed position of the control block
+  the record was written into covers the record; FLUSH_DISK_TIMEOUT after
+  `syncFlushTimeout`; FLUSH_DISK_FAILED once the store is read-only: the blocking
+  client's statuses. The loop never blocks on a flush.
 * **Pulls** run on one more thread with a reader of its own: `ipc.reads.ClientReads`
   (the blocking client's read path: consume queues up to the dispatcher's position, tag
   filter, long polling with `wait_ms`, which holds that thread).
