@@ -8,7 +8,9 @@ ASYNC_FLUSH: for each call shape (the README's `put(t, body, tags="t", keys=[k])
 counts): blocking `StoreClient.put` one by one; `await AsyncStoreClient.put(...)` one by
 one; `asyncio.gather` of `--gather` puts at a time. SYNC_FLUSH: `--sync-n` puts from
 `--threads` blocking threads (a StoreClient each) against `asyncio.gather` of
-`--gather` awaited sync puts from one loop. Rates and the producer's CPU per put.
+`--gather` awaited sync puts from one loop. Rates and the producer's CPU per put, and
+asyncio's own floor: `gather` of futures already resolved, no put (the notes give the
+best ratio any gathered put could reach over it).
 Goals (ASYNC, README shape): awaited one by one >= 0.5x blocking; gathered >= 0.9x.
 Writes `bench/results/aio.{md,json,png}`.
 """
@@ -100,7 +102,27 @@ def _async_child(store: str, n: int, gather: int) -> dict[str, dict[str, float]]
                         return bad
 
                     keep(f"{shape} {name}", _timed(run, n))
+            keep("gather floor (resolved futures, no put)", _timed(lambda: _floor(n, gather), n))
     return out
+
+
+def _floor(n: int, gather: int) -> int:
+    """asyncio's own part of a gathered put: `asyncio.gather` of futures already
+    resolved, with no put at all (what no put path can go below)."""
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+
+        def done(i: int) -> asyncio.Future[int]:
+            fut = loop.create_future()
+            fut.set_result(i)
+            return fut
+
+        for lo in range(0, n, gather):
+            await asyncio.gather(*(done(i) for i in range(lo, min(n, lo + gather))))
+        return 0
+
+    return asyncio.run(main())
 
 
 def _sync_child(store: str, n: int, gather: int, threads: int) -> dict[str, dict[str, float]]:
@@ -211,6 +233,13 @@ def main(argv: list[str] | None = None) -> int:
         notes.append(
             f"{shape}: awaited / blocking = {rate(f'{shape} awaited') / blocking:.2f}, "
             f"gathered / blocking = {rate(f'{shape} gathered') / blocking:.2f}"
+        )
+    floor_us = 1e6 / rate("gather floor (resolved futures, no put)")
+    for shape in SHAPES:
+        put_us = 1e6 / rate(f"{shape} blocking")
+        notes.append(
+            f"{shape}: gathered can reach at most {put_us / (put_us + floor_us):.2f}x blocking "
+            f"(a blocking put {put_us:.2f} µs + asyncio.gather's own {floor_us:.2f} µs per future)"
         )
     sync_blocking = f"sync blocking x{args.threads} threads"
     if sync_blocking in got:
