@@ -179,8 +179,10 @@ def test_failed_fsync_settles_awaits_with_flush_disk_failed(make_store: StoreFac
     async def main() -> list[PutMessageStatus]:
         async with AsyncStoreClient.attach(st.path) as aio:
             rs = await asyncio.gather(*(aio.put("t", b"x", queue_id=0) for _ in range(20)))
+            batch = await aio.put_batch([{"topic": "t", "body": b"b", "queue_id": 0}] * 3)
+            assert len({r.status for r in batch}) == 1  # a batch shares one status
             after = await aio.put("t", b"refused", queue_id=0)
-            return [r.status for r in rs] + [after.status]
+            return [r.status for r in rs + batch] + [after.status]
 
     statuses = asyncio.run(main())
     # the first fsync fails every put waiting for it; puts reserved after that are refused
