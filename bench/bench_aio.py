@@ -234,12 +234,13 @@ def main(argv: list[str] | None = None) -> int:
             f"{shape}: awaited / blocking = {rate(f'{shape} awaited') / blocking:.2f}, "
             f"gathered / blocking = {rate(f'{shape} gathered') / blocking:.2f}"
         )
-    floor_us = 1e6 / rate("gather floor (resolved futures, no put)")
+    floor_us = got["gather floor (resolved futures, no put)"]["cpu_us"]
     for shape in SHAPES:
-        put_us = 1e6 / rate(f"{shape} blocking")
+        put_us = got[f"{shape} blocking"]["cpu_us"]
         notes.append(
             f"{shape}: gathered can reach at most {put_us / (put_us + floor_us):.2f}x blocking "
-            f"(a blocking put {put_us:.2f} µs + asyncio.gather's own {floor_us:.2f} µs per future)"
+            f"(CPU: a blocking put {put_us:.2f} µs + asyncio.gather's own {floor_us:.2f} µs "
+            "per future)"
         )
     sync_blocking = f"sync blocking x{args.threads} threads"
     if sync_blocking in got:
