@@ -45,44 +45,57 @@ def _bodies(n: int) -> list[bytes]:
     return [b"%023d|" % i + PAD for i in range(n)]
 
 
-def _timed(run: Callable[[], int], n: int) -> dict[str, float]:
-    c0, t0 = time.process_time(), time.perf_counter()
-    bad = run()
-    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
-    return {"msgs_per_s": n / dt, "cpu_us": cpu / n * 1e6, "bad": bad}
+class _Window:
+    """The timed part of one way, after its clients are attached: wall and CPU time."""
+
+    def __enter__(self) -> _Window:
+        self.c0, self.t0 = time.process_time(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self.t0
+        self.cpu_s = time.process_time() - self.c0
+
+    def figures(self, n: int, bad: int) -> dict[str, float]:
+        return {"msgs_per_s": n / self.seconds, "cpu_us": self.cpu_s / n * 1e6, "bad": bad}
+
+
+class _Best(dict[str, dict[str, float]]):
+    """Each way's best round."""
+
+    def keep(self, name: str, got: dict[str, float]) -> None:
+        if name not in self or got["msgs_per_s"] > self[name]["msgs_per_s"]:
+            self[name] = got
 
 
 def _async_child(store: str, n: int, gather: int) -> dict[str, dict[str, float]]:
     from mqstore import AsyncStoreClient, StoreClient
 
     bodies = _bodies(n)
-    out: dict[str, dict[str, float]] = {}
+    out = _Best()
 
-    def keep(name: str, got: dict[str, float]) -> None:
-        if name not in out or got["msgs_per_s"] > out[name]["msgs_per_s"]:
-            out[name] = got
-
-    async def awaited(aio: Any, kw: list[dict[str, Any]]) -> int:
+    async def awaited(aio: Any, kw: list[dict[str, Any]]) -> dict[str, float]:
         bad = 0
-        for i in range(n):
-            r = await aio.put("t", bodies[i], **kw[i])
-            bad += not r.ok
-        return bad
+        with _Window() as w:
+            for i in range(n):
+                r = await aio.put("t", bodies[i], **kw[i])
+                bad += not r.ok
+        return w.figures(n, bad)
 
-    async def gathered(aio: Any, kw: list[dict[str, Any]]) -> int:
+    async def gathered(aio: Any, kw: list[dict[str, Any]]) -> dict[str, float]:
         bad = 0
-        for lo in range(0, n, gather):
-            rs = await asyncio.gather(
-                *(aio.put("t", bodies[i], **kw[i]) for i in range(lo, min(n, lo + gather)))
-            )
-            bad += sum(not r.ok for r in rs)
-        return bad
+        with _Window() as w:
+            for lo in range(0, n, gather):
+                rs = await asyncio.gather(
+                    *(aio.put("t", bodies[i], **kw[i]) for i in range(lo, min(n, lo + gather)))
+                )
+                bad += sum(not r.ok for r in rs)
+        return w.figures(n, bad)
 
-    async def on_loop(aio_run: Callable[[Any, list[dict[str, Any]]], Any], kw: Any) -> int:
+    async def on_loop(way: Callable[[Any, list[dict[str, Any]]], Any], kw: Any) -> Any:
         async with AsyncStoreClient.attach(store) as aio:
             await aio.put("warm", PAD)
-            bad: int = await aio_run(aio, kw)
-            return bad
+            return await way(aio, kw)
 
     with StoreClient.attach(store) as client:
         for _ in range(2000):
@@ -90,39 +103,29 @@ def _async_child(store: str, n: int, gather: int) -> dict[str, dict[str, float]]
         for _round in range(2):
             for shape, args in SHAPES.items():
                 kw = [args(i) for i in range(n)]
-
-                def blocking(kw: list[dict[str, Any]] = kw) -> int:
-                    return sum(not client.put("t", bodies[i], **kw[i]).ok for i in range(n))
-
-                keep(f"{shape} blocking", _timed(blocking, n))
-                for name, fn in (("awaited", awaited), ("gathered", gathered)):
-
-                    def run(fn: Any = fn, kw: list[dict[str, Any]] = kw) -> int:
-                        bad: int = asyncio.run(on_loop(fn, kw))
-                        return bad
-
-                    keep(f"{shape} {name}", _timed(run, n))
-            keep("gather floor (resolved futures, no put)", _timed(lambda: _floor(n, gather), n))
+                with _Window() as w:
+                    bad = sum(not client.put("t", bodies[i], **kw[i]).ok for i in range(n))
+                out.keep(f"{shape} blocking", w.figures(n, bad))
+                for name, way in (("awaited", awaited), ("gathered", gathered)):
+                    out.keep(f"{shape} {name}", asyncio.run(on_loop(way, kw)))
+            out.keep("gather floor (resolved futures, no put)", asyncio.run(_floor(n, gather)))
     return out
 
 
-def _floor(n: int, gather: int) -> int:
+async def _floor(n: int, gather: int) -> dict[str, float]:
     """asyncio's own part of a gathered put: `asyncio.gather` of futures already
     resolved, with no put at all (what no put path can go below)."""
+    loop = asyncio.get_running_loop()
 
-    async def main() -> int:
-        loop = asyncio.get_running_loop()
+    def done(i: int) -> asyncio.Future[int]:
+        fut = loop.create_future()
+        fut.set_result(i)
+        return fut
 
-        def done(i: int) -> asyncio.Future[int]:
-            fut = loop.create_future()
-            fut.set_result(i)
-            return fut
-
+    with _Window() as w:
         for lo in range(0, n, gather):
             await asyncio.gather(*(done(i) for i in range(lo, min(n, lo + gather))))
-        return 0
-
-    return asyncio.run(main())
+    return w.figures(n, 0)
 
 
 def _sync_child(store: str, n: int, gather: int, threads: int) -> dict[str, dict[str, float]]:
@@ -131,11 +134,11 @@ def _sync_child(store: str, n: int, gather: int, threads: int) -> dict[str, dict
     bodies = _bodies(n)
     kw = [SHAPES["readme"](i) for i in range(n)]
     per = n // threads
-    out: dict[str, dict[str, float]] = {}
+    out = _Best()
 
-    def blocking() -> int:
+    def blocking() -> dict[str, float]:
         bad = [0] * threads
-        go = threading.Barrier(threads)
+        go = threading.Barrier(threads + 1)  # and this thread: once all are attached
 
         def run(k: int) -> None:
             with StoreClient.attach(store) as c:
@@ -146,29 +149,27 @@ def _sync_child(store: str, n: int, gather: int, threads: int) -> dict[str, dict
         ts = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
         for t in ts:
             t.start()
-        for t in ts:
-            t.join()
-        return sum(bad)
+        go.wait()
+        with _Window() as w:
+            for t in ts:
+                t.join()
+        return w.figures(per * threads, sum(bad))
 
-    async def gathered() -> int:
+    async def gathered() -> dict[str, float]:
         bad = 0
         async with AsyncStoreClient.attach(store) as aio:
-            for lo in range(0, per * threads, gather):
-                hi = min(per * threads, lo + gather)
-                rs = await asyncio.gather(
-                    *(aio.put("t", bodies[i], **kw[i]) for i in range(lo, hi))
-                )
-                bad += sum(not r.ok for r in rs)
-        return bad
+            with _Window() as w:
+                for lo in range(0, per * threads, gather):
+                    hi = min(per * threads, lo + gather)
+                    rs = await asyncio.gather(
+                        *(aio.put("t", bodies[i], **kw[i]) for i in range(lo, hi))
+                    )
+                    bad += sum(not r.ok for r in rs)
+        return w.figures(per * threads, bad)
 
     for _round in range(2):
-        for name, fn in (
-            (f"sync blocking x{threads} threads", blocking),
-            ("sync gathered", lambda: asyncio.run(gathered())),
-        ):
-            got = _timed(fn, per * threads)
-            if name not in out or got["msgs_per_s"] > out[name]["msgs_per_s"]:
-                out[name] = got
+        out.keep(f"sync blocking x{threads} threads", blocking())
+        out.keep("sync gathered", asyncio.run(gathered()))
     return out
 
 
