@@ -35,6 +35,7 @@ from bench.report import Column, Goal, Report, command_line
 from bench.store_run import REPO, running_store
 
 PAD = b"x" * 1000
+SEGMENTS = {"segment_size_bytes": 128 << 20}  # a few hundred MiB of disk, not GiB files
 SHAPES: dict[str, Callable[[int], dict[str, Any]]] = {
     "readme": lambda i: {"tags": "t", "keys": [f"k{i}"]},
     "str_key": lambda i: {"tags": "t", "keys": f"k{i}"},
@@ -56,40 +57,49 @@ class _Window:
         self.seconds = time.perf_counter() - self.t0
         self.cpu_s = time.process_time() - self.c0
 
-    def figures(self, n: int, bad: int) -> dict[str, float]:
-        return {"msgs_per_s": n / self.seconds, "cpu_us": self.cpu_s / n * 1e6, "bad": bad}
+    def figures(self, n: int, bad: list[Any]) -> dict[str, Any]:
+        """Rate and CPU per put; `bad`: the puts that were not PUT_OK (the first named)."""
+        first = f"{bad[0].status.name}: {bad[0].reason}" if bad else ""
+        return {
+            "msgs_per_s": n / self.seconds,
+            "cpu_us": self.cpu_s / n * 1e6,
+            "bad": len(bad),
+            "first_bad": first,
+        }
 
 
-class _Best(dict[str, dict[str, float]]):
+class _Best(dict[str, dict[str, Any]]):
     """Each way's best round."""
 
-    def keep(self, name: str, got: dict[str, float]) -> None:
+    def keep(self, name: str, got: dict[str, Any]) -> None:
         if name not in self or got["msgs_per_s"] > self[name]["msgs_per_s"]:
             self[name] = got
 
 
-def _async_child(store: str, n: int, gather: int) -> dict[str, dict[str, float]]:
-    from mqstore import AsyncStoreClient, StoreClient
+def _async_child(store: str, n: int, gather: int) -> dict[str, dict[str, Any]]:
+    from mqstore import AsyncStoreClient, PutMessageStatus, StoreClient
 
+    OK = PutMessageStatus.PUT_OK
     bodies = _bodies(n)
     out = _Best()
 
-    async def awaited(aio: Any, kw: list[dict[str, Any]]) -> dict[str, float]:
-        bad = 0
+    async def awaited(aio: Any, kw: list[dict[str, Any]]) -> dict[str, Any]:
+        bad = []
         with _Window() as w:
             for i in range(n):
                 r = await aio.put("t", bodies[i], **kw[i])
-                bad += not r.ok
+                if r.status is not OK:
+                    bad.append(r)
         return w.figures(n, bad)
 
-    async def gathered(aio: Any, kw: list[dict[str, Any]]) -> dict[str, float]:
-        bad = 0
+    async def gathered(aio: Any, kw: list[dict[str, Any]]) -> dict[str, Any]:
+        bad = []
         with _Window() as w:
             for lo in range(0, n, gather):
                 rs = await asyncio.gather(
                     *(aio.put("t", bodies[i], **kw[i]) for i in range(lo, min(n, lo + gather)))
                 )
-                bad += sum(not r.ok for r in rs)
+                bad += [r for r in rs if r.status is not OK]
         return w.figures(n, bad)
 
     async def on_loop(way: Callable[[Any, list[dict[str, Any]]], Any], kw: Any) -> Any:
@@ -103,8 +113,12 @@ def _async_child(store: str, n: int, gather: int) -> dict[str, dict[str, float]]
         for _round in range(2):
             for shape, args in SHAPES.items():
                 kw = [args(i) for i in range(n)]
+                bad = []
                 with _Window() as w:
-                    bad = sum(not client.put("t", bodies[i], **kw[i]).ok for i in range(n))
+                    for i in range(n):
+                        r = client.put("t", bodies[i], **kw[i])
+                        if r.status is not OK:
+                            bad.append(r)
                 out.keep(f"{shape} blocking", w.figures(n, bad))
                 for name, way in (("awaited", awaited), ("gathered", gathered)):
                     out.keep(f"{shape} {name}", asyncio.run(on_loop(way, kw)))
@@ -112,7 +126,7 @@ def _async_child(store: str, n: int, gather: int) -> dict[str, dict[str, float]]
     return out
 
 
-async def _floor(n: int, gather: int) -> dict[str, float]:
+async def _floor(n: int, gather: int) -> dict[str, Any]:
     """asyncio's own part of a gathered put: `asyncio.gather` of futures already
     resolved, with no put at all (what no put path can go below)."""
     loop = asyncio.get_running_loop()
@@ -125,26 +139,29 @@ async def _floor(n: int, gather: int) -> dict[str, float]:
     with _Window() as w:
         for lo in range(0, n, gather):
             await asyncio.gather(*(done(i) for i in range(lo, min(n, lo + gather))))
-    return w.figures(n, 0)
+    return w.figures(n, [])
 
 
-def _sync_child(store: str, n: int, gather: int, threads: int) -> dict[str, dict[str, float]]:
-    from mqstore import AsyncStoreClient, StoreClient
+def _sync_child(store: str, n: int, gather: int, threads: int) -> dict[str, dict[str, Any]]:
+    from mqstore import AsyncStoreClient, PutMessageStatus, StoreClient
 
+    OK = PutMessageStatus.PUT_OK
     bodies = _bodies(n)
     kw = [SHAPES["readme"](i) for i in range(n)]
     per = n // threads
     out = _Best()
 
-    def blocking() -> dict[str, float]:
-        bad = [0] * threads
+    def blocking() -> dict[str, Any]:
+        bad: list[Any] = []
         go = threading.Barrier(threads + 1)  # and this thread: once all are attached
 
         def run(k: int) -> None:
             with StoreClient.attach(store) as c:
                 go.wait()
                 for i in range(k * per, (k + 1) * per):
-                    bad[k] += not c.put("t", bodies[i], **kw[i]).ok
+                    r = c.put("t", bodies[i], **kw[i])
+                    if r.status is not OK:
+                        bad.append(r)
 
         ts = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
         for t in ts:
@@ -153,10 +170,10 @@ def _sync_child(store: str, n: int, gather: int, threads: int) -> dict[str, dict
         with _Window() as w:
             for t in ts:
                 t.join()
-        return w.figures(per * threads, sum(bad))
+        return w.figures(per * threads, bad)
 
-    async def gathered() -> dict[str, float]:
-        bad = 0
+    async def gathered() -> dict[str, Any]:
+        bad = []
         async with AsyncStoreClient.attach(store) as aio:
             with _Window() as w:
                 for lo in range(0, per * threads, gather):
@@ -164,7 +181,7 @@ def _sync_child(store: str, n: int, gather: int, threads: int) -> dict[str, dict
                     rs = await asyncio.gather(
                         *(aio.put("t", bodies[i], **kw[i]) for i in range(lo, hi))
                     )
-                    bad += sum(not r.ok for r in rs)
+                    bad += [r for r in rs if r.status is not OK]
         return w.figures(per * threads, bad)
 
     for _round in range(2):
@@ -173,14 +190,14 @@ def _sync_child(store: str, n: int, gather: int, threads: int) -> dict[str, dict
     return out
 
 
-def _child(store: Path, args: argparse.Namespace, sync: bool) -> dict[str, dict[str, float]]:
+def _child(store: Path, args: argparse.Namespace, sync: bool) -> dict[str, dict[str, Any]]:
     argv = [sys.executable, "-m", "bench.bench_aio", "--child", str(store)]
     argv += ["--n", str(args.sync_n if sync else args.n), "--gather", str(args.gather)]
     argv += ["--threads", str(args.threads)] + (["--child-sync"] if sync else [])
     got = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=1800)
     if got.returncode != 0 or got.stderr.strip():
         raise SystemExit(f"producer failed ({got.returncode}):\n{got.stderr[-2000:]}")
-    doc: dict[str, dict[str, float]] = json.loads(got.stdout.strip().splitlines()[-1])
+    doc: dict[str, dict[str, Any]] = json.loads(got.stdout.strip().splitlines()[-1])
     return doc
 
 
@@ -206,17 +223,17 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="mqs-aio-", dir=args.dir))
     rows: list[dict[str, Any]] = []
     try:
-        with running_store(root, "async", sync=False, pool=True) as run:
+        with running_store(root, "async", sync=False, pool=True, extra=SEGMENTS) as run:
             got = _child(run.store_dir, args, sync=False)
         if not args.no_sync:
-            with running_store(root, "sync", sync=True, pool=True) as run:
+            with running_store(root, "sync", sync=True, pool=True, extra=SEGMENTS) as run:
                 got.update(_child(run.store_dir, args, sync=True))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     for label, m in got.items():
         rows.append({"label": label, **m})
         line = f"{label:32} {m['msgs_per_s']:10,.0f} msgs/s  {m['cpu_us']:6.1f} µs CPU/put"
-        print(f"{line}  bad {m['bad']:.0f}")
+        print(f"{line}  bad {m['bad']:.0f} {m['first_bad']}".rstrip())
 
     def rate(label: str) -> float:
         return float(got[label]["msgs_per_s"])
