@@ -15,14 +15,14 @@ hop. `put` and `put_batch` return an `asyncio.Future` (await it, gather it, or
   segment file, up to `os_page_cache_busy_timeout_ms`, as a blocking put's does.
 * **SYNC_FLUSH with `wait_store`**: the put is reserved, copied and published on the
   loop without waiting (the blocking put's `wait_store=False`); its future resolves once
-  the flush is known (`_FlushWaits`): one thread of the client's own (with a
-  `StoreClient` of its own) sleeps in the futex wait on the control block's flushed
-  position (GIL released) and, each time the flusher moves it, has the loop settle
-  every future it covers, in one batch, so any number of concurrent puts share each
-  group-committed fsync. PUT_OK only once the flushed position of the control block
-  the record was written into covers the record; FLUSH_DISK_TIMEOUT after
-  `syncFlushTimeout`; FLUSH_DISK_FAILED once the store is read-only: the blocking
-  client's statuses. The loop never blocks on a flush.
+  the flush is known (`_FlushWaits`): one thread of the client's own (started at the
+  first such put, with a `StoreClient` of its own) sleeps in the futex wait on the
+  control block's flushed position (GIL released) and, each time the flusher moves
+  it, has the loop settle every future it covers, in one batch, so any number of
+  concurrent puts share each group-committed fsync. PUT_OK only once the flushed
+  position of the control block the record was written into covers the record;
+  FLUSH_DISK_TIMEOUT after `syncFlushTimeout`; FLUSH_DISK_FAILED once the store is
+  read-only: the blocking client's statuses. The loop never blocks on a flush.
 * **Pulls** run on one more thread with a reader of its own: `ipc.reads.ClientReads`
   (the blocking client's read path: consume queues up to the dispatcher's position, tag
   filter, long polling with `wait_ms`, which holds that thread).
@@ -101,26 +101,30 @@ class _FlushWaits:
     asking the flusher for the furthest), takes every entry the flushed position now
     covers, and has the loop answer them in one `call_soon_threadsafe`.
 
-    The thread sleeps through a `StoreClient` of its own (`sleeper`), so that no wait
-    is ever under way in the putting client's appender when a put re-attaches it. Only
+    The thread (started at the first wait) sleeps through a `StoreClient` of its own
+    (`sleeper`, attached there by `make_sleeper`), so that no wait is ever under way in
+    the putting client's appender when a put re-attaches it. Only
     the flushed position of the control block a record was written into (the putting
     client's, read here) answers it PUT_OK; a block that client has since detached
     from (the supervisor restarted) can no longer say: FLUSH_DISK_TIMEOUT."""
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, client: StoreClient, sleeper: StoreClient
+        self,
+        loop: asyncio.AbstractEventLoop,
+        client: StoreClient,
+        make_sleeper: Callable[[], StoreClient],
     ) -> None:
         self._loop = loop
         self._client = client
-        self._sleeper = sleeper
+        self._make_sleeper = make_sleeper
+        self._sleeper: StoreClient | None = None
         self._raise = client.raise_on_status
         self._pending: deque[_Wait] = deque()  # appended on the loop, taken by the thread
         self._want: tuple[int, c.ControlBlock | None] = (0, None)  # the furthest end awaited
         self._idle = True  # the thread may sleep on _work: wake it on an append
         self._work = threading.Event()
         self._closed = False
-        self._thread = threading.Thread(target=self._run, name="mqstore-aio-flush", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
 
     def add(self, cb: c.ControlBlock, got: Outcome, end: int) -> asyncio.Future[Any]:
         """A future of `got` (a put's results, written into `cb` up to `end`), resolved
@@ -128,7 +132,11 @@ class _FlushWaits:
         fut = self._loop.create_future()
         self._pending.append((end, time.monotonic() + self._client.sync_timeout_s, cb, fut, got))
         self._want = (end, cb)
-        if self._idle:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="mqstore-aio-flush")
+            self._thread.daemon = True
+            self._thread.start()
+        elif self._idle:
             self._work.set()
         return fut
 
@@ -157,16 +165,18 @@ class _FlushWaits:
         """Until the flushed position of `cb` may cover `end`, at most `_WATCH_S` or
         the deadline: the futex wait of the sleeper's client, when it is attached to
         `cb`'s store generation (it re-attaches at its staleness checks), else a tick."""
-        sleeper = self._sleeper
         want, want_cb = self._want
         try:
+            if self._sleeper is None:
+                self._sleeper = self._make_sleeper()
+            sleeper = self._sleeper
             if sleeper.live_control_block().ctl_name == cb.ctl_name:
                 if want > end and want_cb is cb:  # the flusher's request: the furthest end
                     sleeper.wait_flushed(want, 0)
                 sleeper.wait_flushed(end, max(min(_WATCH_S, deadline - time.monotonic()), 0.0))
                 return
-        except (channel.SupervisorUnavailable, AttributeError, ValueError, TypeError):
-            pass  # not attached to a running store just now
+        except (OSError, AttributeError, ValueError, TypeError):
+            pass  # not attached to a running store just now (SupervisorUnavailable...)
         time.sleep(_RETRY_S)
 
     def _take(self, cb: c.ControlBlock) -> list[tuple[asyncio.Future[Any], Outcome, Settled]]:
@@ -209,13 +219,16 @@ class _FlushWaits:
                 _answer(fut, got, status, reason, self._raise)
 
     async def close(self) -> None:
-        """Once every put under way has its answer: stop the thread."""
+        """Once every put under way has its answer: stop the thread, detach its client."""
         waiting = [w[3] for w in tuple(self._pending) if not w[3].done()]
         if waiting:
             await asyncio.wait(waiting)
         self._closed = True
         self._work.set()
-        await asyncio.to_thread(self._thread.join)
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)
+        if self._sleeper is not None:
+            self._sleeper.close()
 
 
 class _Attach:
@@ -306,7 +319,6 @@ class AsyncStoreClient:
         self._timeout_s = timeout_s
         self._reads = ThreadPoolExecutor(1, thread_name_prefix="mqstore-aio-read")
         self._client: StoreClient | None = None  # the loop's: puts, positions
-        self._sleeper: StoreClient | None = None  # the flush waits' thread's
         self._reader: StoreClient | None = None  # the read thread's, made at its first read
         self._client_reads: ClientReads | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -326,8 +338,7 @@ class AsyncStoreClient:
     async def _start(self) -> None:
         loop = asyncio.get_running_loop()
         self._client = await loop.run_in_executor(self._reads, self._new_client)
-        self._sleeper = await loop.run_in_executor(self._reads, self._new_client)
-        self._waits = _FlushWaits(loop, self._client, self._sleeper)
+        self._waits = _FlushWaits(loop, self._client, self._new_client)
         self._new_future = loop.create_future
         self._loop = loop
 
@@ -341,9 +352,8 @@ class AsyncStoreClient:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._reads, self._close_reader)
         self._reads.shutdown(wait=True)
-        for client in (self._client, self._sleeper):
-            if client is not None:
-                client.close()
+        if self._client is not None:
+            self._client.close()
 
     async def __aenter__(self) -> AsyncStoreClient:
         return self
