@@ -134,6 +134,7 @@ import _posixshmem  # type: ignore[import-not-found]
 import contextlib
 import errno
 import hashlib
+import mmap
 import os
 import struct
 from collections.abc import Sequence
@@ -313,6 +314,28 @@ def _untrack(shm: shared_memory.SharedMemory) -> None:
         resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
 
 
+class Mapped:
+    """An existing segment mapped read-write, as `shared_memory.SharedMemory(name)` maps
+    it, but never registered with the resource tracker. Python 3.11 registers every
+    attach; undoing it (`_untrack`) races when threads, or processes sharing a tracker,
+    attach the same name at once (register, register, unregister, unregister: the
+    tracker prints a KeyError traceback), and costs a tracker process per client.
+    Nobody but the supervisor unlinks."""
+
+    def __init__(self, name: str) -> None:
+        fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
+        try:
+            self._mmap = mmap.mmap(fd, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
+        self.name = name
+        self.buf = memoryview(self._mmap)
+
+    def close(self) -> None:
+        self.buf.release()
+        self._mmap.close()
+
+
 def _pool_error(pool_name: str, size: int) -> str:
     return (
         f"cannot create the write pool {pool_name} ({size} bytes); /dev/shm is often "
@@ -361,8 +384,8 @@ class ControlBlock:
 
     def __init__(
         self,
-        ctl: shared_memory.SharedMemory,
-        pool: shared_memory.SharedMemory | None,
+        ctl: shared_memory.SharedMemory | Mapped,
+        pool: shared_memory.SharedMemory | Mapped | None,
         *,
         owner: bool,
     ) -> None:
@@ -453,16 +476,14 @@ class ControlBlock:
     @classmethod
     def attach(cls, ctl_name: str, pool_name: str) -> ControlBlock:
         """Map an existing control block (and pool). Raises FileNotFoundError."""
-        ctl = shared_memory.SharedMemory(ctl_name)
-        _untrack(ctl)
+        ctl = Mapped(ctl_name)
         pool = None
         if pool_name:
             try:
-                pool = shared_memory.SharedMemory(pool_name)
+                pool = Mapped(pool_name)
             except BaseException:
                 ctl.close()
                 raise
-            _untrack(pool)
         return cls(ctl, pool, owner=False)
 
     def close(self) -> None:
@@ -481,7 +502,7 @@ class ControlBlock:
                     # Not shm.unlink(): it would tell the resource tracker, which no
                     # longer tracks the name (see _untrack) and would complain.
                     with contextlib.suppress(FileNotFoundError):
-                        _posixshmem.shm_unlink(shm._name)  # type: ignore[attr-defined]
+                        _posixshmem.shm_unlink("/" + shm.name)
         self._closed = True
 
     # --- fields -------------------------------------------------------------------------
