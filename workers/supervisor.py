@@ -9,7 +9,8 @@ Boot, in order (any failure halts with a message and a non-zero exit, never a lo
    next queue offsets come from the consume queues;
 4. remove shared memory left by a crashed run of this store, create the control block
    and the pool, seed positions and queue offsets, make the first files ready;
-5. listen on the supervisor socket (`ipc.channel`) and spawn one process per
+5. listen on the supervisor socket (`ipc.channel`: a socket file in the store
+   directory, removed at the stop) and spawn one process per
    `WORKERS` spec.
 
 Then it loops: accept attaches and status requests, watch worker exits and heartbeats,
@@ -556,6 +557,7 @@ class Supervisor:
             if w.proc is not None:
                 w.proc.kill()
                 w.proc.wait()
+        self.server.close_listener()
         self._stop_metrics()
         if self.cb is not None:
             self.cb.close()
