@@ -15,7 +15,7 @@ answering is refused before a byte of its reply is read (`connect`).
 One JSON object per line each way:
 
 * `{"op": "attach", "pid": P}` -> names and layout, the store's settings
-  (`conf.settings.settings_doc`) and file geometry (`engine.reader.Geometry`), which a
+  (`conf.settings.settings_doc`) and file geometry (`engine.geometry.Geometry`), which a
   client's reads use instead of guessing (the connection then stays open: the client's
   row is freed when it closes);
 * `{"op": "status"}` -> the status document;

@@ -41,13 +41,12 @@ from pathlib import Path
 from typing import Any, Final
 
 from mqstore import _native
-from mqstore.conf.load import ConfigError, load_settings
+from mqstore.conf.load import ConfigError, LoadedSettings, load_settings
 from mqstore.conf.settings import FlushDiskType, settings_doc
-from mqstore.engine import fileio
+from mqstore.engine import fileio, geometry
 from mqstore.engine.checkpoint import StoreCheckpoint
 from mqstore.engine.fileio import StoreIOError
 from mqstore.engine.indexfile import IndexGeometryError
-from mqstore.engine.reader import Geometry
 from mqstore.engine.recovery import recover_store, write_report
 from mqstore.engine.segment import SegmentNameError, SegmentSizeError
 from mqstore.engine.storedir import ABORT_FILE
@@ -184,12 +183,13 @@ class Supervisor:
                 f"{self.store_dir} does not exist: give --create to make a new store there",
             )
         try:
-            self.settings = load_settings(Path(self.store_dir), self.config, os.environ).settings
+            loaded = load_settings(Path(self.store_dir), self.config, os.environ)
         except ConfigError as e:
             raise BootError(ExitCode.CONFIG_ERROR, f"configuration error: {e}") from e
-        s = self.settings
+        self.settings = s = loaded.settings
         if s.segment_size_bytes % 4096:
             raise BootError(ExitCode.CONFIG_ERROR, "segment_size_bytes must be a multiple of 4096")
+        recorded = self._check_geometry(loaded)
         fileio.makedirs(self.store_dir)
         share = s.ipc_allow_group
         os.chmod(self.store_dir, access.modes(share)[1])  # 0700, or 02750 for the group
@@ -203,6 +203,8 @@ class Supervisor:
         was_dirty = os.path.exists(abort)
         fileio.write_file_atomic(abort, b"")
         end, offsets = self._recover(was_dirty)
+        if not recorded:  # the store's first start: from now on it owns its geometry
+            geometry.write_record(self.store_dir, self.geometry)
         for name in c.remove_leftovers(self.store_dir):
             self._say(f"removed shared memory left by a crashed run: {name}", "WARNING")
         generation = time.time_ns() // 1000 % 10**12
@@ -273,12 +275,25 @@ class Supervisor:
             f"({s.flush_disk_type.value}, pool {'off' if not pool_n else f'{pool_n} buffers'})"
         )
 
+    def _check_geometry(self, loaded: LoadedSettings) -> bool:
+        """Refuse settings that give the store other file sizes than it has
+        (`engine.geometry`); True when the store has its geometry record."""
+        if not os.path.isdir(self.store_dir):
+            return False
+        try:
+            recorded = geometry.check_settings(self.store_dir, loaded.settings, loaded.source_of)
+        except geometry.GeometryMismatch as e:
+            raise BootError(ExitCode.CONFIG_ERROR, f"configuration error: {e}") from e
+        except geometry.GeometryRecordError as e:
+            raise BootError(ExitCode.BOOT_ERROR, str(e)) from e
+        return recorded is not None
+
     def _recover(self, was_dirty: bool) -> tuple[int, dict[tuple[str, int], int]]:
         """RocketMQ's recovery (`engine.recovery`): abnormal when `abort` was there before
         this boot wrote its own. Returns the log's end and the next queue offsets."""
         # The file sizes this run uses: those of the files already there, else the
         # settings' (the dispatcher decides the same way); clients get them at attach.
-        self.geometry = Geometry.of(self.store_dir, self.settings)
+        self.geometry = geometry.Geometry.of(self.store_dir, self.settings)
         try:
             report = recover_store(
                 self.store_dir,

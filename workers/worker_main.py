@@ -12,6 +12,7 @@ from pathlib import Path
 
 from mqstore.conf.load import ConfigError, load_settings
 from mqstore.engine.fileio import StoreIOError
+from mqstore.engine.geometry import GeometryMismatch, GeometryRecordError, check_settings
 from mqstore.ipc.control import ControlBlock
 from mqstore.workers.base import (
     WORKER_RUNNING,
@@ -28,8 +29,11 @@ def main(argv: list[str]) -> int:
     config = Path(argv[6]) if len(argv) > 6 and argv[6] else None
     setup_logging(name)
     try:
-        settings = load_settings(Path(store_dir), config, os.environ).settings
-    except ConfigError as e:
+        loaded = load_settings(Path(store_dir), config, os.environ)
+        settings = loaded.settings
+        # The store's geometry is the supervisor's, whatever the config file says now.
+        check_settings(store_dir, settings, loaded.source_of)
+    except (ConfigError, GeometryMismatch, GeometryRecordError) as e:
         say(name, str(e), "ERROR")
         return ExitCode.CONFIG_ERROR
     try:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from mqstore.conf.load import ConfigError, load_settings
 from mqstore.conf.settings import StoreSettings
+from mqstore.engine import geometry
 from mqstore.engine.names import group_problem, topic_problem
 from mqstore.engine.storedir import StoreDir, StoreDirError
 
@@ -47,10 +48,13 @@ def open_store(cmd: str, args: argparse.Namespace) -> StoreDir | None:
     try:
         loaded = load_settings(args.store_dir, args.config, os.environ)
         configured = None
-        if loaded.source_of("segment_size_bytes") != "default":
+        recorded = geometry.read_record(args.store_dir)
+        if recorded is not None:  # the store's own, whatever the settings say
+            configured = recorded.segment_size_bytes
+        elif loaded.source_of("segment_size_bytes") != "default":
             configured = loaded.settings.segment_size_bytes
         return StoreDir(args.store_dir, segment_size_bytes=configured)
-    except (ConfigError, StoreDirError, OSError) as e:
+    except (ConfigError, StoreDirError, OSError, geometry.GeometryRecordError) as e:
         print(f"mqstore {cmd}: {e}", file=sys.stderr)
         return None
 
@@ -62,8 +66,9 @@ def store_settings(cmd: str, args: argparse.Namespace) -> StoreSettings | None:
         print(f"mqstore {cmd}: {args.store_dir} is not a store (no commitlog/)", file=sys.stderr)
         return None
     try:
-        return load_settings(args.store_dir, args.config, os.environ).settings
-    except ConfigError as e:
+        settings = load_settings(args.store_dir, args.config, os.environ).settings
+        return geometry.with_record(args.store_dir, settings)
+    except (ConfigError, geometry.GeometryRecordError) as e:
         print(f"mqstore {cmd}: {e}", file=sys.stderr)
         return None
 
