@@ -514,10 +514,14 @@ class Supervisor:
                 self._say(str(e), "ERROR")
                 self._teardown_after_boot_failure()
                 return int(e.code)
-            except StoreIOError as e:
-                self._say(f"I/O error at boot: {e}", "ERROR")
+            except OSError as e:  # StoreIOError, or a store file that cannot be opened
+                what = "I/O error" if isinstance(e, StoreIOError) else "cannot open a store file"
+                self._say(f"{what} at boot: {e}", "ERROR")
                 self._teardown_after_boot_failure()
                 return int(ExitCode.BOOT_ERROR)
+            except BaseException:  # a bug: its traceback, but nothing left behind
+                self._teardown_after_boot_failure()
+                raise
             sel = selectors.DefaultSelector()
             self.server.register(sel)
             sel.register(wake_r, selectors.EVENT_READ)

@@ -48,12 +48,14 @@ def open_store(cmd: str, args: argparse.Namespace) -> StoreDir | None:
     try:
         loaded = load_settings(args.store_dir, args.config, os.environ)
         configured = None
-        recorded = geometry.read_record(args.store_dir)
-        if recorded is not None:  # the store's own, whatever the settings say
-            configured = recorded.segment_size_bytes
-        elif loaded.source_of("segment_size_bytes") != "default":
-            configured = loaded.settings.segment_size_bytes
-        return StoreDir(args.store_dir, segment_size_bytes=configured)
+        s = geometry.with_record(args.store_dir, loaded.settings)  # the store's own, if any
+        if (
+            geometry.read_record(args.store_dir)
+            or loaded.source_of("segment_size_bytes") != "default"
+        ):
+            configured = s.segment_size_bytes
+        index = (s.max_hash_slot_num, s.max_index_num)
+        return StoreDir(args.store_dir, segment_size_bytes=configured, index_geometry=index)
     except (ConfigError, StoreDirError, OSError, geometry.GeometryRecordError) as e:
         print(f"mqstore {cmd}: {e}", file=sys.stderr)
         return None
