@@ -6,10 +6,11 @@ byte, and checks the whole directory (`check()`): the file chain, every record (
 the checkpoint against the log, and the abort file. `mqstore dump` and `mqstore check`
 are thin shells over it.
 
-Geometry: a store does not record its segment size. Every segment is pre-allocated at
-full size, so the largest commit-log file tells it; with one file only, its size; when
-the files disagree with a configured size, the configured one is used and the
-disagreement is an ERROR finding.
+Geometry: the segment size is the one the store records (`engine.geometry`), else the
+configured one, else the files': every segment is pre-allocated at full size, so the
+largest commit-log file tells it; with one file only, its size. Files that disagree with
+the recorded or configured size are ERROR findings. `check()` also opens the index files
+as a start would, so it reports what a start refuses.
 
 `<store>/flushed_offset`, written in place by the runtime's flusher, read by every reader of a
 live store (readers stop at this offset; stopped stores are read to their last valid record):
