@@ -14,9 +14,9 @@ them: a new store at its creation, a store written by RocketMQ or by an older mq
 (which has no record) at the first start that opens it with the settings given. From
 then on the store owns them:
 
-* a start, and a worker's (re)start, whose settings differ refuses, naming the setting,
-  the recorded value and the value given (`check_settings` raises GeometryMismatch:
-  a configuration error, exit 3);
+* a start whose settings differ refuses, naming the setting, the recorded value and the
+  value given (`check_settings` raises GeometryMismatch: a configuration error, exit 3);
+  a worker restarted after its config file changed warns so and keeps the record's;
 * clients take them from the supervisor at attach, and the offline tools (`check`,
   `dump`, `recover`, the reader) from the record (`Geometry.of`), whatever the settings
   say;

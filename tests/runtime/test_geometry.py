@@ -8,7 +8,9 @@ record at their first start; the offline tools read with the recorded geometry."
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +19,7 @@ from mqstore import StoreClient
 from mqstore.engine.geometry import RECORD_FILE
 from mqstore.workers.base import ExitCode
 from tests.runtime.conftest import StoreFactory
-from tests.runtime.harness import REPO, Store
+from tests.runtime.harness import REPO, Store, wait_for, write_config
 
 
 def _mqstore(*args: str) -> subprocess.CompletedProcess[str]:
@@ -100,3 +102,22 @@ def test_a_damaged_record_refuses_the_start_cleanly(make_store: StoreFactory) ->
     assert "Traceback" not in got.stdout + got.stderr
     assert store.shm_leftovers() == []
     assert not (store.path / "abort").exists()
+
+
+def test_a_worker_restarted_after_the_config_changed_keeps_the_geometry(
+    make_store: StoreFactory,
+) -> None:
+    store = make_store()
+    store.wait_workers_running()
+    write_config(store.path, {**store.config, "segment_size_bytes": 2 << 20})
+    (cleaner,) = [w for w in store.status()["workers"] if w["name"] == "cleaner"]
+    os.kill(cleaner["pid"], signal.SIGKILL)
+    wait_for(lambda: "this run keeps the store's" in store.output(), 60, "the warning")
+    store.wait_workers_running()
+    with StoreClient.attach(store.path) as client:
+        assert client.put("t", b"after", queue_id=0).ok
+    assert store.status()["flags"] == ["running"]
+    assert "segment_size_bytes: the store records (in config/geometry.json) 1048576" in (
+        store.output()
+    )
+    assert store.stop() == 0
