@@ -21,9 +21,11 @@ of connections hurt it:
 * at most `MAX_UNATTACHED` connections without an attach row are kept: a new one beyond
   that closes the oldest (an attached client's connection is never closed for another),
   so idle connections cannot keep a client from attaching;
-* running out of descriptors in accept (EMFILE, ENFILE) refuses that connection (a spare
-  descriptor is given up to accept and close it), and any other accept error is a
-  refused connection too, never the supervisor's end;
+* a connection that leaves fewer than `FD_HEADROOM` descriptors free closes the oldest
+  connection without a row (or is refused), so the supervisor keeps descriptors for its
+  own work; running out of them in accept anyway (EMFILE, ENFILE) refuses that
+  connection (a spare descriptor is given up to accept and close it), and any other
+  accept error is a refused connection too, never the supervisor's end;
 * refusals are logged at a bounded rate (`RefusalLog`): the first at once, then one line
   per `REFUSAL_LOG_INTERVAL_S` counting those in between.
 
@@ -38,6 +40,7 @@ import contextlib
 import errno
 import json
 import os
+import resource
 import selectors
 import socket
 import time
@@ -53,6 +56,9 @@ REPLY_TIMEOUT_S: Final = 5.0
 MAX_UNATTACHED: Final = 64  # connections holding no attach row
 ACCEPTS_PER_EVENT: Final = 64  # then the loop's other work gets its turn
 REFUSAL_LOG_INTERVAL_S: Final = 10.0
+# Descriptors kept free for the supervisor's own work (a status reply, spawning a worker):
+# a connection that would leave fewer closes the oldest one that holds no attach row.
+FD_HEADROOM: Final = 16
 LISTEN_BACKLOG: Final = 128
 # Each op and the fields it takes besides "op".
 OP_FIELDS: Final[dict[str, frozenset[str]]] = {
@@ -184,6 +190,7 @@ class ControlServer:
     refusals: RefusalLog = field(init=False)
     _bound: tuple[int, int] | None = None  # (st_dev, st_ino) of the socket file bound
     _spare_fd: int = -1  # given up to refuse a connection when descriptors run out
+    _base_fds: int = 0  # descriptors open when listening began
 
     def __post_init__(self) -> None:
         self.refusals = RefusalLog(self.say)
@@ -211,6 +218,7 @@ class ControlServer:
         sock.setblocking(False)
         self.listener = sock
         self._spare_fd = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+        self._base_fds = len(os.listdir("/proc/self/fd"))
 
     def register(self, sel: selectors.BaseSelector) -> None:
         assert self.listener is not None
@@ -270,11 +278,19 @@ class ControlServer:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as e:
-                if e.errno in (errno.EMFILE, errno.ENFILE) and self._drop_oldest_unattached(sel):
+                if e.errno in (errno.EMFILE, errno.ENFILE) and self._drop_oldest_unattached(
+                    sel, "out of descriptors"
+                ):
                     continue
                 self._refuse_without_descriptor(e)
                 return
             sock.setblocking(False)
+            if self._short_of_descriptors() and not self._drop_oldest_unattached(
+                sel, f"fewer than {FD_HEADROOM} descriptors would be left"
+            ):
+                self.refusals.refused(f"fewer than {FD_HEADROOM} descriptors would be left")
+                sock.close()
+                continue
             why = access.peer_refusal(sock, self.store_dir, self.allow_group())
             if why:  # another user: one line saying why, and nothing else
                 self.refusals.refused(why)
@@ -283,18 +299,26 @@ class ControlServer:
                 sock.close()
                 continue
             while sum(cn.row < 0 for cn in self.conns.values()) >= MAX_UNATTACHED:
-                self._drop_oldest_unattached(sel)
+                self._drop_oldest_unattached(sel, f"at most {MAX_UNATTACHED} are kept")
             self.conns[sock] = Conn(sock, accepted=time.monotonic())
             sel.register(sock, selectors.EVENT_READ)
 
-    def _drop_oldest_unattached(self, sel: selectors.BaseSelector) -> bool:
+    def _short_of_descriptors(self) -> bool:
+        """One more connection would leave fewer than FD_HEADROOM descriptors free: those
+        the supervisor held when it began to listen, plus one per connection, against
+        the limit as it is now."""
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == resource.RLIM_INFINITY:
+            return False
+        return self._base_fds + len(self.conns) + 1 > soft - FD_HEADROOM
+
+    def _drop_oldest_unattached(self, sel: selectors.BaseSelector, why: str) -> bool:
         """Close the longest-held connection that holds no attach row; False if none."""
         idle = [cn for cn in self.conns.values() if cn.row < 0]
         if not idle:
             return False
         self.refusals.refused(
-            f"{len(idle)} connections hold no attach row; closed the oldest "
-            f"(at most {MAX_UNATTACHED} are kept)"
+            f"{len(idle)} connections hold no attach row; closed the oldest ({why})"
         )
         self._drop(sel, min(idle, key=lambda cn: cn.accepted))
         return True
