@@ -190,7 +190,6 @@ class ControlServer:
     refusals: RefusalLog = field(init=False)
     _bound: tuple[int, int] | None = None  # (st_dev, st_ino) of the socket file bound
     _spare_fd: int = -1  # given up to refuse a connection when descriptors run out
-    _base_fds: int = 0  # descriptors open when listening began
 
     def __post_init__(self) -> None:
         self.refusals = RefusalLog(self.say)
@@ -218,7 +217,6 @@ class ControlServer:
         sock.setblocking(False)
         self.listener = sock
         self._spare_fd = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
-        self._base_fds = len(os.listdir("/proc/self/fd"))
 
     def register(self, sel: selectors.BaseSelector) -> None:
         assert self.listener is not None
@@ -303,14 +301,19 @@ class ControlServer:
             self.conns[sock] = Conn(sock, accepted=time.monotonic())
             sel.register(sock, selectors.EVENT_READ)
 
-    def _short_of_descriptors(self) -> bool:
-        """One more connection would leave fewer than FD_HEADROOM descriptors free: those
-        the supervisor held when it began to listen, plus one per connection, against
-        the limit as it is now."""
+    @staticmethod
+    def _short_of_descriptors() -> bool:
+        """Fewer than FD_HEADROOM descriptors are free under the limit as it is now (the
+        open ones counted in /proc/self/fd: its listing takes one, so failing to list it
+        is being short too). O(open descriptors)."""
         soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         if soft == resource.RLIM_INFINITY:
             return False
-        return self._base_fds + len(self.conns) + 1 > soft - FD_HEADROOM
+        try:
+            in_use = len(os.listdir("/proc/self/fd")) - 1  # less the listing's own
+        except OSError:
+            return True
+        return in_use > soft - FD_HEADROOM
 
     def _drop_oldest_unattached(self, sel: selectors.BaseSelector, why: str) -> bool:
         """Close the longest-held connection that holds no attach row; False if none."""
