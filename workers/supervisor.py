@@ -1,12 +1,15 @@
 """The supervisor: `mqstore start DIR` runs one in the foreground.
 
-Boot, in order (any failure halts with a message and a non-zero exit, never a loop):
-1. load the settings (CONFIG_ERROR on a bad one);
+Boot, in order (any failure halts with a message and a non-zero exit, never a loop, and
+removes the shared memory and socket it made):
+1. load the settings (CONFIG_ERROR on a bad one, or on file sizes other than those the
+   store records or its files have: `engine.geometry`);
 2. take `<store>/lock` exclusively (a second supervisor is refused, naming the holder);
 3. write `abort`; recover (`engine.recovery`: normal, or abnormal when `abort` was
    already there): validate the tail with CRC, cut it where valid data ends, truncate
    and re-dispatch consume queues and index; the report goes to `recovery.json`, and the
-   next queue offsets come from the consume queues;
+   next queue offsets come from the consume queues; a store without a geometry record
+   gets one;
 4. remove shared memory left by a crashed run of this store, create the control block
    and the pool, seed positions and queue offsets, make the first files ready;
 5. listen on the supervisor socket (`ipc.channel`: a socket file in the store
