@@ -47,14 +47,16 @@ def open_store(cmd: str, args: argparse.Namespace) -> StoreDir | None:
     """Open `args.store_dir` read-only, or print why not (to stderr) and return None."""
     try:
         loaded = load_settings(args.store_dir, args.config, os.environ)
-        configured = None
-        s = geometry.with_record(args.store_dir, loaded.settings)  # the store's own, if any
-        if (
-            geometry.read_record(args.store_dir)
-            or loaded.source_of("segment_size_bytes") != "default"
-        ):
-            configured = s.segment_size_bytes
-        index = (s.max_hash_slot_num, s.max_index_num)
+        recorded = geometry.read_record(args.store_dir)  # the store's own, if any
+        s = loaded.settings
+        configured: int | None = None  # None: the files tell
+        if recorded is not None:
+            configured = recorded.segment_size_bytes
+            index = (recorded.hash_slot_num, recorded.index_num)
+        else:
+            if loaded.source_of("segment_size_bytes") != "default":
+                configured = s.segment_size_bytes
+            index = (s.max_hash_slot_num, s.max_index_num)
         return StoreDir(args.store_dir, segment_size_bytes=configured, index_geometry=index)
     except (ConfigError, StoreDirError, OSError, geometry.GeometryRecordError) as e:
         print(f"mqstore {cmd}: {e}", file=sys.stderr)
