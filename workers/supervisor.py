@@ -1,15 +1,19 @@
 """The supervisor: `mqstore start DIR` runs one in the foreground.
 
-Boot, in order (any failure halts with a message and a non-zero exit, never a loop):
-1. load the settings (CONFIG_ERROR on a bad one);
+Boot, in order (any failure halts with a message and a non-zero exit, never a loop, and
+removes the shared memory and socket it made):
+1. load the settings (CONFIG_ERROR on a bad one, or on file sizes other than those the
+   store records or its files have: `engine.geometry`);
 2. take `<store>/lock` exclusively (a second supervisor is refused, naming the holder);
 3. write `abort`; recover (`engine.recovery`: normal, or abnormal when `abort` was
    already there): validate the tail with CRC, cut it where valid data ends, truncate
    and re-dispatch consume queues and index; the report goes to `recovery.json`, and the
-   next queue offsets come from the consume queues;
+   next queue offsets come from the consume queues; a store without a geometry record
+   gets one;
 4. remove shared memory left by a crashed run of this store, create the control block
    and the pool, seed positions and queue offsets, make the first files ready;
-5. listen on the supervisor socket (`ipc.channel`) and spawn one process per
+5. listen on the supervisor socket (`ipc.channel`: a socket file in the store
+   directory, removed at the stop) and spawn one process per
    `WORKERS` spec.
 
 Then it loops: accept attaches and status requests, watch worker exits and heartbeats,
@@ -40,13 +44,12 @@ from pathlib import Path
 from typing import Any, Final
 
 from mqstore import _native
-from mqstore.conf.load import ConfigError, load_settings
+from mqstore.conf.load import ConfigError, LoadedSettings, load_settings
 from mqstore.conf.settings import FlushDiskType, settings_doc
-from mqstore.engine import fileio
+from mqstore.engine import fileio, geometry
 from mqstore.engine.checkpoint import StoreCheckpoint
 from mqstore.engine.fileio import StoreIOError
 from mqstore.engine.indexfile import IndexGeometryError
-from mqstore.engine.reader import Geometry
 from mqstore.engine.recovery import recover_store, write_report
 from mqstore.engine.segment import SegmentNameError, SegmentSizeError
 from mqstore.engine.storedir import ABORT_FILE
@@ -183,12 +186,13 @@ class Supervisor:
                 f"{self.store_dir} does not exist: give --create to make a new store there",
             )
         try:
-            self.settings = load_settings(Path(self.store_dir), self.config, os.environ).settings
+            loaded = load_settings(Path(self.store_dir), self.config, os.environ)
         except ConfigError as e:
             raise BootError(ExitCode.CONFIG_ERROR, f"configuration error: {e}") from e
-        s = self.settings
+        self.settings = s = loaded.settings
         if s.segment_size_bytes % 4096:
             raise BootError(ExitCode.CONFIG_ERROR, "segment_size_bytes must be a multiple of 4096")
+        recorded = self._check_geometry(loaded)
         fileio.makedirs(self.store_dir)
         share = s.ipc_allow_group
         os.chmod(self.store_dir, access.modes(share)[1])  # 0700, or 02750 for the group
@@ -202,6 +206,8 @@ class Supervisor:
         was_dirty = os.path.exists(abort)
         fileio.write_file_atomic(abort, b"")
         end, offsets = self._recover(was_dirty)
+        if not recorded:  # the store's first start: from now on it owns its geometry
+            geometry.write_record(self.store_dir, self.geometry)
         for name in c.remove_leftovers(self.store_dir):
             self._say(f"removed shared memory left by a crashed run: {name}", "WARNING")
         generation = time.time_ns() // 1000 % 10**12
@@ -272,12 +278,25 @@ class Supervisor:
             f"({s.flush_disk_type.value}, pool {'off' if not pool_n else f'{pool_n} buffers'})"
         )
 
+    def _check_geometry(self, loaded: LoadedSettings) -> bool:
+        """Refuse settings that give the store other file sizes than it has
+        (`engine.geometry`); True when the store has its geometry record."""
+        if not os.path.isdir(self.store_dir):
+            return False
+        try:
+            recorded = geometry.check_settings(self.store_dir, loaded.settings, loaded.source_of)
+        except geometry.GeometryMismatch as e:
+            raise BootError(ExitCode.CONFIG_ERROR, f"configuration error: {e}") from e
+        except geometry.GeometryRecordError as e:
+            raise BootError(ExitCode.BOOT_ERROR, str(e)) from e
+        return recorded is not None
+
     def _recover(self, was_dirty: bool) -> tuple[int, dict[tuple[str, int], int]]:
         """RocketMQ's recovery (`engine.recovery`): abnormal when `abort` was there before
         this boot wrote its own. Returns the log's end and the next queue offsets."""
         # The file sizes this run uses: those of the files already there, else the
         # settings' (the dispatcher decides the same way); clients get them at attach.
-        self.geometry = Geometry.of(self.store_dir, self.settings)
+        self.geometry = geometry.Geometry.of(self.store_dir, self.settings)
         try:
             report = recover_store(
                 self.store_dir,
@@ -498,10 +517,14 @@ class Supervisor:
                 self._say(str(e), "ERROR")
                 self._teardown_after_boot_failure()
                 return int(e.code)
-            except StoreIOError as e:
-                self._say(f"I/O error at boot: {e}", "ERROR")
+            except OSError as e:  # StoreIOError, or a store file that cannot be opened
+                what = "I/O error" if isinstance(e, StoreIOError) else "cannot open a store file"
+                self._say(f"{what} at boot: {e}", "ERROR")
                 self._teardown_after_boot_failure()
                 return int(ExitCode.BOOT_ERROR)
+            except BaseException:  # a bug: its traceback, but nothing left behind
+                self._teardown_after_boot_failure()
+                raise
             sel = selectors.DefaultSelector()
             self.server.register(sel)
             sel.register(wake_r, selectors.EVENT_READ)
@@ -556,6 +579,7 @@ class Supervisor:
             if w.proc is not None:
                 w.proc.kill()
                 w.proc.wait()
+        self.server.close_listener()
         self._stop_metrics()
         if self.cb is not None:
             self.cb.close()

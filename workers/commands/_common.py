@@ -12,6 +12,7 @@ from pathlib import Path
 
 from mqstore.conf.load import ConfigError, load_settings
 from mqstore.conf.settings import StoreSettings
+from mqstore.engine import geometry
 from mqstore.engine.names import group_problem, topic_problem
 from mqstore.engine.storedir import StoreDir, StoreDirError
 
@@ -46,11 +47,18 @@ def open_store(cmd: str, args: argparse.Namespace) -> StoreDir | None:
     """Open `args.store_dir` read-only, or print why not (to stderr) and return None."""
     try:
         loaded = load_settings(args.store_dir, args.config, os.environ)
-        configured = None
-        if loaded.source_of("segment_size_bytes") != "default":
-            configured = loaded.settings.segment_size_bytes
-        return StoreDir(args.store_dir, segment_size_bytes=configured)
-    except (ConfigError, StoreDirError, OSError) as e:
+        recorded = geometry.read_record(args.store_dir)  # the store's own, if any
+        s = loaded.settings
+        configured: int | None = None  # None: the files tell
+        if recorded is not None:
+            configured = recorded.segment_size_bytes
+            index = (recorded.hash_slot_num, recorded.index_num)
+        else:
+            if loaded.source_of("segment_size_bytes") != "default":
+                configured = s.segment_size_bytes
+            index = (s.max_hash_slot_num, s.max_index_num)
+        return StoreDir(args.store_dir, segment_size_bytes=configured, index_geometry=index)
+    except (ConfigError, StoreDirError, OSError, geometry.GeometryRecordError) as e:
         print(f"mqstore {cmd}: {e}", file=sys.stderr)
         return None
 
@@ -62,8 +70,9 @@ def store_settings(cmd: str, args: argparse.Namespace) -> StoreSettings | None:
         print(f"mqstore {cmd}: {args.store_dir} is not a store (no commitlog/)", file=sys.stderr)
         return None
     try:
-        return load_settings(args.store_dir, args.config, os.environ).settings
-    except ConfigError as e:
+        settings = load_settings(args.store_dir, args.config, os.environ).settings
+        return geometry.with_record(args.store_dir, settings)
+    except (ConfigError, geometry.GeometryRecordError) as e:
         print(f"mqstore {cmd}: {e}", file=sys.stderr)
         return None
 

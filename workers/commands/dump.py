@@ -17,6 +17,7 @@ import sys
 
 from mqstore.engine.logwalk import ScanStop
 from mqstore.engine.record import decode
+from mqstore.engine.storedir import StoreDirError
 from mqstore.workers.commands._common import add_store_arguments, below_minimum, open_store
 from mqstore.workers.commands._records import add_body_argument, print_records
 
@@ -44,7 +45,11 @@ def run(args: argparse.Namespace) -> int:
     if store is None:
         return 2
     with store:
-        log = store.commitlog
+        try:
+            log = store.commitlog
+        except StoreDirError as e:  # a segment of the wrong size, say: `check` lists them
+            print(f"mqstore dump: {e}", file=sys.stderr)
+            return 1
         if len(log.queue) == 0:
             return 0
         sc = log.scan_chunks(args.from_offset, check_crc=False)
