@@ -58,6 +58,7 @@ class StoreSettings:
     os_page_cache_busy_timeout_ms: int = 1000
     warm_mapped_file_enable: bool = False
     flush_least_pages_when_warm: int = 4096
+    sync_flush_zero_segments: bool = True
     max_message_size_bytes: int = 4 * MIB
     check_crc_on_recover: bool = True
 
@@ -151,6 +152,9 @@ _TABLE: tuple[tuple[str, str | None, str, bool, str], ...] = (
      RESTART, "Pre-touch files"),
     ("flush_least_pages_when_warm", "flushLeastPagesWhenWarmMapedFile", "pages",
      RESTART, "Flush stride when warming"),
+    ("sync_flush_zero_segments", None, "bool",
+     RESTART, "SYNC_FLUSH: the allocator writes each new commit-log segment with zeros, so "
+              "a sync fdatasync converts no unwritten extent (docs/durability.md)"),
     ("max_message_size_bytes", "maxMessageSize", "bytes",
      SIGHUP, "Max message"),
     ("check_crc_on_recover", "checkCRCOnRecover", "bool",

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from mqstore.engine import fileio
+from tests.engine.extents import unwritten_bytes
 
 
 @pytest.fixture(autouse=True)
@@ -121,3 +122,15 @@ def test_preallocate_leaves_no_file_when_a_step_fails(tmp_path: Path, op: str) -
     with pytest.raises(fileio.StoreIOError) as ei:
         fileio.preallocate(p, 8192, zeros_from_start=10)
     assert ei.value.op == op and not p.exists()
+
+
+def test_preallocate_zeros_leave_no_unwritten_extent(tmp_path: Path) -> None:
+    """Zeros over the whole file (more than one ZERO_CHUNK): every block is written, so
+    no later fdatasync converts an extent; without them fallocate leaves it unwritten."""
+    size = fileio.ZERO_CHUNK * 2 + 3 * 4096
+    only_allocated, zeroed = tmp_path / "a.tmp", tmp_path / "z.tmp"
+    fileio.preallocate(only_allocated, size)
+    fileio.preallocate(zeroed, size, zeros_from_start=size)
+    assert unwritten_bytes(only_allocated) == size
+    assert unwritten_bytes(zeroed) == 0
+    assert zeroed.stat().st_size == size and zeroed.read_bytes() == bytes(size)
