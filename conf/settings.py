@@ -97,6 +97,7 @@ class StoreSettings:
     heartbeat_timeout_ms: int = 5000
     restart_backoff_initial_ms: int = 100
     restart_backoff_max_ms: int = 10_000
+    store_nice: int = -10
 
     def replace(self, **changes: Any) -> StoreSettings:
         return dataclasses.replace(self, **changes)
@@ -220,6 +221,10 @@ _TABLE: tuple[tuple[str, str | None, str, bool, str], ...] = (
      RESTART, "Supervisor first restart delay"),
     ("restart_backoff_max_ms", None, "ms",
      RESTART, "Supervisor restart delay cap"),
+    ("store_nice", None, "nice",
+     RESTART, "CPU priority of the supervisor and its workers (and of its session's autogroup "
+              "when it leads one): ahead of the producers they serve. Below 0 needs "
+              "CAP_SYS_NICE; refused, the store runs at the default (workers/priority.py)"),
 )
 # fmt: on
 

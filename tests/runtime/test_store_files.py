@@ -95,3 +95,17 @@ def test_segments_made_ahead_under_sync_flush_are_written_with_zeros(
     newest = sorted(log_dir.iterdir())[-1]  # made ahead, never written by a put
     size = newest.stat().st_size
     assert unwritten_bytes(newest) == (size if unwritten else 0)
+
+
+def test_the_supervisor_and_its_workers_run_at_store_nice(make_store: StoreFactory) -> None:
+    """`store_nice` is set by the supervisor before it starts the workers, which inherit
+    it (a higher value than the test's own is allowed without privileges)."""
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    nice = min(mine + 3, 19)
+    store = make_store({"store_nice": nice})
+    store.wait_workers_running()
+    assert store.proc is not None
+    pids = [store.proc.pid] + [w["pid"] for w in store.status()["workers"]]
+    assert len(pids) >= 6
+    assert {os.getpriority(os.PRIO_PROCESS, pid) for pid in pids} == {nice}
+    assert f"nice {nice}" in store.output()
