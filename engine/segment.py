@@ -286,14 +286,16 @@ class Segment(ReferenceCounted):
         zero_fill: bool = False,
     ) -> str:
         """The first half of `create`, ahead of need: `<name><suffix>` allocated
-        (fallocate; with `zero_fill` written as zeros: no extent is left unwritten, so no
-        later fdatasync of it has to convert one and commit the journal; fsync) and left
-        there; returns its path. `fileio.rename` it to its name, then
-        `install`; the directory's fsync is the caller's (before anything counts on the
-        file surviving a crash). A writable `SegmentQueue.load` deletes `.tmp` leftovers.
-        Raises StoreIOError (no file left behind)."""
+        (fallocate; with `zero_fill` written as zeros, a chunk at a time, each forced: no
+        extent is left unwritten, so no later fdatasync of it has to convert one and
+        commit the journal; fsync) and left there; returns its path. `fileio.rename` it
+        to its name, then `install`; the directory's fsync is the caller's (before
+        anything counts on the file surviving a crash). A writable `SegmentQueue.load`
+        deletes `.tmp` leftovers. Raises StoreIOError (no file left behind)."""
         tmp = os.path.join(directory, segment_file_name(start_offset) + suffix)
-        fileio.preallocate(tmp, size_bytes, zeros_from_start=size_bytes if zero_fill else 0)
+        fileio.preallocate(
+            tmp, size_bytes, zeros_from_start=size_bytes if zero_fill else 0, sync_chunks=True
+        )
         return tmp
 
     @classmethod

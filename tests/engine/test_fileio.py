@@ -134,3 +134,16 @@ def test_preallocate_zeros_leave_no_unwritten_extent(tmp_path: Path) -> None:
     assert unwritten_bytes(only_allocated) == size
     assert unwritten_bytes(zeroed) == 0
     assert zeroed.stat().st_size == size and zeroed.read_bytes() == bytes(size)
+
+
+def test_preallocate_forces_each_chunk_of_zeros_when_asked(tmp_path: Path) -> None:
+    """`sync_chunks`: an fdatasync after every ZERO_CHUNK written (the disk never queues
+    more than a chunk of zeros ahead of a sync put): the third of three fails here, so
+    three were made; without it none is (the file's own fsync is another call)."""
+    size = fileio.ZERO_CHUNK * 3
+    fileio.set_fault("fdatasync", lambda: OSError(errno.EIO, "injected"), after=2)
+    fileio.preallocate(tmp_path / "y.tmp", size, zeros_from_start=size)
+    with pytest.raises(fileio.StoreIOError) as ei:
+        fileio.preallocate(tmp_path / "z.tmp", size, zeros_from_start=size, sync_chunks=True)
+    assert ei.value.op == "fdatasync" and not (tmp_path / "z.tmp").exists()
+    assert unwritten_bytes(tmp_path / "y.tmp") == 0
