@@ -136,8 +136,8 @@ _TABLE: tuple[tuple[str, str | None, str, bool, str], ...] = (
     ("flush_timed", "flushCommitLogTimed", "bool",
      SIGHUP, "Sleep vs wait"),
     ("commit_interval_ms", "commitIntervalCommitLog", "ms",
-     SIGHUP, "Not read: the committer commits as puts arrive (RocketMQ's put wakes it) and "
-             "the rest at its first tick without new puts (workers/committer.py)"),
+     SIGHUP, "How often at most a commit wakes the flusher. The committer commits as puts "
+             "arrive (RocketMQ's put wakes it), the rest at its first tick without new puts"),
     ("commit_least_pages", "commitCommitLogLeastPages", "pages",
      SIGHUP, "Min pages"),
     ("commit_thorough_interval_ms", "commitCommitLogThoroughInterval", "ms",

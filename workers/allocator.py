@@ -32,10 +32,10 @@ _no_space: dict[str, Condition] = {}  # log dir -> the file it has no room for, 
 
 def zero_fill(settings: StoreSettings) -> bool:
     """New segments are written with zeros (`sync_flush_zero_segments`, SYNC_FLUSH only):
-    on ext4 and XFS an fdatasync that covers a fallocated (unwritten) extent converts it
-    and commits the journal, which made the sync round's fdatasync 1.1-1.5x a plain one
-    (docs/durability.md). Under ASYNC_FLUSH the extra write of every segment costs more
-    than the rare fsync saves."""
+    an fdatasync that covers a fallocated (unwritten) extent converts it, a metadata
+    write (a journal commit on ext4 and XFS with a journal), which made the sync round's
+    fdatasync up to 1.5x a plain one at p90 (docs/durability.md). Under ASYNC_FLUSH the
+    extra write of every segment costs more than the rare fsync saves."""
     return (
         settings.sync_flush_zero_segments and settings.flush_disk_type is FlushDiskType.SYNC_FLUSH
     )

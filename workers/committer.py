@@ -9,9 +9,10 @@ producers are about to run out of pool buffers. So the files, and with them the
 dispatcher (which reads what is committed under ASYNC_FLUSH), trail the puts by a tick,
 not by `commit_interval_ms`: at 400k puts/s a 200 ms interval left 80 MB to commit, then
 to dispatch, after the last put (`../shared/perf/dispatch_lag.py`: 0.6-1.9 s).
-`commit_interval_ms` is therefore not read: a tick every POLL_S is the committer's wake.
-After a commit that moved data it wakes the flusher if it sleeps
-(a futex word in the control block, `mqstore._native.flusher_wake`). A pool buffer
+After a commit that moved data it wakes the flusher if it sleeps (a futex word in the
+control block, `mqstore._native.flusher_wake`), at most once per `commit_interval_ms`:
+the flusher's fsyncs keep the pace they had when the committer ran at that interval
+(an ASYNC_FLUSH flusher flushes when woken). A pool buffer
 is free again as soon as its segment is fully committed (producers check that).
 Drain on stop: commit everything published, bounded in time. A failed pwrite fails the
 store closed (`workers.service`).
@@ -38,7 +39,7 @@ class Committer(Service):
         super().__init__(ctx)
         self.files = LogFiles(ctx.store_dir, ctx.cb, ctx.settings.store_host)
         self.pos = Positions(ctx.cb)
-        self.last_thorough = time.monotonic()
+        self.last_thorough = self.last_wake = time.monotonic()
         self.seen = self.pos.committed  # the published position the last tick found
 
     def _pressure(self) -> bool:
@@ -65,7 +66,8 @@ class Committer(Service):
         else:
             self.files.publish_locked()
             return POLL_S
-        if self.files.commit(least):
+        if self.files.commit(least) and now - self.last_wake >= s.commit_interval_ms / 1000:
+            self.last_wake = now
             _native.flusher_wake(self.ctx.cb.buf)
         return POLL_S
 
