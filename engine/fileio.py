@@ -31,7 +31,7 @@ import mmap
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Final, Protocol
 
 StrPath = str | os.PathLike[str]
 
@@ -289,18 +289,30 @@ def msync(mm: mmap.mmap, offset: int, length: int, path: StrPath = "?") -> None:
         raise _wrap("msync", path, e) from e
 
 
-def preallocate(path: StrPath, size: int, *, zeros_from_start: int = 0) -> None:
+ZERO_CHUNK: Final = 1 << 20  # preallocate writes its zeros this many bytes at a time
+
+
+def preallocate(
+    path: StrPath, size: int, *, zeros_from_start: int = 0, sync_chunks: bool = False
+) -> None:
     """Make `path` (truncated if it was there) a file of `size` allocated bytes, its first
     `zeros_from_start` bytes written as zeros (written extents at once: no page fault
-    converts them later), fsynced. The allocators' first step, never the hot path.
+    or later fdatasync converts them; the pages stay in the page cache), fsynced. With
+    `sync_chunks` each ZERO_CHUNK of zeros is forced before the next is written, so the
+    disk's queue never holds more than a chunk of them ahead of a sync put's fdatasync
+    (RocketMQ's warm-up forces every `flushLeastPagesWhenWarmMapedFile` pages for the
+    same reason). The allocators' first step, never the hot path.
     Raises StoreIOError, and then no file is left: one that could not be allocated (a
     full disk) must not keep the blocks it got; the next try starts from nothing."""
     fd = open_file(path, create=True)
     try:
         ftruncate(fd, 0, path)
         fallocate(fd, size, path)
-        if zeros_from_start > 0:
-            pwrite(fd, bytes(zeros_from_start), 0, path)
+        zeros = bytes(min(zeros_from_start, ZERO_CHUNK))
+        for at in range(0, zeros_from_start, ZERO_CHUNK):
+            pwrite(fd, memoryview(zeros)[: min(ZERO_CHUNK, zeros_from_start - at)], at, path)
+            if sync_chunks:
+                fdatasync(fd, path)
         fsync(fd, path)
     except StoreIOError:
         with contextlib.suppress(OSError):

@@ -46,8 +46,8 @@ read-only never fsyncs.
 **Tracing** (`bench/profile_sync.py`): with `MQSTORE_FLUSH_TRACE=<path>` in the
 supervisor's environment, the flusher keeps one row of CLOCK_MONOTONIC timestamps per
 sync round (slept, woken, served, gathered, committed, forced, waiters woken; messages
-and bytes covered, polls before it), at most TRACE_MAX_ROWS, and writes them to
-`<path>` as JSON lines when it closes. Off by default.
+and bytes covered, polls before it; the fdatasync's own ns), at most TRACE_MAX_ROWS,
+and writes them to `<path>` as JSON lines when it closes. Off by default.
 """
 
 from __future__ import annotations
@@ -176,10 +176,12 @@ class Flusher(Service):
             return spin
         msgs = self.stats.fsync_slots - m0
         self.group = msgs
-        self._note_fsync(self.stats.fsync_ns - ns0)
+        fsync_ns = self.stats.fsync_ns - ns0
+        self._note_fsync(fsync_ns)
         if times and self.trace_path and len(self.trace) < TRACE_MAX_ROWS:
             slept, self._slept = self._slept, (0, 0)
-            self.trace.append((*slept, t0, *times, msgs, self.pos.flushed - before, self.spins))
+            row = (*slept, t0, *times, msgs, self.pos.flushed - before, self.spins, fsync_ns)
+            self.trace.append(row)
         self.spins = 0
         self.spin = SPIN_S
         self.poll_next = True
@@ -241,7 +243,7 @@ class Flusher(Service):
         if self.trace_path and self.trace:
             keys = (
                 "slept", "woke", "served", "gathered", "committed", "forced", "waked", "msgs",
-                "bytes", "spins",
+                "bytes", "spins", "fsync_ns",
             )  # fmt: skip
             with open(self.trace_path, "w") as f:
                 for row in self.trace:

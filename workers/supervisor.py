@@ -59,7 +59,7 @@ from mqstore.ipc.commit import LogFiles
 from mqstore.ipc.control_views import Flags, Positions
 from mqstore.ipc.locks import StoreLockHeld, take_store_lock
 from mqstore.ipc.reservation import live_lock_path
-from mqstore.workers import sdnotify, stats
+from mqstore.workers import priority, sdnotify, stats
 from mqstore.workers.allocator import ensure_segments
 from mqstore.workers.base import (
     REASON_FD_ENV,
@@ -255,6 +255,8 @@ class Supervisor:
         except OSError as e:
             raise BootError(ExitCode.BOOT_ERROR, f"cannot bind the supervisor socket: {e}") from e
         Flags(cb).mark_running()
+        for line in priority.apply(s.store_nice):  # the workers inherit it
+            self._say(line)
         self.workers = [_Worker(spec, i) for i, spec in enumerate(WORKERS)]
         for w in self.workers:
             self._spawn(w)

@@ -73,11 +73,14 @@ CELLS: list[Cell] = [
     *_both("flusher", "fdatasync", READ_ONLY, pool=False),
     *_both("flusher", "pwrite", READ_ONLY),
     *_both("flusher", "open", READ_ONLY),
-    # allocator: building the next segment file (open .tmp, ftruncate, fallocate, fsync,
-    # rename, fsync of the directory)
+    # allocator: building the next segment file (open .tmp, ftruncate, fallocate, under
+    # SYNC_FLUSH its zeros written and forced a chunk at a time, fsync, rename, fsync of
+    # the directory)
     *_both("allocator", "open", WAITS),
     *_both("allocator", "ftruncate", WAITS),
     *_both("allocator", "fallocate", WAITS),
+    *_both("allocator", "pwrite", WAITS),
+    *_both("allocator", "fdatasync", READ_ONLY),
     *_both("allocator", "fsync", READ_ONLY),
     *_both("allocator", "rename", WAITS),
     *_both("allocator", "fsync_dir", READ_ONLY),

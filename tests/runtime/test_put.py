@@ -55,6 +55,7 @@ def test_flusher_trace_records_each_sync_round(make_store: StoreFactory, tmp_pat
     for r in rows:
         assert r["msgs"] >= 1 and r["bytes"] > 0
         assert r["served"] <= r["gathered"] <= r["committed"] <= r["forced"] <= r["waked"]
+        assert 0 < r["fsync_ns"] <= r["forced"] - r["committed"]  # the force's fdatasync
 
 
 def test_async_put_and_wait_store_false(make_store: StoreFactory) -> None:
