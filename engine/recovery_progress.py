@@ -6,11 +6,12 @@ bytes done of the phase's total, records done. The callback may raise
 `RecoveryInterrupted`: recovery then stops where it is, having written nothing that a
 later recovery does not redo (`abort` stays, so the next start recovers again).
 
-`ProgressReporter` is the callback the supervisor and `mqstore recover` use: at most
-once per `interval_s` it logs a line (done of total, rate, ETA) and replaces the
-progress file (`recovery.progress` in the store, JSON), which `mqstore status` reads
-while no supervisor answers (`read_progress`); `close()` removes it. It raises
-`RecoveryInterrupted` as soon as `stop_requested()` says so.
+`ProgressReporter` is the callback the supervisor and `mqstore recover` use: at the
+first step and then at most once per `interval_s` it replaces the progress file
+(`recovery.progress` in the store, JSON), which `mqstore status` reads while no
+supervisor answers (`read_progress`), and (from the second) logs a line: done of
+total, rate, ETA. `close()` removes the file. It raises `RecoveryInterrupted` as soon
+as `stop_requested()` says so.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ class ProgressReporter:
         self._clock = clock
         self._phase = ""
         self._phase_t0 = self._last = clock()
+        self._phase_from = Step("", 0, 0, 0)
 
     def __call__(self, step: Step) -> None:
         if self._stop_requested():
@@ -75,21 +77,24 @@ class ProgressReporter:
                 "bytes): the next start recovers again"
             )
         now = self._clock()
-        if step.phase != self._phase:
-            self._phase, self._phase_t0 = step.phase, now
-        if now - self._last < self._interval_s:
+        first = not self._phase
+        if step.phase != self._phase:  # rates are the phase's own, from its first step
+            self._phase, self._phase_t0, self._phase_from = step.phase, now, step
+        if not first and now - self._last < self._interval_s:
             return
         self._last = now
         elapsed = max(now - self._phase_t0, 1e-9)
+        bytes_per_s = (step.done_bytes - self._phase_from.done_bytes) / elapsed
         doc = {
             **asdict(step),
             "pid": os.getpid(),
-            "bytes_per_s": round(step.done_bytes / elapsed),
-            "records_per_s": round(step.records / elapsed),
-            "eta_s": _eta(step, elapsed),
+            "bytes_per_s": round(bytes_per_s),
+            "records_per_s": round((step.records - self._phase_from.records) / elapsed),
+            "eta_s": _eta(step, bytes_per_s),
             "at_ms": time.time_ns() // 1_000_000,
         }
-        self._say(f"recovery: {describe(doc)}")
+        if not first:  # the file says at once that recovery runs; the log, once a while
+            self._say(f"recovery: {describe(doc)}")
         if self._path is not None:
             with contextlib.suppress(OSError):  # a full disk: the log line has said it
                 _replace(self._path, json.dumps(doc).encode())
@@ -101,11 +106,10 @@ class ProgressReporter:
                 os.unlink(self._path)
 
 
-def _eta(step: Step, elapsed: float) -> float | None:
-    if step.done_bytes <= 0:
+def _eta(step: Step, bytes_per_s: float) -> float | None:
+    if bytes_per_s <= 0:
         return None
-    left = max(step.total_bytes - step.done_bytes, 0)
-    return round(left * elapsed / step.done_bytes, 1)
+    return round(max(step.total_bytes - step.done_bytes, 0) / bytes_per_s, 1)
 
 
 def describe(doc: dict[str, Any]) -> str:
