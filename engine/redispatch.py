@@ -7,7 +7,8 @@ file's end is past it (or at it, with keys written there). `Holdings` answers th
 chunk of scanned records (`engine.scan`, `engine.logwalk.ChunkScan`): a whole chunk is
 decided from each queue's last record in it (found in C, `verify.queue_last_ends`) and
 the index's end, so a store whose queues are complete costs a few microseconds a chunk;
-only a chunk that lacks something is walked record by record.
+only the first chunk that lacks something is walked record by record (to find where
+re-dispatch starts).
 
 `redispatch` writes what is lacking over a span of the log, a chunk of records at a time
 through the dispatcher's batch path (`Dispatcher.dispatch_scan`): at the dispatcher's
@@ -20,7 +21,6 @@ import bisect
 import itertools
 import operator
 import time
-from collections.abc import Iterator
 
 from mqstore.engine.commitlog import CommitLog
 from mqstore.engine.consumequeue import ConsumeQueue
@@ -49,12 +49,11 @@ class Holdings:
     def refresh_index(self) -> None:
         self._index_end = self._read_index_end()
 
-    def lacking(self, view: memoryview, base: int, scan: RecordScan, start: int) -> Iterator[int]:
-        """The records i >= `start` of `scan` (of `view`, whose first byte is log offset
-        `base`) that a queue or the index lacks, in log order. The caller may dispatch
-        each before taking the next: the holdings are re-read after every record yielded."""
+    def first_lacking(self, view: memoryview, base: int, scan: RecordScan, start: int) -> int:
+        """The first record i >= `start` of `scan` (of `view`, whose first byte is log
+        offset `base`) that a queue or the index lacks; -1: none."""
         if start >= scan.count or self.all_held(view, base, scan, start):
-            return
+            return -1
         pos, size, queue_id, sys_flag = scan.pos, scan.size, scan.queue_id, scan.sys_flag
         topic_pos, topic_len, key_first = scan.topic_pos, scan.topic_len, scan.key_first
         ends: dict[tuple[bytes, int], int] = {}  # queue -> its max physical offset, -1 none
@@ -72,9 +71,8 @@ class Holdings:
                 end_phy, has_end = self._index_end
                 need = not (offset < end_phy or (offset == end_phy and has_end))
             if need:
-                yield i
-                self.refresh_index()
-                ends.clear()
+                return i
+        return -1
 
     def all_held(self, view: memoryview, base: int, scan: RecordScan, start: int) -> bool:
         """True when the queues and the index hold every record from `start` on: decided
@@ -116,10 +114,8 @@ def first_lacking(
 ) -> int | None:
     """The log offset of the first record of `scan` at or past `from_offset` that a
     queue or the index lacks, or None. Writes nothing."""
-    start = bisect.bisect_left(scan.pos, from_offset - base)
-    for i in holdings.lacking(view, base, scan, start):
-        return base + scan.pos[i]
-    return None
+    i = holdings.first_lacking(view, base, scan, bisect.bisect_left(scan.pos, from_offset - base))
+    return None if i < 0 else base + scan.pos[i]
 
 
 def redispatch(
