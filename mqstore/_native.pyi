@@ -1,7 +1,7 @@
 """Types of the C extension `mqstore._native` (sources in ipc/native/ and engine/native/,
 built by setup.py)."""
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from typing_extensions import Buffer
@@ -205,12 +205,15 @@ def sync_round(
     offset_fd: int,
     want_seq: int,
     gather_ns: int,
+    io_hook: Callable[[int, int], int] | None = None,
     /,
 ) -> tuple[int, int, int, int, int, int, int, int]:
     """The flusher's SYNC_FLUSH round without the GIL (ipc/native/mqs_round.h): (code 0
     forced / 1 nothing to force / 2 left to the Python twin / 3 failed, the failed call
     1 flock 2 pwrite 3 fdatasync 4 flushed_offset's pwrite, its errno, t_gathered,
-    t_committed, t_forced, t_waked, fsync_ns)."""
+    t_committed, t_forced, t_waked, fsync_ns). `io_hook(op, fd) -> errno` (the tests'
+    seam, `engine.fileio.native_seam`): asked before each I/O call (op 1 flock, 2 pwrite,
+    3 fdatasync), with the GIL; non-zero fails that call with the errno."""
 
 def flusher_wake(ctl: Buffer, /) -> None:
     """Wake the flusher if it sleeps."""

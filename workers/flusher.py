@@ -10,9 +10,10 @@ one FUTEX_WAKE_BITSET (a waiter sleeps on the bit of its end's 4 KiB bucket of l
 can acknowledge a put. The whole round (gather, commit, force, publish, statistics,
 wake) is one C call without the GIL, `LogFiles.sync_round` (`ipc/native/mqs_round.c`),
 which leaves to its Python twin what it cannot do (a segment boundary, a fill for a dead
-producer, a fault or sync watch set). Whoever arrives during an fsync is served by the
-next one (group commit). A request not yet covered after a flush (another producer is
-still copying before it) keeps the flusher polling: first yielding the CPU to it
+producer); a fault or sync watch set reaches its I/O calls too (`fileio.native_seam`).
+Whoever arrives during an fsync is served by the next one (group commit). A request not
+yet covered after a flush (another producer is still copying before it) keeps the
+flusher polling: first yielding the CPU to it
 (POLL_NS), then backing off from SPIN_S to SPIN_MAX_S while nothing moves. Waiters
 enforce `syncFlushTimeout` themselves (FLUSH_DISK_TIMEOUT).
 

@@ -20,6 +20,10 @@ Then it loops: accept attaches and status requests, watch worker exits and heart
 restart a crashed worker with exponential backoff, halt on a worker's CONFIG_ERROR or
 BOOT_ERROR, and never restart into false durability (READ_ONLY stays once set).
 
+On SIGTERM / SIGINT during recovery: recovery stops within a chunk of records and the
+supervisor exits 0, `abort` left (the next start recovers again); recovery's progress
+is logged about once a second and kept for `mqstore status` (`engine.recovery_progress`).
+
 On SIGTERM / SIGINT (or `mqstore stop`): refuse writes, fence the reservation lock,
 stop the workers (each drains), then its own final drain with bounded retries (fillers
 for reservations nobody finished, commit, flush), the checkpoint, `abort` removed only
@@ -51,6 +55,7 @@ from mqstore.engine.checkpoint import StoreCheckpoint
 from mqstore.engine.fileio import StoreIOError
 from mqstore.engine.indexfile import IndexGeometryError
 from mqstore.engine.recovery import recover_store, write_report
+from mqstore.engine.recovery_progress import ProgressReporter, RecoveryInterrupted
 from mqstore.engine.segment import SegmentNameError, SegmentSizeError
 from mqstore.engine.storedir import ABORT_FILE
 from mqstore.ipc import access
@@ -299,16 +304,23 @@ class Supervisor:
         # The file sizes this run uses: those of the files already there, else the
         # settings' (the dispatcher decides the same way); clients get them at attach.
         self.geometry = geometry.Geometry.of(self.store_dir, self.settings)
+        # progress in the log and for `mqstore status`; SIGTERM / SIGINT stop it
+        progress = ProgressReporter(self.store_dir, self._say, lambda: self.stopping)
         try:
             report = recover_store(
                 self.store_dir,
                 self.settings,
                 geometry=self.geometry,
                 abnormal=was_dirty,
+                progress=progress,
             )
             write_report(self.store_dir, report)
+        except RecoveryInterrupted as e:
+            raise BootError(ExitCode.OK, str(e)) from e
         except (SegmentSizeError, SegmentNameError, IndexGeometryError, StoreIOError) as e:
             raise BootError(ExitCode.BOOT_ERROR, f"cannot recover the store: {e}") from e
+        finally:
+            progress.close()
         self._say(f"recovery: {report.summary()}")
         return report.end_offset, report.queue_offset_table()
 
@@ -516,7 +528,7 @@ class Supervisor:
             try:
                 self.boot()
             except BootError as e:
-                self._say(str(e), "ERROR")
+                self._say(str(e), "ERROR" if e.code else "INFO")
                 self._teardown_after_boot_failure()
                 return int(e.code)
             except OSError as e:  # StoreIOError, or a store file that cannot be opened

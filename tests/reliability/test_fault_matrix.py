@@ -21,6 +21,8 @@ topic registration caught their I/O errors and retried forever.
 
 from __future__ import annotations
 
+import errno
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -174,6 +176,12 @@ def _check_read_only(st: Store, prod: Producer, cell: Cell, doc: dict[str, Any])
     assert (rows[cell.worker]["restarts"], rows[cell.worker]["last_exit"]) == (0, code), rows
     assert all(w["restarts"] == 0 for w in rows.values()), rows
     assert f"{cell.op}" in st.output() and "not restarting" in st.output()
+    if cell.worker == "flusher" and cell.op in ("pwrite", "fdatasync"):
+        # the flusher's C round failed, through its I/O seam (`fileio.native_seam`): it
+        # says the errno's own text, where the Python twin says the injected message
+        strerror = os.strerror(getattr(errno, cell.err))
+        assert strerror in ro["message"] and "injected" not in ro["message"], ro
+        FIGURES["fault matrix: flusher cells failed in the C round"] += 1
 
 
 def _check_waits(st: Store, prod: Producer, cell: Cell) -> dict[str, Any]:

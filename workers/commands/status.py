@@ -4,6 +4,13 @@ On a terminal `--watch` redraws the tables every second. Anywhere else (a pipe, 
 a journal) it prints the one-line `status_line` (or, with `--json`, the document) only
 when that line changed, so an idle store writes nothing; tables are never cut to 80
 columns (`_console`).
+
+While the supervisor recovers the store it does not answer yet: status then prints
+`recovering: <phase> X of Y MiB, records, rate, ETA (supervisor pid N)` from the
+progress the recovery keeps (`engine.recovery_progress`; JSON: `{"state":
+"recovering", "recovering": {...}}`), or `starting: ...` before it has any, exit 0, and
+with `--watch` goes on until the supervisor answers. Exit 1: no supervisor holds the
+store.
 """
 
 from __future__ import annotations
@@ -15,7 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mqstore.engine.recovery_progress import describe, read_progress
 from mqstore.ipc import channel
+from mqstore.ipc.locks import store_lock_holder
 from mqstore.workers.commands._console import make_console
 
 NAME = "status"
@@ -130,11 +139,23 @@ def _cleaner_rows(t: Any, cl: dict[str, Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     store = str(args.store_dir)
-    try:
-        doc = channel.request(store, {"op": "status"})
-    except channel.SupervisorUnavailable as e:
-        print(f"mqstore status: {e}", file=sys.stderr)
-        return 1
+    shown = ""
+    while True:  # a supervisor that recovers does not answer yet: say how far it is
+        try:
+            doc = channel.request(store, {"op": "status"})
+            break
+        except channel.SupervisorUnavailable as e:
+            pid = store_lock_holder(store)
+            if pid is None:
+                print(f"mqstore status: {e}", file=sys.stderr)
+                return 1
+            line, starting = starting_line(store, pid)
+            if line != shown:
+                print(json.dumps(starting) if args.json else line, flush=True)
+                shown = line
+            if not args.watch:
+                return 0
+            time.sleep(1.0)
     if args.json and not args.watch:
         print(json.dumps(doc, indent=2))
         return 0
@@ -161,6 +182,17 @@ def run(args: argparse.Namespace) -> int:
                     live.update(render(doc))
     except KeyboardInterrupt:
         return 0
+
+
+def starting_line(store: str, pid: int) -> tuple[str, dict[str, Any]]:
+    """What a supervisor that holds the store but does not answer yet is doing: the
+    line and the document (`recovering` set while its recovery reports progress)."""
+    prog = read_progress(store)
+    if prog is not None and prog["pid"] == pid:
+        line = f"recovering: {describe(prog)} (supervisor pid {pid})"
+        return line, {"state": "recovering", "supervisor_pid": pid, "recovering": prog}
+    line = f"starting: supervisor pid {pid} holds the store and does not answer yet"
+    return line, {"state": "starting", "supervisor_pid": pid}
 
 
 def _watch_piped(store: str, doc: dict[str, Any], as_json: bool) -> int:
