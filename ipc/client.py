@@ -10,9 +10,8 @@ maps them; from then on a put asks nobody. The client is three parts, each in it
 - the session (`ipc.session.Session`): attach, fork handling and staleness; the public
   accessors the read side and asyncio use (`live_control_block`, `settings`,
   `geometry`, `flushed_position`, `positions`);
-- the producer (`ipc.producer.Producer`, on `ipc.general_path` and `ipc.prepare`): `put`
-  and `put_batch`, one C call in the common case, the general path in Python otherwise,
-  the flush wait (`wait_flushed`) and the statistics row;
+- the producer (`ipc.producer.Producer`): `put` and `put_batch`, every shape in one C
+  call, the flush wait (`wait_flushed`) and the statistics row;
 - the reads (`ipc.reads.ClientReads`, made per process on first use): `pull`, `get`,
   `query`, offsets.
 

@@ -271,241 +271,15 @@ static void appender_dealloc(Appender *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* The lock, without the GIL when it has to wait (`waited`: how long; 0 when free). */
-static int take_lock(Appender *self, int64_t timeout_ns, int64_t *waited)
-{
-    int rc = mqs_lock(self->a.ctl, 0);
-    *waited = 0;
-    if (rc == MQS_LOCK_TIMEOUT && timeout_ns > 0) {
-        int64_t t0 = mqs_mono_ns();
-        Py_BEGIN_ALLOW_THREADS rc = mqs_lock(self->a.ctl, timeout_ns);
-        Py_END_ALLOW_THREADS
-        *waited = mqs_mono_ns() - t0;
-    }
-    return rc;
-}
-
-/* Where a record at physical offset `off` is written: the pool buffer, or the caller's
- * mapping of segment `off / seg_size` (checked to hold `size` bytes there). */
-static uint8_t *dest(Appender *self, Py_buffer *target, int64_t off, int64_t size)
-{
-    if (self->has_pool)
-        return mqs_pool_at(&self->a, off);
-    int64_t pos = off % self->a.seg_size;
-    if (target->buf == NULL || pos + size > target->len)
-        return NULL;
-    return (uint8_t *)target->buf + pos;
-}
-
-static void copy_all(Appender *self, uint8_t *const *dst, const struct mqs_item *items, int n,
-                     const int64_t *qoffs, const struct mqs_reservation *r)
-{
-    int64_t at = r->start;
-    for (int i = 0; i < n; i++) {
-        if (self->has_pool) {
-            /* Read before writing: a read fault on the (fallocated) pool maps the pages
-             * around it too, writable (the kernel's fault-around), where a write fault
-             * maps one 4 KiB page. */
-            (void)*(volatile const uint8_t *)dst[i];
-            (void)*(volatile const uint8_t *)(dst[i] + items[i].size - 1);
-        }
-        mqs_copy(dst[i], &items[i].msg, qoffs[i], at, r->store_ts);
-        mqs_mark_done(self->a.ctl, self->a.slot_count, r->seq + i);
-        at += items[i].size;
-    }
-    mqs_publish(self->a.ctl, self->a.slot_count);
-}
-
-int mqs_append_items(Appender *self, PyObject *target_obj, int64_t target_index,
-                     struct mqs_item *items, int n, int64_t timeout_ns, int64_t *qoffs,
-                     struct mqs_reservation *r, int64_t *waited)
-{
-    Py_buffer target = {0};
-    if (!self->has_pool && target_obj != Py_None &&
-        mqs_arg_wbuffer(target_obj, "target", &target) < 0)
-        return -100;
-    int64_t bytes = 0;
-    for (int i = 0; i < n; i++) {
-        bytes += (int64_t)items[i].msg.body_len;
-        items[i].msg.body_crc = 0;
-    }
-    if (bytes >= MQS_NOGIL_BYTES) {
-        Py_BEGIN_ALLOW_THREADS for (int i = 0; i < n; i++) items[i].msg.body_crc =
-            mqs_body_crc(items[i].msg.body, items[i].msg.body_len);
-        Py_END_ALLOW_THREADS
-    } else {
-        for (int i = 0; i < n; i++)
-            items[i].msg.body_crc = mqs_body_crc(items[i].msg.body, items[i].msg.body_len);
-    }
-    int rc = take_lock(self, timeout_ns, waited);
-    if (rc != MQS_OK) {
-        if (target.obj)
-            PyBuffer_Release(&target);
-        return rc;
-    }
-    if (!self->has_pool && target.buf == NULL)
-        target_index = -2; /* no mapping yet: the general path maps it */
-    rc = mqs_reserve(&self->a, items, n, target_index, target.len, qoffs, r);
-    mqs_unlock(self->a.ctl);
-    if (rc != MQS_OK) {
-        if (target.obj)
-            PyBuffer_Release(&target);
-        return rc;
-    }
-    uint8_t *one[1];
-    uint8_t **dst = n == 1 ? one : PyMem_Malloc(sizeof(uint8_t *) * (size_t)n);
-    int64_t at = r->start;
-    for (int i = 0; i < n; i++) {
-        dst[i] = dest(self, &target, at, items[i].size);
-        at += items[i].size;
-    }
-    self->busy++;
-    if (bytes >= MQS_NOGIL_BYTES) {
-        Py_BEGIN_ALLOW_THREADS copy_all(self, dst, items, n, qoffs, r);
-        Py_END_ALLOW_THREADS
-    } else {
-        copy_all(self, dst, items, n, qoffs, r);
-    }
-    self->busy--;
-    if (dst != one)
-        PyMem_Free(dst);
-    if (target.obj)
-        PyBuffer_Release(&target);
-    return MQS_OK;
-}
-
-static PyObject *appender_put(Appender *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError,
-                        "put(target, target_index, qslot, prep, timeout_ns) takes 5 arguments");
-        return NULL;
-    }
-    if (appender_ready(self) < 0)
-        return NULL;
-    struct mqs_item it;
-    int64_t timeout_ns, qo, waited = 0;
-    struct mqs_reservation r;
-    if (mqs_arg_i32(args[2], "qslot", &it.qslot) < 0 || parse_prep(args[3], &it) < 0 ||
-        mqs_arg_i64(args[4], "timeout_ns", &timeout_ns) < 0)
-        return NULL;
-    int64_t index;
-    if (mqs_arg_i64(args[1], "target_index", &index) < 0)
-        return NULL;
-    int rc = mqs_append_items(self, args[0], index, &it, 1, timeout_ns, &qo, &r, &waited);
-    if (rc == -100)
-        return NULL;
-    if (rc != MQS_OK)
-        return PyLong_FromLong(rc);
-    return Py_BuildValue("(LLLLL)", (long long)r.seq, (long long)r.start,
-                         (long long)r.store_ts, (long long)qo, (long long)waited);
-}
-
-static PyObject *appender_put_batch(Appender *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError,
-                        "put_batch(target, target_index, qslots, preps, timeout_ns) takes 5 "
-                        "arguments");
-        return NULL;
-    }
-    if (appender_ready(self) < 0)
-        return NULL;
-    if (!PyList_CheckExact(args[2]) || !PyList_CheckExact(args[3]) ||
-        PyList_GET_SIZE(args[2]) != PyList_GET_SIZE(args[3]) || PyList_GET_SIZE(args[2]) < 1 ||
-        PyList_GET_SIZE(args[2]) > self->a.slot_count) {
-        PyErr_SetString(PyExc_TypeError,
-                        "qslots and preps must be lists of one length, 1 to slot_count");
-        return NULL;
-    }
-    int n = (int)PyList_GET_SIZE(args[2]);
-    int64_t timeout_ns, waited = 0;
-    if (mqs_arg_i64(args[4], "timeout_ns", &timeout_ns) < 0)
-        return NULL;
-    struct mqs_item *items = PyMem_Calloc((size_t)n, sizeof *items);
-    int64_t *qoffs = PyMem_Calloc((size_t)n, sizeof *qoffs);
-    PyObject *out = NULL;
-    if (items == NULL || qoffs == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (int i = 0; i < n; i++)
-        if (mqs_arg_i32(PyList_GET_ITEM(args[2], i), "qslots[i]", &items[i].qslot) < 0 ||
-            parse_prep(PyList_GET_ITEM(args[3], i), &items[i]) < 0)
-            goto done;
-    struct mqs_reservation r;
-    int64_t index;
-    if (mqs_arg_i64(args[1], "target_index", &index) < 0)
-        goto done;
-    int rc = mqs_append_items(self, args[0], index, items, n, timeout_ns, qoffs, &r, &waited);
-    if (rc == -100)
-        goto done;
-    if (rc != MQS_OK) {
-        out = PyLong_FromLong(rc);
-        goto done;
-    }
-    PyObject *q = PyList_New(n);
-    if (q == NULL)
-        goto done;
-    for (int i = 0; i < n; i++)
-        PyList_SET_ITEM(q, i, PyLong_FromLongLong(qoffs[i]));
-    out = Py_BuildValue("(LLLNL)", (long long)r.seq, (long long)r.start, (long long)r.store_ts,
-                        q, (long long)waited);
-done:
-    PyMem_Free(items);
-    PyMem_Free(qoffs);
-    return out;
-}
-
-/* The general path's copy: one record (or the BLANK, prep None) at `pos` of `target`,
- * then its slot DONE. */
-static PyObject *appender_write(Appender *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "write(target, pos, seq, prep, queue_offset, "
-                                         "physical_offset, store_timestamp) takes 7 arguments");
-        return NULL;
-    }
-    if (appender_ready(self) < 0)
-        return NULL;
-    int64_t pos, seq, qo, po, sts;
-    if (mqs_arg_i64(args[1], "pos", &pos) < 0 || mqs_arg_i64(args[2], "seq", &seq) < 0 ||
-        mqs_arg_i64(args[4], "queue_offset", &qo) < 0 ||
-        mqs_arg_i64(args[5], "physical_offset", &po) < 0 ||
-        mqs_arg_i64(args[6], "store_timestamp", &sts) < 0)
-        return NULL;
-    struct mqs_item it;
-    int blank = args[3] == Py_None;
-    if (!blank && parse_prep(args[3], &it) < 0)
-        return NULL;
-    int64_t size = blank ? sts : it.size; /* a BLANK's size comes in store_timestamp */
-    Py_buffer t;
-    if (mqs_arg_wbuffer(args[0], "target", &t) < 0)
-        return NULL;
-    if (pos < 0 || pos + (blank ? MQS_END_FILE_MIN_BLANK : size) > t.len) {
-        PyBuffer_Release(&t);
-        PyErr_SetString(PyExc_ValueError, "the record does not fit the target at pos");
-        return NULL;
-    }
-    uint8_t *dst = (uint8_t *)t.buf + pos;
-    if (blank) {
-        mqs_blank_write(dst, (int32_t)size);
-    } else {
-        it.msg.body_crc = mqs_body_crc(it.msg.body, it.msg.body_len);
-        mqs_copy(dst, &it.msg, qo, po, sts);
-    }
-    mqs_mark_done(self->a.ctl, self->a.slot_count, seq);
-    mqs_publish(self->a.ctl, self->a.slot_count);
-    PyBuffer_Release(&t);
-    Py_RETURN_NONE;
-}
-
 static PyObject *appender_lock(Appender *self, PyObject *arg)
 {
-    int64_t timeout_ns, waited;
+    int64_t timeout_ns;
     if (appender_ready(self) < 0 || mqs_arg_i64(arg, "timeout_ns", &timeout_ns) < 0)
         return NULL;
-    return PyLong_FromLong(take_lock(self, timeout_ns, &waited));
+    int rc;
+    Py_BEGIN_ALLOW_THREADS rc = mqs_lock(self->a.ctl, timeout_ns);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(rc);
 }
 
 static PyObject *appender_unlock(Appender *self, PyObject *Py_UNUSED(a))
@@ -600,57 +374,10 @@ void mqs_count(int64_t *st, const int64_t v[9])
     st[MQS_CF_HIST + bucket(lat, MQS_HIST_BUCKETS - 1)] += 1;
 }
 
-/* count(stats, n, nbytes, status_index, ok, sync, lat_ns, lock_ns, append_ns, flush_ns):
- * one put call into this client's statistics row (an array('q') of CLIENT_FIELDS), as
- * ipc/control.py lays it out; lock_ns < 0: a call that never reserved (no phases). */
-static PyObject *appender_count(Appender *Py_UNUSED(self), PyObject *const *args,
-                                Py_ssize_t nargs)
-{
-    if (nargs != 10) {
-        PyErr_SetString(PyExc_TypeError, "count() takes 10 arguments");
-        return NULL;
-    }
-    int64_t v[9];
-    static const char *names[9] = {"n", "nbytes", "status_index", "ok", "sync",
-                                   "lat_ns", "lock_ns", "append_ns", "flush_ns"};
-    for (int i = 0; i < 9; i++)
-        if (mqs_arg_i64(args[i + 1], names[i], &v[i]) < 0)
-            return NULL;
-    int64_t status = v[2];
-    if (status < 0 || MQS_CF_STATUS + status >= MQS_CF_HIST) {
-        PyErr_SetString(PyExc_ValueError, "status_index out of range");
-        return NULL;
-    }
-    Py_buffer b;
-    if (mqs_arg_wbuffer(args[0], "stats", &b) < 0)
-        return NULL;
-    if (b.len != MQS_CLIENT_FIELDS * 8 || ((uintptr_t)b.buf & 7)) {
-        PyBuffer_Release(&b);
-        PyErr_SetString(PyExc_ValueError, "stats must be an array('q') of CLIENT_FIELDS");
-        return NULL;
-    }
-    mqs_count(b.buf, v);
-    PyBuffer_Release(&b);
-    Py_RETURN_NONE;
-}
-
 /* A METH_FASTCALL entry of a method table. */
 #define FAST(name, fn, doc) {name, (PyCFunction)(void (*)(void))(fn), METH_FASTCALL, doc}
 
 static PyMethodDef appender_methods[] = {
-    FAST("count", appender_count,
-         "count(stats, n, nbytes, status_index, ok, sync, lat_ns, lock_ns, append_ns, "
-         "flush_ns): one put call into the client's statistics row (lock_ns < 0: no phases)."),
-    FAST("put", appender_put,
-         "put(target, target_index, qslot, prep, timeout_ns) -> (seq, start, store_ts, "
-         "queue_offset, lock_wait_ns) | int: the whole common-case put, or a code (< 0)."),
-    FAST("put_batch", appender_put_batch,
-         "put_batch(target, target_index, qslots, preps, timeout_ns) -> (first_seq, start, "
-         "store_ts, queue_offsets, lock_wait_ns) | int"),
-    FAST("write", appender_write,
-         "write(target, pos, seq, prep, queue_offset, physical_offset, store_timestamp): the "
-         "general path's copy of one reserved record (prep None: a BLANK of store_timestamp "
-         "bytes), then its slot DONE."),
     {"lock", (PyCFunction)appender_lock, METH_O,
      "lock(timeout_ns) -> int: take the reservation lock (0) or a code (< 0)."},
     {"unlock", (PyCFunction)appender_unlock, METH_NOARGS, "unlock(): release it."},
@@ -831,7 +558,6 @@ PyMODINIT_FUNC PyInit__native(void)
     Py_INCREF(&AppenderType);
     if (PyModule_AddObject(m, "Appender", (PyObject *)&AppenderType) < 0 || add_layout(m) < 0 ||
         mqs_put_add(m) < 0 ||
-        PyModule_AddIntConstant(m, "FALLBACK", MQS_FALLBACK) < 0 ||
         PyModule_AddIntConstant(m, "LOCK_TIMEOUT", MQS_LOCK_TIMEOUT) < 0 ||
         PyModule_AddIntConstant(m, "LOCK_BROKEN", MQS_LOCK_BROKEN) < 0) {
         Py_DECREF(m);
