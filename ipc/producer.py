@@ -1,4 +1,4 @@
-"""`Producer`: the puts of a `StoreClient`, in the caller's process, in one C call.
+"""`PutPath`: the puts of a `StoreClient`, in the caller's process, in one C call.
 
 `put` and `put_batch` hand their arguments to `mqstore._native.Appender.put_message` /
 `put_batch_messages` (`ipc/native/mqs_put.c`), which does the whole put: it reads and
@@ -60,7 +60,7 @@ from mqstore.ipc.accepts import (
     int_fields_problem,
 )
 from mqstore.ipc.results import PutMessageStatus, PutResult, error_for, raise_if_failed
-from mqstore.ipc.session import _STALE_CHECK_NS, Session
+from mqstore.ipc.session import _STALE_CHECK_NS, Attached, Session
 
 OK: Final = PutMessageStatus.PUT_OK
 _PUT_LABEL: Final = "put() argument {!r}"
@@ -147,6 +147,13 @@ class _MessageFields:
         )  # fmt: skip
 
 
+def _flush_reason(a: Attached, code: int) -> str:
+    """The reason of a sync wait that ended with `code` 1 (timed out) or 2 (failed)."""
+    if code == 1:
+        return f"not flushed within syncFlushTimeout ({a.sync_timeout_s * 1000:.0f} ms)"
+    return "fsync failed: the store is read-only"
+
+
 def _map_segment(store_dir: str, seg_size: int, index: int) -> mmap.mmap:
     """The writable mapping of commit-log segment `index` (pool off), for the C put."""
     path = os.path.join(store_dir, "commitlog", segment_file_name(index * seg_size))
@@ -186,8 +193,9 @@ def _plain_item(m: Any) -> Any:
     return d
 
 
-class Producer(Session):
-    """The puts of one client: its C appender, configured at each attach."""
+class PutPath:
+    """The puts of one client: the session they ride (`session`, made here) and, per
+    attach, the C appender configured for it."""
 
     def __init__(
         self,
@@ -196,61 +204,62 @@ class Producer(Session):
         topic_queue_nums: Mapping[str, int] | None,
         raise_on_status: bool,
     ) -> None:
-        super().__init__(store_dir, timeout_s)
+        self.session = Session(store_dir, timeout_s, self)
         self.topic_queue_nums: dict[str, int] = dict(topic_queue_nums or {})
         self.raise_on_status = raise_on_status
+        # Per-topic queue counts (`mqstore topic DIR set T --queues N`), re-read at most
+        # every 100 ms from config/topics.json.
+        self._counts = QueueCounts(self.session.store_dir)
 
-    # --- the session's hooks ------------------------------------------------------------
+    # --- the session's rider ------------------------------------------------------------
 
-    def _on_attach(self, info: dict[str, Any]) -> None:
-        cb = self._cb
-        addr, port, _v6 = parse_host(self._store_host)
-        self._lanes = Lanes(self._qcounts, self.topic_queue_nums, self._default_queues)
+    def attached(self, a: Attached) -> None:
+        cb = a.cb
+        addr, port, _v6 = parse_host(a.store_host)
+        self._lanes = Lanes(self._counts, self.topic_queue_nums, a.default_queues)
         self._stats = array.array("q", bytes(8 * c.CLIENT_FIELDS))  # counted in C
-        self._stats[c.CF_PID] = self._pid
-        self._app = _native.Appender(cb.buf, cb.pool_buf, self._pid)
+        self._stats[c.CF_PID] = a.pid
+        seg_size = cb.segment_size
+        self._app = _native.Appender(cb.buf, cb.pool_buf, a.pid)
         self._app.configure(
-            lock=self._tlock,
+            lock=self.session.lock,
             lanes=self._lanes.lanes,
             new_lane=self._lanes.new,
             find_row=cb.find_or_add_queue,
             map_segment=(
                 None
-                if self._pool_n
-                else functools.partial(_map_segment, self.store_dir, self._seg_size)
+                if cb.pool_buffers
+                else functools.partial(_map_segment, self.session.store_dir, seg_size)
             ),
             message_type=Message,
-            message_fields=_MessageFields(self._store_host),
+            message_fields=_MessageFields(a.store_host),
             stats=self._stats,
-            stats_off=cb.client_off(self._client_index),
+            stats_off=cb.client_off(a.client_index),
             result_type=PutResult,
             statuses=tuple(PutMessageStatus),
-            flush_reasons=(self._flush_reason(1), self._flush_reason(2)),
+            flush_reasons=(_flush_reason(a, 1), _flush_reason(a, 2)),
             msg_id_prefix=(addr + struct.pack(">i", port)).hex().upper(),
-            sync=self._sync,
-            sync_timeout_ns=int(self.sync_timeout_s * 1e9),
-            busy_ns=int(self._busy_timeout_s * 1e9),
-            fast_fail=self._fast_fail,
-            max_body=self._max_body,
+            sync=a.sync,
+            sync_timeout_ns=int(a.sync_timeout_s * 1e9),
+            busy_ns=int(a.busy_timeout_s * 1e9),
+            fast_fail=a.fast_fail,
+            max_body=a.max_body,
             store_addr=addr,
             store_port=port,
         )
         self._app.checked(_STALE_CHECK_NS)
 
-    def _on_detach(self) -> None:
+    def detaching(self, a: Attached) -> None:
         with contextlib.suppress(ValueError, TypeError):
-            self._publish_stats()
+            a.cb.write_client(a.client_index, self._stats)
         self._app.close()
 
-    def _before_check(self) -> None:
-        self._publish_stats()  # the C put counts into the row between two checks
+    def checking(self, a: Attached) -> None:
+        a.cb.write_client(a.client_index, self._stats)  # counted in C between two checks
 
-    def _after_check(self) -> None:
+    def checked(self, a: Attached) -> None:
         self._lanes.refresh()
         self._app.checked(_STALE_CHECK_NS)
-
-    def _publish_stats(self) -> None:
-        self._cb.write_client(self._client_index, self._stats)
 
     # --- flush wait -------------------------------------------------------------------
 
@@ -259,12 +268,6 @@ class Producer(Session):
         (a futex wait, GIL released): 0 covered, 1 not yet, 2 fsync failed (read-only).
         AttributeError or ValueError while the client re-attaches."""
         return self._app.wait_flushed(end, int(timeout_s * 1e9))
-
-    def _flush_reason(self, code: int) -> str:
-        """The reason of a sync wait that ended with `code` 1 (timed out) or 2 (failed)."""
-        if code == 1:
-            return f"not flushed within syncFlushTimeout ({self.sync_timeout_s * 1000:.0f} ms)"
-        return "fsync failed: the store is read-only"
 
     # --- the public puts ----------------------------------------------------------------
 
@@ -309,8 +312,8 @@ class Producer(Session):
         check_put_types(_PUT_LABEL, topic, body, tags, keys, props, qid)
         check_types("put", wait_store=(wait_store, BOOL))
         topic, body, tags, keys, props, qid = _plain(topic, body, tags, keys, props, qid)
-        with self._tlock:
-            why = self._ensure_live()
+        with self.session.lock:
+            why = self.session.ensure_live()
             if why:
                 return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, why)
             got: PutResult | None = self._app.put_message(
@@ -343,8 +346,8 @@ class Producer(Session):
             check_batch_item(i, m)
         check_types("put_batch", wait_store=(wait_store, BOOL))
         plain = [_plain_item(m) for m in msgs]
-        with self._tlock:
-            why = self._ensure_live()
+        with self.session.lock:
+            why = self.session.ensure_live()
             if why:
                 return [PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, why) for _ in msgs]
             got: list[PutResult] | None = self._app.put_batch_messages(plain, wait_store, True)

@@ -12,7 +12,7 @@ enum { L_TOPIC, L_QUEUES, L_RR_N, L_RR, L_QSLOTS, LANE_FIELDS };
 #define TOPIC_MAX_CHARS 127
 #define TOPIC_RULE "only letters, digits, '%', '|', '_' and '-' (RocketMQ's ^[%|a-zA-Z0-9_-]+$)"
 
-static PyObject *names[MQS_FIELDS], *name_tags, *name_keys, *space;
+static PyObject *names[MQS_FIELDS], *name_tags, *name_keys, *space, *empty;
 static const char *const field_names[MQS_FIELDS] = {"topic", "body", "tags",
                                                      "keys", "properties", "queue_id"};
 static const char *const message_attrs[MQS_FIELDS] = {
@@ -28,6 +28,8 @@ int mqs_fields_ready(void)
     if (name_keys == NULL && (name_keys = PyUnicode_InternFromString("KEYS")) == NULL)
         return -1;
     if (space == NULL && (space = PyUnicode_InternFromString(" ")) == NULL)
+        return -1;
+    if (empty == NULL && (empty = PyUnicode_New(0, 0)) == NULL)
         return -1;
     return 0;
 }
@@ -173,6 +175,13 @@ static PyObject *topic_problem(PyObject *t)
 static int has_separator(PyObject *s)
 {
     Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    if (PyUnicode_IS_ASCII(s)) {
+        const Py_UCS1 *d = PyUnicode_1BYTE_DATA(s);
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (d[i] == 1 || d[i] == 2)
+                return 1;
+        return 0;
+    }
     return PyUnicode_FindChar(s, 1, 0, n, 1) >= 0 || PyUnicode_FindChar(s, 2, 0, n, 1) >= 0;
 }
 
@@ -191,11 +200,15 @@ static PyObject *property_problem(PyObject *k, PyObject *v)
 }
 
 /* A list of keys: each non-empty and without whitespace, RocketMQ's KEYS separator (a
- * key with a space would be indexed as two). None when they can be joined. */
+ * key with a space would be indexed as two); then the KEYS property they make, as
+ * property_problem would find it in their join. None when they can be joined. */
 static PyObject *keys_problem(PyObject *keys)
 {
     PyObject **v = PySequence_Fast_ITEMS(keys);
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(keys); i++) {
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(keys);
+    if (n == 0)
+        return property_problem(name_keys, empty);
+    for (Py_ssize_t i = 0; i < n; i++) {
         Py_ssize_t n = PyUnicode_GET_LENGTH(v[i]);
         if (n == 0)
             return PyUnicode_FromFormat("keys[%zd] is empty", i);
@@ -208,6 +221,9 @@ static PyObject *keys_problem(PyObject *keys)
                     "property: pass each key as its own item",
                     i, v[i]);
     }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (has_separator(v[i]))
+            return property_problem(name_keys, v[i]);
     return Py_NewRef(Py_None);
 }
 
@@ -223,7 +239,8 @@ static int found(PyObject *why_o, struct mqs_refusal *why, int status)
     return refuse(why, status, why_o);
 }
 
-static int arena_add(struct mqs_arena *a, const void *p, size_t n)
+/* Room for `n` more bytes at a->buf + a->len. */
+static int arena_room(struct mqs_arena *a, size_t n)
 {
     if (a->len + n > a->cap) {
         size_t cap = a->cap ? a->cap : 1024;
@@ -237,8 +254,6 @@ static int arena_add(struct mqs_arena *a, const void *p, size_t n)
         a->buf = b;
         a->cap = cap;
     }
-    memcpy(a->buf + a->len, p, n);
-    a->len += n;
     return 0;
 }
 
@@ -248,28 +263,68 @@ void mqs_arena_free(struct mqs_arena *a)
     *a = (struct mqs_arena){NULL, 0, 0};
 }
 
-/* Append `name` 0x01 `value` 0x02 (engine.record.encode_properties). A value with no
- * UTF-8 form (a lone surrogate) is refused as the reference refuses it. */
+/* A str with no UTF-8 form (a lone surrogate): refused as the reference refuses it. */
+static int not_utf8(struct mqs_refusal *why)
+{
+    if (!PyErr_ExceptionMatches(PyExc_UnicodeError))
+        return MQS_FIELDS_ERROR;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    PyObject *reason = PyUnicode_FromFormat("bad message: %S", value);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    return refuse(why, MQS_ST_MESSAGE_ILLEGAL, reason);
+}
+
+/* Append `name` 0x01 `value` 0x02 (engine.record.encode_properties). */
 static int add_property(struct mqs_arena *a, PyObject *k, PyObject *v, struct mqs_refusal *why)
 {
     Py_ssize_t kn, vn;
     const char *kb = PyUnicode_AsUTF8AndSize(k, &kn);
     const char *vb = kb ? PyUnicode_AsUTF8AndSize(v, &vn) : NULL;
-    if (vb == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_UnicodeError))
-            return MQS_FIELDS_ERROR;
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        PyErr_NormalizeException(&type, &value, &tb);
-        PyObject *reason = PyUnicode_FromFormat("bad message: %S", value);
-        Py_XDECREF(type);
-        Py_XDECREF(value);
-        Py_XDECREF(tb);
-        return refuse(why, MQS_ST_MESSAGE_ILLEGAL, reason);
-    }
-    if (arena_add(a, kb, (size_t)kn) < 0 || arena_add(a, "\x01", 1) < 0 ||
-        arena_add(a, vb, (size_t)vn) < 0 || arena_add(a, "\x02", 1) < 0)
+    if (vb == NULL)
+        return not_utf8(why);
+    if (arena_room(a, (size_t)(kn + vn + 2)) < 0)
         return MQS_FIELDS_ERROR;
+    uint8_t *p = a->buf + a->len;
+    memcpy(p, kb, (size_t)kn);
+    p[kn] = 0x01;
+    memcpy(p + kn + 1, vb, (size_t)vn);
+    p[kn + 1 + vn] = 0x02;
+    a->len += (size_t)(kn + vn + 2);
+    return MQS_FIELDS_OK;
+}
+
+/* Append KEYS 0x01 the keys joined with spaces 0x02, without making the joined str
+ * (but for the reason of a key with no UTF-8 form, which names its place in the join). */
+static int add_keys(struct mqs_arena *a, PyObject *keys, struct mqs_refusal *why)
+{
+    size_t start = a->len;
+    PyObject **v = PySequence_Fast_ITEMS(keys);
+    if (arena_room(a, 5) < 0)
+        return MQS_FIELDS_ERROR;
+    memcpy(a->buf + a->len, "KEYS\x01", 5);
+    a->len += 5;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(keys); i++) {
+        Py_ssize_t n;
+        const char *b = PyUnicode_AsUTF8AndSize(v[i], &n);
+        if (b == NULL) {
+            a->len = start;
+            PyObject *joined = PyErr_ExceptionMatches(PyExc_UnicodeError)
+                                   ? (PyErr_Clear(), PyUnicode_Join(space, keys))
+                                   : NULL;
+            int rc = joined ? add_property(a, name_keys, joined, why) : MQS_FIELDS_ERROR;
+            Py_XDECREF(joined);
+            return rc;
+        }
+        if (arena_room(a, (size_t)n + 1) < 0)
+            return MQS_FIELDS_ERROR;
+        memcpy(a->buf + a->len, b, (size_t)n);
+        a->buf[a->len + (size_t)n] = i + 1 < PySequence_Fast_GET_SIZE(keys) ? ' ' : 0x02;
+        a->len += (size_t)n + 1;
+    }
     return MQS_FIELDS_OK;
 }
 
@@ -287,42 +342,29 @@ static int properties(struct mqs_fields *m, struct mqs_arena *a, struct mqs_refu
     PyObject *k, *v;
     Py_ssize_t pos = 0;
     int rc;
-    if (props && ((tags && PyDict_Contains(props, name_tags)) ||
-                  (keys && PyDict_Contains(props, name_keys))))
-        return refuse(why, MQS_ST_MESSAGE_ILLEGAL,
-                      PyUnicode_FromFormat("%s= and properties[%R] both set the %s property: "
-                                           "give it once",
-                                           tags && PyDict_Contains(props, name_tags) ? "tags"
-                                                                                     : "keys",
-                                           tags && PyDict_Contains(props, name_tags) ? name_tags
-                                                                                     : name_keys,
-                                           tags && PyDict_Contains(props, name_tags) ? "TAGS"
-                                                                                     : "KEYS"));
+    if (props && (tags || keys)) { /* one value per property, never one dropped */
+        int twice_tags = tags ? PyDict_Contains(props, name_tags) : 0;
+        int twice_keys = keys ? PyDict_Contains(props, name_keys) : 0;
+        if (twice_tags < 0 || twice_keys < 0)
+            return MQS_FIELDS_ERROR;
+        if (twice_tags || twice_keys)
+            return refuse(why, MQS_ST_MESSAGE_ILLEGAL,
+                          PyUnicode_FromFormat("%s= and properties[%R] both set the %U property: "
+                                               "give it once",
+                                               twice_tags ? "tags" : "keys",
+                                               twice_tags ? name_tags : name_keys,
+                                               twice_tags ? name_tags : name_keys));
+    }
     while (props && PyDict_Next(props, &pos, &k, &v))
         if ((rc = found(property_problem(k, v), why, MQS_ST_MESSAGE_ILLEGAL)) != MQS_FIELDS_OK)
             return rc;
     if (tags && (rc = found(property_problem(name_tags, tags), why, MQS_ST_MESSAGE_ILLEGAL)) !=
                     MQS_FIELDS_OK)
         return rc;
-    PyObject *joined = NULL;
-    if (keys) {
-        if (PyUnicode_Check(keys)) {
-            joined = Py_NewRef(keys);
-        } else {
-            if ((rc = found(keys_problem(keys), why, MQS_ST_MESSAGE_ILLEGAL)) != MQS_FIELDS_OK)
-                return rc;
-            joined = PySequence_Fast_GET_SIZE(keys) == 1
-                         ? Py_NewRef(PySequence_Fast_GET_ITEM(keys, 0))
-                         : PyUnicode_Join(space, keys);
-            if (joined == NULL)
-                return MQS_FIELDS_ERROR;
-        }
-        rc = found(property_problem(name_keys, joined), why, MQS_ST_MESSAGE_ILLEGAL);
-        if (rc != MQS_FIELDS_OK) {
-            Py_DECREF(joined);
-            return rc;
-        }
-    }
+    if (keys && (rc = found(PyUnicode_Check(keys) ? property_problem(name_keys, keys)
+                                                   : keys_problem(keys),
+                            why, MQS_ST_MESSAGE_ILLEGAL)) != MQS_FIELDS_OK)
+        return rc;
     m->props_off = a->len;
     pos = 0;
     rc = MQS_FIELDS_OK;
@@ -330,9 +372,8 @@ static int properties(struct mqs_fields *m, struct mqs_arena *a, struct mqs_refu
         rc = add_property(a, k, v, why);
     if (rc == MQS_FIELDS_OK && tags)
         rc = add_property(a, name_tags, tags, why);
-    if (rc == MQS_FIELDS_OK && joined)
-        rc = add_property(a, name_keys, joined, why);
-    Py_XDECREF(joined);
+    if (rc == MQS_FIELDS_OK && keys)
+        rc = PyUnicode_Check(keys) ? add_property(a, name_keys, keys, why) : add_keys(a, keys, why);
     if (rc == MQS_FIELDS_OK && a->len - m->props_off > MAX_PROPERTIES)
         rc = refuse(why, MQS_ST_PROPERTIES_SIZE_EXCEEDED,
                     PyUnicode_FromFormat("properties are %zu UTF-8 bytes; at most %d are allowed",

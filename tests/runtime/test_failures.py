@@ -73,7 +73,7 @@ def test_client_killed_inside_the_lock_does_not_wedge_the_store(store: Store) ->
         r = client.put("crash", b"after", queue_id=0)
         assert r.status is OK, r.reason
         assert r.queue_offset == 3  # the dead reservation kept offset 2 ("warm" took 1)
-        assert client._cb.get(c.OFF_OWNER_DEAD) == 1
+        assert client.live_control_block().get(c.OFF_OWNER_DEAD) == 1
     assert store.stop() == 0
     recs = store.read_log(keep_fillers=True)
     check_chain(recs, store.config["segment_size_bytes"])
