@@ -12,10 +12,12 @@ import os
 from setuptools import Extension, setup
 
 SOURCES = [
-    "ipc/native/mqs_module.c",
-    "ipc/native/mqs_args.c",
-    "ipc/native/mqs_crc32.c",
-    "ipc/native/mqs_record.c",
+    "mqstore/_native.c",
+    "engine/native/mqs_engine_py.c",
+    "engine/native/mqs_args.c",
+    "engine/native/mqs_crc32.c",
+    "engine/native/mqs_record.c",
+    "ipc/native/mqs_ipc_py.c",
     "ipc/native/mqs_append.c",
     "ipc/native/mqs_crashpoint.c",
     "ipc/native/mqs_futex.c",

@@ -1,4 +1,4 @@
-/* The Appender object (mqs_module.c) as the put entry points in mqs_put.c see it: one
+/* The Appender object (mqs_ipc_py.c) as the put entry points in mqs_put.c see it: one
  * producer's view of the control block, and what its common-case put needs from the
  * client (ipc/producer.py hands it over with `configure`). */
 #ifndef MQS_APPENDER_H
@@ -9,10 +9,8 @@
 #include <stdint.h>
 
 #include "mqs_append.h"
+#include "mqs_args.h"
 #include "mqs_futex.h"
-
-/* Copies and CRCs of at least this many bytes run with the GIL released. */
-#define MQS_NOGIL_BYTES (64 * 1024)
 
 /* A segment's mapping the put writes into (pool off). */
 struct mqs_target {

@@ -74,8 +74,6 @@
 #define MQS_QROW 160
 #define MQS_QROW_NEXT 8
 
-#define MQS_END_FILE_MIN_BLANK 8
-
 /* A client's statistics row (ipc/control.py: CF_*), counted by Appender.count; the rows
  * start at MQS_CLIENTS_OFF. */
 #define MQS_CLIENTS_OFF 4096

@@ -10,9 +10,11 @@
 #include <stdint.h>
 
 #define MQS_MESSAGE_MAGIC 0xDAA320A7u
+#define MQS_MESSAGE_MAGIC_V2 0xDAA320ABu
 #define MQS_BLANK_MAGIC 0xCBD43194u
 #define MQS_BORN_V6 0x10
 #define MQS_STORE_V6 0x20
+#define MQS_END_FILE_MIN_BLANK 8 /* a segment ends with a BLANK of at least this */
 
 struct mqs_host {
     const uint8_t *addr; /* 4 or 16 bytes */
