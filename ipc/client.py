@@ -26,18 +26,21 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Mapping
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, cast
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Concatenate, Final, Generic, ParamSpec, TypeVar, cast
 
 from mqstore.conf.settings import StoreSettings
 from mqstore.engine.reader import Geometry
+from mqstore.engine.record import Message
 from mqstore.ipc.producer import PutPath
 from mqstore.ipc.reads import ClientReads, for_client
+from mqstore.ipc.results import PutMessageStatus, PutResult, error_for, raise_if_failed
 from mqstore.ipc.session import Session, check_attach_types
 
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
+OK: Final = PutMessageStatus.PUT_OK
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -136,8 +139,59 @@ class StoreClient:
     def raise_on_status(self) -> bool:
         return self._puts.raise_on_status
 
-    put = _on(_puts, PutPath.put)
-    put_batch = _on(_puts, PutPath.put_batch)
+    # --- puts: one C call (ipc.producer.PutPath.app), this side only for what it leaves --
+
+    def put(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        tags: str | None = None,
+        keys: str | Sequence[str] | None = None,
+        properties: Mapping[str, str] | None = None,
+        queue_id: int | None = None,
+        wait_store: bool = True,
+    ) -> PutResult:
+        """Append one message. Returns PUT_OK with where it went, or why not.
+
+        `keys`: one str is the KEYS property as given (RocketMQ's form: keys separated by
+        spaces); a sequence of str is joined with spaces, and a key in it that is empty
+        or holds whitespace is refused (it would be indexed as other keys). `keys` or
+        `tags` together with the same property in `properties` is refused.
+
+        Under SYNC_FLUSH with `wait_store` it returns once the record is on disk
+        (group commit); with `wait_store=False` or ASYNC_FLUSH it returns once the record
+        is in the pool or page cache. Never raises for expected outcomes, unless attached
+        with `raise_on_status` (then any status but PUT_OK raises its `PutError`); raises
+        TypeError for an argument of the wrong type, naming it (`ipc.accepts`).
+        """
+        puts = self._puts
+        got: PutResult | None = puts.app.put_message(
+            topic, body, tags, keys, properties, queue_id, wait_store
+        )
+        if got is None:
+            got = puts.put_held(topic, body, tags, keys, properties, queue_id, wait_store)
+        if got[0] is not OK and puts.raise_on_status:
+            raise error_for(got)
+        return got
+
+    def put_batch(
+        self, messages: Iterable[Mapping[str, Any] | Message], *, wait_store: bool = True
+    ) -> list[PutResult]:
+        """Append messages all or nothing, in one segment, under one reservation.
+
+        Each item is a dict of `put`'s keyword arguments (plus `topic` and `body`) or an
+        `engine.record.Message` (its topic, body, properties, queue id, flag, sys flag,
+        born host and time, reconsume times, prepared offset). A bad message fails the
+        whole batch with its status; nothing is written. A message or field of the
+        wrong type raises TypeError naming it (`ipc.accepts`).
+        """
+        puts = self._puts
+        results: list[PutResult] | None = puts.app.put_batch_messages(messages, wait_store)
+        if results is None:
+            results = puts.put_batch_held(messages, wait_store)
+        return raise_if_failed(results) if puts.raise_on_status else results
+
     wait_flushed = _on(_puts, PutPath.wait_flushed)
     live = _on(_session, Session.live)
     live_control_block = _on(_session, Session.live_control_block)

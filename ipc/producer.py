@@ -1,6 +1,6 @@
 """`PutPath`: the puts of a `StoreClient`, in the caller's process, in one C call.
 
-`put` and `put_batch` hand their arguments to `mqstore._native.Appender.put_message` /
+`StoreClient.put` and `put_batch` hand their arguments to `mqstore._native.Appender.put_message` /
 `put_batch_messages` (`ipc/native/mqs_put.c`), which does the whole put: it reads and
 checks every documented shape (`keys` as a str or a sequence of str, `properties` as a
 mapping, tags, queue id, dicts and `Message`s in batches, subclasses of str and bytes,
@@ -37,7 +37,7 @@ import mmap
 import os
 import struct
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, Final
 
 from mqstore import _native
@@ -59,7 +59,7 @@ from mqstore.ipc.accepts import (
     hosts_problem,
     int_fields_problem,
 )
-from mqstore.ipc.results import PutMessageStatus, PutResult, error_for, raise_if_failed
+from mqstore.ipc.results import PutMessageStatus, PutResult
 from mqstore.ipc.session import _STALE_CHECK_NS, Attached, Session
 
 OK: Final = PutMessageStatus.PUT_OK
@@ -220,8 +220,8 @@ class PutPath:
         self._stats = array.array("q", bytes(8 * c.CLIENT_FIELDS))  # counted in C
         self._stats[c.CF_PID] = a.pid
         seg_size = cb.segment_size
-        self._app = _native.Appender(cb.buf, cb.pool_buf, a.pid)
-        self._app.configure(
+        self.app = _native.Appender(cb.buf, cb.pool_buf, a.pid)
+        self.app.configure(
             lock=self.session.lock,
             lanes=self._lanes.lanes,
             new_lane=self._lanes.new,
@@ -247,19 +247,19 @@ class PutPath:
             store_addr=addr,
             store_port=port,
         )
-        self._app.checked(_STALE_CHECK_NS)
+        self.app.checked(_STALE_CHECK_NS)
 
     def detaching(self, a: Attached) -> None:
         with contextlib.suppress(ValueError, TypeError):
             a.cb.write_client(a.client_index, self._stats)
-        self._app.close()
+        self.app.close()
 
     def checking(self, a: Attached) -> None:
         a.cb.write_client(a.client_index, self._stats)  # counted in C between two checks
 
     def checked(self, a: Attached) -> None:
         self._lanes.refresh()
-        self._app.checked(_STALE_CHECK_NS)
+        self.app.checked(_STALE_CHECK_NS)
 
     # --- flush wait -------------------------------------------------------------------
 
@@ -267,48 +267,15 @@ class PutPath:
         """Wait until the flusher's flushed position covers `end`, at most `timeout_s`
         (a futex wait, GIL released): 0 covered, 1 not yet, 2 fsync failed (read-only).
         AttributeError or ValueError while the client re-attaches."""
-        return self._app.wait_flushed(end, int(timeout_s * 1e9))
+        return self.app.wait_flushed(end, int(timeout_s * 1e9))
 
-    # --- the public puts ----------------------------------------------------------------
+    # --- what the C call leaves to this side -----------------------------------------
 
-    def put(
-        self,
-        topic: str,
-        body: bytes,
-        *,
-        tags: str | None = None,
-        keys: str | Sequence[str] | None = None,
-        properties: Mapping[str, str] | None = None,
-        queue_id: int | None = None,
-        wait_store: bool = True,
-    ) -> PutResult:
-        """Append one message. Returns PUT_OK with where it went, or why not.
-
-        `keys`: one str is the KEYS property as given (RocketMQ's form: keys separated by
-        spaces); a sequence of str is joined with spaces, and a key in it that is empty
-        or holds whitespace is refused (it would be indexed as other keys). `keys` or
-        `tags` together with the same property in `properties` is refused.
-
-        Under SYNC_FLUSH with `wait_store` it returns once the record is on disk
-        (group commit); with `wait_store=False` or ASYNC_FLUSH it returns once the record
-        is in the pool or page cache. Never raises for expected outcomes, unless attached
-        with `raise_on_status` (then any status but PUT_OK raises its `PutError`); raises
-        TypeError for an argument of the wrong type, naming it (`ipc.accepts`).
-        """
-        got: PutResult | None = self._app.put_message(
-            topic, body, tags, keys, properties, queue_id, wait_store
-        )
-        if got is None:
-            got = self._put_held(topic, body, tags, keys, properties, queue_id, wait_store)
-        if got[0] is not OK and self.raise_on_status:
-            raise error_for(got)
-        return got
-
-    def _put_held(
+    def put_held(
         self, topic: Any, body: Any, tags: Any, keys: Any, props: Any, qid: Any, wait_store: Any
     ) -> PutResult:
-        """A put the C call left to this side, nothing done: the types checked, the
-        session made live, then the C call again, under the client's lock."""
+        """A put the C call (`app.put_message`) left to this side, nothing done: the
+        types checked, the session made live, then the C call again, under the lock."""
         check_put_types(_PUT_LABEL, topic, body, tags, keys, props, qid)
         check_types("put", wait_store=(wait_store, BOOL))
         topic, body, tags, keys, props, qid = _plain(topic, body, tags, keys, props, qid)
@@ -316,30 +283,14 @@ class PutPath:
             why = self.session.ensure_live()
             if why:
                 return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, why)
-            got: PutResult | None = self._app.put_message(
+            got: PutResult | None = self.app.put_message(
                 topic, body, tags, keys, props, qid, wait_store, True
             )
         if got is None:
             raise TypeError("put() arguments of types the store cannot read")
         return got
 
-    def put_batch(
-        self, messages: Iterable[Mapping[str, Any] | Message], *, wait_store: bool = True
-    ) -> list[PutResult]:
-        """Append messages all or nothing, in one segment, under one reservation.
-
-        Each item is a dict of `put`'s keyword arguments (plus `topic` and `body`) or an
-        `engine.record.Message` (its topic, body, properties, queue id, flag, sys flag,
-        born host and time, reconsume times, prepared offset). A bad message fails the
-        whole batch with its status; nothing is written. A message or field of the
-        wrong type raises TypeError naming it (`ipc.accepts`).
-        """
-        results: list[PutResult] | None = self._app.put_batch_messages(messages, wait_store)
-        if results is None:
-            results = self._put_batch_held(messages, wait_store)
-        return raise_if_failed(results) if self.raise_on_status else results
-
-    def _put_batch_held(self, messages: Any, wait_store: Any) -> list[PutResult]:
+    def put_batch_held(self, messages: Any, wait_store: Any) -> list[PutResult]:
         """As `_put_held`, for a batch."""
         msgs = check_batch(messages)
         for i, m in enumerate(msgs):
@@ -350,7 +301,7 @@ class PutPath:
             why = self.session.ensure_live()
             if why:
                 return [PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, why) for _ in msgs]
-            got: list[PutResult] | None = self._app.put_batch_messages(plain, wait_store, True)
+            got: list[PutResult] | None = self.app.put_batch_messages(plain, wait_store, True)
         if got is None:
             raise TypeError("put_batch() messages of types the store cannot read")
         return got

@@ -28,7 +28,6 @@ def encode(
     store_port: int = ...,
     reconsume_times: int = 0,
     prepared_offset: int = 0,
-    keys: bytes = ...,
     queue_offset: int = 0,
     physical_offset: int = 0,
     store_timestamp: int = 0,

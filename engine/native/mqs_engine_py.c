@@ -59,16 +59,16 @@ static PyObject *py_crc32_uses_pclmul(PyObject *Py_UNUSED(m), PyObject *Py_UNUSE
 static const char *encode_kw[] = {
     "topic", "body", "properties", "queue_id", "flag", "sys_flag", "born_timestamp",
     "born_addr", "born_port", "store_addr", "store_port", "reconsume_times",
-    "prepared_offset", "queue_offset", "physical_offset", "store_timestamp", "keys", NULL,
+    "prepared_offset", "queue_offset", "physical_offset", "store_timestamp", NULL,
 };
 
 static PyObject *py_encode(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kw)
 {
-    PyObject *o[17] = {0};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|$OOOOOOOOOOOOOO:encode", (char **)encode_kw,
+    PyObject *o[16] = {0};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|$OOOOOOOOOOOOO:encode", (char **)encode_kw,
                                      &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
                                      &o[8], &o[9], &o[10], &o[11], &o[12], &o[13], &o[14],
-                                     &o[15], &o[16]))
+                                     &o[15]))
         return NULL;
     static const uint8_t loopback[4] = {127, 0, 0, 1};
     struct mqs_message msg = {0};
@@ -77,16 +77,15 @@ static PyObject *py_encode(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kw)
     msg.born.addr_len = msg.store.addr_len = 4;
     msg.store.port = 10911;
     if (mqs_arg_bytes(o[0], "topic", &msg.topic, &msg.topic_len) < 0 ||
-        mqs_arg_bytes(o[2], "properties", &msg.props, &msg.props_len) < 0 ||
-        (o[16] && mqs_arg_bytes(o[16], "keys", &msg.keys, &msg.keys_len) < 0))
+        mqs_arg_bytes(o[2], "properties", &msg.props, &msg.props_len) < 0)
         return NULL;
     if (msg.topic_len < 1 || msg.topic_len > 127) {
         PyErr_Format(PyExc_ValueError, "topic must be 1 to 127 bytes, not %zu", msg.topic_len);
         return NULL;
     }
-    if (mqs_props_len(&msg) > 32767) {
+    if (msg.props_len > 32767) {
         PyErr_Format(PyExc_ValueError, "properties must be at most 32767 bytes, not %zu",
-                     mqs_props_len(&msg));
+                     msg.props_len);
         return NULL;
     }
     if ((o[3] && mqs_arg_i32(o[3], "queue_id", &msg.queue_id) < 0) ||
@@ -154,8 +153,6 @@ static int parse_prep(PyObject *t, struct mqs_message *m, int64_t *size_out)
         PyErr_SetString(PyExc_ValueError, "topic or properties out of range (validate first)");
         return -1;
     }
-    m->keys = NULL;
-    m->keys_len = 0;
     *size_out = (int64_t)mqs_record_length(m);
     if (*size_out != size) {
         PyErr_Format(PyExc_ValueError, "prep says %lld bytes, the record is %lld",

@@ -30,9 +30,7 @@ struct mqs_message {
     const uint8_t *topic;
     size_t topic_len; /* 1..127, checked by the caller */
     const uint8_t *props;
-    size_t props_len; /* 0..32767 with the keys below, checked by the caller */
-    const uint8_t *keys; /* non-NULL: the properties end with KEYS 0x01 keys 0x02 */
-    size_t keys_len;
+    size_t props_len; /* 0..32767, checked by the caller */
     int32_t queue_id;
     int32_t flag;
     int32_t sys_flag; /* host bits are set from the hosts */
@@ -42,12 +40,6 @@ struct mqs_message {
     int32_t reconsume_times;
     int64_t prepared_offset;
 };
-
-/* The length of the record's properties: props, then the KEYS property if keys. */
-static inline size_t mqs_props_len(const struct mqs_message *m)
-{
-    return m->props_len + (m->keys ? m->keys_len + 6 : 0);
-}
 
 /* RocketMQ's calMsgLength for this message. */
 size_t mqs_record_length(const struct mqs_message *m);

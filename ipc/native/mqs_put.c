@@ -372,15 +372,13 @@ static int refuse(struct mqs_refusal *why, int status, PyObject *reason)
 
 /* ---- reservation -------------------------------------------------------------------- */
 
-/* The lock, without the GIL when it has to wait (`waited` grows by how long). */
-static int take_lock(Appender *self, int64_t *waited)
+/* The lock, without the GIL when it has to wait. */
+static int take_lock(Appender *self)
 {
     int rc = mqs_lock(self->a.ctl, 0);
     if (rc == MQS_LOCK_TIMEOUT && self->c.busy_ns > 0) {
-        int64_t t0 = mqs_mono_ns();
         Py_BEGIN_ALLOW_THREADS rc = mqs_lock(self->a.ctl, self->c.busy_ns);
         Py_END_ALLOW_THREADS
-        *waited += mqs_mono_ns() - t0;
     }
     return rc;
 }
@@ -467,44 +465,54 @@ static int reserve_refusal(Appender *self, int rc, int after_wait, struct mqs_re
                                        ms));
 }
 
+/* One try under the lock: MQS_OK, a code of mqs_reserve or the lock, a refusal, ERR. */
+static int reserve_once(Appender *self, struct mqs_fields *m, struct mqs_item *items, int n,
+                        int64_t *qoffs, struct mqs_reservation *r, struct mqs_refusal *why)
+{
+    int rc = take_lock(self);
+    if (rc != MQS_OK)
+        return rc;
+    rc = find_rows(self, m, items, n, why);
+    if (rc == MQS_OK)
+        rc = mqs_reserve(&self->a, items, n, qoffs, r);
+    mqs_unlock(self->a.ctl);
+    return rc;
+}
+
 /* Reserve the call's records: MQS_OK, a refusal, or ERR. Waits for room (the next file,
  * a pool buffer, slots) by sleeping without the GIL and the lock, 50 µs doubling to
  * 2 ms, up to the busy timeout; a wait for a pool buffer fails at once with
- * fastFailIfNoBufferInStorePool. */
+ * fastFailIfNoBufferInStorePool. `took`: the whole step (lock, rows, waits), the
+ * statistics' lock_wait phase. */
 static int reserve(Appender *self, struct mqs_fields *m, struct mqs_item *items, int n,
-                   int64_t *qoffs, struct mqs_reservation *r, int64_t *waited,
+                   int64_t *qoffs, struct mqs_reservation *r, int64_t *took,
                    struct mqs_refusal *why)
 {
-    int64_t deadline = 0, pause = MIN_PAUSE_NS;
-    for (;;) {
-        int rc = take_lock(self, waited);
-        if (rc != MQS_OK)
-            return reserve_refusal(self, rc, 0, why);
-        rc = find_rows(self, m, items, n, why);
-        if (rc == MQS_OK)
-            rc = mqs_reserve(&self->a, items, n, qoffs, r);
-        mqs_unlock(self->a.ctl);
-        if (rc == MQS_OK || rc == ERR || rc == MQS_FIELDS_REFUSED)
-            return rc;
-        if (rc == MQS_REFUSED || rc == MQS_DISK_FULL)
-            return reserve_refusal(self, rc, 0, why);
+    int64_t deadline = 0, pause = MIN_PAUSE_NS, t0 = mqs_mono_ns();
+    int rc = reserve_once(self, m, items, n, qoffs, r, why);
+    while (rc == MQS_WAIT_FILE || rc == MQS_WAIT_POOL || rc == MQS_WAIT_SLOTS) {
         int64_t now = mqs_mono_ns();
         if (deadline == 0) {
             if (rc == MQS_WAIT_POOL && self->c.fast_fail)
-                return reserve_refusal(self, rc, 0, why);
+                break;
             deadline = now + self->c.busy_ns;
             __atomic_add_fetch(mqs_i64(self->a.ctl, MQS_OFF_BUSY), 1, __ATOMIC_RELAXED);
         } else if (now >= deadline) {
+            *took = mqs_mono_ns() - t0;
             return reserve_refusal(self, rc, 1, why);
         }
         struct timespec ts = {0, (long)pause};
         Py_BEGIN_ALLOW_THREADS nanosleep(&ts, NULL);
         Py_END_ALLOW_THREADS
-        *waited += mqs_mono_ns() - now;
         pause = pause * 2 < MAX_PAUSE_NS ? pause * 2 : MAX_PAUSE_NS;
         if (PyErr_CheckSignals() < 0)
             return ERR;
+        rc = reserve_once(self, m, items, n, qoffs, r, why);
     }
+    *took = mqs_mono_ns() - t0;
+    if (rc == MQS_OK || rc == ERR || rc == MQS_FIELDS_REFUSED)
+        return rc;
+    return reserve_refusal(self, rc, 0, why);
 }
 
 /* ---- copy ------------------------------------------------------------------------------ */
@@ -653,7 +661,7 @@ static PyObject *append(Appender *self, struct mqs_fields *m, struct mqs_item *i
     struct mqs_client *c = &self->c;
     struct mqs_refusal why = {0, NULL};
     struct mqs_reservation r;
-    int64_t one_qo, waited = 0, total = 0, bytes = 0;
+    int64_t one_qo, took = 0, total = 0, bytes = 0;
     int64_t *qoffs = n == 1 ? &one_qo : PyMem_Calloc((size_t)n, sizeof *qoffs);
     if (qoffs == NULL)
         return PyErr_NoMemory();
@@ -670,7 +678,7 @@ static PyObject *append(Appender *self, struct mqs_fields *m, struct mqs_item *i
         for (int i = 0; i < n; i++)
             items[i].msg.body_crc = mqs_body_crc(items[i].msg.body, items[i].msg.body_len);
     }
-    int rc = reserve(self, m, items, n, qoffs, &r, &waited, &why);
+    int rc = reserve(self, m, items, n, qoffs, &r, &took, &why);
     if (rc == MQS_FIELDS_REFUSED) {
         out = refused(self, &why, n, batch, t0);
         Py_DECREF(why.reason);
@@ -685,8 +693,8 @@ static PyObject *append(Appender *self, struct mqs_fields *m, struct mqs_item *i
                                     : MQS_ST_PUT_OK;
         }
         if (outcome >= 0) {
-            int64_t v[9] = {n,        total,          status,        status == MQS_ST_PUT_OK,
-                            sync,     t_done - t0,    waited,        t_copied - t0 - waited,
+            int64_t v[9] = {n,    total,       status, status == MQS_ST_PUT_OK,
+                            sync, t_done - t0, took,   t_copied - t0 - took,
                             t_done - t_copied};
             count(self, v);
             out = results(c, status, items, n, batch, qoffs, &r);
