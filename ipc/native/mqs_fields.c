@@ -243,14 +243,16 @@ static int found(PyObject *why_o, struct mqs_refusal *why, int status)
 static int arena_room(struct mqs_arena *a, size_t n)
 {
     if (a->len + n > a->cap) {
-        size_t cap = a->cap ? a->cap : 1024;
+        size_t cap = a->cap * 2;
         while (cap < a->len + n)
             cap *= 2;
-        uint8_t *b = PyMem_Realloc(a->buf, cap);
+        uint8_t *b = a->buf == a->local ? PyMem_Malloc(cap) : PyMem_Realloc(a->buf, cap);
         if (b == NULL) {
             PyErr_NoMemory();
             return -1;
         }
+        if (a->buf == a->local)
+            memcpy(b, a->local, a->len);
         a->buf = b;
         a->cap = cap;
     }
@@ -259,8 +261,9 @@ static int arena_room(struct mqs_arena *a, size_t n)
 
 void mqs_arena_free(struct mqs_arena *a)
 {
-    PyMem_Free(a->buf);
-    *a = (struct mqs_arena){NULL, 0, 0};
+    if (a->buf != a->local)
+        PyMem_Free(a->buf);
+    MQS_ARENA_INIT(*a);
 }
 
 /* A str with no UTF-8 form (a lone surrogate): refused as the reference refuses it. */

@@ -38,11 +38,14 @@ struct mqs_refusal {
     PyObject *reason;
 };
 
-/* The properties of a call's messages, one after the other (PyMem). */
+/* The properties of a call's messages, one after the other: in `local` while they fit
+ * (a put's do), else PyMem. Start with MQS_ARENA_INIT(arena). */
 struct mqs_arena {
     uint8_t *buf;
     size_t len, cap;
+    uint8_t local[512];
 };
+#define MQS_ARENA_INIT(a) ((a).buf = (a).local, (a).len = 0, (a).cap = sizeof(a).local)
 
 enum { MQS_F_TOPIC, MQS_F_BODY, MQS_F_TAGS, MQS_F_KEYS, MQS_F_PROPS, MQS_F_QID, MQS_FIELDS };
 

@@ -715,9 +715,10 @@ static PyObject *call(Appender *self, PyObject *list, PyObject *const *args, int
     struct mqs_item one_it;
     struct mqs_fields *m = n == 1 ? &one_m : PyMem_Calloc((size_t)n, sizeof *m);
     struct mqs_item *items = n == 1 ? &one_it : PyMem_Calloc((size_t)n, sizeof *items);
-    struct mqs_arena arena = {NULL, 0, 0};
+    struct mqs_arena arena;
     struct mqs_refusal why = {0, NULL};
     PyObject *out = NULL;
+    MQS_ARENA_INIT(arena);
     if (m == NULL || items == NULL) {
         PyErr_NoMemory();
         goto done;
