@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-NATIVE_SRC := $(wildcard ipc/native/*.c ipc/native/*.h engine/native/*.c engine/native/*.h)
+NATIVE_SRC := mqstore/_native.c $(wildcard ipc/native/*.c ipc/native/*.h engine/native/*.c engine/native/*.h)
 NATIVE_SO  := mqstore/.native-built
 # format("mqstore")'s JVM provider (pipeline/jvm): compiled against the installed
 # pyspark's jars, picked up by pipeline.session.

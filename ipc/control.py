@@ -34,10 +34,10 @@ flusher's SYNC_FLUSH round (commit, flush, its statistics and histograms, as
 | 72  | supervisor_pid   | supervisor, once at create (`.supervisor_pid`)           |
 | 80  | allocated_upto   | allocator (supervisor at boot):                          |
 |     |                  | `Positions.raise_allocated`, the end of the ready files  |
-| 88  | cs_pid           | the lock holder: `Reservation.write_intent`, cleared by  |
-|     |                  | `clear_intent` (C `mqs_reserve`): pid inside the section |
-| 96  | cs_seq_start     | the lock holder: `Reservation.write_intent`, `seq` when  |
-|     |                  | that section began                                       |
+| 88  | cs_pid           | the lock holder (C `mqs_reserve`): pid inside the        |
+|     |                  | section, cleared before it unlocks                       |
+| 96  | cs_seq_start     | the lock holder (C `mqs_reserve`): `seq` when that       |
+|     |                  | section began                                            |
 | 104 | segment_size     | supervisor, once at create (`.segment_size`)             |
 | 112 | pool_buffers     | supervisor, once at create (0 = pool off, direct mmap)   |
 | 120 | slot_count       | supervisor, once at create                               |
@@ -49,8 +49,8 @@ flusher's SYNC_FLUSH round (commit, flush, its statistics and histograms, as
 | 160 | committed_ts     | the commit step: `Positions.stamp_committed`             |
 | 168 | flushed_ts       | the flush step: `Positions.advance_flushed` (the         |
 |     |                  | checkpoint's physic_msg_timestamp)                       |
-| 176 | busy_count       | producers: `Reservation.count_busy_wait` (racy counter,  |
-|     |                  | statistics only)                                         |
+| 176 | busy_count       | producers (C `mqs_put.c`), reservations that waited for  |
+|     |                  | room (racy counter, statistics only)                     |
 | 184 | fillers          | the commit step's publisher: `Reservation.count_filler`, |
 |     |                  | slots filled for dead producers                          |
 | 192 | (unused)         | 16 bytes, always 0 (detached clients' totals are kept by |

@@ -213,7 +213,7 @@ def test_disk_full_word_refuses_puts_until_cleared(store: Store) -> None:
 
     with StoreClient.attach(store.path) as client:
         assert client.put("d", b"before", queue_id=0).status is OK
-        cb = client._cb  # stands in for the cleaner, the word's only writer
+        cb = client.live_control_block()  # stands in for the cleaner, the word's only writer
         cb.set(c.OFF_DISK_STATE, DISK_FULL_BIT | (950 << 16))
         r = client.put("d", b"refused", queue_id=0)
         assert r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
