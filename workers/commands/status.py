@@ -1,6 +1,7 @@
 """`mqstore status DIR [--json] [--watch]`: what the running store is doing.
 
-On a terminal `--watch` redraws the tables every second. Anywhere else (a pipe, a file,
+On a terminal `--watch` redraws the tables every second. Ctrl-C or SIGTERM ends it
+(exit 0), whatever disposition the process inherited (`_signals`). Anywhere else (a pipe, a file,
 a journal) it prints the one-line `status_line` (or, with `--json`, the document) only
 when that line changed, so an idle store writes nothing; tables are never cut to 80
 columns (`_console`).
@@ -17,6 +18,7 @@ from typing import Any
 
 from mqstore.ipc import channel
 from mqstore.workers.commands._console import make_console
+from mqstore.workers.commands._signals import stop_signals
 
 NAME = "status"
 HELP = "show positions, lags, pool, flags, workers, put rates and latency, fsyncs"
@@ -138,14 +140,20 @@ def run(args: argparse.Namespace) -> int:
     if args.json and not args.watch:
         print(json.dumps(doc, indent=2))
         return 0
-    from rich.live import Live
-
     console = make_console()
     if not args.watch:
         console.print(render(doc))
         return 0
-    if not sys.stdout.isatty():
-        return _watch_piped(store, doc, args.json)
+    with stop_signals():
+        if not sys.stdout.isatty():
+            return _watch_piped(store, doc, args.json)
+        return _watch_screen(store, doc, args.json, console)
+
+
+def _watch_screen(store: str, doc: dict[str, Any], as_json: bool, console: Any) -> int:
+    """`--watch` on a terminal: the tables redrawn every second until Ctrl-C."""
+    from rich.live import Live
+
     try:
         with Live(render(doc), console=console, refresh_per_second=2) as live:
             while True:
@@ -155,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
                 except channel.SupervisorUnavailable as e:
                     console.print(f"supervisor gone: {e}")
                     return 1
-                if args.json:
+                if as_json:
                     console.print_json(json.dumps(doc))
                 else:
                     live.update(render(doc))

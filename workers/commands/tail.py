@@ -10,7 +10,8 @@ only). With `--group`, the next offset of each queue is committed after every ba
 printed (`config/consumerOffset.json`), so a later tail of the same group goes on where
 this one stopped. While it runs, it is a member of the group (`ipc.groups`), so `mqstore
 group DIR reset|delete` of that group is refused instead of being undone by its next
-commit. Ctrl-C (or N messages printed) commits and exits 0; exit 1 when the store stops
+commit. Ctrl-C or SIGTERM (whatever disposition the process inherited: `_signals`), or
+N messages printed, commits and exits 0; exit 1 when the store stops
 or is not running, 2 on bad arguments.
 """
 
@@ -32,6 +33,7 @@ from mqstore.ipc.groups import GroupMember
 from mqstore.ipc.reads import ClientReads, for_client
 from mqstore.workers.commands._common import below_minimum, group_arg, topic_arg
 from mqstore.workers.commands._records import add_body_argument, print_records
+from mqstore.workers.commands._signals import stop_signals
 
 NAME = "tail"
 HELP = "follow new messages of a running store (and commit a group's offsets)"
@@ -161,7 +163,8 @@ def run(args: argparse.Namespace) -> int:
     reads = for_client(client)
     tail = _Tail(reads, args)
     try:
-        tail.run()
+        with stop_signals():
+            tail.run()
     except KeyboardInterrupt:
         pass
     except SupervisorUnavailable as e:
