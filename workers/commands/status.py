@@ -10,6 +10,7 @@ columns (`_console`).
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 import time
@@ -48,15 +49,60 @@ def describe_holder(holder: dict[str, Any]) -> str:
     return f"held by producer pid {holder['pid']} ({holder['state']})"
 
 
-def render(doc: dict[str, Any]) -> Any:
+class _Rows(list[tuple[str, str]]):
+    """The summary's (what, value) rows, in the order shown."""
+
+    def add_row(self, what: str, value: str) -> None:
+        self.append((what, value))
+
+
+def render(doc: dict[str, Any], height: int | None = None, width: int = 80) -> Any:
+    """The status as rich tables: the summary, then the workers. With `height` (a
+    terminal's rows, `--watch`), the tables fit in it: without their titles and frames
+    if need be, then with the summary's last rows left out (a row says how many and
+    where to see them); the workers table is always whole."""
     from rich.console import Group
+
+    rows = _summary_rows(doc)
+    title = f"mqstore status (supervisor {doc['supervisor_pid']})"
+    full = Group(_table(rows, title, ("what", "value")), _workers(doc, boxed=True))
+    if height is None or _lines(full, width) <= height:
+        return full
+    workers = _workers(doc, boxed=False)
+    for keep in range(len(rows), 0, -1):
+        shown = rows[:keep]
+        if keep < len(rows):
+            shown = _Rows([*shown, (f"… {len(rows) - keep} more", "a taller terminal shows them")])
+        out = Group(_table(shown, None, ("what", "value")), workers)
+        if _lines(out, width) <= height:
+            return out
+    return workers
+
+
+def _lines(renderable: Any, width: int) -> int:
+    """How many lines `renderable` takes at `width` columns."""
+    from rich.console import Console
+
+    console = Console(width=width, file=io.StringIO(), color_system=None)
+    return len(console.render_lines(renderable, console.options, pad=False))
+
+
+def _table(rows: list[tuple[str, str]], title: str | None, header: tuple[str, str]) -> Any:
+    from rich import box
     from rich.table import Table
 
+    t = Table(title=title, box=box.HEAVY_HEAD if title else box.SIMPLE_HEAD)
+    t.add_column(header[0])
+    t.add_column(header[1], justify="right")
+    for what, value in rows:
+        t.add_row(what, value)
+    return t
+
+
+def _summary_rows(doc: dict[str, Any]) -> _Rows:
     pos = doc["positions"]
     # the path goes in a row: a title is wrapped to the table's width
-    t1 = Table(title=f"mqstore status (supervisor {doc['supervisor_pid']})")
-    t1.add_column("what")
-    t1.add_column("value", justify="right")
+    t1 = _Rows()
     t1.add_row("store", doc["store_dir"])
     for k in ("reserved", "published", "committed", "flushed", "dispatched", "allocated_upto"):
         t1.add_row(f"{k} offset", f"{pos[k]:,}")
@@ -93,7 +139,15 @@ def render(doc: dict[str, Any]) -> Any:
     t1.add_row("fillers / busy waits", f"{doc['fillers']} / {doc['busy_waits']}")
     t1.add_row("clients attached", str(doc["clients"]))
     _cleaner_rows(t1, doc.get("cleaner") or {})
-    t2 = Table(title="workers")
+    return t1
+
+
+def _workers(doc: dict[str, Any], *, boxed: bool) -> Any:
+    """The workers table (framed and titled, or `boxed=False`: compact)."""
+    from rich import box
+    from rich.table import Table
+
+    t2 = Table(title="workers" if boxed else None, box=box.HEAVY_HEAD if boxed else box.SIMPLE_HEAD)
     for col in ("name", "pid", "state", "restarts", "heartbeat age"):
         t2.add_column(col)
     for w in doc["workers"]:
@@ -102,7 +156,7 @@ def render(doc: dict[str, Any]) -> Any:
             w["name"], str(w["pid"] or "-"), w["state"], str(w["restarts"]),
             "-" if age is None else f"{age} ms",
         )  # fmt: skip
-    return Group(t1, t2)
+    return t2
 
 
 def _cleaner_rows(t: Any, cl: dict[str, Any]) -> None:
@@ -155,7 +209,7 @@ def _watch_screen(store: str, doc: dict[str, Any], as_json: bool, console: Any) 
     from rich.live import Live
 
     try:
-        with Live(render(doc), console=console, refresh_per_second=2) as live:
+        with Live(_fitted(doc, console), console=console, refresh_per_second=2) as live:
             while True:
                 time.sleep(1.0)
                 try:
@@ -166,9 +220,15 @@ def _watch_screen(store: str, doc: dict[str, Any], as_json: bool, console: Any) 
                 if as_json:
                     console.print_json(json.dumps(doc))
                 else:
-                    live.update(render(doc))
+                    live.update(_fitted(doc, console))
     except KeyboardInterrupt:
         return 0
+
+
+def _fitted(doc: dict[str, Any], console: Any) -> Any:
+    """The tables fitted to the terminal as it is now (it may have been resized); one
+    row is left for the cursor."""
+    return render(doc, height=max(console.size.height - 1, 1), width=console.size.width)
 
 
 def _watch_piped(store: str, doc: dict[str, Any], as_json: bool) -> int:
