@@ -99,3 +99,13 @@ def test_one_spelling_for_times_and_limits_the_old_ones_deprecated(
         code, printed, err = _run(capsys, *base, "--begin-ms", later)
         assert (code, printed) == (1, [])
         assert "mqstore query: --begin-ms is deprecated, use --begin" in err
+
+
+def test_dump_cut_at_its_limit_says_where_the_rest_starts(
+    store: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, printed, err = _run(capsys, "dump", store, "--limit", "1")
+    assert (code, printed) == (0, [0])
+    assert err == ["mqstore dump: stopped at --limit 1; --from-offset 141 for the rest"]
+    assert _run(capsys, "dump", store, "--from-offset", "141") == (0, [141], [])
+    assert _run(capsys, "dump", store, "--limit", "2") == (0, [0, 141], [])
