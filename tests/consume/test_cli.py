@@ -46,12 +46,12 @@ def test_query_tail_offsets(store: Store) -> None:
     assert [(r["keys"], r["queue_id"]) for r in _lines(q.stdout)] == [("k4", 0)]
     assert _cli("query", d, "--topic", "cli", "--key", "nope").returncode == 1
 
-    t = _cli("tail", d, "--topic", "cli", "--group", "g", "--from-beginning", "--max-messages", "6")
+    t = _cli("tail", d, "--topic", "cli", "--group", "g", "--from-beginning", "--limit", "6")
     assert t.returncode == 0, t.stderr
     first = _lines(t.stdout)
     assert len(first) == 6
     _put(store, 4, start=10)
-    t = _cli("tail", d, "--topic", "cli", "--group", "g", "--max-messages", "8")
+    t = _cli("tail", d, "--topic", "cli", "--group", "g", "--limit", "8")
     assert t.returncode == 0, t.stderr
     second = _lines(t.stdout)
     got = sorted((r["queue_id"], r["queue_offset"]) for r in first + second)
