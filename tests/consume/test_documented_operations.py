@@ -13,6 +13,8 @@ import subprocess
 import sys
 from collections.abc import Callable
 
+import pytest
+
 from mqstore.ipc.client import StoreClient
 from mqstore.ipc.reads import for_client
 from tests.consume.test_group_topic import _kill_supervisor
@@ -51,6 +53,7 @@ def _ok(step: str, *args: str) -> Callable[[], None]:
     return run
 
 
+@pytest.mark.slow  # five starts and stops of a real store
 def test_check_passes_after_every_documented_operation(store: Store) -> None:
     d = str(store.path)
     _put(store, "A", 30)
