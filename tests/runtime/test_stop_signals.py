@@ -10,6 +10,7 @@ test_cli.py`, `test_piped_output.py`)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -39,36 +40,44 @@ def _env() -> dict[str, str]:
 
 
 class _Child:
-    """A command run with SIGINT ignored, its stdout lines collected as they come."""
+    """A command run with SIGINT ignored, in a session of its own (so that what it
+    starts can be killed with it), its output collected as it comes."""
 
     def __init__(self, argv: list[str]) -> None:
         self.proc = subprocess.Popen(
             sigint_ignored(argv),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO),
-            env=_env(),
+            env=_env(), start_new_session=True,
         )  # fmt: skip
         self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line)
+        self.errors: list[str] = []
+        self._readers = [
+            threading.Thread(target=self.lines.extend, args=(self.proc.stdout,), daemon=True),
+            threading.Thread(target=self.errors.extend, args=(self.proc.stderr,), daemon=True),
+        ]
+        for r in self._readers:
+            r.start()
 
     def stop(self, sig: int, timeout_s: float = 90) -> tuple[int, str, str]:
-        """Send `sig`; (exit code, stdout, stderr) once it exits. A child that does not
-        exit within `timeout_s` is killed and the test fails."""
+        """Send `sig` (to the command only); (exit code, stdout, stderr) once it exits. A
+        command that does not exit within `timeout_s` is killed and the test fails."""
         self.proc.send_signal(sig)
         try:
             code = self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+            self._kill()
             raise AssertionError(f"{sig!r} did not stop it in {timeout_s} s") from None
-        self._reader.join(30)
-        assert self.proc.stderr is not None
-        return code, "".join(self.lines), self.proc.stderr.read()
+        for r in self._readers:
+            r.join(30)
+        return code, "".join(self.lines), "".join(self.errors)
+
+    def _kill(self) -> None:
+        """SIGKILL to its whole session: the command and what it started."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        for r in self._readers:
+            r.join(30)
 
     def __enter__(self) -> _Child:
         return self
@@ -76,9 +85,7 @@ class _Child:
     def __exit__(self, *exc: object) -> None:
         """Killed if still running (the bug itself: never leave it behind); pipes closed."""
         if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self._reader.join(30)
+            self._kill()
         for pipe in (self.proc.stdout, self.proc.stderr):
             if pipe is not None:
                 pipe.close()
