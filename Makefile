@@ -45,9 +45,13 @@ $(PROVIDER_JAR): $(STAMP) $(JVM_SRC) $(JVM_SERVICES)
 run: $(STAMP) $(NATIVE_SO) $(PROVIDER_JAR)
 	$(PY) -m mqstore.workers.demo_run
 
+# The load suite runs even when the rest failed (one run tells every failure), and the
+# target still fails when either did.
 test: $(STAMP) $(NATIVE_SO) $(PROVIDER_JAR)
-	$(PY) -m pytest tests --ignore=tests/load
-	@if [ -d tests/load ]; then $(PY) -m pytest -n 4 tests/load; fi
+	failed=0; \
+	$(PY) -m pytest tests --ignore=tests/load || failed=1; \
+	if [ -d tests/load ]; then $(PY) -m pytest -n 4 tests/load || failed=1; fi; \
+	exit $$failed
 
 lint: $(STAMP) $(NATIVE_SO)
 	$(VENV)/bin/ruff check .

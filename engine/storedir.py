@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Final
 
 from mqstore.conf.settings import StoreSettings
-from mqstore.engine import fileio
+from mqstore.engine import deleted_topics, fileio
 from mqstore.engine.checkpoint import CHECKPOINT_FILE, CheckpointError, CheckpointFields
 from mqstore.engine.closing import Closing
 from mqstore.engine.commitlog import CommitLog
@@ -239,7 +239,12 @@ class StoreDir(Closing):
             out.append(self._open_error)
             return out, CheckSummary(len(self.segment_files), 0, 0, 0, 0, self.segment_size_bytes)
         log = self._log
-        out.extend(log.check())
+        try:
+            deleted = deleted_topics.load(self.path)
+        except (ValueError, OSError) as e:
+            out.append(Finding(Severity.ERROR, str(e), deleted_topics.path(self.path)))
+            deleted = {}
+        out.extend(log.check(deleted_topics=deleted))
         records = fillers = 0
         last_store_ts = 0
         end = 0

@@ -424,19 +424,20 @@ class Supervisor:
 
     def _judge_heartbeat(self, w: _Worker, now: float, hb_timeout: float) -> None:
         """SIGKILL a worker silent for longer than `heartbeat_timeout_ms` of the time it
-        could run (`workers.heartbeat`: waiting for a CPU is not held against it)."""
+        could run (`workers.heartbeat`: waiting for a CPU or blocked on I/O is not held
+        against it)."""
         cb = self.cb
         assert cb is not None and w.proc is not None and w.judge is not None
         _name, _pid, hb, _r, _st = cb.worker(w.index)
         if w.judge.killed:  # said once; its exit is seen by a later loop
             return
-        silent, starved = w.judge.silence(hb, time.time_ns() // 1_000_000)
+        silent, excused = w.judge.silence(hb, time.time_ns() // 1_000_000)
         if now - w.started <= hb_timeout or silent <= hb_timeout * 1000:
             return
         self._say(
-            f"{w.spec.name} (pid {w.proc.pid}) sent no heartbeat for {silent + starved} ms, "
-            f"{silent} ms of it with a CPU to run on (heartbeat_timeout_ms "
-            f"{self.settings.heartbeat_timeout_ms}); killing it with SIGKILL",
+            f"{w.spec.name} (pid {w.proc.pid}) sent no heartbeat for {silent + excused} ms, "
+            f"{silent} ms of it neither waiting for a CPU nor blocked on I/O "
+            f"(heartbeat_timeout_ms {self.settings.heartbeat_timeout_ms}); killing it with SIGKILL",
             "WARNING",
         )
         w.proc.kill()
