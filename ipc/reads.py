@@ -237,8 +237,9 @@ class ClientReads:
             return self._open().max_offset(topic, queue_id)
 
     def offset_for_time(self, topic: str, queue_id: int, ts_ms: int) -> int:
-        """RocketMQ's getOffsetInQueueByTime: the first queue offset stored at or after
-        `ts_ms` (clamped to the queue's range)."""
+        """RocketMQ's getOffsetInQueueByTime: the first queue offset stored in the
+        millisecond `ts_ms`, else the closer of the last one stored before it and the first
+        after it (a tie: the earlier), clamped to the queue's range."""
         check_types(
             "offset_for_time", topic=(topic, STR), queue_id=(queue_id, INT), ts_ms=(ts_ms, INT)
         )

@@ -80,11 +80,19 @@ def test_group_list_reset_dry_run_earliest_latest_time_and_delete(store: Store) 
     _ok(_cli("group", d, "reset", "--group", "g", "--topic", "gt", "--to", "latest"))
     assert (offsets.committed("g", "gt", 0), offsets.committed("g", "gt", 1)) == (5, 5)
 
-    # the time of the second batch's message 2 (queue 0 offset 4): each queue goes to its
-    # first message stored at or after it, offset 3 where message 0 (queue 0) or 1 (queue
-    # 1) was stored in the same millisecond, else offset 4
-    _ok(_cli("group", d, "reset", "--group", "g", "--topic", "gt", "--to", str(stamps[2])))
-    want = [3 if stamps[q] >= stamps[2] else 4 for q in (0, 1)]
+    # the time of the second batch's message 2 (queue 0 offset 4), by RocketMQ's
+    # getOffsetInQueueByTime: an exact match is the first unit stored in that millisecond,
+    # else the closer of the last older and the first newer unit (a tie: the older). Queue
+    # q's offsets 3 and 4 are the batch's messages q and q + 2.
+    t = stamps[2]
+    _ok(_cli("group", d, "reset", "--group", "g", "--topic", "gt", "--to", str(t)))
+
+    def by_time(older: int, newer: int) -> int:
+        if older == t or newer == t:
+            return 3 if older == t else 4
+        return 3 if t - older <= newer - t else 4
+
+    want = [by_time(stamps[q], stamps[q + 2]) for q in (0, 1)]
     assert [offsets.committed("g", "gt", q) for q in (0, 1)] == want
     with StoreClient.attach(store.path) as c:
         got = c.pull("gt", 0, offsets.committed("g", "gt", 0), 8)
