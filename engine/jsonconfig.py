@@ -8,7 +8,10 @@ that it replaces whole. mqstore does the same, from any number of processes:
   re-reads the file, changes it and replaces it with `fileio.write_file_atomic` (tmp
   file, fsync, rename, fsync of the directory): after a crash the file is the old or the
   new version, never a torn one;
-- a read takes no lock (a rename is atomic) and is cached by (mtime_ns, size, inode).
+- a read takes no lock (a rename is atomic) and is cached by (mtime_ns, size, inode);
+- a store shared with its group (`ipc_allow_group`: the store directory has group bits)
+  shares `config/` too (02770, files 0660): its members' clients read the topics' queue
+  counts and commit consumer offsets like the owner's.
 
 fastjson writes integer map keys unquoted (`{0:12}`); they are accepted on read. What
 mqstore writes is standard JSON. Unknown top-level keys are kept.
@@ -31,6 +34,26 @@ _UNQUOTED_INT_KEY = re.compile(r"([{,]\s*)(-?\d+)(\s*:)")
 
 def config_path(store_dir: str | os.PathLike[str], name: str) -> str:
     return os.path.join(os.fspath(store_dir), "config", name)
+
+
+def group_shared(store_dir: str | os.PathLike[str]) -> bool:
+    """Whether the store is shared with its group (its directory has group bits)."""
+    try:
+        return bool(os.stat(store_dir).st_mode & 0o070)
+    except OSError:
+        return False
+
+
+def share_config_dir(store_dir: str | os.PathLike[str]) -> None:
+    """Make `config/` the group's too (02770). Supervisor only, at boot, when the store is
+    shared; files written there afterwards are 0660 (`update`)."""
+    d = os.path.join(os.fspath(store_dir), "config")
+    fileio.makedirs(d)
+    os.chmod(d, 0o2770)
+
+
+def _file_mode(path: str) -> int:
+    return 0o660 if group_shared(os.path.dirname(os.path.dirname(path))) else 0o600
 
 
 def parse(text: str) -> dict[str, Any]:
@@ -81,7 +104,7 @@ class CachedDoc:
 def _locked(path: str) -> Iterator[None]:
     fileio.makedirs(os.path.dirname(path))
     lock = path + ".lock"
-    fd = fileio.open_file(lock, create=True)
+    fd = fileio.open_file(lock, create=True, mode=_file_mode(path))
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -97,5 +120,5 @@ def update(path: str, change: Callable[[dict[str, Any]], bool]) -> dict[str, Any
         doc = read(path)
         if change(doc):
             data = json.dumps(doc, indent=1, sort_keys=False).encode("utf-8") + b"\n"
-            fileio.write_file_atomic(path, data)
+            fileio.write_file_atomic(path, data, mode=_file_mode(path))
         return doc

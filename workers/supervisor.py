@@ -50,7 +50,7 @@ from typing import Any, Final
 from mqstore import _native
 from mqstore.conf.load import ConfigError, LoadedSettings, load_settings
 from mqstore.conf.settings import FlushDiskType, settings_doc
-from mqstore.engine import fileio, geometry
+from mqstore.engine import fileio, geometry, jsonconfig
 from mqstore.engine.checkpoint import StoreCheckpoint
 from mqstore.engine.fileio import StoreIOError
 from mqstore.engine.indexfile import IndexGeometryError
@@ -213,6 +213,8 @@ class Supervisor:
         end, offsets = self._recover(was_dirty)
         if not recorded:  # the store's first start: from now on it owns its geometry
             geometry.write_record(self.store_dir, self.geometry)
+        if share:  # its members' clients read the topics and commit offsets there
+            jsonconfig.share_config_dir(self.store_dir)
         for name in c.remove_leftovers(self.store_dir):
             self._say(f"removed shared memory left by a crashed run: {name}", "WARNING")
         generation = time.time_ns() // 1000 % 10**12
