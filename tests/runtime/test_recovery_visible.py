@@ -15,6 +15,7 @@ import pytest
 from mqstore.engine.commitlog import CommitLog
 from mqstore.engine.record import Message
 from mqstore.engine.recovery_progress import PROGRESS_FILE
+from mqstore.workers.commands.status import NOT_SERVING_YET
 from tests.runtime.conftest import StoreFactory
 from tests.runtime.harness import DEFAULT_CONFIG, REPO, wait_for
 
@@ -51,7 +52,7 @@ def test_recovery_is_visible_and_answers_sigterm(make_store: StoreFactory) -> No
     try:
         assert progress.exists(), "recovery finished before it could be looked at"
         out = _status(str(st.path))
-        assert out.returncode == 0, out.stderr
+        assert out.returncode == NOT_SERVING_YET, out.stderr  # a script's "ready?" says no
         assert out.stdout.startswith("recovering: "), out.stdout
         assert f"(supervisor pid {st.proc.pid})" in out.stdout
         doc = json.loads(_status(str(st.path), "--json").stdout)

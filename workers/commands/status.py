@@ -30,6 +30,10 @@ from mqstore.ipc.locks import store_lock_holder
 from mqstore.workers.commands._console import make_console
 from mqstore.workers.commands._signals import stop_signals
 
+# The exit code while a supervisor holds the store but does not serve yet (it starts or
+# recovers): EX_TEMPFAIL, "try again later". 0 means it serves; 1, that none runs.
+NOT_SERVING_YET = 75
+
 NAME = "status"
 HELP = "show positions, lags, pool, flags, workers, put rates and latency, fsyncs"
 
@@ -210,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
                 print(json.dumps(starting) if args.json else line, flush=True)
                 shown = line
             if not args.watch:
-                return 0
+                return NOT_SERVING_YET
             time.sleep(1.0)
     if args.json and not args.watch:
         print(json.dumps(doc, indent=2))
