@@ -108,7 +108,7 @@ class _FlushWaits:
                 done = [
                     w
                     for w in self._waiters
-                    if code == 2 or w[0] <= flushed or now - w[1] >= timeout
+                    if code >= 2 or w[0] <= flushed or now - w[1] >= timeout
                 ]
                 self._waiters = [w for w in self._waiters if w not in done]
             if done:
@@ -128,6 +128,14 @@ class _FlushWaits:
                 )
             elif end <= flushed:
                 fut.set_result((OK, ""))
+            elif code == 3:  # the generation ended without flushing it (ipc.fence)
+                fut.set_result(
+                    (
+                        PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                        "the store was stopped or restarted while this put was in progress; "
+                        "it was not stored: put it again",
+                    )
+                )
             else:
                 fut.set_result(
                     (

@@ -212,7 +212,8 @@ class Flags(_View):
         self._change(c.FLAG_READ_ONLY, True)
 
     def mark_stopped(self) -> None:
-        """The supervisor only, at the end of its drain: STOPPED, then RUNNING off."""
+        """The supervisor only, at the end of its drain (or over a crashed run's block,
+        `ipc.fence.retire_leftovers`): STOPPED, then RUNNING off."""
         self._change(c.FLAG_STOPPED, True)
         self._change(c.FLAG_RUNNING, False)
 
@@ -321,7 +322,7 @@ WRITERS: Final[dict[str, tuple[str, ...]]] = {
     ),
     "mark_refusing_writes": ("workers/supervisor.py",),
     "mark_read_only": ("workers/service.py", "workers/flusher.py", "workers/supervisor.py"),
-    "mark_stopped": ("workers/supervisor.py",),
+    "mark_stopped": ("workers/supervisor.py", "ipc/fence.py"),
     "set_disk_state": ("workers/cleaner.py",),
     "record_fsync": ("ipc/commit.py",),
     "count_flush_failure": ("workers/flusher.py",),

@@ -101,8 +101,18 @@ class GeneralPath(Preparer):
 
     # --- reservation: the general path (rolls, waits, new queue rows) ---------------------
 
+    def _fenced_reason(self) -> str:
+        """Why a put of a fenced generation failed (`ipc.fence`)."""
+        return (
+            f"the store was stopped or restarted while this put was in progress (generation "
+            f"{self._cb.generation} is over); it was not stored: put it again"
+        )
+
     def _lock_failed(self, code: int) -> _Busy:
-        """The status for a reservation lock the C side could not take."""
+        """The status for a C put that did not finish: the reservation lock it could not
+        take, or its generation fenced (`ipc.fence`)."""
+        if code == _native.FENCED:
+            return _Busy(PutMessageStatus.SERVICE_NOT_AVAILABLE, self._fenced_reason())
         if code == _native.LOCK_TIMEOUT:
             return _Busy(
                 PutMessageStatus.OS_PAGECACHE_BUSY,
@@ -191,7 +201,7 @@ class GeneralPath(Preparer):
                     at = start
                     qslots = self._qslots
                     qtable_off = self._qtable_off
-                    for p in preps:
+                    for i, p in enumerate(preps):
                         key = (p[_P_TOPIC], p[_P_QUEUE])
                         qs = qslots.get(key)
                         if qs is None:
@@ -211,9 +221,10 @@ class GeneralPath(Preparer):
                         else:
                             qo = 0
                         qoffs.append(qo)
+                        joined = c.STATE_JOINED if i or blank else 0  # one reservation
                         _SLOT_PACK(
                             buf, slot_off + (seq % count) * slot_row, at, qo, now, p[_P_SIZE],
-                            pid, qs if p[_P_TAKES] else -2, c.STATE_RESERVED,
+                            pid, qs if p[_P_TAKES] else -2, c.STATE_RESERVED | joined,
                         )  # fmt: skip
                         seq += 1
                         at += p[_P_SIZE]
@@ -249,14 +260,17 @@ class GeneralPath(Preparer):
     def _abandon(self, first: int, count: int) -> None:
         """Hand reservations this process will not finish to the publisher's filler."""
         for seq in range(first, first + count):
-            if self._cb.slot_state(seq) == c.STATE_RESERVED:
-                self._cb.set_slot_state(seq, c.STATE_ABANDONED)
+            state = self._cb.slot_state(seq)
+            if state & c.STATE_MASK == c.STATE_RESERVED:
+                self._cb.set_slot_state(seq, c.STATE_ABANDONED | (state & c.STATE_JOINED))
 
     def _copy(
         self, preps: list[_Prep], first: int, start: int, blank: int, now: int, qoffs: list[int]
     ) -> None:
         """The general path's copy: the C encoder writes each record (and the BLANK
-        that ends the previous segment) and marks its slot DONE."""
+        that ends the previous segment), then the reservation is completed, all or
+        nothing (`Appender.complete`). Raises _Busy when its generation was fenced
+        meanwhile (the filler had it: nothing of it is read)."""
         seg_size = self._seg_size
         seq = first
         index = start // seg_size
@@ -271,6 +285,8 @@ class GeneralPath(Preparer):
             seq += 1
             pos += p[_P_SIZE]
             start += p[_P_SIZE]
+        if self._app.complete(first, seq - first) == _native.FENCED:
+            raise _Busy(PutMessageStatus.SERVICE_NOT_AVAILABLE, self._fenced_reason())
 
     # --- the common case: one C call ------------------------------------------------------
 

@@ -128,7 +128,8 @@ class Producer(GeneralPath):
 
     def wait_flushed(self, end: int, timeout_s: float) -> int:
         """Wait until the flusher's flushed position covers `end`, at most `timeout_s`
-        (a futex wait, GIL released): 0 covered, 1 not yet, 2 fsync failed (read-only).
+        (a futex wait, GIL released): 0 covered, 1 not yet, 2 fsync failed (read-only),
+        3 the generation ended without flushing it (`ipc.fence`).
         AttributeError or ValueError while the client re-attaches."""
         return self._app.wait_flushed(end, int(timeout_s * 1e9))
 
@@ -140,6 +141,8 @@ class Producer(GeneralPath):
             return OK, ""
         if code == 1:
             return PutMessageStatus.FLUSH_DISK_TIMEOUT, self._flush_reason(1)
+        if code == 3:
+            return PutMessageStatus.SERVICE_NOT_AVAILABLE, self._fenced_reason()
         return PutMessageStatus.FLUSH_DISK_FAILED, self._flush_reason(2)
 
     def _flush_reason(self, code: int) -> str:
@@ -280,6 +283,9 @@ class Producer(GeneralPath):
             lock_ns = t_locked - t_wait  # the whole reservation: lock and any waits
             try:
                 self._copy(preps, first, start, blank, now, qoffs)
+            except _Busy as e:  # fenced: the filler has it
+                self._record(t0, 1, 0, e.status, False)
+                return self._failed(PutResult(e.status, e.reason))
             except BaseException:
                 self._abandon(first, 1 + (1 if blank else 0))
                 raise
@@ -427,6 +433,9 @@ class Producer(GeneralPath):
                 t_locked = _perf_ns()
                 try:
                     self._copy(preps, first, start, blank, now, qoffs)
+                except _Busy as e:  # fenced: the filler has it
+                    self._record(t0, len(msgs), 0, e.status, False)
+                    return [PutResult(e.status, e.reason) for _ in msgs]
                 except BaseException:
                     self._abandon(first, len(preps) + (1 if blank else 0))
                     raise

@@ -54,6 +54,7 @@ from mqstore.ipc import access
 from mqstore.ipc import control as c
 from mqstore.ipc.commit import LogFiles
 from mqstore.ipc.control_views import Flags, Positions
+from mqstore.ipc.fence import fence, fresh_inodes, retire_leftovers
 from mqstore.ipc.locks import StoreLockHeld, take_store_lock
 from mqstore.ipc.reservation import live_lock_path
 from mqstore.workers import sdnotify, stats
@@ -202,10 +203,9 @@ class Supervisor:
         was_dirty = os.path.exists(abort)
         fileio.write_file_atomic(abort, b"")
         end, offsets = self._recover(was_dirty)
-        for name in c.remove_leftovers(self.store_dir):
-            self._say(f"removed shared memory left by a crashed run: {name}", "WARNING")
-        generation = time.time_ns() // 1000 % 10**12
         pool_n = s.transient_store_pool_size if s.transient_store_pool_enable else 0
+        self._retire_old_generation(end, was_dirty and pool_n == 0)
+        generation = time.time_ns() // 1000 % 10**12
         geo = c.Geometry(s.segment_size_bytes, pool_n)
         nonce = secrets.randbits(62) + 1
         try:
@@ -271,6 +271,20 @@ class Supervisor:
             f"pid {os.getpid()} serving {self.store_dir} from offset {end} "
             f"({s.flush_disk_type.value}, pool {'off' if not pool_n else f'{pool_n} buffers'})"
         )
+
+    def _retire_old_generation(self, end: int, fresh_files: bool) -> None:
+        """Fence every control block a crashed run left (`ipc.fence.retire_leftovers`:
+        a producer of it that sleeps through this restart is told its put failed) and
+        remove them; with the pool off after an unclean stop, give the files from the
+        recovered end on new inodes, which no stale mapping of theirs reaches. The
+        store is locked (its directory: nobody else runs it), so they are a crashed
+        run's whatever files were deleted."""
+        for name in retire_leftovers(self.store_dir):
+            self._say(f"fenced and removed shared memory left by a crashed run: {name}", "WARNING")
+        if fresh_files:
+            done = fresh_inodes(self.store_dir, self.settings.segment_size_bytes, end, end)
+            if done:
+                self._say(f"gave {len(done)} commit-log file(s) from offset {end} new inodes")
 
     def _recover(self, was_dirty: bool) -> tuple[int, dict[tuple[str, int], int]]:
         """RocketMQ's recovery (`engine.recovery`): abnormal when `abort` was there before
@@ -588,15 +602,20 @@ class Supervisor:
         s = self.settings
         Flags(cb).mark_refusing_writes()
         # No producer is inside the reservation step after this (one that is stopped in
-        # it does not hold the stop up: its reservation is filled at the drain).
+        # it does not hold the stop up: its reservation is past the fence, never
+        # published, and its put fails).
+        pos = Positions(cb)
+        stale_from = -1  # where a producer that sleeps through the stop may still write
         if not self._fence_reservations(cb):
             holder = stats.reservation_holder(cb)
             who = f"producer pid {holder['pid']} ({holder['state']})" if holder else "a producer"
             self._say(
-                f"{who} holds the reservation lock; stopping without it (its reservation "
-                "is filled at the drain, as a dead producer's)",
+                f"{who} holds the reservation lock; stopping without it (its put fails: "
+                "the generation is fenced)",
                 "WARNING",
             )
+            stale_from = pos.reserved
+        fence_seq = fence(cb)
         for w in self.workers:
             if w.proc is not None:
                 w.proc.send_signal(signal.SIGTERM)
@@ -619,18 +638,19 @@ class Supervisor:
             self._close_reason(w)
         code = int(ExitCode.OK)
         files = LogFiles(self.store_dir, cb, s.store_host)
-        pos = Positions(cb)
         try:
             deadline = time.monotonic() + STOP.drain_s
             while True:
                 files.publish_locked()
-                if pos.published >= pos.reserved:
+                if pos.published_seq >= fence_seq:
                     break
                 if time.monotonic() >= deadline:
+                    at = pos.published
                     n = files.publish_locked(force=True)
                     self._say(
                         f"filled {n} reservations nobody finished (none acknowledged)", "WARNING"
                     )
+                    stale_from = at if stale_from < 0 else min(stale_from, at)
                     break
                 time.sleep(0.005)
             clean = False
@@ -642,10 +662,14 @@ class Supervisor:
                     try:
                         files.commit(0)
                         files.flush(0)
-                        clean = pos.flushed >= pos.reserved
+                        # everything below the fence, the generation's last reservation
+                        clean = pos.published_seq >= fence_seq and pos.flushed >= pos.published
                         break
                     except StoreIOError as e:
                         self._say(f"final flush failed (attempt {attempt + 1}): {e}", "ERROR")
+            if clean and stale_from >= 0 and not files.pool:
+                files.close()  # its mappings of the files being replaced
+                fresh_inodes(self.store_dir, cb.segment_size, stale_from, pos.flushed)
             if not clean:
                 code = int(ExitCode.FLUSH_FAILED)
             else:

@@ -207,7 +207,7 @@ static int appender_init(Appender *self, PyObject *args, PyObject *kw)
     uint8_t *c = self->ctl.buf;
     if (self->ctl.len < MQS_SLOTS_OFF || *mqs_i64(c, 0) != MQS_MAGIC_VERSION) {
         PyBuffer_Release(&self->ctl);
-        PyErr_SetString(PyExc_ValueError, "ctl is not a control block of layout version 3");
+        PyErr_SetString(PyExc_ValueError, "ctl is not a control block of layout version 4");
         return -1;
     }
     self->a.ctl = c;
@@ -274,11 +274,11 @@ static void appender_dealloc(Appender *self)
 /* The lock, without the GIL when it has to wait (`waited`: how long; 0 when free). */
 static int take_lock(Appender *self, int64_t timeout_ns, int64_t *waited)
 {
-    int rc = mqs_lock(self->a.ctl, 0);
+    int rc = mqs_lock(self->a.ctl, self->ctl.len, 0);
     *waited = 0;
     if (rc == MQS_LOCK_TIMEOUT && timeout_ns > 0) {
         int64_t t0 = mqs_mono_ns();
-        Py_BEGIN_ALLOW_THREADS rc = mqs_lock(self->a.ctl, timeout_ns);
+        Py_BEGIN_ALLOW_THREADS rc = mqs_lock(self->a.ctl, self->ctl.len, timeout_ns);
         Py_END_ALLOW_THREADS
         *waited = mqs_mono_ns() - t0;
     }
@@ -297,8 +297,10 @@ static uint8_t *dest(Appender *self, Py_buffer *target, int64_t off, int64_t siz
     return (uint8_t *)target->buf + pos;
 }
 
-static void copy_all(Appender *self, uint8_t *const *dst, const struct mqs_item *items, int n,
-                     const int64_t *qoffs, const struct mqs_reservation *r)
+/* Copy every record, then complete the reservation (all or nothing) and publish:
+ * MQS_OK, or MQS_FENCED (nothing of it is read). */
+static int copy_all(Appender *self, uint8_t *const *dst, const struct mqs_item *items, int n,
+                    const int64_t *qoffs, const struct mqs_reservation *r)
 {
     int64_t at = r->start;
     for (int i = 0; i < n; i++) {
@@ -310,10 +312,12 @@ static void copy_all(Appender *self, uint8_t *const *dst, const struct mqs_item 
             (void)*(volatile const uint8_t *)(dst[i] + items[i].size - 1);
         }
         mqs_copy(dst[i], &items[i].msg, qoffs[i], at, r->store_ts);
-        mqs_mark_done(self->a.ctl, self->a.slot_count, r->seq + i);
         at += items[i].size;
     }
-    mqs_publish(self->a.ctl, self->a.slot_count);
+    int rc = mqs_complete(self->a.ctl, self->a.slot_count, r->seq, n);
+    if (rc == MQS_OK)
+        mqs_publish(self->a.ctl, self->a.slot_count);
+    return rc;
 }
 
 int mqs_append_items(Appender *self, PyObject *target_obj, int64_t target_index,
@@ -361,17 +365,17 @@ int mqs_append_items(Appender *self, PyObject *target_obj, int64_t target_index,
     }
     self->busy++;
     if (bytes >= MQS_NOGIL_BYTES) {
-        Py_BEGIN_ALLOW_THREADS copy_all(self, dst, items, n, qoffs, r);
+        Py_BEGIN_ALLOW_THREADS rc = copy_all(self, dst, items, n, qoffs, r);
         Py_END_ALLOW_THREADS
     } else {
-        copy_all(self, dst, items, n, qoffs, r);
+        rc = copy_all(self, dst, items, n, qoffs, r);
     }
     self->busy--;
     if (dst != one)
         PyMem_Free(dst);
     if (target.obj)
         PyBuffer_Release(&target);
-    return MQS_OK;
+    return rc;
 }
 
 static PyObject *appender_put(Appender *self, PyObject *const *args, Py_ssize_t nargs)
@@ -487,6 +491,7 @@ static PyObject *appender_write(Appender *self, PyObject *const *args, Py_ssize_
         PyErr_SetString(PyExc_ValueError, "the record does not fit the target at pos");
         return NULL;
     }
+    (void)seq; /* its slot is completed with the rest of the reservation (`complete`) */
     uint8_t *dst = (uint8_t *)t.buf + pos;
     if (blank) {
         mqs_blank_write(dst, (int32_t)size);
@@ -494,10 +499,30 @@ static PyObject *appender_write(Appender *self, PyObject *const *args, Py_ssize_
         it.msg.body_crc = mqs_body_crc(it.msg.body, it.msg.body_len);
         mqs_copy(dst, &it.msg, qo, po, sts);
     }
-    mqs_mark_done(self->a.ctl, self->a.slot_count, seq);
-    mqs_publish(self->a.ctl, self->a.slot_count);
     PyBuffer_Release(&t);
     Py_RETURN_NONE;
+}
+
+/* complete(first, n) -> 0 | FENCED: the general path's reservation of `n` slots from
+ * `first`, every record written, completed all or nothing and published. */
+static PyObject *appender_complete(Appender *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int64_t first, n;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "complete(first, n) takes 2 arguments");
+        return NULL;
+    }
+    if (appender_ready(self) < 0 || mqs_arg_i64(args[0], "first", &first) < 0 ||
+        mqs_arg_i64(args[1], "n", &n) < 0)
+        return NULL;
+    if (first < 0 || n < 1 || n > self->a.slot_count) {
+        PyErr_SetString(PyExc_ValueError, "first must be >= 0 and n 1 to slot_count");
+        return NULL;
+    }
+    int rc = mqs_complete(self->a.ctl, self->a.slot_count, first, n);
+    if (rc == MQS_OK)
+        mqs_publish(self->a.ctl, self->a.slot_count);
+    return PyLong_FromLong(rc);
 }
 
 static PyObject *appender_lock(Appender *self, PyObject *arg)
@@ -532,8 +557,8 @@ int mqs_wait_flushed(Appender *self, int64_t end, int64_t timeout_ns)
             tick = 1;
         Py_BEGIN_ALLOW_THREADS rc = mqs_wait_flushed_tick(ctl, end, tick);
         Py_END_ALLOW_THREADS
-        if (rc == MQS_FLUSHED || rc == MQS_FLUSH_FAILED) {
-            out = rc == MQS_FLUSHED ? 0 : 2;
+        if (rc == MQS_FLUSHED || rc == MQS_FLUSH_FAILED || rc == MQS_WAIT_FENCED) {
+            out = rc == MQS_FLUSHED ? 0 : rc == MQS_FLUSH_FAILED ? 2 : 3;
             break;
         }
         if (PyErr_CheckSignals() < 0)
@@ -650,12 +675,16 @@ static PyMethodDef appender_methods[] = {
     FAST("write", appender_write,
          "write(target, pos, seq, prep, queue_offset, physical_offset, store_timestamp): the "
          "general path's copy of one reserved record (prep None: a BLANK of store_timestamp "
-         "bytes), then its slot DONE."),
+         "bytes); `complete` marks the reservation done."),
+    FAST("complete", appender_complete,
+         "complete(first, n) -> 0 | FENCED: the general path's reservation of n slots from "
+         "first, all written: DONE all or nothing, then published."),
     {"lock", (PyCFunction)appender_lock, METH_O,
      "lock(timeout_ns) -> int: take the reservation lock (0) or a code (< 0)."},
     {"unlock", (PyCFunction)appender_unlock, METH_NOARGS, "unlock(): release it."},
     FAST("wait_flushed", appender_wait_flushed,
-         "wait_flushed(end, timeout_ns) -> 0 flushed | 1 timed out | 2 flush failed."),
+         "wait_flushed(end, timeout_ns) -> 0 flushed | 1 timed out | 2 flush failed | 3 the "
+         "generation ended (fenced) without flushing it."),
     MQS_PUT_METHODS
     {"close", (PyCFunction)appender_close, METH_NOARGS, "Release the shared buffers."},
     {NULL, NULL, 0, NULL},
@@ -777,6 +806,10 @@ static const struct {
     {"OFF_LOCK_TIMEOUTS", (long long)MQS_OFF_LOCK_TIMEOUTS},
     {"OFF_OWNER_DEAD", (long long)MQS_OFF_OWNER_DEAD},
     {"OFF_GATHER_WANT", (long long)MQS_OFF_GATHER_WANT},
+    {"OFF_FENCE_SEQ", (long long)MQS_OFF_FENCE_SEQ},
+    {"FLAG_FENCED", (long long)MQS_FLAG_FENCED},
+    {"STATE_FILLING", (long long)MQS_STATE_FILLING},
+    {"STATE_JOINED", (long long)MQS_STATE_JOINED},
     {"SLOTS_OFF", (long long)MQS_SLOTS_OFF},
     {"SLOT_ROW", (long long)MQS_SLOT_ROW},
     {"OFF_FSYNC_COUNT", (long long)MQS_OFF_FSYNC_COUNT},
@@ -833,7 +866,8 @@ PyMODINIT_FUNC PyInit__native(void)
         mqs_put_add(m) < 0 ||
         PyModule_AddIntConstant(m, "FALLBACK", MQS_FALLBACK) < 0 ||
         PyModule_AddIntConstant(m, "LOCK_TIMEOUT", MQS_LOCK_TIMEOUT) < 0 ||
-        PyModule_AddIntConstant(m, "LOCK_BROKEN", MQS_LOCK_BROKEN) < 0) {
+        PyModule_AddIntConstant(m, "LOCK_BROKEN", MQS_LOCK_BROKEN) < 0 ||
+        PyModule_AddIntConstant(m, "FENCED", MQS_FENCED) < 0) {
         Py_DECREF(m);
         return NULL;
     }

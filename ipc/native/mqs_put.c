@@ -506,6 +506,8 @@ static int put_items(Appender *self, struct mqs_item *items, int n, int sync, in
         outcome = mqs_wait_flushed(self, r->start + total, c->sync_timeout_ns);
         if (outcome < 0)
             return -100;
+        if (outcome == 3)
+            return MQS_FENCED; /* the generation ended without flushing it */
         t_done = mqs_mono_ns();
     }
     int64_t v[9] = {n, total, PyLong_AsLong(PyTuple_GET_ITEM(c->outcomes[outcome], 1)),

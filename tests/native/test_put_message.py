@@ -298,17 +298,25 @@ SLOTS = 16
 @given(
     published=st.integers(0, 40),
     states=st.lists(
-        st.sampled_from([c.STATE_RESERVED, c.STATE_DONE, c.STATE_ABANDONED]),
+        st.tuples(
+            st.sampled_from(
+                [c.STATE_RESERVED, c.STATE_DONE, c.STATE_ABANDONED, c.STATE_FILLING]
+            ),
+            st.sampled_from([0, c.STATE_JOINED]),
+        ).map(lambda t: t[0] | t[1]),
         min_size=0,
         max_size=SLOTS,
     ),
     sizes=st.lists(st.integers(1, 5000), min_size=SLOTS, max_size=SLOTS),
+    fence=st.one_of(st.just(0), st.integers(1, 60)),
 )
 def test_publish_matches_its_python_twin(
-    published: int, states: list[int], sizes: list[int]
+    published: int, states: list[int], sizes: list[int], fence: int
 ) -> None:
+    """Joined slots publish like any DONE one, and nothing at or past the fence."""
     buf = bytearray(c.SLOTS_OFF + SLOTS * c.SLOT_ROW)
     struct.pack_into("<q", buf, c.OFF_SLOT_COUNT, SLOTS)
+    struct.pack_into("<q", buf, c.OFF_FENCE_SEQ, fence)
     at = 1000 * published
     struct.pack_into("<qq", buf, c.OFF_PUBLISHED, at, published)
     struct.pack_into("<q", buf, c.OFF_SEQ, published + len(states))

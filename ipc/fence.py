@@ -1,0 +1,158 @@
+"""Fencing: one running generation per store (DESIGN.md §10).
+
+Every supervisor start is a new generation with its own control block (and pool). A
+writer makes nothing visible unless its generation is the running one, so a producer
+that slept (SIGSTOP, a debugger, a paused VM) through a stop, a restart or a recovery
+finds itself fenced and gets SERVICE_NOT_AVAILABLE, never PUT_OK:
+
+* **The fence** (`fence`, C `mqs_fence`): FENCED and REFUSE_WRITES in the block's flags
+  (no reservation from then on), then `fence_seq`, 1 + the `seq` it read after the flag.
+  Reservations below it are drained: completed by their producers, or claimed and
+  filled (`ipc.commit.LogFiles.publish`, C `mqs_claim`: a compare-and-swap against the
+  producer's own, so exactly one wins). A reservation committed later (its producer was
+  stopped inside the reservation step, which the stop goes on without) is never
+  published (`mqs_publish` stops at the fence) and its completion fails.
+* **Who fences**: the stopping supervisor after the reservation fence, before its last
+  drain (`Supervisor.shutdown`); the next supervisor over the blocks a crashed run left
+  (`retire_leftovers`: fence, claim everything unpublished, STOPPED, wake the waiters,
+  then unlink). A sync waiter whose end the last flush did not cover stops at STOPPED
+  with the fenced outcome (`mqs_wait_flushed_tick`).
+* **Files** (pool off: producers write into the segment files' shared mappings, and a
+  mapping outlives the block): the new generation never shares an inode with an old
+  writer. `fresh_inodes` replaces the segment files from a position to the log's end by
+  copies (fsynced, renamed over them) and removes the ones after (the allocator makes
+  new ones), so a stale mapping writes into an unlinked inode. The next supervisor runs
+  it at the recovered end after an unclean stop (a sleeping producer's reservation is
+  never before it: the crash recovery cuts the log at its hole); the stopping
+  supervisor from the first reservation it had to fill or go on without. A stop where
+  every producer finished needs nothing. With the pool on, producers write only into
+  the pool, which goes with its block.
+
+The trust model (what a resumed process, a deleted file and a scribbled block can do)
+is in docs/durability.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+from typing import Final
+
+from mqstore import _native
+from mqstore.engine import fileio
+from mqstore.engine.segment import Segment, segment_file_name
+from mqstore.engine.segment_files import numbered_files
+from mqstore.ipc import control as c
+from mqstore.ipc.control_views import Flags, Positions
+
+COPY_CHUNK: Final = 1 << 20
+
+
+def fence(cb: c.ControlBlock) -> int:
+    """End `cb`'s generation (see the module docstring); the fence's seq."""
+    return _native.fence(cb.buf)
+
+
+def _claim_unpublished(buf: memoryview) -> int:
+    """Claim every reservation below the fence not yet DONE, so that its producer's
+    completion fails (a crashed run's block: nobody will fill or publish it). Returns
+    the slots claimed."""
+    pos = Positions(buf)
+    end = _native.fence_seq(buf)
+    seq, claimed = pos.published_seq, 0
+    while 0 <= seq < end:
+        n = _native.claim(buf, seq)
+        if n < 0:
+            break
+        claimed += n
+        seq += max(n, 1)
+    return claimed
+
+
+def retire_leftovers(store_dir: str) -> list[str]:
+    """The next supervisor, holding the store's lock, before it creates its block: fence
+    each control block a crashed run of this store left, claim what it did not publish,
+    mark it STOPPED and wake its sync waiters (they answer fenced), then unlink every
+    leftover segment. A block that is not one of ours (another layout, too short) is
+    unlinked untouched. Returns the names removed."""
+    for name in c.leftover_shm(store_dir):
+        if name.endswith("-ctl"):
+            with contextlib.suppress(OSError, ValueError):
+                _retire_block(name)
+    return c.remove_leftovers(store_dir)
+
+
+def _retire_block(name: str) -> None:
+    fd = os.open(os.path.join("/dev/shm", name), os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+    try:
+        size = os.fstat(fd).st_size
+        if size < c.SLOTS_OFF:
+            return
+        mm = mmap.mmap(fd, size)
+    finally:
+        os.close(fd)
+    buf = memoryview(mm)
+    try:
+        if not c.has_magic(buf):
+            return
+        _native.fence(buf)
+        with contextlib.suppress(ValueError):  # a slot count out of range: nothing to claim
+            _claim_unpublished(buf)
+        Flags(buf).mark_stopped()
+        _native.flushed_wake_all(buf)
+    finally:
+        buf.release()
+        mm.close()
+
+
+def fresh_inodes(store_dir: str, segment_size: int, first: int, end: int) -> list[str]:
+    """Pool off: the segment files holding the log from `first` to `end` become new
+    inodes with the same bytes below `end` (copied, fsynced, renamed over the old
+    ones), and every segment file after `end`'s is removed (the allocator makes new
+    ones), so that a mapping an older generation's producer still holds writes into
+    unlinked inodes only. The supervisor, with the store locked and no producer of its
+    own attached. Returns the files replaced or removed. Raises StoreIOError."""
+    log_dir = os.path.join(store_dir, "commitlog")
+    last = end // segment_size
+    done: list[str] = []
+    for index in range(min(first, end) // segment_size, last + 1):
+        start = index * segment_size
+        path = os.path.join(log_dir, segment_file_name(start))
+        if not os.path.exists(path):
+            continue
+        tmp = Segment.prepare(log_dir, start, segment_size)
+        try:
+            _copy_prefix(path, tmp, min(segment_size, end - start))
+            fileio.rename(tmp, path)
+        except BaseException:
+            fileio.unlink(tmp, missing_ok=True)
+            raise
+        done.append(path)
+    for later in numbered_files(log_dir):
+        if int(os.path.basename(later)) > last * segment_size:
+            fileio.unlink(later, missing_ok=True)
+            done.append(later)
+    if done:
+        fileio.fsync_dir(log_dir)
+    return done
+
+
+def _copy_prefix(src: str, dst: str, length: int) -> None:
+    """The first `length` bytes of `src` into `dst` (allocated already), fdatasynced."""
+    rfd = fileio.open_file(src, create=False, read_only=True)
+    try:
+        wfd = fileio.open_file(dst, create=False)
+        try:
+            at = 0
+            while at < length:
+                chunk = fileio.pread(rfd, min(COPY_CHUNK, length - at), at, src)
+                if not chunk:
+                    break
+                fileio.pwrite(wfd, chunk, at, dst)
+                at += len(chunk)
+            fileio.fdatasync(wfd, dst)
+        finally:
+            fileio.close(wfd, dst)
+    finally:
+        fileio.close(rfd, src)
