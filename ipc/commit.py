@@ -250,6 +250,16 @@ class LogFiles:
         pub, com = pos.published, pos.committed
         if pub <= com:
             return 0
+        if pub > pos.reserved:  # never commit bytes nobody reserved (a scribbled block)
+            raise fileio.StoreIOError(
+                "commit",
+                cb.ctl_name,
+                OSError(
+                    errno.EUCLEAN,
+                    f"the control block was overwritten: published {pub} is past reserved "
+                    f"{pos.reserved}",
+                ),
+            )
         size = self.size
         if (
             least_pages > 0

@@ -625,6 +625,30 @@ class ControlBlock:
 
     # --- self-check -------------------------------------------------------------------
 
+    def damage(self) -> str:
+        """Why this block cannot be trusted any more, or "": a geometry word that differs
+        from what it was when mapped, or positions out of order or negative (read from
+        the last writer to the first, so moving positions never look out of order).
+        Same-user writes into the block are out of the trust model; the supervisor
+        makes the store read-only on them rather than act on them. O(1)."""
+        for name, off, was in (
+            ("segment_size", OFF_SEGMENT_SIZE, self.segment_size),
+            ("pool_buffers", OFF_POOL_BUFFERS, self.pool_buffers),
+            ("slot_count", OFF_SLOT_COUNT, self.slot_count),
+            ("qtable_capacity", OFF_QCAP, self.qtable_capacity),
+        ):
+            now = self.get(off)
+            if now != was:
+                return f"{name} is {now}, it was {was}"
+        flushed, committed = self.get(OFF_FLUSHED), self.get(OFF_COMMITTED)
+        published, reserved = self.get(OFF_PUBLISHED), self.get(OFF_RESERVED)
+        if not 0 <= flushed <= committed <= published <= reserved:
+            return (
+                f"positions out of order: flushed {flushed}, committed {committed}, "
+                f"published {published}, reserved {reserved}"
+            )
+        return ""
+
     def check(self) -> list[Finding]:
         """Position and ring invariants (a snapshot: positions move while it reads, so
         it reads them from the last writer to the first). O(1)."""

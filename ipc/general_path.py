@@ -163,6 +163,8 @@ class GeneralPath(Preparer):
                         "once the cleaner has freed space"
                     )
                 reserved, seq = positions.reserved_and_seq()
+                if reserved < 0 or seq < 0:  # a scribbled block: never reserve there
+                    raise _Refused("the control block's positions are out of range")
                 index = reserved // seg_size
                 pos = reserved - index * seg_size
                 if pos + total + END_FILE_MIN_BLANK_LENGTH > seg_size:

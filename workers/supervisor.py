@@ -403,6 +403,22 @@ class Supervisor:
                 "WARNING",
             )
 
+    def _check_block(self, cb: c.ControlBlock) -> None:
+        """Every tick: a control block whose geometry or positions were overwritten
+        (`ControlBlock.damage`) makes the store read-only, with the reason in status,
+        before a worker acts on it (commits past the log, divides by a zero)."""
+        why = "" if self.read_only else cb.damage()
+        if not why:
+            return
+        Flags(cb).mark_read_only()
+        _native.flushed_wake_all(cb.buf)
+        message = f"supervisor: the control block was overwritten ({why})"
+        self.read_only = {
+            "worker": "supervisor", "op": "control block", "errno": "", "path": cb.ctl_name,
+            "message": message,
+        }  # fmt: skip
+        self._say(f"{message}; the store is read-only: restart it", "ERROR")
+
     def _judge_heartbeat(self, w: _Worker, now: float, hb_timeout: float) -> None:
         """SIGKILL a worker silent for longer than `heartbeat_timeout_ms` of the time it
         could run (`workers.heartbeat`: waiting for a CPU is not held against it)."""
@@ -536,6 +552,7 @@ class Supervisor:
                 self._watch_workers()
                 self._notify_ready()
                 assert self.cb is not None
+                self._check_block(self.cb)
                 self.puts.tick(self.cb)
             self._notify("STOPPING=1", "STATUS=draining")
             code = self.shutdown()

@@ -5,6 +5,9 @@ with MQSTORE_CRASHPOINT set, it kills or stops itself inside the second put.
 `reserve-only DIR`: attach, then put with the copy step replaced by a sleep: the space is
 reserved, the slot never becomes DONE. Prints "ready" from inside the copy step.
 `attach-exit DIR`: attach, put one message, exit without closing.
+`batch DIR`: attach, put b"warm" to ("batch", 0), then one put_batch of eight messages
+there without waiting; prints each status (run with MQSTORE_CRASHPOINT to die or stop in
+the batch's copy).
 """
 
 from __future__ import annotations
@@ -58,7 +61,16 @@ def produce_until_refused(store_dir: str) -> None:
     client.close()
 
 
+def batch(store_dir: str) -> None:
+    client = StoreClient.attach(store_dir)
+    print(client.put("batch", b"warm", queue_id=0, wait_store=False).status.value, flush=True)
+    msgs = [{"topic": "batch", "body": b"batch-%d" % i, "queue_id": 0} for i in range(8)]
+    for r in client.put_batch(msgs, wait_store=False):
+        print(r.status.value, flush=True)
+
+
 MODES = {
+    "batch": batch,
     "put-twice": put_twice,
     "reserve-only": reserve_only,
     "attach-exit": attach_exit,
