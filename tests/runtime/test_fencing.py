@@ -138,12 +138,12 @@ def test_a_producer_that_sleeps_through_a_restart_is_fenced(
 
 
 @pytest.mark.slow
-def test_a_sync_waiter_of_a_stopped_generation_is_fenced_not_acknowledged(
+def test_a_batch_that_sleeps_through_a_restart_is_fenced_whole(
     make_store: StoreFactory, children: list[subprocess.Popen[str]]
 ) -> None:
-    """A sync put whose producer stops after its copy completed but before it was
-    flushed: once the stop's drain ended, its wait answers SERVICE_NOT_AVAILABLE if the
-    drain did not flush it, PUT_OK if it did; never PUT_OK for what is not on disk."""
+    """A batch stopped in the copy of its first message, resumed after a stop and a
+    start: all eight answer SERVICE_NOT_AVAILABLE and none of them is read (the stop
+    filled them together)."""
     store = make_store()
     with StoreClient.attach(store.path) as client:
         acked = _put(client, "before", 10)
