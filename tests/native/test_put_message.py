@@ -299,9 +299,7 @@ SLOTS = 16
     published=st.integers(0, 40),
     states=st.lists(
         st.tuples(
-            st.sampled_from(
-                [c.STATE_RESERVED, c.STATE_DONE, c.STATE_ABANDONED, c.STATE_FILLING]
-            ),
+            st.sampled_from([c.STATE_RESERVED, c.STATE_DONE, c.STATE_ABANDONED, c.STATE_FILLING]),
             st.sampled_from([0, c.STATE_JOINED]),
         ).map(lambda t: t[0] | t[1]),
         min_size=0,
