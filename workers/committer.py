@@ -6,8 +6,9 @@ of pool buffers): publish the finished reservations, then commit with
 last thorough commit. After a commit that moved data it wakes the flusher if it sleeps
 (a futex word in the control block, `mqstore._native.flusher_wake`). A pool buffer
 is free again as soon as its segment is fully committed (producers check that).
-Drain on stop: commit everything published, bounded in time. A failed pwrite fails the
-store closed (`workers.service`).
+Drain on stop: fence the generation if the supervisor did not (it died: `ipc.fence`, so
+no put completes after this drain unseen), then commit everything below the fence,
+bounded in time. A failed pwrite fails the store closed (`workers.service`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Final
 from mqstore import _native
 from mqstore.ipc.commit import LogFiles
 from mqstore.ipc.control_views import Positions
+from mqstore.ipc.fence import fence
 from mqstore.workers.base import WorkerContext
 from mqstore.workers.service import Service, run
 
@@ -32,6 +34,7 @@ class Committer(Service):
         self.files = LogFiles(ctx.store_dir, ctx.cb, ctx.settings.store_host)
         self.pos = Positions(ctx.cb)
         self.last = self.last_thorough = time.monotonic()
+        self.fence_seq = -1
 
     def _pressure(self) -> bool:
         """Producers are about to run out of pool buffers: commit now, whole pages or not."""
@@ -59,8 +62,10 @@ class Committer(Service):
         return POLL_S
 
     def drain_step(self) -> bool:
+        if self.fence_seq < 0:  # the stopping supervisor fenced already: its seq
+            self.fence_seq = fence(self.ctx.cb)
         self.files.commit(0)
-        return self.pos.published >= self.pos.reserved
+        return self.pos.published_seq >= self.fence_seq
 
     def close(self) -> None:
         self.files.close()
