@@ -178,14 +178,14 @@ class LogFiles:
             fence = _native.fence_seq(cb.buf)
             if ps >= (pos.seq if fence < 0 else min(pos.seq, fence)):
                 return advanced
-            _off, _qo, _sts, _size, pid, _qslot, state = cb.slot(ps)
+            off, _qo, _sts, _size, pid, _qslot, state = cb.slot(ps)
             st = state & c.STATE_MASK
             if st != c.STATE_DONE:
-                if not (
-                    st in (c.STATE_ABANDONED, c.STATE_FILLING)
-                    or (st == c.STATE_RESERVED and (force or self._dead(ps, pid)))
-                ):
+                dead = st == c.STATE_RESERVED and self._dead(ps, pid)
+                if not (st in (c.STATE_ABANDONED, c.STATE_FILLING) or dead or force):
                     return advanced
+                if not dead and st == c.STATE_RESERVED:  # its producer may wake and write
+                    Reservation(cb).mark_stale(off)
                 self._fill_claimed(ps)
             moved = _native.publish(cb.buf)
             if moved == 0:

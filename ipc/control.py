@@ -54,7 +54,10 @@ flusher's SYNC_FLUSH round (commit, flush, its statistics and histograms, as
 |     |                  | statistics only)                                         |
 | 184 | fillers          | the commit step's publisher: `Reservation.count_filler`, |
 |     |                  | slots filled for dead producers                          |
-| 192 | (unused)         | 16 bytes, always 0 (detached clients' totals are kept by |
+| 192 | stale_from       | the commit step's publisher: `Reservation.mark_stale`,   |
+|     |                  | 1 + the lowest offset it filled for a producer that may  |
+|     |                  | still live (a fenced drain); 0 none (`ipc.fence`)        |
+| 200 | (unused)         | 8 bytes, always 0 (detached clients' totals are kept by  |
 |     |                  | the supervisor in memory: `workers.sampling`)            |
 | 208 | flushed_seq      | the flush step: `Positions.advance_flushed`              |
 | 216 | fsync_ns_total   | the flush step: `FlushStats.record_fsync`                |
@@ -175,6 +178,7 @@ OFF_COMMITTED_TS: Final = 160
 OFF_FLUSHED_TS: Final = 168
 OFF_BUSY: Final = 176
 OFF_FILLERS: Final = 184
+OFF_STALE_FROM: Final = 192
 OFF_FLUSHED_SEQ: Final = 208
 OFF_FSYNC_NS: Final = 216
 OFF_FLUSH_FAILURES: Final = 224

@@ -155,6 +155,13 @@ class Reservation(_View):
     holder_seq = _Field(c.OFF_CS_SEQ)
     busy_waits = _Field(c.OFF_BUSY)
     fillers = _Field(c.OFF_FILLERS)
+    _stale = _Field(c.OFF_STALE_FROM)
+
+    @property
+    def stale_from(self) -> int:
+        """The lowest log offset a fenced drain filled for a producer that may still
+        live and write there (pool off: through its mapping), or -1 (`ipc.fence`)."""
+        return self._stale - 1
 
     def write_intent(self, seq: int, pid: int) -> None:
         """The lock holder only (`ipc.general_path`; C `mqs_reserve`): the intent record,
@@ -176,6 +183,12 @@ class Reservation(_View):
         """Producers (`ipc.general_path`), when a reservation starts waiting for room;
         racy, a statistic."""
         self._add(c.OFF_BUSY, 1)
+
+    def mark_stale(self, offset: int) -> None:
+        """The commit step's publisher only (`ipc.commit.LogFiles.publish` with `force`):
+        it filled the reservation at `offset` though its producer may live."""
+        if self.stale_from < 0 or offset < self.stale_from:
+            self._set(c.OFF_STALE_FROM, offset + 1)
 
     def count_filler(self) -> None:
         """The commit step's publisher only (`ipc.commit.LogFiles.publish`): a slot
@@ -315,6 +328,7 @@ WRITERS: Final[dict[str, tuple[str, ...]]] = {
     "clear_intent": ("ipc/general_path.py",),
     "count_busy_wait": ("ipc/general_path.py",),
     "count_filler": ("ipc/commit.py",),
+    "mark_stale": ("ipc/commit.py",),
     "mark_running": (
         "workers/supervisor.py",
         "bench/profile_put_native.py",

@@ -44,7 +44,7 @@ from mqstore.engine import fileio
 from mqstore.engine.segment import Segment, segment_file_name
 from mqstore.engine.segment_files import numbered_files
 from mqstore.ipc import control as c
-from mqstore.ipc.control_views import Flags, Positions
+from mqstore.ipc.control_views import Flags, Positions, Reservation
 
 COPY_CHUNK: Final = 1 << 20
 
@@ -70,37 +70,42 @@ def _claim_unpublished(buf: memoryview) -> int:
     return claimed
 
 
-def retire_leftovers(store_dir: str) -> list[str]:
+def retire_leftovers(store_dir: str) -> tuple[list[str], int]:
     """The next supervisor, holding the store's lock, before it creates its block: fence
     each control block a crashed run of this store left, claim what it did not publish,
     mark it STOPPED and wake its sync waiters (they answer fenced), then unlink every
     leftover segment. A block that is not one of ours (another layout, too short) is
-    unlinked untouched. Returns the names removed."""
+    unlinked untouched. Returns the names removed and the lowest offset a drain of
+    theirs filled for a producer that may still write there (-1: none)."""
+    stale = -1
     for name in c.leftover_shm(store_dir):
         if name.endswith("-ctl"):
             with contextlib.suppress(OSError, ValueError):
-                _retire_block(name)
-    return c.remove_leftovers(store_dir)
+                at = _retire_block(name)
+                if at >= 0:
+                    stale = at if stale < 0 else min(stale, at)
+    return c.remove_leftovers(store_dir), stale
 
 
-def _retire_block(name: str) -> None:
+def _retire_block(name: str) -> int:
     fd = os.open(os.path.join("/dev/shm", name), os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
     try:
         size = os.fstat(fd).st_size
         if size < c.SLOTS_OFF:
-            return
+            return -1
         mm = mmap.mmap(fd, size)
     finally:
         os.close(fd)
     buf = memoryview(mm)
     try:
         if not c.has_magic(buf):
-            return
+            return -1
         _native.fence(buf)
         with contextlib.suppress(ValueError):  # a slot count out of range: nothing to claim
             _claim_unpublished(buf)
         Flags(buf).mark_stopped()
         _native.flushed_wake_all(buf)
+        return Reservation(buf).stale_from
     finally:
         buf.release()
         mm.close()

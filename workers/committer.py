@@ -8,11 +8,13 @@ last thorough commit. After a commit that moved data it wakes the flusher if it 
 is free again as soon as its segment is fully committed (producers check that).
 Drain on stop: fence the generation if the supervisor did not (it died: `ipc.fence`, so
 no put completes after this drain unseen), then commit everything below the fence,
-bounded in time. A failed pwrite fails the store closed (`workers.service`).
+bounded in time; orphaned, fill what is left unfinished below the fence and commit the
+rest. A failed pwrite fails the store closed (`workers.service`).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Final
 
@@ -60,6 +62,14 @@ class Committer(Service):
         if self.files.commit(0 if pressure else least):
             _native.flusher_wake(self.ctx.cb.buf)
         return POLL_S
+
+    def finish(self) -> None:
+        """Orphaned (the supervisor died, nobody drains after us): fill what producers
+        left unfinished below the fence (none of it acknowledged; their puts fail) and
+        commit the complete puts behind it, which were acknowledged under ASYNC_FLUSH."""
+        if os.getppid() != self.ctx.parent_pid and self.pos.published_seq < self.fence_seq:
+            self.files.publish_locked(force=True)
+            self.files.commit(0)
 
     def drain_step(self) -> bool:
         if self.fence_seq < 0:  # the stopping supervisor fenced already: its seq

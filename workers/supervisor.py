@@ -53,7 +53,7 @@ from mqstore.engine.storedir import ABORT_FILE
 from mqstore.ipc import access
 from mqstore.ipc import control as c
 from mqstore.ipc.commit import LogFiles
-from mqstore.ipc.control_views import Flags, Positions
+from mqstore.ipc.control_views import Flags, Positions, Reservation
 from mqstore.ipc.fence import fence, fresh_inodes, retire_leftovers
 from mqstore.ipc.locks import StoreLockHeld, take_store_lock
 from mqstore.ipc.reservation import live_lock_path
@@ -276,15 +276,18 @@ class Supervisor:
         """Fence every control block a crashed run left (`ipc.fence.retire_leftovers`:
         a producer of it that sleeps through this restart is told its put failed) and
         remove them; with the pool off after an unclean stop, give the files from the
-        recovered end on new inodes, which no stale mapping of theirs reaches. The
+        recovered end (or from where its orphaned committer filled a reservation whose
+        producer may live) on new inodes, which no stale mapping of theirs reaches. The
         store is locked (its directory: nobody else runs it), so they are a crashed
         run's whatever files were deleted."""
-        for name in retire_leftovers(self.store_dir):
+        names, stale = retire_leftovers(self.store_dir)
+        for name in names:
             self._say(f"fenced and removed shared memory left by a crashed run: {name}", "WARNING")
         if fresh_files:
-            done = fresh_inodes(self.store_dir, self.settings.segment_size_bytes, end, end)
+            first = min(end, stale) if stale >= 0 else end
+            done = fresh_inodes(self.store_dir, self.settings.segment_size_bytes, first, end)
             if done:
-                self._say(f"gave {len(done)} commit-log file(s) from offset {end} new inodes")
+                self._say(f"gave {len(done)} commit-log file(s) from offset {first} new inodes")
 
     def _recover(self, was_dirty: bool) -> tuple[int, dict[tuple[str, int], int]]:
         """RocketMQ's recovery (`engine.recovery`): abnormal when `abort` was there before
@@ -662,12 +665,10 @@ class Supervisor:
                 if pos.published_seq >= fence_seq:
                     break
                 if time.monotonic() >= deadline:
-                    at = pos.published
                     n = files.publish_locked(force=True)
                     self._say(
                         f"filled {n} reservations nobody finished (none acknowledged)", "WARNING"
                     )
-                    stale_from = at if stale_from < 0 else min(stale_from, at)
                     break
                 time.sleep(0.005)
             clean = False
@@ -684,6 +685,9 @@ class Supervisor:
                         break
                     except StoreIOError as e:
                         self._say(f"final flush failed (attempt {attempt + 1}): {e}", "ERROR")
+            filled = Reservation(cb).stale_from  # for a producer that may wake and write
+            if filled >= 0:
+                stale_from = filled if stale_from < 0 else min(stale_from, filled)
             if clean and stale_from >= 0 and not files.pool:
                 files.close()  # its mappings of the files being replaced
                 fresh_inodes(self.store_dir, cb.segment_size, stale_from, pos.flushed)

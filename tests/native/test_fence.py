@@ -112,7 +112,8 @@ def test_a_crashed_runs_block_is_fenced_before_it_is_removed(tmp_path: Path) -> 
     app = _native.Appender(old.buf, old.pool_buf, os.getpid())
     try:
         first = _reserve(old, 2)  # a producer that sleeps mid-copy
-        assert sorted(retire_leftovers(str(tmp_path))) == sorted([old.ctl_name, old.pool_name])
+        names, stale = retire_leftovers(str(tmp_path))
+        assert sorted(names) == sorted([old.ctl_name, old.pool_name]) and stale == -1
         assert c.leftover_shm(tmp_path) == []
         flags = old.get(c.OFF_FLAGS)
         assert flags & c.FLAG_FENCED and flags & c.FLAG_STOPPED

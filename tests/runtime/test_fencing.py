@@ -241,6 +241,7 @@ def test_a_scribbled_control_block_gives_read_only_never_a_signal(
     dies by a signal, the store turns read-only naming the damage, puts get a status,
     and after a restart every message acknowledged before is readable."""
     store = make_store()
+    store.wait_workers_running()  # a worker that boots on a damaged block halts the store
     with StoreClient.attach(store.path) as client:
         acked = _put(client, "before", 30)
         cb = client._cb
