@@ -376,6 +376,15 @@ def has_magic(buf: memoryview) -> bool:
     return len(buf) >= SLOTS_OFF and I64.unpack_from(buf, OFF_MAGIC_VERSION)[0] == MAGIC_VERSION
 
 
+def block_users(buf: memoryview) -> list[int]:
+    """The pids a block names as its users: its supervisor, then its workers' rows (any
+    of them may be dead or reused: `ipc.fence` checks each one's mappings)."""
+    pids = [int(I64.unpack_from(buf, OFF_SUP_PID)[0])]
+    for i in range(MAX_WORKERS):
+        pids.append(int(_WORKER.unpack_from(buf, WORKERS_OFF + i * WORKER_ROW)[0]))
+    return [p for p in pids if p > 0]
+
+
 def geometry_error(geo: Geometry, ctl_size: int, pool_size: int | None) -> str:
     """Why a control block of `ctl_size` bytes (and a pool of `pool_size`, None: no
     pool) cannot have the geometry its header says, or "": every mapping checks it

@@ -13,10 +13,13 @@ finds itself fenced and gets SERVICE_NOT_AVAILABLE, never PUT_OK:
   stopped inside the reservation step, which the stop goes on without) is never
   published (`mqs_publish` stops at the fence) and its completion fails.
 * **Who fences**: the stopping supervisor after the reservation fence, before its last
-  drain (`Supervisor.shutdown`); the next supervisor over the blocks a crashed run left
-  (`retire_leftovers`: fence, claim everything unpublished, STOPPED, wake the waiters,
-  then unlink). A sync waiter whose end the last flush did not cover stops at STOPPED
-  with the fenced outcome (`mqs_wait_flushed_tick`).
+  drain (`Supervisor.shutdown`); an orphaned committer whose supervisor died
+  (`workers.committer`); the next supervisor over the blocks a crashed run left, before
+  its recovery (`quiesce_leftovers`: refused while their supervisor still maps one, else
+  fence and wait for their workers' drain) and after it (`retire_leftovers`: claim
+  everything unpublished, STOPPED, wake the waiters, then unlink). A sync waiter whose
+  end the last flush did not cover stops at STOPPED with the fenced outcome
+  (`mqs_wait_flushed_tick`).
 * **Files** (pool off: producers write into the segment files' shared mappings, and a
   mapping outlives the block): the new generation never shares an inode with an old
   writer. `fresh_inodes` replaces the segment files from a position to the log's end by
@@ -37,6 +40,8 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import time
+from collections.abc import Iterator
 from typing import Final
 
 from mqstore import _native
@@ -70,6 +75,78 @@ def _claim_unpublished(buf: memoryview) -> int:
     return claimed
 
 
+class StoreInUse(Exception):
+    """A live supervisor still runs shared memory of this store (its directory was
+    renamed or replaced under it): the store is not "left by a crashed run"."""
+
+
+def maps(pid: int, name: str) -> bool:
+    """Whether process `pid` maps the shared memory `name` now: a live user of it, which
+    a reused pid is not (robust where a bare pid is not)."""
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as f:
+            return f"/dev/shm/{name}".encode() in f.read()
+    except OSError:
+        return False
+
+
+def quiesce_leftovers(store_dir: str, timeout_s: float) -> list[int]:
+    """The next supervisor, holding the store's lock, before its recovery: for each
+    control block a crashed run of this store left, refuse when its supervisor still
+    maps it (StoreInUse), else fence it (no new reservation) and wait up to `timeout_s`
+    for the workers that still map it to finish their drain, so recovery never races
+    an orphaned committer. Returns the pids still there at the timeout."""
+    waiting: list[tuple[int, str]] = []
+    for name in c.leftover_shm(store_dir):
+        if not name.endswith("-ctl"):
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            users = _fence_block(name)
+            if users and maps(users[0], name):
+                raise StoreInUse(
+                    f"supervisor pid {users[0]} still runs shared memory {name} of this store"
+                )
+            waiting += [(pid, name) for pid in users[1:]]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        waiting = [(pid, name) for pid, name in waiting if maps(pid, name)]
+        if not waiting or time.monotonic() >= deadline:
+            return [pid for pid, _name in waiting]
+        time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def _mapped(name: str) -> Iterator[memoryview | None]:
+    """The shared memory `name` mapped, or None when it is not a control block of this
+    layout (too short, another version): then it is left untouched."""
+    fd = os.open(os.path.join("/dev/shm", name), os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+    try:
+        size = os.fstat(fd).st_size
+        mm = mmap.mmap(fd, size) if size >= c.SLOTS_OFF else None
+    finally:
+        os.close(fd)
+    if mm is None:
+        yield None
+        return
+    buf = memoryview(mm)
+    try:
+        yield buf if c.has_magic(buf) else None
+    finally:
+        buf.release()
+        mm.close()
+
+
+def _fence_block(name: str) -> list[int]:
+    """Fence the block `name` unless its supervisor still maps it; the pids it names."""
+    with _mapped(name) as buf:
+        if buf is None:
+            return []
+        users = c.block_users(buf)
+        if not (users and maps(users[0], name)):
+            _native.fence(buf)
+        return users
+
+
 def retire_leftovers(store_dir: str) -> tuple[list[str], int]:
     """The next supervisor, holding the store's lock, before it creates its block: fence
     each control block a crashed run of this store left, claim what it did not publish,
@@ -88,17 +165,8 @@ def retire_leftovers(store_dir: str) -> tuple[list[str], int]:
 
 
 def _retire_block(name: str) -> int:
-    fd = os.open(os.path.join("/dev/shm", name), os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
-    try:
-        size = os.fstat(fd).st_size
-        if size < c.SLOTS_OFF:
-            return -1
-        mm = mmap.mmap(fd, size)
-    finally:
-        os.close(fd)
-    buf = memoryview(mm)
-    try:
-        if not c.has_magic(buf):
+    with _mapped(name) as buf:
+        if buf is None:
             return -1
         _native.fence(buf)
         with contextlib.suppress(ValueError):  # a slot count out of range: nothing to claim
@@ -106,9 +174,6 @@ def _retire_block(name: str) -> int:
         Flags(buf).mark_stopped()
         _native.flushed_wake_all(buf)
         return Reservation(buf).stale_from
-    finally:
-        buf.release()
-        mm.close()
 
 
 def fresh_inodes(store_dir: str, segment_size: int, first: int, end: int) -> list[str]:

@@ -54,7 +54,13 @@ from mqstore.ipc import access
 from mqstore.ipc import control as c
 from mqstore.ipc.commit import LogFiles
 from mqstore.ipc.control_views import Flags, Positions, Reservation
-from mqstore.ipc.fence import fence, fresh_inodes, retire_leftovers
+from mqstore.ipc.fence import (
+    StoreInUse,
+    fence,
+    fresh_inodes,
+    quiesce_leftovers,
+    retire_leftovers,
+)
 from mqstore.ipc.locks import StoreLockHeld, take_store_lock
 from mqstore.ipc.reservation import live_lock_path
 from mqstore.workers import sdnotify, stats
@@ -199,6 +205,7 @@ class Supervisor:
             raise BootError(ExitCode.BOOT_ERROR, str(e)) from e
         except OSError as e:  # a lock file that is a symbolic link (ELOOP), say
             raise BootError(ExitCode.BOOT_ERROR, f"cannot take the store lock: {e}") from e
+        self._quiesce_old_generation()
         abort = os.path.join(self.store_dir, ABORT_FILE)
         was_dirty = os.path.exists(abort)
         fileio.write_file_atomic(abort, b"")
@@ -271,6 +278,23 @@ class Supervisor:
             f"pid {os.getpid()} serving {self.store_dir} from offset {end} "
             f"({s.flush_disk_type.value}, pool {'off' if not pool_n else f'{pool_n} buffers'})"
         )
+
+    def _quiesce_old_generation(self) -> None:
+        """Before recovery: a crashed run's blocks are fenced and its orphaned workers
+        given `STOP.worker_s` to finish their drain (`ipc.fence.quiesce_leftovers`), so
+        recovery reads files nobody writes any more. A supervisor that still maps its
+        block (the directory was renamed or replaced under it) is refused, whatever
+        lock the directory holds."""
+        try:
+            left = quiesce_leftovers(self.store_dir, STOP.worker_s)
+        except StoreInUse as e:
+            raise BootError(ExitCode.BOOT_ERROR, f"{e}; stop it first") from e
+        if left:
+            self._say(
+                f"workers of a crashed run (pids {left}) did not finish their drain in "
+                f"{STOP.worker_s:.0f} s; recovering anyway",
+                "WARNING",
+            )
 
     def _retire_old_generation(self, end: int, fresh_files: bool) -> None:
         """Fence every control block a crashed run left (`ipc.fence.retire_leftovers`:

@@ -15,7 +15,13 @@ import pytest
 from mqstore import _native
 from mqstore.engine.segment import Segment, segment_file_name
 from mqstore.ipc import control as c
-from mqstore.ipc.fence import fence, fresh_inodes, retire_leftovers
+from mqstore.ipc.fence import (
+    StoreInUse,
+    fence,
+    fresh_inodes,
+    quiesce_leftovers,
+    retire_leftovers,
+)
 
 SLOTS = 64
 
@@ -148,3 +154,21 @@ def test_a_stale_mapping_writes_into_an_unlinked_inode(tmp_path: Path) -> None:
     finally:
         stale.close()
     assert sorted(os.listdir(log)) == [segment_file_name(0), segment_file_name(size)]
+
+
+def test_a_live_supervisors_block_is_never_called_left_by_a_crash(tmp_path: Path) -> None:
+    """Its supervisor (this process: the block records our pid, and we map it) is alive:
+    refused, the block untouched. Once nobody it names maps it, it is fenced at once."""
+    old = c.ControlBlock.create(tmp_path, 3, c.Geometry(65536, 0, slot_count=SLOTS))
+    try:
+        with pytest.raises(StoreInUse, match=f"pid {os.getpid()}"):
+            quiesce_leftovers(str(tmp_path), 5.0)
+        assert not old.get(c.OFF_FLAGS) & c.FLAG_FENCED
+        old.set(c.OFF_SUP_PID, 2**22 + 7)  # a pid nobody has: the supervisor is gone
+        old.set_worker(0, "committer", os.getpid(), 0, 2)  # a worker still draining...
+        t0 = time.monotonic()
+        assert quiesce_leftovers(str(tmp_path), 0.3) == [os.getpid()]  # ...waited for
+        assert time.monotonic() - t0 >= 0.3
+        assert old.get(c.OFF_FLAGS) & c.FLAG_FENCED
+    finally:
+        old.close()
