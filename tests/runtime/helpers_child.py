@@ -5,9 +5,10 @@ with MQSTORE_CRASHPOINT set, it kills or stops itself inside the second put.
 `reserve-only DIR`: attach, then put with the copy step replaced by a sleep: the space is
 reserved, the slot never becomes DONE. Prints "ready" from inside the copy step.
 `attach-exit DIR`: attach, put one message, exit without closing.
-`produce-n DIR N NAME`: N puts (sync and no-wait alternating, every tenth a batch of 4) to
-"load" over 4 queues, across stops and restarts (a refused put is tried again later);
-prints "ok BODY" per acknowledged message, then "done".
+`produce-n DIR N NAME [STOP]`: N puts (sync and no-wait alternating, every tenth a batch
+of 4) to "load" over 4 queues, across stops and restarts (a refused put is tried again
+later), or fewer once the file STOP exists; prints "ok BODY" per acknowledged message,
+then "done".
 `batch DIR`: attach, put b"warm" to ("batch", 0), then one put_batch of eight messages
 there without waiting; prints each status (run with MQSTORE_CRASHPOINT to die or stop in
 the batch's copy).
@@ -72,7 +73,7 @@ def batch(store_dir: str) -> None:
         print(r.status.value, flush=True)
 
 
-def produce_n(store_dir: str, n: str, name: str) -> None:
+def produce_n(store_dir: str, n: str, name: str, stop: str = "") -> None:
     deadline = time.monotonic() + 60
     while True:  # the supervisor may be restarting: attach once it answers
         try:
@@ -83,7 +84,7 @@ def produce_n(store_dir: str, n: str, name: str) -> None:
                 raise
             time.sleep(0.05)
     i = 0
-    while i < int(n):
+    while i < int(n) and not (stop and os.path.exists(stop)):
         bodies = [b"%s-%d-%d" % (name.encode(), i, k) for k in range(4 if i % 10 == 9 else 1)]
         if len(bodies) == 1:
             rs = [client.put("load", bodies[0], queue_id=i % 4, wait_store=i % 2 == 0)]
