@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-NATIVE_SRC := $(wildcard ipc/native/*.c ipc/native/*.h engine/native/*.c engine/native/*.h)
+NATIVE_SRC := mqstore/_native.c $(wildcard ipc/native/*.c ipc/native/*.h engine/native/*.c engine/native/*.h)
 NATIVE_SO  := mqstore/.native-built
 # format("mqstore")'s JVM provider (pipeline/jvm): compiled against the installed
 # pyspark's jars, picked up by pipeline.session.
@@ -45,9 +45,13 @@ $(PROVIDER_JAR): $(STAMP) $(JVM_SRC) $(JVM_SERVICES)
 run: $(STAMP) $(NATIVE_SO) $(PROVIDER_JAR)
 	$(PY) -m mqstore.workers.demo_run
 
+# The load suite runs even when the rest failed (one run tells every failure), and the
+# target still fails when either did.
 test: $(STAMP) $(NATIVE_SO) $(PROVIDER_JAR)
-	$(PY) -m pytest tests --ignore=tests/load
-	@if [ -d tests/load ]; then $(PY) -m pytest -n 4 tests/load; fi
+	failed=0; \
+	$(PY) -m pytest tests --ignore=tests/load || failed=1; \
+	if [ -d tests/load ]; then $(PY) -m pytest -n 4 tests/load || failed=1; fi; \
+	exit $$failed
 
 lint: $(STAMP) $(NATIVE_SO)
 	$(VENV)/bin/ruff check .

@@ -12,15 +12,18 @@ import os
 from setuptools import Extension, setup
 
 SOURCES = [
-    "ipc/native/mqs_module.c",
-    "ipc/native/mqs_args.c",
-    "ipc/native/mqs_crc32.c",
-    "ipc/native/mqs_record.c",
+    "mqstore/_native.c",
+    "engine/native/mqs_engine_py.c",
+    "engine/native/mqs_args.c",
+    "engine/native/mqs_crc32.c",
+    "engine/native/mqs_record.c",
+    "ipc/native/mqs_ipc_py.c",
     "ipc/native/mqs_append.c",
     "ipc/native/mqs_crashpoint.c",
     "ipc/native/mqs_futex.c",
     "ipc/native/mqs_live.c",
     "ipc/native/mqs_put.c",
+    "ipc/native/mqs_fields.c",
     "ipc/native/mqs_round.c",
     "ipc/native/mqs_control_py.c",
     "engine/native/mqs_scan.c",

@@ -204,7 +204,7 @@ def _sample(client: Any, s: Samples, stop: threading.Event) -> None:
     from mqstore.ipc.control_views import DispatchStats, Positions
     from mqstore.workers.metrics import oldest_undispatched_ms
 
-    cb = client._cb
+    cb = client.live_control_block()
     pos, stats = Positions(cb), DispatchStats(cb)
     store = str(client.store_dir)
     while not stop.wait(SAMPLE_S):
@@ -225,7 +225,7 @@ def _warm(client: Any) -> None:
 
     for q in range(QUEUES):
         client.put(TOPIC, BODY, tags="TagA", keys=f"warm-{q}", queue_id=q, wait_store=False)
-    pos = Positions(client._cb)
+    pos = Positions(client.live_control_block())
     end = pos.published
     deadline = time.monotonic() + 60
     while pos.dispatched < end:
@@ -237,7 +237,7 @@ def _warm(client: Any) -> None:
 def _lag_histogram(client: Any) -> list[int]:
     from mqstore.ipc.control_views import Histograms
 
-    return Histograms(client._cb).dispatch_lag_ms()
+    return Histograms(client.live_control_block()).dispatch_lag_ms()
 
 
 def _hist_p99_ms(before: list[int], after: list[int]) -> float | None:
@@ -266,7 +266,7 @@ def _running_dispatcher(client: Any) -> int:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         for i in range(c.MAX_WORKERS):
-            name, pid, _hb, _restarts, state = client._cb.worker(i)
+            name, pid, _hb, _restarts, state = client.live_control_block().worker(i)
             if name == "dispatcher" and c.WORKER_STATE_NAMES.get(state) == "running":
                 return int(pid)
         time.sleep(0.05)
@@ -442,7 +442,7 @@ def run_once(root: Path, args: argparse.Namespace, config: str, rate: float) -> 
             sampling = threading.Event()
             sampler = threading.Thread(target=_sample, args=(client, samples, sampling))
             hist_before = _lag_histogram(client)
-            records_before = DispatchStats(client._cb).records
+            records_before = DispatchStats(client.live_control_block()).records
             sampler.start()
             spy = None
             if args.profile:
@@ -453,13 +453,13 @@ def run_once(root: Path, args: argparse.Namespace, config: str, rate: float) -> 
                 for p in prods:
                     p.join(args.seconds + 120)
                 running_samples = len(samples.t_ns)
-                end = Positions(client._cb).published
+                end = Positions(client.live_control_block()).published
                 caught = _wait_caught_up(samples, end)
             finally:
                 sampling.set()
                 sampler.join()
             hist_after = _lag_histogram(client)
-            records_after = DispatchStats(client._cb).records
+            records_after = DispatchStats(client.live_control_block()).records
             for p in prods + cons:
                 p.join(args.seconds + 120)
                 if p.exitcode != 0:

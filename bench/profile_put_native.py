@@ -28,7 +28,7 @@ import tempfile
 import time
 
 from mqstore import _native
-from mqstore.engine import record
+from mqstore.engine.record import Message
 from mqstore.ipc import control as c
 from mqstore.ipc.control_views import Flags, Positions
 from mqstore.ipc.results import PutMessageStatus, PutResult
@@ -37,6 +37,7 @@ SEG = 64 << 20
 TOPIC = "BenchTopic"
 TAGS = "TagA"
 BATCH = 128
+OK = PutMessageStatus.PUT_OK
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,24 +55,26 @@ def main(argv: list[str] | None = None) -> int:
         Flags(cb).mark_running()
         Positions(cb).raise_allocated(1 << 50)
         tb = TOPIC.encode()
-        heads = {TAGS: record.encode_properties({record.PROPERTY_TAGS: TAGS})}
-        qslots = [cb.find_or_add_queue(tb, q) for q in range(4)]
+        lanes = {TOPIC: [tb, 4, 4, 0, [cb.find_or_add_queue(tb, q) for q in range(4)]]}
         app = _native.Appender(cb.buf, cb.pool_buf, os.getpid())
         app.configure(
             lock=_native.PutLock(),
-            lanes={TOPIC: [tb, 4, 4, 0, qslots, heads]},
+            lanes=lanes,
+            new_lane=lambda topic: lanes[topic],
+            find_row=cb.find_or_add_queue,
+            map_segment=None,
+            message_type=Message,
+            message_fields=lambda _i, _m: "no Messages here",
             stats=array.array("q", bytes(8 * c.CLIENT_FIELDS)),
             stats_off=cb.client_off(0),
             result_type=PutResult,
-            outcomes=(
-                (PutMessageStatus.PUT_OK, 0, ""),
-                (PutMessageStatus.FLUSH_DISK_TIMEOUT, 1, "timed out"),
-                (PutMessageStatus.FLUSH_DISK_FAILED, 10, "failed"),
-            ),
+            statuses=tuple(PutMessageStatus),
+            flush_reasons=("timed out", "failed"),
             msg_id_prefix="7F00000100002A9F",
             sync=False,
             sync_timeout_ns=10**9,
             busy_ns=10**8,
+            fast_fail=True,  # no committer here: a roll past the pool is refused at once
             max_body=1 << 22,
             store_addr=b"\x7f\x00\x00\x01",
             store_port=10911,
@@ -80,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         body = os.urandom(1024)
 
         def roll() -> None:
-            """A segment's end: what the general path, committer and publisher do."""
+            """A segment's end the pool cannot take: what the committer would free."""
             pos = Positions(cb)
             pos.skip_to((pos.reserved // SEG + 1) * SEG)
 
@@ -91,14 +94,14 @@ def main(argv: list[str] | None = None) -> int:
             if a.mode == "put":
                 put = app.put_message
                 for i in range(n):
-                    if put(TOPIC, body, TAGS, f"c{i}", None, None, False) is None:
+                    if put(TOPIC, body, TAGS, f"c{i}", None, None, False).status is not OK:
                         roll()
                     done += 1
             else:
                 msgs = [{"topic": TOPIC, "body": body, "tags": TAGS, "keys": f"k{i}"}
                         for i in range(BATCH)]  # fmt: skip
                 for _ in range(max(1, n // BATCH)):
-                    if app.put_batch_messages(msgs, False) is None:
+                    if app.put_batch_messages(msgs, False)[0].status is not OK:
                         roll()
                     done += BATCH
             faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0

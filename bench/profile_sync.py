@@ -14,6 +14,10 @@ producer's return. Around the measured window, every process's CPU (utime+stime)
 context switches and run-queue delay (`/proc/<pid>/schedstat`: runnable but not running,
 what a loaded 2-core machine costs) are read for the producers and for each worker.
 
+After each configuration, the same disk's plain 1 KiB write + fdatasync loops (a file
+written with zeros, one only fallocated, an append: `plain_fsync`) are the yardstick for
+the flusher's own fdatasync (the trace's `fsync_ns`), measured within seconds of it.
+
 `--save` writes `bench/results/profile_sync.txt` (command, commit, machine, load).
 `--rates-only` skips the trace (an A/B of throughput, sync rows only).
 
@@ -160,6 +164,44 @@ def _call_times(work: Path, i: int) -> tuple[array[int], array[int]]:
     return calls, rets
 
 
+PLAIN_ROUNDS = 2000
+PLAIN_FILE_BYTES = 8 << 20
+
+
+def plain_fsync(work: Path, how: str) -> list[float]:
+    """fdatasync µs of `PLAIN_ROUNDS` 1 KiB writes in a tight loop on the bench's disk, the
+    yardstick for the flusher's own: "zeroed" overwrites a file written with zeros (what
+    a segment of the allocator is under SYNC_FLUSH), "fallocated" one only allocated,
+    "append" appends to a new file (the perf checks' write + fdatasync per message)."""
+    path = work / f"plain-{how}.bin"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        if how != "append":
+            os.posix_fallocate(fd, 0, PLAIN_FILE_BYTES)
+            if how == "zeroed":
+                os.pwrite(fd, bytes(PLAIN_FILE_BYTES), 0)
+            os.fsync(fd)
+        body = os.urandom(BODY_BYTES)
+        out = []
+        for i in range(PLAIN_ROUNDS):
+            os.pwrite(fd, body, i * BODY_BYTES)
+            t = time.perf_counter_ns()
+            os.fdatasync(fd)
+            out.append((time.perf_counter_ns() - t) / 1e3)
+        return out
+    finally:
+        os.close(fd)
+        path.unlink()
+
+
+def plain_lines(work: Path) -> list[str]:
+    """The plain loops, one line each (run right after a configuration, same disk)."""
+    lines = ["  plain 1 KiB write + fdatasync in a tight loop, same disk, right after (µs):"]
+    for how in ("zeroed", "fallocated", "append"):
+        lines.append(_stat_line(f"fdatasync, {how} file", plain_fsync(work, how)))
+    return lines
+
+
 def run_one(root: Path, producers: int, duration_s: float, pool: bool, trace: bool) -> str:
     """One configuration; returns its profile as text."""
     work = root / f"p{producers}"
@@ -243,6 +285,7 @@ def run_one(root: Path, producers: int, duration_s: float, pool: bool, trace: bo
     )
     if not trace:
         return "\n".join(lines)
+    lines += plain_lines(work)
     rows = []
     if trace_path.exists():
         rows = [json.loads(x) for x in trace_path.read_text().splitlines()]
@@ -269,6 +312,8 @@ def run_one(root: Path, producers: int, duration_s: float, pool: bool, trace: bo
     else:
         hop("commit (publish + pool -> file)", "served", "committed")
     hop("force (fdatasync + flushed_offset)", "committed", "forced")
+    if "fsync_ns" in rows[0]:
+        lines.append(_stat_line("  of which the fdatasync", [r["fsync_ns"] / 1e3 for r in rows]))
     hop("FUTEX_WAKE of all waiters", "forced", "waked")
     gaps = [(b["served"] - a["waked"]) / 1e3 for a, b in itertools.pairwise(rows)]
     lines.append(_stat_line("gap: waiters woken -> next round served", gaps))

@@ -55,6 +55,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "delete_file_batch_max": (1, 10_000),
     **dict.fromkeys(("max_msgs_num_batch", "default_query_max_num"), (1, 1_000_000)),
     "metrics_port": (0, 65_535),
+    "store_nice": (-20, 19),
 }
 # RocketMQ 5.x also reads the two disk ratios as plain config keys, in percent (90, 85).
 RMQ_TO_FIELD.update(

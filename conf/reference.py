@@ -24,6 +24,16 @@ neither a setting nor one of the fault and test switches (`conf/load.py`'s
 `NON_SETTING_ENV`), and a config file that cannot be read. `mqstore start` and
 `config show` exit 3 on any of them.
 
+Four settings are the store's geometry, which its files are laid out by:
+`segment_size_bytes`, `consume_queue_file_size_bytes`, `max_hash_slot_num` and
+`max_index_num`. The store records them in `config/geometry.json` at its first start
+(`engine/geometry.py`; a RocketMQ store gets the record at the first start that opens it,
+once its files agree with the settings), and from then on a start with another value
+exits 3 naming the setting, the recorded value and the value given (a worker restarted
+after the config file changed warns and keeps the recorded value).
+Clients take them from the supervisor; `check`, `dump`, `recover` and the offline readers
+read the record, whatever the settings say. See [durability.md](durability.md#the-trust-model).
+
 """
 
 

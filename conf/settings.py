@@ -58,6 +58,7 @@ class StoreSettings:
     os_page_cache_busy_timeout_ms: int = 1000
     warm_mapped_file_enable: bool = False
     flush_least_pages_when_warm: int = 4096
+    sync_flush_zero_segments: bool = True
     max_message_size_bytes: int = 4 * MIB
     check_crc_on_recover: bool = True
 
@@ -96,6 +97,7 @@ class StoreSettings:
     heartbeat_timeout_ms: int = 5000
     restart_backoff_initial_ms: int = 100
     restart_backoff_max_ms: int = 10_000
+    store_nice: int = -10
 
     def replace(self, **changes: Any) -> StoreSettings:
         return dataclasses.replace(self, **changes)
@@ -134,7 +136,8 @@ _TABLE: tuple[tuple[str, str | None, str, bool, str], ...] = (
     ("flush_timed", "flushCommitLogTimed", "bool",
      SIGHUP, "Sleep vs wait"),
     ("commit_interval_ms", "commitIntervalCommitLog", "ms",
-     SIGHUP, "Commit period"),
+     SIGHUP, "How often at most a commit wakes the flusher. The committer commits as puts "
+             "arrive (RocketMQ's put wakes it), the rest at its first tick without new puts"),
     ("commit_least_pages", "commitCommitLogLeastPages", "pages",
      SIGHUP, "Min pages"),
     ("commit_thorough_interval_ms", "commitCommitLogThoroughInterval", "ms",
@@ -151,6 +154,9 @@ _TABLE: tuple[tuple[str, str | None, str, bool, str], ...] = (
      RESTART, "Pre-touch files"),
     ("flush_least_pages_when_warm", "flushLeastPagesWhenWarmMapedFile", "pages",
      RESTART, "Flush stride when warming"),
+    ("sync_flush_zero_segments", None, "bool",
+     RESTART, "SYNC_FLUSH: the allocator writes each new commit-log segment with zeros, so "
+              "a sync fdatasync converts no unwritten extent (docs/durability.md)"),
     ("max_message_size_bytes", "maxMessageSize", "bytes",
      SIGHUP, "Max message"),
     ("check_crc_on_recover", "checkCRCOnRecover", "bool",
@@ -215,6 +221,10 @@ _TABLE: tuple[tuple[str, str | None, str, bool, str], ...] = (
      RESTART, "Supervisor first restart delay"),
     ("restart_backoff_max_ms", None, "ms",
      RESTART, "Supervisor restart delay cap"),
+    ("store_nice", None, "nice",
+     RESTART, "CPU priority of the supervisor and its workers (and of its session's autogroup "
+              "when it leads one): ahead of the producers they serve. Below 0 needs "
+              "CAP_SYS_NICE; refused, the store runs at the default (workers/priority.py)"),
 )
 # fmt: on
 

@@ -649,10 +649,14 @@ class CommitLog:
 
     # --- self-check -------------------------------------------------------------------
 
-    def check(self, *, deep: bool = False) -> list[Finding]:
+    def check(
+        self, *, deep: bool = False, deleted_topics: Mapping[str, int] | None = None
+    ) -> list[Finding]:
         """The queue's check, then every record (CRC on): stored physical offsets, queue
         offsets rising by one per (topic, queue), the table ahead of them, and where
-        valid data ends against the readable end. O(log size)."""
+        valid data ends against the readable end. `deleted_topics`: {topic: end offset}
+        (`engine.deleted_topics`): a deleted topic's records below it are in no queue, and
+        its name's queues start again from 0 at it. O(log size)."""
         out = self.queue.check(deep=deep)
-        out.extend(check_records(self.queue, self._offsets))
+        out.extend(check_records(self.queue, self._offsets, deleted_topics))
         return out

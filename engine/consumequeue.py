@@ -20,7 +20,7 @@ import functools
 import operator
 import struct
 from collections.abc import Callable, Generator, Iterator, Sequence
-from itertools import chain, repeat
+from itertools import chain
 from typing import Final
 
 from mqstore.engine.consumequeue_files import (
@@ -37,9 +37,6 @@ from mqstore.engine.segment import ReadStatus, Segment
 from mqstore.engine.segment_queue import SegmentQueue
 
 MAX_GAP_FILES: Final = 4  # a gap wider than this many files is refused, not filled
-_QO: Final = operator.itemgetter(0)
-_PHYS: Final = operator.itemgetter(1)
-_SIZE: Final = operator.itemgetter(2)
 _UNIT_FIELDS: Final = operator.itemgetter(1, 2, 3)
 
 QueueKey = tuple[str, int]
@@ -392,7 +389,9 @@ class ConsumeQueue:
         """`put` (or, for a unit of physical offset -1, `put_pre_blank`) of every unit in
         order, one status each. Units that continue the queue exactly (the next queue
         offset, past its commit-log end) go into a file with one slice write per run.
-        Dispatcher only. O(units). Raises StoreIOError (file creation)."""
+        Dispatcher only. O(units): each unit is looked at a bounded number of times, a
+        batch of units the queue holds already (a re-dispatch) included. Raises
+        StoreIOError (file creation)."""
         out: list[PutStatus] = []
         i = 0
         while i < len(units):
@@ -409,36 +408,27 @@ class ConsumeQueue:
     def _append_run(self, units: Sequence[Unit], i: int) -> int:
         """Write units[i:j], the longest run from i that `put` would append as is into
         the last file (the next queue offsets, each past the queue's commit-log end, no
-        pre-blank), with one slice write; return j (i: none). The checks run over the
-        whole run at once (map, operator), not unit by unit in Python."""
+        pre-blank), with one slice write; return j (i: none). Looks at units i..j only
+        (the first that does not continue ends the walk), so that `put_units` stays
+        linear when most units do not continue the queue."""
         last = self.queue.last()
         if last is None or self.read_only or last.is_full():
             return i
         expect = last.start_offset + last.wrote_position
         if expect % CQ_STORE_UNIT_SIZE:
             return i
-        room = (last.size_bytes - last.wrote_position) // CQ_STORE_UNIT_SIZE
-        run = units[i : i + room]
-        qo0 = expect // CQ_STORE_UNIT_SIZE
-        phys = list(map(_PHYS, run))
-        ends = list(map(operator.add, phys, map(_SIZE, run)))
-        good = list(
-            map(
-                all,
-                zip(
-                    map(operator.eq, map(_QO, run), range(qo0, qo0 + len(run))),
-                    map(operator.lt, [self.max_physical_offset, *ends], ends),
-                    map(operator.le, repeat(0), phys),
-                    strict=True,
-                ),
-            )
-        )
-        j = good.index(False) if False in good else len(good)
-        if j:
-            fields = chain.from_iterable(map(_UNIT_FIELDS, run[:j]))
-            last.append_bytes(_units_struct(j).pack(*fields))
-            self.max_physical_offset = ends[j - 1]
-        return i + j
+        stop = min(len(units), i + (last.size_bytes - last.wrote_position) // CQ_STORE_UNIT_SIZE)
+        qo, end, j = expect // CQ_STORE_UNIT_SIZE, self.max_physical_offset, i
+        while j < stop:
+            u_qo, phys, size = units[j][:3]
+            if u_qo != qo or phys < 0 or phys + size <= end:
+                break
+            qo, end, j = qo + 1, phys + size, j + 1
+        if j > i:
+            fields = chain.from_iterable(map(_UNIT_FIELDS, units[i:j]))
+            last.append_bytes(_units_struct(j - i).pack(*fields))
+            self.max_physical_offset = end
+        return j
 
     def append_units(self, first_queue_offset: int, units: bytes) -> bool:
         """Append packed units (`group_units`' units of a dense group) when they continue

@@ -222,8 +222,8 @@ def topic_queue_ids(store_dir: str | os.PathLike[str], topic: str) -> set[int]:
 
 def detect_file_size(store_dir: str | os.PathLike[str]) -> int | None:
     """The size of the consume-queue files already in a store (the largest found: a
-    damaged file may be shorter, never longer), or None when there are none. Stores do
-    not record their geometry."""
+    damaged file may be shorter, never longer), or None when there are none: the size of a
+    store without a geometry record (`engine.geometry`)."""
     best = 0
     for _topic, _qid, qdir in queue_dirs(store_dir):
         for path in numbered_files(qdir):

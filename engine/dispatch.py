@@ -13,8 +13,8 @@ whole batch. A queue's units of the batch go in with one `ConsumeQueue.put_units
 (one slice write per run of units in a file); the index keys come from the scan's
 `key_hash` column and go in by runs of records (`IndexService.build_index_batch`, the
 slot arithmetic in C). Batching changes no byte on disk: each queue and the index still
-receive their entries in log order. Recovery's per-record path (`dispatch_record`)
-applies the same rules to a one-record batch.
+receive their entries in log order. Recovery's re-dispatch (`engine.redispatch`) drives
+the same batches over its own walk.
 
 For every record:
 
@@ -62,12 +62,11 @@ from mqstore.engine import deleted_topics
 from mqstore.engine.checkpoint import CheckpointFields
 from mqstore.engine.commitlog import CommitLog
 from mqstore.engine.consumequeue import PutStatus, QueueKey, Unit
-from mqstore.engine.consumequeue_files import Group
+from mqstore.engine.consumequeue_files import CQ_STORE_UNIT_SIZE, UNIT, Group
 from mqstore.engine.consumequeue_files import group_units_c as group_units
 from mqstore.engine.consumequeue_store import ConsumeQueueStore
 from mqstore.engine.fileio import StoreIOError, is_no_space
-from mqstore.engine.filler import is_filler
-from mqstore.engine.indexfile import KeyBatch, build_key, key_hash
+from mqstore.engine.indexfile import KeyBatch
 from mqstore.engine.indexservice import IndexService
 from mqstore.engine.names import topic_problem
 from mqstore.engine.reader import Geometry
@@ -316,7 +315,7 @@ class Dispatcher:
             seg, pos = nxt, 0
 
     def dispatch_scan(
-        self, buf: memoryview, base: int, sc: RecordScan | _OneRecord, res: DispatchResult
+        self, buf: memoryview, base: int, sc: RecordScan, res: DispatchResult
     ) -> None:
         """Dispatch the records of a scan of `buf` (a segment's bytes from log offset
         `base`) into `res` (recovery drives its own validating walk and may call this).
@@ -342,14 +341,28 @@ class Dispatcher:
                 nxt = sc.queue_offset[i] + 1
                 self.deferred_next[key] = max(self.deferred_next.get(key, 0), nxt)
 
-    def _cut_back(self, buf: memoryview, base: int, sc: RecordScan | _OneRecord) -> None:
+    def _cut_back(self, buf: memoryview, base: int, sc: RecordScan) -> None:
         """Drop the units a failed batch wrote at or past the record being written
         (`_at`). A batch writes queue by queue, not in log order, but recovery restarts
         dispatch at the queues' highest unit (RocketMQ's rule), so the units must stay a
         prefix of the log: a queue whose file could not be made (a full disk) would
-        otherwise lose the records that other queues' units already passed."""
+        otherwise lose the records that other queues' units already passed. `_at` first
+        moves back to the batch's first record that its queue lacks: the queue that
+        failed may come after another in the batch whose units it did not reach."""
         first: dict[QueueKey, int] = {}
         topics = self._topics(buf, sc)
+        ends: dict[QueueKey, int] = {}
+        for i in range(sc.count):
+            if base + sc.pos[i] >= self._at:
+                break
+            if takes_queue_offset(sc.sys_flag[i]) and sc.queue_id[i] >= 0:
+                key = (topics[i], sc.queue_id[i])
+                if key not in ends:
+                    cq = self.queues.get(*key)
+                    ends[key] = -1 if cq is None else cq.max_physical_offset
+                if base + sc.pos[i] + sc.size[i] > ends[key]:
+                    self._at = base + sc.pos[i]
+                    break
         for i in range(sc.count):
             if base + sc.pos[i] >= self._at and sc.queue_id[i] >= 0:
                 first.setdefault((topics[i], sc.queue_id[i]), sc.queue_offset[i])
@@ -358,26 +371,8 @@ class Dispatcher:
             if cq is not None and cq.max_offset() > qo:
                 cq.cut_at(qo)
 
-    def dispatch_record(self, offset: int, h: RecordHeader, res: DispatchResult) -> None:
-        """Dispatch one checked message record at log `offset` into `res`, by the same
-        rules as `dispatch_scan` (recovery's per-record path)."""
-        filler = is_filler(h)
-        keys = [h.uniq_key] if h.uniq_key and not filler else []
-        if h.keys and not filler:
-            keys.extend(k for k in h.keys.split(" ") if k)
-        one = _OneRecord(
-            h.topic, array("q", [0]), array("i", [h.size]), array("i", [h.queue_id]),
-            array("q", [h.queue_offset]), array("i", [h.sys_flag]), array("q", [h.tags_code]),
-            array("q", [h.store_timestamp]), array("B", [BIT_FILLER if filler else 0]),
-            array("i", [0, len(keys)]),
-            array("i", [key_hash(build_key(h.topic, k)) for k in keys]),
-        )  # fmt: skip
-        self.dispatch_scan(memoryview(b""), offset, one, res)
-
-    def _topics(self, buf: memoryview, sc: RecordScan | _OneRecord) -> list[str]:
+    def _topics(self, buf: memoryview, sc: RecordScan) -> list[str]:
         """Each record's topic (decoded as check_record does; cached by its bytes)."""
-        if isinstance(sc, _OneRecord):
-            return [sc.topic]
         cache = self._topic_cache
         tp = sc.topic_pos
         raws = list(map(bytes, map(buf.__getitem__, map(slice, tp, map(add, tp, sc.topic_len)))))
@@ -388,7 +383,7 @@ class Dispatcher:
             out = list(map(cache.get, raws))
         return out  # type: ignore[return-value]  # every raw is in the cache now
 
-    def _summarise(self, sc: RecordScan | _OneRecord) -> int:
+    def _summarise(self, sc: RecordScan) -> int:
         """One pass over the batch in C (`engine.scan.scan_summary`): per record, dispatch
         time minus store time into the lag histogram (when kept); returns the SUMMARY_*
         flags `_plain` reads."""
@@ -407,21 +402,20 @@ class Dispatcher:
         self,
         buf: memoryview,
         base: int,
-        sc: RecordScan | _OneRecord,
+        sc: RecordScan,
         res: DispatchResult,
         flags: int,
     ) -> None:
         """The module doc's rules over a batch: consume-queue units per queue (one
         `put_units` each), then index keys for runs of records that take them."""
-        if isinstance(sc, RecordScan):
-            groups = group_units(
-                buf, sc.topic_pos, sc.topic_len, sc.queue_id, sc.queue_offset, sc.pos,
-                sc.size, sc.tags_code, base,
-            )  # fmt: skip
-            names = {raw: self._topic_name(raw) for raw in {g[0] for g in groups}}
-            if self._plain(set(names.values()), flags):
-                self._dispatch_groups(base, groups, names, sc, res)
-                return
+        groups = group_units(
+            buf, sc.topic_pos, sc.topic_len, sc.queue_id, sc.queue_offset, sc.pos,
+            sc.size, sc.tags_code, base,
+        )  # fmt: skip
+        names = {raw: self._topic_name(raw) for raw in {g[0] for g in groups}}
+        if self._plain(set(names.values()), flags):
+            self._dispatch_groups(base, groups, names, sc, res)
+            return
         topics = self._topics(buf, sc)
         units: dict[QueueKey, list[Unit]] = {}
         with_pre_blanks: set[QueueKey] = set()
@@ -489,6 +483,9 @@ class Dispatcher:
                 res.put_statuses[PutStatus.OK] += len(recs)
                 res.units_written += len(recs)
                 last = max(last, recs[-1])
+            elif _unit_end(packed, len(recs) - 1) <= cq.max_physical_offset:
+                # the queue holds them all (a re-dispatch): `put` says so of each
+                res.put_statuses[PutStatus.ALREADY_BUILT] += len(recs)
             else:
                 rest[key] = [
                     (sc.queue_offset[i], base + sc.pos[i], sc.size[i], sc.tags_code[i], i)
@@ -545,7 +542,7 @@ class Dispatcher:
                 self.checkpoint.logics_msg_timestamp = store_timestamp[last]
 
     def _build_index(
-        self, base: int, sc: RecordScan | _OneRecord, no_index: list[int], res: DispatchResult
+        self, base: int, sc: RecordScan, no_index: list[int], res: DispatchResult
     ) -> None:
         """Index the runs of records between those that must not be."""
         assert self.index is not None
@@ -566,6 +563,12 @@ class Dispatcher:
         return bad
 
 
+def _unit_end(packed: bytes, k: int) -> int:
+    """The commit-log end of unit k of packed units (`group_units`')."""
+    phys, size, _tags = UNIT.unpack_from(packed, k * CQ_STORE_UNIT_SIZE)
+    return int(phys + size)
+
+
 def _why_stopped(buf: memoryview, pos: int, read: int) -> tuple[DispatchStop, str]:
     """A scan bounded by the limit stopped CORRUPT at `pos`: a whole record that ends
     past the limit (LIMIT: not all of it is there to dispatch yet), zeros (END_OF_DATA),
@@ -577,24 +580,3 @@ def _why_stopped(buf: memoryview, pos: int, read: int) -> tuple[DispatchStop, st
     if head == bytes(len(head)):
         return DispatchStop.END_OF_DATA, ""
     return DispatchStop.CORRUPT, h.reason
-
-
-@dataclass(frozen=True, slots=True)
-class _OneRecord:
-    """One checked record as a scan's columns (`Dispatcher.dispatch_record`)."""
-
-    topic: str
-    pos: array[int]
-    size: array[int]
-    queue_id: array[int]
-    queue_offset: array[int]
-    sys_flag: array[int]
-    tags_code: array[int]
-    store_timestamp: array[int]
-    bits: array[int]
-    key_first: array[int]
-    key_hash: array[int]
-
-    @property
-    def count(self) -> int:
-        return 1

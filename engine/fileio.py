@@ -20,6 +20,9 @@ watch does nothing. `set_sync_watch(watch)` installs one in this process;
 `MQSTORE_SYNC_WATCH="module:factory"` in the environment installs `factory()` at import,
 for the store's own processes (`tests/reliability/powerloss.py` records a shadow of the
 disk through it and builds the disk a power cut would leave from that).
+
+I/O done in C (the flusher's round, `ipc/native/mqs_round.c`) goes through both seams
+too: while a fault or a watch is set, its calls ask `native_seam`'s hook first.
 """
 
 from __future__ import annotations
@@ -29,9 +32,9 @@ import errno
 import importlib
 import mmap
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import Final, Protocol
 
 StrPath = str | os.PathLike[str]
 
@@ -104,9 +107,36 @@ def _install_env_faults() -> None:
 
 
 def seams_quiet(*ops: str) -> bool:
-    """No fault is set on any of `ops` and no sync watch is installed: a caller may do
-    those operations outside this module (the flusher's C round, `ipc.commit`)."""
+    """No fault is set on any of `ops` and no sync watch is installed: a caller that does
+    those operations in C (the flusher's round, `ipc.commit`) needs no `native_seam`."""
     return _watch is NO_WATCH and not any(op in _faults for op in ops)
+
+
+# The I/O calls of C code that the seams see, by the numbers C gives them
+# (ipc/native/mqs_round.h's MQS_OP_*): its flock is no operation of this module.
+_NATIVE_OPS = {2: "pwrite", 3: "fdatasync"}
+
+
+def native_seam(paths: Mapping[int, StrPath]) -> Callable[[int, int], int]:
+    """The seams for I/O done in C (the flusher's round, `_native.sync_round`'s io_hook):
+    called as `hook(op, fd)` before each of its calls, it does what `pwrite` and
+    `fdatasync` here do before theirs (the fault set for that operation; the sync watch
+    told what an fdatasync of `paths[fd]` is about to make durable) and returns the errno
+    the call must fail with, or 0 to let it run."""
+
+    def before(op: int, fd: int) -> int:
+        name = _NATIVE_OPS.get(op)
+        if name is None:
+            return 0
+        try:
+            _check_fault(name)
+            if name == "fdatasync":
+                _watch.data_synced(paths.get(fd, "?"), 0, -1)
+        except OSError as e:
+            return e.errno or errno.EIO
+        return 0
+
+    return before
 
 
 def _check_fault(op: str) -> None:
@@ -289,18 +319,30 @@ def msync(mm: mmap.mmap, offset: int, length: int, path: StrPath = "?") -> None:
         raise _wrap("msync", path, e) from e
 
 
-def preallocate(path: StrPath, size: int, *, zeros_from_start: int = 0) -> None:
+ZERO_CHUNK: Final = 1 << 20  # preallocate writes its zeros this many bytes at a time
+
+
+def preallocate(
+    path: StrPath, size: int, *, zeros_from_start: int = 0, sync_chunks: bool = False
+) -> None:
     """Make `path` (truncated if it was there) a file of `size` allocated bytes, its first
     `zeros_from_start` bytes written as zeros (written extents at once: no page fault
-    converts them later), fsynced. The allocators' first step, never the hot path.
+    or later fdatasync converts them; the pages stay in the page cache), fsynced. With
+    `sync_chunks` each ZERO_CHUNK of zeros is forced before the next is written, so the
+    disk's queue never holds more than a chunk of them ahead of a sync put's fdatasync
+    (RocketMQ's warm-up forces every `flushLeastPagesWhenWarmMapedFile` pages for the
+    same reason). The allocators' first step, never the hot path.
     Raises StoreIOError, and then no file is left: one that could not be allocated (a
     full disk) must not keep the blocks it got; the next try starts from nothing."""
     fd = open_file(path, create=True)
     try:
         ftruncate(fd, 0, path)
         fallocate(fd, size, path)
-        if zeros_from_start > 0:
-            pwrite(fd, bytes(zeros_from_start), 0, path)
+        zeros = bytes(min(zeros_from_start, ZERO_CHUNK))
+        for at in range(0, zeros_from_start, ZERO_CHUNK):
+            pwrite(fd, memoryview(zeros)[: min(ZERO_CHUNK, zeros_from_start - at)], at, path)
+            if sync_chunks:
+                fdatasync(fd, path)
         fsync(fd, path)
     except StoreIOError:
         with contextlib.suppress(OSError):

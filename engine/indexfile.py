@@ -76,7 +76,8 @@ IntColumn: TypeAlias = "memoryview | array[int]"  # a scan column (engine.scan),
 
 
 class IndexGeometryError(ValueError):
-    """An index file's size fits neither the configured geometry nor the 1:4 ratio."""
+    """An index file that cannot be opened as one: its size fits neither the configured
+    geometry nor the 1:4 ratio, or its header counts more entries than it holds."""
 
 
 def index_file_size(hash_slot_num: int, index_num: int) -> int:
@@ -247,7 +248,14 @@ class IndexFile:
             fileio.close(self._fd, path)
             raise
         self._closed = False
-        if not read_only and self.index_count <= 0:
+        count = self.index_count
+        if count > index_num:
+            self.close()
+            raise IndexGeometryError(
+                f"index file {path} is damaged: its header says {count} entries are used, "
+                f"but it holds {index_num}; move it out of the index directory to start"
+            )
+        if not read_only and count <= 0:
             self._set_header(index_count=1)  # RocketMQ's load treats <= 0 as 1
 
     @classmethod

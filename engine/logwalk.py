@@ -248,10 +248,17 @@ class ChunkScan(_LogWalk):
             seg, pos = nxt, 0
 
 
-def _check_chunk(chunk: LogChunk, path: str | None, seen: dict[QueueKey, int]) -> list[Finding]:
+def _check_chunk(
+    chunk: LogChunk,
+    path: str | None,
+    seen: dict[QueueKey, int],
+    deleted: Mapping[str, int],
+) -> list[Finding]:
     """`CommitLog.check`'s findings on one chunk's records: a stored physical offset that
     is not the record's, a queue offset that does not follow the (topic, queue)'s last in
-    `seen` (updated)."""
+    `seen` (updated). A record of a deleted topic below its end offset (`deleted`,
+    `engine.deleted_topics`) is in no queue: its queue offsets are not followed, and the
+    topic's records put after the deletion start again from queue offset 0."""
     out: list[Finding] = []
     sc, view = chunk.scan, chunk.view
     topics: dict[bytes, str] = {}
@@ -265,6 +272,8 @@ def _check_chunk(chunk: LogChunk, path: str | None, seen: dict[QueueKey, int]) -
             topic = topics.get(raw)
             if topic is None:
                 topic = topics[raw] = raw.decode("utf-8", errors="replace")
+            if offset < deleted.get(topic, -1):
+                continue
             key, qo = (topic, sc.queue_id[i]), sc.queue_offset[i]
             prev = seen.get(key)
             if prev is not None and qo != prev + 1:
@@ -286,18 +295,24 @@ class TailRecovery:
     bytes_zeroed: int
 
 
-def check_records(queue: SegmentQueue, offsets: Mapping[QueueKey, int]) -> list[Finding]:
+def check_records(
+    queue: SegmentQueue,
+    offsets: Mapping[QueueKey, int],
+    deleted: Mapping[str, int] | None = None,
+) -> list[Finding]:
     """Every record of the log (CRC on): stored physical offsets, queue offsets rising by
     one per (topic, queue), the next offsets in `offsets` ahead of them, and where valid
-    data ends against the readable end. O(log size)."""
+    data ends against the readable end. `deleted`: {topic: end offset} of the deleted
+    topics (`engine.deleted_topics`), whose records below it are in no queue. O(log size)."""
     out: list[Finding] = []
     if len(queue) == 0:
         return out
     sc = ChunkScan(queue, max(queue.min_offset(), 0), check_crc=True, to_offset=1 << 62)
     seen: dict[QueueKey, int] = {}
+    gone = deleted or {}
     for chunk in sc:
         first = queue.find(chunk.base)
-        out.extend(_check_chunk(chunk, first.path if first is not None else None, seen))
+        out.extend(_check_chunk(chunk, first.path if first is not None else None, seen, gone))
     if sc.stop is ScanStop.CORRUPT:
         seg = queue.find(sc.end_offset)
         out.append(

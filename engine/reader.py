@@ -41,9 +41,9 @@ from typing import Final
 from mqstore.conf.settings import StoreSettings
 from mqstore.engine.commitlog import CommitLog
 from mqstore.engine.consumequeue import ConsumeQueue
-from mqstore.engine.consumequeue_files import detect_file_size
 from mqstore.engine.consumequeue_store import ConsumeQueueStore
 from mqstore.engine.filler import is_filler
+from mqstore.engine.geometry import Geometry as Geometry  # its home before engine.geometry
 from mqstore.engine.indexservice import IndexService
 from mqstore.engine.pull import PullStop, TagFilter, pull_units
 from mqstore.engine.record import (
@@ -57,7 +57,6 @@ from mqstore.engine.recordcodes import parse_msg_id
 from mqstore.engine.scan_decode import read_records, segment_of
 from mqstore.engine.segment import ReadStatus, SegmentSlice
 from mqstore.engine.segment_queue import SegmentQueue
-from mqstore.engine.storedir import list_segments
 
 MAX_TIMESTAMP_MS = (1 << 63) - 1
 DEFAULT_MAX_BYTES = 256 * 1024  # maxTransferBytesOnMessageInMemory
@@ -102,32 +101,6 @@ def record_has_key(rec: RecordFields, topic: str, key: str) -> bool:
         return True
     keys = rec.properties.get(PROPERTY_KEYS)
     return keys is not None and key in keys.split(" ")
-
-
-def _detect_segment_size(store_dir: str) -> int | None:
-    """The largest commit-log file's size (a torn copy can leave the last one short)."""
-    sizes = [seg.size_bytes for seg in list_segments(store_dir) if seg.size_bytes > 0]
-    return max(sizes) if sizes else None
-
-
-@dataclass(frozen=True, slots=True)
-class Geometry:
-    """File sizes of a store: what its files say, else the settings."""
-
-    segment_size_bytes: int
-    cq_file_size_bytes: int
-    hash_slot_num: int
-    index_num: int
-
-    @classmethod
-    def of(cls, store_dir: str | os.PathLike[str], settings: StoreSettings) -> Geometry:
-        d = os.fspath(store_dir)
-        return cls(
-            _detect_segment_size(d) or settings.segment_size_bytes,
-            detect_file_size(d) or settings.consume_queue_file_size_bytes,
-            settings.max_hash_slot_num,
-            settings.max_index_num,
-        )
 
 
 class StoreReader:

@@ -69,6 +69,7 @@ from mqstore.engine.record import (
     SysFlag,
     takes_queue_offset,
 )
+from mqstore.engine.recovery_progress import VALIDATING, Progress, Step
 from mqstore.engine.redispatch import Holdings, first_lacking, redispatch
 from mqstore.engine.segment import ClockMs, ReadStatus, Segment, now_ms
 from mqstore.engine.segment_queue import SegmentQueue
@@ -77,8 +78,6 @@ from mqstore.engine.verify import verify_queues
 ABORT_FILE: Final = "abort"
 REPORT_FILE: Final = "recovery.json"
 NORMAL_RECOVERY_FILES: Final = 3
-
-Progress = Callable[[int, int], None]  # (bytes validated, bytes to validate)
 
 
 @dataclass
@@ -101,6 +100,8 @@ class RecoveryReport:
     dispatch_from: int = 0
     records_redispatched: int = 0  # consume-queue units written by the re-dispatch
     index_keys_redispatched: int = 0
+    redispatch_records: int = 0  # records the re-dispatch passed to the dispatcher
+    redispatch_seconds: float = 0.0  # how long the re-dispatch took
     queues_truncated: dict[str, int] = field(default_factory=dict)  # "topic/qid" -> units
     index_entries_truncated: int = 0
     index_files_destroyed: list[str] = field(default_factory=list)
@@ -138,8 +139,11 @@ class RecoveryReport:
             f"{self.end_offset} ({self.stop}{': ' + self.stop_reason if self.stop_reason else ''}"
             f"), validated {self.records_validated} records / {self.bytes_validated} bytes "
             f"from {self.start_file or '-'}, truncated {self.bytes_truncated} bytes "
-            f"({self.segments_deleted} segments), re-dispatched {self.records_redispatched} "
-            f"records, {sum(self.queues_truncated.values())} queue units and "
+            f"({self.segments_deleted} segments), re-dispatched {self.redispatch_records} "
+            f"records ({self.records_redispatched} queue units and "
+            f"{self.index_keys_redispatched} index keys written, "
+            f"{self.redispatch_seconds:.3f} s), "
+            f"{sum(self.queues_truncated.values())} queue units and "
             f"{self.index_entries_truncated} index entries cut, "
             + (
                 f"{len(self.queues_rebuilt)} damaged consume queues rebuilt, "
@@ -189,9 +193,11 @@ def recover_store(
     """Recover the store (see the module doc) and return the report.
 
     `abnormal` overrides the `abort` test (a supervisor that writes `abort` at boot
-    passes what it found before writing it); `progress(done, total)` is called per
-    segment. Fillers are re-dispatched as the dispatcher does (`engine.filler`). Raises
-    StoreIOError, SegmentSizeError, IndexGeometryError.
+    passes what it found before writing it); `progress` is called after every chunk
+    validated or re-dispatched (`engine.recovery_progress`; it may raise
+    `RecoveryInterrupted`, which stops recovery where it is). Fillers are re-dispatched
+    as the dispatcher does (`engine.filler`). Raises StoreIOError, SegmentSizeError,
+    IndexGeometryError.
     """
     t0 = time.perf_counter()
     s = settings or StoreSettings()
@@ -224,7 +230,7 @@ def recover_store(
         if dry_run:
             _count_what_apply_would_do(report, st, plan, cuts)
         else:
-            deferred_next = apply(report, st, plan, cuts)
+            deferred_next = apply(report, st, plan, cuts, progress)
         table = st.cqs.queue_offset_table()
         for k, v in deferred_next.items():
             table[k] = max(table.get(k, 0), v)
@@ -472,17 +478,15 @@ def validate(
     total = max(q.max_offset() - start, 0)
     holdings = Holdings(st.cqs, st.built_index)
     walk = ChunkScan(q, start, check_crc=check_crc, to_offset=1 << 62)
-    last_ts, lacking, segment = 0, None, start
+    last_ts, lacking = 0, None
     for base, view, scan in walk:
         last_ts = scan.store_timestamp[scan.count - 1]
         if lacking is None:
             lacking = first_lacking(holdings, view, base, scan, plan.dispatch_from)
-        if progress is not None and base > segment:  # the segments before are done
-            progress(base - start, total)
-            segment = base
+        if progress is not None:
+            done = base + scan.pos[scan.count - 1] + scan.size[scan.count - 1] - start
+            progress(Step(VALIDATING, done, total, walk.records))
     end = walk.end_offset
-    if progress is not None:
-        progress(end - start, total)
     truncated, deleted = _past_end(q, end)
     return Cuts(end, walk.stop, walk.reason, walk.records, end - start, last_ts, truncated,
                 deleted, end if lacking is None else lacking)  # fmt: skip
@@ -557,7 +561,11 @@ def _count_what_apply_would_do(
 
 
 def apply(
-    report: RecoveryReport, st: LoadedStore, plan: RecoveryPlan, cuts: Cuts
+    report: RecoveryReport,
+    st: LoadedStore,
+    plan: RecoveryPlan,
+    cuts: Cuts,
+    progress: Progress | None = None,
 ) -> dict[QueueKey, int]:
     """Make the store what validation found (the module doc's step 3): re-dispatch, cut
     the log, the queues and the index, rebuild damaged queues, flush and write the
@@ -572,20 +580,21 @@ def apply(
     disp = Dispatcher(log, cqs, st.built_index, checkpoint=st.cp_fields)
     disp.defer_on_no_space = True  # boot needs no new space: see Dispatcher
     res = DispatchResult(plan.dispatch_from, plan.dispatch_from, DispatchStop.END_OF_DATA)
-    if plan.dispatch_from < plan.start_offset:
-        pre = disp.dispatch(plan.dispatch_from, plan.start_offset)
-        res.units_written, res.index_keys = pre.units_written, pre.index_keys
-    if cuts.lacking_from < end:
-        redispatch(log, Holdings(cqs, st.built_index), disp, res, cuts.lacking_from, end)
+    spans = [(plan.dispatch_from, min(plan.start_offset, end)), (cuts.lacking_from, end)]
+    for span in spans:
+        if span[0] < span[1]:
+            redispatch(log, Holdings(cqs, st.built_index), disp, res, span, progress)
     _cut_log(log.queue, end, cuts, plan.start_index)
     # consume queues and index past the end
     if st.queues_max_phy > end or st.queues_max_phy < 0 or cqs.max_physical_offset() > end:
         report.queues_truncated = {_qkey(k): n for k, n in cqs.truncate_dirty(end).items()}
     report.index_entries_truncated = index.truncate_dirty(end)
-    _rebuild_damaged_queues(report, st, plan, disp, res, end)
+    _rebuild_damaged_queues(report, st, plan, disp, res, end, progress)
     report.dispatch_deferred = disp.deferred
     report.records_redispatched = res.units_written
     report.index_keys_redispatched = res.index_keys
+    report.redispatch_records = res.records
+    report.redispatch_seconds = res.seconds
     cqs.correct_min_offsets(max(log.min_offset(), 0))
     cqs.flush_all()
     for f in index.files:
@@ -622,6 +631,7 @@ def _rebuild_damaged_queues(
     disp: Dispatcher,
     res: DispatchResult,
     end: int,
+    progress: Progress | None,
 ) -> None:
     """Cut damaged consume queues at their first bad unit and rebuild them from the log:
     after a crash every unit is compared with its record, after a clean stop those in
@@ -643,9 +653,7 @@ def _rebuild_damaged_queues(
     redos = [r for r in redos if r < end]
     if redos:
         redo = min(redos)
-        more = disp.dispatch(redo, end)
-        res.units_written += more.units_written
-        res.index_keys += more.index_keys
+        redispatch(log, Holdings(cqs, st.built_index), disp, res, (redo, end), progress)
         report.dispatch_from = min(report.dispatch_from, redo)
 
 

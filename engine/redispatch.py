@@ -7,11 +7,12 @@ file's end is past it (or at it, with keys written there). `Holdings` answers th
 chunk of scanned records (`engine.scan`, `engine.logwalk.ChunkScan`): a whole chunk is
 decided from each queue's last record in it (found in C, `verify.queue_last_ends`) and
 the index's end, so a store whose queues are complete costs a few microseconds a chunk;
-only a chunk that lacks something is walked record by record.
+only the first chunk that lacks something is walked record by record (to find where
+re-dispatch starts).
 
-`redispatch` writes what is lacking over a span of validated log, record by record
-through `Dispatcher.dispatch_record` (a record is parsed in full only then). Recovery
-only: the caller holds the store lock.
+`redispatch` writes what is lacking over a span of the log, a chunk of records at a time
+through the dispatcher's batch path (`Dispatcher.dispatch_scan`): at the dispatcher's
+speed, linear in the records. Recovery only: the caller holds the store lock.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import operator
-from collections.abc import Iterator
+import time
 
 from mqstore.engine.commitlog import CommitLog
 from mqstore.engine.consumequeue import ConsumeQueue
@@ -27,7 +28,7 @@ from mqstore.engine.consumequeue_store import ConsumeQueueStore
 from mqstore.engine.dispatch import Dispatcher, DispatchResult
 from mqstore.engine.indexservice import IndexService
 from mqstore.engine.logwalk import ChunkScan
-from mqstore.engine.record import check_record
+from mqstore.engine.recovery_progress import REDISPATCHING, Progress, Step
 from mqstore.engine.scan import RecordScan
 from mqstore.engine.verify import queue_last_ends
 
@@ -48,12 +49,11 @@ class Holdings:
     def refresh_index(self) -> None:
         self._index_end = self._read_index_end()
 
-    def lacking(self, view: memoryview, base: int, scan: RecordScan, start: int) -> Iterator[int]:
-        """The records i >= `start` of `scan` (of `view`, whose first byte is log offset
-        `base`) that a queue or the index lacks, in log order. The caller may dispatch
-        each before taking the next: the holdings are re-read after every record yielded."""
-        if start >= scan.count or self._all_held(view, base, scan, start):
-            return
+    def first_lacking(self, view: memoryview, base: int, scan: RecordScan, start: int) -> int:
+        """The first record i >= `start` of `scan` (of `view`, whose first byte is log
+        offset `base`) that a queue or the index lacks; -1: none."""
+        if start >= scan.count or self.all_held(view, base, scan, start):
+            return -1
         pos, size, queue_id, sys_flag = scan.pos, scan.size, scan.queue_id, scan.sys_flag
         topic_pos, topic_len, key_first = scan.topic_pos, scan.topic_len, scan.key_first
         ends: dict[tuple[bytes, int], int] = {}  # queue -> its max physical offset, -1 none
@@ -71,11 +71,10 @@ class Holdings:
                 end_phy, has_end = self._index_end
                 need = not (offset < end_phy or (offset == end_phy and has_end))
             if need:
-                yield i
-                self.refresh_index()
-                ends.clear()
+                return i
+        return -1
 
-    def _all_held(self, view: memoryview, base: int, scan: RecordScan, start: int) -> bool:
+    def all_held(self, view: memoryview, base: int, scan: RecordScan, start: int) -> bool:
         """True when the queues and the index hold every record from `start` on: decided
         per queue (its last record in the chunk, found in C) and from the index's end."""
         end_phy, has_end = self._index_end
@@ -115,10 +114,8 @@ def first_lacking(
 ) -> int | None:
     """The log offset of the first record of `scan` at or past `from_offset` that a
     queue or the index lacks, or None. Writes nothing."""
-    start = bisect.bisect_left(scan.pos, from_offset - base)
-    for i in holdings.lacking(view, base, scan, start):
-        return base + scan.pos[i]
-    return None
+    i = holdings.first_lacking(view, base, scan, bisect.bisect_left(scan.pos, from_offset - base))
+    return None if i < 0 else base + scan.pos[i]
 
 
 def redispatch(
@@ -126,14 +123,27 @@ def redispatch(
     holdings: Holdings,
     disp: Dispatcher,
     res: DispatchResult,
-    from_offset: int,
-    to_offset: int,
+    span: tuple[int, int],
+    progress: Progress | None = None,
 ) -> None:
-    """Dispatch into `res` every record in [from_offset, to_offset) that a queue or the
-    index lacks. The span must be validated already (no CRC is checked here) and start
-    at a record. Raises StoreIOError."""
+    """Dispatch into `res` what the queues or the index lack of the records in `span`
+    (from, to: from at a record; CRC not checked, the caller validated what it must):
+    chunk by chunk of the record scanner's columns through the dispatcher's batch path
+    (`Dispatcher.dispatch_scan`, as the dispatcher process does), a chunk they hold
+    whole skipped. Re-dispatching a record they hold is harmless (`engine.dispatch`), so
+    a chunk that lacks anything goes whole. `progress` after every chunk (it may raise
+    `RecoveryInterrupted`); the time taken is added to `res.seconds`. O(records).
+    Raises StoreIOError."""
+    t0 = time.perf_counter()
+    from_offset, to_offset = span
     walk = ChunkScan(log.queue, from_offset, check_crc=False, to_offset=to_offset)
-    for base, view, scan in walk:
-        for i in holdings.lacking(view, base, scan, 0):
-            h = check_record(view, scan.pos[i], check_crc=False, read_body=False, limit=len(view))
-            disp.dispatch_record(base + scan.pos[i], h, res)
+    try:
+        for base, view, scan in walk:
+            if not holdings.all_held(view, base, scan, 0):
+                disp.dispatch_scan(view, base, scan, res)
+                holdings.refresh_index()
+            if progress is not None:
+                done = base + scan.pos[scan.count - 1] + scan.size[scan.count - 1] - from_offset
+                progress(Step(REDISPATCHING, done, to_offset - from_offset, walk.records))
+    finally:
+        res.seconds += time.perf_counter() - t0

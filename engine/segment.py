@@ -253,14 +253,17 @@ class Segment(ReferenceCounted):
         directory: str | os.PathLike[str],
         start_offset: int,
         size_bytes: int,
+        *,
+        zero_fill: bool = False,
         **options: Unpack[SegmentOptions],
     ) -> Segment:
         """Create, pre-allocate and open a new empty segment (positions 0, 0, 0).
 
-        The file is built as `<name>.tmp` (fallocate, fsync), renamed into place and the
-        directory fsynced, so a crash never leaves a short file under a segment name.
-        Cost: one fallocate of `size_bytes` plus two fsyncs; the allocator's job, never
-        the hot path. Raises FileExistsError if the segment exists, StoreIOError.
+        The file is built as `<name>.tmp` (fallocate, with `zero_fill` every byte written
+        as zeros, fsync), renamed into place and the directory fsynced, so a crash never
+        leaves a short file under a segment name. Cost: one fallocate of `size_bytes`
+        (and a write of it) plus two fsyncs; the allocator's job, never the hot path.
+        Raises FileExistsError if the segment exists, StoreIOError.
         """
         if size_bytes <= 0:
             raise ValueError(f"segment size must be positive, got {size_bytes}")
@@ -268,20 +271,31 @@ class Segment(ReferenceCounted):
         path = os.path.join(directory, segment_file_name(start_offset))
         if os.path.exists(path):
             raise FileExistsError(errno.EEXIST, f"segment {path} already exists")
-        tmp = cls.prepare(directory, start_offset, size_bytes)
+        tmp = cls.prepare(directory, start_offset, size_bytes, zero_fill=zero_fill)
         fileio.rename(tmp, path)
         fileio.fsync_dir(directory)
         return cls.install(path, size_bytes, **options)
 
     @staticmethod
-    def prepare(directory: str, start_offset: int, size_bytes: int, suffix: str = ".tmp") -> str:
+    def prepare(
+        directory: str,
+        start_offset: int,
+        size_bytes: int,
+        suffix: str = ".tmp",
+        *,
+        zero_fill: bool = False,
+    ) -> str:
         """The first half of `create`, ahead of need: `<name><suffix>` allocated
-        (fallocate, fsync) and left there; returns its path. `fileio.rename` it to its name, then
-        `install`; the directory's fsync is the caller's (before anything counts on the
-        file surviving a crash). A writable `SegmentQueue.load` deletes `.tmp` leftovers.
-        Raises StoreIOError (no file left behind)."""
+        (fallocate; with `zero_fill` written as zeros, a chunk at a time, each forced: no
+        extent is left unwritten, so no later fdatasync of it has to convert one and
+        commit the journal; fsync) and left there; returns its path. `fileio.rename` it
+        to its name, then `install`; the directory's fsync is the caller's (before
+        anything counts on the file surviving a crash). A writable `SegmentQueue.load`
+        deletes `.tmp` leftovers. Raises StoreIOError (no file left behind)."""
         tmp = os.path.join(directory, segment_file_name(start_offset) + suffix)
-        fileio.preallocate(tmp, size_bytes)
+        fileio.preallocate(
+            tmp, size_bytes, zeros_from_start=size_bytes if zero_fill else 0, sync_chunks=True
+        )
         return tmp
 
     @classmethod

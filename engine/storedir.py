@@ -6,10 +6,11 @@ byte, and checks the whole directory (`check()`): the file chain, every record (
 the checkpoint against the log, and the abort file. `mqstore dump` and `mqstore check`
 are thin shells over it.
 
-Geometry: a store does not record its segment size. Every segment is pre-allocated at
-full size, so the largest commit-log file tells it; with one file only, its size; when
-the files disagree with a configured size, the configured one is used and the
-disagreement is an ERROR finding.
+Geometry: the segment size is the one the store records (`engine.geometry`), else the
+configured one, else the files': every segment is pre-allocated at full size, so the
+largest commit-log file tells it; with one file only, its size. Files that disagree with
+the recorded or configured size are ERROR findings. `check()` also opens the index files
+as a start would, so it reports what a start refuses.
 
 `<store>/flushed_offset`, written in place by the runtime's flusher, read by every reader of a
 live store (readers stop at this offset; stopped stores are read to their last valid record):
@@ -29,11 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from mqstore.engine import fileio
+from mqstore.conf.settings import StoreSettings
+from mqstore.engine import deleted_topics, fileio
 from mqstore.engine.checkpoint import CHECKPOINT_FILE, CheckpointError, CheckpointFields
 from mqstore.engine.closing import Closing
 from mqstore.engine.commitlog import CommitLog
 from mqstore.engine.findings import Finding, Severity
+from mqstore.engine.indexfile import IndexGeometryError
+from mqstore.engine.indexservice import IndexService
 from mqstore.engine.scan import BIT_FILLER
 from mqstore.engine.segment import SegmentSizeError
 
@@ -168,12 +172,22 @@ class CheckSummary:
 class StoreDir(Closing):
     """A store directory opened for reading only. Close it (or use `with`)."""
 
-    def __init__(self, path: str | os.PathLike[str], *, segment_size_bytes: int | None = None):
-        """`segment_size_bytes`: the configured size, if any (see the module doc).
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        segment_size_bytes: int | None = None,
+        index_geometry: tuple[int, int] | None = None,
+    ):
+        """`segment_size_bytes`: the configured size, if any (see the module doc);
+        `index_geometry`: (hash slots, entries) of the store's index files (the default
+        settings' when None).
 
         Raises StoreDirError (not a store, no geometry), StoreIOError.
         """
         self.path = Path(path)
+        s = StoreSettings()
+        self.index_geometry = index_geometry or (s.max_hash_slot_num, s.max_index_num)
         if not self.path.is_dir():
             raise StoreDirError(f"{self.path}: not a directory")
         if not (self.path / COMMITLOG_DIR).is_dir():
@@ -225,7 +239,12 @@ class StoreDir(Closing):
             out.append(self._open_error)
             return out, CheckSummary(len(self.segment_files), 0, 0, 0, 0, self.segment_size_bytes)
         log = self._log
-        out.extend(log.check())
+        try:
+            deleted = deleted_topics.load(self.path)
+        except (ValueError, OSError) as e:
+            out.append(Finding(Severity.ERROR, str(e), deleted_topics.path(self.path)))
+            deleted = {}
+        out.extend(log.check(deleted_topics=deleted))
         records = fillers = 0
         last_store_ts = 0
         end = 0
@@ -237,6 +256,7 @@ class StoreDir(Closing):
                 last_store_ts = max(last_store_ts, *chunk.scan.store_timestamp)
             end = sc.end_offset
         out.extend(self._check_checkpoint(last_store_ts, records))
+        out.extend(self._check_index())
         if running_pid is not None:
             pid = f"pid {running_pid}" if running_pid > 0 else "pid unknown"
             out.append(
@@ -265,6 +285,18 @@ class StoreDir(Closing):
             segment_size_bytes=self.segment_size_bytes,
         )
         return out, summary
+
+    def _check_index(self) -> list[Finding]:
+        """The index files, opened as a start opens them (a file it would refuse is an
+        ERROR finding), then `IndexService.check`."""
+        index = IndexService(self.path, *self.index_geometry, read_only=True)
+        try:
+            index.load()
+            return index.check()
+        except (IndexGeometryError, fileio.StoreIOError) as e:
+            return [Finding(Severity.ERROR, f"cannot open the index: {e}")]
+        finally:
+            index.close()
 
     def _check_checkpoint(self, last_store_ts: int, records: int) -> list[Finding]:
         path = str(self.path / CHECKPOINT_FILE)

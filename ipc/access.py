@@ -3,10 +3,11 @@
 * The store directory and the files mqstore creates are owner-only (0700 / 0600); with
   `ipc_allow_group` the store directory, the shared memory, the reservation lock and the
   names file are group-accessible and owned by the store directory's group.
-* The supervisor's socket is an abstract Unix socket, which has no file mode: the
-  supervisor checks each peer's credentials (SO_PEERCRED) when it connects and answers a
-  peer of another user (outside the group) with one error line, nothing else: no attach,
-  no status, no stop.
+* The supervisor's socket is a path in the store directory (`ipc.channel`): other users
+  can neither bind nor reach it. Both ends still check the other's credentials
+  (SO_PEERCRED): the supervisor answers a peer of another user (outside the group) with
+  one error line, nothing else: no attach, no status, no stop; a client refuses a peer
+  that is not the store directory's owner (or root).
 * Shared-memory names carry a random part chosen at each boot, so they can be neither
   guessed nor squatted; the supervisor records them, with a random nonce it also writes
   into the control block, in `.mqstore-ipc.json` in the store directory (owner-only, or
@@ -50,24 +51,41 @@ def _groups_of(pid: int) -> set[int]:
     return set()
 
 
-def peer_refusal(conn: socket.socket, store_dir: str, allow_group: bool) -> str:
-    """Why the peer of `conn` may not use the store ("" when it may): the store's owner
-    and root may; with `allow_group`, members of the store directory's group too."""
+def _peercred(conn: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process at the other end of the Unix socket `conn`."""
     pid, uid, gid = _PEERCRED.unpack(
         conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
     )
+    return pid, uid, gid
+
+
+def peer_uid(conn: socket.socket) -> int:
+    """The user id of the process at the other end of the Unix socket `conn`."""
+    return _peercred(conn)[1]
+
+
+def peer_refusal(conn: socket.socket, store_dir: str, allow_group: bool) -> str:
+    """Why the peer of `conn` may not use the store ("" when it may): the store's owner
+    and root may; with `allow_group`, members of the store directory's group too."""
+    pid, uid, gid = _peercred(conn)
     st = os.stat(store_dir)
     if uid in (st.st_uid, 0):
         return ""
     if allow_group and (gid == st.st_gid or st.st_gid in _groups_of(pid)):
         return ""
+    return denied(st, uid, allow_group)
+
+
+def denied(store: os.stat_result, uid: int, allow_group: bool) -> str:
+    """Why user `uid` may not use the store whose directory's `stat` is `store`, and how
+    the owner would allow it."""
     how = (
-        f"add it to group {st.st_gid}"
+        f"add it to group {store.st_gid}"
         if allow_group
         else "set ipc_allow_group = true and add it to the store directory's group"
     )
     return (
-        f"permission denied: the store belongs to uid {st.st_uid}; uid {uid} may not use "
+        f"permission denied: the store belongs to uid {store.st_uid}; uid {uid} may not use "
         f"it (to allow another user: {how})"
     )
 

@@ -2,169 +2,242 @@
 
     async with AsyncStoreClient.attach("/var/lib/mqstore") as store:
         r = await store.put("orders", b"...", tags="new")
+        rs = await asyncio.gather(*(store.put("orders", b) for b in bodies))
         got = await store.pull("orders", r.queue_id, 0, 32)
 
-The event loop never blocks on the store:
+A put runs on the event loop thread, through one blocking `StoreClient` of the client's
+own: the same C call as a blocking put (reserve, copy, publish: microseconds), no thread
+hop. `put` and `put_batch` return an `asyncio.Future` (await it, gather it, or
+`asyncio.ensure_future` it), which costs asyncio less than a coroutine's task:
 
-* **Reserve and copy** (microseconds, but the reservation may wait for a pool buffer or
-  the next segment file up to `os_page_cache_busy_timeout_ms`) run on a thread of the
-  client's own, through a blocking `StoreClient` (one per thread) with
-  `wait_store=False`.
-* **The flush wait** (SYNC_FLUSH with `wait_store`) is on the loop: each put awaits a
-  future; one thread of the client's own sleeps in the futex wait on the control
-  block's flushed position (no GIL) for the nearest end awaited, and settles every
-  future the flushed position covers, so any number of concurrent awaits share one
-  group-committed fsync without a thread each. It answers FLUSH_DISK_TIMEOUT after
-  `sync_flush_timeout_ms` and FLUSH_DISK_FAILED once the store is read-only, as the
-  blocking client does.
-* **`loop_waits=False`**: the whole blocking put, wait included, runs on one of
-  `concurrency` threads (default 8), which sleep in the kernel without the GIL; up to
-  `concurrency` awaits share an fsync.
-* **Pulls** run on one more thread with a reader of their own: `ipc.reads.ClientReads`
+* **ASYNC_FLUSH, or `wait_store=False`**: the put is done when the call returns; its
+  future is already resolved. The reservation may wait for a pool buffer or the next
+  segment file, up to `os_page_cache_busy_timeout_ms`, as a blocking put's does.
+* **SYNC_FLUSH with `wait_store`**: the put is reserved, copied and published on the
+  loop without waiting (the blocking put's `wait_store=False`); its future resolves once
+  the flush is known (`_FlushWaits`): one thread of the client's own (started at the
+  first such put, with a `StoreClient` of its own) sleeps in the futex wait on the
+  control block's flushed position (GIL released) and, each time the flusher moves
+  it, has the loop settle every future it covers, in one batch, so any number of
+  concurrent puts share each group-committed fsync. PUT_OK only once the flushed
+  position of the control block the record was written into covers the record;
+  FLUSH_DISK_TIMEOUT after `syncFlushTimeout`; FLUSH_DISK_FAILED once the store is
+  read-only: the blocking client's statuses. The loop never blocks on a flush.
+* **Pulls** run on one more thread with a reader of its own: `ipc.reads.ClientReads`
   (the blocking client's read path: consume queues up to the dispatcher's position, tag
   filter, long polling with `wait_ms`, which holds that thread).
 
-An acknowledgement means what the blocking client's does (docs/durability.md).
-Statuses, never exceptions, for expected outcomes.
+Cancelling a put's future stops nobody but its awaiter: the record is in the log (a
+blocking put interrupted mid-wait leaves it too), and its entry among the flush waits is
+dropped once the flush covers it or its timeout passes.
 
-The loop-native wait uses the client's public flush wait (`StoreClient.wait_flushed`,
-`flushed_position`, `sync_timeout_s`), nothing of its internals.
+An acknowledgement means what the blocking client's does (docs/durability.md).
+Statuses, never exceptions, for expected outcomes (unless `raise_on_status`).
+
+Only the public client API is used: `StoreClient.put` / `put_batch`, `wait_flushed`,
+`live_control_block`, `settings`, `sync_timeout_s`, and the control block's views.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Coroutine, Generator, Mapping
+from collections import deque
+from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Concatenate, Final, Generic, ParamSpec, TypeVar, cast
 
+from mqstore.conf.settings import FlushDiskType
+from mqstore.engine.record import Message
 from mqstore.ipc import channel
-from mqstore.ipc.accepts import BOOL, INT, check_types
+from mqstore.ipc import control as c
 from mqstore.ipc.client import StoreClient
+from mqstore.ipc.control_views import Flags, Positions
 from mqstore.ipc.reads import ClientReads, for_client
-from mqstore.ipc.results import PutMessageStatus, PutResult, raise_if_failed
+from mqstore.ipc.results import PutMessageStatus, PutResult, error_for
 from mqstore.ipc.session import check_attach_types
 
-DEFAULT_CONCURRENCY: Final = 8
-_WATCH_S: Final = 0.05
+_WATCH_S: Final = 0.05  # the longest futex sleep: deadlines and closing are seen this soon
+_RETRY_S: Final = 0.005  # the tick while the sleeper is on another store generation
+_SYNC: Final = FlushDiskType.SYNC_FLUSH
 OK: Final = PutMessageStatus.PUT_OK
+TIMED_OUT: Final = PutMessageStatus.FLUSH_DISK_TIMEOUT
+_RESTARTED: Final = "the store restarted before the record was known flushed"
+_ENDED: Final = c.FLAG_FENCED | c.FLAG_STOPPED  # the generation ended (`ipc.fence`)
 P = ParamSpec("P")
 R = TypeVar("R")
+Outcome = PutResult | list[PutResult]
 Settled = tuple[PutMessageStatus, str]
+# (record end, deadline, control block written into, future, the put's result)
+_Wait = tuple[int, float, c.ControlBlock, "asyncio.Future[Any]", Outcome]
+
+
+def _answer(
+    fut: asyncio.Future[Any], got: Outcome, status: PutMessageStatus, reason: str, raises: bool
+) -> None:
+    """Resolve `fut` with a put's results `got` under the flush `status` (`raises`: a
+    status but PUT_OK as its `PutError`, the client's `raise_on_status`)."""
+    if status is OK:
+        fut.set_result(got)
+        return
+    if isinstance(got, list):
+        got = [r._replace(status=status, reason=reason) for r in got]
+        if raises:
+            fut.set_exception(error_for(got[0], tuple(got)))
+            return
+    else:
+        got = got._replace(status=status, reason=reason)
+        if raises:
+            fut.set_exception(error_for(got))
+            return
+    fut.set_result(got)
 
 
 class _FlushWaits:
-    """Flush waits on the loop, without a thread per await: one thread of its own sleeps
-    in the futex wait (`Appender.wait_flushed`, no GIL) for the nearest end any await
-    waits for; each time the flushed position moves it settles, on the loop, every
-    future it covers. The flushed position in the control block is the only thing that
-    settles a future OK."""
+    """The flush waits of one client's sync puts, without a thread per put. Puts on the
+    loop append in reservation order, so the ends (and deadlines) of `_pending` ascend.
+    One thread of its own sleeps in the futex wait for the first end (GIL released;
+    asking the flusher for the furthest), takes every entry the flushed position now
+    covers, and has the loop answer them in one `call_soon_threadsafe`.
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, main: StoreClient) -> None:
+    The thread (started at the first wait) sleeps through a `StoreClient` of its own
+    (`sleeper`, attached there by `make_sleeper`), so that no wait is ever under way in
+    the putting client's appender when a put re-attaches it. Only
+    the flushed position of the control block a record was written into (the putting
+    client's, read here) answers it PUT_OK; a block that client has since detached
+    from (the supervisor restarted) can no longer say: FLUSH_DISK_TIMEOUT."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        client: StoreClient,
+        make_sleeper: Callable[[], StoreClient],
+    ) -> None:
         self._loop = loop
-        self._main = main
-        self._cond = threading.Condition()
-        self._waiters: list[tuple[int, float, asyncio.Future[Settled]]] = []
+        self._client = client
+        self._make_sleeper = make_sleeper
+        self._sleeper: StoreClient | None = None
+        self._raise = client.raise_on_status
+        self._pending: deque[_Wait] = deque()  # appended on the loop, taken by the thread
+        self._want: tuple[int, c.ControlBlock | None] = (0, None)  # the furthest end awaited
+        self._idle = True  # the thread may sleep on _work: wake it on an append
+        self._work = threading.Event()
         self._closed = False
-        self._thread = threading.Thread(target=self._run, name="mqstore-aio-flush", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
 
-    async def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify()
-        await self._loop.run_in_executor(None, self._thread.join)
-        self._settle_all(PutMessageStatus.SERVICE_NOT_AVAILABLE, "the client was closed")
-
-    def _settle_all(self, status: PutMessageStatus, reason: str) -> None:
-        with self._cond:
-            waiters, self._waiters = self._waiters, []
-        for _end, _t, fut in waiters:
-            if not fut.done():
-                fut.set_result((status, reason))
+    def add(self, cb: c.ControlBlock, got: Outcome, end: int) -> asyncio.Future[Any]:
+        """A future of `got` (a put's results, written into `cb` up to `end`), resolved
+        with their flush status."""
+        fut = self._loop.create_future()
+        self._pending.append((end, time.monotonic() + self._client.sync_timeout_s, cb, fut, got))
+        self._want = (end, cb)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="mqstore-aio-flush")
+            self._thread.daemon = True
+            self._thread.start()
+        elif self._idle:
+            self._work.set()
+        return fut
 
     def _run(self) -> None:
-        main = self._main
         while True:
-            with self._cond:
-                while not self._waiters and not self._closed:
-                    self._cond.wait()
-                if self._closed:
-                    return
-                end = min(w[0] for w in self._waiters)
+            self._idle = True
+            if not self._pending and not self._closed:
+                self._work.wait()
+            self._work.clear()
+            self._idle = False
+            if self._closed:
+                return
             try:
-                code = main.wait_flushed(end, _WATCH_S)
-                flushed = main.flushed_position()
-            except (AttributeError, ValueError, TypeError):  # re-attaching: look again
-                time.sleep(_WATCH_S)
+                end, deadline, cb, _fut, _got = self._pending[0]
+            except IndexError:
                 continue
-            now = time.monotonic()
-            timeout = main.sync_timeout_s
-            with self._cond:
-                done = [
-                    w
-                    for w in self._waiters
-                    if code >= 2 or w[0] <= flushed or now - w[1] >= timeout
-                ]
-                self._waiters = [w for w in self._waiters if w not in done]
-            if done:
-                self._loop.call_soon_threadsafe(self._settle, done, flushed, code, timeout)
+            self._sleep(end, deadline, cb)
+            answers = self._take(cb)
+            if answers:
+                try:
+                    self._loop.call_soon_threadsafe(self._answer_all, answers)
+                except RuntimeError:  # the loop is closed
+                    return
 
-    @staticmethod
-    def _settle(
-        done: list[tuple[int, float, asyncio.Future[Settled]]], flushed: int, code: int,
-        timeout: float,
-    ) -> None:  # fmt: skip
-        for end, _t, fut in done:
-            if fut.done():
-                continue
-            if code == 2:
-                fut.set_result(
-                    (PutMessageStatus.FLUSH_DISK_FAILED, "fsync failed: the store is read-only")
-                )
-            elif end <= flushed:
-                fut.set_result((OK, ""))
-            elif code == 3:  # the generation ended without flushing it (ipc.fence)
-                fut.set_result(
-                    (
-                        PutMessageStatus.SERVICE_NOT_AVAILABLE,
-                        "the store was stopped or restarted while this put was in progress; "
-                        "it was not stored: put it again",
-                    )
-                )
-            else:
-                fut.set_result(
-                    (
-                        PutMessageStatus.FLUSH_DISK_TIMEOUT,
-                        f"not flushed within syncFlushTimeout ({timeout * 1000:.0f} ms)",
-                    )
-                )
-
-    async def wait(self, end: int, client: StoreClient) -> Settled:
-        """Until the log is flushed up to `end` (or why not)."""
-        with contextlib.suppress(AttributeError, ValueError, TypeError):
-            if client.flushed_position() >= end:
-                return OK, ""
-        fut: asyncio.Future[Settled] = self._loop.create_future()
-        with self._cond:
-            self._waiters.append((end, time.monotonic(), fut))
-            self._cond.notify()
+    def _sleep(self, end: int, deadline: float, cb: c.ControlBlock) -> None:
+        """Until the flushed position of `cb` may cover `end`, at most `_WATCH_S` or
+        the deadline: the futex wait of the sleeper's client, when it is attached to
+        `cb`'s store generation (it re-attaches at its staleness checks), else a tick."""
+        want, want_cb = self._want
         try:
-            return await fut
-        except asyncio.CancelledError:
-            with self._cond:
-                self._waiters = [w for w in self._waiters if w[2] is not fut]
-            raise
+            if self._sleeper is None:
+                self._sleeper = self._make_sleeper()
+            sleeper = self._sleeper
+            if sleeper.live_control_block().ctl_name == cb.ctl_name:
+                if want > end and want_cb is cb:  # the flusher's request: the furthest end
+                    sleeper.wait_flushed(want, 0)
+                sleeper.wait_flushed(end, max(min(_WATCH_S, deadline - time.monotonic()), 0.0))
+                return
+        except (OSError, AttributeError, ValueError, TypeError):
+            pass  # not attached to a running store just now (SupervisorUnavailable...)
+        time.sleep(_RETRY_S)
 
+    def _take(self, cb: c.ControlBlock) -> list[tuple[asyncio.Future[Any], Outcome, Settled]]:
+        """Take, in order, the waits on `cb` its flushed position covers, or that can no
+        longer be covered or waited for, each with its status and reason."""
+        try:
+            flushed = Positions(cb).flushed
+            word = Flags(cb).word
+            failed = bool(word & c.FLAG_READ_ONLY)
+            ended = word & _ENDED == _ENDED  # fenced and stopped: never flushed (ipc.fence)
+            gone = False
+        except ValueError:  # detached: the supervisor restarted
+            flushed, failed, ended, gone = -1, False, False, True
+        now = time.monotonic()
+        pending = self._pending
+        taken = []
+        while pending:
+            end, deadline, at, fut, got = pending[0]
+            if at is not cb:
+                break
+            if end <= flushed:
+                settled: Settled = (OK, "")
+            elif gone:
+                settled = (TIMED_OUT, _RESTARTED)
+            elif failed:
+                settled = (
+                    PutMessageStatus.FLUSH_DISK_FAILED,
+                    "fsync failed: the store is read-only",
+                )
+            elif ended:  # as the blocking put's fenced wait (outcome 3)
+                settled = (
+                    TIMED_OUT,
+                    f"the store was stopped or restarted (generation {cb.generation} is over) "
+                    "before the record was known flushed",
+                )
+            elif now >= deadline:
+                timeout_ms = self._client.sync_timeout_s * 1000
+                settled = (TIMED_OUT, f"not flushed within syncFlushTimeout ({timeout_ms:.0f} ms)")
+            else:
+                break
+            pending.popleft()
+            taken.append((fut, got, settled))
+        return taken
 
-class _PerThread(threading.local):
-    """Each put thread's own blocking client (None until its first put)."""
+    def _answer_all(self, answers: list[tuple[asyncio.Future[Any], Outcome, Settled]]) -> None:
+        for fut, got, (status, reason) in answers:
+            if not fut.done():  # else cancelled
+                _answer(fut, got, status, reason, self._raise)
 
-    client: StoreClient | None = None
+    async def close(self) -> None:
+        """Once every put under way has its answer: stop the thread, detach its client."""
+        waiting = [w[3] for w in tuple(self._pending) if not w[3].done()]
+        if waiting:
+            await asyncio.wait(waiting)
+        self._closed = True
+        self._work.set()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)
+        if self._sleeper is not None:
+            self._sleeper.close()
 
 
 class _Attach:
@@ -232,21 +305,6 @@ def _off_loop(
     return method
 
 
-def _awaited(
-    put: Callable[Concatenate[StoreClient, P], R],
-) -> Callable[Concatenate[AsyncStoreClient, P], Coroutine[Any, Any, R]]:
-    """`AsyncStoreClient.put` / `put_batch`: `StoreClient`'s (its signature, checks,
-    statuses and docstring), awaited (`AsyncStoreClient._put_awaited`)."""
-
-    async def method(self: AsyncStoreClient, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        return cast("R", await self._put_awaited(put, args, dict(kwargs)))
-
-    method.__name__ = put.__name__
-    method.__qualname__ = f"AsyncStoreClient.{put.__name__}"
-    method.__doc__ = put.__doc__
-    return method
-
-
 class AsyncStoreClient:
     """A producer and consumer of one running store for asyncio. See the module doc."""
 
@@ -256,82 +314,55 @@ class AsyncStoreClient:
         *,
         topic_queue_nums: Mapping[str, int] | None = None,
         timeout_s: float = 10.0,
-        concurrency: int = DEFAULT_CONCURRENCY,
-        loop_waits: bool = True,
         raise_on_status: bool = False,
     ) -> None:
         """`async with AsyncStoreClient.attach(dir) as store:` or
         `store = await AsyncStoreClient.attach(dir)` (then `await store.close()`).
-        `concurrency`: puts in flight at once (threads, one StoreClient each).
-        `loop_waits=False`: sync puts wait on the threads (the fallback) even when the
-        loop could wait. `raise_on_status`: as `StoreClient.attach`'s. Raises
+        The arguments are `StoreClient.attach`'s; `raise_on_status`: a status but PUT_OK
+        raises its `PutError`, at the call, or at the await for a flush status. Raises
         channel.SupervisorUnavailable when no supervisor runs."""
         check_attach_types("attach", store_dir, topic_queue_nums, timeout_s)
-        check_types(
-            "attach", concurrency=(concurrency, INT), loop_waits=(loop_waits, BOOL)
-        )  # fmt: skip
-        if concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
-        self._loop_waits = loop_waits
         self.raise_on_status = raise_on_status
         self.store_dir = os.path.realpath(os.fspath(store_dir))
         self._topic_queue_nums = dict(topic_queue_nums or {})
         self._timeout_s = timeout_s
-        self._puts = ThreadPoolExecutor(concurrency, thread_name_prefix="mqstore-aio-put")
         self._reads = ThreadPoolExecutor(1, thread_name_prefix="mqstore-aio-read")
-        self._local = _PerThread()
-        self._clients: list[StoreClient] = []
-        self._clients_lock = threading.Lock()
-        self._main: StoreClient | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client: StoreClient | None = None  # the loop's: puts, positions
+        self._reader: StoreClient | None = None  # the read thread's, made at its first read
         self._client_reads: ClientReads | None = None
-        self._sync = True
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._waits: _FlushWaits | None = None
         self._closed = False
 
     attach = _AttachLater(__init__)
 
     def _new_client(self) -> StoreClient:
-        client = StoreClient.attach(
-            self.store_dir, topic_queue_nums=self._topic_queue_nums, timeout_s=self._timeout_s
+        return StoreClient.attach(
+            self.store_dir,
+            topic_queue_nums=self._topic_queue_nums,
+            timeout_s=self._timeout_s,
+            raise_on_status=self.raise_on_status,
         )
-        with self._clients_lock:
-            self._clients.append(client)
-        return client
-
-    def _thread_client(self) -> StoreClient:
-        client = self._local.client
-        if client is None:
-            client = self._new_client()
-            self._local.client = client
-        return client
 
     async def _start(self) -> None:
         loop = asyncio.get_running_loop()
+        self._client = await loop.run_in_executor(self._reads, self._new_client)
+        self._waits = _FlushWaits(loop, self._client, self._new_client)
+        self._new_future = loop.create_future
         self._loop = loop
-        doc = await loop.run_in_executor(
-            self._reads, lambda: channel.request(self.store_dir, {"op": "status"})
-        )
-        self._sync = doc.get("settings", {}).get("flush_disk_type", "SYNC_FLUSH") == "SYNC_FLUSH"
-        self._main = await loop.run_in_executor(self._reads, self._new_client)
-        if self._loop_waits:
-            self._waits = _FlushWaits(loop, self._main)
 
     async def close(self) -> None:
-        """Wait for the puts under way, detach every client, stop the threads."""
+        """Wait for the puts under way to get their answers, detach, stop the threads."""
         if self._closed:
             return
         self._closed = True
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, self._puts.shutdown, True)
         if self._waits is not None:
             await self._waits.close()
-        await loop.run_in_executor(self._reads, self._close_readers)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._reads, self._close_reader)
         self._reads.shutdown(wait=True)
-        with self._clients_lock:
-            clients, self._clients = self._clients, []
-        for client in clients:
-            client.close()
+        if self._client is not None:
+            self._client.close()
 
     async def __aenter__(self) -> AsyncStoreClient:
         return self
@@ -346,61 +377,107 @@ class AsyncStoreClient:
             raise RuntimeError("the AsyncStoreClient is closed")
         return self._loop
 
-    def _put_on_thread(
-        self, put: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[PutResult | list[PutResult], StoreClient]:
-        client = self._thread_client()
-        return put(client, *args, **kwargs), client
+    def _on_loop(self, wait_store: object) -> StoreClient | None:
+        """The loop's client when this put does not wait for its fsync (ASYNC_FLUSH, or
+        not `wait_store`: it is done when the C call returns), else None."""
+        client = self._client
+        if self._closed or client is None:
+            raise RuntimeError("the AsyncStoreClient is closed")
+        if wait_store is not True or client.settings.flush_disk_type is not _SYNC:
+            return client
+        return None
 
-    async def _put_awaited(
-        self, put: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> PutResult | list[PutResult]:
-        """`put` (`StoreClient.put` or `put_batch`) on a put thread; under SYNC_FLUSH with
-        `wait_store` the wait for the fsync on the loop (`_FlushWaits`) when it can."""
-        wait_store = kwargs.get("wait_store", True)
-        check_types(put.__name__, wait_store=(wait_store, BOOL))
-        loop = self._live()
-        on_loop = self._waits is not None and wait_store and self._sync
-        if on_loop:
-            kwargs["wait_store"] = False
-        got, client = await loop.run_in_executor(self._puts, self._put_on_thread, put, args, kwargs)
+    def _resolved(self, got: Outcome) -> asyncio.Future[Any]:
+        fut = self._new_future()
+        fut.set_result(got)
+        return fut
+
+    def _waited(self, put: Callable[[StoreClient], Outcome]) -> asyncio.Future[Any]:
+        """`put` (with `wait_store=False`) then its flush wait on the control block it
+        went into: the block as checked live just before the put (re-checked only after
+        10 ms, so the put writes into it; were it detached in between, the wait answers
+        FLUSH_DISK_TIMEOUT, never a PUT_OK from another block)."""
+        client, waits = self._client, self._waits
+        assert client is not None and waits is not None
+        try:
+            cb: c.ControlBlock | None = client.live_control_block()
+        except channel.SupervisorUnavailable:
+            cb = None  # the put says so, in its shape (or the store is back: see below)
+        got = put(client)
         rs = got if isinstance(got, list) else [got]
-        if on_loop and rs and rs[0].status is OK:
-            assert self._waits is not None
-            status, reason = await self._waits.wait(rs[-1].physical_offset + rs[-1].size, client)
-            if status is not OK:
-                rs = [r._replace(status=status, reason=reason) for r in rs]
-        if self.raise_on_status:
-            raise_if_failed(rs)
-        return rs if isinstance(got, list) else rs[0]
+        if not rs or rs[0].status is not OK:
+            return self._resolved(got)
+        if cb is None:
+            fut = self._new_future()
+            _answer(fut, got, TIMED_OUT, _RESTARTED, self.raise_on_status)
+            return fut
+        return waits.add(cb, got, rs[-1].physical_offset + rs[-1].size)
 
-    put = _awaited(StoreClient.put)
-    put_batch = _awaited(StoreClient.put_batch)
+    def put(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        tags: str | None = None,
+        keys: str | Sequence[str] | None = None,
+        properties: Mapping[str, str] | None = None,
+        queue_id: int | None = None,
+        wait_store: bool = True,
+    ) -> asyncio.Future[PutResult]:
+        """`StoreClient.put` on the loop: the same arguments, checks, statuses and
+        meaning. Returns a future of its `PutResult`, resolved at once unless it waits
+        for its fsync (SYNC_FLUSH with `wait_store`). TypeError for an argument of the
+        wrong type (and, with `raise_on_status`, the `PutError` of a status known at
+        once) at the call."""
+        client = self._on_loop(wait_store)
+        if client is not None:
+            fut = self._new_future()
+            fut.set_result(
+                client.put(
+                    topic, body, tags=tags, keys=keys, properties=properties,
+                    queue_id=queue_id, wait_store=wait_store,
+                )
+            )  # fmt: skip
+            return fut
+        return self._waited(
+            lambda cl: cl.put(
+                topic, body, tags=tags, keys=keys, properties=properties, queue_id=queue_id,
+                wait_store=False,
+            ),
+        )  # fmt: skip
+
+    def put_batch(
+        self, messages: Iterable[Mapping[str, Any] | Message], *, wait_store: bool = True
+    ) -> asyncio.Future[list[PutResult]]:
+        """`StoreClient.put_batch` on the loop (all or nothing, one reservation), as
+        `put`: a future of its results."""
+        client = self._on_loop(wait_store)
+        if client is not None:
+            return self._resolved(client.put_batch(messages, wait_store=wait_store))
+        return self._waited(lambda cl: cl.put_batch(messages, wait_store=False))
 
     # --- reads ----------------------------------------------------------------------------
 
     def _thread_reads(self) -> ClientReads:
-        """The read thread's `ClientReads` (made there on first use)."""
+        """The read thread's `ClientReads`, on a client of its own (made there on first
+        use: a read never takes the loop's client's lock)."""
         if self._client_reads is None:
-            assert self._main is not None
-            self._client_reads = for_client(self._main)
+            self._reader = self._new_client()
+            self._client_reads = for_client(self._reader)
         return self._client_reads
 
-    def _close_readers(self) -> None:
+    def _close_reader(self) -> None:
         if self._client_reads is not None:
             self._client_reads.close()
             self._client_reads = None
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
 
     pull = _off_loop(ClientReads.pull)
 
-    @property
-    def waits_on_loop(self) -> bool:
-        """True when sync puts wait for their fsync on the loop (not on a thread)."""
-        return self._waits is not None
-
     async def positions(self) -> dict[str, int]:
         """The control block's positions (reserved, published, committed, flushed)."""
-        loop = self._live()
-        main = self._main
-        assert main is not None
-        return await loop.run_in_executor(self._reads, main.positions)
+        self._live()
+        assert self._client is not None
+        return self._client.positions()

@@ -1,15 +1,25 @@
-"""How runtime processes find the supervisor (a Linux abstract Unix socket).
+"""How runtime processes find the supervisor: a Unix stream socket inside the store.
 
-Abstract socket names leave nothing in the file system, so a crashed run leaves no
-stale socket file behind; they are derived from the store's real path, like the
-shared-memory names.
+The socket is `<store>/.mqstore-sup.sock` (`SOCKET_NAME`): a path under the store's
+owner-only directory, so no other user can bind it or connect to it (and with
+`ipc_allow_group` the group can connect but not bind: the directory is 02750). It is
+always addressed through an open descriptor of the store directory
+(`/proc/self/fd/N/.mqstore-sup.sock`), so a store path of any length fits `sun_path`'s
+108 bytes and the socket is the one in the directory whose owner was checked.
 
-* Supervisor: a stream socket `\\0mqstore-<h>-sup`. One JSON object per line each way.
-  `{"op": "attach", "pid": P}` -> names and layout, the store's settings
-  (`conf.settings.settings_doc`) and file geometry (`engine.reader.Geometry`), which a
+Both ends check who is at the other end (SO_PEERCRED): the supervisor serves only the
+store's owner, root and the allowed group (`ipc.access.peer_refusal`); a client talks
+only to a supervisor running as the store directory's owner (or root): anything else
+answering is refused before a byte of its reply is read (`connect`).
+
+One JSON object per line each way:
+
+* `{"op": "attach", "pid": P}` -> names and layout, the store's settings
+  (`conf.settings.settings_doc`) and file geometry (`engine.geometry.Geometry`), which a
   client's reads use instead of guessing (the connection then stays open: the client's
-  row is freed when it closes); `{"op": "status"}` -> the status document;
-  `{"op": "stop"}` -> begins a graceful stop.
+  row is freed when it closes);
+* `{"op": "status"}` -> the status document;
+* `{"op": "stop"}` -> begins a graceful stop.
 
 No socket is on the put path: sync acknowledgements are futex waits on the owner-only
 control block's flushed position (`ipc/native/mqs_futex.c`), so nothing another local user
@@ -22,28 +32,85 @@ import contextlib
 import json
 import os
 import socket
-from typing import Any
+import time
+from typing import Any, Final
 
-from mqstore.ipc.control import store_hash
+from mqstore.ipc import access
 
-
-def supervisor_address(store_dir: str | os.PathLike[str]) -> str:
-    return f"\0mqstore-{store_hash(store_dir)}-sup"
+SOCKET_NAME: Final = ".mqstore-sup.sock"
+_BACKLOG_RETRY_S: Final = 0.002
 
 
 class SupervisorUnavailable(ConnectionError):
-    """No supervisor answers for this store."""
+    """No supervisor answers for this store (or what answers is not its supervisor)."""
+
+
+class SupervisorRefused(SupervisorUnavailable, access.StoreAccessDenied):
+    """This user may not reach the store's supervisor (the socket's directory is closed
+    to it): both "unavailable" and "access denied" to a caller that catches either."""
+
+
+def open_store_dir(store_dir: str | os.PathLike[str]) -> int:
+    """An O_PATH descriptor of the store directory, which `socket_path` names the socket
+    through. Raises OSError."""
+    return os.open(store_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+
+
+def socket_path(dir_fd: int) -> str:
+    """The supervisor socket's address, through the open store directory `dir_fd`."""
+    return f"/proc/self/fd/{dir_fd}/{SOCKET_NAME}"
 
 
 def connect(store_dir: str | os.PathLike[str], timeout_s: float = 5.0) -> socket.socket:
+    """A connection to the store's supervisor, whose process runs as the store directory's
+    owner (or root). Raises SupervisorUnavailable when none answers or the peer is
+    someone else, SupervisorRefused when this user may not reach it."""
+    where = os.fspath(store_dir)
+    try:
+        dir_fd = open_store_dir(store_dir)
+    except PermissionError as e:
+        raise SupervisorRefused(f"{where}: permission denied: {e.strerror}") from e
+    except OSError as e:
+        raise SupervisorUnavailable(f"no supervisor runs for {where}: {e}") from e
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     s.settimeout(timeout_s)
     try:
-        s.connect(supervisor_address(store_dir))
+        st = os.fstat(dir_fd)
+        _connect_within(s, socket_path(dir_fd), timeout_s)
+        uid = access.peer_uid(s)
+    except PermissionError as e:
+        s.close()
+        why = access.denied(st, os.geteuid(), allow_group=bool(st.st_mode & 0o070))
+        raise SupervisorRefused(f"{where}: {why}") from e
     except OSError as e:
         s.close()
-        raise SupervisorUnavailable(f"no supervisor runs for {os.fspath(store_dir)}: {e}") from e
+        raise SupervisorUnavailable(f"no supervisor runs for {where}: {e}") from e
+    finally:
+        os.close(dir_fd)
+    if uid not in (st.st_uid, 0):
+        s.close()
+        raise SupervisorUnavailable(
+            f"the socket of {where} is served by uid {uid}, not by the store's owner "
+            f"(uid {st.st_uid}): refusing to talk to it"
+        )
     return s
+
+
+def _connect_within(s: socket.socket, address: str, timeout_s: float) -> None:
+    """Connect, trying again while the listener's backlog is full: a Unix socket with a
+    timeout gets EAGAIN at once then, where a flood of connections would otherwise make
+    every attach fail. Raises OSError (TimeoutError once `timeout_s` has passed)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            s.connect(address)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"the supervisor's backlog stayed full for {timeout_s:g} s"
+                ) from None
+            time.sleep(_BACKLOG_RETRY_S)
 
 
 def send_json(s: socket.socket, obj: dict[str, Any]) -> None:

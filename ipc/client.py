@@ -5,20 +5,20 @@
         assert r.status is PutMessageStatus.PUT_OK
 
 Attaching asks the supervisor (Unix socket) for the shared-memory names and layout and
-maps them; from then on a put asks nobody. The client is three parts, each in its home:
+maps them; from then on a put asks nobody. The client owns three parts, each in its home:
 
-- the session (`ipc.session.Session`): attach, fork handling and staleness; the public
-  accessors the read side and asyncio use (`live_control_block`, `settings`,
-  `geometry`, `flushed_position`, `positions`);
-- the producer (`ipc.producer.Producer`, on `ipc.general_path` and `ipc.prepare`): `put`
-  and `put_batch`, one C call in the common case, the general path in Python otherwise,
-  the flush wait (`wait_flushed`) and the statistics row;
+- the session (`ipc.session.Session`): attach (one typed record, `Attached`), fork
+  handling and staleness; its accessors (`live`, `live_control_block`,
+  `flushed_position`, `positions`) are the client's;
+- the put path (`ipc.producer.PutPath`), which rides the session: `put` and
+  `put_batch`, every shape in one C call, the flush wait (`wait_flushed`) and the
+  statistics row;
 - the reads (`ipc.reads.ClientReads`, made per process on first use): `pull`, `get`,
   `query`, offsets.
 
-Thread-safe: one lock per client (`_native.PutLock`, which the C call takes too)
-serialises puts of its threads. Fork-safe: a forked child re-attaches on its first call.
-If the supervisor stops or dies, the next call re-attaches or returns
+Thread-safe: one lock per client (the session's `_native.PutLock`, which the C call takes
+too) serialises puts of its threads. Fork-safe: a forked child re-attaches on its first
+call. If the supervisor stops or dies, the next call re-attaches or returns
 SERVICE_NOT_AVAILABLE; it never writes into a stale pool.
 """
 
@@ -26,16 +26,22 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Mapping
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, cast
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Concatenate, Final, Generic, ParamSpec, TypeVar, cast
 
-from mqstore.ipc.producer import Producer
+from mqstore.conf.settings import StoreSettings
+from mqstore.engine.reader import Geometry
+from mqstore.engine.record import Message
+from mqstore.ipc.producer import PutPath
 from mqstore.ipc.reads import ClientReads, for_client
-from mqstore.ipc.session import check_attach_types
+from mqstore.ipc.results import PutMessageStatus, PutResult, error_for, raise_if_failed
+from mqstore.ipc.session import Session, check_attach_types
 
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
+OK: Final = PutMessageStatus.PUT_OK
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class _Constructor(Generic[P]):
@@ -58,13 +64,36 @@ def _in_process(
     def method(self: StoreClient, /, *args: P.args, **kwargs: P.kwargs) -> R:
         return read(self._read_side(), *args, **kwargs)
 
-    method.__name__ = read.__name__
-    method.__qualname__ = f"StoreClient.{read.__name__}"
-    method.__doc__ = read.__doc__
+    return _named(method, read)
+
+
+def _on(
+    part: Callable[[StoreClient], T], call: Callable[Concatenate[T, P], R]
+) -> Callable[Concatenate[StoreClient, P], R]:
+    """`StoreClient.<name>`: `call` (its signature and docstring) on the client's `part`."""
+
+    def method(self: StoreClient, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return call(part(self), *args, **kwargs)
+
+    return _named(method, call)
+
+
+def _named(method: F, like: Callable[..., Any]) -> F:
+    method.__name__ = like.__name__
+    method.__qualname__ = f"StoreClient.{like.__name__}"
+    method.__doc__ = like.__doc__
     return method
 
 
-class StoreClient(Producer):
+def _puts(client: StoreClient) -> PutPath:
+    return client._puts
+
+
+def _session(client: StoreClient) -> Session:
+    return client._puts.session
+
+
+class StoreClient:
     """A producer attached to one running store. Create with `StoreClient.attach`."""
 
     def __init__(
@@ -81,16 +110,100 @@ class StoreClient(Producer):
         `raise_on_status`: puts raise `ipc.results.PutError` (its status family's
         subclass) for any status but PUT_OK, instead of returning it."""
         check_attach_types("attach", store_dir, topic_queue_nums, timeout_s)
-        super().__init__(store_dir, timeout_s, topic_queue_nums, raise_on_status)
         self._reads_of_pid: tuple[int, ClientReads] | None = None  # made on first read
-        self._attach()
+        self._puts = PutPath(store_dir, timeout_s, topic_queue_nums, raise_on_status)
+        self._puts.session.attach()
 
     attach = _Constructor(__init__)
 
-    def _closing(self) -> None:
+    @property
+    def store_dir(self) -> str:
+        return self._puts.session.store_dir
+
+    @property
+    def settings(self) -> StoreSettings:
+        """The running store's settings, as the supervisor sent them at the last attach."""
+        return self._puts.session.current().settings
+
+    @property
+    def geometry(self) -> Geometry:
+        """The store's file sizes, as the supervisor sent them at the last attach."""
+        return self._puts.session.current().geometry
+
+    @property
+    def sync_timeout_s(self) -> float:
+        """How long a SYNC_FLUSH put waits for the flusher (the last attach's)."""
+        return self._puts.session.current().sync_timeout_s
+
+    @property
+    def raise_on_status(self) -> bool:
+        return self._puts.raise_on_status
+
+    # --- puts: one C call (ipc.producer.PutPath.app), this side only for what it leaves --
+
+    def put(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        tags: str | None = None,
+        keys: str | Sequence[str] | None = None,
+        properties: Mapping[str, str] | None = None,
+        queue_id: int | None = None,
+        wait_store: bool = True,
+    ) -> PutResult:
+        """Append one message. Returns PUT_OK with where it went, or why not.
+
+        `keys`: one str is the KEYS property as given (RocketMQ's form: keys separated by
+        spaces); a sequence of str is joined with spaces, and a key in it that is empty
+        or holds whitespace is refused (it would be indexed as other keys). `keys` or
+        `tags` together with the same property in `properties` is refused.
+
+        Under SYNC_FLUSH with `wait_store` it returns once the record is on disk
+        (group commit); with `wait_store=False` or ASYNC_FLUSH it returns once the record
+        is in the pool or page cache. Never raises for expected outcomes, unless attached
+        with `raise_on_status` (then any status but PUT_OK raises its `PutError`); raises
+        TypeError for an argument of the wrong type, naming it (`ipc.accepts`).
+        """
+        puts = self._puts
+        got: PutResult | None = puts.app.put_message(
+            topic, body, tags, keys, properties, queue_id, wait_store
+        )
+        if got is None:
+            got = puts.put_held(topic, body, tags, keys, properties, queue_id, wait_store)
+        if got[0] is not OK and puts.raise_on_status:
+            raise error_for(got)
+        return got
+
+    def put_batch(
+        self, messages: Iterable[Mapping[str, Any] | Message], *, wait_store: bool = True
+    ) -> list[PutResult]:
+        """Append messages all or nothing, in one segment, under one reservation.
+
+        Each item is a dict of `put`'s keyword arguments (plus `topic` and `body`) or an
+        `engine.record.Message` (its topic, body, properties, queue id, flag, sys flag,
+        born host and time, reconsume times, prepared offset). A bad message fails the
+        whole batch with its status; nothing is written. A message or field of the
+        wrong type raises TypeError naming it (`ipc.accepts`).
+        """
+        puts = self._puts
+        results: list[PutResult] | None = puts.app.put_batch_messages(messages, wait_store)
+        if results is None:
+            results = puts.put_batch_held(messages, wait_store)
+        return raise_if_failed(results) if puts.raise_on_status else results
+
+    wait_flushed = _on(_puts, PutPath.wait_flushed)
+    live = _on(_session, Session.live)
+    live_control_block = _on(_session, Session.live_control_block)
+    flushed_position = _on(_session, Session.flushed_position)
+    positions = _on(_session, Session.positions)
+
+    def close(self) -> None:
+        """Detach: nothing of this client stays in the supervisor or in /dev/shm."""
         reads = self._reads_of_pid
         if reads is not None and reads[0] == os.getpid():
             reads[1].close()
+        self._puts.session.close()
 
     def __enter__(self) -> StoreClient:
         return self
@@ -101,7 +214,8 @@ class StoreClient(Producer):
     def __del__(self) -> None:
         # getattr: __del__ runs after an __init__ that raised (a TypeError before the
         # session existed, a failed attach) too.
-        if not getattr(self, "_closed", True) and getattr(self, "_attached", False):
+        puts = getattr(self, "_puts", None)
+        if puts is not None and not puts.session.closed and puts.session.attached is not None:
             with contextlib.suppress(Exception):
                 self.close()
 

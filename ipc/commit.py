@@ -20,8 +20,10 @@ touched, opened lazily). Three steps, each with one owner of the position it mov
 
 Under SYNC_FLUSH the flusher's round (gather, commit, flush, wake) is one C call without
 the GIL, `sync_round` (`ipc/native/mqs_round.c`), when every byte of it lies in one
-segment and no fault or sync watch is set (`fileio.seams_quiet`); `sync_round_py` is its
-Python twin and does the rest (a segment boundary, fills for dead producers).
+segment; while a fault or a sync watch is set its I/O calls go through `engine.fileio`'s
+seams (`fileio.native_seam`), so the fault and power-loss suites test the round that
+runs. `sync_round_py` is its Python twin and does the rest (a segment boundary, fills
+for dead producers).
 
 Least-pages rules are RocketMQ's: whole 4 KiB pages between the two positions, or a
 segment boundary crossed, or `least_pages <= 0` for anything new.
@@ -32,6 +34,7 @@ from __future__ import annotations
 import errno
 import os
 import time
+from collections.abc import Callable
 from typing import Final
 
 from mqstore import _native
@@ -348,14 +351,13 @@ class LogFiles:
         nothing. Raises StoreIOError."""
         cb = self.cb
         index = self.pos.flushed // self.size
-        if (
-            fileio.seams_quiet("pwrite", "fdatasync")
-            and (self.pool or self.segment(index).mmap_sync is SyncMethod.FDATASYNC)
-            and self._round_file(index)
+        if (self.pool or self.segment(index).mmap_sync is SyncMethod.FDATASYNC) and (
+            self._round_file(index)
         ):
             code, op, err, *times = _native.sync_round(
                 cb.buf, cb.pool_buf if self.pool else None, index, self._round_fd[1],
                 self._commit_lock.fd, self._offset_file()[0], want_seq, gather_ns,
+                self._round_seam(index),
             )  # fmt: skip
             if code == ROUND_FORCED:
                 return times[0], times[1], times[2], times[3]
@@ -364,6 +366,14 @@ class LogFiles:
                 raise fileio.StoreIOError(ROUND_OPS[op], path, OSError(err, os.strerror(err)))
             want_seq = 0  # gathered: the rest (a boundary, a fill) in Python
         return self.sync_round_py(want_seq, gather_ns)
+
+    def _round_seam(self, index: int) -> Callable[[int, int], int] | None:
+        """The C round's I/O seam while a fault or a sync watch is set (its calls then
+        see them as this module's do, `fileio.native_seam`), else None: system calls."""
+        if fileio.seams_quiet("pwrite", "fdatasync"):
+            return None
+        seg, (offset_fd, offset_path) = self.segment(index), self._offset_file()
+        return fileio.native_seam({self._round_fd[1]: seg.path, offset_fd: offset_path})
 
     def _round_file(self, index: int) -> bool:
         """The C round's descriptor of segment `index` is open (False: no such file yet,

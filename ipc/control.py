@@ -35,10 +35,10 @@ flusher's SYNC_FLUSH round (commit, flush, its statistics and histograms, as
 | 72  | supervisor_pid   | supervisor, once at create (`.supervisor_pid`)           |
 | 80  | allocated_upto   | allocator (supervisor at boot):                          |
 |     |                  | `Positions.raise_allocated`, the end of the ready files  |
-| 88  | cs_pid           | the lock holder: `Reservation.write_intent`, cleared by  |
-|     |                  | `clear_intent` (C `mqs_reserve`): pid inside the section |
-| 96  | cs_seq_start     | the lock holder: `Reservation.write_intent`, `seq` when  |
-|     |                  | that section began                                       |
+| 88  | cs_pid           | the lock holder (C `mqs_reserve`): pid inside the        |
+|     |                  | section, cleared before it unlocks                       |
+| 96  | cs_seq_start     | the lock holder (C `mqs_reserve`): `seq` when that       |
+|     |                  | section began                                            |
 | 104 | segment_size     | supervisor, once at create (`.segment_size`)             |
 | 112 | pool_buffers     | supervisor, once at create (0 = pool off, direct mmap)   |
 | 120 | slot_count       | supervisor, once at create                               |
@@ -50,8 +50,8 @@ flusher's SYNC_FLUSH round (commit, flush, its statistics and histograms, as
 | 160 | committed_ts     | the commit step: `Positions.stamp_committed`             |
 | 168 | flushed_ts       | the flush step: `Positions.advance_flushed` (the         |
 |     |                  | checkpoint's physic_msg_timestamp)                       |
-| 176 | busy_count       | producers: `Reservation.count_busy_wait` (racy counter,  |
-|     |                  | statistics only)                                         |
+| 176 | busy_count       | producers (C `mqs_put.c`), reservations that waited for  |
+|     |                  | room (racy counter, statistics only)                     |
 | 184 | fillers          | the commit step's publisher: `Reservation.count_filler`, |
 |     |                  | slots filled for dead producers                          |
 | 192 | stale_from       | the commit step's publisher: `Reservation.mark_stale`,   |
@@ -142,6 +142,7 @@ import _posixshmem  # type: ignore[import-not-found]
 import contextlib
 import errno
 import hashlib
+import mmap
 import os
 import struct
 from collections.abc import Sequence
@@ -328,6 +329,29 @@ def _untrack(shm: shared_memory.SharedMemory) -> None:
         resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
 
 
+class Mapped:
+    """An existing segment mapped read-write, as `shared_memory.SharedMemory(name)` maps
+    it, but never registered with the resource tracker. Python 3.11 registers every
+    attach; undoing it (`_untrack`) races when threads, or processes sharing a tracker,
+    attach the same name at once (register, register, unregister, unregister: the
+    tracker prints a KeyError traceback), and costs a tracker process per client.
+    Nobody but the supervisor unlinks."""
+
+    def __init__(self, name: str) -> None:
+        fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
+        try:
+            self._mmap = mmap.mmap(fd, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
+        self.name = name
+        self.size = len(self._mmap)  # as SharedMemory.size (the geometry checks)
+        self.buf = memoryview(self._mmap)
+
+    def close(self) -> None:
+        self.buf.release()
+        self._mmap.close()
+
+
 def _pool_error(pool_name: str, size: int) -> str:
     return (
         f"cannot create the write pool {pool_name} ({size} bytes); /dev/shm is often "
@@ -408,8 +432,8 @@ class ControlBlock:
 
     def __init__(
         self,
-        ctl: shared_memory.SharedMemory,
-        pool: shared_memory.SharedMemory | None,
+        ctl: shared_memory.SharedMemory | Mapped,
+        pool: shared_memory.SharedMemory | Mapped | None,
         *,
         owner: bool,
     ) -> None:
@@ -507,16 +531,14 @@ class ControlBlock:
     @classmethod
     def attach(cls, ctl_name: str, pool_name: str) -> ControlBlock:
         """Map an existing control block (and pool). Raises FileNotFoundError."""
-        ctl = shared_memory.SharedMemory(ctl_name)
-        _untrack(ctl)
+        ctl = Mapped(ctl_name)
         pool = None
         if pool_name:
             try:
-                pool = shared_memory.SharedMemory(pool_name)
+                pool = Mapped(pool_name)
             except BaseException:
                 ctl.close()
                 raise
-            _untrack(pool)
         return cls(ctl, pool, owner=False)
 
     def close(self) -> None:
@@ -535,7 +557,7 @@ class ControlBlock:
                     # Not shm.unlink(): it would tell the resource tracker, which no
                     # longer tracks the name (see _untrack) and would complain.
                     with contextlib.suppress(FileNotFoundError):
-                        _posixshmem.shm_unlink(shm._name)  # type: ignore[attr-defined]
+                        _posixshmem.shm_unlink("/" + shm.name)
         self._closed = True
 
     # --- fields -------------------------------------------------------------------------

@@ -163,26 +163,10 @@ class Reservation(_View):
         live and write there (pool off: through its mapping), or -1 (`ipc.fence`)."""
         return self._stale - 1
 
-    def write_intent(self, seq: int, pid: int) -> None:
-        """The lock holder only (`ipc.general_path`; C `mqs_reserve`): the intent record,
-        `cs_seq` then `cs_pid`, before the slots it reserves."""
-        self._set(c.OFF_CS_SEQ, seq)
-        self._set(c.OFF_CS_PID, pid)
-
     def commit_reservation(self, end: int, seq: int) -> None:
-        """The lock holder only (`ipc.general_path`; C `mqs_reserve`; the sync-round
-        profile stands in for it): the commit point, `reserved_pos` and `seq` in one
-        store."""
+        """The lock holder only (C `mqs_reserve`; the sync-round profile stands in for
+        it): the commit point, `reserved_pos` and `seq` in one store."""
         c.PAIR.pack_into(self._buf, c.OFF_RESERVED, end, seq)
-
-    def clear_intent(self) -> None:
-        """The lock holder only (`ipc.general_path`; C `mqs_reserve`), before it unlocks."""
-        self._set(c.OFF_CS_PID, 0)
-
-    def count_busy_wait(self) -> None:
-        """Producers (`ipc.general_path`), when a reservation starts waiting for room;
-        racy, a statistic."""
-        self._add(c.OFF_BUSY, 1)
 
     def mark_stale(self, offset: int) -> None:
         """The commit step's publisher only (`ipc.commit.LogFiles.publish` with `force`):
@@ -323,10 +307,7 @@ WRITERS: Final[dict[str, tuple[str, ...]]] = {
     "set_dispatched": ("workers/dispatcher.py",),
     "raise_allocated": ("workers/allocator.py", "bench/profile_put_native.py"),
     "skip_to": ("bench/profile_put_native.py",),
-    "write_intent": ("ipc/general_path.py",),
-    "commit_reservation": ("ipc/general_path.py", "bench/profile_sync.py"),
-    "clear_intent": ("ipc/general_path.py",),
-    "count_busy_wait": ("ipc/general_path.py",),
+    "commit_reservation": ("bench/profile_sync.py",),
     "count_filler": ("ipc/commit.py",),
     "mark_stale": ("ipc/commit.py",),
     "mark_running": (

@@ -19,7 +19,8 @@ finds itself fenced and gets SERVICE_NOT_AVAILABLE, never PUT_OK:
   fence and wait for their workers' drain) and after it (`retire_leftovers`: claim
   everything unpublished, STOPPED, wake the waiters, then unlink). A sync waiter whose
   end the last flush did not cover stops at STOPPED with the fenced outcome
-  (`mqs_wait_flushed_tick`).
+  (`mqs_wait_flushed_tick`): FLUSH_DISK_TIMEOUT naming the ended generation, never
+  PUT_OK (its record was published and may be in the log, so never "not stored").
 * **Files** (pool off: producers write into the segment files' shared mappings, and a
   mapping outlives the block): the new generation never shares an inode with an old
   writer. `fresh_inodes` replaces the segment files from a position to the log's end by

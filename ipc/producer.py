@@ -1,70 +1,201 @@
-"""`Producer`: the puts of a `StoreClient`, in the caller's process.
+"""`PutPath`: the puts of a `StoreClient`, in the caller's process, in one C call.
 
-A put runs in the caller's process:
+`StoreClient.put` and `put_batch` hand their arguments to `mqstore._native.Appender.put_message` /
+`put_batch_messages` (`ipc/native/mqs_put.c`), which does the whole put: it reads and
+checks every documented shape (`keys` as a str or a sequence of str, `properties` as a
+mapping, tags, queue id, dicts and `Message`s in batches, subclasses of str and bytes,
+bytearray and memoryview bodies; `ipc/native/mqs_fields.c`), refuses what cannot be
+stored with RocketMQ's status and the reason, takes the topic's round robin, reserves
+(a new queue-table row, a segment roll with its BLANK, waits for the next file, a pool
+buffer or slots), encodes each record into the pool buffer or the segment's mapping,
+publishes, waits under SYNC_FLUSH with `wait_store` until the flusher's flushed
+position covers the record, counts the statistics row and answers `PutResult`s.
 
-1. **One C call** (`mqstore._native.Appender.put_message`, `ipc/native/mqs_put.c`; a
-   batch of dicts: `put_batch_messages`): the argument types; the topic and tags looked
-   up in this client's *lanes* (`ipc.prepare`, made by `_warm` once the reference
-   encoder accepted them); the KEYS property checked and appended; the queue id (given,
-   or the topic's round robin) checked against the topic's queues; then `ipc/native/
-   mqs_append.c`: CRC the body; take the reservation lock (a robust process-shared mutex,
-   with the busy timeout as deadline); reserve space, slot, queue offset and store
-   timestamp; unlock; encode the record straight into the pool buffer (pool on) or the
-   segment's mapping (pool off); mark the slot DONE and publish (`ipc.reservation`).
-   Under SYNC_FLUSH with wait_store, a futex wait on the control block's flushed
-   position (GIL released, 20 ms ticks for signals and the deadline): PUT_OK only once
-   the flusher's flushed_pos covers the record. The statistics row is counted and the
-   PutResult built in C.
-2. **Everything else comes back here with nothing done** (None): `_put_slow` checks the
-   supervisor every 10 ms (`ipc.session`), warms the lanes and tries the C call again;
-   else the general path, `_put_general`, the reference of the C put: `_prepare`
-   (`ipc.prepare`), then `Appender.put` of the prepared message or, for the rare paths
-   (a segment roll with a BLANK, waits for the next file, a pool buffer or slots, a new
-   queue-table row, flags that refuse writes), `_reserve` under the same mutex and the C
-   encoder (`Appender.write`). Born and store hosts may be IPv4 or IPv6 (sysflag 0x10 /
-   0x20).
+It answers None, having done nothing, only when this side must act first: the session
+is due for its supervisor check (every 10 ms, `ipc.session`) or must re-attach, another
+thread of this client puts (its lock, `_native.PutLock`, which the C call takes too),
+or an argument's type is one the C call does not read: `ipc.accepts` then raises the
+TypeError naming the parameter, or the arguments are passed again in plain types
+(`_plain`). The Python reference of the put is tests/native/put_reference.py
+(`engine.record.encode` and the reservation protocol, `ipc.reservation`), which the
+differential tests compare with the C put.
 
-The protocol (reserve, complete, abandon, publish, fill, repair) is `ipc.reservation`.
-Producers publish their own DONE slots; the committer gives a slot whose producer died
-(its liveness byte is free) a filler record, so a dead producer never stalls the log.
-
-Thread-safe: one lock per client (`_native.PutLock`, which the C call takes too)
-serialises puts of its threads.
+What the C put asks of this side, through `Appender.configure`: a topic's lane on its
+first put (`Lanes.new`: its queue count and round-robin counter), a queue-table row
+(`ControlBlock.find_or_add_queue`, under the reservation lock), a segment's mapping with
+the pool off (`_map_segment`), the born host and other fields of a `Message`
+(`_MessageFields`).
 """
 
 from __future__ import annotations
 
 import array
 import contextlib
+import dataclasses
+import functools
+import mmap
 import os
+import struct
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, Final
 
 from mqstore import _native
-from mqstore.engine.record import END_FILE_MIN_BLANK_LENGTH, Message
+from mqstore.engine import fileio
+from mqstore.engine.record import Message
+from mqstore.engine.recordcodes import parse_host
+from mqstore.engine.segment import segment_file_name
+from mqstore.engine.topics import QueueCounts
 from mqstore.ipc import control as c
-from mqstore.ipc.accepts import BOOL, check_batch, check_batch_item, check_put_types, check_types
-from mqstore.ipc.general_path import GeneralPath, _Busy, _Refused
-from mqstore.ipc.prepare import _P_QUEUE, _P_SIZE, _P_TOPIC, PutFields, _Prep
-from mqstore.ipc.results import PutMessageStatus, PutResult, error_for, raise_if_failed
-from mqstore.ipc.session import _FORKS, _STALE_CHECK_NS, _STALE_CHECK_S
-
-_tuple_new: Final = tuple.__new__
-_perf_ns: Final = time.perf_counter_ns
-_FALLBACK: Final = _native.FALLBACK
-_STATS_EVERY: Final = 256
-_STATUS_INDEX: Final = {st: i for i, st in enumerate(PutMessageStatus)}
+from mqstore.ipc.accepts import (
+    BOOL,
+    UNSET_STORE_HOST,
+    Host,
+    check_batch,
+    check_batch_item,
+    check_message_types,
+    check_put_types,
+    check_types,
+    hosts_problem,
+    int_fields_problem,
+)
+from mqstore.ipc.results import PutMessageStatus, PutResult
+from mqstore.ipc.session import _STALE_CHECK_NS, Attached, Session
 
 OK: Final = PutMessageStatus.PUT_OK
 _PUT_LABEL: Final = "put() argument {!r}"
-_BATCH_FIELDS: Final = frozenset(("topic", "body", "tags", "keys", "properties", "queue_id"))
-_monotonic: Final = time.monotonic
+_LANES_MAX: Final = 4096
+_FIELDS: Final = ("topic", "body", "tags", "keys", "properties", "queue_id")
+_BORN_V6: Final = 0x10
+_STORE_V6: Final = 0x20
+_time_ns: Final = time.time_ns
 
 
-class Producer(GeneralPath):
-    """The puts of one client: the C appender set up at each attach, the general path
-    (reservation, copy), the flush wait and the statistics row."""
+class Lanes:
+    """What the C put keeps per topic, in `lanes` (topic -> lane): a lane is
+    [topic bytes, queue count, round-robin modulus, round-robin counter, queue-table row
+    per queue id (-1: found at the first put to it)]. Made on a topic's first put
+    (`new`, called from C with a topic the C put validated), followed at each staleness
+    check (`refresh`: `mqstore topic set` changes queue counts)."""
+
+    def __init__(
+        self, counts: QueueCounts, topic_queue_nums: Mapping[str, int], default_queues: int
+    ) -> None:
+        self.lanes: dict[str, list[Any]] = {}
+        self._counts = counts
+        self._spread = topic_queue_nums
+        self._default = default_queues
+
+    def new(self, topic: str) -> list[Any]:
+        if len(self.lanes) >= _LANES_MAX:
+            self.lanes.clear()
+        lane = [topic.encode(), 0, 0, 0, []]
+        self._refresh(topic, lane)
+        self.lanes[str(topic)] = lane
+        return lane
+
+    def refresh(self) -> None:
+        for topic, lane in self.lanes.items():
+            self._refresh(topic, lane)
+
+    def _refresh(self, topic: str, lane: list[Any]) -> None:
+        queues = self._counts.get(topic, self._default)
+        lane[2] = self._spread.get(topic) or queues
+        if lane[1] != queues:
+            lane[1] = queues
+            rows: list[int] = lane[4]
+            lane[4] = rows[:queues] + [-1] * (queues - len(rows))
+
+
+class _MessageFields:
+    """A batch's `Message` beyond put's fields: (born address, born port, sys flag, flag,
+    reconsume times, prepared offset, born time), written as given, or the reason it is
+    refused: a wrong type raises TypeError naming it (`ipc.accepts`); an integer that does
+    not fit its field, a host that does not parse, a store host other than the store's,
+    host bits of `sys_flag` that disagree with the hosts are MESSAGE_ILLEGAL."""
+
+    def __init__(self, store_host: str) -> None:
+        self._store_host = store_host
+        self._store = parse_host(store_host)
+        self._hosts: dict[str, Host] = {}
+
+    def _host(self, host: str) -> Host:
+        got = self._hosts.get(host)
+        if got is None:
+            got = parse_host(host)
+            if len(self._hosts) > 256:
+                self._hosts.clear()
+            self._hosts[host] = got
+        return got
+
+    def __call__(self, i: int, m: Message) -> tuple[bytes, int, int, int, int, int, int] | str:
+        check_message_types(f"put_batch() messages[{i}].{{}}", m)
+        why = int_fields_problem(m)
+        if why is not None:
+            return why
+        try:
+            born = self._host(m.born_host)
+            given = None if m.store_host == UNSET_STORE_HOST else self._host(m.store_host)
+        except ValueError as e:
+            return str(e)
+        why = hosts_problem(m.sys_flag, born, self._store, self._store_host, given)
+        if why is not None:
+            return why
+        return (
+            born[0], born[1], m.sys_flag & ~(_BORN_V6 | _STORE_V6), m.flag, m.reconsume_times,
+            m.prepared_transaction_offset, m.born_timestamp,
+        )  # fmt: skip
+
+
+def _flush_reason(a: Attached, code: int) -> str:
+    """The reason of a sync wait that ended with `code` 1 (timed out) or 2 (failed)."""
+    if code == 1:
+        return f"not flushed within syncFlushTimeout ({a.sync_timeout_s * 1000:.0f} ms)"
+    return "fsync failed: the store is read-only"
+
+
+def _map_segment(store_dir: str, seg_size: int, index: int) -> mmap.mmap:
+    """The writable mapping of commit-log segment `index` (pool off), for the C put."""
+    path = os.path.join(store_dir, "commitlog", segment_file_name(index * seg_size))
+    fd = fileio.open_file(path, create=False)
+    try:
+        return fileio.mmap_file(fd, seg_size, writable=True, path=path)
+    finally:
+        fileio.close(fd, path)
+
+
+def _plain(
+    topic: Any, body: Any, tags: Any, keys: Any, properties: Any, queue_id: Any
+) -> tuple[Any, ...]:
+    """Put's fields (their types checked) in the types the C put reads: a sequence of
+    keys as a tuple, a mapping as a dict, a non-contiguous memoryview as bytes."""
+    if isinstance(body, memoryview) and not body.c_contiguous:
+        body = bytes(body)
+    if keys is not None and not isinstance(keys, str | list | tuple):
+        keys = tuple(keys)
+    if properties is not None and type(properties) is not dict:
+        properties = dict(properties)
+    return topic, body, tags, keys, properties, queue_id
+
+
+def _plain_item(m: Any) -> Any:
+    """A batch's item (its types checked), as `_plain` makes put's fields."""
+    if isinstance(m, Message):
+        _t, body, _g, _k, props, _q = _plain(None, m.body, None, None, m.properties, None)
+        if body is m.body and props is m.properties:
+            return m
+        return dataclasses.replace(m, body=body, properties=props)
+    d = dict(m)
+    plain = _plain(*(d.get(k) for k in _FIELDS))
+    for k, v in zip(_FIELDS, plain, strict=True):
+        if k in d:
+            d[k] = v
+    return d
+
+
+class PutPath:
+    """The puts of one client: the session they ride (`session`, made here) and, per
+    attach, the C appender configured for it."""
 
     def __init__(
         self,
@@ -73,391 +204,105 @@ class Producer(GeneralPath):
         topic_queue_nums: Mapping[str, int] | None,
         raise_on_status: bool,
     ) -> None:
-        super().__init__(store_dir, timeout_s, topic_queue_nums)
+        self.session = Session(store_dir, timeout_s, self)
+        self.topic_queue_nums: dict[str, int] = dict(topic_queue_nums or {})
         self.raise_on_status = raise_on_status
+        # Per-topic queue counts (`mqstore topic DIR set T --queues N`), re-read at most
+        # every 100 ms from config/topics.json.
+        self._counts = QueueCounts(self.session.store_dir)
 
-    # --- the session's hooks ------------------------------------------------------------
+    # --- the session's rider ------------------------------------------------------------
 
-    def _on_attach(self, info: dict[str, Any]) -> None:
-        super()._on_attach(info)
-        self._sync_timeout_ns = int(self.sync_timeout_s * 1e9)
+    def attached(self, a: Attached) -> None:
+        cb = a.cb
+        addr, port, _v6 = parse_host(a.store_host)
+        self._lanes = Lanes(self._counts, self.topic_queue_nums, a.default_queues)
         self._stats = array.array("q", bytes(8 * c.CLIENT_FIELDS))  # counted in C
-        self._stats[c.CF_PID] = self._pid
-        self._since_stats = 0
-        self._configure_native()
-
-    def _configure_native(self) -> None:
-        """Hand the C put (`Appender.put_message`) what it needs: the lock, the lanes, the
-        statistics row, the result type and the outcomes of a sync wait."""
-        timed_out = PutMessageStatus.FLUSH_DISK_TIMEOUT
-        failed = PutMessageStatus.FLUSH_DISK_FAILED
-        self._app.configure(
-            lock=self._tlock,
-            lanes=self._lanes,
-            stats=self._stats,
-            stats_off=self._cb.client_off(self._client_index),
-            result_type=PutResult,
-            outcomes=(
-                (OK, _STATUS_INDEX[OK], ""),
-                (timed_out, _STATUS_INDEX[timed_out], self._flush_reason(1)),
-                (failed, _STATUS_INDEX[failed], self._flush_reason(2)),
+        self._stats[c.CF_PID] = a.pid
+        seg_size = cb.segment_size
+        self.app = _native.Appender(cb.buf, cb.pool_buf, a.pid)
+        self.app.configure(
+            lock=self.session.lock,
+            lanes=self._lanes.lanes,
+            new_lane=self._lanes.new,
+            find_row=cb.find_or_add_queue,
+            map_segment=(
+                None
+                if cb.pool_buffers
+                else functools.partial(_map_segment, self.session.store_dir, seg_size)
             ),
-            msg_id_prefix=self._msg_id_prefix,
-            sync=self._sync,
-            sync_timeout_ns=self._sync_timeout_ns,
-            busy_ns=self._busy_ns,
-            max_body=self._max_body,
-            store_addr=self._store_addr,
-            store_port=self._store_port,
+            message_type=Message,
+            message_fields=_MessageFields(a.store_host),
+            stats=self._stats,
+            stats_off=cb.client_off(a.client_index),
+            result_type=PutResult,
+            statuses=tuple(PutMessageStatus),
+            flush_reasons=(_flush_reason(a, 1), _flush_reason(a, 2)),
+            msg_id_prefix=(addr + struct.pack(">i", port)).hex().upper(),
+            sync=a.sync,
+            sync_timeout_ns=int(a.sync_timeout_s * 1e9),
+            busy_ns=int(a.busy_timeout_s * 1e9),
+            fast_fail=a.fast_fail,
+            max_body=a.max_body,
+            store_addr=addr,
+            store_port=port,
         )
-        self._app.checked(_STALE_CHECK_NS)
+        self.app.checked(_STALE_CHECK_NS)
 
-    def _on_detach(self) -> None:
+    def detaching(self, a: Attached) -> None:
         with contextlib.suppress(ValueError, TypeError):
-            self._publish_stats()
-        super()._on_detach()
+            a.cb.write_client(a.client_index, self._stats)
+        self.app.close()
 
-    def _before_check(self) -> None:
-        self._publish_stats()  # the C put counts into the row between two checks
+    def checking(self, a: Attached) -> None:
+        a.cb.write_client(a.client_index, self._stats)  # counted in C between two checks
 
-    def _after_check(self) -> None:
-        self._refresh_lanes()
-        self._app.checked(_STALE_CHECK_NS)
+    def checked(self, a: Attached) -> None:
+        self._lanes.refresh()
+        self.app.checked(_STALE_CHECK_NS)
 
     # --- flush wait -------------------------------------------------------------------
 
     def wait_flushed(self, end: int, timeout_s: float) -> int:
         """Wait until the flusher's flushed position covers `end`, at most `timeout_s`
         (a futex wait, GIL released): 0 covered, 1 not yet, 2 fsync failed (read-only),
-        3 the generation ended without flushing it (`ipc.fence`).
-        AttributeError or ValueError while the client re-attaches."""
-        return self._app.wait_flushed(end, int(timeout_s * 1e9))
+        3 the generation ended without flushing it (`ipc.fence`). AttributeError or
+        ValueError while the client re-attaches."""
+        return self.app.wait_flushed(end, int(timeout_s * 1e9))
 
-    def _wait_flushed(self, end: int) -> tuple[PutMessageStatus, str]:
-        """Until the flusher's flushed_pos covers `end` (a futex wait on the control
-        block, `ipc/native/mqs_futex.c`), the sync flush timeout, or a failed fsync."""
-        code = self._app.wait_flushed(end, self._sync_timeout_ns)
-        if code == 0:
-            return OK, ""
-        if code == 1:
-            return PutMessageStatus.FLUSH_DISK_TIMEOUT, self._flush_reason(1)
-        if code == 3:
-            return PutMessageStatus.SERVICE_NOT_AVAILABLE, self._fenced_reason()
-        return PutMessageStatus.FLUSH_DISK_FAILED, self._flush_reason(2)
+    # --- what the C call leaves to this side -----------------------------------------
 
-    def _flush_reason(self, code: int) -> str:
-        """The reason of a sync wait that ended with `code` 1 (timed out) or 2 (failed)."""
-        if code == 1:
-            return f"not flushed within syncFlushTimeout ({self.sync_timeout_s * 1000:.0f} ms)"
-        return "fsync failed: the store is read-only"
-
-    # --- statistics ---------------------------------------------------------------------
-
-    def _record(
-        self,
-        t0: int,
-        n: int,
-        nbytes: int,
-        status: PutMessageStatus,
-        sync: bool,
-        phases: tuple[int, int, int, int] | None = None,
-    ) -> None:
-        """Count one put call of `n` messages into this client's row (published every
-        `_STATS_EVERY` calls). `phases`: (lock wait ns, lock taken at, copied at, done at)
-        of a call that reserved; the flush wait is counted for sync calls only."""
-        if phases is None:
-            self._app.count(
-                self._stats, n, nbytes, _STATUS_INDEX[status], status is OK, sync,
-                _perf_ns() - t0, -1, 0, 0,
-            )  # fmt: skip
-        else:
-            lock_ns, t_locked, t_copied, t_done = phases
-            self._app.count(
-                self._stats, n, nbytes, _STATUS_INDEX[status], status is OK, sync,
-                t_done - t0, lock_ns, t_copied - t_locked, t_done - t_copied,
-            )  # fmt: skip
-        self._since_stats += 1
-        if self._since_stats >= _STATS_EVERY:
-            self._publish_stats()
-
-    def _publish_stats(self) -> None:
-        self._since_stats = 0
-        self._cb.write_client(self._client_index, self._stats)
-
-    # --- the public puts ----------------------------------------------------------------
-
-    def put(
-        self,
-        topic: str,
-        body: bytes,
-        *,
-        tags: str | None = None,
-        keys: str | Sequence[str] | None = None,
-        properties: Mapping[str, str] | None = None,
-        queue_id: int | None = None,
-        wait_store: bool = True,
+    def put_held(
+        self, topic: Any, body: Any, tags: Any, keys: Any, props: Any, qid: Any, wait_store: Any
     ) -> PutResult:
-        """Append one message. Returns PUT_OK with where it went, or why not.
+        """A put the C call (`app.put_message`) left to this side, nothing done: the
+        types checked, the session made live, then the C call again, under the lock."""
+        check_put_types(_PUT_LABEL, topic, body, tags, keys, props, qid)
+        check_types("put", wait_store=(wait_store, BOOL))
+        topic, body, tags, keys, props, qid = _plain(topic, body, tags, keys, props, qid)
+        with self.session.lock:
+            why = self.session.ensure_live()
+            if why:
+                return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, why)
+            got: PutResult | None = self.app.put_message(
+                topic, body, tags, keys, props, qid, wait_store, True
+            )
+        if got is None:
+            raise TypeError("put() arguments of types the store cannot read")
+        return got
 
-        Under SYNC_FLUSH with `wait_store` it returns once the record is on disk
-        (group commit); with `wait_store=False` or ASYNC_FLUSH it returns once the record
-        is in the pool or page cache. Never raises for expected outcomes, unless attached
-        with `raise_on_status` (then any status but PUT_OK raises its `PutError`); raises
-        TypeError for an argument of the wrong type, naming it (`ipc.accepts`).
-        """
-        got = self._app.put_message(topic, body, tags, keys, properties, queue_id, wait_store)
-        if type(got) is PutResult and got[0] is OK:
-            return got
-        if got is not None:
-            return self._settle(_perf_ns(), got)
-        return self._put_slow(PutFields(topic, body, tags, keys, properties, queue_id), wait_store)
-
-    def _settle(self, t0: int, got: PutResult | int) -> PutResult:
-        """What a C put that did something answers: its result (raised with
-        `raise_on_status` unless PUT_OK), or the status of the reservation lock it could
-        not take (code < 0)."""
-        if type(got) is PutResult:
-            if got[0] is not OK and self.raise_on_status:
-                raise error_for(got)
-            return got
-        busy = self._lock_failed(got)  # type: ignore[arg-type]
-        self._record(t0, 1, 0, busy.status, False)
-        return self._failed(PutResult(busy.status, busy.reason))
-
-    def _put_slow(self, fields: PutFields, wait_store: bool) -> PutResult:
-        """A put the C call left to Python, nothing done (the client's checks are due,
-        another thread puts, a first put of a topic or tags value, a type or value to
-        refuse, a roll or a wait): check, warm the lanes, try the C put again, else the
-        general path."""
-        t0 = _perf_ns()
-        check_put_types(_PUT_LABEL, *fields)
-        if type(wait_store) is not bool:
-            check_types("put", wait_store=(wait_store, BOOL))
-        with self._tlock:
-            if (
-                self._fork_gen != _FORKS[0]
-                or self._closed
-                or not self._attached  # a failed re-attach: try again, never touch _buf
-                or _monotonic() - self._last_stale_check >= _STALE_CHECK_S
-            ):
-                why = self._ensure_live()
-                if why:
-                    return self._failed(PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, why))
-            self._warm(fields.topic, fields.tags)
-            got = self._app.put_message(*fields, wait_store, True)
-            if got is not None:
-                return self._settle(t0, got)
-            return self._put_general(t0, fields, wait_store)
-
-    def _put_general(self, t0: int, fields: PutFields, wait_store: bool) -> PutResult:
-        """The put in Python (the reference of the C put): `_prepare`, then the C
-        reservation of one prepared message or `_reserve` and `_copy`. Caller holds the
-        thread lock and checked the types."""
-        prep = self._prepare(fields)
-        if type(prep) is PutResult:
-            self._record(t0, 1, 0, prep.status, False)
-            return self._failed(prep)
-        p: _Prep = prep  # type: ignore[assignment]
-        size = p[_P_SIZE]
-        qs = self._qslots.get((p[_P_TOPIC], p[_P_QUEUE]))
-        t_wait = _perf_ns()
-        got = _FALLBACK if qs is None else self._put_one(qs, p)
-        if type(got) is tuple:
-            _seq, start, now, qo, lock_ns = got
-            t_locked = t_wait + lock_ns
-        elif got != _FALLBACK:
-            busy = self._lock_failed(got)  # type: ignore[arg-type]
-            self._record(t0, 1, 0, busy.status, False)
-            return self._failed(PutResult(busy.status, busy.reason))
-        else:
-            preps = [p]
-            try:
-                first, start, blank, now, qoffs = self._reserve(preps)
-            except _Busy as e:
-                self._record(t0, 1, 0, e.status, False)
-                return self._failed(PutResult(e.status, e.reason))
-            except _Refused as e:
-                self._record(t0, 1, 0, PutMessageStatus.SERVICE_NOT_AVAILABLE, False)
-                return self._failed(PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, str(e)))
-            t_locked = _perf_ns()
-            lock_ns = t_locked - t_wait  # the whole reservation: lock and any waits
-            try:
-                self._copy(preps, first, start, blank, now, qoffs)
-            except _Busy as e:  # fenced: the filler has it
-                self._record(t0, 1, 0, e.status, False)
-                return self._failed(PutResult(e.status, e.reason))
-            except BaseException:
-                self._abandon(first, 1 + (1 if blank else 0))
-                raise
-            qo = qoffs[0]
-        t_copied = _perf_ns()
-        status, reason = OK, ""
-        sync = self._sync and wait_store
-        if sync:
-            status, reason = self._wait_flushed(start + size)
-            t_done = _perf_ns()
-        else:
-            t_done = t_copied
-        self._record(t0, 1, size, status, sync, (lock_ns, t_locked, t_copied, t_done))
-        result: PutResult = _tuple_new(
-            PutResult,
-            (status, reason, f"{self._msg_id_prefix}{start:016X}", start, size, p[1], qo, now),
-        )
-        if status is not OK and self.raise_on_status:
-            raise error_for(result)
-        return result
-
-    def _failed(self, result: PutResult) -> PutResult:
-        """A put that wrote nothing: raise its `PutError` when `raise_on_status`."""
-        if self.raise_on_status:
-            raise error_for(result)
-        return result
-
-    def put_batch(
-        self, messages: Iterable[Mapping[str, Any] | Message], *, wait_store: bool = True
-    ) -> list[PutResult]:
-        """Append messages all or nothing, in one segment, under one reservation.
-
-        Each item is a dict of `put`'s keyword arguments (plus `topic` and `body`) or an
-        `engine.record.Message` (its topic, body, properties, queue id, flag, sys flag).
-        A bad message fails the whole batch with its status; nothing is written. A
-        message or field of the wrong type raises TypeError naming it (`ipc.accepts`).
-        """
-        results = self._app.put_batch_messages(messages, wait_store)
-        if type(results) is not list:
-            results = self._put_batch(results, messages, wait_store)
-        return raise_if_failed(results) if self.raise_on_status else results
-
-    def _put_batch(
-        self,
-        code: int | None,
-        messages: Iterable[Mapping[str, Any] | Message],
-        wait_store: bool,
-    ) -> list[PutResult]:
-        """A batch the C call (`Appender.put_batch_messages`) did not put: as `_put_slow`
-        for one message, then the general path in Python, its reference."""
-        t0 = _perf_ns()
-        msgs: list[Any] = check_batch(messages)
-        if code is not None:
-            busy = self._lock_failed(code)
-            self._record(t0, len(msgs), 0, busy.status, False)
-            return [PutResult(busy.status, busy.reason) for _ in msgs]
+    def put_batch_held(self, messages: Any, wait_store: Any) -> list[PutResult]:
+        """As `_put_held`, for a batch."""
+        msgs = check_batch(messages)
         for i, m in enumerate(msgs):
             check_batch_item(i, m)
         check_types("put_batch", wait_store=(wait_store, BOOL))
-        with self._tlock:
-            why = self._ensure_live()
+        plain = [_plain_item(m) for m in msgs]
+        with self.session.lock:
+            why = self.session.ensure_live()
             if why:
                 return [PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, why) for _ in msgs]
-            if not msgs:
-                return []
-            for m in msgs:
-                if type(m) is dict:
-                    self._warm(m.get("topic"), m.get("tags"))
-            got = self._app.put_batch_messages(msgs, wait_store, True)
-            if type(got) is list:
-                return got
-            if got is not None:
-                busy = self._lock_failed(got)
-                self._record(t0, len(msgs), 0, busy.status, False)
-                return [PutResult(busy.status, busy.reason) for _ in msgs]
-            if len(msgs) > self._slot_count // 2:
-                bad = PutResult(
-                    PutMessageStatus.MESSAGE_ILLEGAL,
-                    f"batch of {len(msgs)} messages; at most {self._slot_count // 2} per batch",
-                )
-                return [bad for _ in msgs]
-            preps: list[_Prep] = []
-            prep: _Prep | PutResult
-            for i, m in enumerate(msgs):
-                if isinstance(m, Message):
-                    fields = self._message_fields(m)
-                    if isinstance(fields, PutResult):
-                        prep = fields
-                    else:
-                        born, sys_flag = fields
-                        prep = self._prepare(
-                            PutFields(m.topic, m.body, None, None, m.properties, m.queue_id),
-                            m.flag, sys_flag, m.reconsume_times, m.prepared_transaction_offset,
-                            born, m.born_timestamp,
-                        )  # fmt: skip
-                else:
-                    try:
-                        get = m.get
-                        prep = self._prepare(
-                            PutFields(
-                                m["topic"], m["body"], get("tags"), get("keys"),
-                                get("properties"), get("queue_id"),
-                            )
-                        )  # fmt: skip
-                        if len(m) > 2 and not _BATCH_FIELDS.issuperset(m):
-                            unknown = sorted(set(m) - _BATCH_FIELDS)
-                            prep = PutResult(
-                                PutMessageStatus.MESSAGE_ILLEGAL, f"unknown fields {unknown}"
-                            )
-                    except KeyError as e:
-                        prep = PutResult(PutMessageStatus.MESSAGE_ILLEGAL, f"missing field {e}")
-                if type(prep) is PutResult:
-                    self._record(t0, len(msgs), 0, prep.status, False)
-                    bad = PutResult(prep.status, f"message {i} of the batch: {prep.reason}")
-                    return [bad for _ in msgs]
-                preps.append(prep)  # type: ignore[arg-type]
-            total = sum(p[_P_SIZE] for p in preps)
-            if total + END_FILE_MIN_BLANK_LENGTH > self._seg_size:
-                bad = PutResult(
-                    PutMessageStatus.MESSAGE_ILLEGAL,
-                    f"batch of {total} bytes does not fit a {self._seg_size}-byte segment",
-                )
-                self._record(t0, len(msgs), 0, bad.status, False)
-                return [bad for _ in msgs]
-            t_wait = _perf_ns()
-            qget = self._qslots.get
-            qslots = [qget((p[_P_TOPIC], p[_P_QUEUE]), -1) for p in preps]
-            got = _FALLBACK if -1 in qslots else self._put_many(qslots, preps)
-            if type(got) is tuple:
-                _first, start, now, qoffs, lock_ns = got
-                t_locked = t_wait + lock_ns
-            elif got != _FALLBACK:
-                busy = self._lock_failed(got)  # type: ignore[arg-type]
-                self._record(t0, len(msgs), 0, busy.status, False)
-                return [PutResult(busy.status, busy.reason) for _ in msgs]
-            else:
-                try:
-                    first, start, blank, now, qoffs = self._reserve(preps)
-                except _Busy as e:
-                    self._record(t0, len(msgs), 0, e.status, False)
-                    return [PutResult(e.status, e.reason) for _ in msgs]
-                except _Refused as e:
-                    self._record(t0, len(msgs), 0, PutMessageStatus.SERVICE_NOT_AVAILABLE, False)
-                    return [PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, str(e)) for _ in msgs]
-                t_locked = _perf_ns()
-                try:
-                    self._copy(preps, first, start, blank, now, qoffs)
-                except _Busy as e:  # fenced: the filler has it
-                    self._record(t0, len(msgs), 0, e.status, False)
-                    return [PutResult(e.status, e.reason) for _ in msgs]
-                except BaseException:
-                    self._abandon(first, len(preps) + (1 if blank else 0))
-                    raise
-            t_copied = _perf_ns()
-            status, reason = OK, ""
-            sync = self._sync and wait_store
-            if sync:
-                status, reason = self._wait_flushed(start + total)
-            t_done = _perf_ns() if sync else t_copied
-            self._record(
-                t0, len(msgs), total, status, sync, (t_locked - t_wait, t_locked, t_copied, t_done)
-            )
-            out = []
-            at = start
-            prefix = self._msg_id_prefix
-            for p, qo in zip(preps, qoffs, strict=True):
-                size = p[_P_SIZE]
-                out.append(
-                    _tuple_new(
-                        PutResult,
-                        (status, reason, f"{prefix}{at:016X}", at, size, p[_P_QUEUE], qo, now),
-                    )
-                )
-                at += size
-            return out
+            got: list[PutResult] | None = self.app.put_batch_messages(plain, wait_store, True)
+        if got is None:
+            raise TypeError("put_batch() messages of types the store cannot read")
+        return got

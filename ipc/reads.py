@@ -41,7 +41,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Final, Literal, NamedTuple, overload
+from typing import Final, Literal, NamedTuple, Protocol, overload
 
 from mqstore.conf.settings import FlushDiskType, StoreSettings
 from mqstore.engine.names import check_group, check_topic
@@ -52,7 +52,7 @@ from mqstore.ipc import control as c
 from mqstore.ipc.accepts import BOOL, INT, OPT_INT, OPT_STR, STR, check_types
 from mqstore.ipc.control_views import Positions
 from mqstore.ipc.read_results import GetMessageStatus, PullResult, PullViews
-from mqstore.ipc.session import Session
+from mqstore.ipc.session import Attached
 
 POLL_STEP_S: Final = 0.0005
 POLL_MAX_STEP_S: Final = 0.004
@@ -312,13 +312,22 @@ def _durable(store: AttachedStore) -> int:
     return Positions(store.cb).readable_end(sync_flush)
 
 
-def for_client(client: Session) -> ClientReads:
+class LiveAttach(Protocol):
+    """A client's session, as the reads follow it (`ipc.session.Session`, `StoreClient`)."""
+
+    @property
+    def store_dir(self) -> str: ...
+
+    def live(self) -> Attached: ...
+
+
+def for_client(client: LiveAttach) -> ClientReads:
     """Reads that follow `client`'s attach (re-attaching like a put does when the
     supervisor restarted): its control block and the settings and geometry the supervisor
     sent with it."""
 
     def attached() -> AttachedStore:
-        cb = client.live_control_block()  # raises SupervisorUnavailable
-        return AttachedStore(cb, client.settings, client.geometry)
+        a = client.live()  # raises SupervisorUnavailable
+        return AttachedStore(a.cb, a.settings, a.geometry)
 
     return ClientReads(client.store_dir, attached)

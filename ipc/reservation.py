@@ -1,8 +1,8 @@
 """The reservation protocol: how many producer processes append to one log.
 
-Every step in one place, whichever side implements it (C: `ipc/native/mqs_append.c`, the
-common case of a put in one call; Python: the rare paths in `ipc.general_path` and the
-publisher in `ipc.commit`). The fields live in the control block (`ipc.control`).
+Every step in one place, whichever side implements it (C: `ipc/native/mqs_append.c` and
+`mqs_put.c`, every put in one call; Python: the publisher's fills in `ipc.commit`).
+The fields live in the control block (`ipc.control`).
 
 | field (control block)   | written by                | under                         |
 | ----------------------- | ------------------------- | ----------------------------- |
@@ -23,16 +23,18 @@ A slot's states (row `seq % slot_count`):
                          |  \\--abandon--> ABANDONED --claim--> FILLING --fill--> DONE
                          \\--owner dead (liveness byte free), or fenced--claim--> FILLING
 
-A reservation of several slots (a batch; the general path's BLANK and the records
+A reservation of several slots (a batch; a roll's BLANK and the records
 after it) marks every slot after its first JOINED (`STATE_JOINED`, a bit beside the
 state): it is completed, claimed and filled as one, so a batch is read whole or not
 at all, whenever its producer dies or sleeps.
 
-* **reserve** (C `mqs_reserve`, or `StoreClient._reserve` for rolls and waits): take the
-  mutex with a deadline of `os_page_cache_busy_timeout_ms` (a holder that is stopped,
-  not dead, makes others return OS_PAGECACHE_BUSY, never hang); write the intent
-  (cs_seq, cs_pid), the RESERVED rows, then the commit point (reserved_pos and seq),
-  then the queue rows' next offsets; clear the intent; unlock.
+* **reserve** (C `mqs_reserve`, called from `mqs_put.c`): take the mutex with a deadline
+  of `os_page_cache_busy_timeout_ms` (a holder that is stopped, not dead, makes others
+  return OS_PAGECACHE_BUSY, never hang); add the queue rows not known yet; write the
+  intent (cs_seq, cs_pid), the RESERVED rows (first a BLANK's when the records roll to
+  the next segment), then the commit point (reserved_pos and seq), then the queue rows'
+  next offsets; clear the intent; unlock. No room (the next file, a pool buffer, slots):
+  unlock, sleep and try again until the busy timeout.
 * **repair** (C, inside the lock): a holder that died in the section leaves the mutex
   EOWNERDEAD. The next locker reads the intent: slots in [cs_seq, seq) are committed and
   keep their queue offsets, so each queue row moves past them; rows at or after seq were
@@ -46,8 +48,8 @@ at all, whenever its producer dies or sleeps.
   reservation or none of it. A failed swap (the filler claimed it) or a reservation
   the fence did not see (`ipc.fence`) is a failed put: its producer gets
   SERVICE_NOT_AVAILABLE, never PUT_OK.
-* **abandon** (`StoreClient._abandon`): an exception between reserve and complete
-  marks the slot ABANDONED.
+* **abandon** (C `mqs_abandon`): an exception between reserve and complete (a segment
+  that cannot be mapped) marks the slots ABANDONED (keeping JOINED).
 * **publish** (C `mqs_publish`, lock-free; twin `publish_reference`): every producer
   runs it right after its done-mark, and the committer after its fills. While the slot
   at published_seq (below seq, so of this lap) is DONE: read its end and store time,

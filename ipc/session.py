@@ -13,11 +13,11 @@ hands out a stale control block.
 Fork-safe: a forked child closes its inherited liveness locks at once
 (`_after_fork_in_child`) and re-attaches with its own handles on its first call.
 
-What rides on the session overrides its hooks (`_on_attach`, `_on_detach`,
-`_forget_parent`, `_before_check`, `_after_check`, `_closing`): the producer
-(`ipc.producer`) sets up its C appender on each attach, the client (`ipc.client`) closes
-its reads. The read side (`ipc.reads.for_client`) and asyncio (`ipc.aio`) use the public
-accessors only: `live_control_block`, `settings`, `geometry`, `sync_timeout_s`,
+An attach is one typed record, `Attached`: what the supervisor said and this process's
+handles on it, replaced whole at each re-attach. What rides on the session is its
+`Rider` (the put path, `ipc.producer.PutPath`): told of each attach, detach, fork and
+staleness check. The read side (`ipc.reads.for_client`) and asyncio (`ipc.aio`, through
+`StoreClient`) use the public accessors only: `live_control_block`, `attached`,
 `flushed_position`, `positions`.
 """
 
@@ -26,15 +26,16 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import socket
 import time
 import weakref
 from collections.abc import Mapping
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import Final, Protocol
 
 from mqstore import _native
 from mqstore.conf.settings import StoreSettings, settings_from_doc
 from mqstore.engine.reader import Geometry
-from mqstore.engine.topics import QueueCounts
 from mqstore.ipc import access, channel
 from mqstore.ipc import control as c
 from mqstore.ipc.accepts import NUMBER, PATH, check_types
@@ -104,26 +105,60 @@ def check_attach_types(
                 )
 
 
-class Session:
-    """This process's attachment to the store at `store_dir`: the supervisor's socket,
-    the mapped control block, the liveness byte and what the supervisor said at attach.
-    The caller attaches (`_attach`) once its own state is set up."""
+@dataclass(frozen=True, slots=True)
+class Attached:
+    """One attach: the supervisor's answer and this process's handles on it."""
 
-    # What the supervisor sent at the last attach, for the read side and asyncio:
+    sock: socket.socket  # the supervisor's end closing means it is gone
+    cb: c.ControlBlock  # the mapped control block (and pool)
+    live: LiveLock  # this process's liveness byte
+    pid: int  # the process that attached
+    fork_gen: int  # `_FORKS` at attach: a put notices a fork without getpid()
+    client_index: int  # this client's statistics row
+    sync: bool  # SYNC_FLUSH
+    sync_timeout_s: float  # how long a SYNC_FLUSH put waits for the flusher
+    busy_timeout_s: float  # osPageCacheBusyTimeOutMills
+    fast_fail: bool  # fastFailIfNoBufferInStorePool
+    max_body: int  # maxMessageSize
+    default_queues: int  # defaultTopicQueueNums
+    store_host: str  # the store's host, in every record and message id
     settings: StoreSettings  # the running store's settings
     geometry: Geometry  # its file sizes
-    sync_timeout_s: float  # how long a SYNC_FLUSH put waits for the flusher
 
-    def __init__(self, store_dir: str | os.PathLike[str], timeout_s: float) -> None:
+
+class Rider(Protocol):
+    """What rides on a session (the put path): told of each change, under its lock."""
+
+    def attached(self, a: Attached) -> None:
+        """A new attach (`a`): set up what lives as long as it."""
+
+    def detaching(self, a: Attached) -> None:
+        """Before `a`'s control block is unmapped: release what `attached` set up."""
+
+    def checking(self, a: Attached) -> None:
+        """At each staleness check of a live attach, before looking."""
+
+    def checked(self, a: Attached) -> None:
+        """At each staleness check that found the supervisor alive."""
+
+
+class Session:
+    """This process's attachment to the store at `store_dir` (`attached`, None while
+    detached), kept live by `ensure_live`; `lock` serialises its users' threads."""
+
+    def __init__(self, store_dir: str | os.PathLike[str], timeout_s: float, rider: Rider) -> None:
         self.store_dir = os.path.realpath(os.fspath(store_dir))
         self._timeout_s = timeout_s
-        self._tlock = _native.PutLock()  # threading.Lock's API; the C put takes it too
-        self._closed = False
-        self._attached = False
+        self._rider = rider
+        self.lock = _native.PutLock()  # threading.Lock's API; the C put takes it too
+        self.closed = False
+        self.attached: Attached | None = None
+        self._last_stale_check = 0.0
 
     # --- attach / detach --------------------------------------------------------------
 
-    def _attach(self) -> None:
+    def attach(self) -> None:
+        """Attach (raises channel.SupervisorUnavailable, access.StoreAccessDenied)."""
         sock = channel.connect(self.store_dir, self._timeout_s)
         try:
             channel.send_json(sock, {"op": "attach", "pid": os.getpid()})
@@ -136,109 +171,81 @@ class Session:
         except BaseException:
             sock.close()
             raise
-        self._sock = sock
-        self._cb = cb
-        self._buf = cb.buf
-        self._pid = os.getpid()
-        self._fork_gen = _FORKS[0]
-        self._client_index = int(info["client_index"])
-        self._generation = cb.generation
-        self._seg_size = cb.segment_size
-        self._pool_n = cb.pool_buffers
-        self._slot_count = cb.slot_count
-        self._qtable_off = cb.qtable_off
-        self._sync = info["flush_disk_type"] == "SYNC_FLUSH"
-        self.sync_timeout_s = int(info["sync_flush_timeout_ms"]) / 1000
-        self._busy_timeout_s = int(info["os_page_cache_busy_timeout_ms"]) / 1000
-        self._fast_fail = bool(info["fast_fail_if_no_buffer_in_store_pool"])
-        self._max_body = int(info["max_message_size_bytes"])
-        self._default_queues = int(info["default_topic_queue_nums"])
-        # Per-topic queue counts (`mqstore topic DIR set T --queues N`), re-read at most
-        # every 100 ms from config/topics.json.
-        self._qcounts = QueueCounts(self.store_dir)
-        self._store_host = str(info["store_host"])
-        # The store's settings and file sizes, for the read side (`ipc.reads.for_client`).
-        self.settings = settings_from_doc(info["settings"])
-        self.geometry = Geometry(**info["geometry"])
         try:
-            self._live = LiveLock(self.store_dir)
+            live = LiveLock(self.store_dir)
         except OSError:
             cb.close()
             sock.close()
             raise
-        _LIVE_LOCKS.add(self._live)
+        _LIVE_LOCKS.add(live)
+        a = Attached(
+            sock=sock,
+            cb=cb,
+            live=live,
+            pid=os.getpid(),
+            fork_gen=_FORKS[0],
+            client_index=int(info["client_index"]),
+            sync=info["flush_disk_type"] == "SYNC_FLUSH",
+            sync_timeout_s=int(info["sync_flush_timeout_ms"]) / 1000,
+            busy_timeout_s=int(info["os_page_cache_busy_timeout_ms"]) / 1000,
+            fast_fail=bool(info["fast_fail_if_no_buffer_in_store_pool"]),
+            max_body=int(info["max_message_size_bytes"]),
+            default_queues=int(info["default_topic_queue_nums"]),
+            store_host=str(info["store_host"]),
+            settings=settings_from_doc(info["settings"]),
+            geometry=Geometry(**info["geometry"]),
+        )
         self._last_stale_check = time.monotonic()
-        self._on_attach(info)
-        self._attached = True
+        self._rider.attached(a)
+        self.attached = a
 
     def _detach(self) -> None:
-        if not self._attached:
+        a = self.attached
+        if a is None:
             return
-        self._attached = False
-        self._on_detach()
-        del self._buf
-        self._cb.close()
-        self._live.close()
-        self._sock.close()
+        self.attached = None
+        self._rider.detaching(a)
+        a.cb.close()
+        a.live.close()
+        a.sock.close()
 
     def close(self) -> None:
         """Detach: nothing of this client stays in the supervisor or in /dev/shm."""
-        with self._tlock:
-            if self._closed:
+        with self.lock:
+            if self.closed:
                 return
-            self._closed = True
-            self._closing()
-            if self._pid == os.getpid():
+            self.closed = True
+            if self.attached is not None and self.attached.pid == os.getpid():
                 self._detach()
-
-    # --- hooks for what rides on the session ------------------------------------------
-
-    def _on_attach(self, info: dict[str, Any]) -> None:
-        """Set up what lives as long as this attach (`info`: the supervisor's answer)."""
-
-    def _on_detach(self) -> None:
-        """Release what `_on_attach` set up, before the control block is unmapped."""
-
-    def _forget_parent(self) -> None:
-        """In a forked child, before re-attaching: drop the parent's handles unclosed."""
-
-    def _before_check(self) -> None:
-        """At each staleness check of a live attach, before looking."""
-
-    def _after_check(self) -> None:
-        """At each staleness check that found the supervisor alive."""
-
-    def _closing(self) -> None:
-        """At `close`, under the thread lock, before detaching."""
 
     # --- staleness ----------------------------------------------------------------------
 
-    def _ensure_live(self) -> str:
+    def ensure_live(self) -> str:
         """ "" when attached to a live supervisor (re-attaching if needed), else why not.
-        Caller holds the thread lock."""
-        if self._closed:
+        Caller holds the lock."""
+        if self.closed:
             return "the client is closed"
-        if self._fork_gen != _FORKS[0] or self._pid != os.getpid():
+        a = self.attached
+        if a is not None and (a.fork_gen != _FORKS[0] or a.pid != os.getpid()):
             # A forked child: start over with our own handles. The liveness lock's
             # descriptor is the parent's open file: keeping it would make a dead parent
-            # look alive.
+            # look alive. The parent's handles are dropped unclosed.
             with contextlib.suppress(OSError):
-                self._live.forget()  # done at fork already (_after_fork_in_child)
-            self._attached = False
-            self._forget_parent()
+                a.live.forget()  # done at fork already (_after_fork_in_child)
+            self.attached = None
             return self._reattach("re-attach after fork failed: {}")
         now = time.monotonic()
-        if self._attached and now - self._last_stale_check < _STALE_CHECK_S:
+        if a is not None and now - self._last_stale_check < _STALE_CHECK_S:
             return ""
         self._last_stale_check = now
-        if self._attached:
-            self._before_check()
-            stale = Flags(self._cb).word & c.FLAG_STOPPED
+        if a is not None:
+            self._rider.checking(a)
+            stale = Flags(a.cb).word & c.FLAG_STOPPED
             if not stale:
-                r, _, _ = select.select([self._sock], [], [], 0)
+                r, _, _ = select.select([a.sock], [], [], 0)
                 stale = bool(r)  # the supervisor closed our connection: it is gone
             if not stale:
-                self._after_check()
+                self._rider.checked(a)
                 return ""
             self._detach()
         return self._reattach(f"the supervisor of {self.store_dir} is not running ({{}})")
@@ -246,30 +253,42 @@ class Session:
     def _reattach(self, failed: str) -> str:
         """Attach afresh: "" once attached, else `failed` with the error in its {}."""
         try:
-            self._attach()
+            self.attach()
         except (OSError, ValueError) as e:
             return failed.format(e)
         return ""
 
     # --- the public accessors: reads and asyncio ----------------------------------------
 
-    def live_control_block(self) -> c.ControlBlock:
-        """The control block of a live attach (re-attaching, like a put, when the
+    def live(self) -> Attached:
+        """The attach of a live supervisor (re-attaching, like a put, when the
         supervisor restarted). Raises channel.SupervisorUnavailable with the reason."""
-        with self._tlock:
-            why = self._ensure_live()
+        with self.lock:
+            why = self.ensure_live()
             if why:
                 raise channel.SupervisorUnavailable(why)
-            return self._cb
+            assert self.attached is not None
+            return self.attached
+
+    def live_control_block(self) -> c.ControlBlock:
+        """The control block of a live attach (`live`)."""
+        return self.live().cb
+
+    def current(self) -> Attached:
+        """The attach as it is now, no staleness check (ValueError while detached)."""
+        a = self.attached
+        if a is None:
+            raise ValueError(f"not attached to the supervisor of {self.store_dir}")
+        return a
 
     def flushed_position(self) -> int:
         """The flusher's flushed position in the control block, as mapped now (no
-        staleness check; AttributeError or ValueError while detached)."""
-        return Positions(self._cb).flushed
+        staleness check; ValueError while detached)."""
+        return Positions(self.current().cb).flushed
 
     def positions(self) -> dict[str, int]:
         """The control block's positions (reserved, published, committed, flushed)."""
-        pos = Positions(self._cb)
+        pos = Positions(self.current().cb)
         return {
             "reserved": pos.reserved,
             "published": pos.published,

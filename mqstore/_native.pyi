@@ -1,7 +1,7 @@
 """Types of the C extension `mqstore._native` (sources in ipc/native/ and engine/native/,
 built by setup.py)."""
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from typing_extensions import Buffer
@@ -28,95 +28,56 @@ def encode(
     store_port: int = ...,
     reconsume_times: int = 0,
     prepared_offset: int = 0,
-    keys: bytes = ...,
     queue_offset: int = 0,
     physical_offset: int = 0,
     store_timestamp: int = 0,
 ) -> bytes:
     """One V1 record laid out as `engine.record.encode` does (inputs already validated)."""
 
-# --- the put (native/mqs_append.c); codes a put returns instead of a result ----------
+# --- the put (ipc/native/mqs_put.c, mqs_fields.c, mqs_append.c) ------------------------
 
-FALLBACK: int  # not the common case: the caller's general path reserves
 LOCK_TIMEOUT: int  # the reservation lock was not free within the timeout
 LOCK_BROKEN: int  # the reservation mutex is ENOTRECOVERABLE
 FENCED: int  # the put's generation is over (ipc.fence): not stored
 LAYOUT: dict[str, int]  # the control-block offsets C uses (ipc.control must agree)
 
 # (size, queue_id, flag, sys_flag, born_ts, body, topic, properties, takes_offset,
-#  reconsume_times, prepared_offset, born_addr, born_port, store_addr, store_port)
+#  reconsume_times, prepared_offset, born_addr, born_port, store_addr, store_port):
+# a validated message for `write_record` (engine.commitlog)
 Prep = tuple[int, int, int, int, int, bytes, bytes, bytes, bool, int, int, bytes, int, bytes, int]
 
 class Appender:
     """One producer's put path over a control block (and its pool, or None)."""
 
     def __init__(self, ctl: Buffer, pool: Buffer | None, pid: int) -> None: ...
-    def put(
-        self, target: Buffer | None, target_index: int, qslot: int, prep: Prep, timeout_ns: int, /
-    ) -> tuple[int, int, int, int, int] | int:
-        """(seq, start, store_ts, queue_offset, lock_wait_ns), or a code < 0."""
-
-    def put_batch(
-        self,
-        target: Buffer | None,
-        target_index: int,
-        qslots: list[int],
-        preps: list[Prep],
-        timeout_ns: int,
-        /,
-    ) -> tuple[int, int, int, list[int], int] | int:
-        """(first_seq, start, store_ts, queue_offsets, lock_wait_ns), or a code < 0."""
-
-    def write(
-        self,
-        target: Buffer,
-        pos: int,
-        seq: int,
-        prep: Prep | None,
-        queue_offset: int,
-        physical_offset: int,
-        store_timestamp: int,
-        /,
-    ) -> None:
-        """The general path's copy of one reserved record (None: a BLANK of
-        `store_timestamp` bytes), then its slot DONE."""
-
-    def count(
-        self,
-        stats: Buffer,
-        n: int,
-        nbytes: int,
-        status_index: int,
-        ok: bool,
-        sync: bool,
-        lat_ns: int,
-        lock_ns: int,
-        append_ns: int,
-        flush_ns: int,
-        /,
-    ) -> None:
-        """One put call into the client's statistics row (an array('q') laid out as
-        ipc.control's CF_* fields); lock_ns < 0: a call that never reserved."""
-
     def configure(
         self,
+        *,
         lock: PutLock,
         lanes: dict[str, list[Any]],
+        new_lane: Callable[[str], list[Any]],
+        find_row: Callable[[bytes, int], int],
+        map_segment: Callable[[int], Buffer] | None,
+        message_type: type[Any],
+        message_fields: Callable[[int, Any], tuple[bytes, int, int, int, int, int, int] | str],
         stats: Buffer,
         stats_off: int,
         result_type: type[tuple[Any, ...]],
-        outcomes: tuple[Outcome, Outcome, Outcome],
+        statuses: tuple[Any, ...],
+        flush_reasons: tuple[str, str],
         msg_id_prefix: str,
         sync: bool,
         sync_timeout_ns: int,
         busy_ns: int,
+        fast_fail: bool,
         max_body: int,
         store_addr: bytes,
         store_port: int,
     ) -> None:
-        """What put_message needs from the client (native/mqs_put.c): its lock, lanes
-        (topic -> [topic bytes, queues, round-robin modulus, counter, queue rows,
-        {tags: properties}]), statistics row, result type and the sync outcomes."""
+        """What put_message needs from the client (ipc.producer): its lock, lanes (topic ->
+        [topic bytes, queues, round-robin modulus, counter, queue rows]) and their maker,
+        the queue-row finder, the segment mapper (pool off), a Message's other fields,
+        statistics row, result type and statuses, and the store's settings."""
 
     def put_message(
         self,
@@ -130,16 +91,14 @@ class Appender:
         held: bool = False,
         /,
     ) -> Any:
-        """The whole common-case put: a PutResult; a code < 0 when the reservation lock
-        failed; None when nothing was done and the general path must put."""
+        """The whole put: a PutResult (refusals included); None when nothing was done
+        and the client acts first (its supervisor check, its lock, a type to refuse or
+        make plain)."""
 
     def put_batch_messages(
         self, messages: object, wait_store: object, held: bool = False, /
     ) -> Any:
-        """put_message for a list of put's dicts: a list of PutResult, a code, or None."""
-
-    def set_target(self, mapping: Buffer | None, index: int, /) -> None:
-        """The newest mapped segment the C put writes into (pool off)."""
+        """put_message for a list of put's dicts and Messages: a list of PutResult, or None."""
 
     def checked(self, stale_after_ns: int, /) -> None:
         """The client checked its supervisor; put_message answers None after this long."""
@@ -153,7 +112,7 @@ class Appender:
         ended without flushing it (fenced)."""
 
     def complete(self, first: int, n: int, /) -> int:
-        """The general path's reservation of n slots from `first`, all written: DONE all
+        """A reservation of n slots from `first`, all written: DONE all
         or nothing and published (0), or FENCED."""
 
     def close(self) -> None: ...
@@ -169,9 +128,6 @@ def write_record(
 ) -> None:
     """One record at `target[pos:]` (engine.commitlog's appender). ValueError / TypeError
     for a field out of range or a target that cannot hold it."""
-
-# (status, status index in the statistics row, reason) of a put that waited for a flush
-Outcome = tuple[Any, int, str]
 
 class PutLock:
     """A client's thread lock (threading.Lock's acquire, release and with), which the C
@@ -211,12 +167,15 @@ def sync_round(
     offset_fd: int,
     want_seq: int,
     gather_ns: int,
+    io_hook: Callable[[int, int], int] | None = None,
     /,
 ) -> tuple[int, int, int, int, int, int, int, int]:
     """The flusher's SYNC_FLUSH round without the GIL (ipc/native/mqs_round.h): (code 0
     forced / 1 nothing to force / 2 left to the Python twin / 3 failed, the failed call
     1 flock 2 pwrite 3 fdatasync 4 flushed_offset's pwrite, its errno, t_gathered,
-    t_committed, t_forced, t_waked, fsync_ns)."""
+    t_committed, t_forced, t_waked, fsync_ns). `io_hook(op, fd) -> errno` (the tests'
+    seam, `engine.fileio.native_seam`): asked before each I/O call (op 1 flock, 2 pwrite,
+    3 fdatasync), with the GIL; non-zero fails that call with the errno."""
 
 def flusher_wake(ctl: Buffer, /) -> None:
     """Wake the flusher if it sleeps."""

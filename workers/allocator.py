@@ -2,7 +2,8 @@
 AllocateMappedFileService), so a writer never creates a file on the hot path.
 
 It watches `reserved_pos` and makes sure the segment being written and the next
-`AHEAD` ones exist (pre-allocated with fallocate; warmed when `warm_mapped_file_enable`),
+`AHEAD` ones exist (pre-allocated with fallocate; under SYNC_FLUSH written with zeros,
+`zero_fill`; warmed when `warm_mapped_file_enable`),
 then publishes `allocated_upto`, the end of the last ready file. Producers never reserve
 past it (they wait, then fail with CREATE_MAPPED_FILE_FAILED). Before it creates a file
 it checks that the free space can hold it (`engine.diskguard.space_problem`); when it
@@ -29,6 +30,17 @@ TICK_S: Final = 0.005
 _no_space: dict[str, Condition] = {}  # log dir -> the file it has no room for, said once
 
 
+def zero_fill(settings: StoreSettings) -> bool:
+    """New segments are written with zeros (`sync_flush_zero_segments`, SYNC_FLUSH only):
+    an fdatasync that covers a fallocated (unwritten) extent converts it, a metadata
+    write (a journal commit on ext4 and XFS with a journal), which made the sync round's
+    fdatasync up to 1.5x a plain one at p90 (docs/durability.md). Under ASYNC_FLUSH the
+    extra write of every segment costs more than the rare fsync saves."""
+    return (
+        settings.sync_flush_zero_segments and settings.flush_disk_type is FlushDiskType.SYNC_FLUSH
+    )
+
+
 def ensure_segments(store_dir: str, cb: c.ControlBlock, settings: StoreSettings) -> int:
     """Create missing files for the current segment and the next AHEAD; publish and
     return `allocated_upto`. Allocator (and supervisor at boot) only. Raises StoreIOError
@@ -52,7 +64,7 @@ def ensure_segments(store_dir: str, cb: c.ControlBlock, settings: StoreSettings)
             cond.report(path, f"not creating {path}: {problem}")
             break
         try:
-            seg = Segment.create(log_dir, index * size, size)
+            seg = Segment.create(log_dir, index * size, size, zero_fill=zero_fill(settings))
         except fileio.StoreIOError as e:
             if not fileio.is_no_space(e):
                 raise

@@ -14,7 +14,20 @@ No peer can hurt the supervisor's loop, whatever it sends or fails to read:
 * a connection holds at most one attach row, freed when the connection closes.
 
 Only the store's owner (and root, and with `ipc_allow_group` the store directory's
-group) gets this far: `ipc.access.peer_refusal` answers everyone else at accept.
+group) can reach the socket at all (it lies in the store's directory, `ipc.channel`), and
+`ipc.access.peer_refusal` answers anyone else who gets this far at accept. Nor can a flood
+of connections hurt it:
+
+* at most `MAX_UNATTACHED` connections without an attach row are kept: a new one beyond
+  that closes the oldest (an attached client's connection is never closed for another),
+  so idle connections cannot keep a client from attaching;
+* a connection that leaves fewer than `FD_HEADROOM` descriptors free closes the oldest
+  connection without a row (or is refused), so the supervisor keeps descriptors for its
+  own work; running out of them in accept anyway (EMFILE, ENFILE) refuses that
+  connection (a spare descriptor is given up to accept and close it), and any other
+  accept error is a refused connection too, never the supervisor's end;
+* refusals are logged at a bounded rate (`RefusalLog`): the first at once, then one line
+  per `REFUSAL_LOG_INTERVAL_S` counting those in between.
 
 `ControlServer` is the server itself: the listening socket, accept, the connections
 and their replies, on the supervisor's selector. What a request does is the
@@ -24,7 +37,10 @@ supervisor's (`Supervisor._handle`).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import os
+import resource
 import selectors
 import socket
 import time
@@ -37,6 +53,13 @@ from mqstore.ipc import access, channel
 PID_MAX: Final = 1 << 22  # Linux's PID_MAX_LIMIT: no process id is larger
 MAX_REQUEST_BYTES: Final = 1 << 20
 REPLY_TIMEOUT_S: Final = 5.0
+MAX_UNATTACHED: Final = 64  # connections holding no attach row
+ACCEPTS_PER_EVENT: Final = 64  # then the loop's other work gets its turn
+REFUSAL_LOG_INTERVAL_S: Final = 10.0
+# Descriptors kept free for the supervisor's own work (a status reply, spawning a worker):
+# a connection that would leave fewer closes the oldest one that holds no attach row.
+FD_HEADROOM: Final = 16
+LISTEN_BACKLOG: Final = 128
 # Each op and the fields it takes besides "op".
 OP_FIELDS: Final[dict[str, frozenset[str]]] = {
     "attach": frozenset({"pid"}),
@@ -80,6 +103,7 @@ class Conn:
     taken by the peer, and the client row its attach holds (-1: none)."""
 
     sock: socket.socket
+    accepted: float = 0.0  # monotonic time of accept
     inbuf: bytearray = field(default_factory=bytearray)
     outbuf: bytearray = field(default_factory=bytearray)
     row: int = -1
@@ -122,6 +146,29 @@ Handler = Callable[[dict[str, Any], Conn], dict[str, Any]]
 
 
 @dataclass(eq=False)
+class RefusalLog:
+    """Refused and failed connections, said at a bounded rate: the first at once, then at
+    most one line per `interval_s` that counts those since the last line. A flood of
+    connections makes a few lines, not one per connection."""
+
+    say: Callable[[str, str], None]
+    interval_s: float = REFUSAL_LOG_INTERVAL_S
+    clock: Callable[[], float] = time.monotonic
+    _last: float = float("-inf")
+    _unsaid: int = 0
+
+    def refused(self, why: str) -> None:
+        now = self.clock()
+        if now - self._last < self.interval_s:
+            self._unsaid += 1
+            return
+        more = f" ({self._unsaid} more since the last line)" if self._unsaid else ""
+        self.say(f"refused a connection: {why}{more}", "WARNING")
+        self._last = now
+        self._unsaid = 0
+
+
+@dataclass(eq=False)
 class ControlServer:
     """The supervisor's listening socket and its connections, on the main loop's selector.
 
@@ -129,7 +176,8 @@ class ControlServer:
     `conn.row` on attach); `on_close(conn)` is told of each connection closed, so the
     attach row it held can be freed. Peers that are not the store's owner are refused at
     accept (`ipc.access.peer_refusal`, with `allow_group()` read at each accept), with one
-    line saying why. Main loop only.
+    line saying why. `listen` binds the socket file, `close_listener` removes it. Main
+    loop only.
     """
 
     store_dir: str
@@ -139,18 +187,36 @@ class ControlServer:
     say: Callable[[str, str], None]
     conns: dict[socket.socket, Conn] = field(default_factory=dict)
     listener: socket.socket | None = None
+    refusals: RefusalLog = field(init=False)
+    _bound: tuple[int, int] | None = None  # (st_dev, st_ino) of the socket file bound
+    _spare_fd: int = -1  # given up to refuse a connection when descriptors run out
+
+    def __post_init__(self) -> None:
+        self.refusals = RefusalLog(self.say)
 
     def listen(self) -> None:
-        """Bind the supervisor address (`ipc.channel`). Raises OSError."""
+        """Bind the supervisor socket (`ipc.channel.SOCKET_NAME` in the store directory),
+        replacing the file a run that died left there: the caller holds the store lock,
+        so no other supervisor serves this store. Raises OSError."""
+        dir_fd = channel.open_store_dir(self.store_dir)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
-            sock.bind(channel.supervisor_address(self.store_dir))
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(channel.SOCKET_NAME, dir_fd=dir_fd)
+            sock.bind(channel.socket_path(dir_fd))
+            mode = 0o660 if self.allow_group() else 0o600
+            os.chmod(channel.SOCKET_NAME, mode, dir_fd=dir_fd)
+            st = os.stat(channel.SOCKET_NAME, dir_fd=dir_fd, follow_symlinks=False)
+            self._bound = (st.st_dev, st.st_ino)
+            sock.listen(LISTEN_BACKLOG)
         except OSError:
             sock.close()
             raise
-        sock.listen(128)
+        finally:
+            os.close(dir_fd)
         sock.setblocking(False)
         self.listener = sock
+        self._spare_fd = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
 
     def register(self, sel: selectors.BaseSelector) -> None:
         assert self.listener is not None
@@ -168,8 +234,22 @@ class ControlServer:
         return True
 
     def close_listener(self) -> None:
+        """Stop listening and remove the socket file this server bound (not one another
+        run put there since)."""
         if self.listener is not None:
             self.listener.close()
+            self.listener = None
+        if self._spare_fd >= 0:
+            os.close(self._spare_fd)
+            self._spare_fd = -1
+        if self._bound is None:
+            return
+        path = os.path.join(self.store_dir, channel.SOCKET_NAME)
+        with contextlib.suppress(OSError):
+            st = os.stat(path, follow_symlinks=False)
+            if (st.st_dev, st.st_ino) == self._bound:
+                os.unlink(path)
+        self._bound = None
 
     def drop_all(self, sel: selectors.BaseSelector) -> None:
         for conn in list(self.conns.values()):
@@ -186,22 +266,83 @@ class ControlServer:
             self._drop(sel, conn)
 
     def _accept(self, sel: selectors.BaseSelector) -> None:
+        """Accept what is waiting (at most ACCEPTS_PER_EVENT): refuse other users, keep
+        at most MAX_UNATTACHED connections without a row, and turn every accept error,
+        descriptor exhaustion included, into a refused connection."""
         assert self.listener is not None
-        while True:
+        for _ in range(ACCEPTS_PER_EVENT):
             try:
                 sock, _ = self.listener.accept()
-            except BlockingIOError:
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                if e.errno in (errno.EMFILE, errno.ENFILE) and self._drop_oldest_unattached(
+                    sel, "out of descriptors"
+                ):
+                    continue
+                self._refuse_without_descriptor(e)
                 return
             sock.setblocking(False)
+            if self._short_of_descriptors() and not self._drop_oldest_unattached(
+                sel, f"fewer than {FD_HEADROOM} descriptors would be left"
+            ):
+                self.refusals.refused(f"fewer than {FD_HEADROOM} descriptors would be left")
+                sock.close()
+                continue
             why = access.peer_refusal(sock, self.store_dir, self.allow_group())
             if why:  # another user: one line saying why, and nothing else
-                self.say(f"refused a connection: {why}", "WARNING")
+                self.refusals.refused(why)
                 with contextlib.suppress(OSError):  # a fresh socket's buffer takes it
                     sock.send(json.dumps({"error": why, "denied": True}).encode() + b"\n")
                 sock.close()
                 continue
-            self.conns[sock] = Conn(sock)
+            while sum(cn.row < 0 for cn in self.conns.values()) >= MAX_UNATTACHED:
+                self._drop_oldest_unattached(sel, f"at most {MAX_UNATTACHED} are kept")
+            self.conns[sock] = Conn(sock, accepted=time.monotonic())
             sel.register(sock, selectors.EVENT_READ)
+
+    @staticmethod
+    def _short_of_descriptors() -> bool:
+        """Fewer than FD_HEADROOM descriptors are free under the limit as it is now (the
+        open ones counted in /proc/self/fd: its listing takes one, so failing to list it
+        is being short too). O(open descriptors)."""
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == resource.RLIM_INFINITY:
+            return False
+        try:
+            in_use = len(os.listdir("/proc/self/fd")) - 1  # less the listing's own
+        except OSError:
+            return True
+        return in_use > soft - FD_HEADROOM
+
+    def _drop_oldest_unattached(self, sel: selectors.BaseSelector, why: str) -> bool:
+        """Close the longest-held connection that holds no attach row; False if none."""
+        idle = [cn for cn in self.conns.values() if cn.row < 0]
+        if not idle:
+            return False
+        self.refusals.refused(
+            f"{len(idle)} connections hold no attach row; closed the oldest ({why})"
+        )
+        self._drop(sel, min(idle, key=lambda cn: cn.accepted))
+        return True
+
+    def _refuse_without_descriptor(self, err: OSError) -> None:
+        """accept failed (`err`): when descriptors ran out, give up the spare one to
+        accept the waiting connection and close it at once, so it is refused rather than
+        left to wake the loop again and again."""
+        assert self.listener is not None
+        self.refusals.refused(f"accept failed: {err.strerror or err}")
+        if err.errno not in (errno.EMFILE, errno.ENFILE) or self._spare_fd < 0:
+            return
+        os.close(self._spare_fd)
+        self._spare_fd = -1
+        try:
+            sock, _ = self.listener.accept()
+            sock.close()
+        except OSError:
+            pass
+        with contextlib.suppress(OSError):
+            self._spare_fd = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
 
     def _drop(self, sel: selectors.BaseSelector, conn: Conn) -> None:
         """Close a connection; `on_close` frees the client row its attach holds."""

@@ -42,6 +42,7 @@ from mqstore.ipc import channel
 from mqstore.ipc.control import leftover_shm
 from mqstore.ipc.locks import store_lock_holder
 from mqstore.workers.cli import main as mqstore
+from mqstore.workers.commands._signals import ignored_stop_signals, stop_signals
 from mqstore.workers.commands.demo import DemoOptions, run_demo
 from mqstore.workers.commands.status import status_line
 
@@ -271,51 +272,42 @@ def store_demo(args: argparse.Namespace) -> int:
     until = None if args.seconds is None else t0 + args.seconds
     tty = sys.stdout.isatty()
     good = False
-    stops = (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)
-    old = {sig: signal.getsignal(sig) for sig in stops}
-
-    def interrupt(_sig: int, _frame: object) -> None:
-        raise KeyboardInterrupt
-
-    # a closed terminal (SIGHUP) or a `kill` (SIGTERM) stops the demo as Ctrl-C does
-    signal.signal(signal.SIGHUP, interrupt)
-    signal.signal(signal.SIGTERM, interrupt)
+    # a closed terminal (SIGHUP) or a `kill` (SIGTERM) stops the demo as Ctrl-C does,
+    # also when it was started with SIGINT ignored (`_signals`)
     try:
-        load_s = args.load_seconds if until is None else min(args.load_seconds, args.seconds)
-        opts = DemoOptions(
-            producers=args.producers,
-            sync_producers=args.sync_producers,
-            seconds=load_s,
-            body_bytes=256,
-            consumer=True,
-        )
-        print(
-            f"$ mqstore demo {store.path} --producers {opts.producers} "
-            f"--sync-producers {opts.sync_producers} --seconds {load_s:g} --consumer",
-            flush=True,
-        )
+        with stop_signals(signal.SIGHUP):
+            load_s = args.load_seconds if until is None else min(args.load_seconds, args.seconds)
+            opts = DemoOptions(
+                producers=args.producers,
+                sync_producers=args.sync_producers,
+                seconds=load_s,
+                body_bytes=256,
+                consumer=True,
+            )
+            print(
+                f"$ mqstore demo {store.path} --producers {opts.producers} "
+                f"--sync-producers {opts.sync_producers} --seconds {load_s:g} --consumer",
+                flush=True,
+            )
 
-        def live_status() -> Any:
-            from rich.text import Text
+            def live_status() -> Any:
+                from rich.text import Text
 
-            doc = _status(store.path)
-            return Text("store: " + (status_line(doc) if doc else "(no answer)"))
+                doc = _status(store.path)
+                return Text("store: " + (status_line(doc) if doc else "(no answer)"))
 
-        summary = run_demo(store.path, opts, show=tty, extra=live_status)
-        print("\n".join(summary.lines()))
-        if args.json:
-            print(json.dumps({"demo": {**summary.__dict__, "good": summary.good}}))
-        good = summary.good
-        _keep_running(store, until, tty)
+            summary = run_demo(store.path, opts, show=tty, extra=live_status)
+            print("\n".join(summary.lines()))
+            if args.json:
+                print(json.dumps({"demo": {**summary.__dict__, "good": summary.good}}))
+            good = summary.good
+            _keep_running(store, until, tty)
     except KeyboardInterrupt:
         pass
     finally:
-        for sig in stops:
-            signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C must not cut the stop
-        print(f"\nstopping: SIGTERM to the supervisor (log: {store.log_path})", flush=True)
-        code = store.stop()
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
+        with ignored_stop_signals(signal.SIGHUP):  # a second Ctrl-C must not cut the stop
+            print(f"\nstopping: SIGTERM to the supervisor (log: {store.log_path})", flush=True)
+            code = store.stop()
     left = leftover_shm(args.store_dir)
     print(f"supervisor exited with {code}; shared memory left: {left or 'none'}")
     print(f"\n$ mqstore check {store.path}", flush=True)

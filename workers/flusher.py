@@ -10,9 +10,10 @@ one FUTEX_WAKE_BITSET (a waiter sleeps on the bit of its end's 4 KiB bucket of l
 can acknowledge a put. The whole round (gather, commit, force, publish, statistics,
 wake) is one C call without the GIL, `LogFiles.sync_round` (`ipc/native/mqs_round.c`),
 which leaves to its Python twin what it cannot do (a segment boundary, a fill for a dead
-producer, a fault or sync watch set). Whoever arrives during an fsync is served by the
-next one (group commit). A request not yet covered after a flush (another producer is
-still copying before it) keeps the flusher polling: first yielding the CPU to it
+producer); a fault or sync watch set reaches its I/O calls too (`fileio.native_seam`).
+Whoever arrives during an fsync is served by the next one (group commit). A request not
+yet covered after a flush (another producer is still copying before it) keeps the
+flusher polling: first yielding the CPU to it
 (POLL_NS), then backing off from SPIN_S to SPIN_MAX_S while nothing moves. Waiters
 enforce `syncFlushTimeout` themselves (FLUSH_DISK_TIMEOUT).
 
@@ -46,8 +47,8 @@ read-only never fsyncs.
 **Tracing** (`bench/profile_sync.py`): with `MQSTORE_FLUSH_TRACE=<path>` in the
 supervisor's environment, the flusher keeps one row of CLOCK_MONOTONIC timestamps per
 sync round (slept, woken, served, gathered, committed, forced, waiters woken; messages
-and bytes covered, polls before it), at most TRACE_MAX_ROWS, and writes them to
-`<path>` as JSON lines when it closes. Off by default.
+and bytes covered, polls before it; the fdatasync's own ns), at most TRACE_MAX_ROWS,
+and writes them to `<path>` as JSON lines when it closes. Off by default.
 """
 
 from __future__ import annotations
@@ -176,10 +177,12 @@ class Flusher(Service):
             return spin
         msgs = self.stats.fsync_slots - m0
         self.group = msgs
-        self._note_fsync(self.stats.fsync_ns - ns0)
+        fsync_ns = self.stats.fsync_ns - ns0
+        self._note_fsync(fsync_ns)
         if times and self.trace_path and len(self.trace) < TRACE_MAX_ROWS:
             slept, self._slept = self._slept, (0, 0)
-            self.trace.append((*slept, t0, *times, msgs, self.pos.flushed - before, self.spins))
+            row = (*slept, t0, *times, msgs, self.pos.flushed - before, self.spins, fsync_ns)
+            self.trace.append(row)
         self.spins = 0
         self.spin = SPIN_S
         self.poll_next = True
@@ -241,7 +244,7 @@ class Flusher(Service):
         if self.trace_path and self.trace:
             keys = (
                 "slept", "woke", "served", "gathered", "committed", "forced", "waked", "msgs",
-                "bytes", "spins",
+                "bytes", "spins", "fsync_ns",
             )  # fmt: skip
             with open(self.trace_path, "w") as f:
                 for row in self.trace:

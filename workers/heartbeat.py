@@ -6,15 +6,21 @@ live worker misses `heartbeat_timeout_ms` only when one tick runs long or when i
 no CPU at all: two cores busy with a Spark job, a boot under load. Killing a worker that
 is merely starved restarts it into the same starvation and loses its progress.
 
-So the supervisor holds against a worker only its silence minus the time it spent
-runnable but waiting for a CPU since its last beat: the second field of
-`/proc/PID/schedstat` (run-queue wait, ns, kept by the scheduler for every task). A
-worker that is stuck (a deadlock: asleep; a livelock: running) accumulates no such wait
-and is killed after the timeout, as before; one that is starved is not. Where schedstat
-cannot be read (another OS, a kernel without it) the wait counts as 0: plain wall time.
+So the supervisor holds against a worker only its silence minus the time the kernel
+shows it could not run:
 
-The wait is sampled by the supervisor's loop whenever it sees a new beat, so it is
-attributed to the right beat within one supervisor loop (a few ms).
+- runnable but waiting for a CPU since its last beat: the second field of
+  `/proc/PID/schedstat` (run-queue wait, ns, kept by the scheduler for every task);
+- blocked in the kernel on I/O (state `D` in `/proc/PID/stat`: a page fault or an
+  fsync on a disk other jobs keep busy; the allocator warming a segment). The kernel
+  keeps no total of this without delay accounting, so the judge samples the state each
+  time it looks (every supervisor loop, a few ms) and counts the time since its last
+  look while the worker is in `D`. A SIGKILL would not act before the I/O ends anyway.
+
+A worker that is stuck is killed after the timeout, as before: a deadlock sleeps (`S`),
+a livelock runs (`R`, on a CPU), a SIGSTOPped one is stopped (`T`), and none of these is
+excused. Where /proc cannot be read (another OS, a kernel without schedstat) nothing is
+excused: plain wall time.
 """
 
 from __future__ import annotations
@@ -31,6 +37,17 @@ def runqueue_wait_ns(pid: int) -> int:
         return 0
 
 
+def blocked_in_io(pid: int) -> bool:
+    """Whether `pid` is now in uninterruptible sleep (`D`, `/proc/PID/stat`'s state)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    end = stat.rfind(b")")  # the command name may hold spaces and parentheses
+    return end >= 0 and stat[end + 2 : end + 3] == b"D"
+
+
 @dataclass
 class HeartbeatJudge:
     """One worker process's heartbeat as the supervisor follows it. Supervisor only;
@@ -41,13 +58,19 @@ class HeartbeatJudge:
     wait_at_beat_ns: int = 0  # the worker's run-queue wait when that beat was seen
     killed: bool = False  # the supervisor sent SIGKILL (and said so)
     started_ms: int = 0  # wall ms at spawn: a worker that never beat is silent since then
+    blocked_ms: int = 0  # time seen blocked on I/O since the last beat
+    looked_ms: int = -1  # when the judge last looked
 
     def silence(self, beat_ms: int, now_ms: int) -> tuple[int, int]:
-        """`(silent_ms, starved_ms)`: how long the worker has been silent, less the time
-        it waited for a CPU since its last beat; and that time."""
+        """`(silent_ms, excused_ms)`: how long the worker has been silent, less the time
+        it waited for a CPU or was blocked on I/O since its last beat; and that time."""
         waited = runqueue_wait_ns(self.pid)
         if beat_ms != self.beat_ms:
-            self.beat_ms, self.wait_at_beat_ns = beat_ms, waited
+            self.beat_ms, self.wait_at_beat_ns, self.blocked_ms = beat_ms, waited, 0
+        elif self.looked_ms >= 0 and blocked_in_io(self.pid):
+            self.blocked_ms += max(0, now_ms - self.looked_ms)
+        self.looked_ms = now_ms
         starved_ms = max(0, waited - self.wait_at_beat_ns) // 1_000_000
         age_ms = max(0, now_ms - max(beat_ms, self.started_ms))
-        return max(0, age_ms - starved_ms), starved_ms
+        excused_ms = min(age_ms, starved_ms + self.blocked_ms)
+        return age_ms - excused_ms, excused_ms

@@ -1,20 +1,28 @@
 """The supervisor: `mqstore start DIR` runs one in the foreground.
 
-Boot, in order (any failure halts with a message and a non-zero exit, never a loop):
-1. load the settings (CONFIG_ERROR on a bad one);
+Boot, in order (any failure halts with a message and a non-zero exit, never a loop, and
+removes the shared memory and socket it made):
+1. load the settings (CONFIG_ERROR on a bad one, or on file sizes other than those the
+   store records or its files have: `engine.geometry`);
 2. take `<store>/lock` exclusively (a second supervisor is refused, naming the holder);
 3. write `abort`; recover (`engine.recovery`: normal, or abnormal when `abort` was
    already there): validate the tail with CRC, cut it where valid data ends, truncate
    and re-dispatch consume queues and index; the report goes to `recovery.json`, and the
-   next queue offsets come from the consume queues;
+   next queue offsets come from the consume queues; a store without a geometry record
+   gets one;
 4. remove shared memory left by a crashed run of this store, create the control block
    and the pool, seed positions and queue offsets, make the first files ready;
-5. listen on the supervisor socket (`ipc.channel`) and spawn one process per
+5. listen on the supervisor socket (`ipc.channel`: a socket file in the store
+   directory, removed at the stop) and spawn one process per
    `WORKERS` spec.
 
 Then it loops: accept attaches and status requests, watch worker exits and heartbeats,
 restart a crashed worker with exponential backoff, halt on a worker's CONFIG_ERROR or
 BOOT_ERROR, and never restart into false durability (READ_ONLY stays once set).
+
+On SIGTERM / SIGINT during recovery: recovery stops within a chunk of records and the
+supervisor exits 0, `abort` left (the next start recovers again); recovery's progress
+is logged about once a second and kept for `mqstore status` (`engine.recovery_progress`).
 
 On SIGTERM / SIGINT (or `mqstore stop`): refuse writes, fence the reservation lock,
 stop the workers (each drains), then its own final drain with bounded retries (fillers
@@ -40,14 +48,14 @@ from pathlib import Path
 from typing import Any, Final
 
 from mqstore import _native
-from mqstore.conf.load import ConfigError, load_settings
+from mqstore.conf.load import ConfigError, LoadedSettings, load_settings
 from mqstore.conf.settings import FlushDiskType, settings_doc
-from mqstore.engine import fileio
+from mqstore.engine import fileio, geometry
 from mqstore.engine.checkpoint import StoreCheckpoint
 from mqstore.engine.fileio import StoreIOError
 from mqstore.engine.indexfile import IndexGeometryError
-from mqstore.engine.reader import Geometry
 from mqstore.engine.recovery import recover_store, write_report
+from mqstore.engine.recovery_progress import ProgressReporter, RecoveryInterrupted
 from mqstore.engine.segment import SegmentNameError, SegmentSizeError
 from mqstore.engine.storedir import ABORT_FILE
 from mqstore.ipc import access
@@ -63,7 +71,7 @@ from mqstore.ipc.fence import (
 )
 from mqstore.ipc.locks import StoreLockHeld, take_store_lock
 from mqstore.ipc.reservation import live_lock_path
-from mqstore.workers import sdnotify, stats
+from mqstore.workers import priority, sdnotify, stats
 from mqstore.workers.allocator import ensure_segments
 from mqstore.workers.base import (
     REASON_FD_ENV,
@@ -190,12 +198,13 @@ class Supervisor:
                 f"{self.store_dir} does not exist: give --create to make a new store there",
             )
         try:
-            self.settings = load_settings(Path(self.store_dir), self.config, os.environ).settings
+            loaded = load_settings(Path(self.store_dir), self.config, os.environ)
         except ConfigError as e:
             raise BootError(ExitCode.CONFIG_ERROR, f"configuration error: {e}") from e
-        s = self.settings
+        self.settings = s = loaded.settings
         if s.segment_size_bytes % 4096:
             raise BootError(ExitCode.CONFIG_ERROR, "segment_size_bytes must be a multiple of 4096")
+        recorded = self._check_geometry(loaded)
         fileio.makedirs(self.store_dir)
         share = s.ipc_allow_group
         os.chmod(self.store_dir, access.modes(share)[1])  # 0700, or 02750 for the group
@@ -210,6 +219,8 @@ class Supervisor:
         was_dirty = os.path.exists(abort)
         fileio.write_file_atomic(abort, b"")
         end, offsets = self._recover(was_dirty)
+        if not recorded:  # the store's first start: from now on it owns its geometry
+            geometry.write_record(self.store_dir, self.geometry)
         pool_n = s.transient_store_pool_size if s.transient_store_pool_enable else 0
         self._retire_old_generation(end, was_dirty and pool_n == 0)
         generation = time.time_ns() // 1000 % 10**12
@@ -256,6 +267,8 @@ class Supervisor:
         except OSError as e:
             raise BootError(ExitCode.BOOT_ERROR, f"cannot bind the supervisor socket: {e}") from e
         Flags(cb).mark_running()
+        for line in priority.apply(s.store_nice):  # the workers inherit it
+            self._say(line)
         self.workers = [_Worker(spec, i) for i, spec in enumerate(WORKERS)]
         for w in self.workers:
             self._spawn(w)
@@ -313,22 +326,42 @@ class Supervisor:
             if done:
                 self._say(f"gave {len(done)} commit-log file(s) from offset {first} new inodes")
 
+    def _check_geometry(self, loaded: LoadedSettings) -> bool:
+        """Refuse settings that give the store other file sizes than it has
+        (`engine.geometry`); True when the store has its geometry record."""
+        if not os.path.isdir(self.store_dir):
+            return False
+        try:
+            recorded = geometry.check_settings(self.store_dir, loaded.settings, loaded.source_of)
+        except geometry.GeometryMismatch as e:
+            raise BootError(ExitCode.CONFIG_ERROR, f"configuration error: {e}") from e
+        except geometry.GeometryRecordError as e:
+            raise BootError(ExitCode.BOOT_ERROR, str(e)) from e
+        return recorded is not None
+
     def _recover(self, was_dirty: bool) -> tuple[int, dict[tuple[str, int], int]]:
         """RocketMQ's recovery (`engine.recovery`): abnormal when `abort` was there before
         this boot wrote its own. Returns the log's end and the next queue offsets."""
         # The file sizes this run uses: those of the files already there, else the
         # settings' (the dispatcher decides the same way); clients get them at attach.
-        self.geometry = Geometry.of(self.store_dir, self.settings)
+        self.geometry = geometry.Geometry.of(self.store_dir, self.settings)
+        # progress in the log and for `mqstore status`; SIGTERM / SIGINT stop it
+        progress = ProgressReporter(self.store_dir, self._say, lambda: self.stopping)
         try:
             report = recover_store(
                 self.store_dir,
                 self.settings,
                 geometry=self.geometry,
                 abnormal=was_dirty,
+                progress=progress,
             )
             write_report(self.store_dir, report)
+        except RecoveryInterrupted as e:
+            raise BootError(ExitCode.OK, str(e)) from e
         except (SegmentSizeError, SegmentNameError, IndexGeometryError, StoreIOError) as e:
             raise BootError(ExitCode.BOOT_ERROR, f"cannot recover the store: {e}") from e
+        finally:
+            progress.close()
         self._say(f"recovery: {report.summary()}")
         return report.end_offset, report.queue_offset_table()
 
@@ -448,19 +481,20 @@ class Supervisor:
 
     def _judge_heartbeat(self, w: _Worker, now: float, hb_timeout: float) -> None:
         """SIGKILL a worker silent for longer than `heartbeat_timeout_ms` of the time it
-        could run (`workers.heartbeat`: waiting for a CPU is not held against it)."""
+        could run (`workers.heartbeat`: waiting for a CPU or blocked on I/O is not held
+        against it)."""
         cb = self.cb
         assert cb is not None and w.proc is not None and w.judge is not None
         _name, _pid, hb, _r, _st = cb.worker(w.index)
         if w.judge.killed:  # said once; its exit is seen by a later loop
             return
-        silent, starved = w.judge.silence(hb, time.time_ns() // 1_000_000)
+        silent, excused = w.judge.silence(hb, time.time_ns() // 1_000_000)
         if now - w.started <= hb_timeout or silent <= hb_timeout * 1000:
             return
         self._say(
-            f"{w.spec.name} (pid {w.proc.pid}) sent no heartbeat for {silent + starved} ms, "
-            f"{silent} ms of it with a CPU to run on (heartbeat_timeout_ms "
-            f"{self.settings.heartbeat_timeout_ms}); killing it with SIGKILL",
+            f"{w.spec.name} (pid {w.proc.pid}) sent no heartbeat for {silent + excused} ms, "
+            f"{silent} ms of it neither waiting for a CPU nor blocked on I/O "
+            f"(heartbeat_timeout_ms {self.settings.heartbeat_timeout_ms}); killing it with SIGKILL",
             "WARNING",
         )
         w.proc.kill()
@@ -552,13 +586,17 @@ class Supervisor:
             try:
                 self.boot()
             except BootError as e:
-                self._say(str(e), "ERROR")
+                self._say(str(e), "ERROR" if e.code else "INFO")
                 self._teardown_after_boot_failure()
                 return int(e.code)
-            except StoreIOError as e:
-                self._say(f"I/O error at boot: {e}", "ERROR")
+            except OSError as e:  # StoreIOError, or a store file that cannot be opened
+                what = "I/O error" if isinstance(e, StoreIOError) else "cannot open a store file"
+                self._say(f"{what} at boot: {e}", "ERROR")
                 self._teardown_after_boot_failure()
                 return int(ExitCode.BOOT_ERROR)
+            except BaseException:  # a bug: its traceback, but nothing left behind
+                self._teardown_after_boot_failure()
+                raise
             sel = selectors.DefaultSelector()
             self.server.register(sel)
             sel.register(wake_r, selectors.EVENT_READ)
@@ -614,6 +652,7 @@ class Supervisor:
             if w.proc is not None:
                 w.proc.kill()
                 w.proc.wait()
+        self.server.close_listener()
         self._stop_metrics()
         if self.cb is not None:
             self.cb.close()

@@ -10,7 +10,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from mqstore.conf.load import ConfigError, load_settings
+from mqstore.conf.load import ConfigError, LoadedSettings, load_settings
+from mqstore.conf.settings import StoreSettings
+from mqstore.engine import geometry
 from mqstore.engine.fileio import StoreIOError
 from mqstore.ipc.control import ControlBlock
 from mqstore.workers.base import (
@@ -23,13 +25,26 @@ from mqstore.workers.base import (
 from mqstore.workers.service import fail_closed
 
 
+def _store_geometry(name: str, store_dir: str, loaded: LoadedSettings) -> StoreSettings:
+    """The settings with the store's recorded geometry (the supervisor recorded or
+    checked it at boot): a config file edited since then cannot give a restarted worker
+    other file sizes; it is warned about, and the next start refuses it. Raises
+    GeometryRecordError."""
+    try:
+        geometry.check_settings(store_dir, loaded.settings, loaded.source_of)
+    except geometry.GeometryMismatch as e:
+        say(name, f"{e}; this run keeps the store's", "WARNING")
+    return geometry.with_record(store_dir, loaded.settings)
+
+
 def main(argv: list[str]) -> int:
     name, index_s, store_dir, ctl, pool, target = argv[:6]
     config = Path(argv[6]) if len(argv) > 6 and argv[6] else None
     setup_logging(name)
     try:
-        settings = load_settings(Path(store_dir), config, os.environ).settings
-    except ConfigError as e:
+        loaded = load_settings(Path(store_dir), config, os.environ)
+        settings = _store_geometry(name, store_dir, loaded)
+    except (ConfigError, geometry.GeometryRecordError) as e:
         say(name, str(e), "ERROR")
         return ExitCode.CONFIG_ERROR
     try:

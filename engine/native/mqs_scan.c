@@ -10,7 +10,6 @@
 #include "mqs_crc32.h"
 #include "mqs_record.h"
 
-#define MQS_MESSAGE_MAGIC_V2 0xDAA320ABu
 #define MQS_MIN_RECORD 91         /* record_length(0, 0, 0) */
 #define MQS_FILLER_FLAG 0x4D514649 /* engine.filler.FILLER_FLAG */
 

@@ -7,7 +7,6 @@
 #include "mqs_be.h"
 #include "mqs_record.h"
 
-#define MQS_MESSAGE_MAGIC_V2 0xDAA320ABu
 #define HEAD_SIZE 36 /* size, magic, crc, queue id, flag, queue offset, physical offset */
 
 /* The record at `phy` agrees with the unit: 1 yes, 0 no, -1 its segment is UNKNOWN. */

@@ -126,33 +126,53 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-int mqs_reserve(struct mqs_appender *a, const struct mqs_item *items, int n,
-                int64_t target_index, int64_t target_len, int64_t *qoffs,
+int mqs_reserve(struct mqs_appender *a, const struct mqs_item *items, int n, int64_t *qoffs,
                 struct mqs_reservation *r)
 {
     uint8_t *ctl = a->ctl;
     int64_t total = 0;
     for (int i = 0; i < n; i++)
         total += items[i].size;
+    if (load(ctl, MQS_OFF_FLAGS) != MQS_FLAG_RUNNING)
+        return MQS_REFUSED;
+    if (load(ctl, MQS_OFF_DISK_STATE) & MQS_DISK_FULL_BIT)
+        return MQS_DISK_FULL;
+    if (load(ctl, MQS_OFF_CS_PID) != 0)
+        return MQS_WAIT_SLOTS;
     int64_t reserved = load(ctl, MQS_OFF_RESERVED);
     int64_t seq = load(ctl, MQS_OFF_SEQ);
     if (reserved < 0 || seq < 0 || reserved > INT64_MAX / 2 || seq > INT64_MAX / 2)
-        return MQS_FALLBACK; /* not a position (the general path refuses it) */
+        return MQS_BAD_POSITIONS; /* never reserve there */
     int64_t index = reserved / a->seg_size;
-    int64_t end = reserved + total;
-    if (load(ctl, MQS_OFF_FLAGS) != MQS_FLAG_RUNNING || load(ctl, MQS_OFF_CS_PID) != 0 ||
-        end + MQS_END_FILE_MIN_BLANK > (index + 1) * a->seg_size ||
-        end > load(ctl, MQS_OFF_ALLOCATED) ||
-        (a->pool_n && load(ctl, MQS_OFF_COMMITTED) < (index - a->pool_n + 1) * a->seg_size) ||
-        seq + n - load(ctl, MQS_OFF_PUBLISHED_SEQ) > a->slot_count ||
-        (load(ctl, MQS_OFF_DISK_STATE) & MQS_DISK_FULL_BIT) ||
-        (!a->pool_n && (index != target_index || end - index * a->seg_size > target_len)))
-        return MQS_FALLBACK;
+    int64_t start = reserved, blank = 0;
+    if (reserved + total + MQS_END_FILE_MIN_BLANK > (index + 1) * a->seg_size) {
+        index++; /* a roll: a BLANK ends this segment, the records open the next */
+        start = index * a->seg_size;
+        blank = start - reserved;
+    }
+    int b = blank ? 1 : 0; /* the BLANK's slot */
+    int64_t end = start + total;
+    if (end > load(ctl, MQS_OFF_ALLOCATED))
+        return MQS_WAIT_FILE;
+    if (a->pool_n && load(ctl, MQS_OFF_COMMITTED) < (index - a->pool_n + 1) * a->seg_size)
+        return MQS_WAIT_POOL;
+    if (seq + n + b - load(ctl, MQS_OFF_PUBLISHED_SEQ) > a->slot_count)
+        return MQS_WAIT_SLOTS;
     /* The intent record first: a holder that dies from here on is repaired. */
     store(ctl, MQS_OFF_CS_SEQ, seq);
     store(ctl, MQS_OFF_CS_PID, a->pid);
     int64_t ts = now_ms();
-    int64_t at = reserved;
+    if (blank) {
+        uint8_t *row = ctl + MQS_SLOTS_OFF + (seq % a->slot_count) * MQS_SLOT_ROW;
+        *mqs_i64(row, MQS_SLOT_OFFSET) = reserved;
+        *mqs_i64(row, MQS_SLOT_QO) = 0;
+        *mqs_i64(row, MQS_SLOT_TS) = ts;
+        *mqs_i32(row, MQS_SLOT_SIZE) = (int32_t)blank;
+        *mqs_i32(row, MQS_SLOT_PID) = a->pid;
+        *mqs_i32(row, MQS_SLOT_QSLOT) = -1;
+        __atomic_store_n(mqs_i32(row, MQS_SLOT_STATE), MQS_STATE_RESERVED, __ATOMIC_RELEASE);
+    }
+    int64_t at = start;
     for (int i = 0; i < n; i++) {
         int64_t qo = 0;
         if (items[i].takes_offset) {
@@ -167,7 +187,7 @@ int mqs_reserve(struct mqs_appender *a, const struct mqs_item *items, int n,
                         : load(ctl, a->qtable_off + items[i].qslot * MQS_QROW + MQS_QROW_NEXT);
         }
         qoffs[i] = qo;
-        uint8_t *row = ctl + MQS_SLOTS_OFF + ((seq + i) % a->slot_count) * MQS_SLOT_ROW;
+        uint8_t *row = ctl + MQS_SLOTS_OFF + ((seq + b + i) % a->slot_count) * MQS_SLOT_ROW;
         *mqs_i64(row, MQS_SLOT_OFFSET) = at;
         *mqs_i64(row, MQS_SLOT_QO) = qo;
         *mqs_i64(row, MQS_SLOT_TS) = ts;
@@ -175,21 +195,33 @@ int mqs_reserve(struct mqs_appender *a, const struct mqs_item *items, int n,
         *mqs_i32(row, MQS_SLOT_PID) = a->pid;
         *mqs_i32(row, MQS_SLOT_QSLOT) = items[i].takes_offset ? items[i].qslot : -2;
         __atomic_store_n(mqs_i32(row, MQS_SLOT_STATE),
-                         MQS_STATE_RESERVED | (i ? MQS_STATE_JOINED : 0), __ATOMIC_RELEASE);
+                         MQS_STATE_RESERVED | (i || b ? MQS_STATE_JOINED : 0), __ATOMIC_RELEASE);
         at += items[i].size;
     }
     /* The commit point: the space and the slots are this producer's. */
     store(ctl, MQS_OFF_RESERVED, end);
-    store(ctl, MQS_OFF_SEQ, seq + n);
+    store(ctl, MQS_OFF_SEQ, seq + n + b);
     mqs_crashpoint_hit(MQS_CP_RESERVE_LOCKED);
     for (int i = 0; i < n; i++)
         if (items[i].takes_offset)
             store(ctl, a->qtable_off + items[i].qslot * MQS_QROW + MQS_QROW_NEXT, qoffs[i] + 1);
     store(ctl, MQS_OFF_CS_PID, 0);
     r->seq = seq;
-    r->start = reserved;
+    r->start = start;
     r->store_ts = ts;
+    r->blank = blank;
     return MQS_OK;
+}
+
+void mqs_abandon(uint8_t *ctl, int64_t slot_count, int64_t seq, int64_t n)
+{
+    for (int64_t s = seq; s < seq + n; s++) {
+        int32_t *st = mqs_i32(ctl, MQS_SLOTS_OFF + (s % slot_count) * MQS_SLOT_ROW + MQS_SLOT_STATE);
+        int32_t want = __atomic_load_n(st, __ATOMIC_SEQ_CST);
+        if ((want & MQS_STATE_MASK) == MQS_STATE_RESERVED) /* keeps JOINED: one reservation */
+            __atomic_compare_exchange_n(st, &want, MQS_STATE_ABANDONED | (want & MQS_STATE_JOINED),
+                                        0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    }
 }
 
 uint8_t *mqs_pool_at(struct mqs_appender *a, int64_t off)

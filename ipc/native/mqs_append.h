@@ -13,10 +13,17 @@
 
 enum {
     MQS_OK = 0,
-    MQS_FALLBACK = -1,     /* not the common case: the caller takes the general path */
     MQS_LOCK_TIMEOUT = -2, /* the reservation lock was not free within the timeout */
     MQS_LOCK_BROKEN = -3,  /* the lock is ENOTRECOVERABLE: the store must restart */
-    MQS_FENCED = -4,       /* the generation is over: the put is not in the log */
+    /* mqs_reserve: nothing reserved, because ... */
+    MQS_REFUSED = -4,    /* the store's flags refuse writes (read-only, stopping) */
+    MQS_DISK_FULL = -5,  /* the cleaner's disk word says DISK_FULL */
+    MQS_WAIT_FILE = -6,  /* the allocator has not made the segment file yet */
+    MQS_WAIT_POOL = -7,  /* the pool buffer is not committed yet */
+    MQS_WAIT_SLOTS = -8, /* the slot ring is full (or a holder's intent is pending) */
+    MQS_BAD_POSITIONS = -9, /* reserved or seq is not a position (a scribbled block) */
+    /* mqs_complete: the put is not in the log (the filler claimed it, or past the fence) */
+    MQS_FENCED = -10,
 };
 
 struct mqs_appender {
@@ -42,17 +49,23 @@ struct mqs_item {
     int takes_offset;
 };
 
+/* `blank` > 0: the reservation rolled to a new segment; slot `seq` is the BLANK of
+ * `blank` bytes that ends the previous one (at start - blank), the records' slots follow. */
 struct mqs_reservation {
-    int64_t seq, start, store_ts;
+    int64_t seq, start, store_ts, blank;
 };
 
-/* Under the lock: reserve `n` records at the current end when that needs no roll, no
- * wait and no queue row (else MQS_FALLBACK, nothing written). `target_index` and
- * `target_len`: the segment whose mapping the caller holds and its length (pool off;
- * ignored with the pool on). Writes the RESERVED slots and queue offsets (qoffs). */
-int mqs_reserve(struct mqs_appender *a, const struct mqs_item *items, int n,
-                int64_t target_index, int64_t target_len, int64_t *qoffs,
+/* Under the lock: reserve `n` records (queue rows known) at the current end, rolling to
+ * the next segment with a BLANK when they do not fit this one. Writes the RESERVED slots
+ * and queue offsets (qoffs); every slot after the first JOINED (one reservation, completed
+ * all or nothing: `mqs_complete`). Else a code (MQS_REFUSED .. MQS_BAD_POSITIONS), nothing
+ * written: the caller waits and tries again, or refuses the put. */
+int mqs_reserve(struct mqs_appender *a, const struct mqs_item *items, int n, int64_t *qoffs,
                 struct mqs_reservation *r);
+
+/* Hand the slots [seq, seq + n) still RESERVED by this process to the committer's filler
+ * (a put that raised between reserve and done), keeping their JOINED bits. */
+void mqs_abandon(uint8_t *ctl, int64_t slot_count, int64_t seq, int64_t n);
 
 /* Where the record at physical offset `off` goes with the pool on. */
 uint8_t *mqs_pool_at(struct mqs_appender *a, int64_t off);

@@ -1,6 +1,6 @@
-/* The Appender object (mqs_module.c) as the put entry points in mqs_put.c see it: one
+/* The Appender object (mqs_ipc_py.c) as the put entry points in mqs_put.c see it: one
  * producer's view of the control block, and what its common-case put needs from the
- * client (ipc/client.py hands it over with `configure`). */
+ * client (ipc/producer.py hands it over with `configure`). */
 #ifndef MQS_APPENDER_H
 #define MQS_APPENDER_H
 
@@ -9,25 +9,37 @@
 #include <stdint.h>
 
 #include "mqs_append.h"
+#include "mqs_args.h"
 #include "mqs_futex.h"
 
-/* Copies and CRCs of at least this many bytes run with the GIL released. */
-#define MQS_NOGIL_BYTES (64 * 1024)
+/* A segment's mapping the put writes into (pool off). */
+struct mqs_target {
+    PyObject *obj; /* owned; NULL: none */
+    Py_buffer view;
+    int64_t index;
+};
 
-/* The client's side of the common-case put (mqs_put.c); all references owned. */
+/* The client's side of the put (mqs_put.c), handed over by ipc/producer.py with
+ * `configure`; all references owned. */
 struct mqs_client {
-    PyObject *lock;        /* the client's PutLock: one put of its threads at a time */
-    PyObject *lanes;       /* dict: topic -> lane (ipc/client.py: _Lane) */
-    Py_buffer stats;       /* array('q') of CLIENT_FIELDS: this client's counters */
-    PyObject *result_type; /* ipc.results.PutResult */
-    PyObject *outcomes[3]; /* (status, status index, reason): flushed, timed out, failed */
+    PyObject *lock;           /* the client's PutLock: one put of its threads at a time */
+    PyObject *lanes;          /* dict: topic -> lane (mqs_fields.c) */
+    PyObject *new_lane;       /* new_lane(topic) -> lane, on a topic's first put */
+    PyObject *find_row;       /* find_row(topic bytes, queue id) -> queue-table row or -1 */
+    PyObject *map_segment;    /* map_segment(index) -> writable mapping (pool off) */
+    PyObject *message_type;   /* engine.record.Message */
+    PyObject *message_fields; /* message_fields(i, message) -> tuple | reason */
+    Py_buffer stats;          /* array('q') of CLIENT_FIELDS: this client's counters */
+    PyObject *result_type;    /* ipc.results.PutResult */
+    PyObject *statuses;       /* tuple(PutMessageStatus) */
+    PyObject *flush_reasons[3]; /* "", timed out, failed */
     PyObject *msg_id_prefix;
-    PyObject *target; /* the newest mapped segment (pool off), or NULL */
-    int64_t target_index, stats_off, sync_timeout_ns, busy_ns, max_body, stale_at_ns;
+    struct mqs_target targets[2];
+    int64_t stats_off, sync_timeout_ns, busy_ns, max_body, stale_at_ns;
     uint8_t store_addr[16];
     struct mqs_host store;
     unsigned fork_gen;
-    int sync, since_stats, configured;
+    int sync, fast_fail, since_stats, configured;
 };
 
 typedef struct {
@@ -37,13 +49,6 @@ typedef struct {
     int open, has_pool, busy;
     struct mqs_client c;
 } Appender;
-
-/* Reserve and copy `n` parsed items into the pool or `target_obj` (the mapping of segment
- * `target_index`): MQS_OK with r, qoffs and waited filled, a code < 0, or -100 with an
- * exception set. */
-int mqs_append_items(Appender *self, PyObject *target_obj, int64_t target_index,
-                     struct mqs_item *items, int n, int64_t timeout_ns, int64_t *qoffs,
-                     struct mqs_reservation *r, int64_t *waited);
 
 /* A sync put's wait, GIL released: 0 flushed, 1 timed out, 2 the store is read-only
  * (fsync failed), 3 the generation ended without flushing it (fenced), -1 a signal

@@ -217,17 +217,74 @@ PyObject *mqs_py_reserve_fence(PyObject *Py_UNUSED(m), PyObject *const *args, Py
     return ctl_wait(args, n, 2);
 }
 
-/* sync_round(ctl, pool, seg_index, seg_fd, lock_fd, offset_fd, want_seq, gather_ns) ->
- * (code, op, errno, t_gathered, t_committed, t_forced, t_waked, fsync_ns) */
+/* The I/O seam of the round (mqs_round.h's struct mqs_io) for the tests' faults and sync
+ * watch: each call first asks the hook, `hook(op, fd) -> errno` (op: MQS_OP_FLOCK,
+ * MQS_OP_PWRITE, MQS_OP_FDATASYNC), taking the GIL for it; a non-zero answer fails the
+ * call with that errno, 0 lets the system call run. A hook that raises fails it with EIO
+ * (the exception is reported as unraisable). Only when a fault or a watch is set: the
+ * round of production runs mqs_io_direct, without the GIL. */
+static int seam_ask(const struct mqs_io *io, int op, int fd)
+{
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *r = PyObject_CallFunction((PyObject *)io->hook, "ii", op, fd);
+    long err = r ? PyLong_AsLong(r) : -1;
+    if (err == -1 && PyErr_Occurred()) {
+        PyErr_WriteUnraisable((PyObject *)io->hook);
+        err = EIO;
+    }
+    Py_XDECREF(r);
+    PyGILState_Release(gil);
+    return err < 0 || err > INT_MAX ? EIO : (int)err;
+}
+
+static ssize_t seam_pwrite(const struct mqs_io *io, int fd, const void *p, size_t n, off_t at)
+{
+    int err = seam_ask(io, MQS_OP_PWRITE, fd);
+    if (err) {
+        errno = err;
+        return -1;
+    }
+    return mqs_io_direct.pwrite(io, fd, p, n, at);
+}
+
+static int seam_fdatasync(const struct mqs_io *io, int fd)
+{
+    int err = seam_ask(io, MQS_OP_FDATASYNC, fd);
+    if (err) {
+        errno = err;
+        return -1;
+    }
+    return mqs_io_direct.fdatasync(io, fd);
+}
+
+static int seam_flock(const struct mqs_io *io, int fd, int how)
+{
+    int err = seam_ask(io, MQS_OP_FLOCK, fd);
+    if (err) {
+        errno = err;
+        return -1;
+    }
+    return mqs_io_direct.flock(io, fd, how);
+}
+
+/* sync_round(ctl, pool, seg_index, seg_fd, lock_fd, offset_fd, want_seq, gather_ns
+ * [, io_hook]) -> (code, op, errno, t_gathered, t_committed, t_forced, t_waked, fsync_ns).
+ * io_hook: None (the system calls) or the seam's hook (seam_ask). */
 PyObject *mqs_py_sync_round(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
 {
     static const char *const names[] = {"seg_index", "seg_fd", "lock_fd", "offset_fd",
                                         "want_seq", "gather_ns", NULL};
     int64_t a[6];
     Py_buffer v, pool = {0};
-    if (n != 8) {
+    if (n != 8 && n != 9) {
         PyErr_SetString(PyExc_TypeError, "sync_round(ctl, pool, seg_index, seg_fd, lock_fd, "
-                                         "offset_fd, want_seq, gather_ns) takes 8 arguments");
+                                         "offset_fd, want_seq, gather_ns[, io_hook]) takes 8 "
+                                         "or 9 arguments");
+        return NULL;
+    }
+    PyObject *hook = n == 9 && args[8] != Py_None ? args[8] : NULL;
+    if (hook && !PyCallable_Check(hook)) {
+        PyErr_SetString(PyExc_TypeError, "io_hook must be None or callable(op, fd) -> errno");
         return NULL;
     }
     PyObject *const rest[7] = {args[0], args[2], args[3], args[4], args[5], args[6], args[7]};
@@ -255,8 +312,12 @@ PyObject *mqs_py_sync_round(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ss
         PyErr_SetString(PyExc_ValueError, bad);
         return NULL;
     }
-    struct mqs_round_in in = {v.buf, has_pool ? pool.buf : NULL, a[0], (int)a[1], (int)a[2],
-                              (int)a[3], a[4], a[5]};
+    struct mqs_io seam = {seam_pwrite, seam_fdatasync, seam_flock, hook};
+    struct mqs_round_in in = {v.buf,     has_pool ? pool.buf : NULL,
+                              a[0],      (int)a[1],
+                              (int)a[2], (int)a[3],
+                              a[4],      a[5],
+                              hook ? &seam : &mqs_io_direct};
     struct mqs_round_out out;
     int rc;
     Py_BEGIN_ALLOW_THREADS rc = mqs_sync_round(&in, &out);

@@ -48,7 +48,7 @@ PyObject *mqs_py_fill_done(PyObject *m, PyObject *const *args, Py_ssize_t n);
     MQS_FAST(wait_bits, "wait_bits(end) -> int: the futex bit a waiter for "                     \
         "`end` sleeps with."),                                                                   \
     MQS_FAST(sync_round, "sync_round(ctl, pool, seg_index, seg_fd, lock_fd, "                    \
-        "offset_fd, want_seq, gather_ns) -> (code, op, errno, "                                  \
+        "offset_fd, want_seq, gather_ns[, io_hook]) -> (code, op, errno, "                       \
         "t_gathered, t_committed, t_forced, t_waked, "                                           \
         "fsync_ns): the flusher's SYNC_FLUSH round, GIL "                                        \
         "released (ipc/native/mqs_round.h)."),                                                   \

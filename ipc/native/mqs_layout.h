@@ -17,6 +17,7 @@
 #define MQS_OFF_COMMITTED 40
 #define MQS_OFF_FLUSHED 48
 #define MQS_OFF_FLAGS 56
+#define MQS_OFF_GENERATION 64
 #define MQS_OFF_ALLOCATED 80
 #define MQS_OFF_CS_PID 88 /* the reservation's intent record: holder's pid ... */
 #define MQS_OFF_CS_SEQ 96 /* ... and `seq` when its section began */
@@ -29,6 +30,7 @@
 #define MQS_OFF_PUBLISHED_TS 152
 #define MQS_OFF_COMMITTED_TS 160
 #define MQS_OFF_FLUSHED_TS 168
+#define MQS_OFF_BUSY 176 /* reservations that waited for room (a statistic) */
 #define MQS_OFF_FLUSHED_SEQ 208
 #define MQS_OFF_FSYNC_NS 216
 #define MQS_OFF_COMMITTED_SEQ 232
@@ -80,9 +82,9 @@
 #define MQS_QROW 160
 #define MQS_QROW_NEXT 8
 
-#define MQS_END_FILE_MIN_BLANK 8
-
-/* A client's statistics row (ipc/control.py: CF_*), counted by Appender.count. */
+/* A client's statistics row (ipc/control.py: CF_*), counted by Appender.count; the rows
+ * start at MQS_CLIENTS_OFF. */
+#define MQS_CLIENTS_OFF 4096
 #define MQS_CF_PUTS 1
 #define MQS_CF_ERRORS 2
 #define MQS_CF_BYTES 3

@@ -1,16 +1,17 @@
-/* The common-case put in one C call; its Python reference is ipc/client.py's general
- * path (`StoreClient._put_general`: `_prepare`, `_reserve`, `_copy`, `_record`), and
- * tests/native/test_put_message.py compares the two record by record.
+/* The put, every shape, in one C call: `put`'s arguments or a batch of dicts and
+ * Messages are read and checked (mqs_fields.c), their queue rows found (a new row
+ * through the client's `find_row`, under the reservation lock), space reserved
+ * (mqs_append.c: a roll with its BLANK included; waits for the next file, a pool buffer
+ * or slots sleep here without the GIL, up to osPageCacheBusyTimeOutMills), each record
+ * encoded straight into the pool buffer or the segment's mapping, published, waited for
+ * under SYNC_FLUSH, counted, and answered as a PutResult. The Python reference is
+ * tests/native/put_reference.py; tests/native/test_put_message.py compares the two
+ * byte for byte, status for status.
  *
- * The fast path accepts exactly what the general path would accept without a doubt:
- * exact str / bytes / int types, no properties mapping, a topic and tags the client
- * already validated (its lanes, below), keys that need no check beyond the separators.
- * For everything else it returns None before touching anything, and the general path
- * answers with its own statuses and messages (ipc.accepts).
- *
- * A lane (ipc/client.py: `_Lane`) is a list the client builds per topic:
- *   [topic bytes, queue count, round-robin modulus, round-robin counter,
- *    queue-table row per queue id (-1 unknown), {tags or None: properties bytes}] */
+ * The call answers None, with nothing done, only when the client must act first: it
+ * is closed, forked or due to check its supervisor (ipc.session), another of its
+ * threads puts (the client waits on its lock), or an argument has a type the C put
+ * does not read (the client raises the TypeError, or passes plain types). */
 #include "mqs_put.h"
 
 #include <pthread.h>
@@ -18,11 +19,13 @@
 #include <time.h>
 
 #include "mqs_args.h"
+#include "mqs_fields.h"
 #include "mqs_layout.h"
 
-enum { L_TOPIC, L_QUEUES, L_RR_N, L_RR, L_QSLOTS, L_HEADS, LANE_FIELDS };
-#define MQS_CLIENTS_OFF 4096 /* ipc/control.py: client statistics rows */
-#define STATS_EVERY 256 /* fast puts between two copies of the row into the control block */
+#define STATS_EVERY 256 /* puts between two copies of the row into the control block */
+#define MIN_PAUSE_NS 50000
+#define MAX_PAUSE_NS 2000000
+#define ERR (-100) /* an exception is set */
 
 static unsigned fork_gen; /* bumped in a forked child: its appenders are its parent's */
 
@@ -141,21 +144,16 @@ static PyTypeObject PutLockType = {
     .tp_methods = putlock_methods,
 };
 
-/* The field names of a batch's dicts, interned once. */
-static PyObject *field_names[6];
-
 int mqs_put_ready(void)
 {
-    static const char *names[6] = {"topic", "body", "tags", "keys", "properties", "queue_id"};
-    for (int i = 0; i < 6; i++)
-        if (field_names[i] == NULL && (field_names[i] = PyUnicode_InternFromString(names[i])) == NULL)
-            return -1;
     static int registered;
     if (!registered && pthread_atfork(NULL, NULL, after_fork_in_child) != 0) {
         PyErr_SetString(PyExc_OSError, "pthread_atfork failed");
         return -1;
     }
     registered = 1;
+    if (mqs_fields_ready() < 0)
+        return -1;
     return PyType_Ready(&PutLockType);
 }
 
@@ -166,52 +164,63 @@ int mqs_put_add(PyObject *m)
 
 /* ---- configuration ------------------------------------------------------------------ */
 
+static void drop_target(struct mqs_target *t)
+{
+    if (t->obj) {
+        PyBuffer_Release(&t->view);
+        Py_CLEAR(t->obj);
+    }
+    t->index = -1;
+}
+
 void mqs_put_clear(Appender *self)
 {
     struct mqs_client *c = &self->c;
     if (c->configured)
         PyBuffer_Release(&c->stats);
-    Py_CLEAR(c->lock);
-    Py_CLEAR(c->lanes);
-    Py_CLEAR(c->result_type);
-    for (int i = 0; i < 3; i++)
-        Py_CLEAR(c->outcomes[i]);
-    Py_CLEAR(c->msg_id_prefix);
-    Py_CLEAR(c->target);
+    PyObject **refs[] = {&c->lock, &c->lanes, &c->new_lane, &c->find_row, &c->map_segment,
+                         &c->message_type, &c->message_fields, &c->result_type, &c->statuses,
+                         &c->flush_reasons[0], &c->flush_reasons[1], &c->flush_reasons[2],
+                         &c->msg_id_prefix};
+    for (size_t i = 0; i < sizeof refs / sizeof refs[0]; i++)
+        Py_CLEAR(*refs[i]);
+    drop_target(&c->targets[0]);
+    drop_target(&c->targets[1]);
     c->configured = 0;
-}
-
-static int outcome_ok(PyObject *o)
-{
-    return PyTuple_CheckExact(o) && PyTuple_GET_SIZE(o) == 3 && PyLong_CheckExact(PyTuple_GET_ITEM(o, 1)) &&
-           PyLong_AsLong(PyTuple_GET_ITEM(o, 1)) >= 0 &&
-           PyLong_AsLong(PyTuple_GET_ITEM(o, 1)) < MQS_CF_HIST - MQS_CF_STATUS &&
-           PyUnicode_CheckExact(PyTuple_GET_ITEM(o, 2));
 }
 
 PyObject *mqs_put_configure(Appender *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"lock", "lanes", "stats", "stats_off", "result_type", "outcomes",
-                             "msg_id_prefix", "sync", "sync_timeout_ns", "busy_ns", "max_body",
+    static char *kwlist[] = {"lock", "lanes", "new_lane", "find_row", "map_segment",
+                             "message_type", "message_fields", "stats", "stats_off",
+                             "result_type", "statuses", "flush_reasons", "msg_id_prefix",
+                             "sync", "sync_timeout_ns", "busy_ns", "fast_fail", "max_body",
                              "store_addr", "store_port", NULL};
-    PyObject *lock, *lanes, *stats, *rtype, *outcomes, *prefix, *store_addr, *store_port;
+    PyObject *lock, *lanes, *new_lane, *find_row, *map_segment, *mtype, *mfields, *stats,
+        *rtype, *statuses, *reasons, *prefix, *store_addr, *store_port;
     int64_t stats_off, sync_timeout_ns, busy_ns, max_body;
-    int sync;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!OLO!O!UpLLLOO:configure", kwlist,
-                                     &PutLockType, &lock, &PyDict_Type, &lanes, &stats,
-                                     &stats_off, &PyType_Type, &rtype, &PyTuple_Type, &outcomes,
-                                     &prefix, &sync, &sync_timeout_ns, &busy_ns, &max_body,
-                                     &store_addr, &store_port))
+    int sync, fast_fail;
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kw, "O!O!OOOO!OOLO!O!O!UpLLpLOO:configure", kwlist, &PutLockType, &lock,
+            &PyDict_Type, &lanes, &new_lane, &find_row, &map_segment, &PyType_Type, &mtype,
+            &mfields, &stats, &stats_off, &PyType_Type, &rtype, &PyTuple_Type, &statuses,
+            &PyTuple_Type, &reasons, &prefix, &sync, &sync_timeout_ns, &busy_ns, &fast_fail,
+            &max_body, &store_addr, &store_port))
         return NULL;
     if (!self->open) {
         PyErr_SetString(PyExc_ValueError, "the appender is closed");
         return NULL;
     }
     if (!PyType_IsSubtype((PyTypeObject *)rtype, &PyTuple_Type) || !PyUnicode_IS_ASCII(prefix) ||
-        PyTuple_GET_SIZE(outcomes) != 3 || !outcome_ok(PyTuple_GET_ITEM(outcomes, 0)) ||
-        !outcome_ok(PyTuple_GET_ITEM(outcomes, 1)) || !outcome_ok(PyTuple_GET_ITEM(outcomes, 2))) {
-        PyErr_SetString(PyExc_ValueError, "result_type must be a tuple type, msg_id_prefix "
-                                          "ASCII, outcomes three (status, index, reason)");
+        PyTuple_GET_SIZE(statuses) != MQS_STATUSES || PyTuple_GET_SIZE(reasons) != 2 ||
+        !PyUnicode_CheckExact(PyTuple_GET_ITEM(reasons, 0)) ||
+        !PyUnicode_CheckExact(PyTuple_GET_ITEM(reasons, 1)) || !PyCallable_Check(new_lane) ||
+        !PyCallable_Check(find_row) || !PyCallable_Check(mfields) ||
+        (self->has_pool ? map_segment != Py_None : !PyCallable_Check(map_segment))) {
+        PyErr_SetString(PyExc_ValueError,
+                        "result_type must be a tuple type, msg_id_prefix ASCII, statuses "
+                        "PutMessageStatus's members, flush_reasons two str, the hooks "
+                        "callables (map_segment None with a pool)");
         return NULL;
     }
     if (stats_off < MQS_CLIENTS_OFF || stats_off + MQS_CLIENT_FIELDS * 8 > MQS_SLOTS_OFF) {
@@ -219,15 +228,7 @@ PyObject *mqs_put_configure(Appender *self, PyObject *args, PyObject *kw)
         return NULL;
     }
     struct mqs_host store;
-    const uint8_t *addr;
-    size_t len;
-    if (mqs_arg_bytes(store_addr, "store_addr", &addr, &len) < 0)
-        return NULL;
-    if (len != 4 && len != 16) {
-        PyErr_SetString(PyExc_ValueError, "store_addr must be 4 or 16 bytes");
-        return NULL;
-    }
-    if (mqs_arg_i32(store_port, "store_port", &store.port) < 0)
+    if (mqs_arg_host(store_addr, store_port, "store_addr", &store) < 0)
         return NULL;
     Py_buffer view;
     if (mqs_arg_wbuffer(stats, "stats", &view) < 0)
@@ -242,38 +243,33 @@ PyObject *mqs_put_configure(Appender *self, PyObject *args, PyObject *kw)
     c->stats = view;
     c->lock = Py_NewRef(lock);
     c->lanes = Py_NewRef(lanes);
+    c->new_lane = Py_NewRef(new_lane);
+    c->find_row = Py_NewRef(find_row);
+    c->map_segment = Py_NewRef(map_segment);
+    c->message_type = Py_NewRef(mtype);
+    c->message_fields = Py_NewRef(mfields);
     c->result_type = Py_NewRef(rtype);
-    for (int i = 0; i < 3; i++)
-        c->outcomes[i] = Py_NewRef(PyTuple_GET_ITEM(outcomes, i));
+    c->statuses = Py_NewRef(statuses);
+    c->flush_reasons[0] = PyUnicode_FromString("");
+    c->flush_reasons[1] = Py_NewRef(PyTuple_GET_ITEM(reasons, 0));
+    c->flush_reasons[2] = Py_NewRef(PyTuple_GET_ITEM(reasons, 1));
     c->msg_id_prefix = Py_NewRef(prefix);
-    memcpy(c->store_addr, addr, len);
+    memcpy(c->store_addr, store.addr, (size_t)store.addr_len);
+    c->store = store;
     c->store.addr = c->store_addr;
-    c->store.addr_len = (int)len;
-    c->store.port = store.port;
     c->stats_off = stats_off;
     c->sync = sync;
+    c->fast_fail = fast_fail;
     c->sync_timeout_ns = sync_timeout_ns;
     c->busy_ns = busy_ns;
     c->max_body = max_body;
-    c->target_index = -2;
     c->stale_at_ns = 0;
     c->since_stats = 0;
     c->fork_gen = fork_gen;
-    c->configured = 1;
-    Py_RETURN_NONE;
-}
-
-PyObject *mqs_put_set_target(Appender *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    int64_t index;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "set_target(mapping, index) takes 2 arguments");
+    c->targets[0].index = c->targets[1].index = -1;
+    c->configured = c->flush_reasons[0] != NULL;
+    if (!c->configured)
         return NULL;
-    }
-    if (mqs_arg_i64(args[1], "index", &index) < 0)
-        return NULL;
-    Py_XSETREF(self->c.target, args[0] == Py_None ? NULL : Py_NewRef(args[0]));
-    self->c.target_index = self->c.target ? index : -2;
     Py_RETURN_NONE;
 }
 
@@ -286,14 +282,7 @@ PyObject *mqs_put_checked(Appender *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-/* ---- the put ------------------------------------------------------------------------ */
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+/* ---- results ------------------------------------------------------------------------ */
 
 /* The offset message id: the store host's hex (the client's prefix) and the offset as
  * 16 upper-case hex digits, as `f"{prefix}{offset:016X}"`. */
@@ -312,19 +301,19 @@ static PyObject *msg_id(PyObject *prefix, int64_t off)
 }
 
 /* PutResult(status, reason, msg_id, physical_offset, size, queue_id, queue_offset,
- * store_timestamp), made as tuple.__new__(PutResult, ...) makes it; `size` and `ts` are
- * borrowed (a batch shares them between its results). */
-static PyObject *make_result(struct mqs_client *c, PyObject *outcome, int64_t start,
+ * store_timestamp) as tuple.__new__ makes it; `size` and `ts` borrowed (a batch shares
+ * them). `start` < 0: a put that wrote nothing (msg_id "", positions 0). */
+static PyObject *make_result(struct mqs_client *c, int status, PyObject *reason, int64_t start,
                              PyObject *size, int64_t qid, int64_t qo, PyObject *ts)
 {
     PyTypeObject *t = (PyTypeObject *)c->result_type;
     PyObject *r = t->tp_alloc(t, 8);
     if (r == NULL)
         return NULL;
-    PyObject *v[8] = {Py_NewRef(PyTuple_GET_ITEM(outcome, 0)),
-                      Py_NewRef(PyTuple_GET_ITEM(outcome, 2)),
-                      msg_id(c->msg_id_prefix, start),
-                      PyLong_FromLongLong(start),
+    PyObject *v[8] = {Py_NewRef(PyTuple_GET_ITEM(c->statuses, status)),
+                      Py_NewRef(reason),
+                      start < 0 ? PyUnicode_FromString("") : msg_id(c->msg_id_prefix, start),
+                      PyLong_FromLongLong(start < 0 ? 0 : start),
                       Py_NewRef(size),
                       PyLong_FromLongLong(qid),
                       PyLong_FromLongLong(qo),
@@ -341,18 +330,9 @@ static PyObject *make_result(struct mqs_client *c, PyObject *outcome, int64_t st
     return r;
 }
 
-static PyObject *result(struct mqs_client *c, PyObject *outcome, int64_t start, int64_t size,
-                        int64_t qid, int64_t qo, int64_t ts)
-{
-    PyObject *size_o = PyLong_FromLongLong(size), *ts_o = PyLong_FromLongLong(ts), *r = NULL;
-    if (size_o && ts_o)
-        r = make_result(c, outcome, start, size_o, qid, qo, ts_o);
-    Py_XDECREF(size_o);
-    Py_XDECREF(ts_o);
-    return r;
-}
-
-/* Count the put and copy the row into the control block every STATS_EVERY puts. */
+/* Count one call into the statistics row; a copy into the control block every
+ * STATS_EVERY calls. v = n, nbytes, status, ok, sync, latency, lock wait (< 0: never
+ * reserved), append, flush (ns). */
 static void count(Appender *self, const int64_t v[9])
 {
     struct mqs_client *c = &self->c;
@@ -363,188 +343,497 @@ static void count(Appender *self, const int64_t v[9])
     }
 }
 
-/* A put's fields: topic, body, tags, keys, properties, queue_id (put's arguments). */
-enum { F_TOPIC, F_BODY, F_TAGS, F_KEYS, F_PROPS, F_QID, FIELDS };
-
-/* Whether the fields have the plain types the C put takes (else: the general path). */
-static int plain(PyObject *const *f)
+/* A call that wrote nothing: one PutResult(status, reason) (a list of n for a batch). */
+static PyObject *refused(Appender *self, struct mqs_refusal *why, int n, int batch, int64_t t0)
 {
-    return f[F_PROPS] == Py_None && PyUnicode_CheckExact(f[F_TOPIC]) &&
-           PyBytes_CheckExact(f[F_BODY]) &&
-           (f[F_TAGS] == Py_None || PyUnicode_CheckExact(f[F_TAGS])) &&
-           (f[F_KEYS] == Py_None || PyUnicode_CheckExact(f[F_KEYS])) &&
-           (f[F_QID] == Py_None || PyLong_CheckExact(f[F_QID]));
+    int64_t v[9] = {n, 0, why->status, 0, 0, mqs_mono_ns() - t0, -1, 0, 0};
+    count(self, v);
+    PyObject *zero = PyLong_FromLong(0), *one = NULL, *out = NULL;
+    if (zero)
+        one = make_result(&self->c, why->status, why->reason, -1, zero, 0, 0, zero);
+    if (one && batch && (out = PyList_New(n)) != NULL)
+        for (int i = 0; i < n; i++)
+            PyList_SET_ITEM(out, i, Py_NewRef(one));
+    if (!batch)
+        out = Py_XNewRef(one);
+    Py_XDECREF(one);
+    Py_XDECREF(zero);
+    return out;
 }
 
-/* The round-robin counters a call moved, to put back when it leaves the put to the
- * general path (which counts again). */
-struct undo {
-    PyObject *lane, *rr; /* owned */
-};
-
-static void undo_release(struct undo *u, int n, int restore)
+static int refuse(struct mqs_refusal *why, int status, PyObject *reason)
 {
-    for (int i = n - 1; i >= 0; i--) {
-        if (restore)
-            PyList_SetItem(u[i].lane, L_RR, Py_NewRef(u[i].rr));
-        Py_DECREF(u[i].lane);
-        Py_DECREF(u[i].rr);
-    }
+    if (reason == NULL)
+        return ERR;
+    why->status = status;
+    why->reason = reason;
+    return MQS_FIELDS_REFUSED;
 }
 
-/* The last topic and tags objects a batch looked up, and what they gave (borrowed: the
- * lanes only change under the client's lock, in Python, and a batch's call holds the GIL
- * throughout; exact str keys run no Python code in a lookup). A batch's messages mostly
- * share them: a pointer compare instead of two dict lookups. */
-struct lane_memo {
-    PyObject *topic, *lane, *tags, *props;
-};
+/* ---- reservation -------------------------------------------------------------------- */
 
-/* The message from put's fields and its topic's lane, or 0 (take the general path). The
- * rules are `_prepare`'s and `_keyed_tail`'s, in their order. A queue id taken from
- * the round robin moves the lane's counter, recorded in `u` (*nu entries). */
-static int message(Appender *self, PyObject *const *f, int64_t born, struct mqs_item *it,
-                   struct undo *u, int *nu, struct lane_memo *memo)
+/* The lock, without the GIL when it has to wait. */
+static int take_lock(Appender *self)
 {
-    PyObject *tags = f[F_TAGS], *keys = f[F_KEYS], *qid_o = f[F_QID], *lane, *props;
-    if (memo->topic == f[F_TOPIC]) {
-        lane = memo->lane;
-    } else {
-        lane = PyDict_GetItemWithError(self->c.lanes, f[F_TOPIC]);
-        if (lane == NULL || !PyList_CheckExact(lane) || PyList_GET_SIZE(lane) != LANE_FIELDS)
-            return 0;
-        PyObject **l = &PyList_GET_ITEM(lane, 0);
-        if (!PyBytes_CheckExact(l[L_TOPIC]) || !PyList_CheckExact(l[L_QSLOTS]) ||
-            !PyDict_CheckExact(l[L_HEADS]))
-            return 0;
-        *memo = (struct lane_memo){f[F_TOPIC], lane, NULL, NULL};
+    int rc = mqs_lock(self->a.ctl, self->ctl.len, 0);
+    if (rc == MQS_LOCK_TIMEOUT && self->c.busy_ns > 0) {
+        Py_BEGIN_ALLOW_THREADS rc = mqs_lock(self->a.ctl, self->ctl.len, self->c.busy_ns);
+        Py_END_ALLOW_THREADS
     }
-    PyObject **l = &PyList_GET_ITEM(lane, 0);
-    if (memo->props != NULL && memo->tags == tags) {
-        props = memo->props;
-    } else {
-        props = PyDict_GetItemWithError(l[L_HEADS], tags);
-        if (props == NULL || !PyBytes_CheckExact(props))
-            return 0;
-        memo->tags = tags;
-        memo->props = props;
-    }
-    struct mqs_message *m = &it->msg;
-    m->topic = (const uint8_t *)PyBytes_AS_STRING(l[L_TOPIC]);
-    m->topic_len = (size_t)PyBytes_GET_SIZE(l[L_TOPIC]);
-    m->props = (const uint8_t *)PyBytes_AS_STRING(props);
-    m->props_len = (size_t)PyBytes_GET_SIZE(props);
-    if (keys != Py_None) {
-        Py_ssize_t klen;
-        const char *k = PyUnicode_AsUTF8AndSize(keys, &klen);
-        if (k == NULL || klen == 0 || memchr(k, 1, (size_t)klen) || memchr(k, 2, (size_t)klen))
-            return 0; /* a lone surrogate, empty, a separator: the general path says so */
-        m->keys = (const uint8_t *)k;
-        m->keys_len = (size_t)klen;
-    }
-    if (mqs_props_len(m) > 32767)
-        return 0;
-    m->body = (const uint8_t *)PyBytes_AS_STRING(f[F_BODY]);
-    m->body_len = (size_t)PyBytes_GET_SIZE(f[F_BODY]);
-    if ((int64_t)m->body_len > self->c.max_body)
-        return 0;
-    long queues = PyLong_AsLong(l[L_QUEUES]);
-    long long qid;
-    if (qid_o == Py_None) {
-        long n = PyLong_AsLong(l[L_RR_N]);
-        long long rr = PyLong_AsLongLong(l[L_RR]);
-        if (rr < 0)
-            return 0;
-        qid = n > 0 ? rr % n : 0;
-        PyObject *next = PyLong_FromLongLong(rr + 1);
-        if (next == NULL)
-            return 0;
-        u[*nu].lane = Py_NewRef(lane);
-        u[*nu].rr = Py_NewRef(l[L_RR]);
-        ++*nu;
-        PyList_SetItem(lane, L_RR, next);
-    } else {
-        int overflow;
-        qid = PyLong_AsLongLongAndOverflow(qid_o, &overflow);
-        if (overflow)
-            return 0;
-    }
-    if (PyErr_Occurred() || qid < 0 || qid >= queues || qid >= PyList_GET_SIZE(l[L_QSLOTS]))
-        return 0;
-    long qs = PyLong_AsLong(PyList_GET_ITEM(l[L_QSLOTS], (Py_ssize_t)qid));
-    if (qs < 0 || qs > INT32_MAX)
-        return 0;
-    static const uint8_t loopback[4] = {127, 0, 0, 1};
-    m->queue_id = (int32_t)qid;
-    m->born.addr = loopback;
-    m->born.addr_len = 4;
-    m->store = self->c.store;
-    m->born_timestamp = born;
-    it->qslot = (int32_t)qs;
-    it->takes_offset = 1;
-    it->size = (int64_t)mqs_record_length(m);
-    return it->size + MQS_END_FILE_MIN_BLANK <= self->a.seg_size;
+    return rc;
 }
 
-/* Reserve and copy `n` messages, wait (sync), count: the outcome index (0 flushed or
- * not asked, 1 timed out, 2 failed), a code < 0 from the reservation lock, or -100 with
- * an exception set. The client's lock is held. */
-static int put_items(Appender *self, struct mqs_item *items, int n, int sync, int64_t t0,
-                     int64_t *qoffs, struct mqs_reservation *r)
+/* Queue rows not known yet (a topic's or queue's first put), under the reservation lock:
+ * the client's `find_row` adds them to the control block's table. */
+static int find_rows(Appender *self, struct mqs_fields *m, struct mqs_item *items, int n,
+                     struct mqs_refusal *why)
 {
-    struct mqs_client *c = &self->c;
-    int64_t waited = 0, total = 0;
-    for (int i = 0; i < n; i++)
-        total += items[i].size;
-    int rc = mqs_append_items(self, c->target ? c->target : Py_None, c->target_index, items, n,
-                              c->busy_ns, qoffs, r, &waited);
+    for (int i = 0; i < n; i++) {
+        if (items[i].qslot >= 0 || !items[i].takes_offset)
+            continue;
+        PyObject *qslots = PyList_GET_ITEM(m[i].lane, 4), *topic_b = PyList_GET_ITEM(m[i].lane, 0);
+        Py_ssize_t qid = items[i].msg.queue_id;
+        long row = qid < PyList_GET_SIZE(qslots) ? PyLong_AsLong(PyList_GET_ITEM(qslots, qid)) : -1;
+        if (row < 0) {
+            PyObject *got = PyObject_CallFunction(self->c.find_row, "On", topic_b, qid);
+            if (got == NULL)
+                return ERR;
+            row = PyLong_AsLong(got);
+            if (row >= 0 && qid < PyList_GET_SIZE(qslots))
+                PyList_SetItem(qslots, qid, got);
+            else
+                Py_DECREF(got);
+            if (PyErr_Occurred())
+                return ERR;
+            if (row < 0)
+                return refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
+                              PyUnicode_FromString("the queue table of the control block is full"));
+        }
+        if (row > INT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "a queue row out of range");
+            return ERR;
+        }
+        items[i].qslot = (int32_t)row;
+    }
+    return MQS_OK;
+}
+
+/* Why a reservation that could not be made is refused (`rc`: mqs_reserve's or the
+ * lock's code; `after_wait`: it waited the busy timeout for room). */
+static int reserve_refusal(Appender *self, int rc, int after_wait, struct mqs_refusal *why)
+{
+    long long ms = (long long)(self->c.busy_ns / 1000000);
+    if (rc == MQS_LOCK_TIMEOUT)
+        return refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
+                      PyUnicode_FromFormat("the reservation lock was not free within "
+                                           "osPageCacheBusyTimeOutMills (%lld ms): another "
+                                           "producer holds it",
+                                           ms));
+    if (rc == MQS_LOCK_BROKEN)
+        return refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
+                      PyUnicode_FromString("the reservation lock is unrecoverable (a producer "
+                                           "died while repairing it); restart the store"));
+    if (rc == MQS_REFUSED) {
+        int64_t flags = __atomic_load_n(mqs_i64(self->a.ctl, MQS_OFF_FLAGS), __ATOMIC_ACQUIRE);
+        return refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
+                      PyUnicode_FromString(flags & MQS_FLAG_READ_ONLY
+                                               ? "the store is read-only after a failed fsync"
+                                               : "the store is stopping or not running; writes "
+                                                 "are refused"));
+    }
+    if (rc == MQS_BAD_POSITIONS)
+        return refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
+                      PyUnicode_FromString("the control block's positions are out of range"));
+    if (rc == MQS_DISK_FULL) {
+        int64_t word = __atomic_load_n(mqs_i64(self->a.ctl, MQS_OFF_DISK_STATE), __ATOMIC_ACQUIRE);
+        char used[32];
+        snprintf(used, sizeof used, "%.1f%%", (double)(word >> 16) / 10.0);
+        return refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
+                      PyUnicode_FromFormat("the disk is full (%s used); writes resume by "
+                                           "themselves once the cleaner has freed space",
+                                           used));
+    }
+    if (rc == MQS_WAIT_FILE)
+        return refuse(why, MQS_ST_CREATE_MAPPED_FILE_FAILED,
+                      PyUnicode_FromFormat("the allocator did not have the next segment file "
+                                           "ready in %lld ms",
+                                           ms));
+    if (rc == MQS_WAIT_POOL && !after_wait)
+        return refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
+                      PyUnicode_FromString("no free write-pool buffer"));
+    return refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
+                  PyUnicode_FromFormat("no free %s within %lld ms",
+                                       rc == MQS_WAIT_POOL ? "write-pool buffer"
+                                                           : "reservation slot",
+                                       ms));
+}
+
+/* One try under the lock: MQS_OK, a code of mqs_reserve or the lock, a refusal, ERR. */
+static int reserve_once(Appender *self, struct mqs_fields *m, struct mqs_item *items, int n,
+                        int64_t *qoffs, struct mqs_reservation *r, struct mqs_refusal *why)
+{
+    int rc = take_lock(self);
     if (rc != MQS_OK)
         return rc;
-    int64_t t_copied = mqs_mono_ns(), t_done = t_copied;
-    int outcome = 0;
-    if (sync) {
-        outcome = mqs_wait_flushed(self, r->start + total, c->sync_timeout_ns);
-        if (outcome < 0)
-            return -100;
-        if (outcome == 3)
-            return MQS_FENCED; /* the generation ended without flushing it */
-        t_done = mqs_mono_ns();
+    rc = find_rows(self, m, items, n, why);
+    if (rc == MQS_OK)
+        rc = mqs_reserve(&self->a, items, n, qoffs, r);
+    mqs_unlock(self->a.ctl);
+    return rc;
+}
+
+/* Reserve the call's records: MQS_OK, a refusal, or ERR. Waits for room (the next file,
+ * a pool buffer, slots) by sleeping without the GIL and the lock, 50 µs doubling to
+ * 2 ms, up to the busy timeout; a wait for a pool buffer fails at once with
+ * fastFailIfNoBufferInStorePool. `took`: the whole step (lock, rows, waits), the
+ * statistics' lock_wait phase. */
+static int reserve(Appender *self, struct mqs_fields *m, struct mqs_item *items, int n,
+                   int64_t *qoffs, struct mqs_reservation *r, int64_t *took,
+                   struct mqs_refusal *why)
+{
+    int64_t deadline = 0, pause = MIN_PAUSE_NS, t0 = mqs_mono_ns();
+    int rc = reserve_once(self, m, items, n, qoffs, r, why);
+    while (rc == MQS_WAIT_FILE || rc == MQS_WAIT_POOL || rc == MQS_WAIT_SLOTS) {
+        int64_t now = mqs_mono_ns();
+        if (deadline == 0) {
+            if (rc == MQS_WAIT_POOL && self->c.fast_fail)
+                break;
+            deadline = now + self->c.busy_ns;
+            __atomic_add_fetch(mqs_i64(self->a.ctl, MQS_OFF_BUSY), 1, __ATOMIC_RELAXED);
+        } else if (now >= deadline) {
+            *took = mqs_mono_ns() - t0;
+            return reserve_refusal(self, rc, 1, why);
+        }
+        struct timespec ts = {0, (long)pause};
+        Py_BEGIN_ALLOW_THREADS nanosleep(&ts, NULL);
+        Py_END_ALLOW_THREADS
+        pause = pause * 2 < MAX_PAUSE_NS ? pause * 2 : MAX_PAUSE_NS;
+        if (PyErr_CheckSignals() < 0)
+            return ERR;
+        rc = reserve_once(self, m, items, n, qoffs, r, why);
     }
-    int64_t v[9] = {n, total, PyLong_AsLong(PyTuple_GET_ITEM(c->outcomes[outcome], 1)),
-                    outcome == 0, sync, t_done - t0, waited, t_copied - t0 - waited,
-                    t_done - t_copied};
-    count(self, v);
-    return outcome;
+    *took = mqs_mono_ns() - t0;
+    if (rc == MQS_OK || rc == ERR || rc == MQS_FIELDS_REFUSED)
+        return rc;
+    return reserve_refusal(self, rc, 0, why);
 }
 
-/* Every code but an outcome: None (general path), the lock's code, or the exception. */
-static PyObject *not_done(int rc)
+/* ---- copy ------------------------------------------------------------------------------ */
+
+/* The mapping of segment `index` (pool off), mapped by the client on first use; the two
+ * newest are kept (a roll writes the BLANK into the one and the records into the next). */
+static struct mqs_target *target(Appender *self, int64_t index)
 {
-    if (rc == -100)
+    struct mqs_target *t = self->c.targets;
+    if (t[0].obj && t[0].index == index)
+        return &t[0];
+    if (t[1].obj && t[1].index == index)
+        return &t[1];
+    struct mqs_target *old = !t[0].obj ? &t[0] : !t[1].obj ? &t[1] : t[0].index < t[1].index ? &t[0] : &t[1];
+    PyObject *obj = PyObject_CallFunction(self->c.map_segment, "L", (long long)index);
+    if (obj == NULL)
         return NULL;
-    if (PyErr_Occurred())
-        PyErr_Clear();
-    if (rc == MQS_FALLBACK)
-        Py_RETURN_NONE;
-    return PyLong_FromLong(rc);
+    drop_target(old);
+    if (mqs_arg_wbuffer(obj, "map_segment()", &old->view) < 0) {
+        Py_DECREF(obj);
+        return NULL;
+    }
+    old->obj = obj;
+    old->index = index;
+    return old;
 }
 
-static PyObject *put_locked(Appender *self, PyObject *const *f, int sync, int64_t t0)
+/* Where the record of `size` bytes at log offset `off` goes: its pool buffer or its
+ * segment's mapping. NULL with an exception set. */
+static uint8_t *dest(Appender *self, int64_t off, int64_t size)
 {
-    struct mqs_item it;
+    int64_t index = off / self->a.seg_size, pos = off - index * self->a.seg_size;
+    if (self->has_pool)
+        return mqs_pool_at(&self->a, off);
+    struct mqs_target *t = target(self, index);
+    if (t == NULL)
+        return NULL;
+    if (pos + size > t->view.len) {
+        PyErr_SetString(PyExc_ValueError, "the segment's mapping is shorter than the segment");
+        return NULL;
+    }
+    return (uint8_t *)t->view.buf + pos;
+}
+
+/* Write every record (and the BLANK), then complete the reservation, all or nothing
+ * (`mqs_complete`: the joined slots DONE from the last back, the first by a
+ * compare-and-swap against the filler's claim) and publish: MQS_OK, or MQS_FENCED
+ * (the filler has it, or it is past the fence: nothing of it is read). */
+static int copy_all(Appender *self, uint8_t *blank_dst, uint8_t *const *dst,
+                    const struct mqs_item *items, int n, const int64_t *qoffs,
+                    const struct mqs_reservation *r)
+{
+    int64_t at = r->start;
+    if (blank_dst)
+        mqs_blank_write(blank_dst, (int32_t)r->blank);
+    for (int i = 0; i < n; i++) {
+        if (self->has_pool) {
+            /* Read before writing: a read fault on the (fallocated) pool maps the pages
+             * around it too, writable (the kernel's fault-around), where a write fault
+             * maps one 4 KiB page. */
+            (void)*(volatile const uint8_t *)dst[i];
+            (void)*(volatile const uint8_t *)(dst[i] + items[i].size - 1);
+        }
+        mqs_copy(dst[i], &items[i].msg, qoffs[i], at, r->store_ts);
+        at += items[i].size;
+    }
+    int rc = mqs_complete(self->a.ctl, self->a.slot_count, r->seq, n + (r->blank ? 1 : 0));
+    if (rc == MQS_OK)
+        mqs_publish(self->a.ctl, self->a.slot_count);
+    return rc;
+}
+
+/* Write the reserved records (and the BLANK before them), complete them, publish.
+ * MQS_OK, MQS_FENCED (the put failed: the filler has its slots), or ERR with every slot
+ * abandoned to the committer's filler. */
+static int copy(Appender *self, struct mqs_item *items, int n, const int64_t *qoffs,
+                const struct mqs_reservation *r, int64_t bytes)
+{
+    uint8_t *one[1], *blank_dst = NULL;
+    uint8_t **dst = n == 1 ? one : PyMem_Malloc(sizeof(uint8_t *) * (size_t)n);
+    int ok = dst != NULL;
+    if (!ok)
+        PyErr_NoMemory();
+    if (ok && r->blank)
+        ok = (blank_dst = dest(self, r->start - r->blank, MQS_END_FILE_MIN_BLANK)) != NULL;
+    int64_t at = r->start;
+    for (int i = 0; ok && i < n; i++) {
+        ok = (dst[i] = dest(self, at, items[i].size)) != NULL;
+        at += items[i].size;
+    }
+    int rc = ERR;
+    if (ok) {
+        self->busy++;
+        if (bytes >= MQS_NOGIL_BYTES) {
+            Py_BEGIN_ALLOW_THREADS rc = copy_all(self, blank_dst, dst, items, n, qoffs, r);
+            Py_END_ALLOW_THREADS
+        } else {
+            rc = copy_all(self, blank_dst, dst, items, n, qoffs, r);
+        }
+        self->busy--;
+    } else {
+        mqs_abandon(self->a.ctl, self->a.slot_count, r->seq, n + (r->blank ? 1 : 0));
+    }
+    if (dst != one)
+        PyMem_Free(dst);
+    return rc;
+}
+
+/* ---- the call ---------------------------------------------------------------------------- */
+
+/* The generation's number, for a reason that names it. */
+static long long generation(Appender *self)
+{
+    return (long long)__atomic_load_n(mqs_i64(self->a.ctl, MQS_OFF_GENERATION), __ATOMIC_RELAXED);
+}
+
+/* A put its generation's fence ended (`ipc.fence`): SERVICE_NOT_AVAILABLE naming the
+ * generation, never PUT_OK. */
+static PyObject *fenced(Appender *self, int n, int batch, int64_t t0)
+{
+    long long gen = generation(self);
+    struct mqs_refusal why = {MQS_ST_SERVICE_NOT_AVAILABLE, NULL};
+    why.reason = PyUnicode_FromFormat("the store was stopped or restarted while this put was "
+                                      "in progress (generation %lld is over); it was not "
+                                      "stored: put it again",
+                                      gen);
+    if (why.reason == NULL)
+        return NULL;
+    PyObject *out = refused(self, &why, n, batch, t0);
+    Py_DECREF(why.reason);
+    return out;
+}
+
+/* One PutResult per message from the reservation on, with `reason` (borrowed): one store
+ * timestamp object for all, one size object per run of equal sizes. */
+static PyObject *results(struct mqs_client *c, int status, PyObject *reason,
+                         struct mqs_item *items, int n, int batch, const int64_t *qoffs,
+                         const struct mqs_reservation *r)
+{
+    PyObject *out = batch ? PyList_New(n) : NULL, *ts = PyLong_FromLongLong(r->store_ts);
+    PyObject *size = NULL, *one = NULL;
+    int64_t at = r->start, last = -1;
+    int bad = ts == NULL || (batch && out == NULL);
+    for (int i = 0; !bad && i < n; i++) {
+        if (items[i].size != last) {
+            Py_XDECREF(size);
+            if ((size = PyLong_FromLongLong(items[i].size)) == NULL) {
+                bad = 1;
+                break;
+            }
+            last = items[i].size;
+        }
+        one = make_result(c, status, reason, at, size, items[i].msg.queue_id, qoffs[i], ts);
+        if (one == NULL)
+            bad = 1;
+        else if (batch)
+            PyList_SET_ITEM(out, i, one);
+        at += items[i].size;
+    }
+    Py_XDECREF(size);
+    Py_XDECREF(ts);
+    if (bad) {
+        Py_XDECREF(out);
+        return NULL;
+    }
+    return batch ? out : one;
+}
+
+/* Reserve, copy, wait (sync), count and answer the checked messages. */
+static PyObject *append(Appender *self, struct mqs_fields *m, struct mqs_item *items, int n,
+                        int batch, int sync, int64_t t0)
+{
+    struct mqs_client *c = &self->c;
+    struct mqs_refusal why = {0, NULL};
     struct mqs_reservation r;
-    struct undo u[1];
-    int nu = 0, rc = MQS_FALLBACK;
-    int64_t qo;
-    memset(&it, 0, sizeof it);
-    struct lane_memo memo = {NULL, NULL, NULL, NULL};
-    if (message(self, f, now_ms(), &it, u, &nu, &memo))
-        rc = put_items(self, &it, 1, sync, t0, &qo, &r);
-    undo_release(u, nu, rc == MQS_FALLBACK);
-    if (rc < 0)
-        return not_done(rc);
-    return result(&self->c, self->c.outcomes[rc], r.start, it.size, it.msg.queue_id, qo,
-                  r.store_ts);
+    int64_t one_qo, took = 0, total = 0, bytes = 0;
+    int64_t *qoffs = n == 1 ? &one_qo : PyMem_Calloc((size_t)n, sizeof *qoffs);
+    if (qoffs == NULL)
+        return PyErr_NoMemory();
+    PyObject *out = NULL;
+    for (int i = 0; i < n; i++) {
+        total += items[i].size;
+        bytes += (int64_t)items[i].msg.body_len;
+    }
+    if (bytes >= MQS_NOGIL_BYTES) {
+        Py_BEGIN_ALLOW_THREADS for (int i = 0; i < n; i++) items[i].msg.body_crc =
+            mqs_body_crc(items[i].msg.body, items[i].msg.body_len);
+        Py_END_ALLOW_THREADS
+    } else {
+        for (int i = 0; i < n; i++)
+            items[i].msg.body_crc = mqs_body_crc(items[i].msg.body, items[i].msg.body_len);
+    }
+    int rc = reserve(self, m, items, n, qoffs, &r, &took, &why);
+    if (rc == MQS_FIELDS_REFUSED) {
+        out = refused(self, &why, n, batch, t0);
+        Py_DECREF(why.reason);
+    } else if (rc == MQS_OK && (rc = copy(self, items, n, qoffs, &r, bytes)) == MQS_FENCED) {
+        out = fenced(self, n, batch, t0);
+    } else if (rc == MQS_OK) {
+        int64_t t_copied = mqs_mono_ns(), t_done = t_copied;
+        int status = MQS_ST_PUT_OK, outcome = 0;
+        if (sync) {
+            outcome = mqs_wait_flushed(self, r.start + total, c->sync_timeout_ns);
+            t_done = mqs_mono_ns();
+            status = outcome == 1 ? MQS_ST_FLUSH_DISK_TIMEOUT
+                     : outcome == 2 ? MQS_ST_FLUSH_DISK_FAILED
+                                    : MQS_ST_PUT_OK;
+        }
+        PyObject *reason = NULL;
+        if (outcome == 3) { /* published, but its generation ended before flushing it */
+            status = MQS_ST_FLUSH_DISK_TIMEOUT;
+            reason = PyUnicode_FromFormat("the store was stopped or restarted (generation %lld "
+                                          "is over) before the record was known flushed",
+                                          generation(self));
+            if (reason == NULL)
+                outcome = -1;
+        } else if (outcome >= 0) {
+            reason = Py_NewRef(c->flush_reasons[outcome]);
+        }
+        if (outcome >= 0) {
+            int64_t v[9] = {n,    total,       status, status == MQS_ST_PUT_OK,
+                            sync, t_done - t0, took,   t_copied - t0 - took,
+                            t_done - t_copied};
+            count(self, v);
+            out = results(c, status, reason, items, n, batch, qoffs, &r);
+            Py_DECREF(reason);
+        }
+    }
+    if (qoffs != &one_qo)
+        PyMem_Free(qoffs);
+    return out;
+}
+
+/* A put call under the client's lock: `list` a batch's messages, else `args` put's
+ * fields. */
+static PyObject *call(Appender *self, PyObject *list, PyObject *const *args, int sync, int64_t t0)
+{
+    struct mqs_client *c = &self->c;
+    int n = list ? (int)PyList_GET_SIZE(list) : 1, batch = list != NULL, i, rc = MQS_FIELDS_OK;
+    struct mqs_fields one_m;
+    struct mqs_item one_it;
+    struct mqs_fields *m = n == 1 ? &one_m : PyMem_Calloc((size_t)n, sizeof *m);
+    struct mqs_item *items = n == 1 ? &one_it : PyMem_Calloc((size_t)n, sizeof *items);
+    struct mqs_arena arena;
+    struct mqs_refusal why = {0, NULL};
+    PyObject *out = NULL;
+    MQS_ARENA_INIT(arena);
+    if (m == NULL || items == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    memset(m, 0, sizeof *m * (size_t)n);
+    for (i = 0; i < n && rc == MQS_FIELDS_OK; i++)
+        rc = batch ? mqs_fields_of_item(&m[i], PyList_GET_ITEM(list, i), i, c->message_type,
+                                        c->message_fields)
+                   : mqs_fields_of_args(&m[0], args);
+    if (rc == MQS_FIELDS_TYPES) {
+        out = Py_NewRef(Py_None);
+        goto done;
+    }
+    if (rc == MQS_FIELDS_ERROR)
+        goto done;
+    if (batch && n > self->a.slot_count / 2) {
+        rc = refuse(&why, MQS_ST_MESSAGE_ILLEGAL,
+                    PyUnicode_FromFormat("batch of %d messages; at most %lld per batch", n,
+                                         (long long)(self->a.slot_count / 2)));
+    } else {
+        int64_t born = 0, total = 0;
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        born = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+        for (i = 0; i < n && rc == MQS_FIELDS_OK; i++) {
+            rc = mqs_fields_check(&m[i], &items[i], &arena, &why, c->lanes, c->new_lane,
+                                  c->max_body, self->a.seg_size, &c->store, born);
+            total += items[i].size;
+        }
+        if (rc == MQS_FIELDS_REFUSED && batch) {
+            PyObject *reason = PyUnicode_FromFormat("message %d of the batch: %U", i - 1, why.reason);
+            Py_DECREF(why.reason);
+            rc = refuse(&why, why.status, reason);
+        } else if (rc == MQS_FIELDS_OK && batch && total + MQS_END_FILE_MIN_BLANK > self->a.seg_size) {
+            rc = refuse(&why, MQS_ST_MESSAGE_ILLEGAL,
+                        PyUnicode_FromFormat("batch of %lld bytes does not fit a %lld-byte segment",
+                                             (long long)total, (long long)self->a.seg_size));
+        }
+    }
+    if (rc == MQS_FIELDS_REFUSED) {
+        out = refused(self, &why, n, batch, t0);
+        Py_DECREF(why.reason);
+    } else if (rc == MQS_FIELDS_OK) {
+        for (i = 0; i < n; i++)
+            items[i].msg.props = arena.buf + m[i].props_off;
+        out = append(self, m, items, n, batch, sync, t0);
+    }
+done:
+    for (i = 0; m && i < n; i++) {
+        if (out == NULL || out == Py_None)
+            mqs_fields_undo(&m[i]);
+        mqs_fields_release(&m[i]);
+    }
+    mqs_arena_free(&arena);
+    if (m != &one_m)
+        PyMem_Free(m);
+    if (items != &one_it)
+        PyMem_Free(items);
+    return out;
+}
+
+/* Whether the call can run now (else None: the client acts first), and the lock. */
+static int ready(Appender *self, PyObject *wait, int held, int64_t t0)
+{
+    struct mqs_client *c = &self->c;
+    if (!self->open || !c->configured || c->fork_gen != fork_gen ||
+        (wait != Py_True && wait != Py_False))
+        return 0;
+    if (held)
+        return 1;
+    return t0 < c->stale_at_ns && putlock_try((PutLock *)c->lock);
 }
 
 PyObject *mqs_put_message(Appender *self, PyObject *const *args, Py_ssize_t nargs)
@@ -555,128 +844,13 @@ PyObject *mqs_put_message(Appender *self, PyObject *const *args, Py_ssize_t narg
                                          "arguments");
         return NULL;
     }
-    struct mqs_client *c = &self->c;
-    PyObject *wait = args[6];
-    if (!self->open || !c->configured || c->fork_gen != fork_gen || !plain(args) ||
-        (wait != Py_True && wait != Py_False))
-        Py_RETURN_NONE;
     int64_t t0 = mqs_mono_ns();
-    if (t0 >= c->stale_at_ns)
-        Py_RETURN_NONE; /* the client checks its supervisor first */
     int held = nargs == 8 && args[7] == Py_True;
-    PutLock *lock = (PutLock *)c->lock;
-    if (!held && !putlock_try(lock))
-        Py_RETURN_NONE; /* another thread puts: wait on the lock in the general path */
-    PyObject *out = put_locked(self, args, c->sync && wait == Py_True, t0);
+    if (!ready(self, args[6], held, t0))
+        Py_RETURN_NONE;
+    PyObject *out = call(self, NULL, args, self->c.sync && args[6] == Py_True, t0);
     if (!held)
-        putlock_release_held(lock);
-    return out;
-}
-
-/* put's fields from one dict of a batch, or 0: not a dict of plain fields only. A dict
- * whose keys are the interned field names themselves (a literal's keys are) is read in
- * one pass over its items; any other key: a lookup per field name. */
-static int batch_fields(PyObject *d, PyObject **f)
-{
-    if (!PyDict_CheckExact(d))
-        return 0;
-    Py_ssize_t pos = 0;
-    PyObject *k, *v;
-    int known = 1;
-    for (int i = 0; i < FIELDS; i++)
-        f[i] = Py_None;
-    while (known && PyDict_Next(d, &pos, &k, &v)) {
-        int i = 0;
-        while (i < FIELDS && k != field_names[i])
-            i++;
-        if (i == FIELDS)
-            known = 0;
-        else
-            f[i] = v;
-    }
-    if (known) /* every key a field name, each once (a dict's keys are distinct) */
-        return f[F_TOPIC] != Py_None && f[F_BODY] != Py_None && plain(f);
-    Py_ssize_t found = 0;
-    for (int i = 0; i < FIELDS; i++) {
-        PyObject *v = PyDict_GetItemWithError(d, field_names[i]);
-        if (v == NULL && PyErr_Occurred())
-            return 0;
-        found += v != NULL;
-        f[i] = v ? v : Py_None;
-    }
-    return found == PyDict_GET_SIZE(d) && f[F_TOPIC] != Py_None && f[F_BODY] != Py_None &&
-           plain(f);
-}
-
-/* One PutResult per message, from `start` on: one store timestamp object for all, and
- * one size object per run of equal sizes (a batch's messages are often alike). */
-static PyObject *batch_results(struct mqs_client *c, PyObject *outcome, struct mqs_item *items,
-                               int n, const int64_t *qoffs, const struct mqs_reservation *r)
-{
-    PyObject *out = PyList_New(n), *ts = PyLong_FromLongLong(r->store_ts), *size = NULL;
-    int64_t at = r->start, last = -1;
-    if (ts == NULL)
-        Py_CLEAR(out);
-    for (int i = 0; out && i < n; i++) {
-        if (items[i].size != last) {
-            Py_XDECREF(size);
-            if ((size = PyLong_FromLongLong(items[i].size)) == NULL) {
-                Py_CLEAR(out);
-                break;
-            }
-            last = items[i].size;
-        }
-        PyObject *one = make_result(c, outcome, at, size, items[i].msg.queue_id, qoffs[i], ts);
-        if (one == NULL)
-            Py_CLEAR(out);
-        else
-            PyList_SET_ITEM(out, i, one);
-        at += items[i].size;
-    }
-    Py_XDECREF(size);
-    Py_XDECREF(ts);
-    return out;
-}
-
-/* The batch under the client's lock: its bodies and keys held (a copy may run without the
- * GIL), all or nothing, as `StoreClient._put_batch`. */
-static PyObject *batch_locked(Appender *self, PyObject *msgs, int n, int sync, int64_t t0)
-{
-    struct mqs_item *items = PyMem_Calloc((size_t)n, sizeof *items);
-    int64_t *qoffs = PyMem_Calloc((size_t)n, sizeof *qoffs);
-    struct undo *u = PyMem_Calloc((size_t)n, sizeof *u);
-    PyObject **keep = PyMem_Calloc((size_t)n * 2, sizeof *keep);
-    if (!items || !qoffs || !u || !keep) {
-        PyMem_Free(items);
-        PyMem_Free(qoffs);
-        PyMem_Free(u);
-        PyMem_Free(keep);
-        return PyErr_NoMemory();
-    }
-    int nu = 0, rc = MQS_FALLBACK, i;
-    int64_t total = 0, born = now_ms(); /* the batch's messages are born together */
-    struct lane_memo memo = {NULL, NULL, NULL, NULL};
-    for (i = 0; i < n; i++) {
-        PyObject *f[FIELDS];
-        if (!batch_fields(PyList_GET_ITEM(msgs, i), f) ||
-            !message(self, f, born, &items[i], u, &nu, &memo))
-            break;
-        keep[2 * i] = Py_NewRef(f[F_BODY]);
-        keep[2 * i + 1] = Py_NewRef(f[F_KEYS]);
-        total += items[i].size;
-    }
-    struct mqs_reservation r;
-    if (i == n && total + MQS_END_FILE_MIN_BLANK <= self->a.seg_size)
-        rc = put_items(self, items, n, sync, t0, qoffs, &r);
-    undo_release(u, nu, rc == MQS_FALLBACK);
-    PyObject *out = rc < 0 ? not_done(rc)
-                           : batch_results(&self->c, self->c.outcomes[rc], items, n, qoffs, &r);
-    for (int k = 0; k < 2 * n; k++)
-        Py_XDECREF(keep[k]);
-    PyMem_Free(items);
-    PyMem_Free(qoffs);
-    PyMem_Free(u);
-    PyMem_Free(keep);
+        putlock_release_held((PutLock *)self->c.lock);
     return out;
 }
 
@@ -688,22 +862,16 @@ PyObject *mqs_put_batch_messages(Appender *self, PyObject *const *args, Py_ssize
                         "arguments");
         return NULL;
     }
-    struct mqs_client *c = &self->c;
-    PyObject *msgs = args[0], *wait = args[1];
-    if (!self->open || !c->configured || c->fork_gen != fork_gen || !PyList_CheckExact(msgs) ||
-        PyList_GET_SIZE(msgs) < 1 || PyList_GET_SIZE(msgs) > self->a.slot_count / 2 ||
-        (wait != Py_True && wait != Py_False))
-        Py_RETURN_NONE;
     int64_t t0 = mqs_mono_ns();
-    if (t0 >= c->stale_at_ns)
-        Py_RETURN_NONE;
     int held = nargs == 3 && args[2] == Py_True;
-    PutLock *lock = (PutLock *)c->lock;
-    if (!held && !putlock_try(lock))
+    if (!PyList_CheckExact(args[0]) || PyList_GET_SIZE(args[0]) > INT32_MAX)
         Py_RETURN_NONE;
-    PyObject *out = batch_locked(self, msgs, (int)PyList_GET_SIZE(msgs), c->sync && wait == Py_True,
-                                 t0);
+    if (PyList_GET_SIZE(args[0]) == 0)
+        return PyList_New(0);
+    if (!ready(self, args[1], held, t0))
+        Py_RETURN_NONE;
+    PyObject *out = call(self, args[0], NULL, self->c.sync && args[1] == Py_True, t0);
     if (!held)
-        putlock_release_held(lock);
+        putlock_release_held((PutLock *)self->c.lock);
     return out;
 }

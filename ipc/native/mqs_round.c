@@ -33,11 +33,31 @@ static int fail(struct mqs_round_out *out, int op, int err)
     return MQS_ROUND_FAILED;
 }
 
+static ssize_t direct_pwrite(const struct mqs_io *io, int fd, const void *p, size_t n, off_t at)
+{
+    (void)io;
+    return pwrite(fd, p, n, at);
+}
+
+static int direct_fdatasync(const struct mqs_io *io, int fd)
+{
+    (void)io;
+    return fdatasync(fd);
+}
+
+static int direct_flock(const struct mqs_io *io, int fd, int how)
+{
+    (void)io;
+    return flock(fd, how);
+}
+
+const struct mqs_io mqs_io_direct = {direct_pwrite, direct_fdatasync, direct_flock, NULL};
+
 /* All of [p, p + n) at file offset `at` (short writes looped, EINTR retried). */
-static int pwrite_all(int fd, const uint8_t *p, int64_t n, int64_t at)
+static int pwrite_all(const struct mqs_io *io, int fd, const uint8_t *p, int64_t n, int64_t at)
 {
     while (n > 0) {
-        ssize_t w = pwrite(fd, p, (size_t)n, at);
+        ssize_t w = io->pwrite(io, fd, p, (size_t)n, at);
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0)
@@ -49,9 +69,9 @@ static int pwrite_all(int fd, const uint8_t *p, int64_t n, int64_t at)
     return 0;
 }
 
-static int flock_retry(int fd, int how)
+static int flock_retry(const struct mqs_io *io, int fd, int how)
 {
-    while (flock(fd, how) < 0)
+    while (io->flock(io, fd, how) < 0)
         if (errno != EINTR)
             return errno;
     return 0;
@@ -66,7 +86,7 @@ static int commit(const struct mqs_round_in *in, struct mqs_round_out *out, int6
     uint8_t *ctl = in->ctl;
     int64_t size = seg_end - seg_start;
     mqs_publish(ctl, get(ctl, MQS_OFF_SLOT_COUNT));
-    int err = flock_retry(in->lock_fd, LOCK_EX);
+    int err = flock_retry(in->io, in->lock_fd, LOCK_EX);
     if (err)
         return fail(out, MQS_OP_FLOCK, err);
     int rc = MQS_ROUND_FORCED;
@@ -78,8 +98,8 @@ static int commit(const struct mqs_round_in *in, struct mqs_round_out *out, int6
         } else {
             if (in->pool) {
                 int64_t k = in->seg_index % get(ctl, MQS_OFF_POOL_BUFFERS);
-                err = pwrite_all(in->seg_fd, in->pool + k * size + (com - seg_start), pub - com,
-                                 com - seg_start);
+                err = pwrite_all(in->io, in->seg_fd, in->pool + k * size + (com - seg_start),
+                                 pub - com, com - seg_start);
             }
             if (err) {
                 rc = fail(out, MQS_OP_PWRITE, err);
@@ -90,7 +110,7 @@ static int commit(const struct mqs_round_in *in, struct mqs_round_out *out, int6
             }
         }
     }
-    flock_retry(in->lock_fd, LOCK_UN); /* closing the file would release it too */
+    flock_retry(in->io, in->lock_fd, LOCK_UN); /* closing the file would release it too */
     return rc;
 }
 
@@ -108,7 +128,7 @@ static int force(const struct mqs_round_in *in, struct mqs_round_out *out, int64
     if (com > seg_end)
         return MQS_ROUND_FALLBACK;
     int64_t t0 = mqs_mono_ns();
-    if (fdatasync(in->seg_fd) < 0)
+    if (in->io->fdatasync(in->io, in->seg_fd) < 0)
         return fail(out, MQS_OP_FDATASYNC, errno);
     int64_t ns = mqs_mono_ns() - t0, fseq = get(ctl, MQS_OFF_FLUSHED_SEQ);
     int64_t msgs = cseq > fseq ? cseq - fseq : 0;
@@ -122,7 +142,7 @@ static int force(const struct mqs_round_in *in, struct mqs_round_out *out, int64
     uint8_t rec[16] = {'M', 'Q', 'F', 'L', 'U', 'S', 'H', '1'};
     for (int i = 0; i < 8; i++)
         rec[8 + i] = (uint8_t)((uint64_t)com >> (56 - 8 * i));
-    int err = pwrite_all(in->offset_fd, rec, 16, 0);
+    int err = pwrite_all(in->io, in->offset_fd, rec, 16, 0);
     if (err)
         return fail(out, MQS_OP_OFFSET_PWRITE, err);
     out->t_forced = mqs_mono_ns();
@@ -137,8 +157,12 @@ static int force(const struct mqs_round_in *in, struct mqs_round_out *out, int64
     return MQS_ROUND_FORCED;
 }
 
-int mqs_sync_round(const struct mqs_round_in *in, struct mqs_round_out *out)
+int mqs_sync_round(const struct mqs_round_in *given, struct mqs_round_out *out)
 {
+    struct mqs_round_in with_io = *given;
+    if (!with_io.io)
+        with_io.io = &mqs_io_direct;
+    const struct mqs_round_in *in = &with_io;
     uint8_t *ctl = in->ctl;
     *out = (struct mqs_round_out){0};
     if (in->want_seq > 0 && get(ctl, MQS_OFF_PUBLISHED_SEQ) < in->want_seq)

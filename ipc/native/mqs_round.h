@@ -11,6 +11,7 @@
 #define MQS_ROUND_H
 
 #include <stdint.h>
+#include <sys/types.h>
 
 enum {
     MQS_ROUND_FORCED = 0,   /* forced, flushed_pos moved, waiters woken */
@@ -22,6 +23,20 @@ enum {
 /* Which call failed. */
 enum { MQS_OP_NONE = 0, MQS_OP_FLOCK, MQS_OP_PWRITE, MQS_OP_FDATASYNC, MQS_OP_OFFSET_PWRITE };
 
+/* The round's I/O calls (issue 24): `mqs_io_direct` is the system calls themselves, what
+ * production runs; the tests' seam (engine/fileio.py's faults and sync watch, through
+ * mqs_control_py.c) swaps in a table whose calls first ask a Python hook, which may fail
+ * the call with an errno or record what a sync is about to make durable. Each call
+ * returns what the system call does (-1 with errno set on failure). */
+struct mqs_io {
+    ssize_t (*pwrite)(const struct mqs_io *io, int fd, const void *p, size_t n, off_t at);
+    int (*fdatasync)(const struct mqs_io *io, int fd);
+    int (*flock)(const struct mqs_io *io, int fd, int how);
+    void *hook; /* the seam's own (its Python callable); NULL in mqs_io_direct */
+};
+
+extern const struct mqs_io mqs_io_direct;
+
 struct mqs_round_in {
     uint8_t *ctl;
     uint8_t *pool;     /* the write pool, or NULL (pool off: producers wrote the mapping) */
@@ -31,6 +46,7 @@ struct mqs_round_in {
     int offset_fd;     /* <store>/flushed_offset, open for writing */
     int64_t want_seq;  /* gather: published_seq to wait for (<= 0: none) */
     int64_t gather_ns; /* at most this long */
+    const struct mqs_io *io; /* the I/O calls (NULL: mqs_io_direct) */
 };
 
 struct mqs_round_out {

@@ -266,3 +266,21 @@ def test_fsync_counters_from_status_json() -> None:
     assert store_run.fsync_counters(doc) == (200, 900)
     assert store_run.fsync_counters({"x": {"fsync_count": 3, "fsync_msgs": 7}}) == (3, 7)
     assert store_run.fsync_counters({}) is None
+
+
+@pytest.mark.slow
+def test_aio_bench_runs_every_way(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`bench.bench_aio` at a tiny size: every way and shape measured, every put
+    PUT_OK, the gather floor and the goals printed, its stores gone."""
+    from bench import bench_aio
+
+    argv = ["--n", "400", "--sync-n", "160", "--gather", "50", "--threads", "4"]
+    bench_aio.main([*argv, "--no-save", "--dir", str(tmp_path)])  # speed goals: not here
+    out = capsys.readouterr().out
+    ways = [f"{s} {w}" for s in bench_aio.SHAPES for w in ("blocking", "awaited", "gathered")]
+    for way in [*ways, "gather floor", "sync blocking x4 threads", "sync gathered"]:
+        line = next((ln for ln in out.splitlines() if ln.startswith(way)), "")
+        assert line.endswith("bad 0"), (way, out)
+    assert "goals: README shape, awaited one by one" in out
+    assert list(tmp_path.iterdir()) == []
+    assert _no_children() == []

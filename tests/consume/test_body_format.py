@@ -43,11 +43,11 @@ def _printed(store: Store, fmt: list[str]) -> dict[str, list[tuple[str, str]]]:
     d = str(store.path)
     got = {
         "dump": _cli("dump", d, *fmt),
-        "get": _cli("get", d, "--topic", "bf", "--queue", "0", "--offset", "0", "--count", "2",
+        "get": _cli("get", d, "--topic", "bf", "--queue", "0", "--offset", "0", "--limit", "2",
                     *fmt),
         "query": _cli("query", d, "--topic", "bf", "--key", "k-text", *fmt)
         + _cli("query", d, "--topic", "bf", "--key", "k-bin", *fmt),
-        "tail": _cli("tail", d, "--topic", "bf", "--from-beginning", "--max-messages", "2", *fmt),
+        "tail": _cli("tail", d, "--topic", "bf", "--from-beginning", "--limit", "2", *fmt),
     }  # fmt: skip
     return {cmd: [(r["body"], r["body_encoding"]) for r in recs] for cmd, recs in got.items()}
 

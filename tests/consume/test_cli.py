@@ -9,10 +9,12 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
+
 from mqstore.engine import topics
 from mqstore.ipc.client import StoreClient
 from mqstore.ipc.reads import for_client
-from tests.runtime.harness import REPO, Store, wait_for
+from tests.runtime.harness import REPO, Store, sigint_ignored, wait_for
 
 
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -44,12 +46,12 @@ def test_query_tail_offsets(store: Store) -> None:
     assert [(r["keys"], r["queue_id"]) for r in _lines(q.stdout)] == [("k4", 0)]
     assert _cli("query", d, "--topic", "cli", "--key", "nope").returncode == 1
 
-    t = _cli("tail", d, "--topic", "cli", "--group", "g", "--from-beginning", "--max-messages", "6")
+    t = _cli("tail", d, "--topic", "cli", "--group", "g", "--from-beginning", "--limit", "6")
     assert t.returncode == 0, t.stderr
     first = _lines(t.stdout)
     assert len(first) == 6
     _put(store, 4, start=10)
-    t = _cli("tail", d, "--topic", "cli", "--group", "g", "--max-messages", "8")
+    t = _cli("tail", d, "--topic", "cli", "--group", "g", "--limit", "8")
     assert t.returncode == 0, t.stderr
     second = _lines(t.stdout)
     got = sorted((r["queue_id"], r["queue_offset"]) for r in first + second)
@@ -64,13 +66,18 @@ def test_query_tail_offsets(store: Store) -> None:
     assert table.returncode == 0 and "lag" in table.stdout and "cli" in table.stdout
 
 
-def test_tail_follows_new_messages_and_exits_0_on_ctrl_c(store: Store) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_tail_follows_new_messages_and_exits_0_on_ctrl_c(
+    store: Store, stop: signal.Signals
+) -> None:
+    """Started with SIGINT ignored (a job started with `&` from a script, `nohup make
+    test &`), SIGINT still stops it, as SIGTERM does, after the last commit."""
     d = str(store.path)
     _put(store, 2)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     p = subprocess.Popen(
-        [sys.executable, "-m", "mqstore", "tail", d, "--topic", "cli", "--queue", "1",
-         "--group", "follow"],
+        sigint_ignored([sys.executable, "-m", "mqstore", "tail", d, "--topic", "cli",
+                        "--queue", "1", "--group", "follow"]),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO), env=env,
     )  # fmt: skip
     try:
@@ -83,8 +90,13 @@ def test_tail_follows_new_messages_and_exits_0_on_ctrl_c(store: Store) -> None:
             assert (line["queue_id"], line["queue_offset"]) == (1, 1)
             wait_for(lambda: reads.committed_offset("follow", "cli", 1) == 2, 60, "the commit")
     finally:
-        p.send_signal(signal.SIGINT)
-        _out, err = p.communicate(timeout=60)
+        p.send_signal(stop)
+        try:
+            _out, err = p.communicate(timeout=60)
+        finally:
+            if p.poll() is None:  # the bug itself: never leave it running
+                p.kill()
+                p.communicate()
     assert p.returncode == 0, err
 
 

@@ -17,7 +17,7 @@ from mqstore.engine.offsets import ConsumerOffsets
 from mqstore.ipc.client import StoreClient
 from mqstore.ipc.commit import pid_alive
 from mqstore.ipc.reads import for_client
-from tests.runtime.harness import REPO, Store, wait_for
+from tests.runtime.harness import REPO, Store, sigint_ignored, wait_for
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -103,8 +103,9 @@ def test_group_reset_and_delete_are_refused_while_a_consumer_of_it_runs(store: S
     d = str(store.path)
     _put(store, "gt", 4)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    tail = subprocess.Popen(
-        [sys.executable, "-m", "mqstore", "tail", d, "--topic", "gt", "--group", "live"],
+    tail = subprocess.Popen(  # with SIGINT ignored, as `nohup make test &` runs it
+        sigint_ignored([sys.executable, "-m", "mqstore", "tail", d, "--topic", "gt",
+                        "--group", "live"]),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO), env=env,
     )  # fmt: skip
     offsets = ConsumerOffsets(store.path)
@@ -120,7 +121,12 @@ def test_group_reset_and_delete_are_refused_while_a_consumer_of_it_runs(store: S
         _ok(_cli("group", d, "reset", "--group", "idle", "--topic", "gt", "--to", "earliest"))
     finally:
         tail.send_signal(signal.SIGINT)
-        _out, err = tail.communicate(timeout=60)
+        try:
+            _out, err = tail.communicate(timeout=60)
+        finally:
+            if tail.poll() is None:
+                tail.kill()
+                tail.communicate()
     assert tail.returncode == 0, err
     _ok(_cli("group", d, "reset", "--group", "live", "--topic", "gt", "--to", "earliest"))
     assert offsets.committed("live", "gt", 0) == 0

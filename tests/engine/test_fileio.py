@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from mqstore.engine import fileio
+from tests.engine.extents import unwritten_bytes
 
 
 @pytest.fixture(autouse=True)
@@ -121,3 +122,28 @@ def test_preallocate_leaves_no_file_when_a_step_fails(tmp_path: Path, op: str) -
     with pytest.raises(fileio.StoreIOError) as ei:
         fileio.preallocate(p, 8192, zeros_from_start=10)
     assert ei.value.op == op and not p.exists()
+
+
+def test_preallocate_zeros_leave_no_unwritten_extent(tmp_path: Path) -> None:
+    """Zeros over the whole file (more than one ZERO_CHUNK): every block is written, so
+    no later fdatasync converts an extent; without them fallocate leaves it unwritten."""
+    size = fileio.ZERO_CHUNK * 2 + 3 * 4096
+    only_allocated, zeroed = tmp_path / "a.tmp", tmp_path / "z.tmp"
+    fileio.preallocate(only_allocated, size)
+    fileio.preallocate(zeroed, size, zeros_from_start=size)
+    assert unwritten_bytes(only_allocated) == size
+    assert unwritten_bytes(zeroed) == 0
+    assert zeroed.stat().st_size == size and zeroed.read_bytes() == bytes(size)
+
+
+def test_preallocate_forces_each_chunk_of_zeros_when_asked(tmp_path: Path) -> None:
+    """`sync_chunks`: an fdatasync after every ZERO_CHUNK written (the disk never queues
+    more than a chunk of zeros ahead of a sync put): the third of three fails here, so
+    three were made; without it none is (the file's own fsync is another call)."""
+    size = fileio.ZERO_CHUNK * 3
+    fileio.set_fault("fdatasync", lambda: OSError(errno.EIO, "injected"), after=2)
+    fileio.preallocate(tmp_path / "y.tmp", size, zeros_from_start=size)
+    with pytest.raises(fileio.StoreIOError) as ei:
+        fileio.preallocate(tmp_path / "z.tmp", size, zeros_from_start=size, sync_chunks=True)
+    assert ei.value.op == "fdatasync" and not (tmp_path / "z.tmp").exists()
+    assert unwritten_bytes(tmp_path / "y.tmp") == 0

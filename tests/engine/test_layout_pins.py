@@ -116,7 +116,7 @@ def test_the_named_record_offsets_match_the_table() -> None:
 
 def test_the_packed_ipv4_headers_match_the_table() -> None:
     """The encoder's packed header: one struct code per field, the two host fields split
-    into address and port. (The put path's header is written in C, ipc/native/mqs_record.c;
+    into address and port. (The put path's header is written in C, engine/native/mqs_record.c;
     tests/native/test_record_diff.py compares its bytes with this encoder's.)"""
     fields = [
         "TOTALSIZE", "MAGICCODE", "BODYCRC", "QUEUEID", "FLAG", "QUEUEOFFSET",

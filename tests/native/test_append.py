@@ -1,6 +1,7 @@
-"""The C put path over a real control block (shared memory, no supervisor): every byte
-it writes equals the reference encoder's; the lock, its repair after a dead holder, the
-liveness bytes and the futex wait. These run under ASan/UBSan too (`make sanitize`)."""
+"""The reservation step's native parts over a real control block (shared memory, no
+supervisor): the lock, its repair after a dead holder, the liveness bytes and the futex
+wait (the put's records against the reference: test_put_message.py). These run under
+ASan/UBSan too (`make sanitize`)."""
 
 from __future__ import annotations
 
@@ -12,118 +13,14 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from mqstore import _native
-from mqstore.engine import record, recordcodes
-from mqstore.engine.record import EncodeStatus, Message
 from mqstore.ipc import control as c
 from mqstore.ipc.commit import pid_alive
 from mqstore.ipc.control_views import Flags
 from mqstore.ipc.reservation import LIVE_LOCK, LiveLock, LiveTable
-from tests.native.test_record_diff import messages
 
 SEG = 1 << 20
-
-
-def prep_of(msg: Message) -> _native.Prep:
-    born_addr, born_port, _ = recordcodes.parse_host(msg.born_host)
-    store_addr, store_port, _ = recordcodes.parse_host(msg.store_host)
-    topic, props = msg.topic.encode(), record.encode_properties(msg.properties)
-    enc = record.encode(msg, max_message_size=max(len(msg.body), 1))
-    return (
-        len(enc.data), msg.queue_id, msg.flag, msg.sys_flag, msg.born_timestamp, msg.body,
-        topic, props, record.takes_queue_offset(msg.sys_flag), msg.reconsume_times,
-        msg.prepared_transaction_offset, born_addr, born_port, store_addr, store_port,
-    )  # fmt: skip
-
-
-def expected(msg: Message, qo: int, po: int, sts: int) -> bytes:
-    enc = record.encode(msg, max_message_size=max(len(msg.body), 1))
-    out = bytearray(len(enc.data))
-    record.patch_append_fields(out, 0, enc, qo, po, sts)
-    return bytes(out)
-
-
-def rewind(cb: c.ControlBlock) -> None:
-    """Start the log over (each example is checked on its own)."""
-    for off in (c.OFF_RESERVED, c.OFF_SEQ, c.OFF_PUBLISHED_SEQ):
-        cb.set(off, 0)
-
-
-def encodable(msg: Message) -> bool:
-    return record.encode(msg, max_message_size=max(len(msg.body), 1)).status is EncodeStatus.OK
-
-
-@settings(
-    max_examples=200, deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)  # fmt: skip
-@given(st.lists(messages(), min_size=1, max_size=4))
-def test_c_put_writes_the_reference_bytes(cb: c.ControlBlock, msgs: list[Message]) -> None:
-    msgs = [m for m in msgs if encodable(m)]
-    if not msgs:
-        return
-    rewind(cb)
-    assert cb.pool_buf is not None
-    app = _native.Appender(cb.buf, cb.pool_buf, os.getpid())
-    try:
-        preps = [prep_of(m) for m in msgs]
-        qslots = [cb.find_or_add_queue(p[6], p[1]) for p in preps]
-        before = [cb.get(cb.qrow_off(q) + 8) for q in qslots]
-        if len(msgs) == 1:
-            got = app.put(None, -1, qslots[0], preps[0], 10**9)
-            assert isinstance(got, tuple), got
-            seq, start, sts, qo, _lock_ns = got
-            qoffs = [qo]
-        else:
-            got_b = app.put_batch(None, -1, qslots, preps, 10**9)
-            assert isinstance(got_b, tuple), got_b
-            seq, start, sts, qoffs, _lock_ns = got_b
-        assert (seq, start) == (0, 0)
-        at = start
-        seen: dict[int, int] = {}
-        for i, (m, p) in enumerate(zip(msgs, preps, strict=True)):
-            want_qo = 0
-            if p[8]:
-                want_qo = seen.get(qslots[i], before[i])
-                seen[qslots[i]] = want_qo + 1
-            assert qoffs[i] == want_qo
-            assert bytes(cb.pool_buf[at : at + p[0]]) == expected(m, want_qo, at, sts)
-            joined = c.STATE_JOINED if i else 0  # one reservation: the rest joined
-            assert cb.slot_state(seq + i) == c.STATE_DONE | joined
-            at += p[0]
-        assert cb.get(c.OFF_RESERVED) == at and cb.get(c.OFF_CS_PID) == 0
-    finally:
-        app.close()
-
-
-def test_a_put_that_needs_the_general_path_writes_nothing(cb: c.ControlBlock) -> None:
-    app = _native.Appender(cb.buf, cb.pool_buf, os.getpid())
-    try:
-        msg = Message("t", b"x" * 1000)
-        qs = cb.find_or_add_queue(b"t", 0)
-        cb.set(c.OFF_RESERVED, SEG - 500)  # the record does not fit: a roll
-        assert app.put(None, -1, qs, prep_of(msg), 10**9) == _native.FALLBACK
-        cb.set(c.OFF_RESERVED, 0)
-        Flags(cb).mark_refusing_writes()
-        assert app.put(None, -1, qs, prep_of(msg), 10**9) == _native.FALLBACK
-        assert cb.get(c.OFF_SEQ) == 0 and cb.slot_state(0) == c.STATE_FREE
-    finally:
-        app.close()
-
-
-def test_a_prep_whose_size_is_wrong_is_refused(cb: c.ControlBlock) -> None:
-    app = _native.Appender(cb.buf, cb.pool_buf, os.getpid())
-    try:
-        bad = (1, *prep_of(Message("t", b"x"))[1:])
-        with pytest.raises(ValueError, match="prep says 1 bytes"):
-            app.put(None, -1, 0, bad, 10**9)  # type: ignore[arg-type]
-        with pytest.raises(TypeError, match="prep must be a tuple of 15"):
-            app.put(None, -1, 0, ("x",), 10**9)  # type: ignore[arg-type]
-    finally:
-        app.close()
 
 
 def test_the_lock_times_out_while_another_thread_holds_it(cb: c.ControlBlock) -> None:

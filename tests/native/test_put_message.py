@@ -1,14 +1,25 @@
-"""The C put of one message (`Appender.put_message`) against its references, over a real
-control block: the record bytes equal `engine.record.encode`'s, it refuses (None, nothing
-written) exactly what the client's general path refuses, and its lock-free publish moves
-the published position as the Python twin (`ipc.reservation.publish_reference`) does.
-These run under ASan/UBSan too (`make sanitize`)."""
+"""The C put (`Appender.put_message`, `put_batch_messages`) against its Python reference
+(tests/native/put_reference.py: `engine.record.encode` and the put's rules), over a real
+control block: for every shape of arguments the record bytes equal the reference's, or
+the status and reason do, with nothing written; a segment roll writes its BLANK; waits
+for room end in their statuses; a type the C put does not read is left to the client
+(None, nothing done); its lock-free publish moves the published position as the Python
+twin (`ipc.reservation.publish_reference`) does. These run under ASan/UBSan too
+(`make sanitize`)."""
 
 from __future__ import annotations
 
 import array
+import dataclasses
+import mmap
 import os
+import secrets
 import struct
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,265 +30,394 @@ from mqstore import _native
 from mqstore.engine import record
 from mqstore.engine.record import Message
 from mqstore.ipc import control as c
+from mqstore.ipc.control_views import Flags
+from mqstore.ipc.producer import _MessageFields
 from mqstore.ipc.reservation import publish_reference
 from mqstore.ipc.results import PutMessageStatus, PutResult
-from tests.native.test_append import expected
+from tests.native.conftest import SEG
+from tests.native.put_reference import Lane, put_reference, record_bytes
 
 QUEUES = 4
+SPREAD = 3
 MAX_BODY = 4096
+STORE_HOST = "127.0.0.1:10911"
 PREFIX = "7F00000100002A9F"
-TOPICS = ("TopicA", "t-2")
-KNOWN_TAGS = (None, "TagA", "ü tag")
 OK = PutMessageStatus.PUT_OK
-
-
-def fresh(cb: c.ControlBlock) -> tuple[dict[str, list[Any]], _native.Appender]:
-    """The log started over (each example on its own), lanes and a configured appender."""
-    for off in (c.OFF_RESERVED, c.OFF_SEQ, c.OFF_PUBLISHED_SEQ):
-        cb.set(off, 0)
-    lanes = lanes_of(cb)
-    return lanes, appender(cb, lanes)
-
-
-def lanes_of(cb: c.ControlBlock) -> dict[str, list[Any]]:
-    """The lanes `StoreClient._warm` makes, for TOPICS and KNOWN_TAGS."""
-    out: dict[str, list[Any]] = {}
-    for topic in TOPICS:
-        tb = topic.encode()
-        qslots = [cb.find_or_add_queue(tb, q) for q in range(QUEUES)]
-        heads = {
-            t: record.encode_properties({record.PROPERTY_TAGS: t} if t else {}) for t in KNOWN_TAGS
-        }
-        out[topic] = [tb, QUEUES, QUEUES, 0, qslots, heads]
-    return out
-
-
-def appender(cb: c.ControlBlock, lanes: dict[str, list[Any]]) -> _native.Appender:
-    app = _native.Appender(cb.buf, cb.pool_buf, os.getpid())
-    app.configure(
-        lock=_native.PutLock(),
-        lanes=lanes,
-        stats=array.array("q", bytes(8 * c.CLIENT_FIELDS)),
-        stats_off=cb.client_off(0),
-        result_type=PutResult,
-        outcomes=(
-            (OK, 0, ""),
-            (PutMessageStatus.FLUSH_DISK_TIMEOUT, 1, "timed out"),
-            (PutMessageStatus.FLUSH_DISK_FAILED, 10, "failed"),
-        ),
-        msg_id_prefix=PREFIX,
-        sync=False,
-        sync_timeout_ns=10**9,
-        busy_ns=10**8,
-        max_body=MAX_BODY,
-        store_addr=b"\x7f\x00\x00\x01",
-        store_port=10911,
-    )
-    app.checked(10**12)
-    return app
-
-
-def refused(tags: str | None, keys: str | None, queue_id: int | None, body: bytes) -> bool:
-    """Whether the client's general path refuses this put (or the C put leaves it to it:
-    a tags value without a lane entry)."""
-    props = {record.PROPERTY_TAGS: tags} if tags is not None else {}
-    if keys is not None:
-        props[record.PROPERTY_KEYS] = keys
-    if tags not in KNOWN_TAGS or record.properties_problem(props) or len(body) > MAX_BODY:
-        return True
-    try:
-        if len(record.encode_properties(props)) > record.MAX_PROPERTIES_BYTES:
-            return True
-    except UnicodeError:
-        return True
-    return queue_id is not None and not 0 <= queue_id < QUEUES
-
-
-@settings(
+BUSY_NS = 50_000_000
+SETTINGS = settings(
     max_examples=300, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )  # fmt: skip
-@given(
-    topic=st.sampled_from(TOPICS),
-    body=st.binary(max_size=MAX_BODY + 2),
-    tags=st.none() | st.sampled_from(KNOWN_TAGS[1:]) | st.text(max_size=8),
-    keys=st.none() | st.text(max_size=40) | st.integers(32000, 33000).map(lambda n: "k" * n),
-    queue_id=st.none() | st.integers(-2, QUEUES + 1) | st.just(2**70),
+
+
+class Put:
+    """An appender configured as the client configures it, with lanes of QUEUES queues
+    (spread over SPREAD by the round robin), and the reference's view of the same lanes."""
+
+    def __init__(self, cb: c.ControlBlock, **kw: Any) -> None:
+        self.cb = cb
+        self.lanes: dict[str, list[Any]] = {}
+        self.ref: dict[str, Lane] = {}
+        self.rows = kw.pop("find_row", cb.find_or_add_queue)
+        self.app = _native.Appender(cb.buf, cb.pool_buf, os.getpid())
+        self.app.configure(**{
+            "lock": _native.PutLock(), "lanes": self.lanes, "new_lane": self.new_lane,
+            "find_row": self.rows, "map_segment": None, "message_type": Message,
+            "message_fields": _MessageFields(STORE_HOST),
+            "stats": array.array("q", bytes(8 * c.CLIENT_FIELDS)),
+            "stats_off": cb.client_off(0), "result_type": PutResult,
+            "statuses": tuple(PutMessageStatus), "flush_reasons": ("timed out", "failed"),
+            "msg_id_prefix": PREFIX, "sync": False, "sync_timeout_ns": 10**9,
+            "busy_ns": BUSY_NS, "fast_fail": False, "max_body": MAX_BODY,
+            "store_addr": b"\x7f\x00\x00\x01", "store_port": 10911, **kw,
+        })  # fmt: skip
+        self.app.checked(10**12)
+
+    def new_lane(self, topic: str) -> list[Any]:
+        lane = [topic.encode(), QUEUES, SPREAD, 0, [-1] * QUEUES]
+        self.lanes[topic] = lane
+        return lane
+
+    def lane(self, topic: str) -> Lane:
+        return self.ref.setdefault(topic, Lane(QUEUES, SPREAD))
+
+
+@pytest.fixture
+def put(cb: c.ControlBlock) -> Iterator[Callable[..., Put]]:
+    made: list[Put] = []
+
+    def make(**kw: Any) -> Put:
+        for off in (c.OFF_RESERVED, c.OFF_SEQ, c.OFF_PUBLISHED_SEQ, c.OFF_PUBLISHED):
+            cb.set(off, 0)
+        made.append(Put(cb, **kw))
+        return made[-1]
+
+    yield make
+    for p in made:
+        p.app.close()
+
+
+class Topic(str):
+    pass
+
+
+class Body(bytes):
+    pass
+
+
+_text = st.text(max_size=6) | st.sampled_from(["", "a b", "x\x01", "\ud800", "ü", "k\t"])
+topics = st.sampled_from(["TopicA", "t-2", Topic("TopicA")]) | st.text(max_size=4)
+bodies = st.binary(max_size=MAX_BODY + 2).flatmap(
+    lambda b: st.sampled_from([b, bytearray(b), memoryview(b), Body(b)])
 )
-def test_put_message_writes_the_reference_bytes_or_leaves_the_put(
-    cb: c.ControlBlock,
-    topic: str,
-    body: bytes,
-    tags: str | None,
-    keys: str | None,
-    queue_id: int | None,
-) -> None:
-    lanes, app = fresh(cb)
-    try:
-        got = app.put_message(topic, body, tags, keys, None, queue_id, False)
-        if refused(tags, keys, queue_id, body):
-            assert got is None
-            assert cb.get(c.OFF_SEQ) == 0 and lanes[topic][3] == 0
-            return
-        assert type(got) is PutResult and got.status is OK, got
-        assert got.queue_id == (0 if queue_id is None else queue_id)
-        assert lanes[topic][3] == (1 if queue_id is None else 0)  # the round-robin counter
-        assert got.msg_id == f"{PREFIX}{got.physical_offset:016X}"
-        assert cb.pool_buf is not None
-        raw = bytes(cb.pool_buf[got.physical_offset : got.physical_offset + got.size])
-        assert raw == reference_bytes(topic, body, tags, keys, got, raw)
-        assert cb.get(c.OFF_PUBLISHED_SEQ) == 1  # the producer published its own slot
-        assert cb.get(c.OFF_PUBLISHED) >= got.physical_offset + got.size
-    finally:
-        app.close()
+tags_ = st.none() | st.sampled_from(["TagA"]) | _text
+keys_ = (
+    st.none()
+    | _text
+    | st.lists(_text, max_size=3).flatmap(lambda ks: st.sampled_from([ks, tuple(ks)]))
+    | st.integers(32000, 33000).map(lambda n: "k" * n)
+)
+props_ = st.none() | st.dictionaries(_text | st.sampled_from(["TAGS", "KEYS"]), _text, max_size=3)
+queue_ids = st.none() | st.integers(-2, QUEUES + 1) | st.just(2**70)
 
 
-def reference_bytes(
-    topic: str, body: bytes, tags: str | None, keys: str | None, got: PutResult, raw: bytes
-) -> bytes:
-    """The reference encoder's record for a put the C call made (its born time read back)."""
-    (born,) = struct.unpack_from(">q", raw, 40)
-    props = {record.PROPERTY_TAGS: tags} if tags is not None else {}
-    if keys is not None:
-        props[record.PROPERTY_KEYS] = keys
-    msg = Message(
-        topic, body, props, queue_id=got.queue_id, born_timestamp=born,
-        store_host="127.0.0.1:10911",
+def check_stored(p: Put, got: PutResult, want: Message) -> None:
+    assert got.status is OK, got
+    assert got.msg_id == f"{PREFIX}{got.physical_offset:016X}"
+    assert p.cb.pool_buf is not None
+    raw = bytes(p.cb.pool_buf[got.physical_offset : got.physical_offset + got.size])
+    (born,) = struct.unpack_from(">q", raw, 40)  # "now" for a message without a born time
+    if want.born_timestamp:
+        assert born == want.born_timestamp
+    assert raw == record_bytes(
+        _with_born(want, born), got.queue_offset, got.physical_offset, got.store_timestamp
+    )
+
+
+def _with_born(m: Message, born: int) -> Message:
+    return Message(
+        m.topic, m.body, m.properties, m.queue_id, m.flag, m.sys_flag, born, m.born_host,
+        m.store_host, m.reconsume_times, m.prepared_transaction_offset,
     )  # fmt: skip
-    return expected(msg, got.queue_offset, got.physical_offset, got.store_timestamp)
 
 
-put_fields = st.fixed_dictionaries(
-    {"topic": st.sampled_from(TOPICS), "body": st.binary(max_size=64)},
-    optional={
-        "tags": st.none() | st.sampled_from(KNOWN_TAGS[1:]) | st.text(max_size=4),
-        "keys": st.none() | st.text(max_size=12),
-        "queue_id": st.none() | st.integers(-1, QUEUES),
-    },
+@SETTINGS
+@given(topic=topics, body=bodies, tags=tags_, keys=keys_, properties=props_, queue_id=queue_ids)
+def test_put_message_stores_the_reference_record_or_its_refusal(
+    put: Callable[..., Put], topic: str, body: Any, tags: Any, keys: Any, properties: Any,
+    queue_id: Any,
+) -> None:  # fmt: skip
+    p = put()
+    lane = p.lane(str(topic))
+    got = p.app.put_message(topic, body, tags, keys, properties, queue_id, False)
+    want = put_reference(
+        topic, body, tags, keys, properties, queue_id, lane=lane, max_body=MAX_BODY,
+        seg_size=SEG, store_host=STORE_HOST, born=0,
+    )  # fmt: skip
+    assert type(got) is PutResult
+    if isinstance(want[0], PutMessageStatus):
+        assert (got.status, got.reason) == want
+        assert (got.msg_id, got.physical_offset, got.size) == ("", 0, 0)
+        assert p.cb.get(c.OFF_SEQ) == 0  # nothing reserved
+    else:
+        msg, size = want
+        assert (got.size, got.queue_id) == (size, msg.queue_id)
+        check_stored(p, got, msg)
+        assert p.cb.get(c.OFF_PUBLISHED_SEQ) == 1  # the producer published its own slot
+    if str(topic) in p.lanes:
+        assert p.lanes[str(topic)][3] == lane.rr  # the round robin moved as the reference's
+
+
+_hosts = st.sampled_from(["127.0.0.1:0", "10.1.2.3:77", "[::1]:5", "[fd00::7]:10911"])
+messages = st.builds(
+    Message,
+    topic=topics,
+    body=st.binary(max_size=64),
+    properties=st.dictionaries(_text, _text, max_size=2),
+    queue_id=st.integers(-1, QUEUES),
+    flag=st.integers(-(2**31), 2**31 - 1),
+    sys_flag=st.sampled_from([0, 0x4, 0x8, 0xC, 0x1, 0x100]),
+    born_timestamp=st.sampled_from([0, 1, 2**62]),
+    born_host=_hosts,
+    store_host=st.sampled_from([STORE_HOST, "127.0.0.1:10911"]),
+    reconsume_times=st.integers(0, 3),
+    prepared_transaction_offset=st.integers(0, 2**40),
+)
+dicts = st.fixed_dictionaries(
+    {"topic": topics, "body": st.binary(max_size=64)},
+    optional={"tags": tags_, "keys": keys_, "properties": props_, "queue_id": queue_ids},
 )
 
 
-@settings(
-    max_examples=200, deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)  # fmt: skip
-@given(st.lists(put_fields, min_size=1, max_size=12))
-def test_put_batch_messages_writes_the_reference_bytes_or_leaves_the_batch(
-    cb: c.ControlBlock, msgs: list[dict[str, Any]]
+@SETTINGS
+@given(st.lists(dicts | messages, min_size=1, max_size=10))
+def test_put_batch_stores_the_reference_records_or_refuses_them_all(
+    put: Callable[..., Put], batch: list[Any]
 ) -> None:
-    lanes, app = fresh(cb)
-    next_before = {(t, q): cb.qrow(lanes[t][4][q])[2] for t in TOPICS for q in range(QUEUES)}
-    try:
-        got = app.put_batch_messages(msgs, False)
-        fields = [(m.get("tags"), m.get("keys"), m.get("queue_id"), m["body"]) for m in msgs]
-        if any(refused(*f) for f in fields):
-            assert got is None  # all or nothing: the general path refuses the batch
-            assert cb.get(c.OFF_SEQ) == 0 and all(lane[3] == 0 for lane in lanes.values())
-            return
-        assert type(got) is list and len(got) == len(msgs)
-        assert cb.pool_buf is not None
-        at = 0
-        spread = dict.fromkeys(TOPICS, 0)
-        for m, r in zip(msgs, got, strict=True):
-            # Each queue's messages take its next offsets in batch order, without gaps.
-            assert r.queue_offset == next_before[(m["topic"], r.queue_id)]
-            next_before[(m["topic"], r.queue_id)] += 1
-            assert r.status is OK and r.physical_offset == at
-            if m.get("queue_id") is None:
-                assert r.queue_id == spread[m["topic"]] % QUEUES
-                spread[m["topic"]] += 1
-            raw = bytes(cb.pool_buf[at : at + r.size])
-            want = reference_bytes(m["topic"], m["body"], m.get("tags"), m.get("keys"), r, raw)
-            assert raw == want
-            at += r.size
-        assert len({r.store_timestamp for r in got}) == 1
-        assert cb.get(c.OFF_PUBLISHED_SEQ) == len(msgs)
-        for (t, q), nxt in next_before.items():  # the queue rows written back
-            assert cb.qrow(lanes[t][4][q])[2] == nxt
-    finally:
-        app.close()
+    p = put()
+    next_before: dict[tuple[str, int], int] = {}
+    wants: list[tuple[Message, int]] = []
+    refusal = None
+    for i, m in enumerate(batch):
+        f = dataclasses.asdict(m) if isinstance(m, Message) else m
+        want = put_reference(
+            f["topic"], f["body"], f.get("tags"), f.get("keys"), f.get("properties"),
+            f.get("queue_id"), lane=p.lane(str(f["topic"])), max_body=MAX_BODY, seg_size=SEG,
+            store_host=STORE_HOST, born=0, message=m if isinstance(m, Message) else None,
+        )  # fmt: skip
+        if isinstance(want[0], PutMessageStatus):
+            refusal = (want[0], f"message {i} of the batch: {want[1]}")
+            break
+        wants.append(want)  # type: ignore[arg-type]
+    for msg, _size in wants:  # the queue rows' next offsets (rows outlive an example)
+        row = p.cb.find_or_add_queue(msg.topic.encode(), msg.queue_id)
+        next_before.setdefault((msg.topic, msg.queue_id), p.cb.qrow(row)[2])
+    got = p.app.put_batch_messages(batch, False)
+    assert type(got) is list and len(got) == len(batch)
+    if refusal is not None:
+        assert {(r.status, r.reason) for r in got} == {refusal}
+        assert p.cb.get(c.OFF_SEQ) == 0
+        return
+    at = 0
+    for (msg, size), r in zip(wants, got, strict=True):
+        assert (r.physical_offset, r.size, r.queue_id) == (at, size, msg.queue_id)
+        if record.takes_queue_offset(msg.sys_flag):
+            key = (msg.topic, msg.queue_id)
+            assert r.queue_offset == next_before[key]  # in batch order, without gaps
+            next_before[key] = r.queue_offset + 1
+        else:
+            assert r.queue_offset == 0
+        check_stored(p, r, msg)
+        at += size
+    assert len({r.store_timestamp for r in got}) == 1
+    assert p.cb.get(c.OFF_PUBLISHED_SEQ) == len(batch)
 
 
-def test_put_message_leaves_unusual_types_to_the_general_path(cb: c.ControlBlock) -> None:
-    app = appender(cb, lanes_of(cb))
-    try:
-        for args in (
-            ("TopicA", bytearray(b"x"), None, None, None, None, False),
-            ("TopicA", b"x", None, ["k"], None, None, False),
-            ("TopicA", b"x", None, None, {"a": "b"}, None, False),
-            ("TopicA", b"x", None, None, None, True, False),
-            ("TopicA", b"x", None, None, None, None, 1),
-            ("Unknown", b"x", None, None, None, None, False),
-        ):
-            assert app.put_message(*args) is None, args
-        assert cb.get(c.OFF_SEQ) == 0
-    finally:
-        app.close()
-
-
-def test_put_batch_messages_reads_any_dict_keys_alike(cb: c.ControlBlock) -> None:
-    """Keys equal to the field names but other objects (not the interned names a literal
-    has: the one-pass read does not apply) give the same records; an unknown key or a
-    missing body leaves the batch to the general path, nothing written."""
-
-    def fresh_key(name: str) -> str:
-        k = "".join(list(name))
-        assert k == name and k is not name
-        return k
-
-    literal = [{"topic": "TopicA", "body": b"ab", "tags": "TagA", "keys": "k1", "queue_id": 2}]
-    built = [{fresh_key(k): v for k, v in m.items()} for m in literal]
-    records = []
-    for msgs in (literal, built):
-        _lanes, app = fresh(cb)
-        try:
-            got = app.put_batch_messages(msgs, False)
-            assert type(got) is list and got[0].status is OK
-            assert cb.pool_buf is not None
-            raw = bytearray(cb.pool_buf[: got[0].size])
-            raw[20:28] = bytes(8)  # the queue offset (the queue row is not reset)
-            raw[40:48] = bytes(8)  # the born time
-            raw[56:64] = bytes(8)  # the store time
-            records.append((bytes(raw), got[0].queue_id))
-        finally:
-            app.close()
-    assert records[0] == records[1]
-    for bad in (
-        [{**literal[0], "extra": 1}],
-        [{fresh_key("extra"): 1, **literal[0]}],
-        [{k: v for k, v in literal[0].items() if k != "body"}],
-        [{**literal[0], "topic": None}],
+def test_types_the_c_put_does_not_read_are_left_to_the_client(put: Callable[..., Put]) -> None:
+    """None, nothing done: the client raises the TypeError (`ipc.accepts`) or passes the
+    arguments again in plain types (ipc.producer: `_plain`)."""
+    p = put()
+    for args in (
+        (None, b"x", None, None, None, None, False),
+        ("TopicA", "text", None, None, None, None, False),
+        ("TopicA", b"x", 1, None, None, None, False),
+        ("TopicA", b"x", None, 123, None, None, False),
+        ("TopicA", b"x", None, ["k", 1], None, None, False),
+        ("TopicA", b"x", None, deque(["k"]), None, None, False),
+        ("TopicA", b"x", None, None, {"a": 1}, None, False),
+        ("TopicA", b"x", None, None, {"a": "b"}.items(), None, False),
+        ("TopicA", b"x", None, None, None, True, False),
+        ("TopicA", b"x", None, None, None, "1", False),
+        ("TopicA", b"x", None, None, None, None, 1),
+        ("TopicA", memoryview(b"abcd")[::2], None, None, None, None, False),
     ):
-        _lanes, app = fresh(cb)
-        try:
-            assert app.put_batch_messages(bad, False) is None, bad
-            assert cb.get(c.OFF_SEQ) == 0
-        finally:
-            app.close()
+        assert p.app.put_message(*args) is None, args
+    for batch in ([{"topic": "t", "body": b"x", "keys": 5}], [("t", b"x")], ({"topic": "t"},)):
+        assert p.app.put_batch_messages(batch, False) is None, batch
+    assert p.cb.get(c.OFF_SEQ) == 0 and not p.lanes
 
 
-def test_put_message_leaves_the_put_when_the_client_must_check_first(cb: c.ControlBlock) -> None:
-    app = appender(cb, lanes_of(cb))
+def test_a_batch_dict_is_read_alike_whatever_its_keys_are(put: Callable[..., Put]) -> None:
+    """Keys equal to the field names but other objects (not the interned names a literal
+    has) give the same record; unknown and missing fields are refused by name."""
+    literal = {"topic": "TopicA", "body": b"ab", "tags": "TagA", "keys": "k1", "queue_id": 2}
+    built = {"".join(list(k)): v for k, v in literal.items()}
+    sizes = {put().app.put_batch_messages([m], False)[0].size for m in (literal, built)}
+    assert len(sizes) == 1
+    for bad, reason in (
+        ({**literal, "extra": 1, "b": 2}, "unknown fields ['b', 'extra']"),
+        ({"topic": "TopicA"}, "missing field 'body'"),
+        ({"body": b"x"}, "missing field 'topic'"),
+    ):
+        (r,) = put().app.put_batch_messages([bad], False)
+        assert (r.status, r.reason) == (
+            PutMessageStatus.MESSAGE_ILLEGAL,
+            f"message 0 of the batch: {reason}",
+        )
+
+
+def test_a_put_that_does_not_fit_the_segment_rolls_with_a_blank(put: Callable[..., Put]) -> None:
+    p = put()
+    p.cb.set(c.OFF_RESERVED, SEG - 100)
+    r = p.app.put_message("TopicA", b"x" * 200, None, None, None, 0, False)
+    assert r.status is OK and r.physical_offset == SEG
+    assert p.cb.pool_buf is not None
+    assert bytes(p.cb.pool_buf[SEG - 100 : SEG - 92]) == struct.pack(
+        ">iI", 100, record.BLANK_MAGIC_CODE
+    )
+    # one reservation: the record's slot is joined to the BLANK's (all or nothing)
+    assert [p.cb.slot_state(s) for s in (0, 1)] == [c.STATE_DONE, c.STATE_DONE | c.STATE_JOINED]
+    assert p.cb.slot(0)[5] == -1  # the BLANK's slot takes no queue offset
+    assert p.cb.get(c.OFF_SEQ) == p.cb.get(c.OFF_PUBLISHED_SEQ) == 2
+    assert p.cb.get(c.OFF_PUBLISHED) == SEG + r.size
+
+
+@pytest.mark.parametrize(
+    ("setup", "status", "reason"),
+    [
+        (lambda cb: cb.set(c.OFF_ALLOCATED, 0), "CREATE_MAPPED_FILE_FAILED",
+         "the allocator did not have the next segment file ready in 50 ms"),
+        (lambda cb: cb.set(c.OFF_SEQ, 64), "OS_PAGECACHE_BUSY",
+         "no free reservation slot within 50 ms"),
+        (lambda cb: cb.set(c.OFF_RESERVED, 2 * SEG), "OS_PAGECACHE_BUSY",
+         "no free write-pool buffer within 50 ms"),
+        (lambda cb: Flags(cb).mark_read_only(), "SERVICE_NOT_AVAILABLE",
+         "the store is read-only after a failed fsync"),
+        (lambda cb: cb.set(c.OFF_FLAGS, 0), "SERVICE_NOT_AVAILABLE",
+         "the store is stopping or not running; writes are refused"),
+        (lambda cb: cb.set(c.OFF_DISK_STATE, 1 | 950 << 16), "SERVICE_NOT_AVAILABLE",
+         "the disk is full (95.0% used); writes resume by themselves once the cleaner has "
+         "freed space"),
+    ],
+)  # fmt: skip
+def test_a_reservation_without_room_waits_then_says_why(
+    put: Callable[..., Put], setup: Callable[[c.ControlBlock], None], status: str, reason: str
+) -> None:
+    p = put()
+    setup(p.cb)
+    reserved, seq = p.cb.get(c.OFF_RESERVED), p.cb.get(c.OFF_SEQ)
+    busy = p.cb.get(c.OFF_BUSY)
+    t0 = time.monotonic()
+    r = p.app.put_message("TopicA", b"x", None, None, None, 0, False)
+    waited = time.monotonic() - t0
+    assert (r.status.name, r.reason) == (status, reason)
+    assert (p.cb.get(c.OFF_RESERVED), p.cb.get(c.OFF_SEQ)) == (reserved, seq)
+    if reason.endswith("50 ms"):  # a wait for room: counted, and as long as the busy timeout
+        assert waited >= 0.045 and p.cb.get(c.OFF_BUSY) == busy + 1
+
+
+def test_fast_fail_refuses_at_once_without_a_pool_buffer(put: Callable[..., Put]) -> None:
+    p = put(fast_fail=True)
+    p.cb.set(c.OFF_RESERVED, 2 * SEG)
+    r = p.app.put_message("TopicA", b"x", None, None, None, 0, False)
+    assert (r.status, r.reason) == (PutMessageStatus.OS_PAGECACHE_BUSY, "no free write-pool buffer")
+
+
+def test_a_wait_for_the_next_file_ends_when_it_is_made(put: Callable[..., Put]) -> None:
+    p = put(busy_ns=5 * 10**9)
+    p.cb.set(c.OFF_ALLOCATED, 0)
+    allocator = threading.Timer(0.05, lambda: p.cb.set(c.OFF_ALLOCATED, 64 * SEG))
+    allocator.start()
+    r = p.app.put_message("TopicA", b"x", None, None, None, 0, False)
+    allocator.join()
+    assert r.status is OK and r.physical_offset == 0
+
+
+def test_a_full_queue_table_is_refused(put: Callable[..., Put]) -> None:
+    p = put(find_row=lambda _topic, _qid: -1)
+    r = p.app.put_message("TopicA", b"x", None, None, None, 0, False)
+    assert (r.status, r.reason) == (
+        PutMessageStatus.SERVICE_NOT_AVAILABLE,
+        "the queue table of the control block is full",
+    )
+    assert p.cb.get(c.OFF_SEQ) == 0
+
+
+@pytest.fixture
+def cb_no_pool(tmp_path: Path) -> Iterator[c.ControlBlock]:
+    geo = c.Geometry(segment_size=SEG, pool_buffers=0, slot_count=64, qtable_capacity=256)
+    block = c.ControlBlock.create(tmp_path, 1, geo, token=secrets.token_hex(4))
+    block.set(c.OFF_FLAGS, c.FLAG_RUNNING)
+    block.set(c.OFF_ALLOCATED, 64 * SEG)
     try:
-        app.checked(0)  # the check is due: the client's Python path runs it
-        assert app.put_message("TopicA", b"x", None, None, None, None, False) is None
-        app.checked(10**12)
-        assert type(app.put_message("TopicA", b"x", None, None, None, None, False)) is PutResult
+        yield block
     finally:
-        app.close()
+        block.close()
 
 
-def test_put_message_counts_into_the_statistics_row(cb: c.ControlBlock) -> None:
-    lanes = lanes_of(cb)
-    app = appender(cb, lanes)
+def test_pool_off_writes_into_the_segments_mapping(cb_no_pool: c.ControlBlock) -> None:
+    """The records go into the mapping the client makes per segment (`map_segment`), the
+    BLANK of a roll into the one before; a mapping that fails after the reservation
+    hands its slots to the committer's filler (ABANDONED) and raises."""
+    segments: dict[int, mmap.mmap] = {}
+
+    def map_segment(index: int) -> mmap.mmap:
+        if index == 3:
+            raise KeyboardInterrupt
+        return segments.setdefault(index, mmap.mmap(-1, SEG))
+
+    p = Put(cb_no_pool, map_segment=map_segment)
     try:
-        for _ in range(300):  # past one copy into the control block (every 256)
-            assert type(app.put_message("TopicA", b"xy", None, "k", None, 1, False)) is PutResult
-        row = cb.client_row(0)
-        assert row[c.CF_PUTS] == 256 and row[c.CF_STATUS] == 256
-        assert row[c.CF_BYTES] == 256 * cb.slot(0)[3]
+        cb_no_pool.set(c.OFF_RESERVED, SEG - 50)
+        r = p.app.put_message("TopicA", b"y" * 100, None, None, None, 0, False)
+        assert r.status is OK and r.physical_offset == SEG
+        assert bytes(segments[0][SEG - 50 : SEG - 42]) == struct.pack(
+            ">iI", 50, record.BLANK_MAGIC_CODE
+        )
+        assert bytes(segments[1][: r.size]) == record_bytes(
+            Message("TopicA", b"y" * 100, store_host=STORE_HOST,
+                    born_timestamp=struct.unpack_from(">q", segments[1], 40)[0]),
+            0, SEG, r.store_timestamp,
+        )  # fmt: skip
+        cb_no_pool.set(c.OFF_RESERVED, 3 * SEG)
+        seq = cb_no_pool.get(c.OFF_SEQ)
+        with pytest.raises(KeyboardInterrupt):
+            p.app.put_message("TopicA", b"z", None, None, None, 0, False)
+        assert cb_no_pool.slot_state(seq) == c.STATE_ABANDONED
     finally:
-        app.close()
+        p.app.close()
+        for m in segments.values():
+            m.close()
+
+
+def test_put_message_leaves_the_put_when_the_client_must_check_first(
+    put: Callable[..., Put],
+) -> None:
+    p = put()
+    p.app.checked(0)  # the check is due: the client's Python side runs it
+    assert p.app.put_message("TopicA", b"x", None, None, None, None, False) is None
+    assert type(p.app.put_message("TopicA", b"x", None, None, None, None, False, True)) is PutResult
+    p.app.checked(10**12)
+    assert type(p.app.put_message("TopicA", b"x", None, None, None, None, False)) is PutResult
+
+
+def test_put_message_counts_into_the_statistics_row(put: Callable[..., Put]) -> None:
+    p = put()
+    for _ in range(300):  # past one copy into the control block (every 256)
+        assert p.app.put_message("TopicA", b"xy", None, "k", None, 1, False).status is OK
+    row = p.cb.client_row(0)
+    assert row[c.CF_PUTS] == 256 and row[c.CF_STATUS] == 256
+    assert row[c.CF_BYTES] == 256 * p.cb.slot(0)[3]
 
 
 def test_put_lock_is_a_lock() -> None:

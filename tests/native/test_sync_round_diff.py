@@ -173,20 +173,146 @@ def test_a_failed_write_moves_nothing_and_says_which_call() -> None:
         assert cb.get(c.OFF_FSYNC_COUNT) == 0
 
 
-def test_a_fault_set_on_fdatasync_takes_the_python_round() -> None:
-    """The fault seam (and a sync watch) sees every sync: with a fault set the round is
-    the twin's, and the injected error is raised as the store's I/O error."""
-    with store(pool=True) as (d, cb, files):
+@pytest.fixture
+def no_twin(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`LogFiles.sync_round` must not hand the round to its Python twin."""
+
+    def twin(self: LogFiles, want_seq: int, gather_ns: int) -> None:
+        raise AssertionError("the Python twin ran instead of the C round")
+
+    monkeypatch.setattr(LogFiles, "sync_round_py", twin)
+
+
+@pytest.mark.usefixtures("no_twin")
+@pytest.mark.parametrize("pool", [True, False])
+def test_a_fault_set_on_fdatasync_fails_the_c_round(pool: bool) -> None:
+    """The fault seam reaches the C round's own calls (issue 24: a fault used to switch
+    the round to its twin, so the fault suites never ran the production round)."""
+    with store(pool) as (d, cb, files):
         publish(d, cb, [1000], fill=1)
         fileio.set_fault("fdatasync", lambda: OSError(errno.EIO, "injected"))
         try:
-            with pytest.raises(fileio.StoreIOError, match="fdatasync"):
+            with pytest.raises(fileio.StoreIOError, match="fdatasync") as ei:
                 files.sync_round(0, 0)
         finally:
             fileio.clear_faults()
-        assert cb.get(c.OFF_FLUSHED) == 0
+        assert ei.value.errno == errno.EIO and ei.value.path.endswith(segment_file_name(0))
+        assert cb.get(c.OFF_FLUSHED) == 0 and cb.get(c.OFF_FSYNC_COUNT) == 0
         assert files.sync_round(0, 0) is not None
         assert cb.get(c.OFF_FLUSHED) == 1000
+
+
+class _Watch:
+    """A sync watch that keeps what each sync was about to make durable."""
+
+    def __init__(self) -> None:
+        self.synced: list[tuple[str, bytes]] = []
+
+    def data_synced(self, path: fileio.StrPath, offset: int, length: int) -> None:
+        self.synced.append((os.path.basename(path), Path(path).read_bytes()))
+
+    def dir_synced(self, path: fileio.StrPath) -> None:
+        pass
+
+    def renamed(self, src: fileio.StrPath, dst: fileio.StrPath) -> None:
+        pass
+
+
+@pytest.mark.usefixtures("no_twin")
+@pytest.mark.parametrize("pool", [True, False])
+def test_the_c_round_tells_the_sync_watch_what_it_forces(pool: bool) -> None:
+    """The power-loss suite's recorder sees the C round's fdatasync, with the segment's
+    content at that moment: the committed records are in it."""
+    watch = _Watch()
+    with store(pool) as (d, cb, files):
+        publish(d, cb, [1000, 500], fill=7)
+        fileio.set_sync_watch(watch)
+        try:
+            assert files.sync_round(0, 0) is not None
+        finally:
+            fileio.set_sync_watch(None)
+        assert [name for name, _data in watch.synced] == [segment_file_name(0)]
+        content = watch.synced[0][1]
+        assert content[:1500] == bytes([7]) * 1000 + bytes([8]) * 500
+        assert cb.get(c.OFF_FLUSHED) == 1500
+
+
+def _round_fds(d: Path) -> tuple[int, int, int]:
+    seg = os.open(d / "commitlog" / segment_file_name(0), os.O_RDWR)
+    lock = os.open(d / "lock-for-test", os.O_RDWR | os.O_CREAT, 0o600)
+    off = os.open(d / storedir.FLUSHED_OFFSET_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    return seg, lock, off
+
+
+@pytest.mark.parametrize("fail_at", [None, 0, 1, 2, 3, 4])
+def test_the_io_hook_is_asked_before_each_call(fail_at: int | None) -> None:
+    """`io_hook(op, fd)`: every flock, pwrite and fdatasync of the round asks it first,
+    in order; the call it answers with an errno fails the round with that errno (nothing
+    after it runs)."""
+    with store(pool=True) as (d, cb, _files):
+        publish(d, cb, [1000, 2000], fill=1)
+        seg, lock, off = _round_fds(d)
+        asked: list[tuple[int, int]] = []
+
+        def hook(op: int, fd: int) -> int:
+            asked.append((op, fd))
+            return errno.ENOSPC if len(asked) - 1 == fail_at else 0
+
+        try:
+            code, op, err, *_ = _native.sync_round(
+                cb.buf, cb.pool_buf, 0, seg, lock, off, 0, 0, hook
+            )
+        finally:
+            for fd in (seg, lock, off):
+                os.close(fd)
+        every = [(1, lock), (2, seg), (1, lock), (3, seg), (2, off)]  # flock, pwrite, ...
+        if fail_at is None:
+            assert asked == every and code == commit.ROUND_FORCED
+            assert cb.get(c.OFF_FLUSHED) == 3000
+            return
+        failed_op = {0: 1, 1: 2, 2: None, 3: 3, 4: 4}[fail_at]
+        if failed_op is None:  # the unlock's answer is not checked: the round goes on
+            assert asked == every and code == commit.ROUND_FORCED
+            return
+        assert (code, op, err) == (commit.ROUND_FAILED, failed_op, errno.ENOSPC)
+        # a failed pwrite of the records still unlocks (asked once more) and stops there
+        assert asked == (every[:3] if fail_at == 1 else every[: fail_at + 1])
+        assert cb.get(c.OFF_FLUSHED) == (3000 if fail_at == 4 else 0)
+
+
+def test_the_io_hook_must_be_callable() -> None:
+    with store(pool=True) as (_d, cb, _files), pytest.raises(TypeError, match="io_hook"):
+        _native.sync_round(cb.buf, cb.pool_buf, 0, 0, 0, 0, 0, 0, 42)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("pool", "op", "after"),
+    [
+        (True, "pwrite", 0),  # the records' pwrite from the pool
+        (True, "pwrite", 1),  # flushed_offset's, after the records'
+        (True, "fdatasync", 0),
+        (False, "pwrite", 0),  # pool off: flushed_offset's is the round's only pwrite
+        (False, "fdatasync", 0),
+    ],
+)
+def test_a_fault_fails_the_c_round_as_it_fails_the_twin(pool: bool, op: str, after: int) -> None:
+    """The same fault (`fileio.set_fault`, `after` calls let through first) in the C round
+    and in its twin: the same error and the same control block, files and
+    flushed_offset afterwards."""
+    errors = []
+    with store(pool) as (da, a, fa), store(pool) as (db, b, fb):
+        for d, cb, run in ((da, a, fa.sync_round), (db, b, fb.sync_round_py)):
+            publish(d, cb, [1000, 300], fill=3)
+            fileio.set_fault(op, lambda: OSError(errno.EIO, "injected"), after=after)
+            try:
+                with pytest.raises(fileio.StoreIOError) as ei:
+                    run(0, 0)
+            finally:
+                fileio.clear_faults()
+            errors.append((ei.value.op, ei.value.errno, os.path.basename(ei.value.path)))
+            del ei  # its frames hold views of the pool, which must close with the store
+        assert errors[0] == errors[1]
+        assert state(da, a) == state(db, b)
 
 
 @pytest.mark.parametrize(

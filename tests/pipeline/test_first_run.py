@@ -166,7 +166,12 @@ def test_export_to_an_existing_path_says_mode_overwrite_and_spark_stays_quiet(
     out.mkdir()
     (out / "kept.txt").write_text("mine")
     env = _env(tmp_path)
-    res = _run(tmp_path, ["pipeline", "export", str(store), "--to", str(out)], env)
+    # Refused before Spark starts (a minute on a busy machine): also where pyspark could
+    # not even be imported, the one line is about the path.
+    res = _run(
+        tmp_path, ["pyspark,py4j", "pipeline", "export", str(store), "--to", str(out)], env,
+        prefix=["-c", WITHOUT_MODULES],
+    )  # fmt: skip
     assert res.returncode == 2, res.stderr
     assert _errors(res.stderr) == [
         f"mqstore pipeline export: {out} exists, nothing written: --mode overwrite "

@@ -355,14 +355,24 @@ def test_cli_jobs(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert [c["physical_offset"] for c in doc["corrupt"]] == [offsets[30], offsets[60]]
 
     t = storegen.BASE_TS_MS + 7 * 5  # record 5's store time
-    assert (
-        cli.main(["pipeline", "query", str(root), "--topic", "T", "--from", str(t), "--to", str(t)])
-        == 0
-    )
+    args = ["pipeline", "query", str(root), "--topic", "T", "--begin", str(t), "--end", str(t)]
+    assert cli.main(args) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [json.loads(x)["physical_offset"] for x in lines] == [offsets[5]]
+    assert cli.main(["pipeline", "query", str(root), "--begin", str(t + 1), "--end", str(t)]) == 2
+    assert f"--begin {t + 1} is after --end {t}" in capsys.readouterr().err
+    # a result cut at --limit says so, and how to get the rest; one that fits does not
+    assert cli.main(["pipeline", "query", str(root), "--topic", "T", "--limit", "5"]) == 0
+    cut = capsys.readouterr()
+    assert len(cut.out.splitlines()) == 5
+    assert "stopped at --limit 5; more records match: a larger --limit" in cut.err
+    assert cli.main(["pipeline", "query", str(root), "--topic", "T", "--limit", "100000"]) == 0
+    whole = capsys.readouterr()
+    assert len(whole.out.splitlines()) > 5 and "--limit" not in whole.err
+    # the old spelling still works, and says which to use
     assert cli.main(["pipeline", "query", str(root), "--from", str(t + 1), "--to", str(t)]) == 2
-    assert f"--from {t + 1} is after --to {t}" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--from is deprecated, use --begin" in err and "is after --end" in err
 
     out = tmp_path / "pq"
     assert cli.main(["pipeline", "export", str(root), "--to", str(out)]) == 0

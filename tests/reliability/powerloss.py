@@ -22,6 +22,7 @@ import json
 import os
 import random
 import shutil
+import sys
 import threading
 from collections import Counter
 from pathlib import Path
@@ -69,6 +70,21 @@ class ShadowRecorder:
         self.shadow = shadow
         self.root = os.path.realpath(root)
         self._lock = _ShadowLock(shadow)
+        self.log_syncs: Counter[str] = Counter()
+
+    def _count_log_sync(self, rel: str) -> None:
+        """Count a commit-log sync by who forced it: the flusher's C round (its I/O seam
+        calls `fileio.native_seam`'s hook, which calls this) or Python (`fileio`'s own
+        calls); kept per process in `<shadow>/syncs/<pid>.json` (`log_sync_counts`)."""
+        if not rel.startswith("commitlog" + os.sep):
+            return
+        caller = sys._getframe(2).f_code  # data_synced <- the seam that called it
+        self.log_syncs["C round" if caller.co_name == "before" else "Python code"] += 1
+        path = os.path.join(self.shadow, "syncs", f"{os.getpid()}.json")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path + ".tmp", "w") as f:
+            json.dump(self.log_syncs, f)
+        os.replace(path + ".tmp", path)
 
     def _rel(self, path: StrPath) -> str | None:
         """`path` relative to the store ("." for the store itself), or None."""
@@ -86,6 +102,7 @@ class ShadowRecorder:
             return
         dst = os.path.join(self.shadow, "data", rel)
         with self._lock:
+            self._count_log_sync(rel)
             try:
                 src_fd = os.open(path, os.O_RDONLY)
             except OSError:
@@ -137,6 +154,14 @@ class ShadowRecorder:
                 new = os.path.join(self.shadow, "data", b)
                 os.makedirs(os.path.dirname(new), exist_ok=True)
                 os.replace(old, new)
+
+
+def log_sync_counts(shadow: Path) -> Counter[str]:
+    """The commit-log syncs every process recorded into `shadow`, by who forced them."""
+    out: Counter[str] = Counter()
+    for p in (shadow / "syncs").glob("*.json"):
+        out.update(json.loads(p.read_text()))
+    return out
 
 
 def seed_shadow(store: Path, shadow: Path) -> None:

@@ -21,6 +21,8 @@ topic registration caught their I/O errors and retried forever.
 
 from __future__ import annotations
 
+import errno
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,11 +75,14 @@ CELLS: list[Cell] = [
     *_both("flusher", "fdatasync", READ_ONLY, pool=False),
     *_both("flusher", "pwrite", READ_ONLY),
     *_both("flusher", "open", READ_ONLY),
-    # allocator: building the next segment file (open .tmp, ftruncate, fallocate, fsync,
-    # rename, fsync of the directory)
+    # allocator: building the next segment file (open .tmp, ftruncate, fallocate, under
+    # SYNC_FLUSH its zeros written and forced a chunk at a time, fsync, rename, fsync of
+    # the directory)
     *_both("allocator", "open", WAITS),
     *_both("allocator", "ftruncate", WAITS),
     *_both("allocator", "fallocate", WAITS),
+    *_both("allocator", "pwrite", WAITS),
+    *_both("allocator", "fdatasync", READ_ONLY),
     *_both("allocator", "fsync", READ_ONLY),
     *_both("allocator", "rename", WAITS),
     *_both("allocator", "fsync_dir", READ_ONLY),
@@ -171,6 +176,12 @@ def _check_read_only(st: Store, prod: Producer, cell: Cell, doc: dict[str, Any])
     assert (rows[cell.worker]["restarts"], rows[cell.worker]["last_exit"]) == (0, code), rows
     assert all(w["restarts"] == 0 for w in rows.values()), rows
     assert f"{cell.op}" in st.output() and "not restarting" in st.output()
+    if cell.worker == "flusher" and cell.op in ("pwrite", "fdatasync"):
+        # the flusher's C round failed, through its I/O seam (`fileio.native_seam`): it
+        # says the errno's own text, where the Python twin says the injected message
+        strerror = os.strerror(getattr(errno, cell.err))
+        assert strerror in ro["message"] and "injected" not in ro["message"], ro
+        FIGURES["fault matrix: flusher cells failed in the C round"] += 1
 
 
 def _check_waits(st: Store, prod: Producer, cell: Cell) -> dict[str, Any]:

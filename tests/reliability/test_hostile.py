@@ -132,13 +132,10 @@ def _sup_alive(store: Store) -> None:
 def _send_frames(
     store: Store, frames: list[bytes], rng: random.Random, *, whole: bool = False
 ) -> None:
-    addr = channel.supervisor_address(store.path)
     held: list[socket.socket] = []
     try:
         for i, f in enumerate(frames):
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            s.settimeout(5)
-            s.connect(addr)
+            s = channel.connect(store.path, timeout_s=5)
             with contextlib.suppress(OSError):  # the supervisor may drop a bad client
                 s.sendall(
                     f if whole or rng.random() < 0.5 else f[: max(1, len(f) // 2)]

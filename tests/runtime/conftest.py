@@ -3,6 +3,8 @@ test, with /dev/shm checked clean."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -63,3 +65,12 @@ def make_store(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Store
 def store(make_store: StoreFactory) -> Store:
     """A running SYNC_FLUSH store with the pool on (1 MiB segments, 3 buffers)."""
     return make_store()
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory other users can traverse (pytest's own tmp dir is root-only)."""
+    d = Path(tempfile.mkdtemp(prefix="mqstore-access-", dir="/tmp"))
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)

@@ -46,6 +46,19 @@ def wait_for(cond: Callable[[], Any], timeout_s: float = 30.0, what: str = "cond
         time.sleep(0.01)
 
 
+_IGNORE_SIGINT_THEN_EXEC = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
+def sigint_ignored(argv: list[str]) -> list[str]:
+    """`argv` (a program path first) run with SIGINT ignored, as a job started with `&`
+    from a script inherits it (an exec keeps an ignored disposition): a command that waits
+    must stop on SIGINT however the suite, or its user, launched it."""
+    return [sys.executable, "-c", _IGNORE_SIGINT_THEN_EXEC, *argv]
+
+
 def config_toml(config: Mapping[str, Any]) -> str:
     """`config` as a TOML `[store]` table."""
     lines = ["[store]"]

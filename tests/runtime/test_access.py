@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
-import tempfile
-from collections.abc import Callable, Iterator
 from multiprocessing import shared_memory
 from pathlib import Path
 
@@ -22,11 +19,7 @@ from mqstore.ipc.reservation import LIVE_LOCK
 from mqstore.ipc.session import _attach_checked
 from tests.runtime.conftest import StoreFactory
 from tests.runtime.harness import Store
-
-NOBODY = 65534
-ROOT_ONLY = pytest.mark.skipif(
-    os.geteuid() != 0, reason="dropping privileges to another user needs root"
-)
+from tests.runtime.other_user import NOBODY, ROOT_ONLY, as_user
 
 
 def _mode(path: Path | str) -> int:
@@ -36,42 +29,6 @@ def _mode(path: Path | str) -> int:
 def _names(store: Store) -> dict[str, object]:
     doc: dict[str, object] = json.loads((store.path / access.NAMES_FILE).read_text())
     return doc
-
-
-def _as_user(fn: Callable[[], str], uid: int, gid: int) -> str:
-    """Run `fn` in a forked child that has dropped to `uid`/`gid` (no other groups);
-    return what it returned, or the repr of what it raised."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        try:
-            os.close(r)
-            os.setgroups([])
-            os.setgid(gid)
-            os.setuid(uid)
-            try:
-                out = fn()
-            except BaseException as e:
-                out = f"{type(e).__name__}: {e}"
-            os.write(w, out.encode()[:60000])
-        finally:
-            os._exit(0)
-    os.close(w)
-    chunks = []
-    while chunk := os.read(r, 65536):
-        chunks.append(chunk)
-    os.close(r)
-    os.waitpid(pid, 0)
-    return b"".join(chunks).decode()
-
-
-@pytest.fixture
-def shared_dir() -> Iterator[Path]:
-    """A directory other users can traverse (pytest's own tmp dir is root-only)."""
-    d = Path(tempfile.mkdtemp(prefix="mqstore-access-", dir="/tmp"))
-    d.chmod(0o755)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def test_what_a_store_creates_is_owner_only(store: Store) -> None:
@@ -121,11 +78,10 @@ def test_another_user_is_refused_and_the_store_carries_on(store: Store) -> None:
     def stop() -> str:
         return json.dumps(channel.request(path, {"op": "stop"}))
 
-    got = _as_user(attach, NOBODY, NOBODY)
-    assert got.startswith("StoreAccessDenied: permission denied"), got
-    assert "ipc_allow_group" in got
-    refused = json.loads(_as_user(stop, NOBODY, NOBODY))
-    assert refused.get("denied") is True, refused
+    got = as_user(attach, NOBODY, NOBODY)
+    assert got.startswith("SupervisorRefused: "), got
+    assert "permission denied" in got, got
+    assert as_user(stop, NOBODY, NOBODY).startswith("SupervisorRefused: ")
     # nothing changed: the store runs and takes puts from its owner
     assert store.status()["flags"] == ["running"]
     with StoreClient.attach(path) as client:
@@ -145,7 +101,7 @@ def test_a_member_of_the_group_attaches_with_the_option(shared_dir: Path) -> Non
             with StoreClient.attach(path) as client:
                 return client.put("t", b"from the group", queue_id=0).status.name
 
-        assert _as_user(put, NOBODY, NOBODY) == "PUT_OK"
+        assert as_user(put, NOBODY, NOBODY) == "PUT_OK"
     finally:
         assert store.stop() == 0
     assert store.shm_leftovers() == []

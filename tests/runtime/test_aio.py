@@ -1,22 +1,27 @@
 """The asyncio client against a real supervisor: concurrent awaits beside blocking
 producers in other processes, exactly-once in the log, a loop that keeps running while
-puts wait for their fsync, batches, pulls, statuses, and a failed fsync."""
+puts wait for their fsync, puts done at the call when they do not wait, batches, pulls,
+statuses, a flush timeout, a failed fsync, a cancelled put and a restarted store."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from collections import Counter
 
 import pytest
 
-from mqstore import AsyncStoreClient, PutMessageStatus
+from mqstore import AsyncStoreClient, PutMessageStatus, PutResult
 from mqstore.engine.reader import GetResult
+from mqstore.ipc.commit import pid_alive
 from tests.runtime.conftest import StoreFactory
-from tests.runtime.harness import REPO, Store
+from tests.runtime.harness import REPO, Store, wait_for
 
 OK = PutMessageStatus.PUT_OK
 
@@ -48,10 +53,7 @@ def _children(store: Store, count: int, n: int) -> list[subprocess.Popen[str]]:
     ]
 
 
-@pytest.mark.parametrize("loop_waits", [True, False], ids=["loop-waits", "thread-waits"])
-def test_concurrent_awaits_beside_blocking_producers_exactly_once(
-    store: Store, loop_waits: bool
-) -> None:
+def test_concurrent_awaits_beside_blocking_producers_exactly_once(store: Store) -> None:
     procs = _children(store, 2, 300)  # blocking producers in other processes
     in_flight = 0
     ticks_while_waiting = 0
@@ -67,7 +69,7 @@ def test_concurrent_awaits_beside_blocking_producers_exactly_once(
                     ticks_while_waiting += 1
                 await asyncio.sleep(0)
 
-        async with AsyncStoreClient.attach(store.path, loop_waits=loop_waits) as aio:
+        async with AsyncStoreClient.attach(store.path) as aio:
 
             async def one(i: int) -> tuple[str, PutMessageStatus]:
                 nonlocal in_flight
@@ -106,21 +108,18 @@ def test_concurrent_awaits_beside_blocking_producers_exactly_once(
     assert sum(in_log.values()) == len(acked)
 
 
-def test_one_thread_many_awaits_share_fsyncs_when_waits_are_on_the_loop(store: Store) -> None:
-    """With the flush wait on the loop, one put thread serves any number of concurrent
-    sync awaits, and they share fsyncs; waits held on that one thread could not (one
-    fsync per put)."""
+def test_concurrent_sync_puts_share_fsyncs(store: Store) -> None:
+    """The flush waits are settled on the loop by one thread: any number of concurrent
+    sync puts share fsyncs (one waiting thread per put would cost one fsync each)."""
     n = 150
 
-    async def main() -> tuple[bool, list[PutMessageStatus]]:
-        async with AsyncStoreClient.attach(store.path, concurrency=1) as aio:
+    async def main() -> list[PutMessageStatus]:
+        async with AsyncStoreClient.attach(store.path) as aio:
             rs = await asyncio.gather(*(aio.put("g", b"%d" % i, queue_id=0) for i in range(n)))
-            return aio.waits_on_loop, [r.status for r in rs]
+            return [r.status for r in rs]
 
     before = store.status()["fsync"]["total"]
-    on_loop, statuses = asyncio.run(main())
-    if not on_loop:
-        pytest.skip("this runtime's flusher answers no datagrams: waits run on threads")
+    statuses = asyncio.run(main())
     assert statuses == [OK] * n
     fsyncs = store.status()["fsync"]["total"] - before
     assert fsyncs < n // 2, f"{fsyncs} fsyncs for {n} concurrent sync puts"
@@ -180,8 +179,10 @@ def test_failed_fsync_settles_awaits_with_flush_disk_failed(make_store: StoreFac
     async def main() -> list[PutMessageStatus]:
         async with AsyncStoreClient.attach(st.path) as aio:
             rs = await asyncio.gather(*(aio.put("t", b"x", queue_id=0) for _ in range(20)))
+            batch = await aio.put_batch([{"topic": "t", "body": b"b", "queue_id": 0}] * 3)
+            assert len({r.status for r in batch}) == 1  # a batch shares one status
             after = await aio.put("t", b"refused", queue_id=0)
-            return [r.status for r in rs] + [after.status]
+            return [r.status for r in rs + batch] + [after.status]
 
     statuses = asyncio.run(main())
     # the first fsync fails every put waiting for it; puts reserved after that are refused
@@ -223,3 +224,127 @@ def test_pull_through_consume_queues(store: Store) -> None:
             assert (await aio.pull("cq", 2, 10, 4)).status.name == "OFFSET_OVERFLOW_ONE"
 
     asyncio.run(main())
+
+
+def test_async_flush_puts_are_done_at_the_call_without_threads(make_store: StoreFactory) -> None:
+    """Under ASYNC_FLUSH (and with wait_store=False under SYNC_FLUSH) the put runs on the
+    loop thread and its future is resolved when the call returns: no thread hop."""
+    async_store = make_store({"flush_disk_type": "ASYNC_FLUSH"})
+    sync_store = make_store()
+
+    async def main(path: str, wait_store: bool) -> list[PutResult]:
+        async with AsyncStoreClient.attach(path) as aio:
+            before = set(threading.enumerate())
+            futs = [aio.put("a", b"%d" % i, keys=["k"], wait_store=wait_store) for i in range(50)]
+            batch = aio.put_batch(
+                [{"topic": "a", "body": b"b%d" % i} for i in range(5)], wait_store=wait_store
+            )
+            assert all(f.done() for f in futs) and batch.done()
+            assert set(threading.enumerate()) == before  # no thread started for a put
+            return [await f for f in futs] + await batch
+
+    for path, wait_store in ((async_store.path, True), (sync_store.path, False)):
+        rs = asyncio.run(main(str(path), wait_store))
+        assert [r.status for r in rs] == [OK] * 55
+        offsets = [r.physical_offset for r in rs]
+        assert offsets == sorted(offsets) and len(set(offsets)) == 55
+
+
+def _flusher_pid(store: Store) -> int:
+    store.wait_workers_running()
+    return int(next(w for w in store.status()["workers"] if w["name"] == "flusher")["pid"])
+
+
+def test_sync_puts_time_out_while_the_flusher_is_stopped(make_store: StoreFactory) -> None:
+    """FLUSH_DISK_TIMEOUT after syncFlushTimeout, for puts and batches, while the loop
+    keeps running; PUT_OK again once the flusher runs."""
+    st = make_store({"sync_flush_timeout_ms": 1500})
+    flusher = _flusher_pid(st)
+
+    async def main() -> tuple[list[PutResult], int, PutResult]:
+        async with AsyncStoreClient.attach(st.path) as aio:
+            assert (await aio.put("to", b"warm", queue_id=0)).ok
+            os.kill(flusher, signal.SIGSTOP)
+            try:
+                t0 = time.monotonic()
+                one = aio.put("to", b"x", queue_id=0)
+                batch = aio.put_batch([{"topic": "to", "body": b"y", "queue_id": 0}] * 3)
+                ticks = 0
+                while not (one.done() and batch.done()):
+                    ticks += 1
+                    await asyncio.sleep(0.01)
+                waited = time.monotonic() - t0
+                assert waited >= 1.4, waited
+                rs = [one.result(), *batch.result()]
+            finally:
+                os.kill(flusher, signal.SIGCONT)
+            return rs, ticks, await aio.put("to", b"after", queue_id=0)
+
+    rs, ticks, after = asyncio.run(main())
+    assert [r.status for r in rs] == [PutMessageStatus.FLUSH_DISK_TIMEOUT] * 4
+    assert all("syncFlushTimeout (1500 ms)" in r.reason and r.msg_id for r in rs)
+    assert ticks > 50  # the loop ran while the puts waited
+    assert after.ok
+
+
+def test_a_cancelled_put_leaves_no_wait_behind(make_store: StoreFactory) -> None:
+    """Cancelling a waiting put stops only its awaiter: the record stays in the log, the
+    puts after it are answered, and close() stops the waiter thread."""
+    st = make_store({"sync_flush_timeout_ms": 20000})
+    flusher = _flusher_pid(st)
+
+    async def main() -> tuple[bool, PutResult]:
+        async with AsyncStoreClient.attach(st.path) as aio:
+            os.kill(flusher, signal.SIGSTOP)
+            try:
+                waiting = aio.put("cx", b"cancelled", queue_id=0)
+                await asyncio.sleep(0.05)
+                waiting.cancel()
+            finally:
+                os.kill(flusher, signal.SIGCONT)
+            after = await aio.put("cx", b"after", queue_id=0)
+            return waiting.cancelled(), after
+
+    cancelled, after = asyncio.run(main())
+    assert cancelled and after.ok
+    assert not [t for t in threading.enumerate() if t.name == "mqstore-aio-flush"]
+    assert st.stop() == 0
+    assert [r.body for r in st.read_log() if r.topic == "cx"] == [b"cancelled", b"after"]
+
+
+@pytest.mark.slow
+def test_a_put_waiting_when_the_store_restarts_is_never_acknowledged(
+    make_store: StoreFactory,
+) -> None:
+    """A sync put written into a control block the client then leaves (the supervisor
+    was killed and restarted) cannot be covered by that block any more: it is answered
+    FLUSH_DISK_TIMEOUT at once, never PUT_OK from the new block's flushed position."""
+    st = make_store({"sync_flush_timeout_ms": 60000})
+    flusher = _flusher_pid(st)
+    workers = [w["pid"] for w in st.status()["workers"]]
+
+    def kill_and_restart() -> None:
+        assert st.proc is not None
+        st.proc.kill()
+        st.proc.wait()
+        st.proc = None
+        st._log.close()
+        os.kill(flusher, signal.SIGKILL)
+        wait_for(lambda: not any(pid_alive(p) for p in workers), 30, "the workers to exit")
+        st.start()
+
+    async def main() -> tuple[PutResult, PutResult, float]:
+        async with AsyncStoreClient.attach(st.path) as aio:
+            assert (await aio.put("rs", b"before", queue_id=0)).ok
+            os.kill(flusher, signal.SIGSTOP)
+            waiting = aio.put("rs", b"unflushed", queue_id=0)
+            await asyncio.to_thread(kill_and_restart)
+            t0 = time.monotonic()
+            after = await aio.put("rs", b"after", queue_id=0)  # re-attaches
+            got = await asyncio.wait_for(waiting, 30)
+            return got, after, time.monotonic() - t0
+
+    got, after, waited = asyncio.run(main())
+    assert got.status is PutMessageStatus.FLUSH_DISK_TIMEOUT and "restarted" in got.reason, got
+    assert waited < 30  # answered when the client left the block, not at the 60 s timeout
+    assert after.ok, after

@@ -187,3 +187,27 @@ def test_a_failed_sync_in_the_flush_thread_makes_the_store_read_only(
     assert all(w["restarts"] == 0 for w in rows.values()), rows
     assert st.stop() == 5  # read-only: the supervisor does not flush, abort stays
     assert [m.body for m in _pull_all(st.path, "orders", 0)] == [b"before"]
+
+
+def test_async_puts_with_the_pool_are_committed_as_they_arrive_not_per_interval(
+    make_store: StoreFactory,
+) -> None:
+    """RocketMQ's put path wakes the committer after every put: a stream of puts is
+    committed (and so dispatched: the limit under ASYNC_FLUSH with the pool) whenever
+    `commit_least_pages` are there, and the rest, under a page here, at the committer's
+    first tick without new puts; neither waits for an interval (an hour here)."""
+    hour = 3_600_000
+    st = make_store(
+        {
+            "flush_disk_type": "ASYNC_FLUSH",
+            "commit_interval_ms": hour,
+            "commit_thorough_interval_ms": hour,
+            "commit_least_pages": 4,
+        }
+    )
+    bodies = [b"%d" % i + b"x" * 4096 for i in range(8)] + [b"small"] * 3
+    with StoreClient.attach(st.path) as client:
+        for body in bodies:
+            assert client.put("arrive", body, queue_id=0).status is OK
+        wait_for(lambda: client.max_offset("arrive", 0) == len(bodies), 60, "all dispatched")
+    assert [m.body for m in _pull_all(st.path, "arrive", 0)] == bodies

@@ -13,15 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from mqstore import PutMessageStatus, StoreClient, _native
+from mqstore import PutMessageStatus, StoreClient
 from mqstore.engine.checkpoint import StoreCheckpoint
 from mqstore.engine.filler import is_filler
 from mqstore.engine.storedir import read_flushed_offset
-from mqstore.ipc import channel
+from mqstore.ipc import channel, producer
 from mqstore.ipc import control as c
 from mqstore.ipc.commit import pid_alive
 from mqstore.ipc.control import leftover_shm
-from mqstore.ipc.prepare import PutFields
 from mqstore.pipeline import plain
 from tests.runtime.conftest import StoreFactory
 from tests.runtime.harness import REPO, Store, check_chain, wait_for
@@ -29,8 +28,12 @@ from tests.runtime.harness import REPO, Store, check_chain, wait_for
 OK = PutMessageStatus.PUT_OK
 
 
-def _child(mode: str, store: Store, expect: str = "ready") -> subprocess.Popen[str]:
+def _child(
+    mode: str, store: Store, expect: str = "ready", crashpoint: str = ""
+) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
+    if crashpoint:
+        env["MQSTORE_CRASHPOINT"] = crashpoint
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.runtime.helpers_child", mode, str(store.path)],
         stdout=subprocess.PIPE,
@@ -45,8 +48,7 @@ def _child(mode: str, store: Store, expect: str = "ready") -> subprocess.Popen[s
 
 
 def _crash_child(store: Store, point: str, rc: int) -> None:
-    """A producer that puts twice ("crash", queue 0) with MQSTORE_CRASHPOINT=point: the
-    first put registers the queue row (general path), the second takes the C path."""
+    """A producer that puts twice ("crash", queue 0) with MQSTORE_CRASHPOINT=point."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "MQSTORE_CRASHPOINT": point}
     proc = subprocess.run(
         [sys.executable, "-m", "tests.runtime.helpers_child", "put-twice", str(store.path)],
@@ -67,11 +69,11 @@ def test_client_killed_inside_the_lock_does_not_wedge_the_store(store: Store) ->
     reserve-locked): the next locker gets EOWNERDEAD and repairs the queue offset."""
     with StoreClient.attach(store.path) as client:
         assert client.put("crash", b"before", queue_id=0).status is OK
-        _crash_child(store, "reserve-locked:kill", -signal.SIGKILL)
+        _crash_child(store, "reserve-locked:kill:2", -signal.SIGKILL)
         r = client.put("crash", b"after", queue_id=0)
         assert r.status is OK, r.reason
         assert r.queue_offset == 3  # the dead reservation kept offset 2 ("warm" took 1)
-        assert client._cb.get(c.OFF_OWNER_DEAD) == 1
+        assert client.live_control_block().get(c.OFF_OWNER_DEAD) == 1
     assert store.stop() == 0
     recs = store.read_log(keep_fillers=True)
     check_chain(recs, store.config["segment_size_bytes"])
@@ -81,7 +83,8 @@ def test_client_killed_inside_the_lock_does_not_wedge_the_store(store: Store) ->
 
 def test_client_killed_after_reserving_gets_a_filler_and_no_stall(store: Store) -> None:
     with StoreClient.attach(store.path) as client:
-        child = _child("reserve-only", store)
+        child = _child("reserve-only", store, crashpoint="copy-half:stop")
+        os.waitpid(child.pid, os.WUNTRACED)  # stopped inside the copy, its space reserved
         _kill(child)
         rs = [client.put("crash", b"x%d" % i, queue_id=0) for i in range(3)]
         assert [r.status for r in rs] == [OK] * 3, [r.reason for r in rs]
@@ -125,7 +128,7 @@ def test_client_killed_in_the_c_copy_gets_a_filler(store: Store, point: str) -> 
 
 def _stopped_holder(store: Store) -> subprocess.Popen[str]:
     """A producer that SIGSTOPs itself inside the reservation step of its second put."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "MQSTORE_CRASHPOINT": "reserve-locked:stop"}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MQSTORE_CRASHPOINT": "reserve-locked:stop:2"}
     child = subprocess.Popen(
         [sys.executable, "-m", "tests.runtime.helpers_child", "put-twice", str(store.path)],
         stdout=subprocess.PIPE, text=True, env=env, cwd=str(REPO),
@@ -442,20 +445,22 @@ def test_status_command_json_and_table(store: Store) -> None:
     wait_for(lambda: store.status()["puts"]["total"] == 10, 10, "the put count")
 
 
-def test_exception_mid_copy_abandons_the_reservation(store: Store) -> None:
-    """The general path (here called, its C reservation answering FALLBACK) raising
-    between its reservation and its copy hands the slot to the filler."""
+def test_exception_mid_copy_abandons_the_reservation(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A put that raises between its reservation and its copy (here the mapping of its
+    segment, pool off) hands the slot to the filler: the log does not stall."""
+    store = make_store({"transient_store_pool_enable": False})
     with StoreClient.attach(store.path) as client:
         assert client.put("ab", b"first", queue_id=0).status is OK
 
         def boom(*_a: object) -> None:
             raise KeyboardInterrupt
 
-        client._put_one = lambda *_a: _native.FALLBACK  # type: ignore[method-assign]
-        client._copy = boom  # type: ignore[assignment,method-assign]
-        with pytest.raises(KeyboardInterrupt), client._tlock:
-            client._put_general(0, PutFields("ab", b"lost", None, None, None, 0), True)
-        del client._copy, client._put_one
+        monkeypatch.setattr(producer, "_map_segment", boom)
+        with StoreClient.attach(store.path) as other, pytest.raises(KeyboardInterrupt):
+            other.put("ab", b"lost", queue_id=0)
+        monkeypatch.undo()
         r = client.put("ab", b"third", queue_id=0)  # a stalled log would time out here
         assert r.status is OK and r.queue_offset == 2
     assert store.stop() == 0

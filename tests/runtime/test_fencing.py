@@ -57,7 +57,7 @@ def children() -> Iterator[list[subprocess.Popen[str]]]:
 
 def _stopped_in_copy(store: Store, children: list[subprocess.Popen[str]], mode: str) -> int:
     """A producer stopped by itself halfway through the body of its second record copy
-    (its first is the warm-up put of the general path)."""
+    (its first is the warm-up put)."""
     child = _producer(store, mode, "copy-half:stop:2")
     children.append(child)
     wait_for(lambda: _state(child.pid) == "T", 60, "the producer to stop itself")
@@ -244,7 +244,7 @@ def test_a_scribbled_control_block_gives_read_only_never_a_signal(
     store.wait_workers_running()  # a worker that boots on a damaged block halts the store
     with StoreClient.attach(store.path) as client:
         acked = _put(client, "before", 30)
-        cb = client._cb
+        cb = client.live_control_block()
         if field == "reserved-negative":
             cb.set(c.OFF_RESERVED, -4096)
         elif field == "cs-seq-huge":

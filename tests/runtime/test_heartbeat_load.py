@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -93,3 +95,61 @@ def test_a_worker_that_never_beat_is_silent_since_it_was_spawned() -> None:
     silent, starved = judge.silence(0, now)  # no beat yet: the control block holds 0
     assert 0 <= silent + starved <= 250
     assert judge.silence(now - 40, now)[0] <= 40  # a beat after the spawn counts from the beat
+
+
+# The parent of a vfork() waits in the kernel, in uninterruptible sleep (state D, as a
+# process blocked on a busy disk is), until the child execs or exits; here the child
+# sleeps for the seconds given first. A real D state, not a simulated one.
+VFORK_WAIT_C = r"""
+#include <stdlib.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    unsigned s = argc > 1 ? (unsigned)atoi(argv[1]) : 3;
+    pid_t pid = vfork();
+    if (pid == 0) { sleep(s); _exit(0); }
+    return pid < 0;
+}
+"""
+
+
+def _state(pid: int) -> str:
+    stat = Path(f"/proc/{pid}/stat").read_bytes()
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3].decode()
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="no C compiler")
+def test_a_process_blocked_in_the_kernel_is_not_held_silent(tmp_path: os.PathLike[str]) -> None:
+    """Blocked in uninterruptible sleep (D), as a worker is in a page fault or an fsync
+    on a disk other jobs keep busy, for a second and a half: the judge, looking every
+    50 ms as the supervisor's loop does, excuses nearly all of it; a SIGSTOPped process
+    (T) beside it is excused nothing."""
+    src, exe = Path(tmp_path) / "vfork_wait.c", Path(tmp_path) / "vfork_wait"
+    src.write_text(VFORK_WAIT_C)
+    subprocess.run(["gcc", "-O1", "-o", str(exe), str(src)], check=True, timeout=120)
+    blocked = subprocess.Popen([str(exe), "30"])
+    stopped = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        wait_for(lambda: _state(blocked.pid) == "D", 30, "the vfork parent to block")
+        os.kill(stopped.pid, signal.SIGSTOP)
+        wait_for(lambda: _state(stopped.pid) == "T", 30, "the stop")
+        beat = time.time_ns() // 1_000_000
+        judges = {p.pid: HeartbeatJudge(p.pid) for p in (blocked, stopped)}
+        for j in judges.values():
+            j.silence(beat, beat)
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:  # the supervisor's loop
+            now = time.time_ns() // 1_000_000
+            got = {pid: j.silence(beat, now) for pid, j in judges.items()}
+            time.sleep(0.05)
+        wall = time.time_ns() // 1_000_000 - beat
+    finally:
+        children = Path(f"/proc/{blocked.pid}/task/{blocked.pid}/children").read_text().split()
+        for child in children:  # the vfork child, asleep: not left behind
+            os.kill(int(child), signal.SIGKILL)
+        for p in (blocked, stopped):
+            p.kill()
+            p.wait()
+    silent, excused = got[blocked.pid]
+    assert excused > 0.8 * wall and silent < 0.3 * wall, (silent, excused, wall)
+    silent, excused = got[stopped.pid]
+    assert excused == 0 and silent > 0.8 * wall, (silent, excused, wall)

@@ -16,7 +16,7 @@ from mqstore.ipc import channel
 from mqstore.workers.base import log_line
 from tests.runtime.conftest import StoreFactory
 from tests.runtime.harness import REPO, Store, wait_for
-from tests.runtime.test_access import NOBODY, ROOT_ONLY, _as_user
+from tests.runtime.other_user import ROOT_ONLY, as_user, open_to_others
 
 LINE = re.compile(r"^<([3467])>(ERROR|WARNING|INFO|DEBUG) mqstore [a-z]+: \S")
 
@@ -48,10 +48,11 @@ def test_every_line_has_a_priority_and_a_level(make_store: StoreFactory) -> None
 
 
 @ROOT_ONLY
-def test_a_log_reader_that_exited_does_not_kill_the_supervisor(tmp_path: Path) -> None:
-    """stderr a pipe whose reader exited, then another user connects: logging the
-    refusal failed with EPIPE and the supervisor died with its workers."""
-    store = Store(tmp_path / "store")
+def test_a_log_reader_that_exited_does_not_kill_the_supervisor(shared_dir: Path) -> None:
+    """stderr a pipe whose reader exited, then another user connects (to a store opened
+    to others, so that the supervisor's own check refuses it): logging the refusal failed
+    with EPIPE and the supervisor died with its workers."""
+    store = Store(shared_dir / "store")
     r, w = os.pipe()
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen(
@@ -65,11 +66,12 @@ def test_a_log_reader_that_exited_does_not_kill_the_supervisor(tmp_path: Path) -
         store.wait_workers_running()
         os.close(r)  # the log's reader exits
         r = -1
+        open_to_others(store.path)
 
         def status() -> str:
             return json.dumps(channel.request(store.path, {"op": "status"}))
 
-        refused = json.loads(_as_user(status, NOBODY, NOBODY))
+        refused = json.loads(as_user(status))
         assert refused.get("denied") is True, refused
         assert proc.poll() is None, "the supervisor died logging the refusal"
         assert store.status()["flags"] == ["running"]

@@ -13,7 +13,17 @@ import time
 
 from mqstore import StoreClient
 from tests.runtime.conftest import StoreFactory
-from tests.runtime.harness import REPO
+from tests.runtime.harness import REPO, sigint_ignored
+
+
+def _ended(p: subprocess.Popen[str]) -> tuple[str, str]:
+    """What `p` printed once it exits (within 60 s; killed otherwise, and then it fails)."""
+    try:
+        return p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
 
 
 def test_status_and_config_tables_keep_long_values_whole_in_a_pipe(
@@ -37,8 +47,8 @@ def test_status_and_config_tables_keep_long_values_whole_in_a_pipe(
 
 def test_status_watch_into_a_pipe_prints_only_changes(make_store: StoreFactory) -> None:
     st = make_store()
-    p = subprocess.Popen(
-        [sys.executable, "-m", "mqstore", "status", str(st.path), "--watch"],
+    p = subprocess.Popen(  # with SIGINT ignored, as a job started with `&` has it
+        sigint_ignored([sys.executable, "-m", "mqstore", "status", str(st.path), "--watch"]),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO),
     )  # fmt: skip
     try:
@@ -53,7 +63,7 @@ def test_status_watch_into_a_pipe_prints_only_changes(make_store: StoreFactory) 
         second = p.stdout.readline()  # the put changes the line
     finally:
         p.send_signal(signal.SIGINT)
-        rest, err = p.communicate(timeout=60)
+        rest, err = _ended(p)
     assert p.returncode == 0, err
     lines = [first, second, *rest.splitlines(keepends=True)]
     assert all(a != b for a, b in itertools.pairwise(lines)), lines
@@ -77,6 +87,6 @@ def test_status_watch_json_into_a_pipe_is_one_document_per_change(
         doc = json.loads(p.stdout.readline())  # the next document is the changed one
         assert doc["positions"]["reserved"] > 0
     finally:
-        p.send_signal(signal.SIGINT)
-        _out, err = p.communicate(timeout=60)
+        p.send_signal(signal.SIGTERM)  # a `kill` ends it as Ctrl-C does
+        _out, err = _ended(p)
     assert p.returncode == 0, err

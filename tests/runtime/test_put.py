@@ -55,6 +55,7 @@ def test_flusher_trace_records_each_sync_round(make_store: StoreFactory, tmp_pat
     for r in rows:
         assert r["msgs"] >= 1 and r["bytes"] > 0
         assert r["served"] <= r["gathered"] <= r["committed"] <= r["forced"] <= r["waked"]
+        assert 0 < r["fsync_ns"] <= r["forced"] - r["committed"]  # the force's fdatasync
 
 
 def test_async_put_and_wait_store_false(make_store: StoreFactory) -> None:
@@ -212,7 +213,7 @@ def test_disk_full_word_refuses_puts_until_cleared(store: Store) -> None:
 
     with StoreClient.attach(store.path) as client:
         assert client.put("d", b"before", queue_id=0).status is OK
-        cb = client._cb  # stands in for the cleaner, the word's only writer
+        cb = client.live_control_block()  # stands in for the cleaner, the word's only writer
         cb.set(c.OFF_DISK_STATE, DISK_FULL_BIT | (950 << 16))
         r = client.put("d", b"refused", queue_id=0)
         assert r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE

@@ -5,11 +5,14 @@ Python types refused at the door with the parameter's name."""
 
 from __future__ import annotations
 
+import array
 import asyncio
 import dataclasses
 import os
 import subprocess
 import sys
+import types
+from collections import UserDict, deque
 
 import pytest
 
@@ -249,3 +252,61 @@ def test_wrong_python_types_raise_type_error_naming_the_parameter(store: Store) 
     asyncio.run(aio())
     assert store.stop() == 0
     assert [r.body for r in store.read_log()] == [b"still writable"]
+
+
+def test_keys_are_indexed_as_given_or_refused(store: Store) -> None:
+    """RocketMQ's KEYS property separates keys with a space: `keys=["a b"]` was indexed as
+    the two keys `a` and `b`, and `keys=` silently replaced `properties["KEYS"]`. A key
+    with whitespace, an empty key, and a property given twice are refused by name."""
+    with StoreClient.attach(store.path) as client:
+        for kwargs, reason in (
+            ({"keys": ["a b"]}, "keys[0] 'a b' contains whitespace"),
+            ({"keys": ("ok", "tab\there")}, "keys[1] 'tab\\there' contains whitespace"),
+            ({"keys": ["ok", ""]}, "keys[1] is empty"),
+            ({"keys": ["k1"], "properties": {"KEYS": "k2"}}, "keys= and properties['KEYS']"),
+            ({"tags": "t", "properties": {"TAGS": "u"}}, "tags= and properties['TAGS']"),
+        ):
+            r = client.put("T", b"x", **kwargs)  # type: ignore[arg-type]
+            assert r.status is ILLEGAL and r.reason.startswith(reason), (kwargs, r)
+            (b,) = client.put_batch([{"topic": "T", "body": b"x", **kwargs}])
+            assert b.status is ILLEGAL and reason in b.reason, (kwargs, b)
+        assert client.positions()["reserved"] == 0  # nothing was written
+        ok = client.put("T", b"two keys", keys=["o-1", "o-2"], properties={"src": "web"})
+        assert ok.ok, ok
+        for key in ("o-1", "o-2"):
+            found = wait_for(lambda k=key: client.query("T", k), 30, f"key {key} indexed")
+            assert [m.body for m in found] == [b"two keys"]
+            assert found[0].keys == "o-1 o-2" and found[0].properties["src"] == "web"
+        assert client.query("T", "o-1 o-2") == []
+
+
+def test_every_documented_shape_is_stored_as_given(store: Store) -> None:
+    """Every shape `put` and `put_batch` document goes through the one C put (sequences
+    and mappings of any kind, str and bytes subclasses, bytearray and memoryview bodies,
+    generators of Mappings and Messages), and reads back as given."""
+
+    class Topic(str):
+        pass
+
+    view = memoryview(array.array("i", [1, 2]))
+    with StoreClient.attach(store.path) as client:
+        rs = [
+            client.put(Topic("S"), b"a", keys=deque(["k1", "k2"])),
+            client.put("S", view, properties=types.MappingProxyType({"p": "v"})),
+            client.put("S", memoryview(b"abcdef")[::2], tags="t", properties=UserDict({"q": "w"})),
+            client.put("S", bytearray(b"ba"), keys=("k3",)),
+            *client.put_batch(
+                m
+                for m in (
+                    types.MappingProxyType({"topic": "S", "body": b"m", "keys": deque(["k4"])}),
+                    Message("S", b"n", properties=types.MappingProxyType({"x": "y"})),
+                )
+            ),
+        ]
+        assert all(r.ok for r in rs), rs
+        got = [client.get(r.physical_offset) for r in rs]
+    assert [(m.body, m.keys, m.tags) for m in got if m is not None] == [
+        (b"a", "k1 k2", None), (view.tobytes(), None, None), (b"ace", None, "t"),
+        (b"ba", "k3", None), (b"m", "k4", None), (b"n", None, None),
+    ]  # fmt: skip
+    assert got[1] is not None and got[1].properties == {"p": "v"}

@@ -12,6 +12,7 @@ import pytest
 from mqstore import StoreClient
 from mqstore.engine.recovery import REPORT_FILE
 from mqstore.workers.cleaner import STATUS_FILE
+from tests.engine.extents import unwritten_bytes
 from tests.runtime.conftest import StoreFactory
 from tests.runtime.harness import wait_for
 
@@ -71,3 +72,40 @@ def test_a_segment_that_is_a_symlink_is_refused_not_written_through(
     assert last.is_symlink()  # not deleted
     store.proc = None
     store._log.close()
+
+
+@pytest.mark.parametrize(
+    ("mode", "zeros", "unwritten"),
+    [("SYNC_FLUSH", True, False), ("SYNC_FLUSH", False, True), ("ASYNC_FLUSH", True, True)],
+    ids=["sync-zeroed", "sync-not-asked", "async"],
+)
+def test_segments_made_ahead_under_sync_flush_are_written_with_zeros(
+    make_store: StoreFactory, mode: str, zeros: bool, unwritten: bool
+) -> None:
+    """The allocator's segments, those made at boot and those made ahead as the log grows:
+    under SYNC_FLUSH (`sync_flush_zero_segments`) every block is written, so the sync
+    round's fdatasync never converts an extent; otherwise they are only fallocated."""
+    store = make_store({"flush_disk_type": mode, "sync_flush_zero_segments": zeros})
+    log_dir = store.path / "commitlog"
+    with StoreClient.attach(store.path) as client:
+        for _ in range(24):  # 1.5 segments: the allocator makes the next ones ahead
+            assert client.put("t", b"x" * 65536, queue_id=0, wait_store=False).ok
+    wait_for(lambda: len(list(log_dir.iterdir())) >= 4, 60, "segments made ahead")
+    assert store.stop() == 0
+    newest = sorted(log_dir.iterdir())[-1]  # made ahead, never written by a put
+    size = newest.stat().st_size
+    assert unwritten_bytes(newest) == (size if unwritten else 0)
+
+
+def test_the_supervisor_and_its_workers_run_at_store_nice(make_store: StoreFactory) -> None:
+    """`store_nice` is set by the supervisor before it starts the workers, which inherit
+    it (a higher value than the test's own is allowed without privileges)."""
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    nice = min(mine + 3, 19)
+    store = make_store({"store_nice": nice})
+    store.wait_workers_running()
+    assert store.proc is not None
+    pids = [store.proc.pid] + [w["pid"] for w in store.status()["workers"]]
+    assert len(pids) >= 6
+    assert {os.getpriority(os.PRIO_PROCESS, pid) for pid in pids} == {nice}
+    assert f"nice {nice}" in store.output()

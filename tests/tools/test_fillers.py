@@ -127,7 +127,7 @@ def test_get_serves_no_filler(
     assert main(["get", str(d), "--physical-offset", str(off["look_alike"])]) == 0
     assert json.loads(capsys.readouterr().out)["keys"] == "alike"
     assert (
-        main(["get", str(d), "--topic", "T", "--queue", "0", "--offset", "0", "--count", "9"]) == 0
+        main(["get", str(d), "--topic", "T", "--queue", "0", "--offset", "0", "--limit", "9"]) == 0
     )
     got = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["queue_offset"] for r in got] == [0, 2, 4]

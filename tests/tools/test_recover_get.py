@@ -36,7 +36,7 @@ def test_recover_then_get(real_store_copy: StoreCopy, capsys: pytest.CaptureFixt
     assert kept is not None and kept.queue_offsets == {"abc/0": 179}
 
     assert (
-        main(["get", str(d), "--topic", "abc", "--queue", "0", "--offset", "170", "--count", "5"])
+        main(["get", str(d), "--topic", "abc", "--queue", "0", "--offset", "170", "--limit", "5"])
         == 0
     )
     got = _lines(capsys.readouterr().out)
@@ -58,7 +58,7 @@ def test_get_by_key_on_the_rust_store(
     real_store_copy: StoreCopy, capsys: pytest.CaptureFixture[str]
 ) -> None:
     d = real_store_copy("rocketmq-rust-0.9-store")
-    args = ["get", str(d), "--topic", "V1UpgradeTopic", "--key", "v1-upgrade-key", "--count", "9"]
+    args = ["get", str(d), "--topic", "V1UpgradeTopic", "--key", "v1-upgrade-key", "--limit", "9"]
     assert main(args) == 0
     assert [r["physical_offset"] for r in _lines(capsys.readouterr().out)] == [0, 141]
     assert main(["get", str(d), "--topic", "V1UpgradeTopic", "--key", "nope"]) == 1

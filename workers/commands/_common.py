@@ -1,17 +1,22 @@
 """Helpers shared by the commands: store arguments, opening and settings (`dump`, `check`,
-`clean`), the
-argument types of topic and group names (every command that takes one), and the order of
-DIR and ACTION (`topic`, `group`)."""
+`clean`), the argument types of topic and group names and of times (every command that
+takes one), the one spelling of the options several commands share (`--limit`,
+`--begin`/`--end`) and the line saying an output was cut, and the order of DIR and
+ACTION (`topic`, `group`)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from mqstore.conf.load import ConfigError, load_settings
 from mqstore.conf.settings import StoreSettings
+from mqstore.engine import geometry
 from mqstore.engine.names import group_problem, topic_problem
 from mqstore.engine.storedir import StoreDir, StoreDirError
 
@@ -46,11 +51,18 @@ def open_store(cmd: str, args: argparse.Namespace) -> StoreDir | None:
     """Open `args.store_dir` read-only, or print why not (to stderr) and return None."""
     try:
         loaded = load_settings(args.store_dir, args.config, os.environ)
-        configured = None
-        if loaded.source_of("segment_size_bytes") != "default":
-            configured = loaded.settings.segment_size_bytes
-        return StoreDir(args.store_dir, segment_size_bytes=configured)
-    except (ConfigError, StoreDirError, OSError) as e:
+        recorded = geometry.read_record(args.store_dir)  # the store's own, if any
+        s = loaded.settings
+        configured: int | None = None  # None: the files tell
+        if recorded is not None:
+            configured = recorded.segment_size_bytes
+            index = (recorded.hash_slot_num, recorded.index_num)
+        else:
+            if loaded.source_of("segment_size_bytes") != "default":
+                configured = s.segment_size_bytes
+            index = (s.max_hash_slot_num, s.max_index_num)
+        return StoreDir(args.store_dir, segment_size_bytes=configured, index_geometry=index)
+    except (ConfigError, StoreDirError, OSError, geometry.GeometryRecordError) as e:
         print(f"mqstore {cmd}: {e}", file=sys.stderr)
         return None
 
@@ -62,8 +74,9 @@ def store_settings(cmd: str, args: argparse.Namespace) -> StoreSettings | None:
         print(f"mqstore {cmd}: {args.store_dir} is not a store (no commitlog/)", file=sys.stderr)
         return None
     try:
-        return load_settings(args.store_dir, args.config, os.environ).settings
-    except ConfigError as e:
+        settings = load_settings(args.store_dir, args.config, os.environ).settings
+        return geometry.with_record(args.store_dir, settings)
+    except (ConfigError, geometry.GeometryRecordError) as e:
         print(f"mqstore {cmd}: {e}", file=sys.stderr)
         return None
 
@@ -93,3 +106,91 @@ def group_arg(value: str) -> str:
     if why is not None:
         raise argparse.ArgumentTypeError(why)
     return value
+
+
+def parse_time_ms(text: str) -> int:
+    """argparse `type=` for a time: epoch milliseconds (`1700000000000`) or ISO 8601
+    (`2026-11-22T10:00`; UTC unless it carries an offset, `Z` too)."""
+    raw = text.strip()
+    if raw.lstrip("-").isdigit():
+        return int(raw)
+    try:
+        when = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither epoch milliseconds nor an ISO 8601 time"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return int(when.timestamp() * 1000)
+
+
+DEFAULT_LIMIT = 32  # messages a reading command prints unless --limit says otherwise
+
+
+class _Deprecated(argparse.Action):
+    """A hidden, deprecated spelling of another option: same destination, and a line on
+    stderr naming the spelling to use."""
+
+    def __init__(self, *args: Any, new: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.new = new
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        print(f"{parser.prog}: {option_string} is deprecated, use {self.new}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def add_deprecated(p: argparse.ArgumentParser, old: str, new: str, dest: str, **kw: Any) -> None:
+    """`old` as a hidden spelling of the option `new` (whose destination is `dest`)."""
+    p.add_argument(
+        old, dest=dest, action=_Deprecated, new=new, default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS, **kw,
+    )  # fmt: skip
+
+
+def add_limit_arguments(
+    p: argparse.ArgumentParser, *, default: int | None = DEFAULT_LIMIT, old: str | None = None
+) -> None:
+    """`--limit N`: at most N messages (`old`: its deprecated spelling in this command)."""
+    shown = "all" if default is None else str(default)
+    p.add_argument(
+        "--limit", type=int, default=default, metavar="N", help=f"at most N messages ({shown})"
+    )
+    if old is not None:
+        add_deprecated(p, old, "--limit", "limit", type=int, metavar="N")
+
+
+def add_time_arguments(
+    p: argparse.ArgumentParser,
+    *,
+    begin_default: int | None = 0,
+    end_default: int | None = None,
+    old: tuple[str, str] | None = None,
+    dests: tuple[str, str] = ("begin", "end"),
+) -> None:
+    """`--begin T` and `--end T`: a time range (epoch ms or ISO 8601, `parse_time_ms`),
+    into `dests` (`old`: their deprecated spellings in this command)."""
+    p.add_argument(
+        "--begin", dest=dests[0], type=parse_time_ms, default=begin_default,
+        metavar="T", help="from this time (epoch ms or ISO 8601, UTC unless it says)",
+    )  # fmt: skip
+    p.add_argument(
+        "--end", dest=dests[1], type=parse_time_ms, default=end_default, metavar="T",
+        help="up to this time (default: no end)",
+    )  # fmt: skip
+    if old is not None:
+        for spelling, new, dest in zip(old, ("--begin", "--end"), dests, strict=True):
+            add_deprecated(p, spelling, new, dest, type=parse_time_ms, metavar="T")
+
+
+def say_cut(cmd: str, limit: int, rest: str) -> None:
+    """The line (stderr) of a command that stopped at its `--limit` while more was there:
+    `rest` says how to get the rest."""
+    print(f"mqstore {cmd}: stopped at --limit {limit}; {rest}", file=sys.stderr)

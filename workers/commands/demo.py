@@ -13,8 +13,9 @@ acknowledged message of this run is there exactly once, through the consume queu
 (`engine.reader`) the store's dispatcher writes.
 
 Prints a summary (or one JSON document with `--json`). Exit 0; 1 if any put failed or
-the consumer missed or duplicated a message; 2 if no supervisor runs for DIR. Ctrl-C
-stops the load early and still prints the summary.
+the consumer missed or duplicated a message; 2 if no supervisor runs for DIR. Ctrl-C or
+SIGTERM (whatever disposition the process inherited: `_signals`) stops the load early
+and still prints the summary.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from typing import Any
 from mqstore.engine.storedir import read_flushed_offset
 from mqstore.ipc import channel
 from mqstore.workers.commands._common import topic_arg
+from mqstore.workers.commands._signals import stop_signals
 
 NAME = "demo"
 HELP = "load generator against a running store: producers (sync, async), consumer, live line"
@@ -551,7 +553,8 @@ def run(args: argparse.Namespace) -> int:
         print("mqstore demo: need at least one producer", file=sys.stderr)
         return 2
     try:
-        summary = run_demo(args.store_dir, opts, show=not args.json and sys.stdout.isatty())
+        with stop_signals():
+            summary = run_demo(args.store_dir, opts, show=not args.json and sys.stdout.isatty())
     except channel.SupervisorUnavailable as e:
         print(f"mqstore demo: {e}", file=sys.stderr)
         return 2

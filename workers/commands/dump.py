@@ -5,7 +5,9 @@ Each object holds every field as RocketMQ's `MessageDecoder` reads it
 (`DecodedRecord.to_json_dict`): the body in base64, and `properties` null, not `{}`, for
 a record without properties. BLANK end-of-file records are not printed. Reads any store
 directory, never writing.
-Exit 0 when the walk reached the end of valid data, 1 when it stopped at a corrupt record
+At most `--limit` records (default all); when more follow, a line on stderr says so and
+names the `--from-offset` of the rest. Exit 0 when the walk reached the end of valid
+data or the limit, 1 when it stopped at a corrupt record
 (what was printed up to there is valid; the reason goes to stderr), 2 on bad arguments.
 """
 
@@ -14,10 +16,17 @@ from __future__ import annotations
 import argparse
 import itertools
 import sys
+from collections.abc import Iterator
 
 from mqstore.engine.logwalk import ScanStop
-from mqstore.engine.record import decode
-from mqstore.workers.commands._common import add_store_arguments, below_minimum, open_store
+from mqstore.engine.record import DecodedRecord, decode
+from mqstore.engine.storedir import StoreDirError
+from mqstore.workers.commands._common import (
+    add_store_arguments,
+    below_minimum,
+    open_store,
+    say_cut,
+)
 from mqstore.workers.commands._records import add_body_argument, print_records
 
 NAME = "dump"
@@ -44,12 +53,27 @@ def run(args: argparse.Namespace) -> int:
     if store is None:
         return 2
     with store:
-        log = store.commitlog
+        try:
+            log = store.commitlog
+        except StoreDirError as e:  # a segment of the wrong size, say: `check` lists them
+            print(f"mqstore dump: {e}", file=sys.stderr)
+            return 1
         if len(log.queue) == 0:
             return 0
         sc = log.scan_chunks(args.from_offset, check_crc=False)
         decoded = (decode(c.view, p) for c in sc for p in c.scan.pos)
-        printed = print_records(itertools.islice(decoded, args.limit), args.body)
+        last: list[DecodedRecord] = []
+
+        def kept(recs: Iterator[DecodedRecord]) -> Iterator[DecodedRecord]:
+            for rec in recs:
+                last[:] = [rec]
+                yield rec
+
+        printed = print_records(kept(itertools.islice(decoded, args.limit)), args.body)
+        if last and printed == args.limit and next(decoded, None) is not None:
+            rest = last[0].physical_offset + last[0].size
+            say_cut(NAME, args.limit, f"--from-offset {rest} for the rest")
+            return 0
         if sc.stop is ScanStop.OFFSET_NOT_FOUND:
             print(f"mqstore dump: offset {sc.from_offset} is in no segment", file=sys.stderr)
             return 2

@@ -31,9 +31,8 @@ from mqstore.engine import fileio, topics
 from mqstore.engine.names import check_group
 from mqstore.engine.offsets import NO_OFFSET, ConsumerOffsets
 from mqstore.ipc.groups import GroupInUse, no_members
-from mqstore.workers.commands._common import action_first, add_action_arguments
+from mqstore.workers.commands._common import action_first, add_action_arguments, parse_time_ms
 from mqstore.workers.commands._reads import Reads, open_reads
-from mqstore.workers.commands.get import parse_time_ms
 
 NAME = "group"
 HELP = "list consumer groups, reset or delete a group's offsets"

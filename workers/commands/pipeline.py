@@ -1,7 +1,7 @@
 """`mqstore pipeline JOB DIR ...`: Spark jobs over a store directory (or a store URI).
 
     mqstore pipeline stats  DIR [--window 1m] [--json]
-    mqstore pipeline query  DIR [--topic T] [--key K] [--from T0] [--to T1] [--limit N]
+    mqstore pipeline query  DIR [--topic T] [--key K] [--begin T0] [--end T1] [--limit N]
                                 [--body text|base64|hex]
     mqstore pipeline audit  DIR [--json]          exit 1 when anything is corrupt
     mqstore pipeline export DIR --to OUT [--mode errorifexists|overwrite|append]
@@ -16,7 +16,9 @@ ISO 8601 (UTC unless they carry an offset) or epoch milliseconds. DIR may be a l
 path or a URI that `pyarrow.fs` understands (`file://`, `s3://`, `hdfs://`).
 
 What a first run lacks is one line with the fix, exit 2: the `[spark]` extra, Java, or
-(export) a new output path.
+(export) a new output path; arguments are checked before Spark starts. `query` prints
+at most `--limit` rows (default 1000) and says on stderr when more matched; `--from` and
+`--to` are deprecated spellings of its `--begin` and `--end`.
 """
 
 from __future__ import annotations
@@ -34,7 +36,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from mqstore.workers.commands._common import topic_arg
+from mqstore.workers.commands._common import (
+    add_limit_arguments,
+    add_time_arguments,
+    say_cut,
+    topic_arg,
+)
 from mqstore.workers.commands._console import make_console
 from mqstore.workers.commands._records import add_body_argument, encode_body
 
@@ -46,22 +53,7 @@ HELP = "Spark jobs over a store: stats, query, audit, export"
 _SPARK_EXTRA = frozenset({"pyspark", "pyarrow", "py4j"})
 _DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)?$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1}
-
-
-def parse_time_ms(text: str) -> int:
-    """Epoch milliseconds from `1700000000000` or ISO 8601 (naive means UTC)."""
-    raw = text.strip()
-    if raw.lstrip("-").isdigit():
-        return int(raw)
-    try:
-        when = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is neither epoch milliseconds nor an ISO 8601 time"
-        ) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return int(when.timestamp() * 1000)
+QUERY_LIMIT = 1000  # rows of `pipeline query` unless --limit says otherwise
 
 
 def parse_duration_ms(text: str) -> int:
@@ -94,9 +86,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     _common(q)
     q.add_argument("--topic", default=None, type=topic_arg)
     q.add_argument("--key", default=None, help="one of the record's KEYS, or its UNIQ_KEY")
-    q.add_argument("--from", dest="from_ms", type=parse_time_ms, default=None)
-    q.add_argument("--to", dest="to_ms", type=parse_time_ms, default=None)
-    q.add_argument("--limit", type=int, default=1000, help="at most this many (1000)")
+    add_time_arguments(q, begin_default=None, old=("--from", "--to"), dests=("from_ms", "to_ms"))
+    add_limit_arguments(q, default=QUERY_LIMIT)
     add_body_argument(q)
     a = jobs.add_parser("audit", help="verify every CRC and report corrupt ranges")
     _common(a)
@@ -220,10 +211,9 @@ def run(args: argparse.Namespace) -> int:
 def _run_job(args: argparse.Namespace) -> int:
     from mqstore.pipeline import storefs
 
-    if args.job == "query" and None not in (args.from_ms, args.to_ms) and args.from_ms > args.to_ms:
-        print(
-            f"mqstore pipeline: --from {args.from_ms} is after --to {args.to_ms}", file=sys.stderr
-        )
+    refused = _refused(args)
+    if refused:
+        print(f"mqstore pipeline {args.job}: {refused}", file=sys.stderr)
         return 2
     try:
         listing = storefs.open_store(args.store_dir)
@@ -250,6 +240,35 @@ def _run_job(args: argparse.Namespace) -> int:
         if log is not None:
             _settle_spark_log(log, code)
     return code
+
+
+def _refused(args: argparse.Namespace) -> str:
+    """Why the job's arguments are refused ("" when they are not), found before Spark
+    starts (a minute on a busy machine): a time range that ends before it begins, a
+    `--limit` below 1, an export onto an existing path without a mode that allows it."""
+    if args.job == "query":
+        if None not in (args.from_ms, args.to_ms) and args.from_ms > args.to_ms:
+            return f"--begin {args.from_ms} is after --end {args.to_ms}"
+        if args.limit < 1:
+            return "--limit must be >= 1"
+    if args.job == "export" and args.mode == "errorifexists" and _exists(args.out):
+        return _EXISTS.format(out=args.out)
+    return ""
+
+
+_EXISTS = "{out} exists, nothing written: --mode overwrite replaces it, --mode append adds to it"
+
+
+def _exists(uri: str) -> bool:
+    from pyarrow import fs as pafs
+
+    from mqstore.pipeline import storefs
+
+    try:
+        fs, path = storefs.resolve(uri)
+        return bool(fs.get_file_info(path).type != pafs.FileType.NotFound)
+    except (OSError, ValueError):
+        return False  # Spark's own write says what is wrong with it
 
 
 def _new_spark_log(job: str) -> Path:
@@ -285,11 +304,13 @@ def _run_on_spark(args: argparse.Namespace, log: Path | None) -> int:
         if args.job == "query":
             rows = jobs.query(
                 spark, args.store_dir, topic=args.topic, key=args.key,
-                from_ms=args.from_ms, to_ms=args.to_ms, limit=args.limit, options=options,
+                from_ms=args.from_ms, to_ms=args.to_ms, limit=args.limit + 1, options=options,
             )  # fmt: skip
-            for r in rows:
+            for r in rows[: args.limit]:
                 print(json.dumps(_json_record(r, args.body), ensure_ascii=False))
-            print(f"{len(rows)} record(s)", file=sys.stderr)
+            print(f"{min(len(rows), args.limit)} record(s)", file=sys.stderr)
+            if len(rows) > args.limit:
+                say_cut(f"{NAME} query", args.limit, "more records match: a larger --limit")
             return 0
         if args.job == "audit":
             result = jobs.audit(spark, args.store_dir, options)
@@ -308,12 +329,8 @@ def _export(spark: Any, args: argparse.Namespace, options: dict[str, str]) -> in
 
     try:
         done = jobs.export(spark, args.store_dir, args.out, mode=args.mode, options=options)
-    except FileExistsError:
-        print(
-            f"mqstore pipeline export: {args.out} exists, nothing written: "
-            "--mode overwrite replaces it, --mode append adds to it",
-            file=sys.stderr,
-        )
+    except FileExistsError:  # made between the check before Spark and the write
+        print(f"mqstore pipeline export: {_EXISTS.format(out=args.out)}", file=sys.stderr)
         return 2
     if args.mode == "ignore" and done.rows == 0:
         print(f"{done.out} exists: --mode ignore wrote nothing")

@@ -22,6 +22,7 @@ from mqstore.conf.settings import StoreSettings
 from mqstore.engine import fileio
 from mqstore.engine.indexfile import IndexGeometryError
 from mqstore.engine.recovery import RecoveryReport, recover_store, write_report
+from mqstore.engine.recovery_progress import ProgressReporter
 from mqstore.engine.segment import SegmentNameError, SegmentSizeError
 from mqstore.ipc.locks import StoreLockHeld, store_lock_holder, take_store_lock
 from mqstore.workers.commands._common import store_settings
@@ -40,9 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _progress(done: int, total: int) -> None:
-    if sys.stderr.isatty() and total > 0:
-        print(f"\rvalidated {done / 2**20:.0f} / {total / 2**20:.0f} MiB", end="", file=sys.stderr)
+def _say(line: str) -> None:
+    print(f"mqstore recover: {line}", file=sys.stderr, flush=True)
 
 
 class _Refused(Exception):
@@ -61,8 +61,6 @@ def run(args: argparse.Namespace) -> int:
     except fileio.StoreIOError as e:
         print(f"mqstore recover: I/O error, nothing more was done: {e}", file=sys.stderr)
         return 1
-    if sys.stderr.isatty():
-        print(file=sys.stderr)
     print(report.to_json() if args.json else report.summary())
     return 0
 
@@ -79,17 +77,20 @@ def _recover_locked(
             raise _Refused(f"the store is running (pid {holder})")
     else:
         lock_fd = take_store_lock(store)
+    # a dry run writes nothing, not even the progress file `mqstore status` reads
+    progress = ProgressReporter(None if args.dry_run else store, _say)
     try:
         report = recover_store(
             store,
             settings,
             dry_run=args.dry_run,
-            progress=_progress,
+            progress=progress,
             clear_abort=not args.keep_abort and not args.dry_run,
         )
         if not args.dry_run:
             write_report(store, report)
         return report
     finally:
+        progress.close()
         if lock_fd >= 0:
             os.close(lock_fd)

@@ -1,22 +1,34 @@
 """`mqstore status DIR [--json] [--watch]`: what the running store is doing.
 
-On a terminal `--watch` redraws the tables every second. Anywhere else (a pipe, a file,
+On a terminal `--watch` redraws the tables every second. Ctrl-C or SIGTERM ends it
+(exit 0), whatever disposition the process inherited (`_signals`). Anywhere else (a pipe, a file,
 a journal) it prints the one-line `status_line` (or, with `--json`, the document) only
 when that line changed, so an idle store writes nothing; tables are never cut to 80
 columns (`_console`).
+
+While the supervisor recovers the store it does not answer yet: status then prints
+`recovering: <phase> X of Y MiB, records, rate, ETA (supervisor pid N)` from the
+progress the recovery keeps (`engine.recovery_progress`; JSON: `{"state":
+"recovering", "recovering": {...}}`), or `starting: ...` before it has any, exit 0, and
+with `--watch` goes on until the supervisor answers. Exit 1: no supervisor holds the
+store.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from mqstore.engine.recovery_progress import describe, read_progress
 from mqstore.ipc import channel
+from mqstore.ipc.locks import store_lock_holder
 from mqstore.workers.commands._console import make_console
+from mqstore.workers.commands._signals import stop_signals
 
 NAME = "status"
 HELP = "show positions, lags, pool, flags, workers, put rates and latency, fsyncs"
@@ -46,15 +58,60 @@ def describe_holder(holder: dict[str, Any]) -> str:
     return f"held by producer pid {holder['pid']} ({holder['state']})"
 
 
-def render(doc: dict[str, Any]) -> Any:
+class _Rows(list[tuple[str, str]]):
+    """The summary's (what, value) rows, in the order shown."""
+
+    def add_row(self, what: str, value: str) -> None:
+        self.append((what, value))
+
+
+def render(doc: dict[str, Any], height: int | None = None, width: int = 80) -> Any:
+    """The status as rich tables: the summary, then the workers. With `height` (a
+    terminal's rows, `--watch`), the tables fit in it: without their titles and frames
+    if need be, then with the summary's last rows left out (a row says how many and
+    where to see them); the workers table is always whole."""
     from rich.console import Group
+
+    rows = _summary_rows(doc)
+    title = f"mqstore status (supervisor {doc['supervisor_pid']})"
+    full = Group(_table(rows, title, ("what", "value")), _workers(doc, boxed=True))
+    if height is None or _lines(full, width) <= height:
+        return full
+    workers = _workers(doc, boxed=False)
+    for keep in range(len(rows), 0, -1):
+        shown = rows[:keep]
+        if keep < len(rows):
+            shown = _Rows([*shown, (f"… {len(rows) - keep} more", "a taller terminal shows them")])
+        out = Group(_table(shown, None, ("what", "value")), workers)
+        if _lines(out, width) <= height:
+            return out
+    return workers
+
+
+def _lines(renderable: Any, width: int) -> int:
+    """How many lines `renderable` takes at `width` columns."""
+    from rich.console import Console
+
+    console = Console(width=width, file=io.StringIO(), color_system=None)
+    return len(console.render_lines(renderable, console.options, pad=False))
+
+
+def _table(rows: list[tuple[str, str]], title: str | None, header: tuple[str, str]) -> Any:
+    from rich import box
     from rich.table import Table
 
+    t = Table(title=title, box=box.HEAVY_HEAD if title else box.SIMPLE_HEAD)
+    t.add_column(header[0])
+    t.add_column(header[1], justify="right")
+    for what, value in rows:
+        t.add_row(what, value)
+    return t
+
+
+def _summary_rows(doc: dict[str, Any]) -> _Rows:
     pos = doc["positions"]
     # the path goes in a row: a title is wrapped to the table's width
-    t1 = Table(title=f"mqstore status (supervisor {doc['supervisor_pid']})")
-    t1.add_column("what")
-    t1.add_column("value", justify="right")
+    t1 = _Rows()
     t1.add_row("store", doc["store_dir"])
     for k in ("reserved", "published", "committed", "flushed", "dispatched", "allocated_upto"):
         t1.add_row(f"{k} offset", f"{pos[k]:,}")
@@ -91,7 +148,15 @@ def render(doc: dict[str, Any]) -> Any:
     t1.add_row("fillers / busy waits", f"{doc['fillers']} / {doc['busy_waits']}")
     t1.add_row("clients attached", str(doc["clients"]))
     _cleaner_rows(t1, doc.get("cleaner") or {})
-    t2 = Table(title="workers")
+    return t1
+
+
+def _workers(doc: dict[str, Any], *, boxed: bool) -> Any:
+    """The workers table (framed and titled, or `boxed=False`: compact)."""
+    from rich import box
+    from rich.table import Table
+
+    t2 = Table(title="workers" if boxed else None, box=box.HEAVY_HEAD if boxed else box.SIMPLE_HEAD)
     for col in ("name", "pid", "state", "restarts", "heartbeat age"):
         t2.add_column(col)
     for w in doc["workers"]:
@@ -100,7 +165,7 @@ def render(doc: dict[str, Any]) -> Any:
             w["name"], str(w["pid"] or "-"), w["state"], str(w["restarts"]),
             "-" if age is None else f"{age} ms",
         )  # fmt: skip
-    return Group(t1, t2)
+    return t2
 
 
 def _cleaner_rows(t: Any, cl: dict[str, Any]) -> None:
@@ -130,24 +195,42 @@ def _cleaner_rows(t: Any, cl: dict[str, Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     store = str(args.store_dir)
-    try:
-        doc = channel.request(store, {"op": "status"})
-    except channel.SupervisorUnavailable as e:
-        print(f"mqstore status: {e}", file=sys.stderr)
-        return 1
+    shown = ""
+    while True:  # a supervisor that recovers does not answer yet: say how far it is
+        try:
+            doc = channel.request(store, {"op": "status"})
+            break
+        except channel.SupervisorUnavailable as e:
+            pid = store_lock_holder(store)
+            if pid is None:
+                print(f"mqstore status: {e}", file=sys.stderr)
+                return 1
+            line, starting = starting_line(store, pid)
+            if line != shown:
+                print(json.dumps(starting) if args.json else line, flush=True)
+                shown = line
+            if not args.watch:
+                return 0
+            time.sleep(1.0)
     if args.json and not args.watch:
         print(json.dumps(doc, indent=2))
         return 0
-    from rich.live import Live
-
     console = make_console()
     if not args.watch:
         console.print(render(doc))
         return 0
-    if not sys.stdout.isatty():
-        return _watch_piped(store, doc, args.json)
+    with stop_signals():
+        if not sys.stdout.isatty():
+            return _watch_piped(store, doc, args.json)
+        return _watch_screen(store, doc, args.json, console)
+
+
+def _watch_screen(store: str, doc: dict[str, Any], as_json: bool, console: Any) -> int:
+    """`--watch` on a terminal: the tables redrawn every second until Ctrl-C."""
+    from rich.live import Live
+
     try:
-        with Live(render(doc), console=console, refresh_per_second=2) as live:
+        with Live(_fitted(doc, console), console=console, refresh_per_second=2) as live:
             while True:
                 time.sleep(1.0)
                 try:
@@ -155,12 +238,29 @@ def run(args: argparse.Namespace) -> int:
                 except channel.SupervisorUnavailable as e:
                     console.print(f"supervisor gone: {e}")
                     return 1
-                if args.json:
+                if as_json:
                     console.print_json(json.dumps(doc))
                 else:
-                    live.update(render(doc))
+                    live.update(_fitted(doc, console))
     except KeyboardInterrupt:
         return 0
+
+
+def starting_line(store: str, pid: int) -> tuple[str, dict[str, Any]]:
+    """What a supervisor that holds the store but does not answer yet is doing: the
+    line and the document (`recovering` set while its recovery reports progress)."""
+    prog = read_progress(store)
+    if prog is not None and prog["pid"] == pid:
+        line = f"recovering: {describe(prog)} (supervisor pid {pid})"
+        return line, {"state": "recovering", "supervisor_pid": pid, "recovering": prog}
+    line = f"starting: supervisor pid {pid} holds the store and does not answer yet"
+    return line, {"state": "starting", "supervisor_pid": pid}
+
+
+def _fitted(doc: dict[str, Any], console: Any) -> Any:
+    """The tables fitted to the terminal as it is now (it may have been resized); one
+    row is left for the cursor."""
+    return render(doc, height=max(console.size.height - 1, 1), width=console.size.width)
 
 
 def _watch_piped(store: str, doc: dict[str, Any], as_json: bool) -> int:

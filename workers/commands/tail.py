@@ -1,5 +1,5 @@
 """`mqstore tail DIR --topic T [--queue Q] [--group G] [--from-beginning] [--tags "a || b"]
-[--max-messages N] [--body text|base64|hex]`: follow new messages of a running store.
+[--limit N] [--body text|base64|hex]`: follow new messages of a running store.
 
 Prints one JSON object per message, as `mqstore dump` does, as soon as the dispatcher has
 made it pullable (durable and in the consume queues). Every queue of the topic is
@@ -10,7 +10,9 @@ only). With `--group`, the next offset of each queue is committed after every ba
 printed (`config/consumerOffset.json`), so a later tail of the same group goes on where
 this one stopped. While it runs, it is a member of the group (`ipc.groups`), so `mqstore
 group DIR reset|delete` of that group is refused instead of being undone by its next
-commit. Ctrl-C (or N messages printed) commits and exits 0; exit 1 when the store stops
+commit. Ctrl-C or SIGTERM (whatever disposition the process inherited: `_signals`), or
+N messages printed (`--limit N`; `--max-messages` is its deprecated spelling), commits
+and exits 0; exit 1 when the store stops
 or is not running, 2 on bad arguments.
 """
 
@@ -30,8 +32,14 @@ from mqstore.ipc.channel import SupervisorUnavailable
 from mqstore.ipc.client import StoreClient
 from mqstore.ipc.groups import GroupMember
 from mqstore.ipc.reads import ClientReads, for_client
-from mqstore.workers.commands._common import below_minimum, group_arg, topic_arg
+from mqstore.workers.commands._common import (
+    add_limit_arguments,
+    below_minimum,
+    group_arg,
+    topic_arg,
+)
 from mqstore.workers.commands._records import add_body_argument, print_records
+from mqstore.workers.commands._signals import stop_signals
 
 NAME = "tail"
 HELP = "follow new messages of a running store (and commit a group's offsets)"
@@ -49,7 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--from-beginning", action="store_true", help="start at the first message")
     p.add_argument("--tags", default=None, help='tag filter, e.g. "a || b"')
-    p.add_argument("--max-messages", type=int, default=None, metavar="N", help="stop after N")
+    add_limit_arguments(p, default=None, old="--max-messages")  # then it stops
     add_body_argument(p)
 
 
@@ -94,7 +102,7 @@ class _Tail:
         self.dirty.clear()
 
     def done(self) -> bool:
-        m = self.args.max_messages
+        m = self.args.limit
         return m is not None and self.printed >= m
 
     def round(self) -> bool:
@@ -106,8 +114,8 @@ class _Tail:
             res = self.reads.pull(a.topic, q, off, BATCH, tags=a.tags)
             msgs = res.messages
             nxt = res.next_offset
-            if a.max_messages is not None and len(msgs) > a.max_messages - self.printed:
-                msgs = msgs[: a.max_messages - self.printed]
+            if a.limit is not None and len(msgs) > a.limit - self.printed:
+                msgs = msgs[: a.limit - self.printed]
                 nxt = msgs[-1].queue_offset + 1
             if res.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):
                 print(
@@ -145,7 +153,7 @@ class _Tail:
 
 
 def run(args: argparse.Namespace) -> int:
-    if below_minimum(NAME, ("--max-messages", args.max_messages, 1), ("--queue", args.queue, 0)):
+    if below_minimum(NAME, ("--limit", args.limit, 1), ("--queue", args.queue, 0)):
         return 2
     try:
         client = StoreClient.attach(args.store_dir)
@@ -161,7 +169,8 @@ def run(args: argparse.Namespace) -> int:
     reads = for_client(client)
     tail = _Tail(reads, args)
     try:
-        tail.run()
+        with stop_signals():
+            tail.run()
     except KeyboardInterrupt:
         pass
     except SupervisorUnavailable as e:

@@ -30,7 +30,7 @@ size_t mqs_record_length(const struct mqs_message *m)
 {
     return 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + ((size_t)m->born.addr_len + 4) + 8 +
            ((size_t)m->store.addr_len + 4) + 4 + 8 + 4 + m->body_len + 1 + m->topic_len + 2 +
-           mqs_props_len(m);
+           m->props_len;
 }
 
 uint32_t mqs_body_crc(const uint8_t *body, size_t len)
@@ -72,18 +72,10 @@ void mqs_record_write_tail(uint8_t *dst, const struct mqs_message *m)
     dst[0] = (uint8_t)m->topic_len;
     memcpy(dst + 1, m->topic, m->topic_len);
     uint8_t *p = dst + 1 + m->topic_len;
-    size_t len = mqs_props_len(m);
-    p[0] = (uint8_t)(len >> 8);
-    p[1] = (uint8_t)len;
-    p += 2;
+    p[0] = (uint8_t)(m->props_len >> 8);
+    p[1] = (uint8_t)m->props_len;
     if (m->props_len)
-        memcpy(p, m->props, m->props_len);
-    if (m->keys) { /* engine.record.encode_properties: KEYS \x01 value \x02 */
-        p += m->props_len;
-        memcpy(p, "KEYS\x01", 5);
-        memcpy(p + 5, m->keys, m->keys_len);
-        p[5 + m->keys_len] = 0x02;
-    }
+        memcpy(p + 2, m->props, m->props_len);
 }
 
 void mqs_record_write(uint8_t *dst, const struct mqs_message *m, int64_t queue_offset,

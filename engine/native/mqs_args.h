@@ -9,6 +9,9 @@
 
 #include "mqs_record.h"
 
+/* Copies and CRCs of at least this many bytes run with the GIL released. */
+#define MQS_NOGIL_BYTES (64 * 1024)
+
 /* 0 on success; -1 with an exception set. */
 int mqs_arg_i64(PyObject *o, const char *name, int64_t *out);
 int mqs_arg_i32(PyObject *o, const char *name, int32_t *out);

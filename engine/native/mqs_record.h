@@ -10,9 +10,11 @@
 #include <stdint.h>
 
 #define MQS_MESSAGE_MAGIC 0xDAA320A7u
+#define MQS_MESSAGE_MAGIC_V2 0xDAA320ABu
 #define MQS_BLANK_MAGIC 0xCBD43194u
 #define MQS_BORN_V6 0x10
 #define MQS_STORE_V6 0x20
+#define MQS_END_FILE_MIN_BLANK 8 /* a segment ends with a BLANK of at least this */
 
 struct mqs_host {
     const uint8_t *addr; /* 4 or 16 bytes */
@@ -28,9 +30,7 @@ struct mqs_message {
     const uint8_t *topic;
     size_t topic_len; /* 1..127, checked by the caller */
     const uint8_t *props;
-    size_t props_len; /* 0..32767 with the keys below, checked by the caller */
-    const uint8_t *keys; /* non-NULL: the properties end with KEYS 0x01 keys 0x02 */
-    size_t keys_len;
+    size_t props_len; /* 0..32767, checked by the caller */
     int32_t queue_id;
     int32_t flag;
     int32_t sys_flag; /* host bits are set from the hosts */
@@ -40,12 +40,6 @@ struct mqs_message {
     int32_t reconsume_times;
     int64_t prepared_offset;
 };
-
-/* The length of the record's properties: props, then the KEYS property if keys. */
-static inline size_t mqs_props_len(const struct mqs_message *m)
-{
-    return m->props_len + (m->keys ? m->keys_len + 6 : 0);
-}
 
 /* RocketMQ's calMsgLength for this message. */
 size_t mqs_record_length(const struct mqs_message *m);

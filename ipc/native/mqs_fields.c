@@ -1,0 +1,571 @@
+#include "mqs_fields.h"
+
+#include <string.h>
+
+#include "mqs_layout.h"
+
+/* A lane (ipc.producer: `Lanes.new`): [topic bytes, queue count, round-robin modulus,
+ * round-robin counter, queue-table row per queue id (-1: not known yet)]. */
+enum { L_TOPIC, L_QUEUES, L_RR_N, L_RR, L_QSLOTS, LANE_FIELDS };
+
+#define MAX_PROPERTIES 32767
+#define TOPIC_MAX_CHARS 127
+#define TOPIC_RULE "only letters, digits, '%', '|', '_' and '-' (RocketMQ's ^[%|a-zA-Z0-9_-]+$)"
+
+static PyObject *names[MQS_FIELDS], *name_tags, *name_keys, *space, *empty;
+static const char *const field_names[MQS_FIELDS] = {"topic", "body", "tags",
+                                                     "keys", "properties", "queue_id"};
+static const char *const message_attrs[MQS_FIELDS] = {
+    "topic", "body", NULL, NULL, "properties", "queue_id"};
+
+int mqs_fields_ready(void)
+{
+    for (int i = 0; i < MQS_FIELDS; i++)
+        if (names[i] == NULL && (names[i] = PyUnicode_InternFromString(field_names[i])) == NULL)
+            return -1;
+    if (name_tags == NULL && (name_tags = PyUnicode_InternFromString("TAGS")) == NULL)
+        return -1;
+    if (name_keys == NULL && (name_keys = PyUnicode_InternFromString("KEYS")) == NULL)
+        return -1;
+    if (space == NULL && (space = PyUnicode_InternFromString(" ")) == NULL)
+        return -1;
+    if (empty == NULL && (empty = PyUnicode_New(0, 0)) == NULL)
+        return -1;
+    return 0;
+}
+
+/* ---- step 1: types ------------------------------------------------------------------ */
+
+static int is_str_or_none(PyObject *o)
+{
+    return o == NULL || o == Py_None || PyUnicode_Check(o);
+}
+
+static int str_items(PyObject *seq)
+{
+    PyObject **v = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++)
+        if (!PyUnicode_Check(v[i]))
+            return 0;
+    return 1;
+}
+
+/* The types the C put reads: the rest is the client's (a TypeError, or plain types). */
+static int types(struct mqs_fields *m)
+{
+    PyObject **f = m->f, *o;
+    if (f[MQS_F_TOPIC] && !PyUnicode_Check(f[MQS_F_TOPIC]))
+        return MQS_FIELDS_TYPES;
+    if ((o = f[MQS_F_BODY]) != NULL && !PyBytes_Check(o)) {
+        if (!PyByteArray_Check(o) && !PyMemoryView_Check(o))
+            return MQS_FIELDS_TYPES;
+        if (PyObject_GetBuffer(o, &m->body, PyBUF_SIMPLE) < 0) {
+            PyErr_Clear(); /* not contiguous: the client passes bytes(body) */
+            return MQS_FIELDS_TYPES;
+        }
+    }
+    if (!is_str_or_none(f[MQS_F_TAGS]))
+        return MQS_FIELDS_TYPES;
+    if ((o = f[MQS_F_KEYS]) != NULL && o != Py_None && !PyUnicode_Check(o) &&
+        !((PyList_Check(o) || PyTuple_Check(o)) && str_items(o)))
+        return MQS_FIELDS_TYPES;
+    if ((o = f[MQS_F_PROPS]) != NULL && o != Py_None) {
+        if (!PyDict_CheckExact(o))
+            return MQS_FIELDS_TYPES;
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(o, &pos, &k, &v))
+            if (!PyUnicode_Check(k) || !PyUnicode_Check(v))
+                return MQS_FIELDS_TYPES;
+    }
+    if ((o = f[MQS_F_QID]) != NULL && o != Py_None && (!PyLong_Check(o) || PyBool_Check(o)))
+        return MQS_FIELDS_TYPES;
+    return MQS_FIELDS_OK;
+}
+
+int mqs_fields_of_args(struct mqs_fields *m, PyObject *const *args)
+{
+    for (int i = 0; i < MQS_FIELDS; i++)
+        m->f[i] = Py_NewRef(args[i]);
+    return types(m);
+}
+
+/* A dict's fields: in one pass over its items when its keys are the interned names
+ * themselves (a literal's are), else a lookup per name. */
+static int dict_fields(struct mqs_fields *m, PyObject *d)
+{
+    Py_ssize_t pos = 0, found = 0;
+    PyObject *k, *v;
+    int fast = 1;
+    while (fast && PyDict_Next(d, &pos, &k, &v)) {
+        int i = 0;
+        while (i < MQS_FIELDS && k != names[i])
+            i++;
+        if (i == MQS_FIELDS)
+            fast = 0;
+        else
+            m->f[i] = Py_NewRef(v);
+    }
+    if (!fast) {
+        for (int i = 0; i < MQS_FIELDS; i++) {
+            Py_CLEAR(m->f[i]);
+            v = PyDict_GetItemWithError(d, names[i]);
+            if (v == NULL && PyErr_Occurred())
+                return MQS_FIELDS_ERROR;
+            found += v != NULL;
+            m->f[i] = Py_XNewRef(v);
+        }
+        if (found != PyDict_GET_SIZE(d))
+            m->unknown = Py_NewRef(d);
+    }
+    m->missing = m->f[MQS_F_TOPIC] == NULL ? 1 : m->f[MQS_F_BODY] == NULL ? 2 : 0;
+    return types(m);
+}
+
+int mqs_fields_of_item(struct mqs_fields *m, PyObject *item, Py_ssize_t i,
+                       PyObject *message_type, PyObject *message_fields)
+{
+    if (PyDict_CheckExact(item))
+        return dict_fields(m, item);
+    if (!PyObject_TypeCheck(item, (PyTypeObject *)message_type))
+        return MQS_FIELDS_TYPES;
+    for (int k = 0; k < MQS_FIELDS; k++)
+        if (message_attrs[k] && (m->f[k] = PyObject_GetAttrString(item, message_attrs[k])) == NULL)
+            return MQS_FIELDS_ERROR;
+    int rc = types(m);
+    if (rc != MQS_FIELDS_OK)
+        return rc;
+    if (m->f[MQS_F_QID] == Py_None) /* Message.queue_id is an int */
+        return MQS_FIELDS_TYPES;
+    m->message = PyObject_CallFunction(message_fields, "nO", i, item);
+    return m->message ? MQS_FIELDS_OK : MQS_FIELDS_ERROR;
+}
+
+/* ---- step 2: content ------------------------------------------------------------------ */
+
+static int refuse(struct mqs_refusal *why, int status, PyObject *reason)
+{
+    if (reason == NULL)
+        return MQS_FIELDS_ERROR;
+    why->status = status;
+    why->reason = reason;
+    return MQS_FIELDS_REFUSED;
+}
+
+/* engine.names.topic_problem: RocketMQ's ^[%|a-zA-Z0-9_-]+$, at most 127 characters. */
+static PyObject *topic_problem(PyObject *t)
+{
+    Py_ssize_t n = PyUnicode_GET_LENGTH(t);
+    if (n == 0)
+        return PyUnicode_FromString("topic name is empty");
+    if (n > TOPIC_MAX_CHARS)
+        return PyUnicode_FromFormat("topic name is %zd characters; at most %d are allowed", n,
+                                    TOPIC_MAX_CHARS);
+    int kind = PyUnicode_KIND(t);
+    const void *data = PyUnicode_DATA(t);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 ch = PyUnicode_READ(kind, data, i);
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '%' || ch == '|' || ch == '_' || ch == '-'))
+            return PyUnicode_FromFormat("topic name %R is not allowed: %s", t, TOPIC_RULE);
+    }
+    return Py_NewRef(Py_None);
+}
+
+static int has_separator(PyObject *s)
+{
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    if (PyUnicode_IS_ASCII(s)) {
+        const Py_UCS1 *d = PyUnicode_1BYTE_DATA(s);
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (d[i] == 1 || d[i] == 2)
+                return 1;
+        return 0;
+    }
+    return PyUnicode_FindChar(s, 1, 0, n, 1) >= 0 || PyUnicode_FindChar(s, 2, 0, n, 1) >= 0;
+}
+
+/* engine.record.properties_problem for one property: None when it can be stored. */
+static PyObject *property_problem(PyObject *k, PyObject *v)
+{
+    if (PyUnicode_GET_LENGTH(k) == 0)
+        return PyUnicode_FromString("a property name is empty");
+    if (PyUnicode_GET_LENGTH(v) == 0)
+        return PyUnicode_FromFormat(
+            "property %R has an empty value (RocketMQ's decoder would drop it)", k);
+    if (has_separator(k) || has_separator(v))
+        return PyUnicode_FromFormat("property %R contains a separator character (0x01 or 0x02)",
+                                    k);
+    return Py_NewRef(Py_None);
+}
+
+/* A list of keys: each non-empty and without whitespace, RocketMQ's KEYS separator (a
+ * key with a space would be indexed as two); then the KEYS property they make, as
+ * property_problem would find it in their join. None when they can be joined. */
+static PyObject *keys_problem(PyObject *keys)
+{
+    PyObject **v = PySequence_Fast_ITEMS(keys);
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(keys);
+    if (n == 0)
+        return property_problem(name_keys, empty);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t n = PyUnicode_GET_LENGTH(v[i]);
+        if (n == 0)
+            return PyUnicode_FromFormat("keys[%zd] is empty", i);
+        int kind = PyUnicode_KIND(v[i]);
+        const void *data = PyUnicode_DATA(v[i]);
+        for (Py_ssize_t j = 0; j < n; j++)
+            if (Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, j)))
+                return PyUnicode_FromFormat(
+                    "keys[%zd] %R contains whitespace, which separates keys in RocketMQ's KEYS "
+                    "property: pass each key as its own item",
+                    i, v[i]);
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (has_separator(v[i]))
+            return property_problem(name_keys, v[i]);
+    return Py_NewRef(Py_None);
+}
+
+/* A problem found (refused, reason set), none (0), or an error (-1). */
+static int found(PyObject *why_o, struct mqs_refusal *why, int status)
+{
+    if (why_o == NULL)
+        return MQS_FIELDS_ERROR;
+    if (why_o == Py_None) {
+        Py_DECREF(why_o);
+        return MQS_FIELDS_OK;
+    }
+    return refuse(why, status, why_o);
+}
+
+/* Room for `n` more bytes at a->buf + a->len. */
+static int arena_room(struct mqs_arena *a, size_t n)
+{
+    if (a->len + n > a->cap) {
+        size_t cap = a->cap * 2;
+        while (cap < a->len + n)
+            cap *= 2;
+        uint8_t *b = a->buf == a->local ? PyMem_Malloc(cap) : PyMem_Realloc(a->buf, cap);
+        if (b == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        if (a->buf == a->local)
+            memcpy(b, a->local, a->len);
+        a->buf = b;
+        a->cap = cap;
+    }
+    return 0;
+}
+
+void mqs_arena_free(struct mqs_arena *a)
+{
+    if (a->buf != a->local)
+        PyMem_Free(a->buf);
+    MQS_ARENA_INIT(*a);
+}
+
+/* A str with no UTF-8 form (a lone surrogate): refused as the reference refuses it. */
+static int not_utf8(struct mqs_refusal *why)
+{
+    if (!PyErr_ExceptionMatches(PyExc_UnicodeError))
+        return MQS_FIELDS_ERROR;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    PyObject *reason = PyUnicode_FromFormat("bad message: %S", value);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    return refuse(why, MQS_ST_MESSAGE_ILLEGAL, reason);
+}
+
+/* Append `name` 0x01 `value` 0x02 (engine.record.encode_properties). */
+static int add_property(struct mqs_arena *a, PyObject *k, PyObject *v, struct mqs_refusal *why)
+{
+    Py_ssize_t kn, vn;
+    const char *kb = PyUnicode_AsUTF8AndSize(k, &kn);
+    const char *vb = kb ? PyUnicode_AsUTF8AndSize(v, &vn) : NULL;
+    if (vb == NULL)
+        return not_utf8(why);
+    if (arena_room(a, (size_t)(kn + vn + 2)) < 0)
+        return MQS_FIELDS_ERROR;
+    uint8_t *p = a->buf + a->len;
+    memcpy(p, kb, (size_t)kn);
+    p[kn] = 0x01;
+    memcpy(p + kn + 1, vb, (size_t)vn);
+    p[kn + 1 + vn] = 0x02;
+    a->len += (size_t)(kn + vn + 2);
+    return MQS_FIELDS_OK;
+}
+
+/* Append KEYS 0x01 the keys joined with spaces 0x02, without making the joined str
+ * (but for the reason of a key with no UTF-8 form, which names its place in the join). */
+static int add_keys(struct mqs_arena *a, PyObject *keys, struct mqs_refusal *why)
+{
+    size_t start = a->len;
+    PyObject **v = PySequence_Fast_ITEMS(keys);
+    if (arena_room(a, 5) < 0)
+        return MQS_FIELDS_ERROR;
+    memcpy(a->buf + a->len, "KEYS\x01", 5);
+    a->len += 5;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(keys); i++) {
+        Py_ssize_t n;
+        const char *b = PyUnicode_AsUTF8AndSize(v[i], &n);
+        if (b == NULL) {
+            a->len = start;
+            PyObject *joined = PyErr_ExceptionMatches(PyExc_UnicodeError)
+                                   ? (PyErr_Clear(), PyUnicode_Join(space, keys))
+                                   : NULL;
+            int rc = joined ? add_property(a, name_keys, joined, why) : MQS_FIELDS_ERROR;
+            Py_XDECREF(joined);
+            return rc;
+        }
+        if (arena_room(a, (size_t)n + 1) < 0)
+            return MQS_FIELDS_ERROR;
+        memcpy(a->buf + a->len, b, (size_t)n);
+        a->buf[a->len + (size_t)n] = i + 1 < PySequence_Fast_GET_SIZE(keys) ? ' ' : 0x02;
+        a->len += (size_t)n + 1;
+    }
+    return MQS_FIELDS_OK;
+}
+
+/* The properties, checked then encoded in the order the record holds them: the
+ * caller's, TAGS, KEYS (a list joined with spaces). */
+static int properties(struct mqs_fields *m, struct mqs_arena *a, struct mqs_refusal *why)
+{
+    PyObject *props = m->f[MQS_F_PROPS], *tags = m->f[MQS_F_TAGS], *keys = m->f[MQS_F_KEYS];
+    if (props == Py_None)
+        props = NULL;
+    if (tags == Py_None)
+        tags = NULL;
+    if (keys == Py_None)
+        keys = NULL;
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    int rc;
+    if (props && (tags || keys)) { /* one value per property, never one dropped */
+        int twice_tags = tags ? PyDict_Contains(props, name_tags) : 0;
+        int twice_keys = keys ? PyDict_Contains(props, name_keys) : 0;
+        if (twice_tags < 0 || twice_keys < 0)
+            return MQS_FIELDS_ERROR;
+        if (twice_tags || twice_keys)
+            return refuse(why, MQS_ST_MESSAGE_ILLEGAL,
+                          PyUnicode_FromFormat("%s= and properties[%R] both set the %U property: "
+                                               "give it once",
+                                               twice_tags ? "tags" : "keys",
+                                               twice_tags ? name_tags : name_keys,
+                                               twice_tags ? name_tags : name_keys));
+    }
+    while (props && PyDict_Next(props, &pos, &k, &v))
+        if ((rc = found(property_problem(k, v), why, MQS_ST_MESSAGE_ILLEGAL)) != MQS_FIELDS_OK)
+            return rc;
+    if (tags && (rc = found(property_problem(name_tags, tags), why, MQS_ST_MESSAGE_ILLEGAL)) !=
+                    MQS_FIELDS_OK)
+        return rc;
+    if (keys && (rc = found(PyUnicode_Check(keys) ? property_problem(name_keys, keys)
+                                                   : keys_problem(keys),
+                            why, MQS_ST_MESSAGE_ILLEGAL)) != MQS_FIELDS_OK)
+        return rc;
+    m->props_off = a->len;
+    pos = 0;
+    rc = MQS_FIELDS_OK;
+    while (rc == MQS_FIELDS_OK && props && PyDict_Next(props, &pos, &k, &v))
+        rc = add_property(a, k, v, why);
+    if (rc == MQS_FIELDS_OK && tags)
+        rc = add_property(a, name_tags, tags, why);
+    if (rc == MQS_FIELDS_OK && keys)
+        rc = PyUnicode_Check(keys) ? add_property(a, name_keys, keys, why) : add_keys(a, keys, why);
+    if (rc == MQS_FIELDS_OK && a->len - m->props_off > MAX_PROPERTIES)
+        rc = refuse(why, MQS_ST_PROPERTIES_SIZE_EXCEEDED,
+                    PyUnicode_FromFormat("properties are %zu UTF-8 bytes; at most %d are allowed",
+                                         a->len - m->props_off, MAX_PROPERTIES));
+    return rc;
+}
+
+/* The topic's lane, made by the client on its first put (`new_lane(topic)`). */
+static PyObject *lane_of(PyObject *lanes, PyObject *new_lane, PyObject *topic)
+{
+    PyObject *lane = PyDict_GetItemWithError(lanes, topic);
+    if (lane != NULL)
+        Py_INCREF(lane);
+    else if (!PyErr_Occurred())
+        lane = PyObject_CallOneArg(new_lane, topic);
+    if (lane == NULL)
+        return NULL;
+    PyObject **l = PyList_CheckExact(lane) && PyList_GET_SIZE(lane) == LANE_FIELDS
+                       ? &PyList_GET_ITEM(lane, 0)
+                       : NULL;
+    if (l == NULL || !PyBytes_CheckExact(l[L_TOPIC]) || !PyLong_CheckExact(l[L_QUEUES]) ||
+        !PyLong_CheckExact(l[L_RR_N]) || !PyLong_CheckExact(l[L_RR]) ||
+        !PyList_CheckExact(l[L_QSLOTS])) {
+        Py_DECREF(lane);
+        PyErr_SetString(PyExc_TypeError, "a lane is [bytes, int, int, int, list]");
+        return NULL;
+    }
+    return lane;
+}
+
+/* The queue id: given, or the lane's round robin (moving its counter), then checked
+ * against the topic's queues (ipc.accepts.queue_id_problem). */
+static int queue(struct mqs_fields *m, struct mqs_item *it, struct mqs_refusal *why)
+{
+    PyObject **l = &PyList_GET_ITEM(m->lane, 0), *qid_o = m->f[MQS_F_QID];
+    long queues = PyLong_AsLong(l[L_QUEUES]);
+    long long qid;
+    int overflow = 0;
+    if (qid_o == NULL || qid_o == Py_None) {
+        long n = PyLong_AsLong(l[L_RR_N]);
+        long long rr = PyLong_AsLongLong(l[L_RR]);
+        if (PyErr_Occurred())
+            return MQS_FIELDS_ERROR;
+        qid = n > 0 ? rr % n : 0;
+        PyObject *next = PyLong_FromLongLong(rr + 1);
+        if (next == NULL)
+            return MQS_FIELDS_ERROR;
+        m->rr_before = Py_NewRef(l[L_RR]);
+        PyList_SetItem(m->lane, L_RR, next);
+        qid_o = NULL;
+    } else {
+        qid = PyLong_AsLongLongAndOverflow(qid_o, &overflow);
+        if (qid == -1 && PyErr_Occurred())
+            return MQS_FIELDS_ERROR;
+    }
+    if (overflow || qid < 0 || qid >= queues) {
+        PyObject *shown = qid_o ? Py_NewRef(qid_o) : PyLong_FromLongLong(qid);
+        PyObject *reason =
+            shown ? PyUnicode_FromFormat("queue id %R is not one of topic %R's %ld queues "
+                                         "(0..%ld); `mqstore topic DIR set %S --queues N` "
+                                         "changes the count",
+                                         shown, m->f[MQS_F_TOPIC], queues, queues - 1,
+                                         m->f[MQS_F_TOPIC])
+                  : NULL;
+        Py_XDECREF(shown);
+        return refuse(why, MQS_ST_MESSAGE_ILLEGAL, reason);
+    }
+    PyObject *qslots = l[L_QSLOTS];
+    long qs = qid < PyList_GET_SIZE(qslots) ? PyLong_AsLong(PyList_GET_ITEM(qslots, qid)) : -1;
+    if (PyErr_Occurred())
+        return MQS_FIELDS_ERROR;
+    it->msg.queue_id = (int32_t)qid;
+    it->qslot = qs < 0 || qs > INT32_MAX ? -1 : (int32_t)qs; /* -1: found at reservation */
+    return MQS_FIELDS_OK;
+}
+
+/* "unknown fields [...]": the dict's keys that are not put's fields, sorted. */
+static PyObject *unknown_fields(PyObject *d)
+{
+    PyObject *out = PyList_New(0), *k, *v;
+    Py_ssize_t pos = 0;
+    while (out && PyDict_Next(d, &pos, &k, &v)) {
+        int known = 0;
+        for (int i = 0; i < MQS_FIELDS && !known; i++) {
+            int eq = PyObject_RichCompareBool(k, names[i], Py_EQ);
+            if (eq < 0)
+                Py_CLEAR(out);
+            known = eq > 0;
+        }
+        if (out && !known && PyList_Append(out, k) < 0)
+            Py_CLEAR(out);
+    }
+    if (out == NULL || PyList_Sort(out) < 0) {
+        Py_XDECREF(out);
+        return NULL;
+    }
+    PyObject *reason = PyUnicode_FromFormat("unknown fields %R", out);
+    Py_DECREF(out);
+    return reason;
+}
+
+/* A Message's other fields, as the client read them: 0, or a refusal. */
+static int message_fields(struct mqs_fields *m, struct mqs_message *msg, int *takes_offset,
+                          struct mqs_refusal *why)
+{
+    PyObject *t = m->message;
+    if (PyUnicode_Check(t))
+        return refuse(why, MQS_ST_MESSAGE_ILLEGAL, Py_NewRef(t));
+    PyObject *addr;
+    int32_t port;
+    if (!PyArg_ParseTuple(t, "SiiiiLL:message_fields", &addr, &port, &msg->sys_flag, &msg->flag,
+                          &msg->reconsume_times, &msg->prepared_offset, &msg->born_timestamp))
+        return MQS_FIELDS_ERROR;
+    msg->born.addr = (const uint8_t *)PyBytes_AS_STRING(addr);
+    msg->born.addr_len = PyBytes_GET_SIZE(addr) == 16 ? 16 : 4;
+    msg->born.port = port;
+    int tx = msg->sys_flag & 0xC;
+    *takes_offset = tx == 0 || tx == 0x8;
+    return MQS_FIELDS_OK;
+}
+
+int mqs_fields_check(struct mqs_fields *m, struct mqs_item *it, struct mqs_arena *arena,
+                     struct mqs_refusal *why, PyObject *lanes, PyObject *new_lane,
+                     int64_t max_body, int64_t seg_size, const struct mqs_host *store,
+                     int64_t born)
+{
+    static const uint8_t loopback[4] = {127, 0, 0, 1};
+    struct mqs_message *msg = &it->msg;
+    memset(it, 0, sizeof *it);
+    msg->born.addr = loopback;
+    msg->born.addr_len = 4;
+    msg->store = *store;
+    it->takes_offset = 1;
+    int rc;
+    if (m->missing)
+        return refuse(why, MQS_ST_MESSAGE_ILLEGAL,
+                      PyUnicode_FromFormat("missing field '%s'", m->missing == 1 ? "topic" : "body"));
+    if (m->message && (rc = message_fields(m, msg, &it->takes_offset, why)) != MQS_FIELDS_OK)
+        return rc;
+    PyObject *topic = m->f[MQS_F_TOPIC];
+    if ((rc = found(topic_problem(topic), why, MQS_ST_MESSAGE_ILLEGAL)) != MQS_FIELDS_OK ||
+        (rc = properties(m, arena, why)) != MQS_FIELDS_OK)
+        return rc;
+    if (m->body.obj) {
+        msg->body = m->body.buf;
+        msg->body_len = (size_t)m->body.len;
+    } else {
+        msg->body = (const uint8_t *)PyBytes_AS_STRING(m->f[MQS_F_BODY]);
+        msg->body_len = (size_t)PyBytes_GET_SIZE(m->f[MQS_F_BODY]);
+    }
+    if ((int64_t)msg->body_len > max_body)
+        return refuse(why, MQS_ST_MESSAGE_ILLEGAL,
+                      PyUnicode_FromFormat("body is %zu bytes; maxMessageSize is %lld",
+                                           msg->body_len, (long long)max_body));
+    if ((m->lane = lane_of(lanes, new_lane, topic)) == NULL)
+        return MQS_FIELDS_ERROR;
+    if ((rc = queue(m, it, why)) != MQS_FIELDS_OK)
+        return rc;
+    PyObject *topic_b = PyList_GET_ITEM(m->lane, L_TOPIC);
+    msg->topic = (const uint8_t *)PyBytes_AS_STRING(topic_b);
+    msg->topic_len = (size_t)PyBytes_GET_SIZE(topic_b);
+    msg->props_len = arena->len - m->props_off; /* msg->props: once the arena is done */
+    if (!msg->born_timestamp)
+        msg->born_timestamp = born;
+    it->size = (int64_t)mqs_record_length(msg);
+    if (it->size + MQS_END_FILE_MIN_BLANK > seg_size)
+        return refuse(why, MQS_ST_MESSAGE_ILLEGAL,
+                      PyUnicode_FromFormat("record of %lld bytes does not fit a %lld-byte segment",
+                                           (long long)it->size, (long long)seg_size));
+    if (m->unknown)
+        return refuse(why, MQS_ST_MESSAGE_ILLEGAL, unknown_fields(m->unknown));
+    return MQS_FIELDS_OK;
+}
+
+void mqs_fields_undo(struct mqs_fields *m)
+{
+    if (m->rr_before && m->lane)
+        PyList_SetItem(m->lane, L_RR, Py_NewRef(m->rr_before));
+    Py_CLEAR(m->rr_before);
+}
+
+void mqs_fields_release(struct mqs_fields *m)
+{
+    for (int i = 0; i < MQS_FIELDS; i++)
+        Py_CLEAR(m->f[i]);
+    Py_CLEAR(m->lane);
+    Py_CLEAR(m->rr_before);
+    Py_CLEAR(m->message);
+    Py_CLEAR(m->unknown);
+    if (m->body.obj)
+        PyBuffer_Release(&m->body);
+}

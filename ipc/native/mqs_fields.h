@@ -1,0 +1,91 @@
+/* A put's arguments, read and checked in C: `put`'s fields, a batch's dicts and
+ * `engine.record.Message`s become validated messages whose properties (the caller's,
+ * then TAGS, then KEYS) are encoded into one arena, or a refusal with RocketMQ's status
+ * and the reason. The Python reference is `engine.record.encode` (properties_problem,
+ * encode_properties), `engine.names.topic_problem` and `ipc.accepts.queue_id_problem`;
+ * tests/native/test_put_message.py compares them shape by shape.
+ *
+ * Two steps per message, in the client's order: the types of every message of a call
+ * first (MQS_FIELDS_TYPES: a type the C put does not read, and the client's Python
+ * door, `ipc.accepts`, raises the TypeError or hands the call over in plain types),
+ * then each message's content. */
+#ifndef MQS_FIELDS_H
+#define MQS_FIELDS_H
+
+#include "mqs_appender.h"
+
+/* ipc.results.PutMessageStatus, in its order (the client hands the members over). */
+enum mqs_status {
+    MQS_ST_PUT_OK,
+    MQS_ST_FLUSH_DISK_TIMEOUT,
+    MQS_ST_FLUSH_SLAVE_TIMEOUT,
+    MQS_ST_SLAVE_NOT_AVAILABLE,
+    MQS_ST_SERVICE_NOT_AVAILABLE,
+    MQS_ST_CREATE_MAPPED_FILE_FAILED,
+    MQS_ST_MESSAGE_ILLEGAL,
+    MQS_ST_PROPERTIES_SIZE_EXCEEDED,
+    MQS_ST_OS_PAGECACHE_BUSY,
+    MQS_ST_UNKNOWN_ERROR,
+    MQS_ST_FLUSH_DISK_FAILED,
+    MQS_STATUSES
+};
+
+enum { MQS_FIELDS_OK = 1, MQS_FIELDS_REFUSED = 2, MQS_FIELDS_ERROR = -1, MQS_FIELDS_TYPES = -2 };
+
+/* A put refused before anything was reserved: its status and reason (owned). */
+struct mqs_refusal {
+    int status;
+    PyObject *reason;
+};
+
+/* The properties of a call's messages, one after the other: in `local` while they fit
+ * (a put's do), else PyMem. Start with MQS_ARENA_INIT(arena). */
+struct mqs_arena {
+    uint8_t *buf;
+    size_t len, cap;
+    uint8_t local[512];
+};
+#define MQS_ARENA_INIT(a) ((a).buf = (a).local, (a).len = 0, (a).cap = sizeof(a).local)
+
+enum { MQS_F_TOPIC, MQS_F_BODY, MQS_F_TAGS, MQS_F_KEYS, MQS_F_PROPS, MQS_F_QID, MQS_FIELDS };
+
+/* One message of a call while it is read (all references owned). */
+struct mqs_fields {
+    PyObject *f[MQS_FIELDS]; /* NULL: absent (None for a put's argument) */
+    PyObject *lane;          /* its topic's lane (ipc.producer: Lanes) */
+    PyObject *rr_before;     /* the lane's round-robin counter before this message took it */
+    PyObject *message;       /* a Message's (born addr, port, sys flag, flag, reconsume
+                              * times, prepared offset, born time), from the client */
+    Py_buffer body;          /* .obj: a body held as a buffer (not a bytes object) */
+    size_t props_off;
+    PyObject *unknown; /* a batch dict with keys besides put's fields */
+    int missing; /* a batch dict without topic (1) or body (2) */
+};
+
+/* Module init: the interned names. */
+int mqs_fields_ready(void);
+
+/* Step 1 for put's arguments `args` (topic, body, tags, keys, properties, queue_id). */
+int mqs_fields_of_args(struct mqs_fields *m, PyObject *const *args);
+
+/* Step 1 for messages[i] of a batch: a dict of put's fields or a Message (`message_type`;
+ * `message_fields(i, m)` checks its other fields' types and answers the tuple above or
+ * the reason it is refused). */
+int mqs_fields_of_item(struct mqs_fields *m, PyObject *item, Py_ssize_t i,
+                       PyObject *message_type, PyObject *message_fields);
+
+/* Step 2: the content. Fills `it` (its properties at m->props_off in the arena, to be
+ * pointed at once the arena stops growing) or says why not in `why`. `born`: now (ms);
+ * `lanes`/`new_lane`: the client's lanes and their maker. */
+int mqs_fields_check(struct mqs_fields *m, struct mqs_item *it, struct mqs_arena *arena,
+                     struct mqs_refusal *why, PyObject *lanes, PyObject *new_lane,
+                     int64_t max_body, int64_t seg_size, const struct mqs_host *store,
+                     int64_t born);
+
+/* Put the lane's round-robin counter back (a call that did nothing), and drop m's refs. */
+void mqs_fields_undo(struct mqs_fields *m);
+void mqs_fields_release(struct mqs_fields *m);
+
+void mqs_arena_free(struct mqs_arena *a);
+
+#endif

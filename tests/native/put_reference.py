@@ -1,0 +1,137 @@
+"""The Python reference of the C put's reading of a message (`ipc/native/mqs_fields.c`):
+what a put of these fields stores, or the status and reason it is refused with. It is
+built from the reference encoder (`engine.record.encode`), the name rule
+(`engine.names.topic_problem`) and the queue rule (`ipc.accepts.queue_id_problem`); the
+differential tests (test_put_message.py) compare the C put with it, byte for byte."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mqstore.engine import record
+from mqstore.engine.names import topic_problem
+from mqstore.engine.record import Message
+from mqstore.ipc.accepts import queue_id_problem
+from mqstore.ipc.results import PutMessageStatus
+
+ILLEGAL = PutMessageStatus.MESSAGE_ILLEGAL
+
+
+@dataclass
+class Lane:
+    """A topic's queue count, round-robin modulus and counter (the C put's lane)."""
+
+    queues: int
+    spread: int
+    rr: int = 0
+
+
+def _keys_problem(keys: Sequence[str]) -> str | None:
+    for i, k in enumerate(keys):
+        if not k:
+            return f"keys[{i}] is empty"
+        if any(ch.isspace() for ch in k):
+            return (
+                f"keys[{i}] {k!r} contains whitespace, which separates keys in RocketMQ's KEYS "
+                "property: pass each key as its own item"
+            )
+    return None
+
+
+def properties_of(
+    tags: str | None, keys: str | Sequence[str] | None, properties: Mapping[str, str] | None
+) -> dict[str, str] | tuple[PutMessageStatus, str]:
+    """The record's properties (the caller's, TAGS, KEYS), or why they are refused
+    before encoding (a property the reference encoder refuses is left to it)."""
+    props = dict(properties or {})
+    for name, given in (("TAGS", tags), ("KEYS", keys)):
+        if given is not None and name in props:
+            return ILLEGAL, (
+                f"{name.lower()}= and properties[{name!r}] both set the {name} property: "
+                "give it once"
+            )
+    why = record.properties_problem({**props, **({"TAGS": tags} if tags is not None else {})})
+    if why is not None:
+        return ILLEGAL, why
+    if tags is not None:
+        props["TAGS"] = tags
+    if keys is not None:
+        if not isinstance(keys, str):
+            why = _keys_problem(keys)
+            if why is not None:
+                return ILLEGAL, why
+            keys = " ".join(keys)
+        props["KEYS"] = keys
+        why = record.properties_problem(props)
+        if why is not None:
+            return ILLEGAL, why
+    return props
+
+
+def put_reference(
+    topic: str,
+    body: Any,
+    tags: str | None,
+    keys: str | Sequence[str] | None,
+    properties: Mapping[str, str] | None,
+    queue_id: int | None,
+    *,
+    lane: Lane,
+    max_body: int,
+    seg_size: int,
+    store_host: str,
+    born: int,
+    message: Message | None = None,
+) -> tuple[Message, int] | tuple[PutMessageStatus, str]:
+    """(the Message whose record the put stores, its size), or (status, reason). Moves
+    the lane's round-robin counter as the C put does (for a valid topic and body)."""
+    why = topic_problem(topic)
+    if why is not None:
+        return ILLEGAL, why
+    props = properties_of(tags, keys, properties)
+    if isinstance(props, tuple):
+        return props
+    for k, v in props.items():  # a lone surrogate: its field's own error
+        try:
+            k.encode()
+            v.encode()
+        except UnicodeError as e:
+            return ILLEGAL, f"bad message: {e}"
+    body = bytes(body)
+    base = message or Message(topic, body, store_host=store_host, born_timestamp=born)
+    msg = Message(
+        topic,
+        body,
+        props,
+        0,
+        base.flag,
+        base.sys_flag,
+        base.born_timestamp or born,
+        base.born_host,
+        store_host,
+        base.reconsume_times,
+        base.prepared_transaction_offset,
+    )
+    rec = record.encode(msg, max_message_size=max_body)
+    if rec.status is not record.EncodeStatus.OK:
+        return PutMessageStatus[rec.status.value], rec.reason
+    if queue_id is None:
+        queue_id = lane.rr % lane.spread if lane.spread > 0 else 0
+        lane.rr += 1
+    if not 0 <= queue_id < lane.queues:
+        return ILLEGAL, queue_id_problem(topic, queue_id, lane.queues)
+    size = len(rec.data)
+    if size + record.END_FILE_MIN_BLANK_LENGTH > seg_size:
+        return ILLEGAL, f"record of {size} bytes does not fit a {seg_size}-byte segment"
+    return dataclasses.replace(msg, queue_id=queue_id), size
+
+
+def record_bytes(msg: Message, queue_offset: int, physical_offset: int, store_ts: int) -> bytes:
+    """The reference encoder's record of `msg` with the three appender fields."""
+    enc = record.encode(msg, max_message_size=max(len(msg.body), 1))
+    out = bytearray(len(enc.data))
+    record.patch_append_fields(out, 0, enc, queue_offset, physical_offset, store_ts)
+    return bytes(out)
