@@ -31,6 +31,7 @@ from mqstore.engine import record
 from mqstore.engine.record import Message
 from mqstore.ipc import control as c
 from mqstore.ipc.control_views import Flags
+from mqstore.ipc.fence import fence
 from mqstore.ipc.producer import _MessageFields
 from mqstore.ipc.reservation import publish_reference
 from mqstore.ipc.results import PutMessageStatus, PutResult
@@ -305,6 +306,8 @@ def test_a_put_that_does_not_fit_the_segment_rolls_with_a_blank(put: Callable[..
          "the store is read-only after a failed fsync"),
         (lambda cb: cb.set(c.OFF_FLAGS, 0), "SERVICE_NOT_AVAILABLE",
          "the store is stopping or not running; writes are refused"),
+        (lambda cb: cb.set(c.OFF_RESERVED, -4096), "SERVICE_NOT_AVAILABLE",
+         "the control block's positions are out of range"),
         (lambda cb: cb.set(c.OFF_DISK_STATE, 1 | 950 << 16), "SERVICE_NOT_AVAILABLE",
          "the disk is full (95.0% used); writes resume by themselves once the cleaner has "
          "freed space"),
@@ -324,6 +327,33 @@ def test_a_reservation_without_room_waits_then_says_why(
     assert (p.cb.get(c.OFF_RESERVED), p.cb.get(c.OFF_SEQ)) == (reserved, seq)
     if reason.endswith("50 ms"):  # a wait for room: counted, and as long as the busy timeout
         assert waited >= 0.045 and p.cb.get(c.OFF_BUSY) == busy + 1
+
+
+def test_a_sync_put_whose_generation_ends_before_its_flush_is_never_ok(
+    put: Callable[..., Put],
+) -> None:
+    """The fenced wait (outcome 3): the put is published, then its generation is fenced
+    and stopped with nothing flushed; it answers at once FLUSH_DISK_TIMEOUT naming the
+    generation, never PUT_OK (its record may be in the log)."""
+    p = put(sync=True, sync_timeout_ns=60 * 10**9)
+
+    def end_generation() -> None:
+        deadline = time.monotonic() + 30
+        while p.cb.get(c.OFF_SYNC_REQUEST) <= 0 and time.monotonic() < deadline:
+            time.sleep(0.001)  # until the put waits for its flush
+        fence(p.cb)
+        p.cb.set(c.OFF_FLAGS, p.cb.get(c.OFF_FLAGS) | c.FLAG_STOPPED)
+        _native.flushed_wake_all(p.cb.buf)
+
+    ender = threading.Thread(target=end_generation)
+    ender.start()
+    t0 = time.monotonic()
+    r = p.app.put_message("TopicA", b"x", None, None, None, 0, True)
+    ender.join()
+    assert p.cb.get(c.OFF_PUBLISHED_SEQ) == 1 and p.cb.get(c.OFF_FLUSHED) == 0
+    assert r.status is PutMessageStatus.FLUSH_DISK_TIMEOUT, r
+    assert f"generation {p.cb.generation} is over" in r.reason, r
+    assert time.monotonic() - t0 < 30  # at the fence, not at the 60 s timeout
 
 
 def test_fast_fail_refuses_at_once_without_a_pool_buffer(put: Callable[..., Put]) -> None:
