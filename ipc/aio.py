@@ -65,6 +65,7 @@ _SYNC: Final = FlushDiskType.SYNC_FLUSH
 OK: Final = PutMessageStatus.PUT_OK
 TIMED_OUT: Final = PutMessageStatus.FLUSH_DISK_TIMEOUT
 _RESTARTED: Final = "the store restarted before the record was known flushed"
+_ENDED: Final = c.FLAG_FENCED | c.FLAG_STOPPED  # the generation ended (`ipc.fence`)
 P = ParamSpec("P")
 R = TypeVar("R")
 Outcome = PutResult | list[PutResult]
@@ -184,10 +185,12 @@ class _FlushWaits:
         longer be covered or waited for, each with its status and reason."""
         try:
             flushed = Positions(cb).flushed
-            failed = bool(Flags(cb).word & c.FLAG_READ_ONLY)
+            word = Flags(cb).word
+            failed = bool(word & c.FLAG_READ_ONLY)
+            ended = word & _ENDED == _ENDED  # fenced and stopped: never flushed (ipc.fence)
             gone = False
         except ValueError:  # detached: the supervisor restarted
-            flushed, failed, gone = -1, False, True
+            flushed, failed, ended, gone = -1, False, False, True
         now = time.monotonic()
         pending = self._pending
         taken = []
@@ -203,6 +206,12 @@ class _FlushWaits:
                 settled = (
                     PutMessageStatus.FLUSH_DISK_FAILED,
                     "fsync failed: the store is read-only",
+                )
+            elif ended:  # as the blocking put's fenced wait (outcome 3)
+                settled = (
+                    TIMED_OUT,
+                    f"the store was stopped or restarted (generation {cb.generation} is over) "
+                    "before the record was known flushed",
                 )
             elif now >= deadline:
                 timeout_ms = self._client.sync_timeout_s * 1000

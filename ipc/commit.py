@@ -169,27 +169,44 @@ class LogFiles:
 
     def publish(self, *, force: bool = False) -> int:
         """Advance `published_pos` over DONE slots (`_native.publish`, the producers' own
-        lock-free step), filling the slot that stops it when its producer is gone;
+        lock-free step), filling the reservation that stops it when its producer is gone;
         return the slots this call advanced. Caller holds the commit lock (fills are
-        the committer's alone). `force` (supervisor's last drain, writes refused,
-        producers given time) fills every RESERVED slot: none of them was acknowledged."""
+        the committer's alone). `force` (supervisor's last drain, the block fenced,
+        producers given time) fills every reservation not DONE: none of them was
+        acknowledged. Nothing at or past the fence's seq is published."""
         cb, pos = self.cb, self.pos
         advanced = _native.publish(cb.buf)
         while True:
             ps = pos.published_seq
-            if ps >= pos.seq:
+            fence = _native.fence_seq(cb.buf)
+            if ps >= (pos.seq if fence < 0 else min(pos.seq, fence)):
                 return advanced
-            off, qo, sts, size, pid, qslot, state = cb.slot(ps)
-            if state != c.STATE_DONE:
-                abandoned = state == c.STATE_ABANDONED
-                if not (
-                    abandoned or (state == c.STATE_RESERVED and (force or self._dead(ps, pid)))
-                ):
+            off, _qo, _sts, _size, pid, _qslot, state = cb.slot(ps)
+            st = state & c.STATE_MASK
+            if st != c.STATE_DONE:
+                dead = st == c.STATE_RESERVED and self._dead(ps, pid)
+                if not (st in (c.STATE_ABANDONED, c.STATE_FILLING) or dead or force):
                     return advanced
-                self._fill(off, size, qslot, qo, sts)
-                cb.set_slot_state(ps, c.STATE_DONE)
-                Reservation(cb).count_filler()
-            advanced += _native.publish(cb.buf)
+                if not dead and st == c.STATE_RESERVED:  # its producer may wake and write
+                    Reservation(cb).mark_stale(off)
+                self._fill_claimed(ps)
+            moved = _native.publish(cb.buf)
+            if moved == 0:
+                return advanced
+            advanced += moved
+
+    def _fill_claimed(self, seq: int) -> None:
+        """Claim the reservation at `seq` with its joined slots (C `mqs_claim`: its
+        producer's completion fails from now on), write a filler into each, mark them
+        DONE together. Nothing when its producer completed first."""
+        cb = self.cb
+        n = _native.claim(cb.buf, seq)
+        for s in range(seq, seq + max(n, 0)):
+            off, qo, sts, size, _pid, qslot, _state = cb.slot(s)
+            self._fill(off, size, qslot, qo, sts)
+            Reservation(cb).count_filler()
+        if n > 0:
+            _native.fill_done(cb.buf, seq, n)
 
     def _fill(self, off: int, size: int, qslot: int, qo: int, sts: int) -> None:
         index = off // self.size
@@ -236,6 +253,16 @@ class LogFiles:
         pub, com = pos.published, pos.committed
         if pub <= com:
             return 0
+        if pub > pos.reserved:  # never commit bytes nobody reserved (a scribbled block)
+            raise fileio.StoreIOError(
+                "commit",
+                cb.ctl_name,
+                OSError(
+                    errno.EUCLEAN,
+                    f"the control block was overwritten: published {pub} is past reserved "
+                    f"{pos.reserved}",
+                ),
+            )
         size = self.size
         if (
             least_pages > 0

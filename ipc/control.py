@@ -5,7 +5,7 @@ Created by the supervisor (`ControlBlock.create`), mapped by workers, clients an
 and `mqs-<h>-<gen>-pool`, where `<h>` hashes the store's real path and `<gen>` is the
 supervisor's generation, so leftovers of a crashed run are found by prefix and removed.
 
-Header, layout version 3 (`MAGIC_VERSION`; little-endian int64 unless said). Python
+Header, layout version 4 (`MAGIC_VERSION`; little-endian int64 unless said). Python
 outside this module reads and writes it only through the typed views of
 `ipc.control_views`; each field's one writer, as the view method it calls. C runs the
 same steps: the reservation and the publisher in `ipc/native/mqs_append.c`, and the
@@ -29,7 +29,8 @@ flusher's SYNC_FLUSH round (commit, flush, its statistics and histograms, as
 |     |                  | `Positions.advance_flushed`; `seed_positions`            |
 | 56  | flags            | `Flags`: supervisor `mark_running`,                      |
 |     |                  | `mark_refusing_writes`, `mark_stopped`; a failing worker |
-|     |                  | (or the supervisor for it) `mark_read_only`              |
+|     |                  | (or the supervisor for it) `mark_read_only`; FENCED (and |
+|     |                  | REFUSE_WRITES) by the fence, C `mqs_fence` (`ipc.fence`) |
 | 64  | generation       | supervisor, once at create (`ControlBlock.generation`)   |
 | 72  | supervisor_pid   | supervisor, once at create (`.supervisor_pid`)           |
 | 80  | allocated_upto   | allocator (supervisor at boot):                          |
@@ -53,7 +54,10 @@ flusher's SYNC_FLUSH round (commit, flush, its statistics and histograms, as
 |     |                  | room (racy counter, statistics only)                     |
 | 184 | fillers          | the commit step's publisher: `Reservation.count_filler`, |
 |     |                  | slots filled for dead producers                          |
-| 192 | (unused)         | 16 bytes, always 0 (detached clients' totals are kept by |
+| 192 | stale_from       | the commit step's publisher: `Reservation.mark_stale`,   |
+|     |                  | 1 + the lowest offset it filled for a producer that may  |
+|     |                  | still live (a fenced drain); 0 none (`ipc.fence`)        |
+| 200 | (unused)         | 8 bytes, always 0 (detached clients' totals are kept by  |
 |     |                  | the supervisor in memory: `workers.sampling`)            |
 | 208 | flushed_seq      | the flush step: `Positions.advance_flushed`              |
 | 216 | fsync_ns_total   | the flush step: `FlushStats.record_fsync`                |
@@ -82,7 +86,7 @@ flusher's SYNC_FLUSH round (commit, flush, its statistics and histograms, as
 |     |                  | `.mqstore-ipc.json`; clients refuse a block without it   |
 |     |                  | (`ipc.session`; the rules: `ipc.access`)                 |
 
-Native area at 2048 (layout version 3), owned by the C core (`ipc/native/mqs_layout.h`
+Native area at 2048 (layout version 4), owned by the C core (`ipc/native/mqs_layout.h`
 mirrors these offsets; `ipc.reservation` and `ipc/native/mqs_futex.h` say how they are used):
 
 | off  | field            | written only by                                          |
@@ -99,6 +103,8 @@ mirrors these offsets; `ipc.reservation` and `ipc/native/mqs_futex.h` say how th
 | 2144 | owner_dead       | producers: repairs after a holder died in the section    |
 | 2152 | gather_want      | flusher: the published_seq it gathers for before forcing |
 |      |                  | (0: none); a producer wakes it only once that is reached |
+| 2160 | fence_seq        | the fence, once (C `mqs_fence`, `ipc.fence.fence`): 1 +  |
+|      |                  | the first seq never published (0: not fenced)            |
 
 Workers table at 512: 8 rows of 64 bytes (pid, heartbeat_ms, restarts, state, name 32s),
 written by the worker (heartbeat) and the supervisor (pid, restarts, state).
@@ -117,7 +123,9 @@ log2-µs buckets (bucket b: up to 2^b µs), then per phase (lock wait, append, f
 Reservation slots at 262144: `slot_count` rows of 40 bytes (offset q, queue_offset q,
 store_ts q, size i, pid i, qslot i, state i), row `seq % slot_count`. A producer writes
 its rows RESERVED under the lock and sets DONE after its copy; the publisher advances
-`published_pos` over contiguous DONE rows.
+`published_pos` over contiguous DONE rows. A state's low byte is the state
+(`STATE_MASK`); `STATE_JOINED` marks a row of the same reservation as the row before
+it (a batch), completed or filled together (`ipc.reservation`).
 
 Queue table after the slots: `qtable_capacity` rows of 160 bytes (hash q, next_offset
 q, queue_id i, topic_len i, topic 128s), open addressing, rows only ever added, all
@@ -145,7 +153,7 @@ from typing import Final
 from mqstore import _native
 from mqstore.engine.findings import Finding, Severity
 
-MAGIC_VERSION: Final = 0x4D51_4354_4C00_0003  # "MQCTL", layout version 3
+MAGIC_VERSION: Final = 0x4D51_4354_4C00_0004  # "MQCTL", layout version 4
 
 OFF_MAGIC_VERSION: Final = 0
 OFF_RESERVED: Final = 8
@@ -171,6 +179,7 @@ OFF_COMMITTED_TS: Final = 160
 OFF_FLUSHED_TS: Final = 168
 OFF_BUSY: Final = 176
 OFF_FILLERS: Final = 184
+OFF_STALE_FROM: Final = 192
 OFF_FLUSHED_SEQ: Final = 208
 OFF_FSYNC_NS: Final = 216
 OFF_FLUSH_FAILURES: Final = 224
@@ -203,6 +212,7 @@ OFF_SYNC_REQUEST: Final = 2128
 OFF_LOCK_TIMEOUTS: Final = 2136
 OFF_OWNER_DEAD: Final = 2144
 OFF_GATHER_WANT: Final = 2152
+OFF_FENCE_SEQ: Final = 2160
 
 
 def bucket_of(value: int, shift: int, buckets: int) -> int:
@@ -217,11 +227,13 @@ FLAG_RUNNING: Final = 1
 FLAG_REFUSE_WRITES: Final = 2
 FLAG_READ_ONLY: Final = 4
 FLAG_STOPPED: Final = 8
+FLAG_FENCED: Final = 16  # the generation is over (`ipc.fence`)
 FLAG_NAMES: Final = {
     FLAG_RUNNING: "running",
     FLAG_REFUSE_WRITES: "refuse_writes",
     FLAG_READ_ONLY: "read_only",
     FLAG_STOPPED: "stopped",
+    FLAG_FENCED: "fenced",
 }
 
 WORKERS_OFF: Final = 512
@@ -259,6 +271,9 @@ STATE_FREE: Final = 0
 STATE_RESERVED: Final = 1
 STATE_DONE: Final = 2
 STATE_ABANDONED: Final = 3  # its producer gave up mid-copy (an exception): fill it now
+STATE_FILLING: Final = 4  # claimed by the filler (`_native.claim`): the put failed
+STATE_MASK: Final = 0xFF  # the state; above it, bits
+STATE_JOINED: Final = 0x100  # of the same reservation as the slot before it
 
 QROW: Final = 160
 QROW_HEAD = struct.Struct("<qqii")  # hash, next_offset, queue_id, topic_len
@@ -329,6 +344,7 @@ class Mapped:
         finally:
             os.close(fd)
         self.name = name
+        self.size = len(self._mmap)  # as SharedMemory.size (the geometry checks)
         self.buf = memoryview(self._mmap)
 
     def close(self) -> None:
@@ -379,6 +395,38 @@ class Geometry:
         return self.qtable_off + self.qtable_capacity * QROW
 
 
+def has_magic(buf: memoryview) -> bool:
+    """Whether `buf` begins like a complete control block of this layout version."""
+    return len(buf) >= SLOTS_OFF and I64.unpack_from(buf, OFF_MAGIC_VERSION)[0] == MAGIC_VERSION
+
+
+def block_users(buf: memoryview) -> list[int]:
+    """The pids a block names as its users: its supervisor, then its workers' rows (any
+    of them may be dead or reused: `ipc.fence` checks each one's mappings)."""
+    pids = [int(I64.unpack_from(buf, OFF_SUP_PID)[0])]
+    for i in range(MAX_WORKERS):
+        pids.append(int(_WORKER.unpack_from(buf, WORKERS_OFF + i * WORKER_ROW)[0]))
+    return [p for p in pids if p > 0]
+
+
+def geometry_error(geo: Geometry, ctl_size: int, pool_size: int | None) -> str:
+    """Why a control block of `ctl_size` bytes (and a pool of `pool_size`, None: no
+    pool) cannot have the geometry its header says, or "": every mapping checks it
+    before using a word of it (same-user writes into the block are out of the trust
+    model, but must give an error, not a signal or a wrong offset)."""
+    if geo.segment_size <= 0 or geo.segment_size % 4096 or geo.segment_size > 1 << 40:
+        return f"segment_size {geo.segment_size} is not a segment size"
+    if not 0 < geo.slot_count <= 1 << 24 or not 0 < geo.qtable_capacity <= 1 << 24:
+        return f"slot_count {geo.slot_count} or qtable_capacity {geo.qtable_capacity} out of range"
+    if geo.size > ctl_size:
+        return f"the block is {ctl_size} bytes, its geometry needs {geo.size}"
+    if (pool_size is None) != (geo.pool_buffers == 0) or geo.pool_buffers < 0:
+        return f"pool_buffers {geo.pool_buffers} does not match the pool mapped"
+    if pool_size is not None and pool_size < geo.pool_buffers * geo.segment_size:
+        return f"the pool is {pool_size} bytes, not {geo.pool_buffers} segments"
+    return ""
+
+
 class ControlBlock:
     """A mapped control block (and the pool, when on). See the module docstring."""
 
@@ -397,11 +445,18 @@ class ControlBlock:
         self.buf: memoryview = ctl.buf
         self.pool_buf: memoryview | None = pool.buf if pool is not None else None
         if I64.unpack_from(self.buf, OFF_MAGIC_VERSION)[0] != MAGIC_VERSION:
-            raise ValueError(f"{ctl.name}: not an mqstore control block (layout version 3)")
+            raise ValueError(f"{ctl.name}: not an mqstore control block (layout version 4)")
         self.segment_size = self.get(OFF_SEGMENT_SIZE)
         self.pool_buffers = self.get(OFF_POOL_BUFFERS)
         self.slot_count = self.get(OFF_SLOT_COUNT)
         self.qtable_capacity = self.get(OFF_QCAP)
+        bad = geometry_error(
+            Geometry(self.segment_size, self.pool_buffers, self.slot_count, self.qtable_capacity),
+            ctl.size,
+            pool.size if pool is not None else None,
+        )
+        if bad:
+            raise ValueError(f"{ctl.name}: {bad}")
         self.qtable_off = SLOTS_OFF + self.slot_count * SLOT_ROW
         self.generation = self.get(OFF_GENERATION)
         self.supervisor_pid = self.get(OFF_SUP_PID)
@@ -604,6 +659,30 @@ class ControlBlock:
         return name.rstrip(b"\0").decode(), int(pid), int(hb), int(restarts), int(state)
 
     # --- self-check -------------------------------------------------------------------
+
+    def damage(self) -> str:
+        """Why this block cannot be trusted any more, or "": a geometry word that differs
+        from what it was when mapped, or positions out of order or negative (read from
+        the last writer to the first, so moving positions never look out of order).
+        Same-user writes into the block are out of the trust model; the supervisor
+        makes the store read-only on them rather than act on them. O(1)."""
+        for name, off, was in (
+            ("segment_size", OFF_SEGMENT_SIZE, self.segment_size),
+            ("pool_buffers", OFF_POOL_BUFFERS, self.pool_buffers),
+            ("slot_count", OFF_SLOT_COUNT, self.slot_count),
+            ("qtable_capacity", OFF_QCAP, self.qtable_capacity),
+        ):
+            now = self.get(off)
+            if now != was:
+                return f"{name} is {now}, it was {was}"
+        flushed, committed = self.get(OFF_FLUSHED), self.get(OFF_COMMITTED)
+        published, reserved = self.get(OFF_PUBLISHED), self.get(OFF_RESERVED)
+        if not 0 <= flushed <= committed <= published <= reserved:
+            return (
+                f"positions out of order: flushed {flushed}, committed {committed}, "
+                f"published {published}, reserved {reserved}"
+            )
+        return ""
 
     def check(self) -> list[Finding]:
         """Position and ring invariants (a snapshot: positions move while it reads, so

@@ -155,11 +155,24 @@ class Reservation(_View):
     holder_seq = _Field(c.OFF_CS_SEQ)
     busy_waits = _Field(c.OFF_BUSY)
     fillers = _Field(c.OFF_FILLERS)
+    _stale = _Field(c.OFF_STALE_FROM)
+
+    @property
+    def stale_from(self) -> int:
+        """The lowest log offset a fenced drain filled for a producer that may still
+        live and write there (pool off: through its mapping), or -1 (`ipc.fence`)."""
+        return self._stale - 1
 
     def commit_reservation(self, end: int, seq: int) -> None:
         """The lock holder only (C `mqs_reserve`; the sync-round profile stands in for
         it): the commit point, `reserved_pos` and `seq` in one store."""
         c.PAIR.pack_into(self._buf, c.OFF_RESERVED, end, seq)
+
+    def mark_stale(self, offset: int) -> None:
+        """The commit step's publisher only (`ipc.commit.LogFiles.publish` with `force`):
+        it filled the reservation at `offset` though its producer may live."""
+        if self.stale_from < 0 or offset < self.stale_from:
+            self._set(c.OFF_STALE_FROM, offset + 1)
 
     def count_filler(self) -> None:
         """The commit step's publisher only (`ipc.commit.LogFiles.publish`): a slot
@@ -196,7 +209,8 @@ class Flags(_View):
         self._change(c.FLAG_READ_ONLY, True)
 
     def mark_stopped(self) -> None:
-        """The supervisor only, at the end of its drain: STOPPED, then RUNNING off."""
+        """The supervisor only, at the end of its drain (or over a crashed run's block,
+        `ipc.fence.retire_leftovers`): STOPPED, then RUNNING off."""
         self._change(c.FLAG_STOPPED, True)
         self._change(c.FLAG_RUNNING, False)
 
@@ -295,6 +309,7 @@ WRITERS: Final[dict[str, tuple[str, ...]]] = {
     "skip_to": ("bench/profile_put_native.py",),
     "commit_reservation": ("bench/profile_sync.py",),
     "count_filler": ("ipc/commit.py",),
+    "mark_stale": ("ipc/commit.py",),
     "mark_running": (
         "workers/supervisor.py",
         "bench/profile_put_native.py",
@@ -302,7 +317,7 @@ WRITERS: Final[dict[str, tuple[str, ...]]] = {
     ),
     "mark_refusing_writes": ("workers/supervisor.py",),
     "mark_read_only": ("workers/service.py", "workers/flusher.py", "workers/supervisor.py"),
-    "mark_stopped": ("workers/supervisor.py",),
+    "mark_stopped": ("workers/supervisor.py", "ipc/fence.py"),
     "set_disk_state": ("workers/cleaner.py",),
     "record_fsync": ("ipc/commit.py",),
     "count_flush_failure": ("workers/flusher.py",),

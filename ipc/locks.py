@@ -14,7 +14,8 @@ closes the inherited descriptor and opens its own (`FileLock.forget`).
 
 | file in the store dir      | what it serialises                                     |
 | -------------------------- | ------------------------------------------------------ |
-| `lock`                     | the supervisor's exclusive hold on the store (its pid) |
+| the store directory itself | the supervisor's exclusive hold on the store (`lock`   |
+|                            | holds its pid, for people: deleting it changes nothing)|
 | `.mqstore-commit.lock`     | the commit step (committer, or the flusher on demand)  |
 """
 
@@ -79,35 +80,60 @@ class StoreLockHeld(Exception):
 
 
 def take_store_lock(store_dir: str) -> int:
-    """Supervisor only: take `<store>/lock` exclusively and write our pid into it.
+    """Supervisor only (and the offline tools that must not run beside one): take the
+    store exclusively and write our pid into `<store>/lock`.
 
-    Returns the fd (keep it open for the supervisor's life). Raises StoreLockHeld.
+    The lock is a `flock` on the store directory itself, not on a file in it: a user
+    who deletes `lock` (or anything else in the directory) cannot make a second
+    supervisor believe the store is free and "recover" a live one. `lock` only tells
+    who holds it. Returns the directory's fd (keep it open for the holder's life).
+    Raises StoreLockHeld, or OSError (a `lock` that is a symbolic link: ELOOP).
     """
-    path = os.path.join(store_dir, STORE_LOCK)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    fd = os.open(store_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
         os.close(fd)
-        raise StoreLockHeld(store_dir, holder) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        raise StoreLockHeld(store_dir, _recorded_holder(store_dir)) from None
+    try:
+        path = os.path.join(store_dir, STORE_LOCK)
+        pfd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            os.ftruncate(pfd, 0)
+            os.pwrite(pfd, f"{os.getpid()}\n".encode(), 0)
+        finally:
+            os.close(pfd)
+    except BaseException:
+        os.close(fd)
+        raise
     return fd
 
 
-def store_lock_holder(store_dir: str) -> int | None:
-    """The pid of the supervisor holding the store, or None when nobody holds it."""
-    path = os.path.join(store_dir, STORE_LOCK)
+def _recorded_holder(store_dir: str) -> str:
+    """The pid `<store>/lock` names ("" when it is gone or unreadable)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        path = os.path.join(store_dir, STORE_LOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return ""
+    try:
+        return os.pread(fd, 32, 0).decode(errors="replace").strip()
+    finally:
+        os.close(fd)
+
+
+def store_lock_holder(store_dir: str) -> int | None:
+    """The pid of the supervisor holding the store (-1 when `lock` does not say), or None
+    when nobody holds it."""
+    try:
+        fd = os.open(store_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            raw = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            raw = _recorded_holder(store_dir)
             return int(raw) if raw.isdigit() else -1
         fcntl.flock(fd, fcntl.LOCK_UN)
         return None

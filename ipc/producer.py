@@ -265,8 +265,9 @@ class PutPath:
 
     def wait_flushed(self, end: int, timeout_s: float) -> int:
         """Wait until the flusher's flushed position covers `end`, at most `timeout_s`
-        (a futex wait, GIL released): 0 covered, 1 not yet, 2 fsync failed (read-only).
-        AttributeError or ValueError while the client re-attaches."""
+        (a futex wait, GIL released): 0 covered, 1 not yet, 2 fsync failed (read-only),
+        3 the generation ended without flushing it (`ipc.fence`). AttributeError or
+        ValueError while the client re-attaches."""
         return self.app.wait_flushed(end, int(timeout_s * 1e9))
 
     # --- what the C call leaves to this side -----------------------------------------

@@ -20,8 +20,13 @@ The fields live in the control block (`ipc.control`).
 A slot's states (row `seq % slot_count`):
 
     FREE --reserve--> RESERVED --complete--> DONE --publish (any)--> (reused)
-                         |  \\--abandon--> ABANDONED --fill--> DONE
-                         \\--owner dead (liveness byte free)--fill--> DONE
+                         |  \\--abandon--> ABANDONED --claim--> FILLING --fill--> DONE
+                         \\--owner dead (liveness byte free), or fenced--claim--> FILLING
+
+A reservation of several slots (a batch; a roll's BLANK and the records
+after it) marks every slot after its first JOINED (`STATE_JOINED`, a bit beside the
+state): it is completed, claimed and filled as one, so a batch is read whole or not
+at all, whenever its producer dies or sleeps.
 
 * **reserve** (C `mqs_reserve`, called from `mqs_put.c`): take the mutex with a deadline
   of `os_page_cache_busy_timeout_ms` (a holder that is stopped, not dead, makes others
@@ -36,11 +41,15 @@ A slot's states (row `seq % slot_count`):
   never committed and are reused. Then `pthread_mutex_consistent`. A second death during
   repair makes the mutex ENOTRECOVERABLE: puts return SERVICE_NOT_AVAILABLE until the
   store restarts.
-* **complete** (C `mqs_copy` + `mqs_mark_done`, outside the lock): the record is
-  encoded straight into the pool buffer or the segment's mapping, then its slot DONE
-  (a release store: the bytes are visible first).
+* **complete** (C `mqs_copy` for each record, then `mqs_complete`, outside the lock):
+  the records are encoded straight into the pool buffer or the segment's mapping; then
+  the joined slots DONE from the last back, then the first by a compare-and-swap from
+  RESERVED. A publisher stops at the first slot not DONE, so it sees the whole
+  reservation or none of it. A failed swap (the filler claimed it) or a reservation
+  the fence did not see (`ipc.fence`) is a failed put: its producer gets
+  SERVICE_NOT_AVAILABLE, never PUT_OK.
 * **abandon** (C `mqs_abandon`): an exception between reserve and complete (a segment
-  that cannot be mapped) marks the slots ABANDONED.
+  that cannot be mapped) marks the slots ABANDONED (keeping JOINED).
 * **publish** (C `mqs_publish`, lock-free; twin `publish_reference`): every producer
   runs it right after its done-mark, and the committer after its fills. While the slot
   at published_seq (below seq, so of this lap) is DONE: read its end and store time,
@@ -53,8 +62,11 @@ A slot's states (row `seq % slot_count`):
   miss the other's store. A publisher that dies leaves published_pos at most one slot
   ahead of published_seq (that slot is DONE); the next one moves published_seq on.
 * **fill** (the committer, `ipc.commit.LogFiles.publish`, under the commit lock): a
-  slot ABANDONED, or RESERVED by a process that is dead, that stops publishing is
-  overwritten with a filler record of its length (`engine.filler`), marked DONE and
+  slot ABANDONED, or RESERVED by a process that is dead (or by anyone once the
+  generation is fenced and drained), that stops publishing is claimed with its joined
+  slots (C `mqs_claim`: each becomes FILLING, by a compare-and-swap for the first, so
+  the producer's completion and the claim cannot both win), overwritten with filler
+  records of their lengths (`engine.filler`), marked DONE (`mqs_fill_done`) and
   published.
 
 **Liveness, robust to pid reuse** (`LiveLock`, `LiveTable`; LMDB's reader-table
@@ -131,17 +143,21 @@ class LiveTable:
 
 def publish_reference(buf: bytearray) -> int:
     """The Python twin of `_native.publish` (tests compare the two byte for byte): move
-    published_seq over contiguous DONE slots, published_pos and published_ts to the last
-    one's end and store time (never lower); return the slots advanced. One process."""
+    published_seq over contiguous DONE slots below the fence's seq, published_pos and
+    published_ts to the last one's end and store time (never lower); return the slots
+    advanced. One process."""
     pos = Positions(buf)
     slot_count = Reservation(buf).slot_count
     seq = pos.seq
     ps = start = pos.published_seq
+    fence = c.I64.unpack_from(buf, c.OFF_FENCE_SEQ)[0]
+    if fence > 0:
+        seq = min(seq, fence - 1)  # past the fence: never published
     while ps < seq:
         off, _qo, ts, size, _pid, _qslot, state = c.SLOT.unpack_from(
             buf, c.SLOTS_OFF + (ps % slot_count) * c.SLOT_ROW
         )
-        if state != c.STATE_DONE:
+        if state & c.STATE_MASK != c.STATE_DONE:
             break
         ps += 1
         pos.publish_slot(off + size, ts, ps)

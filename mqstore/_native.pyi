@@ -38,6 +38,7 @@ def encode(
 
 LOCK_TIMEOUT: int  # the reservation lock was not free within the timeout
 LOCK_BROKEN: int  # the reservation mutex is ENOTRECOVERABLE
+FENCED: int  # the put's generation is over (ipc.fence): not stored
 LAYOUT: dict[str, int]  # the control-block offsets C uses (ipc.control must agree)
 
 # (size, queue_id, flag, sys_flag, born_ts, body, topic, properties, takes_offset,
@@ -107,7 +108,12 @@ class Appender:
 
     def unlock(self) -> None: ...
     def wait_flushed(self, end: int, timeout_ns: int, /) -> int:
-        """0 flushed up to `end`, 1 timed out, 2 the store is read-only."""
+        """0 flushed up to `end`, 1 timed out, 2 the store is read-only, 3 the generation
+        ended without flushing it (fenced)."""
+
+    def complete(self, first: int, n: int, /) -> int:
+        """A reservation of n slots from `first`, all written: DONE all
+        or nothing and published (0), or FENCED."""
 
     def close(self) -> None: ...
 
@@ -186,6 +192,19 @@ def flusher_gather(ctl: Buffer, want_seq: int, timeout_ns: int, /) -> bool:
 
 def reserve_fence(ctl: Buffer, timeout_ns: int, /) -> int:
     """Take and release the reservation lock (0), or a code < 0."""
+
+def fence(ctl: Buffer, /) -> int:
+    """End the block's generation (FENCED, writes refused); the fence's seq."""
+
+def fence_seq(ctl: Buffer, /) -> int:
+    """The fence's seq, or -1 while the block is not fenced."""
+
+def claim(ctl: Buffer, seq: int, /) -> int:
+    """The filler's claim of the reservation at `seq` and its joined slots: slots
+    claimed, 0 when its producer completed it first, -1 when `seq` is not reserved."""
+
+def fill_done(ctl: Buffer, seq: int, n: int, /) -> None:
+    """The filler's `n` claimed slots from `seq` DONE, the first one last."""
 
 def live_hold(fd: int, pid: int, /) -> None:
     """Hold the liveness byte of `pid` through `fd` (OFD read lock)."""

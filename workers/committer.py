@@ -14,18 +14,22 @@ control block, `mqstore._native.flusher_wake`), at most once per `commit_interva
 the flusher's fsyncs keep the pace they had when the committer ran at that interval
 (an ASYNC_FLUSH flusher flushes when woken). A pool buffer
 is free again as soon as its segment is fully committed (producers check that).
-Drain on stop: commit everything published, bounded in time. A failed pwrite fails the
-store closed (`workers.service`).
+Drain on stop: fence the generation if the supervisor did not (it died: `ipc.fence`, so
+no put completes after this drain unseen), then commit everything below the fence,
+bounded in time; orphaned, fill what is left unfinished below the fence and commit the
+rest. A failed pwrite fails the store closed (`workers.service`).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Final
 
 from mqstore import _native
 from mqstore.ipc.commit import LogFiles
 from mqstore.ipc.control_views import Positions
+from mqstore.ipc.fence import fence
 from mqstore.workers.base import WorkerContext
 from mqstore.workers.service import Service, run
 
@@ -41,6 +45,7 @@ class Committer(Service):
         self.pos = Positions(ctx.cb)
         self.last_thorough = self.last_wake = time.monotonic()
         self.seen = self.pos.committed  # the published position the last tick found
+        self.fence_seq = -1
 
     def _pressure(self) -> bool:
         """Producers are about to run out of pool buffers: commit now, whole pages or not."""
@@ -71,9 +76,19 @@ class Committer(Service):
             _native.flusher_wake(self.ctx.cb.buf)
         return POLL_S
 
+    def finish(self) -> None:
+        """Orphaned (the supervisor died, nobody drains after us): fill what producers
+        left unfinished below the fence (none of it acknowledged; their puts fail) and
+        commit the complete puts behind it, which were acknowledged under ASYNC_FLUSH."""
+        if os.getppid() != self.ctx.parent_pid and self.pos.published_seq < self.fence_seq:
+            self.files.publish_locked(force=True)
+            self.files.commit(0)
+
     def drain_step(self) -> bool:
+        if self.fence_seq < 0:  # the stopping supervisor fenced already: its seq
+            self.fence_seq = fence(self.ctx.cb)
         self.files.commit(0)
-        return self.pos.published >= self.pos.reserved
+        return self.pos.published_seq >= self.fence_seq
 
     def close(self) -> None:
         self.files.close()

@@ -61,7 +61,14 @@ from mqstore.engine.storedir import ABORT_FILE
 from mqstore.ipc import access
 from mqstore.ipc import control as c
 from mqstore.ipc.commit import LogFiles
-from mqstore.ipc.control_views import Flags, Positions
+from mqstore.ipc.control_views import Flags, Positions, Reservation
+from mqstore.ipc.fence import (
+    StoreInUse,
+    fence,
+    fresh_inodes,
+    quiesce_leftovers,
+    retire_leftovers,
+)
 from mqstore.ipc.locks import StoreLockHeld, take_store_lock
 from mqstore.ipc.reservation import live_lock_path
 from mqstore.workers import priority, sdnotify, stats
@@ -207,6 +214,7 @@ class Supervisor:
             raise BootError(ExitCode.BOOT_ERROR, str(e)) from e
         except OSError as e:  # a lock file that is a symbolic link (ELOOP), say
             raise BootError(ExitCode.BOOT_ERROR, f"cannot take the store lock: {e}") from e
+        self._quiesce_old_generation()
         abort = os.path.join(self.store_dir, ABORT_FILE)
         was_dirty = os.path.exists(abort)
         fileio.write_file_atomic(abort, b"")
@@ -215,10 +223,9 @@ class Supervisor:
             geometry.write_record(self.store_dir, self.geometry)
         if share:  # its members' clients read the topics and commit offsets there
             jsonconfig.share_config_dir(self.store_dir)
-        for name in c.remove_leftovers(self.store_dir):
-            self._say(f"removed shared memory left by a crashed run: {name}", "WARNING")
-        generation = time.time_ns() // 1000 % 10**12
         pool_n = s.transient_store_pool_size if s.transient_store_pool_enable else 0
+        self._retire_old_generation(end, was_dirty and pool_n == 0)
+        generation = time.time_ns() // 1000 % 10**12
         geo = c.Geometry(s.segment_size_bytes, pool_n)
         nonce = secrets.randbits(62) + 1
         try:
@@ -286,6 +293,40 @@ class Supervisor:
             f"pid {os.getpid()} serving {self.store_dir} from offset {end} "
             f"({s.flush_disk_type.value}, pool {'off' if not pool_n else f'{pool_n} buffers'})"
         )
+
+    def _quiesce_old_generation(self) -> None:
+        """Before recovery: a crashed run's blocks are fenced and its orphaned workers
+        given `STOP.worker_s` to finish their drain (`ipc.fence.quiesce_leftovers`), so
+        recovery reads files nobody writes any more. A supervisor that still maps its
+        block (the directory was renamed or replaced under it) is refused, whatever
+        lock the directory holds."""
+        try:
+            left = quiesce_leftovers(self.store_dir, STOP.worker_s)
+        except StoreInUse as e:
+            raise BootError(ExitCode.BOOT_ERROR, f"{e}; stop it first") from e
+        if left:
+            self._say(
+                f"workers of a crashed run (pids {left}) did not finish their drain in "
+                f"{STOP.worker_s:.0f} s; recovering anyway",
+                "WARNING",
+            )
+
+    def _retire_old_generation(self, end: int, fresh_files: bool) -> None:
+        """Fence every control block a crashed run left (`ipc.fence.retire_leftovers`:
+        a producer of it that sleeps through this restart is told its put failed) and
+        remove them; with the pool off after an unclean stop, give the files from the
+        recovered end (or from where its orphaned committer filled a reservation whose
+        producer may live) on new inodes, which no stale mapping of theirs reaches. The
+        store is locked (its directory: nobody else runs it), so they are a crashed
+        run's whatever files were deleted."""
+        names, stale = retire_leftovers(self.store_dir)
+        for name in names:
+            self._say(f"fenced and removed shared memory left by a crashed run: {name}", "WARNING")
+        if fresh_files:
+            first = min(end, stale) if stale >= 0 else end
+            done = fresh_inodes(self.store_dir, self.settings.segment_size_bytes, first, end)
+            if done:
+                self._say(f"gave {len(done)} commit-log file(s) from offset {first} new inodes")
 
     def _check_geometry(self, loaded: LoadedSettings) -> bool:
         """Refuse settings that give the store other file sizes than it has
@@ -423,6 +464,22 @@ class Supervisor:
                 f"{w.spec.name} {describe_exit(code)}; restart {w.restarts} in {delay} ms",
                 "WARNING",
             )
+
+    def _check_block(self, cb: c.ControlBlock) -> None:
+        """Every tick: a control block whose geometry or positions were overwritten
+        (`ControlBlock.damage`) makes the store read-only, with the reason in status,
+        before a worker acts on it (commits past the log, divides by a zero)."""
+        why = "" if self.read_only else cb.damage()
+        if not why:
+            return
+        Flags(cb).mark_read_only()
+        _native.flushed_wake_all(cb.buf)
+        message = f"supervisor: the control block was overwritten ({why})"
+        self.read_only = {
+            "worker": "supervisor", "op": "control block", "errno": "", "path": cb.ctl_name,
+            "message": message,
+        }  # fmt: skip
+        self._say(f"{message}; the store is read-only: restart it", "ERROR")
 
     def _judge_heartbeat(self, w: _Worker, now: float, hb_timeout: float) -> None:
         """SIGKILL a worker silent for longer than `heartbeat_timeout_ms` of the time it
@@ -562,6 +619,7 @@ class Supervisor:
                 self._watch_workers()
                 self._notify_ready()
                 assert self.cb is not None
+                self._check_block(self.cb)
                 self.puts.tick(self.cb)
             self._notify("STOPPING=1", "STATUS=draining")
             code = self.shutdown()
@@ -629,15 +687,20 @@ class Supervisor:
         s = self.settings
         Flags(cb).mark_refusing_writes()
         # No producer is inside the reservation step after this (one that is stopped in
-        # it does not hold the stop up: its reservation is filled at the drain).
+        # it does not hold the stop up: its reservation is past the fence, never
+        # published, and its put fails).
+        pos = Positions(cb)
+        stale_from = -1  # where a producer that sleeps through the stop may still write
         if not self._fence_reservations(cb):
             holder = stats.reservation_holder(cb)
             who = f"producer pid {holder['pid']} ({holder['state']})" if holder else "a producer"
             self._say(
-                f"{who} holds the reservation lock; stopping without it (its reservation "
-                "is filled at the drain, as a dead producer's)",
+                f"{who} holds the reservation lock; stopping without it (its put fails: "
+                "the generation is fenced)",
                 "WARNING",
             )
+            stale_from = pos.reserved
+        fence_seq = fence(cb)
         for w in self.workers:
             if w.proc is not None:
                 w.proc.send_signal(signal.SIGTERM)
@@ -660,12 +723,11 @@ class Supervisor:
             self._close_reason(w)
         code = int(ExitCode.OK)
         files = LogFiles(self.store_dir, cb, s.store_host)
-        pos = Positions(cb)
         try:
             deadline = time.monotonic() + STOP.drain_s
             while True:
                 files.publish_locked()
-                if pos.published >= pos.reserved:
+                if pos.published_seq >= fence_seq:
                     break
                 if time.monotonic() >= deadline:
                     n = files.publish_locked(force=True)
@@ -683,10 +745,17 @@ class Supervisor:
                     try:
                         files.commit(0)
                         files.flush(0)
-                        clean = pos.flushed >= pos.reserved
+                        # everything below the fence, the generation's last reservation
+                        clean = pos.published_seq >= fence_seq and pos.flushed >= pos.published
                         break
                     except StoreIOError as e:
                         self._say(f"final flush failed (attempt {attempt + 1}): {e}", "ERROR")
+            filled = Reservation(cb).stale_from  # for a producer that may wake and write
+            if filled >= 0:
+                stale_from = filled if stale_from < 0 else min(stale_from, filled)
+            if clean and stale_from >= 0 and not files.pool:
+                files.close()  # its mappings of the files being replaced
+                fresh_inodes(self.store_dir, cb.segment_size, stale_from, pos.flushed)
             if not clean:
                 code = int(ExitCode.FLUSH_FAILED)
             else:

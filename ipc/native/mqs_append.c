@@ -45,19 +45,24 @@ int mqs_mutex_init(uint8_t *ctl)
  * store of reserved/seq) and keep their queue offsets, so the queue rows' next offsets
  * are moved past them (the holder may have died before writing them back). Slots at or
  * after `seq` were never committed and are overwritten by the next reservation. Their
- * RESERVED slots are filled by the publisher once it sees the pid dead. */
-static void repair(uint8_t *ctl)
+ * RESERVED slots are filled by the publisher once it sees the pid dead. Values out of
+ * range (a block written by someone else) are skipped, never followed: `ctl_len` bounds
+ * every row. */
+static void repair(uint8_t *ctl, int64_t ctl_len)
 {
     int64_t cs_pid = load(ctl, MQS_OFF_CS_PID);
     if (cs_pid != 0) {
-        int64_t slot_count = load(ctl, MQS_OFF_SLOT_COUNT);
-        int64_t qtable_off = MQS_SLOTS_OFF + slot_count * MQS_SLOT_ROW;
-        int64_t seq = load(ctl, MQS_OFF_SEQ);
-        for (int64_t s = load(ctl, MQS_OFF_CS_SEQ); s < seq; s++) {
+        int64_t slot_count = load(ctl, MQS_OFF_SLOT_COUNT), qcap = load(ctl, MQS_OFF_QCAP);
+        int64_t seq = load(ctl, MQS_OFF_SEQ), from = load(ctl, MQS_OFF_CS_SEQ);
+        int sane = slot_count > 0 && qcap > 0 && slot_count <= (ctl_len - MQS_SLOTS_OFF) / MQS_SLOT_ROW &&
+                   qcap <= (ctl_len - MQS_SLOTS_OFF - slot_count * MQS_SLOT_ROW) / MQS_QROW &&
+                   from >= 0 && from <= seq && seq - from <= slot_count;
+        int64_t qtable_off = MQS_SLOTS_OFF + (sane ? slot_count : 0) * MQS_SLOT_ROW;
+        for (int64_t s = from; sane && s < seq; s++) {
             int64_t row = MQS_SLOTS_OFF + (s % slot_count) * MQS_SLOT_ROW;
             int32_t qslot = *mqs_i32(ctl, row + MQS_SLOT_QSLOT);
             int64_t qo = *mqs_i64(ctl, row + MQS_SLOT_QO);
-            if (qslot >= 0) {
+            if (qslot >= 0 && qslot < qcap) {
                 int64_t *next = mqs_i64(ctl, qtable_off + qslot * MQS_QROW + MQS_QROW_NEXT);
                 if (*next < qo + 1)
                     store(ctl, (uint8_t *)next - ctl, qo + 1);
@@ -67,15 +72,15 @@ static void repair(uint8_t *ctl)
     }
 }
 
-static int locked(uint8_t *ctl, int rc)
+static int locked(uint8_t *ctl, int64_t ctl_len, int rc)
 {
     if (rc == 0) {
         if (load(ctl, MQS_OFF_CS_PID) != 0) /* a holder raised inside (Python path) */
-            repair(ctl);
+            repair(ctl, ctl_len);
         return MQS_OK;
     }
     if (rc == EOWNERDEAD) {
-        repair(ctl);
+        repair(ctl, ctl_len);
         __atomic_add_fetch(mqs_i64(ctl, MQS_OFF_OWNER_DEAD), 1, __ATOMIC_RELAXED);
         if (pthread_mutex_consistent(mutex_of(ctl)) == 0)
             return MQS_OK;
@@ -91,10 +96,10 @@ static int locked(uint8_t *ctl, int rc)
     return MQS_LOCK_BROKEN;
 }
 
-int mqs_lock(uint8_t *ctl, int64_t wait_ns)
+int mqs_lock(uint8_t *ctl, int64_t ctl_len, int64_t wait_ns)
 {
     if (wait_ns <= 0)
-        return locked(ctl, pthread_mutex_trylock(mutex_of(ctl)));
+        return locked(ctl, ctl_len, pthread_mutex_trylock(mutex_of(ctl)));
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     ts.tv_sec += wait_ns / 1000000000;
@@ -103,7 +108,7 @@ int mqs_lock(uint8_t *ctl, int64_t wait_ns)
         ts.tv_sec++;
         ts.tv_nsec -= 1000000000;
     }
-    int rc = locked(ctl, pthread_mutex_clocklock(mutex_of(ctl), CLOCK_MONOTONIC, &ts));
+    int rc = locked(ctl, ctl_len, pthread_mutex_clocklock(mutex_of(ctl), CLOCK_MONOTONIC, &ts));
     if (rc == MQS_LOCK_TIMEOUT)
         __atomic_add_fetch(mqs_i64(ctl, MQS_OFF_LOCK_TIMEOUTS), 1, __ATOMIC_RELAXED);
     return rc;
@@ -136,6 +141,8 @@ int mqs_reserve(struct mqs_appender *a, const struct mqs_item *items, int n, int
         return MQS_WAIT_SLOTS;
     int64_t reserved = load(ctl, MQS_OFF_RESERVED);
     int64_t seq = load(ctl, MQS_OFF_SEQ);
+    if (reserved < 0 || seq < 0 || reserved > INT64_MAX / 2 || seq > INT64_MAX / 2)
+        return MQS_BAD_POSITIONS; /* never reserve there */
     int64_t index = reserved / a->seg_size;
     int64_t start = reserved, blank = 0;
     if (reserved + total + MQS_END_FILE_MIN_BLANK > (index + 1) * a->seg_size) {
@@ -187,7 +194,8 @@ int mqs_reserve(struct mqs_appender *a, const struct mqs_item *items, int n, int
         *mqs_i32(row, MQS_SLOT_SIZE) = (int32_t)items[i].size;
         *mqs_i32(row, MQS_SLOT_PID) = a->pid;
         *mqs_i32(row, MQS_SLOT_QSLOT) = items[i].takes_offset ? items[i].qslot : -2;
-        __atomic_store_n(mqs_i32(row, MQS_SLOT_STATE), MQS_STATE_RESERVED, __ATOMIC_RELEASE);
+        __atomic_store_n(mqs_i32(row, MQS_SLOT_STATE),
+                         MQS_STATE_RESERVED | (i || b ? MQS_STATE_JOINED : 0), __ATOMIC_RELEASE);
         at += items[i].size;
     }
     /* The commit point: the space and the slots are this producer's. */
@@ -208,11 +216,11 @@ int mqs_reserve(struct mqs_appender *a, const struct mqs_item *items, int n, int
 void mqs_abandon(uint8_t *ctl, int64_t slot_count, int64_t seq, int64_t n)
 {
     for (int64_t s = seq; s < seq + n; s++) {
-        int32_t want = MQS_STATE_RESERVED;
-        __atomic_compare_exchange_n(mqs_i32(ctl, MQS_SLOTS_OFF + (s % slot_count) * MQS_SLOT_ROW +
-                                                    MQS_SLOT_STATE),
-                                    &want, MQS_STATE_ABANDONED, 0, __ATOMIC_SEQ_CST,
-                                    __ATOMIC_SEQ_CST);
+        int32_t *st = mqs_i32(ctl, MQS_SLOTS_OFF + (s % slot_count) * MQS_SLOT_ROW + MQS_SLOT_STATE);
+        int32_t want = __atomic_load_n(st, __ATOMIC_SEQ_CST);
+        if ((want & MQS_STATE_MASK) == MQS_STATE_RESERVED) /* keeps JOINED: one reservation */
+            __atomic_compare_exchange_n(st, &want, MQS_STATE_ABANDONED | (want & MQS_STATE_JOINED),
+                                        0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
     }
 }
 
@@ -234,10 +242,94 @@ void mqs_copy(uint8_t *dst, const struct mqs_message *m, int64_t queue_offset,
     mqs_crashpoint_hit(MQS_CP_BEFORE_DONE);
 }
 
-void mqs_mark_done(uint8_t *ctl, int64_t slot_count, int64_t seq)
+static int32_t *state_of(uint8_t *ctl, int64_t slot_count, int64_t seq)
 {
-    int64_t row = MQS_SLOTS_OFF + (seq % slot_count) * MQS_SLOT_ROW;
-    __atomic_store_n(mqs_i32(ctl, row + MQS_SLOT_STATE), MQS_STATE_DONE, __ATOMIC_RELEASE);
+    return mqs_i32(ctl, MQS_SLOTS_OFF + (seq % slot_count) * MQS_SLOT_ROW + MQS_SLOT_STATE);
+}
+
+/* RESERVED -> DONE (keeping the JOINED bit), or 0 when the filler had it first. */
+static int done_if_reserved(uint8_t *ctl, int64_t slot_count, int64_t seq, int32_t joined)
+{
+    int32_t want = MQS_STATE_RESERVED | joined;
+    return __atomic_compare_exchange_n(state_of(ctl, slot_count, seq), &want,
+                                       MQS_STATE_DONE | joined, 0, __ATOMIC_SEQ_CST,
+                                       __ATOMIC_SEQ_CST);
+}
+
+int64_t mqs_fence_seq(uint8_t *ctl)
+{
+    return __atomic_load_n(mqs_i64(ctl, MQS_OFF_FENCE_SEQ), __ATOMIC_SEQ_CST) - 1;
+}
+
+int mqs_complete(uint8_t *ctl, int64_t slot_count, int64_t seq, int64_t n)
+{
+    for (int64_t i = n - 1; i > 0; i--)
+        if (!done_if_reserved(ctl, slot_count, seq + i, MQS_STATE_JOINED))
+            return MQS_FENCED;
+    if (!done_if_reserved(ctl, slot_count, seq, 0))
+        return MQS_FENCED;
+    /* Done, and seen by the fence? Its flag is stored before it reads `seq`: if this
+     * load misses the flag, the fence's read of seq covers this reservation. */
+    if (!(__atomic_load_n(mqs_i64(ctl, MQS_OFF_FLAGS), __ATOMIC_SEQ_CST) & MQS_FLAG_FENCED))
+        return MQS_OK;
+    int64_t t0 = 0, fence;
+    while ((fence = mqs_fence_seq(ctl)) < 0) { /* the fencer stores it next */
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        int64_t now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+        if (t0 == 0)
+            t0 = now;
+        else if (now - t0 > 50 * 1000000) /* it died between the two: nothing drains */
+            return MQS_FENCED;
+    }
+    return seq + n <= fence ? MQS_OK : MQS_FENCED;
+}
+
+int64_t mqs_claim(uint8_t *ctl, int64_t slot_count, int64_t seq)
+{
+    int64_t top = load(ctl, MQS_OFF_SEQ);
+    if (seq >= top)
+        return -1;
+    int32_t *head = state_of(ctl, slot_count, seq);
+    int32_t cur = __atomic_load_n(head, __ATOMIC_SEQ_CST);
+    for (;;) {
+        int32_t st = cur & MQS_STATE_MASK;
+        if (st == MQS_STATE_DONE)
+            return 0;
+        if (st == MQS_STATE_FILLING)
+            break;
+        if (__atomic_compare_exchange_n(head, &cur, MQS_STATE_FILLING | (cur & MQS_STATE_JOINED),
+                                        0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+            break;
+    }
+    int64_t n = 1;
+    while (seq + n < top) {
+        int32_t *st = state_of(ctl, slot_count, seq + n);
+        if (!(__atomic_load_n(st, __ATOMIC_SEQ_CST) & MQS_STATE_JOINED))
+            break;
+        __atomic_store_n(st, MQS_STATE_FILLING | MQS_STATE_JOINED, __ATOMIC_SEQ_CST);
+        n++;
+    }
+    return n;
+}
+
+void mqs_fill_done(uint8_t *ctl, int64_t slot_count, int64_t seq, int64_t n)
+{
+    for (int64_t i = n - 1; i >= 0; i--)
+        __atomic_store_n(state_of(ctl, slot_count, seq + i),
+                         MQS_STATE_DONE | (i ? MQS_STATE_JOINED : 0), __ATOMIC_SEQ_CST);
+}
+
+int64_t mqs_fence(uint8_t *ctl)
+{
+    __atomic_fetch_or(mqs_i64(ctl, MQS_OFF_FLAGS), MQS_FLAG_FENCED | MQS_FLAG_REFUSE_WRITES,
+                      __ATOMIC_SEQ_CST);
+    int64_t want = 0, seq = load(ctl, MQS_OFF_SEQ);
+    if (seq < 0)
+        seq = 0;
+    __atomic_compare_exchange_n(mqs_i64(ctl, MQS_OFF_FENCE_SEQ), &want, seq + 1, 0,
+                                __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    return mqs_fence_seq(ctl);
 }
 
 /* Raise the int64 at `off` to at least `v` (several publishers may race). */
@@ -252,15 +344,20 @@ static void store_max(uint8_t *ctl, int64_t off, int64_t v)
 int64_t mqs_publish(uint8_t *ctl, int64_t slot_count)
 {
     int64_t advanced = 0;
+    if (slot_count <= 0)
+        return 0;
     /* Pairs with the other publishers: whoever marks a slot DONE and whoever advances
      * past the slot before it cannot both miss the other's store. */
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     for (;;) {
         int64_t ps = __atomic_load_n(mqs_i64(ctl, MQS_OFF_PUBLISHED_SEQ), __ATOMIC_SEQ_CST);
-        if (ps >= __atomic_load_n(mqs_i64(ctl, MQS_OFF_SEQ), __ATOMIC_SEQ_CST))
-            return advanced; /* the row of `ps` is not of this lap yet */
+        int64_t fence = __atomic_load_n(mqs_i64(ctl, MQS_OFF_FENCE_SEQ), __ATOMIC_RELAXED);
+        if (ps < 0 || ps >= __atomic_load_n(mqs_i64(ctl, MQS_OFF_SEQ), __ATOMIC_SEQ_CST) ||
+            (fence > 0 && ps >= fence - 1))
+            return advanced; /* not of this lap yet, or past the fence: never published */
         uint8_t *row = ctl + MQS_SLOTS_OFF + (ps % slot_count) * MQS_SLOT_ROW;
-        if (__atomic_load_n(mqs_i32(row, MQS_SLOT_STATE), __ATOMIC_SEQ_CST) != MQS_STATE_DONE)
+        if ((__atomic_load_n(mqs_i32(row, MQS_SLOT_STATE), __ATOMIC_SEQ_CST) & MQS_STATE_MASK) !=
+            MQS_STATE_DONE)
             return advanced;
         int64_t end = __atomic_load_n(mqs_i64(row, MQS_SLOT_OFFSET), __ATOMIC_RELAXED) +
                       __atomic_load_n(mqs_i32(row, MQS_SLOT_SIZE), __ATOMIC_RELAXED);

@@ -21,6 +21,9 @@ enum {
     MQS_WAIT_FILE = -6,  /* the allocator has not made the segment file yet */
     MQS_WAIT_POOL = -7,  /* the pool buffer is not committed yet */
     MQS_WAIT_SLOTS = -8, /* the slot ring is full (or a holder's intent is pending) */
+    MQS_BAD_POSITIONS = -9, /* reserved or seq is not a position (a scribbled block) */
+    /* mqs_complete: the put is not in the log (the filler claimed it, or past the fence) */
+    MQS_FENCED = -10,
 };
 
 struct mqs_appender {
@@ -33,10 +36,10 @@ struct mqs_appender {
 /* Supervisor, once, on a zeroed control block: make the mutex robust and shared. */
 int mqs_mutex_init(uint8_t *ctl);
 
-/* Take the reservation lock: at once if free (0), else MQS_LOCK_TIMEOUT when `wait_ns`
+/* Take the reservation lock (of a block `ctl_len` bytes long): at once if free (0), else MQS_LOCK_TIMEOUT when `wait_ns`
  * is 0. With `wait_ns` > 0, wait up to that long (call without the GIL). A holder that
  * died is repaired first. Returns MQS_OK, MQS_LOCK_TIMEOUT or MQS_LOCK_BROKEN. */
-int mqs_lock(uint8_t *ctl, int64_t wait_ns);
+int mqs_lock(uint8_t *ctl, int64_t ctl_len, int64_t wait_ns);
 void mqs_unlock(uint8_t *ctl);
 
 struct mqs_item {
@@ -54,13 +57,14 @@ struct mqs_reservation {
 
 /* Under the lock: reserve `n` records (queue rows known) at the current end, rolling to
  * the next segment with a BLANK when they do not fit this one. Writes the RESERVED slots
- * and queue offsets (qoffs). Else a code (MQS_REFUSED .. MQS_WAIT_SLOTS), nothing
+ * and queue offsets (qoffs); every slot after the first JOINED (one reservation, completed
+ * all or nothing: `mqs_complete`). Else a code (MQS_REFUSED .. MQS_BAD_POSITIONS), nothing
  * written: the caller waits and tries again, or refuses the put. */
 int mqs_reserve(struct mqs_appender *a, const struct mqs_item *items, int n, int64_t *qoffs,
                 struct mqs_reservation *r);
 
 /* Hand the slots [seq, seq + n) still RESERVED by this process to the committer's filler
- * (a put that raised between reserve and done). */
+ * (a put that raised between reserve and done), keeping their JOINED bits. */
 void mqs_abandon(uint8_t *ctl, int64_t slot_count, int64_t seq, int64_t n);
 
 /* Where the record at physical offset `off` goes with the pool on. */
@@ -70,8 +74,36 @@ uint8_t *mqs_pool_at(struct mqs_appender *a, int64_t off);
 void mqs_copy(uint8_t *dst, const struct mqs_message *m, int64_t queue_offset,
               int64_t physical_offset, int64_t store_ts);
 
-/* The slot of `seq` is DONE (release: its bytes are visible first). */
-void mqs_mark_done(uint8_t *ctl, int64_t slot_count, int64_t seq);
+/* Complete the reservation of `n` slots from `seq` once every record is written: the
+ * joined slots DONE from the last one back, then the first one (the head) by a
+ * compare-and-swap from RESERVED, so a publisher (which stops at the first slot not
+ * DONE) sees the whole reservation or none of it. MQS_OK, or MQS_FENCED when the
+ * filler claimed a slot first (it fills them all: nothing of the put is read) or the
+ * block was fenced before this reservation was seen (`mqs_fence`): the put failed. */
+int mqs_complete(uint8_t *ctl, int64_t slot_count, int64_t seq, int64_t n);
+
+/* The filler's claim of the reservation whose first slot not yet published is `seq`
+ * (RESERVED, ABANDONED or already FILLING): that slot and every JOINED one after it
+ * become FILLING, so their producer's `mqs_complete` fails. Returns the slots claimed,
+ * 0 when the slot turned DONE first (its producer completed: publish it), -1 when
+ * `seq` is not below `seq`'s current value. */
+int64_t mqs_claim(uint8_t *ctl, int64_t slot_count, int64_t seq);
+
+/* The filler, after writing the filler records of a claim: its slots DONE (the joined
+ * ones first, the head last), so they are published together. */
+void mqs_fill_done(uint8_t *ctl, int64_t slot_count, int64_t seq, int64_t n);
+
+/* End this control block's generation (the stopping supervisor after the reservation
+ * fence; the next supervisor over a crashed run's block; workers whose supervisor
+ * died): FENCED and REFUSE_WRITES (no reservation from now on), then FENCE_SEQ =
+ * 1 + seq. Reservations below that seq are drained (completed, or claimed and
+ * filled); one committed later (a producer stopped inside the section) is never
+ * published and its `mqs_complete` fails. Returns the fence's seq (the first fenced
+ * one; an earlier fence's when the block was fenced already). */
+int64_t mqs_fence(uint8_t *ctl);
+
+/* The fence's seq, or -1 while the block is not fenced. */
+int64_t mqs_fence_seq(uint8_t *ctl);
 
 /* Publish: advance published_seq over contiguous DONE slots, raising published_pos (and
  * published_ts) to each one's end first. Lock-free (a compare-and-swap per slot), so the

@@ -51,7 +51,8 @@ typedef struct {
 } Appender;
 
 /* A sync put's wait, GIL released: 0 flushed, 1 timed out, 2 the store is read-only
- * (fsync failed), -1 a signal handler raised. */
+ * (fsync failed), 3 the generation ended without flushing it (fenced), -1 a signal
+ * handler raised. */
 int mqs_wait_flushed(Appender *self, int64_t end, int64_t timeout_ns);
 
 /* One put call into a statistics row: v = n, nbytes, status index, ok, sync, latency,

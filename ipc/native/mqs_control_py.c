@@ -71,10 +71,17 @@ static int init_control(uint8_t *ctl)
     return 0;
 }
 
-static int64_t publish(uint8_t *ctl)
+/* The slot ring's rows, or 0 when the block's word is out of range for its length. */
+static int64_t slot_count(const Py_buffer *v)
 {
-    int64_t slots = *mqs_i64(ctl, MQS_OFF_SLOT_COUNT);
-    return slots > 0 ? mqs_publish(ctl, slots) : 0;
+    int64_t slots = *mqs_i64(v->buf, MQS_OFF_SLOT_COUNT);
+    return slots > 0 && slots <= (v->len - MQS_SLOTS_OFF) / MQS_SLOT_ROW ? slots : 0;
+}
+
+static int64_t publish(const Py_buffer *v)
+{
+    int64_t slots = slot_count(v);
+    return slots > 0 ? mqs_publish(v->buf, slots) : 0;
 }
 
 static int wake_all(uint8_t *ctl)
@@ -90,7 +97,41 @@ static int wake_flusher(uint8_t *ctl)
 }
 
 CTL_HELPER(mqs_py_init_control, init_control(v.buf) < 0 ? NULL : none_after(0))
-CTL_HELPER(mqs_py_publish, PyLong_FromLongLong(publish(v.buf)))
+CTL_HELPER(mqs_py_publish, PyLong_FromLongLong(publish(&v)))
+CTL_HELPER(mqs_py_fence, PyLong_FromLongLong(mqs_fence(v.buf)))
+CTL_HELPER(mqs_py_fence_seq, PyLong_FromLongLong(mqs_fence_seq(v.buf)))
+
+/* claim(ctl, seq) -> int and fill_done(ctl, seq, n): the filler's steps (mqs_append.h). */
+static PyObject *filler_step(PyObject *const *args, Py_ssize_t n, int done)
+{
+    static const char *const claim_names[] = {"seq", NULL};
+    static const char *const done_names[] = {"seq", "n", NULL};
+    int64_t a[2];
+    Py_buffer v;
+    if (ctl_args(args, n, done ? "fill_done(ctl, seq, n)" : "claim(ctl, seq)",
+                 done ? done_names : claim_names, &v, a) < 0)
+        return NULL;
+    int64_t slots = slot_count(&v);
+    PyObject *r = NULL;
+    if (slots == 0 || a[0] < 0 || (done && (a[1] < 1 || a[1] > slots)))
+        PyErr_SetString(PyExc_ValueError, "seq or n out of range for the control block");
+    else if (done)
+        r = none_after((mqs_fill_done(v.buf, slots, a[0], a[1]), 0));
+    else
+        r = PyLong_FromLongLong(mqs_claim(v.buf, slots, a[0]));
+    PyBuffer_Release(&v);
+    return r;
+}
+
+PyObject *mqs_py_claim(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
+{
+    return filler_step(args, n, 0);
+}
+
+PyObject *mqs_py_fill_done(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
+{
+    return filler_step(args, n, 1);
+}
 CTL_HELPER(mqs_py_flushed_wake_all, none_after(wake_all(v.buf)))
 CTL_HELPER(mqs_py_flusher_wake, none_after(wake_flusher(v.buf)))
 CTL_HELPER(mqs_py_sync_request, PyLong_FromLongLong(mqs_sync_request(v.buf)))
@@ -152,7 +193,7 @@ static PyObject *ctl_wait(PyObject *const *args, Py_ssize_t n, int which)
     } else if (which == 1) {
         r = mqs_flusher_gather(v.buf, a[0], a[1] > 0 ? a[1] : 1);
     } else {
-        r = mqs_lock(v.buf, a[0]);
+        r = mqs_lock(v.buf, v.len, a[0]);
         if (r == MQS_OK)
             mqs_unlock(v.buf);
     }

@@ -14,6 +14,8 @@ PyObject *mqs_py_publish(PyObject *m, PyObject *arg);
 PyObject *mqs_py_flushed_wake_all(PyObject *m, PyObject *arg);
 PyObject *mqs_py_flusher_wake(PyObject *m, PyObject *arg);
 PyObject *mqs_py_sync_request(PyObject *m, PyObject *arg);
+PyObject *mqs_py_fence(PyObject *m, PyObject *arg);
+PyObject *mqs_py_fence_seq(PyObject *m, PyObject *arg);
 /* METH_FASTCALL. */
 PyObject *mqs_py_flushed_wake(PyObject *m, PyObject *const *args, Py_ssize_t n);
 PyObject *mqs_py_wake_mask(PyObject *m, PyObject *const *args, Py_ssize_t n);
@@ -24,6 +26,8 @@ PyObject *mqs_py_flusher_gather(PyObject *m, PyObject *const *args, Py_ssize_t n
 PyObject *mqs_py_reserve_fence(PyObject *m, PyObject *const *args, Py_ssize_t n);
 PyObject *mqs_py_live_hold(PyObject *m, PyObject *const *args, Py_ssize_t n);
 PyObject *mqs_py_live_check(PyObject *m, PyObject *const *args, Py_ssize_t n);
+PyObject *mqs_py_claim(PyObject *m, PyObject *const *args, Py_ssize_t n);
+PyObject *mqs_py_fill_done(PyObject *m, PyObject *const *args, Py_ssize_t n);
 
 /* The table entries: a METH_O door and a METH_FASTCALL door named `name`. */
 #define MQS_ONE(name, doc) {#name, mqs_py_##name, METH_O, doc}
@@ -63,6 +67,13 @@ PyObject *mqs_py_live_check(PyObject *m, PyObject *const *args, Py_ssize_t n);
     MQS_FAST(live_hold, "live_hold(fd, pid): hold the liveness byte of `pid` "                   \
         "through descriptor fd."),                                                               \
     MQS_FAST(live_check, "live_check(fd, pid) -> bool: whether a live producer "                 \
-        "holds the byte of `pid`."),
+        "holds the byte of `pid`."),                                                             \
+    MQS_ONE(fence, "fence(ctl) -> int: end the block's generation (FENCED, writes "              \
+        "refused) and return the fence's seq (mqs_append.h: mqs_fence)."),                       \
+    MQS_ONE(fence_seq, "fence_seq(ctl) -> int: the fence's seq, or -1 when not fenced."),        \
+    MQS_FAST(claim, "claim(ctl, seq) -> int: the filler's claim of the reservation at "         \
+        "seq: slots claimed, 0 when it completed first, -1 when seq is not reserved."),          \
+    MQS_FAST(fill_done, "fill_done(ctl, seq, n): the filler's claimed slots DONE, the "          \
+        "head last."),
 
 #endif

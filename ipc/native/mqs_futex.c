@@ -71,14 +71,26 @@ void mqs_flusher_wake(uint8_t *ctl)
     }
 }
 
+/* Why a waiter whose end is not flushed stops waiting, or MQS_WAIT_AGAIN. */
+static int not_flushed(uint8_t *ctl)
+{
+    int64_t flags = load(ctl, MQS_OFF_FLAGS);
+    if (flags & MQS_FLAG_READ_ONLY)
+        return MQS_FLUSH_FAILED;
+    if ((flags & (MQS_FLAG_FENCED | MQS_FLAG_STOPPED)) == (MQS_FLAG_FENCED | MQS_FLAG_STOPPED))
+        return MQS_WAIT_FENCED;
+    return MQS_WAIT_AGAIN;
+}
+
 int mqs_wait_flushed_tick(uint8_t *ctl, int64_t end, int64_t tick_ns)
 {
     uint32_t *seq = mqs_u32(ctl, MQS_OFF_FLUSH_SEQ);
     uint32_t seen = __atomic_load_n(seq, __ATOMIC_SEQ_CST);
     if (load(ctl, MQS_OFF_FLUSHED) >= end)
         return MQS_FLUSHED;
-    if (load(ctl, MQS_OFF_FLAGS) & MQS_FLAG_READ_ONLY)
-        return MQS_FLUSH_FAILED;
+    int rc = not_flushed(ctl);
+    if (rc != MQS_WAIT_AGAIN)
+        return rc;
     /* The request: the furthest end anyone waits for (a max, by compare-and-swap). */
     int64_t *req = mqs_i64(ctl, MQS_OFF_SYNC_REQUEST);
     int64_t cur = __atomic_load_n(req, __ATOMIC_SEQ_CST);
@@ -89,9 +101,7 @@ int mqs_wait_flushed_tick(uint8_t *ctl, int64_t end, int64_t tick_ns)
     futex_wait_bits(seq, seen, tick_ns, mqs_wait_bits(end));
     if (load(ctl, MQS_OFF_FLUSHED) >= end) /* the shared word is the truth */
         return MQS_FLUSHED;
-    if (load(ctl, MQS_OFF_FLAGS) & MQS_FLAG_READ_ONLY)
-        return MQS_FLUSH_FAILED;
-    return MQS_WAIT_AGAIN;
+    return not_flushed(ctl);
 }
 
 void mqs_flushed_wake(uint8_t *ctl, uint32_t mask)

@@ -17,7 +17,7 @@
 
 #include <stdint.h>
 
-enum { MQS_FLUSHED = 0, MQS_WAIT_AGAIN = 1, MQS_FLUSH_FAILED = 2 };
+enum { MQS_FLUSHED = 0, MQS_WAIT_AGAIN = 1, MQS_FLUSH_FAILED = 2, MQS_WAIT_FENCED = 3 };
 #define MQS_WAKE_ANY 0xFFFFFFFFu
 #define MQS_WAKE_SHIFT 12 /* 4 KiB buckets: 32 of them hold a round of 64 1 KiB puts */
 
@@ -34,7 +34,8 @@ uint32_t mqs_wake_mask(int64_t from_pos, int64_t to_pos);
 /* One tick of a sync producer's wait (call without the GIL): record the request, wake
  * the flusher if it sleeps, wait on FLUSH_SEQ with end's bit at most `tick_ns`. Returns
  * MQS_FLUSHED once flushed_pos >= end, MQS_FLUSH_FAILED once the store is read-only,
- * else MQS_WAIT_AGAIN (the caller checks its deadline and signals, then calls again). */
+ * MQS_WAIT_FENCED once the generation ended (FENCED and STOPPED: its last flush is done
+ * and did not cover `end`), else MQS_WAIT_AGAIN (the caller checks its deadline and signals, then calls again). */
 int mqs_wait_flushed_tick(uint8_t *ctl, int64_t end, int64_t tick_ns);
 
 /* Flusher: after moving flushed_pos, wake the waiters sleeping with a bit of `mask`. */

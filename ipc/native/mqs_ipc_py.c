@@ -48,7 +48,7 @@ static int appender_init(Appender *self, PyObject *args, PyObject *kw)
     uint8_t *c = self->ctl.buf;
     if (self->ctl.len < MQS_SLOTS_OFF || *mqs_i64(c, 0) != MQS_MAGIC_VERSION) {
         PyBuffer_Release(&self->ctl);
-        PyErr_SetString(PyExc_ValueError, "ctl is not a control block of layout version 3");
+        PyErr_SetString(PyExc_ValueError, "ctl is not a control block of layout version 4");
         return -1;
     }
     self->a.ctl = c;
@@ -118,7 +118,7 @@ static PyObject *appender_lock(Appender *self, PyObject *arg)
     if (appender_ready(self) < 0 || mqs_arg_i64(arg, "timeout_ns", &timeout_ns) < 0)
         return NULL;
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = mqs_lock(self->a.ctl, timeout_ns);
+    Py_BEGIN_ALLOW_THREADS rc = mqs_lock(self->a.ctl, self->ctl.len, timeout_ns);
     Py_END_ALLOW_THREADS
     return PyLong_FromLong(rc);
 }
@@ -129,6 +129,29 @@ static PyObject *appender_unlock(Appender *self, PyObject *Py_UNUSED(a))
         return NULL;
     mqs_unlock(self->a.ctl);
     Py_RETURN_NONE;
+}
+
+/* complete(first, n) -> 0 | FENCED: the reservation of `n` slots from `first`, every
+ * record written, completed all or nothing and published (the put's own step,
+ * `mqs_complete`, for the tests of completion against the filler's claim). */
+static PyObject *appender_complete(Appender *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int64_t first, n;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "complete(first, n) takes 2 arguments");
+        return NULL;
+    }
+    if (appender_ready(self) < 0 || mqs_arg_i64(args[0], "first", &first) < 0 ||
+        mqs_arg_i64(args[1], "n", &n) < 0)
+        return NULL;
+    if (first < 0 || n < 1 || n > self->a.slot_count) {
+        PyErr_SetString(PyExc_ValueError, "first must be >= 0 and n 1 to slot_count");
+        return NULL;
+    }
+    int rc = mqs_complete(self->a.ctl, self->a.slot_count, first, n);
+    if (rc == MQS_OK)
+        mqs_publish(self->a.ctl, self->a.slot_count);
+    return PyLong_FromLong(rc);
 }
 
 #define WAIT_TICK_NS (20 * 1000 * 1000)
@@ -147,8 +170,8 @@ int mqs_wait_flushed(Appender *self, int64_t end, int64_t timeout_ns)
             tick = 1;
         Py_BEGIN_ALLOW_THREADS rc = mqs_wait_flushed_tick(ctl, end, tick);
         Py_END_ALLOW_THREADS
-        if (rc == MQS_FLUSHED || rc == MQS_FLUSH_FAILED) {
-            out = rc == MQS_FLUSHED ? 0 : 2;
+        if (rc == MQS_FLUSHED || rc == MQS_FLUSH_FAILED || rc == MQS_WAIT_FENCED) {
+            out = rc == MQS_FLUSHED ? 0 : rc == MQS_FLUSH_FAILED ? 2 : 3;
             break;
         }
         if (PyErr_CheckSignals() < 0)
@@ -222,8 +245,12 @@ static PyMethodDef appender_methods[] = {
     {"lock", (PyCFunction)appender_lock, METH_O,
      "lock(timeout_ns) -> int: take the reservation lock (0) or a code (< 0)."},
     {"unlock", (PyCFunction)appender_unlock, METH_NOARGS, "unlock(): release it."},
+    FAST("complete", appender_complete,
+         "complete(first, n) -> 0 | FENCED: a reservation of n slots from first, all written: "
+         "DONE all or nothing, then published."),
     FAST("wait_flushed", appender_wait_flushed,
-         "wait_flushed(end, timeout_ns) -> 0 flushed | 1 timed out | 2 flush failed."),
+         "wait_flushed(end, timeout_ns) -> 0 flushed | 1 timed out | 2 flush failed | 3 the "
+         "generation ended (fenced) without flushing it."),
     MQS_PUT_METHODS
     {"close", (PyCFunction)appender_close, METH_NOARGS, "Release the shared buffers."},
     {NULL, NULL, 0, NULL},
@@ -269,6 +296,10 @@ static const struct {
     {"OFF_LOCK_TIMEOUTS", (long long)MQS_OFF_LOCK_TIMEOUTS},
     {"OFF_OWNER_DEAD", (long long)MQS_OFF_OWNER_DEAD},
     {"OFF_GATHER_WANT", (long long)MQS_OFF_GATHER_WANT},
+    {"OFF_FENCE_SEQ", (long long)MQS_OFF_FENCE_SEQ},
+    {"FLAG_FENCED", (long long)MQS_FLAG_FENCED},
+    {"STATE_FILLING", (long long)MQS_STATE_FILLING},
+    {"STATE_JOINED", (long long)MQS_STATE_JOINED},
     {"SLOTS_OFF", (long long)MQS_SLOTS_OFF},
     {"SLOT_ROW", (long long)MQS_SLOT_ROW},
     {"OFF_FSYNC_COUNT", (long long)MQS_OFF_FSYNC_COUNT},
@@ -324,7 +355,8 @@ int mqs_ipc_add(PyObject *m)
         PyModule_AddFunctions(m, ipc_methods) < 0 ||
         PyModule_AddObjectRef(m, "Appender", (PyObject *)&AppenderType) < 0 || add_layout(m) < 0 ||
         mqs_put_add(m) < 0 || PyModule_AddIntConstant(m, "LOCK_TIMEOUT", MQS_LOCK_TIMEOUT) < 0 ||
-        PyModule_AddIntConstant(m, "LOCK_BROKEN", MQS_LOCK_BROKEN) < 0)
+        PyModule_AddIntConstant(m, "LOCK_BROKEN", MQS_LOCK_BROKEN) < 0 ||
+        PyModule_AddIntConstant(m, "FENCED", MQS_FENCED) < 0)
         return -1;
     return 0;
 }

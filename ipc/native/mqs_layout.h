@@ -1,5 +1,5 @@
 /* The control block as C sees it. The one table of every field is ipc/control.py's
- * module docstring (layout version 3); these offsets mirror it and
+ * module docstring (layout version 4); these offsets mirror it and
  * tests/native/test_append.py checks that both sides agree (`_native.LAYOUT`).
  * All fields are little-endian and naturally aligned. */
 #ifndef MQS_LAYOUT_H
@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#define MQS_MAGIC_VERSION 0x4D5143544C000003LL /* "MQCTL", layout version 3 */
+#define MQS_MAGIC_VERSION 0x4D5143544C000004LL /* "MQCTL", layout version 4 */
 
 /* Header (int64 each). */
 #define MQS_OFF_RESERVED 8
@@ -17,6 +17,7 @@
 #define MQS_OFF_COMMITTED 40
 #define MQS_OFF_FLUSHED 48
 #define MQS_OFF_FLAGS 56
+#define MQS_OFF_GENERATION 64
 #define MQS_OFF_ALLOCATED 80
 #define MQS_OFF_CS_PID 88 /* the reservation's intent record: holder's pid ... */
 #define MQS_OFF_CS_SEQ 96 /* ... and `seq` when its section began */
@@ -41,10 +42,13 @@
 #define MQS_GROUP_HIST_BUCKETS 12
 
 #define MQS_FLAG_RUNNING 1
+#define MQS_FLAG_REFUSE_WRITES 2
 #define MQS_FLAG_READ_ONLY 4
+#define MQS_FLAG_STOPPED 8
+#define MQS_FLAG_FENCED 16 /* this generation is over: see mqs_fence (mqs_append.h) */
 #define MQS_DISK_FULL_BIT 1
 
-/* The native area (layout version 3). */
+/* The native area (layout version 4). */
 #define MQS_OFF_RESERVE_MUTEX 2048 /* pthread_mutex_t, robust, process-shared: 64 B */
 #define MQS_OFF_FLUSH_SEQ 2112     /* u32 futex: flusher bumps after moving flushed_pos */
 #define MQS_OFF_FLUSHER_WAKE 2116  /* u32 futex: producers bump to wake the flusher */
@@ -54,6 +58,7 @@
 #define MQS_OFF_LOCK_TIMEOUTS 2136 /* i64: reservation-lock waits that timed out */
 #define MQS_OFF_OWNER_DEAD 2144    /* i64: repairs after a holder died in the section */
 #define MQS_OFF_GATHER_WANT 2152   /* i64: published_seq a gathering flusher waits for */
+#define MQS_OFF_FENCE_SEQ 2160     /* i64: 1 + `seq` when the block was fenced (0: not yet) */
 #define MQS_NATIVE_END 2304
 
 /* Reservation slots: row `seq % slot_count`. */
@@ -65,10 +70,13 @@
 #define MQS_SLOT_SIZE 24    /* i32 */
 #define MQS_SLOT_PID 28     /* i32 */
 #define MQS_SLOT_QSLOT 32   /* i32: queue row, -1 a BLANK, -2 no queue offset */
-#define MQS_SLOT_STATE 36   /* i32 */
+#define MQS_SLOT_STATE 36   /* i32: a state, with MQS_STATE_JOINED */
 #define MQS_STATE_RESERVED 1
 #define MQS_STATE_DONE 2
 #define MQS_STATE_ABANDONED 3
+#define MQS_STATE_FILLING 4       /* claimed by the filler: its producer's put failed */
+#define MQS_STATE_MASK 0xFF
+#define MQS_STATE_JOINED 0x100    /* bit: of the same reservation as the slot before it */
 
 /* Queue table rows after the slots: hash i64, next_offset i64, queue_id i32, ... */
 #define MQS_QROW 160

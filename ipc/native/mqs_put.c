@@ -375,9 +375,9 @@ static int refuse(struct mqs_refusal *why, int status, PyObject *reason)
 /* The lock, without the GIL when it has to wait. */
 static int take_lock(Appender *self)
 {
-    int rc = mqs_lock(self->a.ctl, 0);
+    int rc = mqs_lock(self->a.ctl, self->ctl.len, 0);
     if (rc == MQS_LOCK_TIMEOUT && self->c.busy_ns > 0) {
-        Py_BEGIN_ALLOW_THREADS rc = mqs_lock(self->a.ctl, self->c.busy_ns);
+        Py_BEGIN_ALLOW_THREADS rc = mqs_lock(self->a.ctl, self->ctl.len, self->c.busy_ns);
         Py_END_ALLOW_THREADS
     }
     return rc;
@@ -441,6 +441,9 @@ static int reserve_refusal(Appender *self, int rc, int after_wait, struct mqs_re
                                                : "the store is stopping or not running; writes "
                                                  "are refused"));
     }
+    if (rc == MQS_BAD_POSITIONS)
+        return refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
+                      PyUnicode_FromString("the control block's positions are out of range"));
     if (rc == MQS_DISK_FULL) {
         int64_t word = __atomic_load_n(mqs_i64(self->a.ctl, MQS_OFF_DISK_STATE), __ATOMIC_ACQUIRE);
         char used[32];
@@ -557,15 +560,17 @@ static uint8_t *dest(Appender *self, int64_t off, int64_t size)
     return (uint8_t *)t->view.buf + pos;
 }
 
-static void copy_all(Appender *self, uint8_t *blank_dst, uint8_t *const *dst,
-                     const struct mqs_item *items, int n, const int64_t *qoffs,
-                     const struct mqs_reservation *r)
+/* Write every record (and the BLANK), then complete the reservation, all or nothing
+ * (`mqs_complete`: the joined slots DONE from the last back, the first by a
+ * compare-and-swap against the filler's claim) and publish: MQS_OK, or MQS_FENCED
+ * (the filler has it, or it is past the fence: nothing of it is read). */
+static int copy_all(Appender *self, uint8_t *blank_dst, uint8_t *const *dst,
+                    const struct mqs_item *items, int n, const int64_t *qoffs,
+                    const struct mqs_reservation *r)
 {
-    int64_t seq = r->seq, at = r->start;
-    if (blank_dst) {
+    int64_t at = r->start;
+    if (blank_dst)
         mqs_blank_write(blank_dst, (int32_t)r->blank);
-        mqs_mark_done(self->a.ctl, self->a.slot_count, seq++);
-    }
     for (int i = 0; i < n; i++) {
         if (self->has_pool) {
             /* Read before writing: a read fault on the (fallocated) pool maps the pages
@@ -575,14 +580,17 @@ static void copy_all(Appender *self, uint8_t *blank_dst, uint8_t *const *dst,
             (void)*(volatile const uint8_t *)(dst[i] + items[i].size - 1);
         }
         mqs_copy(dst[i], &items[i].msg, qoffs[i], at, r->store_ts);
-        mqs_mark_done(self->a.ctl, self->a.slot_count, seq++);
         at += items[i].size;
     }
-    mqs_publish(self->a.ctl, self->a.slot_count);
+    int rc = mqs_complete(self->a.ctl, self->a.slot_count, r->seq, n + (r->blank ? 1 : 0));
+    if (rc == MQS_OK)
+        mqs_publish(self->a.ctl, self->a.slot_count);
+    return rc;
 }
 
-/* Write the reserved records (and the BLANK before them), mark them DONE, publish.
- * MQS_OK, or ERR with every slot abandoned to the committer's filler. */
+/* Write the reserved records (and the BLANK before them), complete them, publish.
+ * MQS_OK, MQS_FENCED (the put failed: the filler has its slots), or ERR with every slot
+ * abandoned to the committer's filler. */
 static int copy(Appender *self, struct mqs_item *items, int n, const int64_t *qoffs,
                 const struct mqs_reservation *r, int64_t bytes)
 {
@@ -598,13 +606,14 @@ static int copy(Appender *self, struct mqs_item *items, int n, const int64_t *qo
         ok = (dst[i] = dest(self, at, items[i].size)) != NULL;
         at += items[i].size;
     }
+    int rc = ERR;
     if (ok) {
         self->busy++;
         if (bytes >= MQS_NOGIL_BYTES) {
-            Py_BEGIN_ALLOW_THREADS copy_all(self, blank_dst, dst, items, n, qoffs, r);
+            Py_BEGIN_ALLOW_THREADS rc = copy_all(self, blank_dst, dst, items, n, qoffs, r);
             Py_END_ALLOW_THREADS
         } else {
-            copy_all(self, blank_dst, dst, items, n, qoffs, r);
+            rc = copy_all(self, blank_dst, dst, items, n, qoffs, r);
         }
         self->busy--;
     } else {
@@ -612,19 +621,40 @@ static int copy(Appender *self, struct mqs_item *items, int n, const int64_t *qo
     }
     if (dst != one)
         PyMem_Free(dst);
-    return ok ? MQS_OK : ERR;
+    return rc;
 }
 
 /* ---- the call ---------------------------------------------------------------------------- */
 
-/* One PutResult per message from the reservation on: one store timestamp object for
- * all, one size object per run of equal sizes. */
-static PyObject *results(struct mqs_client *c, int status, struct mqs_item *items, int n,
-                         int batch, const int64_t *qoffs, const struct mqs_reservation *r)
+/* The generation's number, for a reason that names it. */
+static long long generation(Appender *self)
 {
-    PyObject *reason = c->flush_reasons[status == MQS_ST_PUT_OK              ? 0
-                                        : status == MQS_ST_FLUSH_DISK_TIMEOUT ? 1
-                                                                              : 2];
+    return (long long)__atomic_load_n(mqs_i64(self->a.ctl, MQS_OFF_GENERATION), __ATOMIC_RELAXED);
+}
+
+/* A put its generation's fence ended (`ipc.fence`): SERVICE_NOT_AVAILABLE naming the
+ * generation, never PUT_OK. */
+static PyObject *fenced(Appender *self, int n, int batch, int64_t t0)
+{
+    long long gen = generation(self);
+    struct mqs_refusal why = {MQS_ST_SERVICE_NOT_AVAILABLE, NULL};
+    why.reason = PyUnicode_FromFormat("the store was stopped or restarted while this put was "
+                                      "in progress (generation %lld is over); it was not "
+                                      "stored: put it again",
+                                      gen);
+    if (why.reason == NULL)
+        return NULL;
+    PyObject *out = refused(self, &why, n, batch, t0);
+    Py_DECREF(why.reason);
+    return out;
+}
+
+/* One PutResult per message from the reservation on, with `reason` (borrowed): one store
+ * timestamp object for all, one size object per run of equal sizes. */
+static PyObject *results(struct mqs_client *c, int status, PyObject *reason,
+                         struct mqs_item *items, int n, int batch, const int64_t *qoffs,
+                         const struct mqs_reservation *r)
+{
     PyObject *out = batch ? PyList_New(n) : NULL, *ts = PyLong_FromLongLong(r->store_ts);
     PyObject *size = NULL, *one = NULL;
     int64_t at = r->start, last = -1;
@@ -682,7 +712,9 @@ static PyObject *append(Appender *self, struct mqs_fields *m, struct mqs_item *i
     if (rc == MQS_FIELDS_REFUSED) {
         out = refused(self, &why, n, batch, t0);
         Py_DECREF(why.reason);
-    } else if (rc == MQS_OK && copy(self, items, n, qoffs, &r, bytes) == MQS_OK) {
+    } else if (rc == MQS_OK && (rc = copy(self, items, n, qoffs, &r, bytes)) == MQS_FENCED) {
+        out = fenced(self, n, batch, t0);
+    } else if (rc == MQS_OK) {
         int64_t t_copied = mqs_mono_ns(), t_done = t_copied;
         int status = MQS_ST_PUT_OK, outcome = 0;
         if (sync) {
@@ -692,12 +724,24 @@ static PyObject *append(Appender *self, struct mqs_fields *m, struct mqs_item *i
                      : outcome == 2 ? MQS_ST_FLUSH_DISK_FAILED
                                     : MQS_ST_PUT_OK;
         }
+        PyObject *reason = NULL;
+        if (outcome == 3) { /* published, but its generation ended before flushing it */
+            status = MQS_ST_FLUSH_DISK_TIMEOUT;
+            reason = PyUnicode_FromFormat("the store was stopped or restarted (generation %lld "
+                                          "is over) before the record was known flushed",
+                                          generation(self));
+            if (reason == NULL)
+                outcome = -1;
+        } else if (outcome >= 0) {
+            reason = Py_NewRef(c->flush_reasons[outcome]);
+        }
         if (outcome >= 0) {
             int64_t v[9] = {n,    total,       status, status == MQS_ST_PUT_OK,
                             sync, t_done - t0, took,   t_copied - t0 - took,
                             t_done - t_copied};
             count(self, v);
-            out = results(c, status, items, n, batch, qoffs, &r);
+            out = results(c, status, reason, items, n, batch, qoffs, &r);
+            Py_DECREF(reason);
         }
     }
     if (qoffs != &one_qo)

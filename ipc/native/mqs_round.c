@@ -93,7 +93,7 @@ static int commit(const struct mqs_round_in *in, struct mqs_round_out *out, int6
     int64_t pseq = get(ctl, MQS_OFF_PUBLISHED_SEQ), ts = get(ctl, MQS_OFF_PUBLISHED_TS);
     int64_t pub = get(ctl, MQS_OFF_PUBLISHED), com = get(ctl, MQS_OFF_COMMITTED);
     if (pub > com) {
-        if (com < seg_start || pub > seg_end) {
+        if (com < seg_start || pub > seg_end || pub > get(ctl, MQS_OFF_RESERVED)) {
             rc = MQS_ROUND_FALLBACK;
         } else {
             if (in->pool) {

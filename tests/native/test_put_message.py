@@ -31,6 +31,7 @@ from mqstore.engine import record
 from mqstore.engine.record import Message
 from mqstore.ipc import control as c
 from mqstore.ipc.control_views import Flags
+from mqstore.ipc.fence import fence
 from mqstore.ipc.producer import _MessageFields
 from mqstore.ipc.reservation import publish_reference
 from mqstore.ipc.results import PutMessageStatus, PutResult
@@ -285,7 +286,8 @@ def test_a_put_that_does_not_fit_the_segment_rolls_with_a_blank(put: Callable[..
     assert bytes(p.cb.pool_buf[SEG - 100 : SEG - 92]) == struct.pack(
         ">iI", 100, record.BLANK_MAGIC_CODE
     )
-    assert [p.cb.slot_state(s) for s in (0, 1)] == [c.STATE_DONE, c.STATE_DONE]
+    # one reservation: the record's slot is joined to the BLANK's (all or nothing)
+    assert [p.cb.slot_state(s) for s in (0, 1)] == [c.STATE_DONE, c.STATE_DONE | c.STATE_JOINED]
     assert p.cb.slot(0)[5] == -1  # the BLANK's slot takes no queue offset
     assert p.cb.get(c.OFF_SEQ) == p.cb.get(c.OFF_PUBLISHED_SEQ) == 2
     assert p.cb.get(c.OFF_PUBLISHED) == SEG + r.size
@@ -304,6 +306,8 @@ def test_a_put_that_does_not_fit_the_segment_rolls_with_a_blank(put: Callable[..
          "the store is read-only after a failed fsync"),
         (lambda cb: cb.set(c.OFF_FLAGS, 0), "SERVICE_NOT_AVAILABLE",
          "the store is stopping or not running; writes are refused"),
+        (lambda cb: cb.set(c.OFF_RESERVED, -4096), "SERVICE_NOT_AVAILABLE",
+         "the control block's positions are out of range"),
         (lambda cb: cb.set(c.OFF_DISK_STATE, 1 | 950 << 16), "SERVICE_NOT_AVAILABLE",
          "the disk is full (95.0% used); writes resume by themselves once the cleaner has "
          "freed space"),
@@ -323,6 +327,33 @@ def test_a_reservation_without_room_waits_then_says_why(
     assert (p.cb.get(c.OFF_RESERVED), p.cb.get(c.OFF_SEQ)) == (reserved, seq)
     if reason.endswith("50 ms"):  # a wait for room: counted, and as long as the busy timeout
         assert waited >= 0.045 and p.cb.get(c.OFF_BUSY) == busy + 1
+
+
+def test_a_sync_put_whose_generation_ends_before_its_flush_is_never_ok(
+    put: Callable[..., Put],
+) -> None:
+    """The fenced wait (outcome 3): the put is published, then its generation is fenced
+    and stopped with nothing flushed; it answers at once FLUSH_DISK_TIMEOUT naming the
+    generation, never PUT_OK (its record may be in the log)."""
+    p = put(sync=True, sync_timeout_ns=60 * 10**9)
+
+    def end_generation() -> None:
+        deadline = time.monotonic() + 30
+        while p.cb.get(c.OFF_SYNC_REQUEST) <= 0 and time.monotonic() < deadline:
+            time.sleep(0.001)  # until the put waits for its flush
+        fence(p.cb)
+        p.cb.set(c.OFF_FLAGS, p.cb.get(c.OFF_FLAGS) | c.FLAG_STOPPED)
+        _native.flushed_wake_all(p.cb.buf)
+
+    ender = threading.Thread(target=end_generation)
+    ender.start()
+    t0 = time.monotonic()
+    r = p.app.put_message("TopicA", b"x", None, None, None, 0, True)
+    ender.join()
+    assert p.cb.get(c.OFF_PUBLISHED_SEQ) == 1 and p.cb.get(c.OFF_FLUSHED) == 0
+    assert r.status is PutMessageStatus.FLUSH_DISK_TIMEOUT, r
+    assert f"generation {p.cb.generation} is over" in r.reason, r
+    assert time.monotonic() - t0 < 30  # at the fence, not at the 60 s timeout
 
 
 def test_fast_fail_refuses_at_once_without_a_pool_buffer(put: Callable[..., Put]) -> None:
@@ -437,17 +468,23 @@ SLOTS = 16
 @given(
     published=st.integers(0, 40),
     states=st.lists(
-        st.sampled_from([c.STATE_RESERVED, c.STATE_DONE, c.STATE_ABANDONED]),
+        st.tuples(
+            st.sampled_from([c.STATE_RESERVED, c.STATE_DONE, c.STATE_ABANDONED, c.STATE_FILLING]),
+            st.sampled_from([0, c.STATE_JOINED]),
+        ).map(lambda t: t[0] | t[1]),
         min_size=0,
         max_size=SLOTS,
     ),
     sizes=st.lists(st.integers(1, 5000), min_size=SLOTS, max_size=SLOTS),
+    fence=st.one_of(st.just(0), st.integers(1, 60)),
 )
 def test_publish_matches_its_python_twin(
-    published: int, states: list[int], sizes: list[int]
+    published: int, states: list[int], sizes: list[int], fence: int
 ) -> None:
+    """Joined slots publish like any DONE one, and nothing at or past the fence."""
     buf = bytearray(c.SLOTS_OFF + SLOTS * c.SLOT_ROW)
     struct.pack_into("<q", buf, c.OFF_SLOT_COUNT, SLOTS)
+    struct.pack_into("<q", buf, c.OFF_FENCE_SEQ, fence)
     at = 1000 * published
     struct.pack_into("<qq", buf, c.OFF_PUBLISHED, at, published)
     struct.pack_into("<q", buf, c.OFF_SEQ, published + len(states))
