@@ -3,7 +3,6 @@ worker process on a real control block."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import signal
@@ -23,6 +22,7 @@ from mqstore.engine.offsets import load_consumer_offsets
 from mqstore.engine.segment import SegmentSizeError
 from mqstore.engine.storedir import FLUSHED_OFFSET_FILE, write_flushed_offset
 from mqstore.ipc import control as c
+from mqstore.ipc.locks import take_store_lock
 from mqstore.workers.cleaner import (
     REQUEST_FILE,
     STATUS_FILE,
@@ -115,8 +115,7 @@ def test_not_manual_and_not_due_deletes_nothing(tmp_path: Path) -> None:
 
 def test_running_store_is_not_cleaned_offline_and_answers_a_request(tmp_path: Path) -> None:
     paths = _old_store(tmp_path)
-    fd = os.open(tmp_path / "lock", os.O_CREAT | os.O_RDWR, 0o644)
-    fcntl.flock(fd, fcntl.LOCK_EX)
+    fd = take_store_lock(str(tmp_path))  # as a running supervisor holds it
     try:
         with pytest.raises(RuntimeError, match="running"):
             clean_once(tmp_path, S, now=True)
