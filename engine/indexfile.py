@@ -49,6 +49,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+import sys
 import time
 from array import array
 from collections.abc import Iterable
@@ -457,6 +458,37 @@ class IndexFile:
         else:
             self._set_header(end_phy_offset=begin_phy, hash_slot_count=0, index_count=1)
         return dropped
+
+    def rechain(self) -> int:
+        """Rebuild the hash slots and the entries' chains from the entries the header
+        counts when a slot points at an entry it does not count; return the entries
+        re-chained (0: none pointed past).
+
+        Recovery only, after an abnormal exit, on a file it keeps. A power cut can keep a
+        slot page written after the header page that counts the entries: such a slot
+        would become a chain that loops at the next put (`check`: "entry k chains to k").
+        The check is O(slots) in C; a rebuild re-puts the counted entries' chains in
+        order, as the puts that wrote them did, O(slots + entries)."""
+        mm = self._mm
+        count = self.index_count
+        slots = array("i", mm[INDEX_HEADER_SIZE : self._entries_at])
+        if sys.byteorder == "little":
+            slots.byteswap()  # the file is big-endian (Java's ByteBuffer)
+        if max(slots, default=0) < max(count, 1):
+            return 0
+        chained = [0] * self.hash_slot_num
+        for j in range(1, count):
+            at = self._entries_at + j * INDEX_ENTRY_SIZE
+            h, phy, diff, _prev = _ENTRY.unpack_from(mm, at)
+            s = h % self.hash_slot_num
+            _ENTRY.pack_into(mm, at, h, phy, diff, chained[s])
+            chained[s] = j
+        slots = array("i", chained)
+        if sys.byteorder == "little":
+            slots.byteswap()
+        mm[INDEX_HEADER_SIZE : self._entries_at] = slots.tobytes()
+        self._set_header(hash_slot_count=sum(1 for v in chained if v))
+        return max(count - 1, 0)
 
     def flush(self) -> None:
         """Force the whole file (header included), as `sync_handle` does. Raises

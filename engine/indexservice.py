@@ -103,6 +103,8 @@ class IndexService:
                 f.destroy()
                 destroyed.append(name)
                 continue
+            if not last_exit_ok and not self.read_only:
+                f.rechain()  # a power cut may have kept slots the header does not count
             self.files.append(f)
         return destroyed
 
