@@ -24,6 +24,17 @@ def _drop_to(uid: int, gid: int) -> None:
     os.setuid(uid)
 
 
+def _run_as(fn: Callable[[], str], uid: int, gid: int, w: int, end: bytes = b"") -> None:
+    """In the forked child: drop to `uid`/`gid`, run `fn` and write what it returned, or
+    `"<exception class>: <message>"` for what it raised, to the pipe `w`."""
+    _drop_to(uid, gid)
+    try:
+        out = fn()
+    except BaseException as e:
+        out = f"{type(e).__name__}: {e}"
+    os.write(w, out.encode()[:60000] + end)
+
+
 def as_user(fn: Callable[[], str], uid: int = NOBODY, gid: int = NOBODY) -> str:
     """Run `fn` in a forked child that has dropped to `uid`/`gid` (no other groups);
     return what it returned, or `"<exception class>: <message>"` for what it raised."""
@@ -32,12 +43,7 @@ def as_user(fn: Callable[[], str], uid: int = NOBODY, gid: int = NOBODY) -> str:
     if pid == 0:  # the child: never returns into pytest
         try:
             os.close(r)
-            _drop_to(uid, gid)
-            try:
-                out = fn()
-            except BaseException as e:
-                out = f"{type(e).__name__}: {e}"
-            os.write(w, out.encode()[:60000])
+            _run_as(fn, uid, gid, w)
         finally:
             os._exit(0)
     os.close(w)
@@ -65,12 +71,7 @@ class Squatter:
         if self.pid == 0:  # the child: never returns into pytest
             try:
                 os.close(r)
-                _drop_to(uid, gid)
-                try:
-                    said = setup()
-                except BaseException as e:
-                    said = f"{type(e).__name__}: {e}"
-                os.write(w, said.encode()[:60000] + b"\n")
+                _run_as(setup, uid, gid, w, b"\n")
                 os.close(w)
                 serve()
             finally:
