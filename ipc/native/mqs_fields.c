@@ -345,7 +345,7 @@ static const uint8_t low_class[33] = {
 /* Copy the n bytes of an ASCII str `s` to `p` and answer the classes of its bytes below
  * '!', looked at one by one only when a word of them (or of a short str's first, middle
  * and last bytes, padded with 'A') holds one. */
-static unsigned copy_ascii(uint8_t *p, PyObject *s, size_t n)
+static inline __attribute__((always_inline)) unsigned copy_ascii(uint8_t *p, PyObject *s, size_t n)
 {
     const uint8_t *d = PyUnicode_1BYTE_DATA(s);
     uint64_t low = 0, w;
@@ -379,7 +379,7 @@ static unsigned copy_ascii(uint8_t *p, PyObject *s, size_t n)
 
 /* Append the ASCII strs k 0x01 v 0x02: 0, or 1 when k or v is empty or holds a separator
  * (what was appended is then the caller's to drop), -1 an error. */
-static int add_ascii(struct mqs_arena *a, PyObject *k, PyObject *v)
+static inline __attribute__((always_inline)) int add_ascii(struct mqs_arena *a, PyObject *k, PyObject *v)
 {
     size_t kn = (size_t)PyUnicode_GET_LENGTH(k), vn = (size_t)PyUnicode_GET_LENGTH(v);
     if (arena_room(a, kn + vn + 2) < 0)
