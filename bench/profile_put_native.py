@@ -6,11 +6,11 @@
 Creates a control block and a write pool (two 64 MiB buffers) in this process, configures
 an `Appender` as `StoreClient` does (one topic, four queues, tags TagA), then times
 `put_message` (1 KiB body, a unique key each, in `--shape`: the call shapes of
-`../shared/perf/put_shapes.py`, str_key by default) or `put_batch_messages` of 128 such dicts,
-`--reps` times over `--n` messages, after `--warm` messages have mapped the whole pool.
-With nobody to commit, it plays the committer's part in the control block at each segment
-end (`--dir`: the control block's directory, else a temporary one). Prints thread CPU and
-page faults per message. Deterministic enough for callgrind:
+`../shared/perf/put_shapes.py`, str_key by default) or `put_batch_messages` of 128 dicts
+of that shape, `--reps` times over `--n` messages, after `--warm` messages have mapped the
+whole pool. With nobody to commit, it plays the committer's part in the control block at
+each segment end (`--dir`: the control block's directory, else a temporary one). Prints
+thread CPU and page faults per message. Deterministic enough for callgrind:
 
     valgrind --tool=callgrind python -m bench.profile_put_native batch --n 12800 --reps 1 \\
         --warm 1280
@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
                         roll()
                     done += 1
             else:
-                msgs = [{"topic": TOPIC, "body": body, "tags": TAGS, "keys": f"k{i}"}
+                msgs = [dict(zip(("topic", "body", "tags", "keys", "properties"),
+                                 (TOPIC, body, *SHAPES[a.shape](f"k{i}")), strict=True))
                         for i in range(BATCH)]  # fmt: skip
                 for _ in range(max(1, n // BATCH)):
                     if app.put_batch_messages(msgs, False)[0].status is not OK:
