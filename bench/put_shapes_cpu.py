@@ -41,8 +41,8 @@ shapes = {
                                      properties={"source": "web", "trace": keys[i]}),
     "props_prebuilt": lambda c, i: c.put("t", bodies[i], tags="t", keys=keys[i],
                                          properties=props[i]),
-    "str_key+dict": lambda c, i: (c.put("t", bodies[i], tags="t", keys=keys[i]),
-                                  {"source": "web", "trace": keys[i]}),
+    "str_key+dict": lambda c, i: {"source": "web", "trace": keys[i]} and c.put(
+        "t", bodies[i], tags="t", keys=keys[i]),
 }
 ns = {k: [] for k in shapes}
 with StoreClient.attach(store) as c:
