@@ -283,9 +283,10 @@ def main(argv: list[str] | None = None) -> int:
             method=[
                 f"one producer process, 1 KiB bodies; ASYNC_FLUSH: {args.n} puts per way and "
                 f"shape, best of two interleaved rounds; gathered: asyncio.gather of "
-                f"{args.gather} at a time; `str_key` (keys as a str) is the shape the C put "
-                "takes whole; where the README shape (keys as a list) still takes the Python "
-                "general path, its puts cost ~20 µs and hide the client's own cost;",
+                f"{args.gather} at a time; both shapes (README: keys as a list; `str_key`: "
+                "keys as a str) are one C call; a gathered put pays asyncio.gather's own "
+                "cost per future (the floor row: gather of resolved futures, no put), which "
+                "bounds gathered / blocking from above (notes);",
                 f"SYNC_FLUSH (pool on): {args.sync_n} README-shape puts from {args.threads} "
                 f"blocking threads, a StoreClient each, against gather of {args.gather} "
                 "on one loop.",

@@ -1,15 +1,16 @@
 """The producer's side of a put alone: the C call into a real control block, no store.
 
     python -m bench.profile_put_native put|batch [--n 200000] [--reps 3] [--warm 300000]
-                                                 [--dir DIR]
+                                                 [--dir DIR] [--shape SHAPE]
 
 Creates a control block and a write pool (two 64 MiB buffers) in this process, configures
 an `Appender` as `StoreClient` does (one topic, four queues, tags TagA), then times
-`put_message` (1 KiB body, a unique key each) or `put_batch_messages` of 128 such dicts,
-`--reps` times over `--n` messages, after `--warm` messages have mapped the whole pool.
-With nobody to commit, it plays the committer's part in the control block at each segment
-end (`--dir`: the control block's directory, else a temporary one). Prints thread CPU and
-page faults per message. Deterministic enough for callgrind:
+`put_message` (1 KiB body, a unique key each, in `--shape`: the call shapes of
+`../shared/perf/put_shapes.py`, str_key by default) or `put_batch_messages` of 128 dicts
+of that shape, `--reps` times over `--n` messages, after `--warm` messages have mapped the
+whole pool. With nobody to commit, it plays the committer's part in the control block at
+each segment end (`--dir`: the control block's directory, else a temporary one). Prints
+thread CPU and page faults per message. Deterministic enough for callgrind:
 
     valgrind --tool=callgrind python -m bench.profile_put_native batch --n 12800 --reps 1 \\
         --warm 1280
@@ -26,6 +27,8 @@ import secrets
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
+from typing import Any
 
 from mqstore import _native
 from mqstore.engine.record import Message
@@ -39,6 +42,14 @@ TAGS = "TagA"
 BATCH = 128
 OK = PutMessageStatus.PUT_OK
 
+# put_message's (tags, keys, properties) for message i, as ../shared/perf/put_shapes.py puts
+SHAPES: dict[str, Callable[[str], tuple[str, Any, Any]]] = {
+    "str_key": lambda k: (TAGS, k, None),
+    "readme": lambda k: (TAGS, [k], None),
+    "two_keys": lambda k: (TAGS, [k, "order"], None),
+    "properties": lambda k: (TAGS, k, {"source": "web", "trace": k}),
+}
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.profile_put_native", description=__doc__)
@@ -47,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--warm", type=int, default=300_000)
     ap.add_argument("--dir", default=None)
+    ap.add_argument("--shape", choices=tuple(SHAPES), default="str_key")
     a = ap.parse_args(argv)
     tmp = a.dir or tempfile.mkdtemp(prefix="mqs-native-")
     geo = c.Geometry(SEG, 2, slot_count=8192, qtable_capacity=256)
@@ -93,12 +105,15 @@ def main(argv: list[str] | None = None) -> int:
             done = 0
             if a.mode == "put":
                 put = app.put_message
+                shape = SHAPES[a.shape]
                 for i in range(n):
-                    if put(TOPIC, body, TAGS, f"c{i}", None, None, False).status is not OK:
+                    tags, keys, props = shape(f"c{i}")
+                    if put(TOPIC, body, tags, keys, props, None, False).status is not OK:
                         roll()
                     done += 1
             else:
-                msgs = [{"topic": TOPIC, "body": body, "tags": TAGS, "keys": f"k{i}"}
+                msgs = [dict(zip(("topic", "body", "tags", "keys", "properties"),
+                                 (TOPIC, body, *SHAPES[a.shape](f"k{i}")), strict=True))
                         for i in range(BATCH)]  # fmt: skip
                 for _ in range(max(1, n // BATCH)):
                     if app.put_batch_messages(msgs, False)[0].status is not OK:

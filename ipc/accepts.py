@@ -34,17 +34,6 @@ _STORE_V6: Final = int(record.SysFlag.STOREHOST_V6)
 _MESSAGE_DEFAULTS: Final = {f.name: f.default for f in dataclasses.fields(Message)}
 
 
-def queue_id_problem(topic: str, queue_id: object, queues: int) -> str:
-    """Why `queue_id` is not one of `topic`'s `queues` write queues. RocketMQ's broker
-    refuses such a put ("queueId ... is illegal"): the unit would go to a queue no
-    consumer of the topic reads, and a topic config cannot name it
-    (`engine.topics.MAX_QUEUE_NUMS`)."""
-    return (
-        f"queue id {queue_id!r} is not one of topic {topic!r}'s {queues} queues "
-        f"(0..{queues - 1}); `mqstore topic DIR set {topic} --queues N` changes the count"
-    )
-
-
 # A field of `engine.record.Message` left at its default is "unset": the client fills it
 # in (born time: now; store host: the store's). Any other value is written as given or
 # the put is refused.

@@ -430,14 +430,19 @@ class AsyncStoreClient:
         wrong type (and, with `raise_on_status`, the `PutError` of a status known at
         once) at the call."""
         client = self._on_loop(wait_store)
-        if client is not None:
-            fut = self._new_future()
-            fut.set_result(
-                client.put(
+        if client is not None:  # StoreClient.put's C call, without its frame (0.2 µs)
+            got = client._puts.app.put_message(
+                topic, body, tags, keys, properties, queue_id, wait_store
+            )
+            if got is None:  # the client acts first: types, staleness, another thread
+                got = client.put(
                     topic, body, tags=tags, keys=keys, properties=properties,
                     queue_id=queue_id, wait_store=wait_store,
-                )
-            )  # fmt: skip
+                )  # fmt: skip
+            elif got[0] is not OK and self.raise_on_status:
+                raise error_for(got)
+            fut = self._new_future()
+            fut.set_result(got)
             return fut
         return self._waited(
             lambda cl: cl.put(

@@ -20,8 +20,7 @@ flusher's SYNC_FLUSH round (commit, flush, its statistics and histograms, as
 |     |                  | supervisor at boot: `Positions.seed_positions`           |
 | 16  | seq              | as reserved_pos: next reservation slot sequence number   |
 | 24  | published_pos    | publishers, compare-and-swap max: C `_native.publish`    |
-|     |                  | (producers, commit step); its Python twin                |
-|     |                  | `Positions.publish_slot`; `Positions.seed_positions`     |
+|     |                  | (producers, commit step); `Positions.seed_positions`     |
 | 32  | published_seq    | as published_pos (compare-and-swap)                      |
 | 40  | committed_pos    | the commit step (`ipc.commit`: committer, or flusher on  |
 |     |                  | demand): `Positions.advance_committed`; `seed_positions` |

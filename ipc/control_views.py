@@ -98,16 +98,6 @@ class Positions(_View):
         ):  # fmt: skip
             self._set(off, end)
 
-    def publish_slot(self, end: int, ts: int, next_seq: int) -> None:
-        """The Python twin of the publisher (`ipc.reservation.publish_reference`) only;
-        the producers and the commit step publish with `_native.publish`: raise
-        published_pos and published_ts to a DONE slot's end and store time (never
-        lower), then move published_seq past it."""
-        for off, value in ((c.OFF_PUBLISHED, end), (c.OFF_PUBLISHED_TS, ts)):
-            if _I64_UNPACK(self._buf, off)[0] < value:
-                self._set(off, value)
-        self._set(c.OFF_PUBLISHED_SEQ, next_seq)
-
     def advance_committed(self, pos: int) -> None:
         """The commit step only (`ipc.commit.LogFiles.commit`, under the commit lock):
         everything below `pos` is in the files."""
@@ -300,7 +290,6 @@ class DispatchStats(_View):
 # tests/runtime/test_control.py over every call in the tree.
 WRITERS: Final[dict[str, tuple[str, ...]]] = {
     "seed_positions": ("workers/supervisor.py",),
-    "publish_slot": ("ipc/reservation.py",),
     "advance_committed": ("ipc/commit.py",),
     "stamp_committed": ("ipc/commit.py",),
     "advance_flushed": ("ipc/commit.py",),

@@ -50,7 +50,8 @@ at all, whenever its producer dies or sleeps.
   SERVICE_NOT_AVAILABLE, never PUT_OK.
 * **abandon** (C `mqs_abandon`): an exception between reserve and complete (a segment
   that cannot be mapped) marks the slots ABANDONED (keeping JOINED).
-* **publish** (C `mqs_publish`, lock-free; twin `publish_reference`): every producer
+* **publish** (C `mqs_publish`, lock-free; twin: tests/native/put_reference.py's
+  `publish_reference`): every producer
   runs it right after its done-mark, and the committer after its fills. While the slot
   at published_seq (below seq, so of this lap) is DONE: read its end and store time,
   re-read published_seq (a changed value means another publisher moved on and the row
@@ -87,8 +88,6 @@ import os
 from typing import Final
 
 from mqstore import _native
-from mqstore.ipc import control as c
-from mqstore.ipc.control_views import Positions, Reservation
 
 LIVE_LOCK: Final = ".mqstore-live.lock"
 
@@ -139,26 +138,3 @@ class LiveTable:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
-
-
-def publish_reference(buf: bytearray) -> int:
-    """The Python twin of `_native.publish` (tests compare the two byte for byte): move
-    published_seq over contiguous DONE slots below the fence's seq, published_pos and
-    published_ts to the last one's end and store time (never lower); return the slots
-    advanced. One process."""
-    pos = Positions(buf)
-    slot_count = Reservation(buf).slot_count
-    seq = pos.seq
-    ps = start = pos.published_seq
-    fence = c.I64.unpack_from(buf, c.OFF_FENCE_SEQ)[0]
-    if fence > 0:
-        seq = min(seq, fence - 1)  # past the fence: never published
-    while ps < seq:
-        off, _qo, ts, size, _pid, _qslot, state = c.SLOT.unpack_from(
-            buf, c.SLOTS_OFF + (ps % slot_count) * c.SLOT_ROW
-        )
-        if state & c.STATE_MASK != c.STATE_DONE:
-            break
-        ps += 1
-        pos.publish_slot(off + size, ts, ps)
-    return int(ps - start)

@@ -331,8 +331,117 @@ static int add_keys(struct mqs_arena *a, PyObject *keys, struct mqs_refusal *why
     return MQS_FIELDS_OK;
 }
 
+/* Bytes below '!' by class: a separator (0x01, 0x02), or ASCII whitespace (Python's,
+ * hence the keys' rule) 0x09-0x0D, 0x1C-0x20. */
+enum { SEPARATOR = 1, SPACE = 2 };
+static const uint8_t low_class[33] = {
+    [1] = SEPARATOR, [2] = SEPARATOR, [9] = SPACE,  [10] = SPACE, [11] = SPACE, [12] = SPACE,
+    [13] = SPACE,    [28] = SPACE,    [29] = SPACE, [30] = SPACE, [31] = SPACE, [32] = SPACE};
+
+#define BYTES(b) (0x0101010101010101ULL * (b))
+/* Nonzero when a byte of w (each below 0x80) is below '!'. */
+#define LOW(w) (((w) - BYTES(0x21)) & ~(w) & BYTES(0x80))
+
+/* Copy the n bytes of an ASCII str `s` to `p` and answer the classes of its bytes below
+ * '!', looked at one by one only when a word of them (or of a short str's first, middle
+ * and last bytes, padded with 'A') holds one. */
+static inline __attribute__((always_inline)) unsigned copy_ascii(uint8_t *p, PyObject *s, size_t n)
+{
+    const uint8_t *d = PyUnicode_1BYTE_DATA(s);
+    uint64_t low = 0, w;
+    if (n >= 8) {
+        for (size_t i = 0; i < n; i += 8) {
+            size_t at = i + 8 <= n ? i : n - 8; /* the last word overlaps its predecessor */
+            memcpy(&w, d + at, 8);
+            memcpy(p + at, &w, 8);
+            low |= LOW(w);
+        }
+    } else if (n >= 4) {
+        uint32_t head, tail;
+        memcpy(&head, d, 4);
+        memcpy(&tail, d + n - 4, 4);
+        memcpy(p, &head, 4);
+        memcpy(p + n - 4, &tail, 4);
+        w = (uint64_t)head << 32 | tail;
+        low = LOW(w);
+    } else if (n > 0) {
+        p[0] = d[0];
+        p[n / 2] = d[n / 2];
+        p[n - 1] = d[n - 1];
+        w = BYTES(0x41) << 24 | (uint64_t)d[0] << 16 | (uint64_t)d[n / 2] << 8 | d[n - 1];
+        low = LOW(w);
+    }
+    unsigned found = 0;
+    for (size_t i = 0; low && i < n; i++)
+        found |= d[i] < 33 ? low_class[d[i]] : 0;
+    return found;
+}
+
+/* Append the ASCII strs k 0x01 v 0x02: 0, or 1 when k or v is empty or holds a separator
+ * (what was appended is then the caller's to drop), -1 an error. */
+static inline __attribute__((always_inline)) int add_ascii(struct mqs_arena *a, PyObject *k, PyObject *v)
+{
+    size_t kn = (size_t)PyUnicode_GET_LENGTH(k), vn = (size_t)PyUnicode_GET_LENGTH(v);
+    if (arena_room(a, kn + vn + 2) < 0)
+        return -1;
+    uint8_t *p = a->buf + a->len;
+    unsigned found = copy_ascii(p, k, kn) | copy_ascii(p + kn + 1, v, vn);
+    p[kn] = 0x01;
+    p[kn + 1 + vn] = 0x02;
+    a->len += kn + vn + 2;
+    return kn == 0 || vn == 0 || (found & SEPARATOR);
+}
+
+/* The properties in one pass when every name and value is ASCII (the names exact str) and
+ * nothing is to be refused: 1 encoded, 0 when the checked pass must run (a problem to
+ * name or other text; what was appended is the caller's to drop), -1 an error. */
+static int properties_ascii(struct mqs_arena *a, PyObject *props, PyObject *tags, PyObject *keys)
+{
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    int rc = 0;
+    while (props && PyDict_Next(props, &pos, &k, &v)) {
+        if (!PyUnicode_CheckExact(k) || !PyUnicode_IS_ASCII(k) || !PyUnicode_IS_ASCII(v))
+            return 0;
+        const void *kd = PyUnicode_1BYTE_DATA(k);
+        if (PyUnicode_GET_LENGTH(k) == 4 &&
+            ((tags && !memcmp(kd, "TAGS", 4)) || (keys && !memcmp(kd, "KEYS", 4))))
+            return 0; /* refused: set twice */
+        if ((rc = add_ascii(a, k, v)) != 0)
+            return rc < 0 ? -1 : 0;
+    }
+    if (tags && (!PyUnicode_IS_ASCII(tags) || (rc = add_ascii(a, name_tags, tags)) != 0))
+        return rc < 0 ? -1 : 0;
+    if (keys && PyUnicode_Check(keys)) {
+        if (!PyUnicode_IS_ASCII(keys) || (rc = add_ascii(a, name_keys, keys)) != 0)
+            return rc < 0 ? -1 : 0;
+    } else if (keys) { /* a list or tuple of str: joined with spaces */
+        PyObject **kv = PySequence_Fast_ITEMS(keys);
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(keys);
+        if (n == 0)
+            return 0;
+        if (arena_room(a, 5) < 0)
+            return -1;
+        memcpy(a->buf + a->len, "KEYS\x01", 5);
+        a->len += 5;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            size_t len = (size_t)PyUnicode_GET_LENGTH(kv[i]);
+            if (!PyUnicode_IS_ASCII(kv[i]) || len == 0)
+                return 0;
+            if (arena_room(a, len + 1) < 0)
+                return -1;
+            if (copy_ascii(a->buf + a->len, kv[i], len))
+                return 0; /* whitespace or a separator in a key */
+            a->buf[a->len + len] = i + 1 < n ? ' ' : 0x02;
+            a->len += len + 1;
+        }
+    }
+    return 1;
+}
+
 /* The properties, checked then encoded in the order the record holds them: the
- * caller's, TAGS, KEYS (a list joined with spaces). */
+ * caller's, TAGS, KEYS (a list joined with spaces); in one pass when they are ASCII and
+ * fine (properties_ascii), else each problem named as the reference names it. */
 static int properties(struct mqs_fields *m, struct mqs_arena *a, struct mqs_refusal *why)
 {
     PyObject *props = m->f[MQS_F_PROPS], *tags = m->f[MQS_F_TAGS], *keys = m->f[MQS_F_KEYS];
@@ -345,38 +454,48 @@ static int properties(struct mqs_fields *m, struct mqs_arena *a, struct mqs_refu
     PyObject *k, *v;
     Py_ssize_t pos = 0;
     int rc;
-    if (props && (tags || keys)) { /* one value per property, never one dropped */
-        int twice_tags = tags ? PyDict_Contains(props, name_tags) : 0;
-        int twice_keys = keys ? PyDict_Contains(props, name_keys) : 0;
-        if (twice_tags < 0 || twice_keys < 0)
-            return MQS_FIELDS_ERROR;
-        if (twice_tags || twice_keys)
-            return refuse(why, MQS_ST_MESSAGE_ILLEGAL,
-                          PyUnicode_FromFormat("%s= and properties[%R] both set the %U property: "
-                                               "give it once",
-                                               twice_tags ? "tags" : "keys",
-                                               twice_tags ? name_tags : name_keys,
-                                               twice_tags ? name_tags : name_keys));
-    }
-    while (props && PyDict_Next(props, &pos, &k, &v))
-        if ((rc = found(property_problem(k, v), why, MQS_ST_MESSAGE_ILLEGAL)) != MQS_FIELDS_OK)
-            return rc;
-    if (tags && (rc = found(property_problem(name_tags, tags), why, MQS_ST_MESSAGE_ILLEGAL)) !=
-                    MQS_FIELDS_OK)
-        return rc;
-    if (keys && (rc = found(PyUnicode_Check(keys) ? property_problem(name_keys, keys)
-                                                   : keys_problem(keys),
-                            why, MQS_ST_MESSAGE_ILLEGAL)) != MQS_FIELDS_OK)
-        return rc;
     m->props_off = a->len;
-    pos = 0;
-    rc = MQS_FIELDS_OK;
-    while (rc == MQS_FIELDS_OK && props && PyDict_Next(props, &pos, &k, &v))
-        rc = add_property(a, k, v, why);
-    if (rc == MQS_FIELDS_OK && tags)
-        rc = add_property(a, name_tags, tags, why);
-    if (rc == MQS_FIELDS_OK && keys)
-        rc = PyUnicode_Check(keys) ? add_property(a, name_keys, keys, why) : add_keys(a, keys, why);
+    if ((rc = properties_ascii(a, props, tags, keys)) < 0)
+        return MQS_FIELDS_ERROR;
+    if (rc == 0) {
+        a->len = m->props_off;
+        rc = MQS_FIELDS_OK;
+        if (props && (tags || keys)) { /* one value per property, never one dropped */
+            int twice_tags = tags ? PyDict_Contains(props, name_tags) : 0;
+            int twice_keys = keys ? PyDict_Contains(props, name_keys) : 0;
+            if (twice_tags < 0 || twice_keys < 0)
+                return MQS_FIELDS_ERROR;
+            if (twice_tags || twice_keys)
+                return refuse(
+                    why, MQS_ST_MESSAGE_ILLEGAL,
+                    PyUnicode_FromFormat("%s= and properties[%R] both set the %U property: "
+                                         "give it once",
+                                         twice_tags ? "tags" : "keys",
+                                         twice_tags ? name_tags : name_keys,
+                                         twice_tags ? name_tags : name_keys));
+        }
+        while (props && PyDict_Next(props, &pos, &k, &v))
+            if ((rc = found(property_problem(k, v), why, MQS_ST_MESSAGE_ILLEGAL)) !=
+                MQS_FIELDS_OK)
+                return rc;
+        if (tags && (rc = found(property_problem(name_tags, tags), why,
+                                MQS_ST_MESSAGE_ILLEGAL)) != MQS_FIELDS_OK)
+            return rc;
+        if (keys && (rc = found(PyUnicode_Check(keys) ? property_problem(name_keys, keys)
+                                                       : keys_problem(keys),
+                                why, MQS_ST_MESSAGE_ILLEGAL)) != MQS_FIELDS_OK)
+            return rc;
+        pos = 0;
+        while (rc == MQS_FIELDS_OK && props && PyDict_Next(props, &pos, &k, &v))
+            rc = add_property(a, k, v, why);
+        if (rc == MQS_FIELDS_OK && tags)
+            rc = add_property(a, name_tags, tags, why);
+        if (rc == MQS_FIELDS_OK && keys)
+            rc = PyUnicode_Check(keys) ? add_property(a, name_keys, keys, why)
+                                       : add_keys(a, keys, why);
+    } else {
+        rc = MQS_FIELDS_OK;
+    }
     if (rc == MQS_FIELDS_OK && a->len - m->props_off > MAX_PROPERTIES)
         rc = refuse(why, MQS_ST_PROPERTIES_SIZE_EXCEEDED,
                     PyUnicode_FromFormat("properties are %zu UTF-8 bytes; at most %d are allowed",
@@ -408,7 +527,7 @@ static PyObject *lane_of(PyObject *lanes, PyObject *new_lane, PyObject *topic)
 }
 
 /* The queue id: given, or the lane's round robin (moving its counter), then checked
- * against the topic's queues (ipc.accepts.queue_id_problem). */
+ * against the topic's queues (put_reference.queue_id_problem). */
 static int queue(struct mqs_fields *m, struct mqs_item *it, struct mqs_refusal *why)
 {
     PyObject **l = &PyList_GET_ITEM(m->lane, 0), *qid_o = m->f[MQS_F_QID];

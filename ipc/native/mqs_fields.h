@@ -2,8 +2,9 @@
  * `engine.record.Message`s become validated messages whose properties (the caller's,
  * then TAGS, then KEYS) are encoded into one arena, or a refusal with RocketMQ's status
  * and the reason. The Python reference is `engine.record.encode` (properties_problem,
- * encode_properties), `engine.names.topic_problem` and `ipc.accepts.queue_id_problem`;
- * tests/native/test_put_message.py compares them shape by shape.
+ * encode_properties), `engine.names.topic_problem` and `queue_id_problem` (in
+ * tests/native/put_reference.py); tests/native/test_put_message.py compares them shape
+ * by shape.
  *
  * Two steps per message, in the client's order: the types of every message of a call
  * first (MQS_FIELDS_TYPES: a type the C put does not read, and the client's Python

@@ -1,8 +1,10 @@
-"""The Python reference of the C put's reading of a message (`ipc/native/mqs_fields.c`):
+"""The Python references of the C put, for the tests only: its reading of a message
+(`ipc/native/mqs_fields.c`):
 what a put of these fields stores, or the status and reason it is refused with. It is
 built from the reference encoder (`engine.record.encode`), the name rule
-(`engine.names.topic_problem`) and the queue rule (`ipc.accepts.queue_id_problem`); the
-differential tests (test_put_message.py) compare the C put with it, byte for byte."""
+(`engine.names.topic_problem`) and the queue rule (`queue_id_problem`); the
+differential tests (test_put_message.py) compare the C put with it, byte for byte; and
+the publisher's twin (`publish_reference`, against `_native.publish`)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ from typing import Any
 from mqstore.engine import record
 from mqstore.engine.names import topic_problem
 from mqstore.engine.record import Message
-from mqstore.ipc.accepts import queue_id_problem
+from mqstore.ipc import control as c
+from mqstore.ipc.control_views import Positions, Reservation
 from mqstore.ipc.results import PutMessageStatus
 
 ILLEGAL = PutMessageStatus.MESSAGE_ILLEGAL
@@ -135,3 +138,40 @@ def record_bytes(msg: Message, queue_offset: int, physical_offset: int, store_ts
     out = bytearray(len(enc.data))
     record.patch_append_fields(out, 0, enc, queue_offset, physical_offset, store_ts)
     return bytes(out)
+
+
+def queue_id_problem(topic: str, queue_id: object, queues: int) -> str:
+    """Why `queue_id` is not one of `topic`'s `queues` write queues. RocketMQ's broker
+    refuses such a put ("queueId ... is illegal"): the unit would go to a queue no
+    consumer of the topic reads, and a topic config cannot name it
+    (`engine.topics.MAX_QUEUE_NUMS`)."""
+    return (
+        f"queue id {queue_id!r} is not one of topic {topic!r}'s {queues} queues "
+        f"(0..{queues - 1}); `mqstore topic DIR set {topic} --queues N` changes the count"
+    )
+
+
+def publish_reference(buf: bytearray) -> int:
+    """The Python twin of `_native.publish` (tests compare the two byte for byte): move
+    published_seq over contiguous DONE slots below the fence's seq, published_pos and
+    published_ts to the last one's end and store time (never lower); return the slots
+    advanced. One process."""
+    pos = Positions(buf)
+    slot_count = Reservation(buf).slot_count
+    seq = pos.seq
+    ps = start = pos.published_seq
+    fence = c.I64.unpack_from(buf, c.OFF_FENCE_SEQ)[0]
+    if fence > 0:
+        seq = min(seq, fence - 1)  # past the fence: never published
+    while ps < seq:
+        off, _qo, ts, size, _pid, _qslot, state = c.SLOT.unpack_from(
+            buf, c.SLOTS_OFF + (ps % slot_count) * c.SLOT_ROW
+        )
+        if state & c.STATE_MASK != c.STATE_DONE:
+            break
+        ps += 1
+        for at, value in ((c.OFF_PUBLISHED, off + size), (c.OFF_PUBLISHED_TS, ts)):
+            if c.I64.unpack_from(buf, at)[0] < value:  # never lower
+                c.I64.pack_into(buf, at, value)
+        c.I64.pack_into(buf, c.OFF_PUBLISHED_SEQ, ps)
+    return int(ps - start)

@@ -4,7 +4,7 @@ control block: for every shape of arguments the record bytes equal the reference
 the status and reason do, with nothing written; a segment roll writes its BLANK; waits
 for room end in their statuses; a type the C put does not read is left to the client
 (None, nothing done); its lock-free publish moves the published position as the Python
-twin (`ipc.reservation.publish_reference`) does. These run under ASan/UBSan too
+twin (put_reference.publish_reference) does. These run under ASan/UBSan too
 (`make sanitize`)."""
 
 from __future__ import annotations
@@ -33,10 +33,9 @@ from mqstore.ipc import control as c
 from mqstore.ipc.control_views import Flags
 from mqstore.ipc.fence import fence
 from mqstore.ipc.producer import _MessageFields
-from mqstore.ipc.reservation import publish_reference
 from mqstore.ipc.results import PutMessageStatus, PutResult
 from tests.native.conftest import SEG
-from tests.native.put_reference import Lane, put_reference, record_bytes
+from tests.native.put_reference import Lane, publish_reference, put_reference, record_bytes
 
 QUEUES = 4
 SPREAD = 3
@@ -106,7 +105,12 @@ class Body(bytes):
     pass
 
 
-_text = st.text(max_size=6) | st.sampled_from(["", "a b", "x\x01", "\ud800", "ü", "k\t"])
+_ascii = st.text(st.characters(max_codepoint=0x7F), max_size=20)  # the one-pass encoder's
+_text = (
+    st.text(max_size=6)
+    | _ascii
+    | st.sampled_from(["", "a b", "x\x01", "\ud800", "ü", "k\t", "abcdefgh\x02", "order-17 x"])
+)
 topics = st.sampled_from(["TopicA", "t-2", Topic("TopicA")]) | st.text(max_size=4)
 bodies = st.binary(max_size=MAX_BODY + 2).flatmap(
     lambda b: st.sampled_from([b, bytearray(b), memoryview(b), Body(b)])
@@ -232,6 +236,34 @@ def test_put_batch_stores_the_reference_records_or_refuses_them_all(
         at += size
     assert len({r.store_timestamp for r in got}) == 1
     assert p.cb.get(c.OFF_PUBLISHED_SEQ) == len(batch)
+
+
+@pytest.mark.parametrize("n", range(1, 19))
+def test_a_separator_or_space_anywhere_in_ascii_text_is_found(
+    put: Callable[..., Put], n: int
+) -> None:
+    """The one-pass encoder of ASCII properties looks at 8 bytes at a time (a short str at
+    its first, middle and last bytes): every byte below '!' at every place of a str of
+    each length is judged as the reference judges it, as a property's name or value,
+    tags, keys, and a key of a list."""
+    p = put()
+    lane = p.lane("TopicA")
+    for ch in "\x00\x01\x02\x03\t\n\x0b\x0c\r\x1b\x1c\x1f !~":
+        for at in range(n):
+            s = "a" * at + ch + "b" * (n - at - 1)
+            for tags, keys, props in (
+                (None, None, {s: "v"}), (None, None, {"p": s}), (s, None, None),
+                (None, s, None), ("t", [s], {"p": "v"}), (None, ["k", s, "z"], None),
+            ):  # fmt: skip
+                got = p.app.put_message("TopicA", b"x", tags, keys, props, 0, False)
+                want = put_reference(
+                    "TopicA", b"x", tags, keys, props, 0, lane=lane, max_body=MAX_BODY,
+                    seg_size=SEG, store_host=STORE_HOST, born=0,
+                )  # fmt: skip
+                if isinstance(want[0], PutMessageStatus):
+                    assert (got.status, got.reason) == want, (tags, keys, props)
+                else:
+                    check_stored(p, got, want[0])
 
 
 def test_types_the_c_put_does_not_read_are_left_to_the_client(put: Callable[..., Put]) -> None:
