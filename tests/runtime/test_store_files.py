@@ -12,7 +12,7 @@ import pytest
 from mqstore import StoreClient
 from mqstore.engine.recovery import REPORT_FILE
 from mqstore.workers.cleaner import STATUS_FILE
-from tests.engine.extents import unwritten_bytes
+from tests.engine.extents import mapped_store_dirties, unwritten_bytes
 from tests.runtime.conftest import StoreFactory
 from tests.runtime.harness import wait_for
 
@@ -95,6 +95,26 @@ def test_segments_made_ahead_under_sync_flush_are_written_with_zeros(
     newest = sorted(log_dir.iterdir())[-1]  # made ahead, never written by a put
     size = newest.stat().st_size
     assert unwritten_bytes(newest) == (size if unwritten else 0)
+
+
+def test_with_the_pool_off_a_put_through_the_mapping_dirties_one_page_of_a_new_segment(
+    make_store: StoreFactory,
+) -> None:
+    """Pool off under SYNC_FLUSH, producers store into the segments' mappings, and the
+    sync round's fdatasync writes every page-cache folio they dirtied. The allocator
+    writes those segments' zeros a page at a time, so a 1 KiB record dirties one 4 KiB
+    page, not a folio of the 1 MiB write that zeroed it (3x the fdatasync measured)."""
+    store = make_store({"flush_disk_type": "SYNC_FLUSH", "transient_store_pool_enable": False})
+    log_dir = store.path / "commitlog"
+    with StoreClient.attach(store.path) as client:
+        for _ in range(24):  # 1.5 segments: the allocator makes the next ones ahead
+            assert client.put("t", b"x" * 65536, queue_id=0, wait_store=False).ok
+    wait_for(lambda: len(list(log_dir.iterdir())) >= 4, 60, "segments made ahead")
+    assert store.stop() == 0
+    newest = sorted(log_dir.iterdir())[-1]  # made ahead by the allocator, never written
+    assert unwritten_bytes(newest) == 0
+    for offset in (0, 512 * 1024 + 100, newest.stat().st_size - 1024):
+        assert mapped_store_dirties(newest, offset) == 4096
 
 
 def test_the_supervisor_and_its_workers_run_at_store_nice(make_store: StoreFactory) -> None:
