@@ -129,3 +129,38 @@ def test_the_supervisor_and_its_workers_run_at_store_nice(make_store: StoreFacto
     assert len(pids) >= 6
     assert {os.getpriority(os.PRIO_PROCESS, pid) for pid in pids} == {nice}
     assert f"nice {nice}" in store.output()
+
+
+def _slice_ns(pid: int) -> int | None:
+    """The process's scheduler slice (`se.slice` in /proc/<pid>/sched), None if not shown."""
+    with open(f"/proc/{pid}/sched") as f:
+        for line in f:
+            if line.startswith("se.slice"):
+                return int(line.split(":")[1])
+    return None
+
+
+def _custom_slices() -> bool:
+    """Linux 6.12 or later: a SCHED_OTHER task's `sched_runtime` is its slice."""
+    parts = os.uname().release.split(".")
+    major, minor = int(parts[0]), int("".join(c for c in parts[1] if c.isdigit()) or 0)
+    return (major, minor) >= (6, 12) and _slice_ns(os.getpid()) is not None
+
+
+@pytest.mark.parametrize("us", [250, 0])
+def test_the_supervisor_and_its_workers_ask_for_store_slice_us(
+    make_store: StoreFactory, us: int
+) -> None:
+    """`store_slice_us` is asked for by the supervisor before it starts the workers, which
+    inherit it (a woken flusher preempts a producer's longer slice); 0 leaves the kernel's
+    default, the slice this test runs with."""
+    if not _custom_slices():
+        pytest.skip("kernel before 6.12: no custom EEVDF slices")
+    store = make_store({"store_slice_us": us})
+    store.wait_workers_running()
+    assert store.proc is not None
+    pids = [store.proc.pid] + [w["pid"] for w in store.status()["workers"]]
+    assert len(pids) >= 6
+    want = us * 1000 if us else _slice_ns(os.getpid())
+    assert {_slice_ns(pid) for pid in pids} == {want}
+    assert (f"time slice {us} us" in store.output()) == bool(us)
