@@ -26,6 +26,17 @@ one published 1 KiB record each on a store of its own (no workers, the bench dir
 file system), alternately by the C round (`LogFiles.sync_round`) and its Python twin
 (`sync_round_py`): the thread's CPU and the wall time per round outside the fdatasync.
 CPU time is what a loaded machine changes least.
+
+`--wake-floor N [--wake-procs 1,16]` measures what one sleep costs instead: on one
+SYNC_FLUSH store, N iterations each of an async put (`wait_store=False`), a sync put, a
+bare `time.sleep(200e-6)` (no store), an async put then that sleep, and the naive
+peer's 1 KiB write + fdatasync (one shared O_APPEND file, as the perf checks), in one
+process, then sync put against write + fdatasync in P processes at once; alternating,
+three times. Per message: CPU (utime+stime, which the tick accounting scales to the
+scheduler's exact runtime), voluntary switches, run-queue delay (`schedstat`) and wall
+time. A sync put must block once (its round takes a fdatasync), as the naive peer does
+in its fdatasync: each then waits for a CPU once per message, and when that wait is
+longer than an fdatasync, sharing the fdatasync cannot make the puts much faster.
 """
 
 from __future__ import annotations
@@ -409,6 +420,106 @@ def round_cost(root: Path, rounds: int, pool: bool) -> str:
     return "\n".join(lines)
 
 
+WAKE_MODES = ("async put", "sync put", "sleep 200 µs", "async put + sleep", "write + fdatasync")
+
+
+def _wake_loop(store_dir: str, mode: str, n: int, barrier: Any, out: str, index: int) -> None:
+    StoreClient, _ = client_api()
+    body = os.urandom(BODY_BYTES)
+    nap = time.sleep
+    try:
+        with StoreClient.attach(store_dir) as client:
+            put = client.put
+            for i in range(200):  # warm: topic, tags, lanes
+                put(TOPIC, body, tags=TAGS, keys=f"warm-{index}-{i}", wait_store=False)
+            fd = os.open(Path(out, "naive.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            barrier.wait(timeout=300)
+            s0, r0, t0 = _schedstat("self"), resource.getrusage(resource.RUSAGE_SELF), time.time()
+            for i in range(n):
+                if mode == "write + fdatasync":
+                    os.write(fd, body)
+                    os.fdatasync(fd)
+                    continue
+                if mode != "sleep 200 µs":
+                    key = f"k{index}-{i}"
+                    r = put(TOPIC, body, tags=TAGS, keys=key, wait_store=mode == "sync put")
+                    if r.status.name != "PUT_OK":
+                        raise RuntimeError(f"{mode}: {r.status.name}")
+                if "sleep" in mode:
+                    nap(200e-6)
+            t1, r1, s1 = time.time(), resource.getrusage(resource.RUSAGE_SELF), _schedstat("self")
+            os.close(fd)
+    except BaseException as e:
+        Path(out, f"err-{index}.txt").write_text(repr(e))
+        with contextlib.suppress(Exception):
+            barrier.abort()
+        os._exit(2)
+    cpu = r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime
+    row = [cpu, r1.ru_nvcsw - r0.ru_nvcsw, (s1[1] - s0[1]) / 1e9, t1 - t0]
+    Path(out, f"res-{index}.json").write_text(json.dumps(row))
+    os._exit(0)
+
+
+def _wake_case(store_dir: str, work: Path, mode: str, n: int, procs: int) -> list[float]:
+    """`procs` processes run `mode` n times each from one barrier: per message CPU µs,
+    voluntary switches, run-queue delay µs, wall µs per message and process; msgs/s."""
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    ctx = mp.get_context("fork")
+    barrier = ctx.Barrier(procs)
+    kids = [
+        ctx.Process(target=_wake_loop, args=(store_dir, mode, n, barrier, str(work), i))
+        for i in range(procs)
+    ]
+    for kid in kids:
+        kid.start()
+    for kid in kids:
+        kid.join()
+    errs = sorted(work.glob("err-*.txt"))
+    if errs or any(kid.exitcode != 0 for kid in kids):
+        raise RuntimeError(f"{mode}: " + (errs[0].read_text() if errs else "a process died"))
+    rows = [json.loads((work / f"res-{i}.json").read_text()) for i in range(procs)]
+    msgs = n * procs
+    return [
+        sum(r[0] for r in rows) / msgs * 1e6,
+        sum(r[1] for r in rows) / msgs,
+        sum(r[2] for r in rows) / msgs * 1e6,
+        statistics.fmean(r[3] for r in rows) / n * 1e6,
+        msgs / max(r[3] for r in rows),
+    ]
+
+
+def wake_floor(root: Path, n: int, pool: bool, procs: list[int], repeat: int = 3) -> str:
+    """What one sleep costs beside a sync put (see the doc)."""
+    lines = []
+    with running_store(root, "wake-floor", sync=True, pool=pool) as store:
+        for p in procs:
+            modes = WAKE_MODES if p == 1 else ("sync put", "write + fdatasync")
+            got: dict[str, list[list[float]]] = {m: [] for m in modes}
+            loads = [os.getloadavg()[0]]
+            for _, mode in itertools.product(range(repeat), modes):
+                got[mode].append(_wake_case(str(store.store_dir), root / "wf", mode, n, p))
+            loads.append(os.getloadavg()[0])
+            lines += [
+                f"== {p} process(es) at once, pool {'on' if pool else 'off'}, {n:,} iterations "
+                f"each, {repeat} alternating passes, load {loads[0]:.2f} -> {loads[1]:.2f}",
+                "  per message, per pass: CPU µs (utime+stime) | run-queue delay µs | "
+                "wall µs per process | msgs/s; voluntary switches (mean)",
+            ]
+            for mode, rows in got.items():
+                lines.append(f"  {mode}   switches {statistics.fmean(r[1] for r in rows):.2f}")
+                for name, k, fmt in (
+                    ("CPU", 0, "{:8.1f}"),
+                    ("run-queue", 2, "{:8.1f}"),
+                    ("wall", 3, "{:8.1f}"),
+                    ("msgs/s", 4, "{:8,.0f}"),
+                ):
+                    vals = ", ".join(fmt.format(r[k]) for r in rows)
+                    lines.append(f"    {name:<10} {vals}")
+    shutil.rmtree(root / "wf", ignore_errors=True)
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.profile_sync", description=__doc__)
     ap.add_argument("--producers", default="1,16,64")
@@ -419,6 +530,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--save", action="store_true")
     ap.add_argument("--dir", default=None)
     ap.add_argument("--round-cost", type=int, default=0, metavar="N")
+    ap.add_argument("--wake-floor", type=int, default=0, metavar="N")
+    ap.add_argument("--wake-procs", default="1,16")
     args = ap.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="mqstore-profile-sync-", dir=args.dir))
     out: list[str] = []
@@ -426,7 +539,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.round_cost:
             out.append(round_cost(root, args.round_cost, args.pool == "on"))
             print(out[-1], flush=True)
-        for _ in range(0 if args.round_cost else args.repeat):
+        if args.wake_floor:
+            procs = [int(x) for x in args.wake_procs.split(",")]
+            out.append(wake_floor(root, args.wake_floor, args.pool == "on", procs))
+            print(out[-1], flush=True)
+        for _ in range(0 if args.round_cost or args.wake_floor else args.repeat):
             for n in (int(x) for x in args.producers.split(",")):
                 text = run_one(root, n, args.duration, args.pool == "on", not args.rates_only)
                 print(text, flush=True)
@@ -441,7 +558,8 @@ def main(argv: list[str] | None = None) -> int:
             f"# bench directory filesystem: {meta['machine']['filesystem']}",
             "",
         ]
-        path = Path(__file__).parent / "results" / "profile_sync.txt"
+        name = "profile_sync_wake.txt" if args.wake_floor else "profile_sync.txt"
+        path = Path(__file__).parent / "results" / name
         path.write_text("\n".join(head + out) + "\n")
         print(f"wrote {path}")
     return 0

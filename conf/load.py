@@ -56,6 +56,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     **dict.fromkeys(("max_msgs_num_batch", "default_query_max_num"), (1, 1_000_000)),
     "metrics_port": (0, 65_535),
     "store_nice": (-20, 19),
+    "store_slice_us": (0, 100_000),
 }
 # RocketMQ 5.x also reads the two disk ratios as plain config keys, in percent (90, 85).
 RMQ_TO_FIELD.update(

@@ -98,6 +98,7 @@ class StoreSettings:
     restart_backoff_initial_ms: int = 100
     restart_backoff_max_ms: int = 10_000
     store_nice: int = -10
+    store_slice_us: int = 100
 
     def replace(self, **changes: Any) -> StoreSettings:
         return dataclasses.replace(self, **changes)
@@ -225,6 +226,11 @@ _TABLE: tuple[tuple[str, str | None, str, bool, str], ...] = (
      RESTART, "CPU priority of the supervisor and its workers (and of its session's autogroup "
               "when it leads one): ahead of the producers they serve. Below 0 needs "
               "CAP_SYS_NICE; refused, the store runs at the default (workers/priority.py)"),
+    ("store_slice_us", None, "us",
+     RESTART, "Scheduler time slice the supervisor and its workers ask for (Linux 6.12+ "
+              "EEVDF custom slice): a shorter slice than the producers' lets a woken flusher "
+              "run at once instead of after the running producer's slice. 0: the kernel's "
+              "default; an older kernel ignores it (workers/priority.py)"),
 )
 # fmt: on
 

@@ -320,10 +320,16 @@ def msync(mm: mmap.mmap, offset: int, length: int, path: StrPath = "?") -> None:
 
 
 ZERO_CHUNK: Final = 1 << 20  # preallocate writes its zeros this many bytes at a time
+PAGE_WRITE: Final = 4096  # preallocate's `zero_write` for files written through a mapping
 
 
 def preallocate(
-    path: StrPath, size: int, *, zeros_from_start: int = 0, sync_chunks: bool = False
+    path: StrPath,
+    size: int,
+    *,
+    zeros_from_start: int = 0,
+    sync_chunks: bool = False,
+    zero_write: int = ZERO_CHUNK,
 ) -> None:
     """Make `path` (truncated if it was there) a file of `size` allocated bytes, its first
     `zeros_from_start` bytes written as zeros (written extents at once: no page fault
@@ -332,15 +338,28 @@ def preallocate(
     disk's queue never holds more than a chunk of them ahead of a sync put's fdatasync
     (RocketMQ's warm-up forces every `flushLeastPagesWhenWarmMapedFile` pages for the
     same reason). The allocators' first step, never the hot path.
+
+    `zero_write`: the bytes of each pwrite of zeros (at most ZERO_CHUNK). The page cache
+    keeps what one write brings in as one folio of up to that size (ext4 and XFS make
+    large folios), and a store through a shared mapping dirties its whole folio: an
+    fdatasync then writes all of it (measured: 1 KiB stored through the mapping, then
+    fdatasync, wrote 1 MiB to the disk and took 3x a plain one when the zeros went in
+    1 MiB writes; 4 KiB with PAGE_WRITE). A write(2) marks only its own blocks dirty,
+    whatever the folio. So a file that processes will write through a mapping and a
+    sync waits on is zeroed with PAGE_WRITE; the rest in ZERO_CHUNK writes (5x less CPU).
     Raises StoreIOError, and then no file is left: one that could not be allocated (a
     full disk) must not keep the blocks it got; the next try starts from nothing."""
+    if not 0 < zero_write <= ZERO_CHUNK:
+        raise ValueError(f"zero_write must be 1 to {ZERO_CHUNK} bytes, got {zero_write}")
     fd = open_file(path, create=True)
     try:
         ftruncate(fd, 0, path)
         fallocate(fd, size, path)
-        zeros = bytes(min(zeros_from_start, ZERO_CHUNK))
-        for at in range(0, zeros_from_start, ZERO_CHUNK):
-            pwrite(fd, memoryview(zeros)[: min(ZERO_CHUNK, zeros_from_start - at)], at, path)
+        zeros = memoryview(bytes(min(zeros_from_start, zero_write)))
+        for chunk in range(0, zeros_from_start, ZERO_CHUNK):
+            end = min(chunk + ZERO_CHUNK, zeros_from_start)
+            for at in range(chunk, end, zero_write):
+                pwrite(fd, zeros[: min(zero_write, end - at)], at, path)
             if sync_chunks:
                 fdatasync(fd, path)
         fsync(fd, path)

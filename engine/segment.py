@@ -255,6 +255,7 @@ class Segment(ReferenceCounted):
         size_bytes: int,
         *,
         zero_fill: bool = False,
+        zero_write: int = fileio.ZERO_CHUNK,
         **options: Unpack[SegmentOptions],
     ) -> Segment:
         """Create, pre-allocate and open a new empty segment (positions 0, 0, 0).
@@ -271,7 +272,9 @@ class Segment(ReferenceCounted):
         path = os.path.join(directory, segment_file_name(start_offset))
         if os.path.exists(path):
             raise FileExistsError(errno.EEXIST, f"segment {path} already exists")
-        tmp = cls.prepare(directory, start_offset, size_bytes, zero_fill=zero_fill)
+        tmp = cls.prepare(
+            directory, start_offset, size_bytes, zero_fill=zero_fill, zero_write=zero_write
+        )
         fileio.rename(tmp, path)
         fileio.fsync_dir(directory)
         return cls.install(path, size_bytes, **options)
@@ -284,17 +287,23 @@ class Segment(ReferenceCounted):
         suffix: str = ".tmp",
         *,
         zero_fill: bool = False,
+        zero_write: int = fileio.ZERO_CHUNK,
     ) -> str:
         """The first half of `create`, ahead of need: `<name><suffix>` allocated
         (fallocate; with `zero_fill` written as zeros, a chunk at a time, each forced: no
         extent is left unwritten, so no later fdatasync of it has to convert one and
-        commit the journal; fsync) and left there; returns its path. `fileio.rename` it
+        commit the journal; fsync; `zero_write` bytes per write, `fileio.preallocate`) and
+        left there; returns its path. `fileio.rename` it
         to its name, then `install`; the directory's fsync is the caller's (before
         anything counts on the file surviving a crash). A writable `SegmentQueue.load`
         deletes `.tmp` leftovers. Raises StoreIOError (no file left behind)."""
         tmp = os.path.join(directory, segment_file_name(start_offset) + suffix)
         fileio.preallocate(
-            tmp, size_bytes, zeros_from_start=size_bytes if zero_fill else 0, sync_chunks=True
+            tmp,
+            size_bytes,
+            zeros_from_start=size_bytes if zero_fill else 0,
+            sync_chunks=True,
+            zero_write=zero_write,
         )
         return tmp
 

@@ -4,37 +4,71 @@ Users write `from mqstore import StoreClient`. This module only re-exports; the
 implementation lives in the subpackages `mqstore.engine`, `mqstore.ipc`, `mqstore.conf`,
 `mqstore.workers` and `mqstore.pipeline` (in a checkout, links to the top-level folders of
 the same names).
+
+Each name is imported when it is first used (PEP 562), so a producer process that only
+wants `StoreClient` does not pay for asyncio (`AsyncStoreClient`) or the package metadata
+(`__version__`): `import mqstore` cost a process about 100 ms of CPU, half of it for
+those two, which 64 sync producers starting beside the running ones paid together
+(`bench/results/sync_disk.md`).
 """
 
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as _dist_version
+from __future__ import annotations
 
-from mqstore.conf.load import ConfigError
-from mqstore.engine.checkpoint import CheckpointError
-from mqstore.engine.fileio import StoreIOError
-from mqstore.engine.record import DecodedRecord, Message, RecordError, RecordView
-from mqstore.engine.segment import SegmentNameError, SegmentSizeError
-from mqstore.engine.storedir import StoreDirError
-from mqstore.ipc.access import StoreAccessDenied
-from mqstore.ipc.aio import AsyncStoreClient
-from mqstore.ipc.channel import SupervisorUnavailable
-from mqstore.ipc.client import StoreClient
-from mqstore.ipc.locks import StoreLockHeld
-from mqstore.ipc.read_results import GetMessageStatus, PullResult, PullViews
-from mqstore.ipc.reads import ClientReads
-from mqstore.ipc.results import (
-    FlushError,
-    MessageIllegalError,
-    PutError,
-    PutMessageStatus,
-    PutResult,
-    ServiceUnavailableError,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
 
-try:
-    __version__ = _dist_version("mqstore")
-except PackageNotFoundError:  # a checkout on sys.path, not installed
-    __version__ = "0+unknown"
+if TYPE_CHECKING:
+    from mqstore.conf.load import ConfigError
+    from mqstore.engine.checkpoint import CheckpointError
+    from mqstore.engine.fileio import StoreIOError
+    from mqstore.engine.record import DecodedRecord, Message, RecordError, RecordView
+    from mqstore.engine.segment import SegmentNameError, SegmentSizeError
+    from mqstore.engine.storedir import StoreDirError
+    from mqstore.ipc.access import StoreAccessDenied
+    from mqstore.ipc.aio import AsyncStoreClient
+    from mqstore.ipc.channel import SupervisorUnavailable
+    from mqstore.ipc.client import StoreClient
+    from mqstore.ipc.locks import StoreLockHeld
+    from mqstore.ipc.read_results import GetMessageStatus, PullResult, PullViews
+    from mqstore.ipc.reads import ClientReads
+    from mqstore.ipc.results import (
+        FlushError,
+        MessageIllegalError,
+        PutError,
+        PutMessageStatus,
+        PutResult,
+        ServiceUnavailableError,
+    )
+
+    __version__: str
+
+_WHERE = {
+    "AsyncStoreClient": "mqstore.ipc.aio",
+    "CheckpointError": "mqstore.engine.checkpoint",
+    "ClientReads": "mqstore.ipc.reads",
+    "ConfigError": "mqstore.conf.load",
+    "DecodedRecord": "mqstore.engine.record",
+    "FlushError": "mqstore.ipc.results",
+    "GetMessageStatus": "mqstore.ipc.read_results",
+    "Message": "mqstore.engine.record",
+    "MessageIllegalError": "mqstore.ipc.results",
+    "PullResult": "mqstore.ipc.read_results",
+    "PullViews": "mqstore.ipc.read_results",
+    "PutError": "mqstore.ipc.results",
+    "PutMessageStatus": "mqstore.ipc.results",
+    "PutResult": "mqstore.ipc.results",
+    "RecordError": "mqstore.engine.record",
+    "RecordView": "mqstore.engine.record",
+    "SegmentNameError": "mqstore.engine.segment",
+    "SegmentSizeError": "mqstore.engine.segment",
+    "ServiceUnavailableError": "mqstore.ipc.results",
+    "StoreAccessDenied": "mqstore.ipc.access",
+    "StoreClient": "mqstore.ipc.client",
+    "StoreDirError": "mqstore.engine.storedir",
+    "StoreIOError": "mqstore.engine.fileio",
+    "StoreLockHeld": "mqstore.ipc.locks",
+    "SupervisorUnavailable": "mqstore.ipc.channel",
+}
 
 __all__ = [
     "AsyncStoreClient",
@@ -64,3 +98,27 @@ __all__ = [
     "SupervisorUnavailable",
     "__version__",
 ]
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mqstore")
+    except PackageNotFoundError:  # a checkout on sys.path, not installed
+        return "0+unknown"
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        value: Any = _version()
+    elif name in _WHERE:
+        value = getattr(importlib.import_module(_WHERE[name]), name)
+    else:
+        raise AttributeError(f"module 'mqstore' has no attribute {name!r}")
+    globals()[name] = value  # once: later lookups do not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -11,14 +11,31 @@ leads its session (started by systemd, or `setsid`) gives its session's group th
 value. Lowering a nice value needs CAP_SYS_NICE (or RLIMIT_NICE): without it nothing
 changes and `apply` says why. The processes block in fdatasync, futexes and sleeps
 between their short rounds, so what they take from producers is what they use.
+
+A nice value sets a share, not a wake-up latency. Linux's EEVDF scheduler (6.6+) lets the
+running task finish its time slice (0.7-3 ms) before a woken one runs, whatever their
+weights: under saturating producers a flusher woken by a sync put waited 0.1-1.4 ms in the
+run queue (`bench/results/sync_disk.md`). From Linux 6.12 a task may ask for a shorter
+slice (`sched_setattr`, `sched_runtime` of a SCHED_OTHER task, 100 µs to 100 ms): its
+deadline comes sooner, so on wake-up it preempts a task with a longer one. `apply_slice`
+asks for `store_slice_us` (the workers inherit it); no privilege is needed, and an older
+kernel accepts and ignores it.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import platform
+import struct
 from typing import Final
 
 AUTOGROUP: Final = "/proc/self/autogroup"
+# struct sched_attr (include/uapi/linux/sched/types.h, SCHED_ATTR_SIZE_VER1): size, policy,
+# flags, nice, priority, runtime, deadline, period, util_min, util_max
+SCHED_ATTR: Final = struct.Struct("=IIQiIQQQII")
+SYS_SCHED_SETATTR: Final = {"x86_64": 314, "aarch64": 274, "arm64": 274}
+SCHED_OTHER: Final = 0
 
 
 def apply(nice: int) -> list[str]:
@@ -39,3 +56,30 @@ def apply(nice: int) -> list[str]:
         except OSError as e:
             said.append(f"session group nice {nice} not applied ({e.strerror})")
     return said
+
+
+def _setattr_slice(slice_ns: int) -> int:
+    """sched_setattr(0, SCHED_OTHER at the current nice, runtime=slice_ns); 0 or an errno."""
+    nr = SYS_SCHED_SETATTR.get(platform.machine())
+    if nr is None:
+        return 38  # ENOSYS: no syscall number known for this machine
+    nice = os.getpriority(os.PRIO_PROCESS, 0)
+    attr = ctypes.create_string_buffer(
+        SCHED_ATTR.pack(SCHED_ATTR.size, SCHED_OTHER, 0, nice, 0, slice_ns, 0, 0, 0, 0)
+    )
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(nr, 0, attr, 0) != 0:
+        return ctypes.get_errno()
+    return 0
+
+
+def apply_slice(us: int) -> list[str]:
+    """Ask for a `us` µs scheduler slice (0: leave the kernel's default); what was done or
+    refused, one line, for the log. Only a SCHED_OTHER process asks (a real-time policy
+    set by its operator is kept)."""
+    if us <= 0 or os.sched_getscheduler(0) != SCHED_OTHER:
+        return []
+    err = _setattr_slice(us * 1000)
+    if err:
+        return [f"time slice {us} us not applied ({os.strerror(err)}): the kernel's default"]
+    return [f"time slice {us} us"]

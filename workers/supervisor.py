@@ -269,8 +269,8 @@ class Supervisor:
         except OSError as e:
             raise BootError(ExitCode.BOOT_ERROR, f"cannot bind the supervisor socket: {e}") from e
         Flags(cb).mark_running()
-        for line in priority.apply(s.store_nice):  # the workers inherit it
-            self._say(line)
+        for line in priority.apply(s.store_nice) + priority.apply_slice(s.store_slice_us):
+            self._say(line)  # the workers inherit both
         self.workers = [_Worker(spec, i) for i, spec in enumerate(WORKERS)]
         for w in self.workers:
             self._spawn(w)

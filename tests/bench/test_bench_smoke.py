@@ -212,6 +212,25 @@ def test_profile_put_scaling_counts_every_process(tmp_path: Path) -> None:
     assert _no_children() == []
 
 
+def test_profile_sync_wake_floor_counts_every_way(tmp_path: Path) -> None:
+    """`profile_sync --wake-floor`: every loop runs in 1 and in 2 processes, each row has
+    a figure per pass, a sync put blocks about once per message, and nothing is left."""
+    from bench import profile_sync
+
+    text = profile_sync.wake_floor(tmp_path, 30, True, [1, 2], repeat=1)
+    lines = text.splitlines()
+    heads = [ln for ln in lines if ln.startswith("== ")]
+    assert [h.split()[1] for h in heads] == ["1", "2"]
+    for mode in profile_sync.WAKE_MODES:
+        assert any(ln.startswith(f"  {mode}   switches") for ln in lines), mode
+    sync_rows = [ln for ln in lines if ln.startswith("  sync put   switches")]
+    assert len(sync_rows) == 2 and all(0.5 <= float(r.split()[-1]) <= 3 for r in sync_rows)
+    rates = [ln for ln in lines if ln.strip().startswith("msgs/s")]
+    assert len(rates) == 5 + 2 and all(float(r.split()[-1].replace(",", "")) > 0 for r in rates)
+    assert list(tmp_path.iterdir()) == []
+    assert _no_children() == []
+
+
 @pytest.mark.parametrize("mode", ["put", "batch"])
 def test_profile_put_native_runs_and_cleans_up(
     mode: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]

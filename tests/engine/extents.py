@@ -45,3 +45,39 @@ def unwritten_bytes(path: Path) -> int:
                 last = bool(flags & FIEMAP_EXTENT_LAST)
             if mapped == 0 or last:
                 return total
+
+
+def _write_bytes() -> int:
+    """This process's `write_bytes` (/proc/self/io): bytes it dirtied in the page cache,
+    counted a whole folio at a time when the folio is first dirtied."""
+    with open("/proc/self/io") as f:
+        for line in f:
+            if line.startswith("write_bytes:"):
+                return int(line.split()[1])
+    raise AssertionError("no write_bytes in /proc/self/io")
+
+
+def mapped_store_dirties(path: Path, offset: int, n: int = 1024) -> int:
+    """Bytes the page cache marks dirty when `n` bytes at `offset` of `path` are stored
+    through a shared mapping (the bytes already there, so the file does not change): a
+    whole folio, so what the next fdatasync writes. Skips the test where the kernel has
+    no per-task I/O accounting or the file system counts none (tmpfs)."""
+    import mmap
+
+    if not os.path.exists("/proc/self/io"):
+        pytest.skip("no /proc/self/io (task I/O accounting)")
+    fd = os.open(path, os.O_RDWR)
+    try:
+        m = mmap.mmap(fd, offset + n)
+        try:
+            same = m[offset : offset + n]
+            before = _write_bytes()
+            m[offset : offset + n] = same
+            dirtied = _write_bytes() - before
+        finally:
+            m.close()
+    finally:
+        os.close(fd)
+    if dirtied == 0:
+        pytest.skip("the file system accounts no dirtied page-cache bytes (tmpfs?)")
+    return dirtied

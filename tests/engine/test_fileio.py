@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mqstore.engine import fileio
-from tests.engine.extents import unwritten_bytes
+from tests.engine.extents import mapped_store_dirties, unwritten_bytes
 
 
 @pytest.fixture(autouse=True)
@@ -134,6 +134,34 @@ def test_preallocate_zeros_leave_no_unwritten_extent(tmp_path: Path) -> None:
     assert unwritten_bytes(only_allocated) == size
     assert unwritten_bytes(zeroed) == 0
     assert zeroed.stat().st_size == size and zeroed.read_bytes() == bytes(size)
+
+
+def test_preallocate_in_page_writes_keeps_a_store_through_a_mapping_to_its_page(
+    tmp_path: Path,
+) -> None:
+    """`zero_write=PAGE_WRITE`: zeros written a page at a time leave page-sized folios, so
+    1 KiB stored through a shared mapping dirties one page, all an fdatasync then writes
+    (in 1 MiB writes a large folio, all of it dirtied: ext4 and XFS on recent kernels).
+    Every byte is still written and zero, in as many writes as pages."""
+    size = fileio.ZERO_CHUNK * 2 + 3 * 4096
+    paged = tmp_path / "p.tmp"
+    fileio.preallocate(paged, size, zeros_from_start=size, zero_write=fileio.PAGE_WRITE)
+    assert unwritten_bytes(paged) == 0 and paged.read_bytes() == bytes(size)
+    for offset in (0, fileio.ZERO_CHUNK + 5000, size - 1024):
+        assert mapped_store_dirties(paged, offset) == 4096
+    pages = size // 4096  # one write each: the last of them fails, one more would
+    fileio.set_fault("pwrite", lambda: OSError(errno.EIO, "injected"), after=pages - 1)
+    with pytest.raises(fileio.StoreIOError):
+        fileio.preallocate(tmp_path / "q.tmp", size, zeros_from_start=size, zero_write=4096)
+    fileio.set_fault("pwrite", lambda: OSError(errno.EIO, "injected"), after=pages)
+    fileio.preallocate(tmp_path / "q.tmp", size, zeros_from_start=size, zero_write=4096)
+
+
+@pytest.mark.parametrize("bad", [0, -1, fileio.ZERO_CHUNK + 1])
+def test_preallocate_refuses_a_zero_write_size_outside_one_chunk(tmp_path: Path, bad: int) -> None:
+    with pytest.raises(ValueError, match="zero_write"):
+        fileio.preallocate(tmp_path / "x.tmp", 8192, zeros_from_start=8192, zero_write=bad)
+    assert not (tmp_path / "x.tmp").exists()
 
 
 def test_preallocate_forces_each_chunk_of_zeros_when_asked(tmp_path: Path) -> None:

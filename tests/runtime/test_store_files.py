@@ -12,7 +12,7 @@ import pytest
 from mqstore import StoreClient
 from mqstore.engine.recovery import REPORT_FILE
 from mqstore.workers.cleaner import STATUS_FILE
-from tests.engine.extents import unwritten_bytes
+from tests.engine.extents import mapped_store_dirties, unwritten_bytes
 from tests.runtime.conftest import StoreFactory
 from tests.runtime.harness import wait_for
 
@@ -97,6 +97,26 @@ def test_segments_made_ahead_under_sync_flush_are_written_with_zeros(
     assert unwritten_bytes(newest) == (size if unwritten else 0)
 
 
+def test_with_the_pool_off_a_put_through_the_mapping_dirties_one_page_of_a_new_segment(
+    make_store: StoreFactory,
+) -> None:
+    """Pool off under SYNC_FLUSH, producers store into the segments' mappings, and the
+    sync round's fdatasync writes every page-cache folio they dirtied. The allocator
+    writes those segments' zeros a page at a time, so a 1 KiB record dirties one 4 KiB
+    page, not a folio of the 1 MiB write that zeroed it (3x the fdatasync measured)."""
+    store = make_store({"flush_disk_type": "SYNC_FLUSH", "transient_store_pool_enable": False})
+    log_dir = store.path / "commitlog"
+    with StoreClient.attach(store.path) as client:
+        for _ in range(24):  # 1.5 segments: the allocator makes the next ones ahead
+            assert client.put("t", b"x" * 65536, queue_id=0, wait_store=False).ok
+    wait_for(lambda: len(list(log_dir.iterdir())) >= 4, 60, "segments made ahead")
+    assert store.stop() == 0
+    newest = sorted(log_dir.iterdir())[-1]  # made ahead by the allocator, never written
+    assert unwritten_bytes(newest) == 0
+    for offset in (0, 512 * 1024 + 100, newest.stat().st_size - 1024):
+        assert mapped_store_dirties(newest, offset) == 4096
+
+
 def test_the_supervisor_and_its_workers_run_at_store_nice(make_store: StoreFactory) -> None:
     """`store_nice` is set by the supervisor before it starts the workers, which inherit
     it (a higher value than the test's own is allowed without privileges)."""
@@ -109,3 +129,38 @@ def test_the_supervisor_and_its_workers_run_at_store_nice(make_store: StoreFacto
     assert len(pids) >= 6
     assert {os.getpriority(os.PRIO_PROCESS, pid) for pid in pids} == {nice}
     assert f"nice {nice}" in store.output()
+
+
+def _slice_ns(pid: int) -> int | None:
+    """The process's scheduler slice (`se.slice` in /proc/<pid>/sched), None if not shown."""
+    with open(f"/proc/{pid}/sched") as f:
+        for line in f:
+            if line.startswith("se.slice"):
+                return int(line.split(":")[1])
+    return None
+
+
+def _custom_slices() -> bool:
+    """Linux 6.12 or later: a SCHED_OTHER task's `sched_runtime` is its slice."""
+    parts = os.uname().release.split(".")
+    major, minor = int(parts[0]), int("".join(c for c in parts[1] if c.isdigit()) or 0)
+    return (major, minor) >= (6, 12) and _slice_ns(os.getpid()) is not None
+
+
+@pytest.mark.parametrize("us", [250, 0])
+def test_the_supervisor_and_its_workers_ask_for_store_slice_us(
+    make_store: StoreFactory, us: int
+) -> None:
+    """`store_slice_us` is asked for by the supervisor before it starts the workers, which
+    inherit it (a woken flusher preempts a producer's longer slice); 0 leaves the kernel's
+    default, the slice this test runs with."""
+    if not _custom_slices():
+        pytest.skip("kernel before 6.12: no custom EEVDF slices")
+    store = make_store({"store_slice_us": us})
+    store.wait_workers_running()
+    assert store.proc is not None
+    pids = [store.proc.pid] + [w["pid"] for w in store.status()["workers"]]
+    assert len(pids) >= 6
+    want = us * 1000 if us else _slice_ns(os.getpid())
+    assert {_slice_ns(pid) for pid in pids} == {want}
+    assert (f"time slice {us} us" in store.output()) == bool(us)
