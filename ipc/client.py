@@ -27,11 +27,12 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Concatenate, Final, Generic, ParamSpec, TypeVar, cast
+from typing import Any, Concatenate, Final, Generic, Literal, ParamSpec, TypeVar, cast
 
 from mqstore.conf.settings import StoreSettings
 from mqstore.engine.reader import Geometry
 from mqstore.engine.record import Message
+from mqstore.ipc.consumer import Consumer
 from mqstore.ipc.producer import PutPath
 from mqstore.ipc.reads import ClientReads, for_client
 from mqstore.ipc.results import PutMessageStatus, PutResult, error_for, raise_if_failed
@@ -237,4 +238,33 @@ class StoreClient:
     min_offset = _in_process(ClientReads.min_offset)
     max_offset = _in_process(ClientReads.max_offset)
     commit_offset = _in_process(ClientReads.commit_offset)
+
+    def consumer(
+        self,
+        group: str,
+        topics: str | Sequence[str],
+        *,
+        from_where: Literal["first", "last"] = "first",
+        max_reconsume_times: int = 16,
+        session_ms: int = 2000,
+        pull_batch: int = 32,
+        retry: bool = True,
+    ) -> Consumer:
+        """Join consumer group `group` on `topics` (and its `%RETRY%<group>` topic,
+        unless `retry=False`): the group's queues are shared among its members
+        (`ipc.consumer.Consumer`; close it, or use `with`, to leave). A queue the group
+        has no offset in starts at its first message (`from_where="first"`) or its end
+        (`"last"`). A nacked message goes to `%DLQ%<group>` after
+        `max_reconsume_times`. A member whose beats stop for `session_ms` loses its
+        queues. Raises SupervisorUnavailable, ValueError."""
+        return Consumer(
+            self,
+            group,
+            topics,
+            from_where=from_where,
+            max_reconsume_times=max_reconsume_times,
+            session_ms=session_ms,
+            pull_batch=pull_batch,
+            retry=retry,
+        )
     committed_offset = _in_process(ClientReads.committed_offset)
