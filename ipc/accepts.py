@@ -145,6 +145,7 @@ def check_put_types(
     keys: object,
     properties: object,
     queue_id: object,
+    delay_level: object = None,
 ) -> None:
     """TypeError for a put's fields of the wrong type (None is right for all but the
     topic and the body). `label` formats a field's name into the message: "put()
@@ -166,6 +167,8 @@ def check_put_types(
         _check_properties(label.format("properties"), properties)
     if queue_id is not None and not _is(queue_id, INT):
         _wrong(label.format("queue_id"), "int or None", queue_id)
+    if delay_level is not None and not _is(delay_level, INT):
+        _wrong(label.format("delay_level"), "int", delay_level)
 
 
 _MESSAGE_STR_FIELDS: Final = ("born_host", "store_host")
@@ -174,7 +177,7 @@ _MESSAGE_STR_FIELDS: Final = ("born_host", "store_host")
 def check_message_types(label: str, m: Message) -> None:
     """TypeError for a field of an `engine.record.Message` of the wrong type (the
     dataclass does not check). `label`: "put_batch() messages[3].{}"."""
-    check_put_types(label, m.topic, m.body, None, None, m.properties, m.queue_id)
+    check_put_types(label, m.topic, m.body, None, None, m.properties, m.queue_id, m.delay_level)
     for name, _range in _INT_FIELDS:
         v = getattr(m, name)
         if not _is(v, INT):
@@ -194,6 +197,7 @@ def check_batch_item(i: int, m: object) -> None:
         check_put_types(
             f"put_batch() messages[{i}][{{!r}}]", m.get("topic", ""), m.get("body", b""),
             m.get("tags"), m.get("keys"), m.get("properties"), m.get("queue_id"),
+            m.get("delay_level"),
         )  # fmt: skip
     else:
         _wrong(f"put_batch() messages[{i}]", "a dict of put's arguments or a Message", m)

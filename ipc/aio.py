@@ -423,6 +423,7 @@ class AsyncStoreClient:
         properties: Mapping[str, str] | None = None,
         queue_id: int | None = None,
         wait_store: bool = True,
+        delay_level: int = 0,
     ) -> asyncio.Future[PutResult]:
         """`StoreClient.put` on the loop: the same arguments, checks, statuses and
         meaning. Returns a future of its `PutResult`, resolved at once unless it waits
@@ -435,14 +436,14 @@ class AsyncStoreClient:
             fut.set_result(
                 client.put(
                     topic, body, tags=tags, keys=keys, properties=properties,
-                    queue_id=queue_id, wait_store=wait_store,
+                    queue_id=queue_id, wait_store=wait_store, delay_level=delay_level,
                 )
             )  # fmt: skip
             return fut
         return self._waited(
             lambda cl: cl.put(
                 topic, body, tags=tags, keys=keys, properties=properties, queue_id=queue_id,
-                wait_store=False,
+                wait_store=False, delay_level=delay_level,
             ),
         )  # fmt: skip
 

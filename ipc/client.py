@@ -151,8 +151,14 @@ class StoreClient:
         properties: Mapping[str, str] | None = None,
         queue_id: int | None = None,
         wait_store: bool = True,
+        delay_level: int = 0,
     ) -> PutResult:
         """Append one message. Returns PUT_OK with where it went, or why not.
+
+        `delay_level` N > 0 delays it (RocketMQ's delay levels, `message_delay_level`): the
+        record goes to SCHEDULE_TOPIC_XXXX queue N-1 with DELAY, REAL_TOPIC and REAL_QID,
+        and the store's scheduler re-puts it to `topic` when due (docs/delays.md); a level
+        above the highest is the highest; a negative one is MESSAGE_ILLEGAL.
 
         `keys`: one str is the KEYS property as given (RocketMQ's form: keys separated by
         spaces); a sequence of str is joined with spaces, and a key in it that is empty
@@ -166,11 +172,18 @@ class StoreClient:
         TypeError for an argument of the wrong type, naming it (`ipc.accepts`).
         """
         puts = self._puts
-        got: PutResult | None = puts.app.put_message(
-            topic, body, tags, keys, properties, queue_id, wait_store
-        )
+        if delay_level == 0 and type(delay_level) is int:
+            got: PutResult | None = puts.app.put_message(
+                topic, body, tags, keys, properties, queue_id, wait_store
+            )
+        else:
+            got = puts.app.put_message(
+                topic, body, tags, keys, properties, queue_id, wait_store, False, delay_level
+            )
         if got is None:
-            got = puts.put_held(topic, body, tags, keys, properties, queue_id, wait_store)
+            got = puts.put_held(
+                topic, body, tags, keys, properties, queue_id, wait_store, delay_level
+            )
         if got[0] is not OK and puts.raise_on_status:
             raise error_for(got)
         return got
@@ -182,7 +195,9 @@ class StoreClient:
 
         Each item is a dict of `put`'s keyword arguments (plus `topic` and `body`) or an
         `engine.record.Message` (its topic, body, properties, queue id, flag, sys flag,
-        born host and time, reconsume times, prepared offset). A bad message fails the
+        born host and time, reconsume times, prepared offset, delay level). Unlike
+        RocketMQ's batch (which refuses delay levels), each message may carry its own
+        delay level: it is rewritten to the schedule topic as `put` does. A bad message fails the
         whole batch with its status; nothing is written. A message or field of the
         wrong type raises TypeError naming it (`ipc.accepts`).
         """
