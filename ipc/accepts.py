@@ -25,7 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Final, NoReturn
 
 from mqstore.engine import record
-from mqstore.engine.record import Message
+from mqstore.engine.names import topic_problem
+from mqstore.engine.record import Message, RecordFields
 from mqstore.engine.recordcodes import format_host
 
 Host = tuple[bytes, int, bool]  # engine.recordcodes.parse_host: address bytes, port, is IPv6
@@ -208,3 +209,20 @@ def check_batch(messages: object) -> list[object]:
     if not isinstance(messages, Iterable) or isinstance(messages, str | bytes | Mapping):
         _wrong("put_batch() argument 'messages'", "an iterable of dicts or Messages", messages)
     return list(messages)
+
+
+def check_send_back(message: object, group: object, delay_level: object, max_times: object) -> None:
+    """TypeError for `send_back`'s arguments of the wrong type; ValueError for a group
+    name that cannot be a topic's suffix or a negative `max_reconsume_times`."""
+    if not isinstance(message, RecordFields):
+        _wrong("send_back() argument 'message'", "a message as pull() returns it", message)
+    check_types(
+        "send_back", group=(group, STR), delay_level=(delay_level, INT),
+        max_reconsume_times=(max_times, INT),
+    )  # fmt: skip
+    assert isinstance(group, str) and isinstance(max_times, int)
+    why = topic_problem("%RETRY%" + group) if group else "group name is empty"
+    if why is not None:
+        raise ValueError(f"send_back() group {group!r}: {why}")
+    if max_times < 0:
+        raise ValueError(f"send_back() max_reconsume_times {max_times} is negative")

@@ -31,7 +31,9 @@ from typing import Any, Concatenate, Final, Generic, ParamSpec, TypeVar, cast
 
 from mqstore.conf.settings import StoreSettings
 from mqstore.engine.reader import Geometry
-from mqstore.engine.record import Message
+from mqstore.engine.record import Message, RecordFields
+from mqstore.engine.retry import DEFAULT_MAX_RECONSUME_TIMES, send_back_message
+from mqstore.ipc.accepts import check_send_back
 from mqstore.ipc.producer import PutPath
 from mqstore.ipc.reads import ClientReads, for_client
 from mqstore.ipc.results import PutMessageStatus, PutResult, error_for, raise_if_failed
@@ -206,6 +208,29 @@ class StoreClient:
         if results is None:
             results = puts.put_batch_held(messages, wait_store)
         return raise_if_failed(results) if puts.raise_on_status else results
+
+    def send_back(
+        self,
+        message: RecordFields,
+        group: str,
+        *,
+        delay_level: int = 0,
+        max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES,
+    ) -> PutResult:
+        """Give `message` (as `pull` returned it) back to consumer group `group`, as
+        RocketMQ's broker does for a consumer's `sendMessageBack` (`engine.retry`): its
+        reconsume count + 1; to `%RETRY%<group>` after delay level `delay_level` (0: the
+        broker's choice, 3 + its reconsume count), or to `%DLQ%<group>` once its count
+        had reached `max_reconsume_times` or with a negative `delay_level`. The properties
+        are RocketMQ's (RETRY_TOPIC, ORIGIN_MESSAGE_ID, RECONSUME_TIME,
+        MAX_RECONSUME_TIMES, WAIT, DELAY, REAL_TOPIC, REAL_QID; TAGS, KEYS and the rest
+        kept). Returns the put's `PutResult` (a retry's is the schedule topic's queue and
+        offset); waits for the disk under SYNC_FLUSH. docs/delays.md."""
+        check_send_back(message, group, delay_level, max_reconsume_times)
+        back = send_back_message(
+            message, group, delay_level=delay_level, max_reconsume_times=max_reconsume_times
+        )
+        return self.put_batch([back.message])[0]
 
     wait_flushed = _on(_puts, PutPath.wait_flushed)
     live = _on(_session, Session.live)

@@ -41,11 +41,10 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from mqstore import _native
-from mqstore.engine import fileio
 from mqstore.conf.settings import parse_delay_levels
+from mqstore.engine import fileio
 from mqstore.engine.record import SCHEDULE_TOPIC, Message
-from mqstore.engine.recordcodes import DELAY_LEVEL_MS
-from mqstore.engine.recordcodes import parse_host
+from mqstore.engine.recordcodes import DELAY_LEVEL_MS, parse_host
 from mqstore.engine.segment import segment_file_name
 from mqstore.engine.topics import QueueCounts
 from mqstore.ipc import control as c

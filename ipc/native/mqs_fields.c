@@ -524,8 +524,8 @@ static int delay_rewrite(struct mqs_fields *m, struct mqs_item *it, struct mqs_a
                       PyUnicode_FromFormat("delay_level %R is negative: 0 (no delay) or a "
                                            "level 1..%d of messageDelayLevel",
                                            o, m->max_delay));
-    if (level == 0 && !overflow)
-        return MQS_FIELDS_OK;
+    if ((level == 0 && !overflow) || (it->msg.sys_flag & 0xC) == 0x4 || (it->msg.sys_flag & 0xC) == 0xC)
+        return MQS_FIELDS_OK; /* RocketMQ delays neither a prepared nor a rolled-back message */
     if (m->max_delay < 1)
         return refuse(why, MQS_ST_MESSAGE_ILLEGAL,
                       PyUnicode_FromString("delay_level given but messageDelayLevel has no levels"));
