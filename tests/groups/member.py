@@ -6,7 +6,8 @@ Joins GROUP on TOPIC and consumes until SIGTERM (then leaves cleanly). For each 
 appends `P <topic> <queue> <offset> <body> <reconsume times> <monotonic ns>` to LOG before
 acking it and `A <body>` after the ack returned, each line one unbuffered write, so a
 SIGKILL loses nothing of what was processed. `--fail-first K` nacks each message's first
-K deliveries (retries). It writes `J <member id>` once joined.
+K deliveries (retries). An ack refused (the queue is no longer this member's) is
+`X <body>`. It writes `J <member id>` once joined.
 """
 
 from __future__ import annotations
@@ -52,9 +53,10 @@ def main() -> int:
                 if m.reconsume_times < a.fail_first:
                     consumer.nack(m)
                     os.write(fd, f"N {body}\n".encode())
-                else:
-                    consumer.ack(m)
+                elif consumer.ack(m):
                     os.write(fd, f"A {body}\n".encode())
+                else:  # the queue was no longer ours (lease over): the next owner has it
+                    os.write(fd, f"X {body}\n".encode())
     os.write(fd, b"L\n")
     os.close(fd)
     return 0
