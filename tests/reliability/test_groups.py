@@ -12,7 +12,7 @@ import pytest
 from tests.groups import loadrun
 from tests.reliability.conftest import FIGURES, sized
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 
 def test_group_million_with_kills(tmp_path: Path, seed: int) -> None:
