@@ -335,8 +335,8 @@ class Consumer:
 
     def _revoke(self, q: _Queue) -> None:
         """Fetch no more of `q`; hand it back once what it delivered is settled."""
-        if q.next_fetch >= 0:
-            q.next_fetch = q.commit_point()
+        if q.buffer:  # fetched, never delivered: the next owner fetches them again
+            q.next_fetch = q.buffer[0].queue_offset
         q.buffer.clear()
         q.state = "revoking"
         self._write_slot(q)
@@ -472,6 +472,8 @@ class Consumer:
             msg.done = True
             q = msg._q
             if q.state == "dropped" or q.tag != msg._tag:
+                return False
+            if time.monotonic() >= q.deadline:  # the lease ran out: not ours to commit
                 return False
             off = msg.queue_offset
             if q.inflight and q.inflight[0] == off:

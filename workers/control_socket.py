@@ -71,6 +71,7 @@ OP_FIELDS: Final[dict[str, frozenset[str]]] = {
     "group_leave": frozenset({"group", "member", "release"}),
     "group_info": frozenset(),
     "group_reset": frozenset({"group", "offsets"}),
+    "group_delete": frozenset({"group"}),
 }
 _SHOWN_CHARS: Final = 60
 

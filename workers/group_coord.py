@@ -12,7 +12,8 @@ socket for its membership (`ipc.channel` carries the ops):
   (topic, queue, tag, slot, start offset, lease seconds left), `revoke` (hand these back
   once what you delivered of them is acked) and `cancel` (drop these now: a reset);
 * `group_leave {group, member, release}`; `group_info {}` (the `mqstore group` views);
-  `group_reset {group, offsets}` (a reset of a running group).
+  `group_reset {group, offsets}` (a reset of a running group); `group_delete {group}`
+  (forget a group no member runs).
 
 **Allocation** is RocketMQ's `AllocateMessageQueueAveragely`, per topic, over the members
 subscribed to it sorted by id (ids sort by join order). It is recomputed whenever a
@@ -251,6 +252,8 @@ class Coordinator:
             return self._join(group, req, conn)
         if op == "group_reset":
             return self._reset(group, req)
+        if op == "group_delete":
+            return self._delete(group)
         m = conn.member
         if not isinstance(m, Member) or m.group != group or m.id != req.get("member"):
             return {"error": "not a member on this connection", "rejoin": True}
@@ -384,6 +387,19 @@ class Coordinator:
             g.dirty.add(key)
         self._persist(g)
         return {"running": True, "members": sorted(m.id for m in g.members.values())}
+
+    def _delete(self, name: str) -> dict[str, Any]:
+        """Forget a group nobody runs (`mqstore group delete`): its offsets here too."""
+        g = self.groups.get(name)
+        if g is None:
+            return {"ok": True}
+        if g.members or g.grants:
+            return {"error": f"group {name!r} has {len(g.members)} member(s) running", "busy": True}
+        g.slots.close()
+        with contextlib.suppress(OSError):
+            os.unlink(group_slots.slots_path(self.store_dir, name))
+        del self.groups[name]
+        return {"ok": True}
 
     # --- membership changes -------------------------------------------------------------
 
