@@ -585,9 +585,7 @@ class AsyncConsumer:
     async def poll(self, max_count: int = 32, timeout: float = 1.0) -> list[ConsumedMessage]:
         """`Consumer.poll`, waiting off the loop."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self._pool, self._consumer.poll, max_count, timeout
-        )
+        return await loop.run_in_executor(self._pool, self._consumer.poll, max_count, timeout)
 
     def ack(self, msg: ConsumedMessage) -> bool:
         return self._consumer.ack(msg)

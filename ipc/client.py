@@ -307,4 +307,5 @@ class StoreClient:
             pull_batch=pull_batch,
             retry=retry,
         )
+
     committed_offset = _in_process(ClientReads.committed_offset)

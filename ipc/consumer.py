@@ -97,7 +97,7 @@ class ConsumedMessage:
     property); `queue_id` and `queue_offset` say where it was consumed (of
     `record.topic`, which is `%RETRY%<group>` for a retry)."""
 
-    __slots__ = ("record", "topic", "_q", "_tag", "done")
+    __slots__ = ("_q", "_tag", "done", "record", "topic")
 
     def __init__(self, record: DecodedRecord, q: _Queue) -> None:
         self.record = record
@@ -402,12 +402,16 @@ class Consumer:
                     q.buffer.extend(res.messages)
                     q.next_fetch = res.next_offset
                     got_any = True
-                elif res.status in (
-                    GetMessageStatus.OFFSET_TOO_SMALL,
-                    GetMessageStatus.OFFSET_OVERFLOW_BADLY,
-                    GetMessageStatus.NO_MATCHED_MESSAGE,
-                    GetMessageStatus.OFFSET_FOUND_NULL,
-                ) and res.next_offset != offset:
+                elif (
+                    res.status
+                    in (
+                        GetMessageStatus.OFFSET_TOO_SMALL,
+                        GetMessageStatus.OFFSET_OVERFLOW_BADLY,
+                        GetMessageStatus.NO_MATCHED_MESSAGE,
+                        GetMessageStatus.OFFSET_FOUND_NULL,
+                    )
+                    and res.next_offset != offset
+                ):
                     q.next_fetch = res.next_offset  # RocketMQ's corrected offset
                     self._write_slot(q)
                     got_any = True
@@ -598,5 +602,3 @@ class Consumer:
         if not getattr(self, "_closed", True):
             with contextlib.suppress(Exception):
                 self.close()
-
-

@@ -73,9 +73,7 @@ class Slots:
             os.mkdir(os.path.dirname(path), 0o770 if jsonconfig.group_shared(store_dir) else 0o700)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
-        fd = os.open(
-            path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, mode
-        )
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
         try:
             os.fchmod(fd, mode)
             os.ftruncate(fd, SIZE)

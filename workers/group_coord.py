@@ -283,9 +283,7 @@ class Coordinator:
                 return {"error": f"bad request: {why}"}
         session_ms = req.get("session_ms", DEFAULT_SESSION_MS)
         if type(session_ms) is not int or not MIN_SESSION_MS <= session_ms <= MAX_SESSION_MS:
-            return {
-                "error": f"bad request: session_ms must be {MIN_SESSION_MS}..{MAX_SESSION_MS}"
-            }
+            return {"error": f"bad request: session_ms must be {MIN_SESSION_MS}..{MAX_SESSION_MS}"}
         if sum(len(g.members) for g in self.groups.values()) >= MAX_MEMBERS:
             return {"error": f"too many group members (max {MAX_MEMBERS})"}
         g = self.groups.get(name)

@@ -98,8 +98,7 @@ def run(root: Path, per_producer: int, kill_every_s: float, min_kills: int, seed
             m.wait_joined()
         prod_logs = [root / f"producer-{i}.log" for i in range(2)]
         producers = [
-            spawn_producer(store.path, TOPIC, f"p{i}", per_producer, prod_logs[i])
-            for i in range(2)
+            spawn_producer(store.path, TOPIC, f"p{i}", per_producer, prod_logs[i]) for i in range(2)
         ]
         next_kill = time.monotonic() + kill_every_s
         while any(p.poll() is None for p in producers) or fig.kills < min_kills:
@@ -114,7 +113,9 @@ def run(root: Path, per_producer: int, kill_every_s: float, min_kills: int, seed
             dead = victim.member_id
             took = _wait_owners(
                 store.path,
-                lambda o: len(o) == 8 and all(v is not None and v != dead for v in o.values()),
+                lambda o, dead=dead: (
+                    len(o) == 8 and all(v is not None and v != dead for v in o.values())
+                ),
                 30,
             )
             assert took is not None, f"no rebalance within 30 s of SIGKILL {fig.kills}"
@@ -123,8 +124,10 @@ def run(root: Path, per_producer: int, kill_every_s: float, min_kills: int, seed
             new_id = new.wait_joined()
             took = _wait_owners(
                 store.path,
-                lambda o: sum(v == new_id for v in o.values()) == 2
-                and all(v is not None for v in o.values()),
+                lambda o, new_id=new_id: (
+                    sum(v == new_id for v in o.values()) == 2
+                    and all(v is not None for v in o.values())
+                ),
                 30,
             )
             assert took is not None, "the newcomer got no share within 30 s"

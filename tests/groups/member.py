@@ -38,9 +38,12 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     fd = os.open(a.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    with StoreClient.attach(a.store) as client, client.consumer(
-        a.group, [a.topic], session_ms=a.session_ms, max_reconsume_times=a.max_reconsume
-    ) as consumer:
+    with (
+        StoreClient.attach(a.store) as client,
+        client.consumer(
+            a.group, [a.topic], session_ms=a.session_ms, max_reconsume_times=a.max_reconsume
+        ) as consumer,
+    ):
         os.write(fd, f"J {consumer.member_id}\n".encode())
         while not stop[0]:
             for m in consumer.poll(64, 0.2):

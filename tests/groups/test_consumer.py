@@ -15,9 +15,10 @@ import pytest
 
 from mqstore import StoreClient
 from mqstore.engine.offsets import ConsumerOffsets
+from mqstore.ipc.consumer import ConsumerClosed
 from mqstore.ipc import channel
 from mqstore.workers.group_coord import allocate_averagely
-from tests.groups.helpers import Processed, info, owners, spawn_member, wait_processed
+from tests.groups.helpers import info, owners, spawn_member, wait_processed
 from tests.runtime.harness import Store, wait_for
 
 QUEUES = {"default_topic_queue_nums": 8}
@@ -60,8 +61,11 @@ def test_members_share_queues_without_overlap(make_store: object) -> None:
         c2 = StoreClient.attach(store.path).consumer("billing", ["orders"])
         try:
             wait_for(
-                lambda: len(c1.assignment()) == 5 and len(c2.assignment()) == 4
-                and not set(c1.assignment()) & set(c2.assignment()),
+                lambda: (
+                    len(c1.assignment()) == 5
+                    and len(c2.assignment()) == 4
+                    and not set(c1.assignment()) & set(c2.assignment())
+                ),
                 20,
                 "the two members to split the 9 queues",
             )
@@ -105,7 +109,7 @@ def test_a_revoked_queue_is_handed_over_after_its_delivered_messages(
         try:
             wait_for(lambda: c1.assignment() == [("t", 0)], 10, "queue 1 revoked from c1")
             assert c2.assignment() == []  # not before c1 acked what it delivered of it
-            time.sleep(0.3)  # noqa: a beat or two: the handover must still wait
+            time.sleep(0.3)  # a beat or two: the handover must still be waiting (a negative)
             assert c2.assignment() == []
             for m in held:
                 assert c1.ack(m)
@@ -135,8 +139,10 @@ def test_offset_is_the_lowest_unacked(make_store: object) -> None:
             if m is not slow and not (m.queue_id == 0 and m.queue_offset == 7):
                 c.ack(m)
         wait_for(
-            lambda: {(q["queue_id"], q["offset"]) for q in info(store.path, "g")["queues"]}
-            == {(0, 3), (1, 10)},
+            lambda: (
+                {(q["queue_id"], q["offset"]) for q in info(store.path, "g")["queues"]}
+                == {(0, 3), (1, 10)}
+            ),
             10,
             "offsets 3 (queue 0, slow message) and 10 (queue 1)",
         )
@@ -152,7 +158,9 @@ def test_offset_is_the_lowest_unacked(make_store: object) -> None:
         c2.close()
 
 
-def test_sigkill_hands_unacked_messages_to_the_next_owner(make_store: object, tmp_path: Path) -> None:
+def test_sigkill_hands_unacked_messages_to_the_next_owner(
+    make_store: object, tmp_path: Path
+) -> None:
     store: Store = make_store(QUEUES)  # type: ignore[operator]
     logs = [tmp_path / "m0.log", tmp_path / "m1.log"]
     members = [spawn_member(store.path, "g", "orders", log) for log in logs]
@@ -270,7 +278,7 @@ def test_hostile_group_requests_are_answered_and_harmless(make_store: object) ->
             assert "error" in got, (req, got)
         # a member that joins and never beats loses its queues after its session
         ok = _send(s, {"op": "group_join", "group": "g", "topics": ["orders"], "session_ms": 300})
-        assert "member" in ok and ok["grants"] == [] or len(ok["grants"]) >= 0
+        assert "member" in ok, ok
         again = _send(s, {"op": "group_join", "group": "g", "topics": ["orders"]})
         assert "error" in again
         with StoreClient.attach(store.path) as client:
@@ -288,7 +296,7 @@ def test_hostile_group_requests_are_answered_and_harmless(make_store: object) ->
             t = channel.connect(store.path)
             socks.append(t)
             _send(t, {"op": "group_join", "group": f"h{i % 3}", "topics": ["orders"]})
-        assert store.status()["flush_disk_type"] if "flush_disk_type" in store.status() else True
+        assert store.status()  # the supervisor answers
         with StoreClient.attach(store.path) as client:
             assert client.put("orders", b"y").status.name == "PUT_OK"
     finally:
@@ -301,9 +309,16 @@ def test_consumer_threads_and_close_while_polling(make_store: object) -> None:
     with StoreClient.attach(store.path) as client:
         c = client.consumer("g", "orders")
         got: list[object] = []
-        t = threading.Thread(target=lambda: got.append(c.poll(8, 30.0)))
+
+        def poll() -> None:
+            try:
+                got.append(c.poll(8, 30.0))
+            except ConsumerClosed:  # closed before the poll began
+                got.append([])
+
+        t = threading.Thread(target=poll)
         t.start()
-        time.sleep(0.2)  # noqa: the poll must be waiting; closing it must end it early
+        time.sleep(0.2)  # most likely inside the poll's wait now; closing must end it
         t0 = time.monotonic()
         c.close()
         t.join(10)

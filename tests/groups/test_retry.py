@@ -18,7 +18,9 @@ from tests.runtime.harness import Store
 LEVELS = {"message_delay_level": "1s 1s 1s 2s 1s 1s 1s 1s", "default_topic_queue_nums": 2}
 
 
-def _deliveries(consumer: object, body: bytes, want: int, fail: int, timeout_s: float) -> list[tuple[float, ConsumedMessage]]:
+def _deliveries(
+    consumer: object, body: bytes, want: int, fail: int, timeout_s: float
+) -> list[tuple[float, ConsumedMessage]]:
     from mqstore.ipc.consumer import Consumer
 
     assert isinstance(consumer, Consumer)

@@ -133,9 +133,7 @@ def _describe(
 ) -> int:
     info = (running or {}).get(args.group, {})
     committed = {**table.get(args.group, {}), **_live_offsets(info)}
-    owner = {
-        (q["topic"], q["queue_id"]): q["owner"] for q in info.get("queues", []) if q["owner"]
-    }
+    owner = {(q["topic"], q["queue_id"]): q["owner"] for q in info.get("queues", []) if q["owner"]}
     members = info.get("members", [])
     if not committed and not members:
         return _fail(f"no group {args.group!r} (no member runs, no committed offset)", 1)
@@ -204,10 +202,12 @@ def _reset(args: argparse.Namespace, offsets: ConsumerOffsets, reads: Reads) -> 
         entries = [(args.topic, q, o) for q, o in new.items()]
         with no_members(args.store_dir, args.group):
             try:
-                got = channel.request(
-                    args.store_dir,
-                    {"op": "group_reset", "group": args.group, "offsets": [list(e) for e in entries]},
-                )
+                req = {
+                    "op": "group_reset",
+                    "group": args.group,
+                    "offsets": [list(e) for e in entries],
+                }
+                got = channel.request(args.store_dir, req)
             except (channel.SupervisorUnavailable, OSError, ValueError):
                 got = {}
             if "error" in got:
