@@ -15,8 +15,8 @@ import pytest
 
 from mqstore import StoreClient
 from mqstore.engine.offsets import ConsumerOffsets
-from mqstore.ipc.consumer import ConsumerClosed
 from mqstore.ipc import channel
+from mqstore.ipc.consumer import ConsumerClosed
 from mqstore.workers.group_coord import allocate_averagely
 from tests.groups.helpers import info, owners, spawn_member, wait_processed
 from tests.runtime.harness import Store, wait_for
