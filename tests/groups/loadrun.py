@@ -2,12 +2,12 @@
 `tests/reliability` (1,000,000 messages):
 
 4 member processes of one group consume a topic of 8 queues while 2 producer processes
-put; every `kill_every_s` one member (at random, from the seed) is SIGKILLed and a new
-one joins. Checked at the end: every acknowledged put processed at least once; a message
-processed twice only if no member had acked it before (its first processing was by a
-member then killed, or whose queue was taken from it); rebalances measured: from each
-SIGKILL until no queue is owned by the dead member and all 8 have a live owner, and
-from each join until the newcomer owns its share.
+put; every `kill_every_s`, until every message is processed, one member (at random,
+from the seed) is SIGKILLed and a new one joins. Checked at the end: every acknowledged
+put processed at least once; a message processed twice only if no member had acked it
+before (its first processing was by a member then killed, or whose queue was taken from
+it). Rebalances measured: from each SIGKILL until no queue is owned by the dead member
+and all 8 have a live owner, and from each join until the newcomer owns its share.
 """
 
 from __future__ import annotations
@@ -101,11 +101,31 @@ def run(root: Path, per_producer: int, kill_every_s: float, min_kills: int, seed
             spawn_producer(store.path, TOPIC, f"p{i}", per_producer, prod_logs[i]) for i in range(2)
         ]
         next_kill = time.monotonic() + kill_every_s
-        while any(p.poll() is None for p in producers) or fig.kills < min_kills:
+        wantset: set[str] = set()
+        deadline = float("inf")
+        while True:
             if time.monotonic() < next_kill:
                 time.sleep(0.05)
+            if all(p.poll() is not None for p in producers) and not wantset:
+                for p in producers:
+                    assert p.returncode == 0
+                want = produced(prod_logs)
+                fig.messages = len(want)
+                assert fig.messages == 2 * per_producer
+                wantset = set(want)
+                deadline = time.monotonic() + max(120.0, fig.messages / 2000)
+            if wantset and fig.kills >= min_kills:
+                missing = wantset - Processed.read(logs).by_body.keys()
+                if not missing:
+                    break
+                assert time.monotonic() < deadline, (
+                    f"{len(missing)} of {len(wantset)} messages never processed (lost), "
+                    f"e.g. {sorted(missing)[:5]}"
+                )
+            if time.monotonic() < next_kill:
                 continue
-            next_kill += kill_every_s
+            # a kill every `kill_every_s` while producers put and members consume
+            next_kill = time.monotonic() + kill_every_s
             live = [m for m in members if not m.killed]
             victim = rnd.choice(live)
             victim.kill()
@@ -132,23 +152,6 @@ def run(root: Path, per_producer: int, kill_every_s: float, min_kills: int, seed
             )
             assert took is not None, "the newcomer got no share within 30 s"
             fig.join_rebalance_s.append(took)
-        for p in producers:
-            assert p.wait(600) == 0
-        want = produced(prod_logs)
-        fig.messages = len(want)
-        assert fig.messages == 2 * per_producer
-        wantset = set(want)
-        deadline = time.monotonic() + max(120.0, fig.messages / 2000)
-        while True:
-            done = Processed.read(logs)
-            missing = wantset - done.by_body.keys()
-            if not missing:
-                break
-            assert time.monotonic() < deadline, (
-                f"{len(missing)} of {len(wantset)} messages never processed (lost), "
-                f"e.g. {sorted(missing)[:5]}"
-            )
-            time.sleep(0.5)
         for m in members:
             if not m.killed:
                 assert m.stop() == 0
