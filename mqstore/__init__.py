@@ -16,9 +16,10 @@ from mqstore.engine.record import DecodedRecord, Message, RecordError, RecordVie
 from mqstore.engine.segment import SegmentNameError, SegmentSizeError
 from mqstore.engine.storedir import StoreDirError
 from mqstore.ipc.access import StoreAccessDenied
-from mqstore.ipc.aio import AsyncStoreClient
+from mqstore.ipc.aio import AsyncConsumer, AsyncStoreClient
 from mqstore.ipc.channel import SupervisorUnavailable
 from mqstore.ipc.client import StoreClient
+from mqstore.ipc.consumer import ConsumedMessage, Consumer, ConsumerClosed
 from mqstore.ipc.locks import StoreLockHeld
 from mqstore.ipc.read_results import GetMessageStatus, PullResult, PullViews
 from mqstore.ipc.reads import ClientReads
@@ -37,10 +38,14 @@ except PackageNotFoundError:  # a checkout on sys.path, not installed
     __version__ = "0+unknown"
 
 __all__ = [
+    "AsyncConsumer",
     "AsyncStoreClient",
     "CheckpointError",
     "ClientReads",
     "ConfigError",
+    "ConsumedMessage",
+    "Consumer",
+    "ConsumerClosed",
     "DecodedRecord",
     "FlushError",
     "GetMessageStatus",

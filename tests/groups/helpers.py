@@ -107,7 +107,10 @@ class Processed:
         return out
 
     def duplicates(self) -> dict[str, list[tuple[int, int]]]:
-        return {b: ps for b, ps in self.by_body.items() if len(ps) > 1}
+        """Bodies processed more than once, each with its processings in time order."""
+        return {
+            b: sorted(ps, key=lambda p: p[1]) for b, ps in self.by_body.items() if len(ps) > 1
+        }
 
 
 def produced(logs: list[Path]) -> list[str]:
