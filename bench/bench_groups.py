@@ -7,8 +7,9 @@ join one group (`StoreClient.consumer`, poll 64, ack each), then one producer pr
 puts `--n` messages as fast as it can (`put(..., wait_store=False)`: the async put).
 Reported: the producer's rate, the group's rate over the same window (first put to the
 last message acked), the lag when the producer finished and how long the group took to
-drain it. The group keeps up when its lag at the producer's end is a small fraction of
-`--n` and drains in well under a second. Prints one JSON line; run it with `uptime`.
+drain it, and when the dispatcher had put the last message in its consume queue (a
+consumer reads nothing before that). The group keeps up when it is done soon after the
+dispatcher. Prints one JSON line with the load average.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import time
 from pathlib import Path
 
 from bench.store_run import REPO, running_store
+from mqstore import StoreClient
+from mqstore.ipc.control_views import Positions
 
 _PRODUCER = r"""
 import sys, time
@@ -47,15 +50,20 @@ stop = []
 signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
 fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
 n = 0
+last = 0
+said = 0
 with StoreClient.attach(store) as c, c.consumer("bench", "bench-group") as g:
     os.write(fd, b"J\n")
     while not stop:
-        for m in g.poll(64, 0.1):
+        got = g.poll(64, 0.05)
+        for m in got:
             g.ack(m)
             n += 1
-            if n % 1000 == 0:
-                os.write(fd, b"%d %d\n" % (n, time.monotonic_ns()))
-    os.write(fd, b"%d %d\n" % (n, time.monotonic_ns()))
+        if got:
+            last = time.monotonic_ns()
+        if n - said >= 1000 or (not got and n != said):
+            os.write(fd, b"%d %d\n" % (n, last))
+            said = n
 """
 
 
@@ -101,12 +109,16 @@ def main() -> int:
                     check=True,
                 )
                 t0, t1 = map(int, prod.stdout.split())
-                at_end = 0
+                with StoreClient.attach(run.store_dir) as watcher:
+                    end = watcher.positions()["published"]
+                    while Positions(watcher.live_control_block()).dispatched < end:
+                        time.sleep(0.001)
+                    t_dispatched = time.monotonic_ns()
                 deadline = time.monotonic() + 600
                 while True:
                     got = [_progress(log) for log in logs]
                     done = sum(g[-1][0] if g else 0 for g in got)
-                    if done >= a.n - a.n // 1000 - 1000 * a.members:
+                    if done >= a.n:
                         break
                     if time.monotonic() > deadline:
                         raise SystemExit(f"the group consumed {done} of {a.n}")
@@ -120,7 +132,7 @@ def main() -> int:
             total = sum(g[-1][0] for g in got)
             # consumed by the producer's end: each member's last mark at or before t1
             at_end = sum(max((n for n, t in g if t <= t1), default=0) for g in got)
-            last = max(t for g in got for n, t in g if n % 1000 == 0 and n > 0)
+            last = max(g[-1][1] for g in got if g)
             result = {
                 "messages": a.n,
                 "body_bytes": a.body,
@@ -130,6 +142,9 @@ def main() -> int:
                 "group_rate_per_s": round(total / ((last - t0) / 1e9)),
                 "lag_at_producer_end": a.n - at_end,
                 "drain_after_producer_s": round(max(0, last - t1) / 1e9, 3),
+                # consumers read only what the dispatcher has put in the consume queues
+                "dispatched_after_producer_s": round(max(0, t_dispatched - t1) / 1e9, 3),
+                "group_done_after_dispatch_s": round((last - t_dispatched) / 1e9, 3),
                 "uptime": os.getloadavg(),
             }
             print(json.dumps(result))
