@@ -149,6 +149,21 @@ class Scheduler(Service):
     # --- the loop ---------------------------------------------------------------------------
 
     def tick(self) -> float:
+        try:
+            return self._round()
+        except SupervisorUnavailable as e:  # stopped or gone: its next run goes on
+            say(NAME, f"no store to deliver to: {e}", "WARNING")
+            if self.client is not None:
+                with contextlib.suppress(Exception):
+                    self.client.close()
+                self.client = None
+            self.buffers.clear()
+            self.unflushed.clear()
+            self.offsets = dict(self.durable)  # the rest: checked against the log again
+            self.recovered = False
+            return 0.5
+
+    def _round(self) -> float:
         client = self._client()
         if client is None:
             return 0.1

@@ -20,6 +20,9 @@ TOPIC = "Delayed"
 QUEUES = 4
 LATE_MS = 200  # the goal: delivered at most this long after due
 CONFIG = {"message_delay_level": LEVELS, "default_topic_queue_nums": QUEUES}
+# Longer levels for a run with a restart in it: a supervisor's boot under load takes
+# seconds, and most messages should fall due after it is back.
+LONG_LEVELS = "5s 10s 15s 20s 30s"
 
 
 @dataclass
@@ -29,7 +32,9 @@ class Sent:
     due: dict[bytes, tuple[int, int, int]] = field(default_factory=dict)
 
 
-def put_delayed(client: StoreClient, n: int, rng: random.Random, sent: Sent) -> None:
+def put_delayed(
+    client: StoreClient, n: int, rng: random.Random, sent: Sent, delays: tuple[int, ...] = DELAYS_MS
+) -> None:
     """`n` messages to TOPIC, random levels 1-5, in batches of 50 (each message its own
     level and queue); only PUT_OK batches count as sent."""
     start = len(sent.due)
@@ -37,7 +42,7 @@ def put_delayed(client: StoreClient, n: int, rng: random.Random, sent: Sent) -> 
         batch: list[dict[str, object]] = [
             {
                 "topic": TOPIC, "body": f"m{j}".encode(), "queue_id": j % QUEUES,
-                "delay_level": rng.randint(1, len(DELAYS_MS)), "tags": "d",
+                "delay_level": rng.randint(1, len(delays)), "tags": "d",
             }
             for j in range(i, min(i + 50, start + n))
         ]  # fmt: skip
@@ -48,7 +53,7 @@ def put_delayed(client: StoreClient, n: int, rng: random.Random, sent: Sent) -> 
             level = m["delay_level"]
             body = m["body"]
             assert isinstance(level, int) and isinstance(body, bytes)
-            sent.due[body] = (r.store_timestamp + DELAYS_MS[level - 1], level, r.store_timestamp)
+            sent.due[body] = (r.store_timestamp + delays[level - 1], level, r.store_timestamp)
 
 
 def collect(store: Store, sent: Sent, timeout_s: float) -> dict[bytes, list[DecodedRecord]]:
