@@ -5,12 +5,15 @@ send_back's retries come back the configured delays apart and end in the DLQ."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import time
 from pathlib import Path
 
-from mqstore import PutMessageStatus, StoreClient
+import pytest
+
+from mqstore import AsyncStoreClient, PutMessageStatus, PutResult, StoreClient
 from mqstore.engine.record import SCHEDULE_TOPIC, DecodedRecord
 from tests.runtime.conftest import StoreFactory
 from tests.runtime.harness import wait_for
@@ -88,11 +91,11 @@ def test_delivery_goes_on_across_a_stop(make_store: StoreFactory) -> None:
     assert not j.missing and not j.twice and not j.early, (j.missing[:5], j.twice[:5])
 
 
-def _await(client: StoreClient, topic: str, offset: int) -> DecodedRecord:
+def _await(client: StoreClient, topic: str, offset: int, queue_id: int = 0) -> DecodedRecord:
     got: list[DecodedRecord] = []
 
     def arrived() -> bool:
-        res = client.pull(topic, 0, offset, 1)
+        res = client.pull(topic, queue_id, offset, 1)
         got[:] = res.messages
         return bool(res.messages)
 
@@ -130,3 +133,34 @@ def test_send_back_retries_come_back_the_configured_delays_apart_then_go_to_the_
         assert dlq.properties["DELAY"] == "0" and dlq.properties["ORIGIN_MESSAGE_ID"] == r.msg_id
         assert client.max_offset("%RETRY%G", 0) == 2  # delivered 3 times in all
     assert DELAYS_MS == (1000, 2000, 3000, 4000, 5000)
+
+
+def test_the_asyncio_client_delays_and_sends_back(make_store: StoreFactory) -> None:
+    st = make_store({"message_delay_level": "1s 1s 1s 1s"})
+
+    async def run() -> None:
+        async with AsyncStoreClient.attach(st.path) as aio:
+            r = await aio.put("AioT", b"a", delay_level=1, queue_id=1)
+            assert (r.status, r.queue_id) == (OK, 0)
+            with pytest.raises(TypeError, match="delay_level"):
+                await aio.put("AioT", b"a", delay_level="1")  # type: ignore[arg-type]
+            bad = await aio.put("AioT", b"a", delay_level=-2)
+            assert bad.status is PutMessageStatus.MESSAGE_ILLEGAL and "negative" in bad.reason
+
+    asyncio.run(run())
+    with StoreClient.attach(st.path) as client:
+        msg = _await(client, "AioT", 0, queue_id=1)  # delivered to its REAL_QID
+        assert msg.queue_id == 1 and msg.properties["REAL_QID"] == "1"
+
+        async def back() -> PutResult:
+            async with AsyncStoreClient.attach(st.path) as aio:
+                return await aio.send_back(msg, "AG", delay_level=-1)
+
+        dead = asyncio.run(back())
+        assert dead.status is OK
+        dlq = _await(client, "%DLQ%AG", 0)
+        assert dlq.body == b"a" and dlq.properties["RETRY_TOPIC"] == "AioT"
+        with pytest.raises(TypeError, match="message"):
+            client.send_back(b"x", "AG")  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="group"):
+            client.send_back(msg, "bad group")
