@@ -2,15 +2,18 @@
 message (SCHEDULE_TOPIC_XXXX, one queue per delay level) to its real topic and queue when
 due, in order, once.
 
-Each round, per level: the next entries of the level's queue (read through a
-`StoreClient` attached to this store, as any client reads), and those due (store time +
+Each round, per level: the next entries of the level's queue (read in this process as a
+client reads, `ipc.reads.ClientReads`, over the worker's own control block), and those
+due (store time +
 the level's delay, `message_delay_level`; RocketMQ's `correctDeliverTimestamp`: a
 delivery time further away than the level's delay is now) are re-put as
 `engine.retry.timeup_message` makes them (`messageTimeup`), as one all-or-nothing batch.
 A batch refused for its content (a REAL_QID beyond its topic's queues now, say) is put one
 by one and each refused message is dropped with a log line, as the broker drops it; any
 other refusal (the store not writable, a full disk) is tried again after a pause, never
-skipped. The round sleeps until the earliest next due time, at most `TICK_S`.
+skipped. The round sleeps until the earliest next due time, at most `TICK_S`. The puts go
+through a `StoreClient` attached only while there is something to re-put (it shows in
+`mqstore status` as a client), detached after `IDLE_DETACH_S` without one.
 
 Progress is RocketMQ's `config/delayOffset.json` (`{"offsetTable": {"<level>": <next
 queue offset>}}`), written only up to re-puts the flusher has made durable, at most every
@@ -38,12 +41,14 @@ from typing import Any, Final
 
 from mqstore.conf.settings import parse_delay_levels
 from mqstore.engine import jsonconfig
+from mqstore.engine.geometry import Geometry
 from mqstore.engine.reader import GetStatus
 from mqstore.engine.record import SCHEDULE_TOPIC, DecodedRecord, Message
 from mqstore.engine.retry import timeup_message
 from mqstore.ipc.channel import SupervisorUnavailable
 from mqstore.ipc.client import StoreClient
 from mqstore.ipc.control_views import Positions
+from mqstore.ipc.reads import AttachedStore, ClientReads
 from mqstore.ipc.results import PutMessageStatus, PutResult
 from mqstore.workers.base import WorkerContext, say
 from mqstore.workers.service import Service, run
@@ -55,6 +60,7 @@ PULL_BATCH: Final = 64
 PERSIST_MIN_S: Final = 0.1
 RETRY_PAUSE_S: Final = 0.5  # after a re-put refused for a passing reason
 RECHECK_SLACK_MS: Final = 2000
+IDLE_DETACH_S: Final = 10.0
 _CONTENT: Final = frozenset(
     {PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED}
 )
@@ -118,6 +124,11 @@ class Scheduler(Service):
         super().__init__(ctx)
         self.delays = parse_delay_levels(ctx.settings.message_delay_level)
         self.client: StoreClient | None = None
+        geo = Geometry.of(ctx.store_dir, ctx.settings)
+        self.reads = ClientReads(
+            ctx.store_dir, lambda: AttachedStore(ctx.cb, self.ctx.settings, geo)
+        )
+        self.last_put = time.monotonic()
         saved = read_progress(ctx.store_dir)
         self.offsets = {lv: max(0, saved.get(lv, 0)) for lv in range(1, len(self.delays) + 1)}
         self.saved = dict(self.offsets)
@@ -139,44 +150,61 @@ class Scheduler(Service):
                 return None
         return self.client
 
-    def close(self) -> None:
+    def _detach(self) -> None:
         if self.client is not None:
-            with contextlib.suppress(Exception):  # the store may be gone: the file stays
-                self._persist(force=True)
-            self.client.close()
+            with contextlib.suppress(Exception):
+                self.client.close()
             self.client = None
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):  # the store may be gone: the file stays
+            self._persist(force=True)
+        self._detach()
+        self.reads.close()
 
     # --- the loop ---------------------------------------------------------------------------
 
     def tick(self) -> float:
-        client = self._client()
-        if client is None:
-            return 0.1
+        try:
+            return self._round()
+        except SupervisorUnavailable as e:  # stopped or gone: its next run goes on
+            say(NAME, f"no store to deliver to: {e}", "WARNING")
+            self._detach()
+            self.buffers.clear()
+            self.unflushed.clear()
+            self.offsets = dict(self.durable)  # the rest: checked against the log again
+            self.recovered = False
+            return 0.5
+
+    def _round(self) -> float:
         if not self.recovered:
-            if not self._dispatched_up(client):
+            if not self._dispatched_up():
                 return 0.02
-            self.recover_progress(client)
+            self.recover_progress()
             self.recovered = True
         now = now_ms()
         wait_ms = TICK_S * 1000
         for level in self.offsets:
-            next_due = self._deliver(client, level, now)
+            next_due = self._deliver(level, now)
             if next_due is not None:
                 wait_ms = min(wait_ms, max(0, next_due - now_ms()))
         self._persist()
+        idle = time.monotonic() - self.last_put > IDLE_DETACH_S
+        if self.client is not None and not self.unflushed and idle:
+            self._detach()
         return wait_ms / 1000
 
-    def _dispatched_up(self, client: StoreClient) -> bool:
+    def _dispatched_up(self) -> bool:
         """Whether the consume queues cover the log as it was when asked (recovery's
         re-dispatch included): the real queues must show every re-put before the check."""
-        pos = Positions(client.live_control_block())
+        pos = Positions(self.ctx.cb)
         return bool(pos.dispatched >= pos.committed)
 
-    def _fill(self, client: StoreClient, level: int) -> deque[DecodedRecord]:
+    def _fill(self, level: int) -> deque[DecodedRecord]:
         buf = self.buffers[level]
         if not buf:
             offset = self.offsets[level]
-            res = client.pull(SCHEDULE_TOPIC, level - 1, offset, PULL_BATCH)
+            res = self.reads.pull(SCHEDULE_TOPIC, level - 1, offset, PULL_BATCH)
             if res.status is GetStatus.FOUND:
                 buf.extend(r for r in res.messages if r.queue_offset >= offset)
             elif res.status in _MOVE_TO_NEXT and res.next_offset != offset:
@@ -186,13 +214,13 @@ class Scheduler(Service):
                 self.unflushed.append((level, res.next_offset, 0))
         return buf
 
-    def _deliver(self, client: StoreClient, level: int, now: int) -> int | None:
+    def _deliver(self, level: int, now: int) -> int | None:
         """Re-put the level's due messages; the next due time (None: nothing waits)."""
         if time.monotonic() < self.paused_until.get(level, 0.0):
             return None
         delay = self.delays[level - 1]
         while True:
-            buf = self._fill(client, level)
+            buf = self._fill(level)
             if not buf:
                 return None
             batch: list[DecodedRecord] = []
@@ -200,6 +228,11 @@ class Scheduler(Service):
                 batch.append(buf.popleft())
             if not batch:
                 return due_ms(buf[0], delay, now)
+            client = self._client()
+            if client is None:
+                buf.extendleft(reversed(batch))
+                return now + 100
+            self.last_put = time.monotonic()
             if not self._reput(client, level, batch):
                 buf.extendleft(reversed(batch))
                 self.paused_until[level] = time.monotonic() + RETRY_PAUSE_S
@@ -251,10 +284,7 @@ class Scheduler(Service):
     # --- progress ---------------------------------------------------------------------------
 
     def _persist(self, *, force: bool = False) -> None:
-        client = self.client
-        if client is None:
-            return
-        flushed = client.flushed_position()
+        flushed = Positions(self.ctx.cb).flushed
         while self.unflushed and self.unflushed[0][2] <= flushed:
             level, offset, _end_at = self.unflushed.popleft()
             self.durable[level] = offset
@@ -265,7 +295,7 @@ class Scheduler(Service):
             self.saved = dict(self.durable)
             self.last_write = time.monotonic()
 
-    def recover_progress(self, client: StoreClient) -> None:
+    def recover_progress(self) -> None:
         """Move each level's offset past the entries already re-put (module docstring)."""
         now = now_ms()
         due: dict[int, list[DecodedRecord]] = {}
@@ -273,7 +303,7 @@ class Scheduler(Service):
             delay, offset = self.delays[level - 1], self.offsets[level]
             got: list[DecodedRecord] = []
             while True:
-                res = client.pull(SCHEDULE_TOPIC, level - 1, offset, PULL_BATCH)
+                res = self.reads.pull(SCHEDULE_TOPIC, level - 1, offset, PULL_BATCH)
                 if res.status is not GetStatus.FOUND:
                     if res.status in _MOVE_TO_NEXT and not got and res.next_offset != offset:
                         offset = self.offsets[level] = res.next_offset
@@ -295,7 +325,7 @@ class Scheduler(Service):
                 m = timeup_message(rec)
                 if m is not None and (m.topic, m.queue_id) not in seen:
                     since = min(due_ms(r, delay, now) for r in recs) - RECHECK_SLACK_MS
-                    seen[(m.topic, m.queue_id)] = self._reputs_since(client, m, since)
+                    seen[(m.topic, m.queue_id)] = self._reputs_since(m, since)
         moved = 0
         for level, recs in due.items():
             for rec in recs:
@@ -315,12 +345,12 @@ class Scheduler(Service):
             write_progress(self.ctx.store_dir, self.durable)
             self.saved = dict(self.durable)
 
-    def _reputs_since(self, client: StoreClient, m: Message, since_ms: int) -> Counter[Hashable]:
+    def _reputs_since(self, m: Message, since_ms: int) -> Counter[Hashable]:
         """The signatures of (m.topic, m.queue_id)'s records stored since `since_ms`."""
         out: Counter[Hashable] = Counter()
-        offset = client.offset_for_time(m.topic, m.queue_id, max(0, since_ms))
+        offset = self.reads.offset_for_time(m.topic, m.queue_id, max(0, since_ms))
         while True:
-            res = client.pull(m.topic, m.queue_id, offset, 256)
+            res = self.reads.pull(m.topic, m.queue_id, offset, 256)
             if res.status is not GetStatus.FOUND:
                 return out
             for r in res.messages:

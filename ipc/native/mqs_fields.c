@@ -519,7 +519,7 @@ static int delay_rewrite(struct mqs_fields *m, struct mqs_item *it, struct mqs_a
     long long level = PyLong_AsLongLongAndOverflow(o, &overflow);
     if (level == -1 && PyErr_Occurred())
         return MQS_FIELDS_ERROR;
-    if (overflow < 0 || level < 0)
+    if (overflow < 0 || (!overflow && level < 0))
         return refuse(why, MQS_ST_MESSAGE_ILLEGAL,
                       PyUnicode_FromFormat("delay_level %R is negative: 0 (no delay) or a "
                                            "level 1..%d of messageDelayLevel",
