@@ -490,6 +490,16 @@ class Coordinator:
         if changed:
             g.rebalances += 1
             g.last_rebalance = now
+            shares = "; ".join(
+                m.id + " " + ",".join(f"{t}:{q}" for (t, q), o in sorted(target.items()) if o is m)
+                for m in live
+            )
+            moving = sum(x.state != "active" for x in g.grants.values())
+            self._say(
+                f"group {g.name}: rebalance {g.rebalances} (t={now:.3f}): {shares}; "
+                f"{moving} queue(s) being handed over",
+                "INFO",
+            )
 
     def _grant(self, g: Group, key: Key, m: Member, now: float) -> None:
         start = g.offsets.get(key)

@@ -45,7 +45,11 @@ def main() -> int:
         ) as consumer,
     ):
         os.write(fd, f"J {consumer.member_id}\n".encode())
+        me = consumer.member_id
         while not stop[0]:
+            if consumer.member_id != me:  # joined again (its connection broke)
+                me = consumer.member_id
+                os.write(fd, f"R {me} {time.monotonic_ns()}\n".encode())
             for m in consumer.poll(64, 0.2):
                 body = m.body.decode()
                 os.write(
