@@ -108,9 +108,7 @@ class Processed:
 
     def duplicates(self) -> dict[str, list[tuple[int, int]]]:
         """Bodies processed more than once, each with its processings in time order."""
-        return {
-            b: sorted(ps, key=lambda p: p[1]) for b, ps in self.by_body.items() if len(ps) > 1
-        }
+        return {b: sorted(ps, key=lambda p: p[1]) for b, ps in self.by_body.items() if len(ps) > 1}
 
 
 def produced(logs: list[Path]) -> list[str]:

@@ -20,6 +20,7 @@ from mqstore.ipc.consumer import ConsumerClosed
 from mqstore.workers.group_coord import allocate_averagely
 from tests.groups.helpers import info, owners, spawn_member, wait_processed
 from tests.runtime.harness import Store, wait_for
+from tests.runtime.other_user import ROOT_ONLY, as_user, open_to_others
 
 QUEUES = {"default_topic_queue_nums": 8}
 
@@ -324,3 +325,45 @@ def test_consumer_threads_and_close_while_polling(make_store: object) -> None:
         t.join(10)
         assert not t.is_alive() and time.monotonic() - t0 < 5
         assert got == [[]]
+
+
+@ROOT_ONLY
+def test_another_user_cannot_join_or_stall_a_group(shared_dir: Path) -> None:
+    """Another local user, even with the store opened to everyone, is refused before a
+    group request is read: 300 joins change nothing, and the group goes on."""
+    store = Store(shared_dir / "store", QUEUES)
+    store.start()
+    try:
+        _another_user_joins(store)
+    finally:
+        assert store.stop() == 0
+        assert not store.shm_leftovers()
+
+
+def _another_user_joins(store: Store) -> None:
+    with StoreClient.attach(store.path) as client:
+        c = client.consumer("g", "orders")
+        wait_for(lambda: len(c.assignment()) == 9, 10, "the member to own all 9")
+        open_to_others(store.path)
+
+        def joins() -> str:
+            out: dict[str, int] = {}
+            for _ in range(300):
+                try:
+                    s = channel.connect(store.path)
+                except channel.SupervisorUnavailable as e:
+                    out[type(e).__name__] = out.get(type(e).__name__, 0) + 1
+                    continue
+                with s:
+                    channel.send_json(s, {"op": "group_join", "group": "g", "topics": ["orders"]})
+                    reply = channel.recv_json(s)
+                    key = "denied" if reply.get("denied") else json.dumps(reply)[:60]
+                    out[key] = out.get(key, 0) + 1
+            return json.dumps(out)
+
+        assert json.loads(as_user(joins)) == {"denied": 300}
+        assert [m["id"] for m in info(store.path, "g")["members"]] == [c.member_id]
+        assert len(c.assignment()) == 9
+        client.put("orders", b"still", queue_id=3)
+        assert [m.body for m in c.poll(8, 5.0)] == [b"still"]
+        c.close()
