@@ -17,7 +17,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 def test_group_million_with_kills(tmp_path: Path, seed: int) -> None:
     per = sized(10_000, 500_000)
-    fig = loadrun.run(tmp_path, per_producer=per, kill_every_s=5.0, min_kills=2, seed=seed)
+    fig = loadrun.run(
+        tmp_path, per_producer=per, kill_every_s=5.0, min_kills=sized(2, 8), seed=seed
+    )
     print(f"\ngroup load (seed {seed}): {fig.line()}")
     FIGURES["group messages"] += fig.messages
     FIGURES["group duplicates (un-acked at a kill)"] += fig.duplicates
