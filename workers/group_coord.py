@@ -45,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import select
 import selectors
 import socket
 import struct
@@ -172,11 +173,13 @@ def _peer_pid(sock: socket.socket) -> int:
 
 
 def _exited(pidfd: int) -> bool:
-    """The process of `pidfd` has exited (a pidfd polls readable then)."""
-    import select
-
-    r, _w, _x = select.select([pidfd], [], [], 0)
-    return bool(r)
+    """The process of `pidfd` has exited (a pidfd polls readable then). poll, not
+    select: a descriptor past 1023 is fine."""
+    if pidfd < 0:
+        return True
+    p = select.poll()
+    p.register(pidfd, select.POLLIN)
+    return bool(p.poll(0))
 
 
 class Coordinator:
