@@ -194,6 +194,10 @@ class Consumer:
         self._beat_now = threading.Event()  # a release is pending, or closing
         self._queues: dict[int, _Queue] = {}  # by tag
         self._release: list[int] = []
+        # tags this member dropped on its own (its lease ran out here): a grant of one
+        # still listed in a reply sent before the supervisor had our release is not ours
+        self._lapsed: set[int] = set()
+        self._rtt_ms = 0  # the last beat's round trip, told to the supervisor
         self._redo: deque[tuple[float, ConsumedMessage]] = deque()
         self._rr = 0
         self._slots: group_slots.Slots | None = None
@@ -254,9 +258,9 @@ class Consumer:
         """Join on `sock` and beat until closed or the connection breaks."""
         sock.settimeout(max(self.session_ms / 1000, 1.0))
         buf = bytearray()
-        t_send = time.monotonic()
-        channel.send_json(
+        t_send, reply = self._exchange(
             sock,
+            buf,
             {
                 "op": "group_join",
                 "group": self.group,
@@ -264,7 +268,6 @@ class Consumer:
                 "session_ms": self.session_ms,
             },
         )
-        reply = channel.recv_json(sock, buf)
         if "error" in reply:
             if first:
                 raise ValueError(f"joining group {self.group!r}: {reply['error']}")
@@ -281,32 +284,65 @@ class Consumer:
             self._beat_now.clear()
             leaving = self._closed
             with self._lock:
+                now = time.monotonic()
+                for q in [q for q in self._queues.values() if q.deadline <= now]:
+                    self._lapse(q)
                 release, self._release = self._release, []
                 if leaving:
                     for q in self._queues.values():
                         self._write_slot(q)
                         release.append(q.tag)
                     self._queues.clear()
-            t_send = time.monotonic()
             op = "group_leave" if leaving else "group_beat"
-            channel.send_json(
-                sock, {"op": op, "group": self.group, "member": self.member_id, "release": release}
+            t_send, reply = self._exchange(
+                sock,
+                buf,
+                {
+                    "op": op,
+                    "group": self.group,
+                    "member": self.member_id,
+                    "release": release,
+                    "rtt_ms": self._rtt_ms,
+                },
             )
-            reply = channel.recv_json(sock, buf)
             if leaving:
                 return
             if "error" in reply:
                 raise OSError(reply["error"])
             self._apply(reply, t_send)
+            with self._lock:  # the supervisor has ended these: no reply lists them again
+                self._lapsed.difference_update(release)
+
+    def _exchange(
+        self, sock: socket.socket, buf: bytearray, req: dict[str, Any]
+    ) -> tuple[float, dict[str, Any]]:
+        """Send `req`, wait for its reply: (the time it was sent, the reply). The one seam
+        where the tests make a beat late."""
+        t_send = time.monotonic()
+        channel.send_json(sock, req)
+        reply = channel.recv_json(sock, buf)
+        self._rtt_ms = min(int((time.monotonic() - t_send) * 1000), 10_000_000)
+        return t_send, reply
 
     def _apply(self, reply: dict[str, Any], t_send: float) -> None:
         with self._lock:
             seen: set[int] = set()
             changed = False
+            now = time.monotonic()
             for t, qid, tag, slot, start, left in reply.get("grants", []):
                 seen.add(tag)
+                if tag in self._lapsed:  # dropped here already; released at the next beat
+                    continue
                 q = self._queues.get(tag)
-                if q is None:
+                if t_send + left <= now:  # the reply came after the lease it renews ended
+                    if q is None:
+                        self._lapsed.add(tag)
+                        self._release.append(tag)
+                        self._beat_now.set()
+                    else:
+                        self._lapse(q)
+                    changed = True
+                elif q is None:
                     q = _Queue(t, qid, tag, slot, start, t_send + left)
                     q.next_fetch = start
                     self._queues[tag] = q
@@ -346,12 +382,29 @@ class Consumer:
             self._release.append(q.tag)
             self._beat_now.set()
 
+    def _lapse(self, q: _Queue) -> None:
+        """`q`'s lease ran out here (lock held): drop it for good and hand it back. Its
+        slot keeps the commit point written while the lease held; what was delivered
+        after it is delivered again (by whoever the supervisor grants the queue next,
+        from that slot), and an ack of it returns False. A later reply that still lists
+        this grant does not revive it: an ack refused here is never followed by a
+        commit that passes it."""
+        if self._queues.get(q.tag) is q:
+            del self._queues[q.tag]
+            self._release.append(q.tag)
+            self._lapsed.add(q.tag)
+            self._beat_now.set()
+            self._changed.set()
+        q.state = "dropped"
+        q.buffer.clear()
+
     def _drop_all(self) -> None:
         with self._lock:
             for q in self._queues.values():
                 q.state = "dropped"
             self._queues.clear()
             self._release.clear()
+            self._lapsed.clear()
         self._changed.set()
 
     def _write_slot(self, q: _Queue) -> None:
@@ -434,7 +487,11 @@ class Consumer:
                 for q in list(qs):
                     if len(out) >= max_count:
                         break
-                    if q.deadline <= now or not q.buffer:  # lease over: deliver no more
+                    if q.deadline <= now:  # lease over: deliver no more, hand it back
+                        self._lapse(q)
+                        qs.remove(q)
+                        continue
+                    if not q.buffer:
                         qs.remove(q)
                         continue
                     rec = q.buffer.popleft()
@@ -478,6 +535,7 @@ class Consumer:
             if q.state == "dropped" or q.tag != msg._tag:
                 return False
             if time.monotonic() >= q.deadline:  # the lease ran out: not ours to commit
+                self._lapse(q)
                 return False
             off = msg.queue_offset
             if q.inflight and q.inflight[0] == off:

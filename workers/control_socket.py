@@ -67,8 +67,8 @@ OP_FIELDS: Final[dict[str, frozenset[str]]] = {
     "stop": frozenset(),
     # consumer groups (`workers.group_coord` checks the fields' values)
     "group_join": frozenset({"group", "topics", "session_ms"}),
-    "group_beat": frozenset({"group", "member", "release"}),
-    "group_leave": frozenset({"group", "member", "release"}),
+    "group_beat": frozenset({"group", "member", "release", "rtt_ms"}),
+    "group_leave": frozenset({"group", "member", "release", "rtt_ms"}),
     "group_info": frozenset(),
     "group_reset": frozenset({"group", "offsets"}),
     "group_delete": frozenset({"group"}),

@@ -109,6 +109,7 @@ class Member:
     session_s: float
     last_beat: float
     gone: bool = False  # left, closed or timed out: no longer allocated to
+    slow: bool = False  # its beat replies reach it too late to use its leases
 
 
 @dataclass(eq=False)
@@ -264,6 +265,9 @@ class Coordinator:
         if not isinstance(release, list) or len(release) > MAX_RELEASE:
             return {"error": "bad request: release must be a list of tags"}
         self._release(m, [t for t in release if type(t) is int])
+        rtt = req.get("rtt_ms")
+        if type(rtt) is int and 0 <= rtt <= 10**7:
+            self._note_rtt(m, rtt / 1000)
         if op == "group_leave":
             self._gone(m, "it left")
             conn.member = None
@@ -331,10 +335,31 @@ class Coordinator:
             **self._beat(m),
         }
 
+    def _note_rtt(self, m: Member, rtt_s: float) -> None:
+        """A member whose beat replies reach it more than half a session after it sent
+        the beat keeps too little of each lease to consume (none past a whole session):
+        its queues go to the others until its replies are quick again (under a quarter
+        of a session). It stays a member; if every member is slow, they all share."""
+        slow = rtt_s >= m.session_s / 2 or (m.slow and rtt_s >= m.session_s / 4)
+        if slow != m.slow and not m.gone:
+            m.slow = slow
+            g = self.groups[m.group]
+            g.rebalance = True
+            self._say(
+                f"group {m.group}: member {m.id}'s beat replies take {rtt_s * 1000:.0f} ms "
+                f"(session {m.session_s:g} s): "
+                + ("its queues go to the others" if slow else "it gets queues again"),
+                "WARNING" if slow else "INFO",
+            )
+
     def _beat(self, m: Member) -> dict[str, Any]:
         now = self._clock()
         m.last_beat = now
         g = self.groups[m.group]
+        # a lease over is over, even if the tick has not ended it yet: the member's own
+        # lease ended before ours, so it may have dropped the queue and refused acks
+        for gr in [gr for gr in g.grants.values() if gr.member is m and gr.expiry <= now]:
+            self._end(g, gr)
         self._rebalance(g)
         grants, revoke, cancel = [], [], []
         for gr in g.grants.values():
@@ -473,6 +498,7 @@ class Coordinator:
         target: dict[Key, Member] = {}
         for topic in sorted({t for m in live for t in m.topics}):
             subs = [m for m in live if topic in m.topics]
+            subs = [m for m in subs if not m.slow] or subs
             qs = [(topic, q) for q in range(self._queue_count(topic))]
             ids = [m.id for m in subs]
             for m in subs:
@@ -619,6 +645,7 @@ class Coordinator:
                         "pid": m.pid,
                         "topics": list(m.topics),
                         "gone": m.gone,
+                        "slow": m.slow,
                         "last_beat_s": round(now - m.last_beat, 3),
                     }
                     for m in g.members.values()
