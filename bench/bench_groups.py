@@ -1,15 +1,15 @@
 """Issue 25: does a consumer group of 2 keep up with one producer's async put rate?
 
-    python -m bench.bench_groups [--n 200000] [--body 1024] [--members 2]
+    python -m bench.bench_groups [--n 200000] [--body 1024] [--members 2] [--ack-many]
 
 A fresh ASYNC_FLUSH store (pool on, 8 queues per topic). `--members` consumer processes
-join one group (`StoreClient.consumer`, poll 64, ack each), then one producer process
-puts `--n` messages as fast as it can (`put(..., wait_store=False)`: the async put).
-Reported: the producer's rate, the group's rate over the same window (first put to the
-last message acked), the lag when the producer finished and how long the group took to
-drain it, and when the dispatcher had put the last message in its consume queue (a
-consumer reads nothing before that). The group keeps up when it is done soon after the
-dispatcher. Prints one JSON line with the load average.
+join one group (`StoreClient.consumer`, poll 64, ack each, or `ack_many` per poll), then
+one producer process puts `--n` messages as fast as it can (`put(..., wait_store=False)`:
+the async put). Reported: the producer's rate, the group's rate over the same window
+(first put to the last message acked), the lag when the producer finished and how long
+the group took to drain it, and when the dispatcher had put the last message in its
+consume queue (a consumer reads nothing before that). The group keeps up when it is done
+soon after the dispatcher. Prints one JSON line with the load average.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ print(t0, t1)
 _MEMBER = r"""
 import os, signal, sys, time
 from mqstore import StoreClient
-store, out = sys.argv[1], sys.argv[2]
+store, out, many = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 stop = []
 signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
 fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -56,9 +56,13 @@ with StoreClient.attach(store) as c, c.consumer("bench", "bench-group") as g:
     os.write(fd, b"J\n")
     while not stop:
         got = g.poll(64, 0.05)
-        for m in got:
-            g.ack(m)
-            n += 1
+        if many:
+            g.ack_many(got)
+            n += len(got)
+        else:
+            for m in got:
+                g.ack(m)
+                n += 1
         if got:
             last = time.monotonic_ns()
         if n - said >= 1000 or (not got and n != said):
@@ -81,6 +85,7 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=200_000)
     ap.add_argument("--body", type=int, default=1024)
     ap.add_argument("--members", type=int, default=2)
+    ap.add_argument("--ack-many", action="store_true", help="members ack each poll's batch at once")
     a = ap.parse_args()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     with tempfile.TemporaryDirectory(prefix="bench-groups-") as tmp:
@@ -90,7 +95,15 @@ def main() -> int:
             logs = [root / f"member-{i}.log" for i in range(a.members)]
             members = [
                 subprocess.Popen(
-                    [sys.executable, "-c", _MEMBER, str(run.store_dir), str(log)], env=env
+                    [
+                        sys.executable,
+                        "-c",
+                        _MEMBER,
+                        str(run.store_dir),
+                        str(log),
+                        str(int(a.ack_many)),
+                    ],
+                    env=env,
                 )
                 for log in logs
             ]
@@ -137,6 +150,7 @@ def main() -> int:
                 "messages": a.n,
                 "body_bytes": a.body,
                 "members": a.members,
+                "ack": "ack_many" if a.ack_many else "ack",
                 "consumed": total,
                 "producer_rate_per_s": round(a.n / ((t1 - t0) / 1e9)),
                 "group_rate_per_s": round(total / ((last - t0) / 1e9)),

@@ -483,20 +483,17 @@ class Consumer:
             if len(qs) > 1:  # round robin: start at the next queue each time
                 self._rr = (self._rr + 1) % len(qs)
                 qs = qs[self._rr :] + qs[: self._rr]
-            while len(out) < max_count and qs:
-                for q in list(qs):
-                    if len(out) >= max_count:
-                        break
-                    if q.deadline <= now:  # lease over: deliver no more, hand it back
-                        self._lapse(q)
-                        qs.remove(q)
-                        continue
-                    if not q.buffer:
-                        qs.remove(q)
-                        continue
-                    rec = q.buffer.popleft()
-                    q.inflight.append(rec.queue_offset)
-                    out.append(ConsumedMessage(rec, q))
+            for q in qs:  # a run of each queue's buffer in turn
+                left = max_count - len(out)
+                if left <= 0:
+                    break
+                if q.deadline <= now:  # lease over: deliver no more, hand it back
+                    self._lapse(q)
+                    continue
+                buf = q.buffer
+                recs = [buf.popleft() for _ in range(min(left, len(buf)))]
+                q.inflight.extend([r.queue_offset for r in recs])
+                out.extend([ConsumedMessage(r, q) for r in recs])
         return out
 
     def poll(self, max_count: int = 32, timeout: float = 1.0) -> list[ConsumedMessage]:
@@ -525,33 +522,74 @@ class Consumer:
                 step = min(step * 2, POLL_MAX_STEP_S)
 
     def ack(self, msg: ConsumedMessage) -> bool:
-        """Done with `msg`: its queue's committed offset may pass it. False when the
-        queue is no longer this member's (the next owner delivers it again)."""
+        """Done with `msg`: its queue's committed offset may pass it (stored in the
+        group's slot before this returns). False when the queue is no longer this
+        member's (the next owner delivers it again)."""
         with self._lock:
-            if msg.done:
+            q = self._settle(msg, time.monotonic())
+            if q is None:
                 return False
-            msg.done = True
-            q = msg._q
-            if q.state == "dropped" or q.tag != msg._tag:
-                return False
-            if time.monotonic() >= q.deadline:  # the lease ran out: not ours to commit
-                self._lapse(q)
-                return False
-            off = msg.queue_offset
-            if q.inflight and q.inflight[0] == off:
-                q.inflight.popleft()
-                acked = q.acked
-                while q.inflight and q.inflight[0] in acked:
-                    acked.remove(q.inflight.popleft())
-            else:
-                q.acked.add(off)
-            self._write_slot(q)
-            if q.state == "revoking" and not q.inflight:
-                self._queues.pop(q.tag, None)
-                q.state = "dropped"
-                self._release.append(q.tag)
-                self._beat_now.set()
+            self._commit(q)
             return True
+
+    def ack_many(self, msgs: Sequence[ConsumedMessage]) -> int:
+        """`ack` each of `msgs`, under one lock and with one slot store per queue: how
+        many were accepted (the others' queues are no longer this member's)."""
+        done = 0
+        with self._lock:
+            now = time.monotonic()
+            touched: dict[int, _Queue] = {}
+            for msg in msgs:
+                q = self._settle(msg, now)
+                if q is not None:
+                    touched[q.tag] = q
+                    done += 1
+            for q in touched.values():
+                if q.deadline > now:
+                    self._commit(q)
+        return done
+
+    def _settle(self, msg: ConsumedMessage, now: float) -> _Queue | None:
+        """Take `msg` out of its queue's unacked ones (lock held): its queue, or None
+        when the ack does not count."""
+        if msg.done:
+            return None
+        msg.done = True
+        q = msg._q
+        if q.state == "dropped" or q.tag != msg._tag:
+            return None
+        if now >= q.deadline:  # the lease ran out: not ours to commit
+            self._lapse(q)
+            return None
+        off = msg.record.queue_offset
+        inflight = q.inflight
+        if inflight and inflight[0] == off:
+            inflight.popleft()
+            acked = q.acked
+            if acked:
+                while inflight and inflight[0] in acked:
+                    acked.remove(inflight.popleft())
+        else:
+            q.acked.add(off)
+        return q
+
+    def _commit(self, q: _Queue) -> None:
+        """Store `q`'s commit point; hand a revoked queue back once settled (lock held;
+        the caller checked the lease an instant ago)."""
+        if q.inflight:
+            point = q.inflight[0]
+        elif q.buffer:
+            point = q.buffer[0].queue_offset
+        else:
+            point = q.next_fetch
+        slots = self._slots
+        if 0 <= point <= group_slots.OFFSET_MASK and slots is not None:
+            slots.words[q.slot] = (q.tag & group_slots.TAG_MASK) << group_slots.OFFSET_BITS | point
+        if q.state == "revoking" and not q.inflight:
+            self._queues.pop(q.tag, None)
+            q.state = "dropped"
+            self._release.append(q.tag)
+            self._beat_now.set()
 
     def nack(self, msg: ConsumedMessage, delay_level: int = 0) -> PutResult:
         """Processing `msg` failed: send it back (`StoreClient.send_back`: to

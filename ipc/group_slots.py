@@ -63,6 +63,7 @@ class Slots:
         finally:
             os.close(fd)
         self._words = (ctypes.c_uint64 * SLOTS).from_buffer(self._mm)
+        self.words = self._words  # a slot's owner stores `pack(tag, offset)` words here
 
     @classmethod
     def create(cls, store_dir: str | os.PathLike[str], group: str, mode: int) -> Slots:
@@ -107,6 +108,7 @@ class Slots:
         words = getattr(self, "_words", None)
         if words is not None:
             del self._words
+            del self.words
             del words
             with contextlib.suppress(BufferError):
                 self._mm.close()

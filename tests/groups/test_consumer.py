@@ -367,3 +367,34 @@ def _another_user_joins(store: Store) -> None:
         client.put("orders", b"still", queue_id=3)
         assert [m.body for m in c.poll(8, 5.0)] == [b"still"]
         c.close()
+
+
+def test_ack_many_commits_the_lowest_unacked_of_each_queue(make_store: object) -> None:
+    """`ack_many` is `ack` for a batch: it counts what it accepted, each queue's offset
+    is its lowest unacked one, and a message acked twice counts once."""
+    store: Store = make_store({"default_topic_queue_nums": 2})  # type: ignore[operator]
+    with StoreClient.attach(store.path) as client:
+        for i in range(20):
+            client.put("t", b"%d" % i, queue_id=i % 2)
+        c = client.consumer("g", "t", retry=False)
+        got = []
+        while len(got) < 20:
+            got += c.poll(64, 1.0)
+        held = next(m for m in got if m.queue_id == 1 and m.queue_offset == 4)
+        assert c.ack_many([m for m in got if m is not held]) == 19
+        assert c.ack_many([got[0], got[0]]) == 0
+        wait_for(
+            lambda: (
+                {(q["queue_id"], q["offset"]) for q in info(store.path, "g")["queues"]}
+                == {(0, 10), (1, 4)}
+            ),
+            10,
+            "offsets 10 (queue 0) and 4 (queue 1, one message held)",
+        )
+        assert c.ack_many([held]) == 1
+        wait_for(
+            lambda: {q["offset"] for q in info(store.path, "g")["queues"]} == {10},
+            10,
+            "both queues at 10",
+        )
+        c.close()
