@@ -8,9 +8,10 @@ socket for its membership (`ipc.channel` carries the ops):
   the member. Its process (the socket's SO_PEERCRED pid) is watched through a pidfd on
   the supervisor's selector: a member killed (SIGKILL included) is known dead the moment
   its process exits, without trusting a pid number;
-* `group_beat {group, member, release}` every `BEAT_S` -> the member's queues: `grants`
-  (topic, queue, tag, slot, start offset, lease seconds left), `revoke` (hand these back
-  once what you delivered of them is acked) and `cancel` (drop these now: a reset);
+* `group_beat {group, member, release, rtt_ms}` every `BEAT_S` -> the member's queues:
+  `grants` (topic, queue, tag, slot, start offset, lease seconds left), `revoke` (hand
+  these back once what you delivered of them is acked) and `cancel` (drop these now: a
+  reset); `rtt_ms` is the round trip of the beat before;
 * `group_leave {group, member, release}`; `group_info {}` (the `mqstore group` views);
   `group_reset {group, offsets}` (a reset of a running group); `group_delete {group}`
   (forget a group no member runs).
@@ -25,8 +26,12 @@ deadline from the time it *sent* the beat (before the supervisor renewed), so it
 always ends first; it delivers nothing of a queue past its deadline. A queue goes to its
 next owner only once the old grant is over: released by the member (after its delivered
 messages were acked or nacked), its process dead, or its lease run out (a member stopped
-with SIGSTOP, or whose beats stopped). A new supervisor grants nothing for `session`
-seconds after it starts (`GRACE_S`), so a member of the run before has stopped by then.
+with SIGSTOP, or whose beats stopped). A lease over is never renewed (a member drops a
+queue whose lease ran out on its side and releases it). A member whose beat round trip
+(`rtt_ms`, reported by each beat) reaches half a session is *slow*: it is left out of
+the allocation until its round trips are under a quarter of a session. A new supervisor
+grants nothing for `session` seconds after it starts (`GRACE_S`), so a member of the run
+before has stopped by then.
 
 **Offsets.** The owner keeps each queue's consumed offset (lowest unacked) in its grant's
 slot (`ipc.group_slots`); the coordinator reads the slot when the grant ends and hands the
