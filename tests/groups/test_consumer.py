@@ -280,6 +280,13 @@ def test_hostile_group_requests_are_answered_and_harmless(make_store: object) ->
         # a member that joins and never beats loses its queues after its session
         ok = _send(s, {"op": "group_join", "group": "g", "topics": ["orders"], "session_ms": 300})
         assert "member" in ok, ok
+        for rtt in ("x", -5, 10**30, None, [1]):  # a bad round trip is ignored
+            got = _send(
+                s,
+                {"op": "group_beat", "group": "g", "member": ok["member"], "release": [],
+                 "rtt_ms": rtt},
+            )  # fmt: skip
+            assert "grants" in got or got.get("rejoin"), (rtt, got)
         again = _send(s, {"op": "group_join", "group": "g", "topics": ["orders"]})
         assert "error" in again
         with StoreClient.attach(store.path) as client:
