@@ -41,19 +41,24 @@ Only the public client API is used: `StoreClient.put` / `put_batch`, `wait_flush
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
 from collections import deque
+from collections.abc import AsyncIterator as AsyncIteratorType
 from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Concatenate, Final, Generic, ParamSpec, TypeVar, cast
+from typing import Any, Concatenate, Final, Generic, Literal, ParamSpec, TypeVar, cast
 
 from mqstore.conf.settings import FlushDiskType
-from mqstore.engine.record import Message
+from mqstore.engine.record import Message, RecordFields
+from mqstore.engine.retry import DEFAULT_MAX_RECONSUME_TIMES, send_back_message
 from mqstore.ipc import channel
 from mqstore.ipc import control as c
+from mqstore.ipc.accepts import check_send_back
 from mqstore.ipc.client import StoreClient
+from mqstore.ipc.consumer import ConsumedMessage, Consumer, ConsumerClosed
 from mqstore.ipc.control_views import Flags, Positions
 from mqstore.ipc.reads import ClientReads, for_client
 from mqstore.ipc.results import PutMessageStatus, PutResult, error_for
@@ -423,6 +428,7 @@ class AsyncStoreClient:
         properties: Mapping[str, str] | None = None,
         queue_id: int | None = None,
         wait_store: bool = True,
+        delay_level: int = 0,
     ) -> asyncio.Future[PutResult]:
         """`StoreClient.put` on the loop: the same arguments, checks, statuses and
         meaning. Returns a future of its `PutResult`, resolved at once unless it waits
@@ -431,13 +437,19 @@ class AsyncStoreClient:
         once) at the call."""
         client = self._on_loop(wait_store)
         if client is not None:  # StoreClient.put's C call, without its frame (0.2 µs)
-            got = client._puts.app.put_message(
-                topic, body, tags, keys, properties, queue_id, wait_store
-            )
+            if delay_level == 0 and type(delay_level) is int:
+                got = client._puts.app.put_message(
+                    topic, body, tags, keys, properties, queue_id, wait_store
+                )
+            else:
+                got = client._puts.app.put_message(
+                    topic, body, tags, keys, properties, queue_id, wait_store, False,
+                    delay_level,
+                )  # fmt: skip
             if got is None:  # the client acts first: types, staleness, another thread
                 got = client.put(
                     topic, body, tags=tags, keys=keys, properties=properties,
-                    queue_id=queue_id, wait_store=wait_store,
+                    queue_id=queue_id, wait_store=wait_store, delay_level=delay_level,
                 )  # fmt: skip
             elif got[0] is not OK and self.raise_on_status:
                 raise error_for(got)
@@ -447,7 +459,7 @@ class AsyncStoreClient:
         return self._waited(
             lambda cl: cl.put(
                 topic, body, tags=tags, keys=keys, properties=properties, queue_id=queue_id,
-                wait_store=False,
+                wait_store=False, delay_level=delay_level,
             ),
         )  # fmt: skip
 
@@ -460,6 +472,71 @@ class AsyncStoreClient:
         if client is not None:
             return self._resolved(client.put_batch(messages, wait_store=wait_store))
         return self._waited(lambda cl: cl.put_batch(messages, wait_store=False))
+
+    def consumer(
+        self,
+        group: str,
+        topics: str | Sequence[str],
+        *,
+        from_where: Literal["first", "last"] = "first",
+        max_reconsume_times: int = 16,
+        session_ms: int = 2000,
+        pull_batch: int = 32,
+        retry: bool = True,
+    ) -> _Joining:
+        """`StoreClient.consumer` for asyncio: `async with store.consumer(g, topics) as c`
+        or `c = await store.consumer(...)` (then `await c.close()`). The member has a
+        `StoreClient` of its own."""
+        store_dir, timeout_s = self.store_dir, self._timeout_s
+
+        def make() -> AsyncConsumer:
+            client = StoreClient.attach(store_dir, timeout_s=timeout_s)
+            try:
+                consumer = client.consumer(
+                    group,
+                    topics,
+                    from_where=from_where,
+                    max_reconsume_times=max_reconsume_times,
+                    session_ms=session_ms,
+                    pull_batch=pull_batch,
+                    retry=retry,
+                )
+            except BaseException:
+                client.close()
+                raise
+            pool = ThreadPoolExecutor(2, thread_name_prefix="mqstore-aio-consumer")
+            return AsyncConsumer(consumer, client, pool)
+
+        return _Joining(make)
+
+    def send_back(
+        self,
+        message: RecordFields,
+        group: str,
+        *,
+        delay_level: int = 0,
+        max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES,
+    ) -> asyncio.Future[PutResult]:
+        """`StoreClient.send_back` on the loop: a future of its `PutResult`."""
+        check_send_back(message, group, delay_level, max_reconsume_times)
+        back = send_back_message(
+            message, group, delay_level=delay_level, max_reconsume_times=max_reconsume_times
+        )
+        fut = self.put_batch([back.message])
+        out: asyncio.Future[PutResult] = self._new_future()
+
+        def one(done: asyncio.Future[list[PutResult]]) -> None:
+            if out.done():
+                return
+            if done.cancelled():
+                out.cancel()
+            elif done.exception() is not None:
+                out.set_exception(done.exception())  # type: ignore[arg-type]
+            else:
+                out.set_result(done.result()[0])
+
+        fut.add_done_callback(one)
+        return out
 
     # --- reads ----------------------------------------------------------------------------
 
@@ -486,3 +563,105 @@ class AsyncStoreClient:
         self._live()
         assert self._client is not None
         return self._client.positions()
+
+
+class AsyncConsumer:
+    """A consumer-group member for asyncio (`AsyncStoreClient.consumer`): the blocking
+    `ipc.consumer.Consumer` (its own `StoreClient`), its waits off the loop.
+
+        async with store.consumer("billing", ["orders"]) as consumer:
+            async for msg in consumer:    # the next message acks this one
+                await handle(msg.body)    # an exception leaving the loop nacks it
+
+    `poll` and `nack` (a put that may wait for the disk) run on threads of the
+    consumer's own; `ack` is a few memory writes and runs on the loop."""
+
+    def __init__(self, consumer: Consumer, client: StoreClient, pool: ThreadPoolExecutor) -> None:
+        self._consumer = consumer
+        self._client = client
+        self._pool = pool
+        self._current: ConsumedMessage | None = None
+
+    @property
+    def member_id(self) -> str | None:
+        return self._consumer.member_id
+
+    @property
+    def group(self) -> str:
+        return self._consumer.group
+
+    def assignment(self) -> list[tuple[str, int]]:
+        return self._consumer.assignment()
+
+    async def poll(self, max_count: int = 32, timeout: float = 1.0) -> list[ConsumedMessage]:
+        """`Consumer.poll`, waiting off the loop."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._consumer.poll, max_count, timeout)
+
+    def ack(self, msg: ConsumedMessage) -> bool:
+        return self._consumer.ack(msg)
+
+    async def nack(self, msg: ConsumedMessage, delay_level: int = 0) -> PutResult:
+        """`Consumer.nack` (the send-back put) off the loop."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._consumer.nack, msg, delay_level)
+
+    async def __aiter__(self) -> AsyncIteratorType[ConsumedMessage]:
+        """Messages one at a time until closed; asking for the next acks the one
+        before; an exception leaving the loop inside `async with` nacks it."""
+        buffered: deque[ConsumedMessage] = deque()
+        while True:
+            cur = self._current
+            if cur is not None and not cur.done:
+                self.ack(cur)
+            self._current = None
+            if not buffered:
+                try:
+                    buffered.extend(await self.poll(self._consumer.pull_batch, 0.5))
+                except ConsumerClosed:
+                    return
+                continue
+            self._current = buffered.popleft()
+            yield self._current
+
+    async def close(self) -> None:
+        """Leave the group (`Consumer.close`) and detach."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._pool, self._consumer.close)
+        await loop.run_in_executor(self._pool, self._client.close)
+        self._pool.shutdown(wait=False)
+
+    async def __aenter__(self) -> AsyncConsumer:
+        return self
+
+    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
+        cur = self._current
+        if cur is not None and not cur.done:
+            if exc is not None:
+                with contextlib.suppress(Exception):
+                    await self.nack(cur)
+            else:
+                self.ack(cur)
+        await self.close()
+
+
+class _Joining:
+    """What `AsyncStoreClient.consumer` returns: await it, or `async with` it."""
+
+    def __init__(self, make: Callable[[], AsyncConsumer]) -> None:
+        self._make = make
+        self._consumer: AsyncConsumer | None = None
+
+    async def _open(self) -> AsyncConsumer:
+        return await asyncio.to_thread(self._make)
+
+    def __await__(self) -> Generator[Any, None, AsyncConsumer]:
+        return self._open().__await__()
+
+    async def __aenter__(self) -> AsyncConsumer:
+        self._consumer = await self._open()
+        return self._consumer
+
+    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if self._consumer is not None:
+            await self._consumer.__aexit__(exc_type, exc, tb)

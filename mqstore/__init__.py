@@ -25,9 +25,10 @@ if TYPE_CHECKING:
     from mqstore.engine.segment import SegmentNameError, SegmentSizeError
     from mqstore.engine.storedir import StoreDirError
     from mqstore.ipc.access import StoreAccessDenied
-    from mqstore.ipc.aio import AsyncStoreClient
+    from mqstore.ipc.aio import AsyncConsumer, AsyncStoreClient
     from mqstore.ipc.channel import SupervisorUnavailable
     from mqstore.ipc.client import StoreClient
+    from mqstore.ipc.consumer import ConsumedMessage, Consumer, ConsumerClosed
     from mqstore.ipc.locks import StoreLockHeld
     from mqstore.ipc.read_results import GetMessageStatus, PullResult, PullViews
     from mqstore.ipc.reads import ClientReads
@@ -43,10 +44,14 @@ if TYPE_CHECKING:
     __version__: str
 
 _WHERE = {
+    "AsyncConsumer": "mqstore.ipc.aio",
     "AsyncStoreClient": "mqstore.ipc.aio",
     "CheckpointError": "mqstore.engine.checkpoint",
     "ClientReads": "mqstore.ipc.reads",
     "ConfigError": "mqstore.conf.load",
+    "ConsumedMessage": "mqstore.ipc.consumer",
+    "Consumer": "mqstore.ipc.consumer",
+    "ConsumerClosed": "mqstore.ipc.consumer",
     "DecodedRecord": "mqstore.engine.record",
     "FlushError": "mqstore.ipc.results",
     "GetMessageStatus": "mqstore.ipc.read_results",
@@ -71,10 +76,14 @@ _WHERE = {
 }
 
 __all__ = [
+    "AsyncConsumer",
     "AsyncStoreClient",
     "CheckpointError",
     "ClientReads",
     "ConfigError",
+    "ConsumedMessage",
+    "Consumer",
+    "ConsumerClosed",
     "DecodedRecord",
     "FlushError",
     "GetMessageStatus",

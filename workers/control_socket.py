@@ -65,6 +65,13 @@ OP_FIELDS: Final[dict[str, frozenset[str]]] = {
     "attach": frozenset({"pid"}),
     "status": frozenset(),
     "stop": frozenset(),
+    # consumer groups (`workers.group_coord` checks the fields' values)
+    "group_join": frozenset({"group", "topics", "session_ms"}),
+    "group_beat": frozenset({"group", "member", "release", "rtt_ms"}),
+    "group_leave": frozenset({"group", "member", "release", "rtt_ms"}),
+    "group_info": frozenset(),
+    "group_reset": frozenset({"group", "offsets"}),
+    "group_delete": frozenset({"group"}),
 }
 _SHOWN_CHARS: Final = 60
 
@@ -109,6 +116,7 @@ class Conn:
     row: int = -1
     reply_since: float = 0.0  # monotonic time the pending reply was queued
     closing: bool = False  # close once the pending reply is sent
+    member: object = None  # the consumer-group member this connection is (group_coord)
 
     def next_line(self) -> bytes | None:
         """The next whole request line, or None."""
@@ -296,7 +304,10 @@ class ControlServer:
                     sock.send(json.dumps({"error": why, "denied": True}).encode() + b"\n")
                 sock.close()
                 continue
-            while sum(cn.row < 0 for cn in self.conns.values()) >= MAX_UNATTACHED:
+            while (
+                sum(cn.row < 0 and cn.member is None for cn in self.conns.values())
+                >= MAX_UNATTACHED
+            ):
                 self._drop_oldest_unattached(sel, f"at most {MAX_UNATTACHED} are kept")
             self.conns[sock] = Conn(sock, accepted=time.monotonic())
             sel.register(sock, selectors.EVENT_READ)
@@ -317,7 +328,7 @@ class ControlServer:
 
     def _drop_oldest_unattached(self, sel: selectors.BaseSelector, why: str) -> bool:
         """Close the longest-held connection that holds no attach row; False if none."""
-        idle = [cn for cn in self.conns.values() if cn.row < 0]
+        idle = [cn for cn in self.conns.values() if cn.row < 0 and cn.member is None]
         if not idle:
             return False
         self.refusals.refused(

@@ -88,6 +88,7 @@ from mqstore.workers.base import (
     setup_logging,
 )
 from mqstore.workers.control_socket import Conn, ControlServer
+from mqstore.workers.group_coord import Coordinator
 from mqstore.workers.heartbeat import HeartbeatJudge
 from mqstore.workers.metrics import MetricsServer, StoreCollector
 from mqstore.workers.sampling import PutSampling
@@ -130,6 +131,7 @@ WORKERS: list[WorkerSpec] = [
     WorkerSpec("flusher", "mqstore.workers.flusher:main"),
     WorkerSpec("dispatcher", "mqstore.workers.dispatcher:main"),
     WorkerSpec("cleaner", "mqstore.workers.cleaner:main"),
+    WorkerSpec("scheduler", "mqstore.workers.scheduler:main"),
 ]
 
 
@@ -178,6 +180,12 @@ class Supervisor:
             self._handle,
             self._on_close,
             self._say,
+        )
+        self.groups = Coordinator(
+            self.store_dir,
+            self._say,
+            lambda: self.settings.default_topic_queue_nums,
+            lambda: 0o660 if jsonconfig.group_shared(self.store_dir) else 0o600,
         )
         self._lock_fd = -1
         self._ready_sent = False
@@ -505,9 +513,11 @@ class Supervisor:
     # --- clients (the socket itself: `workers.control_socket.ControlServer`) -----------
 
     def _on_close(self, conn: Conn) -> None:
-        """A connection closed: free the client row its attach holds."""
+        """A connection closed: free the client row its attach holds, end the group
+        membership it carries."""
         if conn.row >= 0 and self.cb is not None:
             self.puts.retire(self.cb, conn.row)
+        self.groups.on_close(conn)
 
     def _handle(self, req: dict[str, Any], conn: Conn) -> dict[str, Any]:
         """The reply to a valid request (`control_socket.parse_request`)."""
@@ -544,6 +554,10 @@ class Supervisor:
             }
         if op == "status":
             return self.status()
+        if op.startswith("group_"):
+            if self.stopping and op != "group_info":
+                return {"error": "the supervisor is stopping"}
+            return self.groups.handle(req, conn)
         assert op == "stop", op
         self.stopping = True
         return {"ok": True, "pid": os.getpid()}
@@ -601,6 +615,7 @@ class Supervisor:
                 raise
             sel = selectors.DefaultSelector()
             self.server.register(sel)
+            self.groups.attach_selector(sel)
             sel.register(wake_r, selectors.EVENT_READ)
             while not self.stopping:
                 for key, mask in sel.select(TICK_S):
@@ -610,9 +625,10 @@ class Supervisor:
                                 pass
                         except BlockingIOError:
                             pass
-                    else:
+                    elif not self.groups.on_ready(key):
                         self.server.on_ready(sel, key, mask)
                 self.server.drop_stalled(sel)
+                self.groups.tick()
                 if self.reload_requested:
                     self.reload_requested = False
                     self._reload()
@@ -623,6 +639,7 @@ class Supervisor:
                 self.puts.tick(self.cb)
             self._notify("STOPPING=1", "STATUS=draining")
             code = self.shutdown()
+            self.groups.close()
             self.server.drop_all(sel)
             sel.close()
             final = code if self.exit_code == ExitCode.OK else int(self.exit_code)

@@ -59,8 +59,8 @@ def test_group_list_reset_dry_run_earliest_latest_time_and_delete(store: Store) 
     offsets.commit_many("g", [("gt", 0, 2), ("gt", 1, 1)])
     offsets.commit("other", "gt", 0, 3)
     assert _rows(_cli("group", d, "list", "--json")) == [
-        {"group": "g", "topics": "gt", "queues": 2, "lag": 3},
-        {"group": "other", "topics": "gt", "queues": 1, "lag": 0},
+        {"group": "g", "topics": "gt", "queues": 2, "lag": 3, "members": 0},
+        {"group": "other", "topics": "gt", "queues": 1, "lag": 0, "members": 0},
     ]
 
     dry = _cli("group", d, "reset", "--group", "g", "--topic", "gt", "--to", "earliest",

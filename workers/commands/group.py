@@ -1,6 +1,7 @@
 """`mqstore group DIR list|reset|delete`: consumer groups and their committed offsets.
 
     mqstore group DIR list [--json]
+    mqstore group DIR describe --group G [--json]
     mqstore group DIR reset --group G --topic T --to earliest|latest|TIME [--dry-run] [--json]
     mqstore group DIR delete --group G [--topic T]
 
@@ -14,9 +15,18 @@ or epoch ms), as Kafka's `--reset-offsets` and mqadmin's `resetOffsetByTime` do;
 `--dry-run` it prints the new offsets and writes nothing. `delete` forgets the group's
 offsets (of T only, with `--topic`), as mqadmin's `deleteSubGroup`.
 
-`reset` and `delete` are refused while a consumer of the group is attached (`ipc.groups`:
-`mqstore tail --group G`, or a program holding `GroupMember`), because its next commit
-would undo them; stop the consumer first. Exit 0, 1 when refused, 2 on bad arguments.
+`list` also shows how many members each running group has; `describe` shows one group's
+members (id, pid, topics, seconds since their last beat) and, per queue, its owner, the
+committed offset (the owner's lowest unacked one, live) and the lag; both ask the running
+supervisor (`workers.group_coord`) and fall back to the offsets file alone.
+
+`reset` works while the group's members (`StoreClient.consumer`) run: the supervisor
+cancels their grants of the topic's queues (each member drops them at its next beat,
+within 100 ms, and acks of what it delivered before no longer count) and the queues are
+granted again from the new offsets. `reset` and `delete` are refused while a consumer that
+keeps its offsets itself is attached (`ipc.groups`: `mqstore tail --group G`, or a
+program holding `GroupMember`), because its next commit would undo them; `delete` also
+while members of the group run. Exit 0, 1 when refused, 2 on bad arguments.
 """
 
 from __future__ import annotations
@@ -30,13 +40,14 @@ from typing import Any
 from mqstore.engine import fileio, topics
 from mqstore.engine.names import check_group
 from mqstore.engine.offsets import NO_OFFSET, ConsumerOffsets
+from mqstore.ipc import channel
 from mqstore.ipc.groups import GroupInUse, no_members
 from mqstore.workers.commands._common import action_first, add_action_arguments, parse_time_ms
 from mqstore.workers.commands._reads import Reads, open_reads
 
 NAME = "group"
-HELP = "list consumer groups, reset or delete a group's offsets"
-ACTIONS = ("list", "reset", "delete")
+HELP = "list or describe consumer groups, reset or delete a group's offsets"
+ACTIONS = ("list", "describe", "reset", "delete")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -68,22 +79,93 @@ def _print_rows(rows: list[dict[str, Any]], as_json: bool) -> None:
         print("  ".join(x.ljust(w) for x, w in zip(line, widths, strict=True)).rstrip())
 
 
-def _list(table: dict[str, dict[tuple[str, int], int]], reads: Reads, as_json: bool) -> int:
+def _running(store_dir: Path) -> dict[str, Any] | None:
+    """The supervisor's view of the running groups (`group_info`), None when no
+    supervisor runs."""
+    try:
+        got = channel.request(store_dir, {"op": "group_info"})
+    except (channel.SupervisorUnavailable, OSError, ValueError):
+        return None
+    groups = got.get("groups")
+    return groups if isinstance(groups, dict) else None
+
+
+def _live_offsets(info: dict[str, Any]) -> dict[tuple[str, int], int]:
+    return {
+        (q["topic"], q["queue_id"]): q["offset"]
+        for q in info.get("queues", [])
+        if isinstance(q.get("offset"), int)
+    }
+
+
+def _list(
+    table: dict[str, dict[tuple[str, int], int]],
+    reads: Reads,
+    as_json: bool,
+    running: dict[str, Any] | None,
+) -> int:
     rows = []
-    for group in sorted(table):
-        entries = table[group]
+    running = running or {}
+    for group in sorted(set(table) | set(running)):
+        entries = {**table.get(group, {}), **_live_offsets(running.get(group, {}))}
         lag = sum(max(reads.max_offset(t, q) - off, 0) for (t, q), off in entries.items())
+        members = [m for m in running.get(group, {}).get("members", []) if not m["gone"]]
         rows.append(
             {
                 "group": group,
                 "topics": ",".join(sorted({t for t, _q in entries})),
                 "queues": len(entries),
                 "lag": lag,
+                "members": len(members),
             }
         )
     if not rows and not as_json:
         print("no consumer groups (config/consumerOffset.json is missing or empty)")
     _print_rows(rows, as_json)
+    return 0
+
+
+def _describe(
+    args: argparse.Namespace,
+    table: dict[str, dict[tuple[str, int], int]],
+    reads: Reads,
+    running: dict[str, Any] | None,
+) -> int:
+    info = (running or {}).get(args.group, {})
+    committed = {**table.get(args.group, {}), **_live_offsets(info)}
+    owner = {(q["topic"], q["queue_id"]): q["owner"] for q in info.get("queues", []) if q["owner"]}
+    members = info.get("members", [])
+    if not committed and not members:
+        return _fail(f"no group {args.group!r} (no member runs, no committed offset)", 1)
+    if args.json:
+        for m in members:
+            print(json.dumps({"member": m["id"], **{k: v for k, v in m.items() if k != "id"}}))
+    else:
+        if running is None:
+            print("members: unknown (no supervisor runs)")
+        else:
+            print(f"members: {len(members)}")
+        for m in members:
+            state = " (gone: queues still leased)" if m["gone"] else ""
+            print(
+                f"  {m['id']}  pid {m['pid']}  topics {','.join(m['topics'])}  "
+                f"last beat {m['last_beat_s']:.1f} s ago{state}"
+            )
+    rows = []
+    for t, q in sorted(set(committed) | set(owner)):
+        off = committed.get((t, q))
+        end = reads.max_offset(t, q)
+        rows.append(
+            {
+                "topic": t,
+                "queue_id": q,
+                "owner": owner.get((t, q)),
+                "committed": off,
+                "max_offset": end,
+                "lag": None if off is None else max(end - off, 0),
+            }
+        )
+    _print_rows(rows, args.json)
     return 0
 
 
@@ -115,17 +197,40 @@ def _reset(args: argparse.Namespace, offsets: ConsumerOffsets, reads: Reads) -> 
                 "new": new[q],
             }
         )
+    told = ""
     if not args.dry_run:
+        entries = [(args.topic, q, o) for q, o in new.items()]
         with no_members(args.store_dir, args.group):
-            offsets.commit_many(args.group, [(args.topic, q, o) for q, o in new.items()])
+            try:
+                req = {
+                    "op": "group_reset",
+                    "group": args.group,
+                    "offsets": [list(e) for e in entries],
+                }
+                got = channel.request(args.store_dir, req)
+            except (channel.SupervisorUnavailable, OSError, ValueError):
+                got = {}
+            if "error" in got:
+                return _fail(f"refused by the supervisor: {got['error']}", 1)
+            offsets.commit_many(args.group, entries)
+            if got.get("running"):
+                told = f"; {len(got.get('members', []))} running member(s) told"
     _print_rows(rows, args.json)
-    what = "dry run, nothing written" if args.dry_run else "written"
+    what = "dry run, nothing written" if args.dry_run else "written" + told
     print(f"reset {args.group} on {args.topic} to {args.to}: {what}", file=sys.stderr)
     return 0
 
 
 def _delete(args: argparse.Namespace, offsets: ConsumerOffsets) -> int:
     with no_members(args.store_dir, args.group):
+        try:
+            got = channel.request(args.store_dir, {"op": "group_delete", "group": args.group})
+        except (channel.SupervisorUnavailable, OSError, ValueError):
+            got = {}
+        if got.get("busy"):
+            raise GroupInUse(args.group)
+        if "error" in got:
+            return _fail(f"refused by the supervisor: {got['error']}", 1)
         gone = offsets.delete(args.group, args.topic)
     scope = f" of topic {args.topic}" if args.topic else ""
     print(f"deleted {gone} committed offset(s) of group {args.group}{scope}")
@@ -159,7 +264,9 @@ def run(args: argparse.Namespace) -> int:
             return 2
         with reads:
             if args.action == "list":
-                return _list(table, reads, args.json)
+                return _list(table, reads, args.json, _running(args.store_dir))
+            if args.action == "describe":
+                return _describe(args, table, reads, _running(args.store_dir))
             return _reset(args, offsets, reads)
     except GroupInUse as e:
         return _fail(f"refused: {e}", 1)

@@ -1,0 +1,700 @@
+"""`Consumer`: a member of a consumer group, consuming the queues the group gives it.
+
+    with client.consumer("billing", ["orders"]) as consumer:
+        for msg in consumer:          # the next message acks this one
+            handle(msg.body)          # an exception leaving the loop nacks it
+        # or: for m in consumer.poll(32, timeout=1.0): ...; consumer.ack(m) / nack(m)
+
+Membership (`workers.group_coord` in the supervisor says how queues are allocated and
+leased): a thread of the consumer's own keeps one connection to the supervisor, joins,
+and beats every `beat_ms`. Each beat renews the leases of the queues granted to this
+member; the lease deadline is counted from the moment the beat was *sent*, so it ends
+here before it can end in the supervisor. Nothing of a queue is delivered past its
+deadline, nor after the supervisor revoked or cancelled it.
+
+Offsets (RocketMQ's ProcessQueue): per queue, the offset to commit is the lowest one not
+yet acked (a slow message holds back its own queue only). It is stored at each ack into
+the grant's slot (`ipc.group_slots`), a shared mapping that outlives this process, and
+from there the supervisor hands it to the queue's next owner and persists it. So what was
+acked is never redelivered by the group, and what was delivered but not acked when a
+member died or lost its lease is delivered again by the next owner: at least once.
+
+A revoked queue (a rebalance) is fetched no more; what was fetched but not delivered is
+dropped (the next owner starts at the committed offset); it is released once every
+message delivered from it is acked or nacked, or its lease runs out.
+
+The group's retry topic `%RETRY%<group>` is consumed too (one queue). `nack` sends a
+message back (`StoreClient.send_back`, RocketMQ's consumerSendMsgBack: to the retry
+topic with the next delay level, to `%DLQ%<group>` after `max_reconsume_times`). A
+message from the retry topic reads as its original topic (`msg.topic`, RocketMQ's
+`RETRY_TOPIC` property); `msg.record` is the record as stored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from mqstore.engine.names import check_group, check_topic
+from mqstore.engine.record import DecodedRecord
+from mqstore.ipc import channel, group_slots
+from mqstore.ipc.read_results import GetMessageStatus
+from mqstore.ipc.reads import POLL_MAX_STEP_S, POLL_STEP_S, ClientReads, for_client
+from mqstore.ipc.results import PutMessageStatus, PutResult
+
+if TYPE_CHECKING:
+    from mqstore.ipc.client import StoreClient
+
+RETRY_PREFIX: Final = "%RETRY%"
+DLQ_PREFIX: Final = "%DLQ%"
+DEFAULT_MAX_RECONSUME_TIMES: Final = 16
+PULL_BATCH: Final = 32
+MAX_INFLIGHT_PER_QUEUE: Final = 1000  # RocketMQ's pullThresholdForQueue
+LOCAL_RETRY_S: Final = 1.0  # a nack whose send-back failed is delivered again after this
+_RECONNECT_S: Final = 0.1
+FromWhere = Literal["first", "last"]
+
+
+class ConsumerClosed(Exception):
+    """The consumer was closed."""
+
+
+@dataclass(eq=False)
+class _Queue:
+    """One queue granted to this member (RocketMQ's ProcessQueue)."""
+
+    topic: str
+    queue_id: int
+    tag: int
+    slot: int
+    start: int  # -1: the group never committed one here; resolved by `from_where`
+    deadline: float  # local lease end (monotonic)
+    state: Literal["active", "revoking", "dropped"] = "active"
+    next_fetch: int = -1
+    buffer: deque[DecodedRecord] = field(default_factory=deque)  # fetched, not delivered
+    inflight: deque[int] = field(default_factory=deque)  # delivered offsets, ascending
+    acked: set[int] = field(default_factory=set)  # acked, still behind an unacked one
+
+    def commit_point(self) -> int:
+        """The lowest offset not yet acked (RocketMQ's ProcessQueue minimum)."""
+        if self.inflight:
+            return self.inflight[0]
+        if self.buffer:
+            return self.buffer[0].queue_offset
+        return self.next_fetch
+
+
+class ConsumedMessage:
+    """A message delivered to this member: ack or nack it (`Consumer.ack` / `nack`).
+
+    `topic` is the topic it was sent to (for a retried message: its `RETRY_TOPIC`
+    property); `queue_id` and `queue_offset` say where it was consumed (of
+    `record.topic`, which is `%RETRY%<group>` for a retry)."""
+
+    __slots__ = ("_q", "_tag", "done", "record", "topic")
+
+    def __init__(self, record: DecodedRecord, q: _Queue) -> None:
+        self.record = record
+        self.topic: str = record.properties.get("RETRY_TOPIC", record.topic)
+        self._q = q
+        self._tag = q.tag
+        self.done = False  # acked or nacked
+
+    @property
+    def body(self) -> bytes:
+        return self.record.body
+
+    @property
+    def queue_id(self) -> int:
+        return self.record.queue_id
+
+    @property
+    def queue_offset(self) -> int:
+        return self.record.queue_offset
+
+    @property
+    def tags(self) -> str | None:
+        return self.record.tags
+
+    @property
+    def keys(self) -> str | None:
+        return self.record.keys
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return self.record.properties
+
+    @property
+    def msg_id(self) -> str:
+        return self.record.msg_id
+
+    @property
+    def reconsume_times(self) -> int:
+        return self.record.reconsume_times
+
+    def __repr__(self) -> str:
+        return (
+            f"ConsumedMessage(topic={self.topic!r}, queue_id={self.queue_id}, "
+            f"queue_offset={self.queue_offset}, reconsume_times={self.reconsume_times})"
+        )
+
+
+class Consumer:
+    """A member of consumer group `group` on `topics`. Make with `StoreClient.consumer`.
+
+    Thread-safe: `poll`, `ack` and `nack` may be called from any thread."""
+
+    def __init__(
+        self,
+        client: StoreClient,
+        group: str,
+        topics: str | Sequence[str],
+        *,
+        from_where: FromWhere = "first",
+        max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES,
+        session_ms: int = 2000,
+        pull_batch: int = PULL_BATCH,
+        retry: bool = True,
+    ) -> None:
+        check_group(group)
+        tps = [topics] if isinstance(topics, str) else list(topics)
+        if not tps:
+            raise ValueError("a consumer needs at least one topic")
+        for t in tps:
+            check_topic(t)
+            if not isinstance(t, str):
+                raise TypeError("topics must be str")
+        if from_where not in ("first", "last"):
+            raise ValueError(f"from_where must be 'first' or 'last', not {from_where!r}")
+        if type(max_reconsume_times) is not int or not 0 <= max_reconsume_times <= 10_000:
+            raise ValueError("max_reconsume_times must be an int in 0..10000")
+        if type(session_ms) is not int or not 300 <= session_ms <= 60_000:
+            raise ValueError("session_ms must be an int in 300..60000")
+        if type(pull_batch) is not int or not 1 <= pull_batch <= 1024:
+            raise ValueError("pull_batch must be an int in 1..1024")
+        retry_topic = RETRY_PREFIX + group
+        if retry and retry_topic not in tps:
+            tps.append(retry_topic)
+        self.group = group
+        self.topics: tuple[str, ...] = tuple(dict.fromkeys(tps))
+        self.from_where = from_where
+        self.max_reconsume_times = max_reconsume_times
+        self.session_ms = session_ms
+        self.pull_batch = pull_batch
+        self._client = client
+        self._reads: ClientReads = for_client(client)
+        self._lock = threading.Lock()
+        self._changed = threading.Event()  # grants changed: a waiting poll looks again
+        self._beat_now = threading.Event()  # a release is pending, or closing
+        self._queues: dict[int, _Queue] = {}  # by tag
+        self._release: list[int] = []
+        # tags this member dropped on its own (its lease ran out here): a grant of one
+        # still listed in a reply sent before the supervisor had our release is not ours
+        self._lapsed: set[int] = set()
+        self._rtt_ms = 0  # the last beat's round trip, told to the supervisor
+        self._redo: deque[tuple[float, ConsumedMessage]] = deque()
+        self._rr = 0
+        self._slots: group_slots.Slots | None = None
+        self._closed = False
+        self._joined = threading.Event()
+        self._join_error: BaseException | None = None
+        self.member_id: str | None = None
+        self.beat_s = 0.1
+        self.rebalances = 0  # grant changes seen
+        self._current: ConsumedMessage | None = None  # the iterator's message
+        self._thread = threading.Thread(
+            target=self._membership, name=f"mqstore-consumer-{group}", daemon=True
+        )
+        self._thread.start()
+        if not self._joined.wait(30.0) or self._join_error is not None:
+            self.close()
+            if self._join_error is not None:
+                raise self._join_error
+            raise channel.SupervisorUnavailable("the consumer could not join its group")
+
+    # --- membership (its own thread) ----------------------------------------------------
+
+    def _membership(self) -> None:
+        first = True
+        while not self._closed:
+            try:
+                sock = channel.connect(self._client.store_dir)
+            except channel.SupervisorRefused as e:
+                self._fail_join(e)
+                return
+            except channel.SupervisorUnavailable as e:
+                if first:
+                    self._fail_join(e)
+                    return
+                self._drop_all()
+                self._beat_now.wait(_RECONNECT_S)
+                continue
+            try:
+                self._session(sock, first)
+                first = False
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                if first and not self._joined.is_set():
+                    self._fail_join(e)
+                    sock.close()
+                    return
+                first = False
+            finally:
+                sock.close()
+            self._drop_all()  # a new connection is a new member: what we held is gone
+            if not self._closed:
+                self._beat_now.wait(_RECONNECT_S)
+
+    def _fail_join(self, e: BaseException) -> None:
+        self._join_error = e
+        self._joined.set()
+
+    def _session(self, sock: socket.socket, first: bool) -> None:
+        """Join on `sock` and beat until closed or the connection breaks."""
+        sock.settimeout(max(self.session_ms / 1000, 1.0))
+        buf = bytearray()
+        t_send, reply = self._exchange(
+            sock,
+            buf,
+            {
+                "op": "group_join",
+                "group": self.group,
+                "topics": list(self.topics),
+                "session_ms": self.session_ms,
+            },
+        )
+        if "error" in reply:
+            if first:
+                raise ValueError(f"joining group {self.group!r}: {reply['error']}")
+            raise OSError(reply["error"])
+        self.member_id = str(reply["member"])
+        self.beat_s = int(reply.get("beat_ms", 100)) / 1000
+        if self._slots is None:
+            self._slots = group_slots.Slots.open(self._client.store_dir, self.group)
+        self._apply(reply, t_send)
+        self._joined.set()
+        leaving = False
+        while True:
+            self._beat_now.wait(self.beat_s)
+            self._beat_now.clear()
+            leaving = self._closed
+            with self._lock:
+                now = time.monotonic()
+                for q in [q for q in self._queues.values() if q.deadline <= now]:
+                    self._lapse(q)
+                release, self._release = self._release, []
+                if leaving:
+                    for q in self._queues.values():
+                        self._write_slot(q)
+                        release.append(q.tag)
+                    self._queues.clear()
+            op = "group_leave" if leaving else "group_beat"
+            t_send, reply = self._exchange(
+                sock,
+                buf,
+                {
+                    "op": op,
+                    "group": self.group,
+                    "member": self.member_id,
+                    "release": release,
+                    "rtt_ms": self._rtt_ms,
+                },
+            )
+            if leaving:
+                return
+            if "error" in reply:
+                raise OSError(reply["error"])
+            self._apply(reply, t_send)
+            with self._lock:  # the supervisor has ended these: no reply lists them again
+                self._lapsed.difference_update(release)
+
+    def _exchange(
+        self, sock: socket.socket, buf: bytearray, req: dict[str, Any]
+    ) -> tuple[float, dict[str, Any]]:
+        """Send `req`, wait for its reply: (the time it was sent, the reply). The one seam
+        where the tests make a beat late."""
+        t_send = time.monotonic()
+        channel.send_json(sock, req)
+        reply = channel.recv_json(sock, buf)
+        self._rtt_ms = min(int((time.monotonic() - t_send) * 1000), 10_000_000)
+        return t_send, reply
+
+    def _apply(self, reply: dict[str, Any], t_send: float) -> None:
+        with self._lock:
+            seen: set[int] = set()
+            changed = False
+            now = time.monotonic()
+            for t, qid, tag, slot, start, left in reply.get("grants", []):
+                seen.add(tag)
+                if tag in self._lapsed:  # dropped here already; released at the next beat
+                    continue
+                q = self._queues.get(tag)
+                if t_send + left <= now:  # the reply came after the lease it renews ended
+                    if q is None:
+                        self._lapsed.add(tag)
+                        self._release.append(tag)
+                        self._beat_now.set()
+                    else:
+                        self._lapse(q)
+                    changed = True
+                elif q is None:
+                    q = _Queue(t, qid, tag, slot, start, t_send + left)
+                    q.next_fetch = start
+                    self._queues[tag] = q
+                    changed = True
+                else:
+                    q.deadline = t_send + left
+            for tag in reply.get("revoke", []):
+                seen.add(tag)
+                q = self._queues.get(tag)
+                if q is not None and q.state == "active":
+                    self._revoke(q)
+                    changed = True
+            for tag in reply.get("cancel", []):
+                q = self._queues.pop(tag, None)
+                if q is not None:
+                    q.state = "dropped"  # a reset: its offsets are not ours to write
+                    changed = True
+                self._release.append(tag)
+            for tag in [tag for tag in self._queues if tag not in seen]:
+                self._queues.pop(tag).state = "dropped"
+                changed = True
+            if changed:
+                self.rebalances += 1
+        if changed:
+            self._changed.set()
+
+    def _revoke(self, q: _Queue) -> None:
+        """Fetch no more of `q`; hand it back once what it delivered is settled."""
+        if q.buffer:  # fetched, never delivered: the next owner fetches them again
+            q.next_fetch = q.buffer[0].queue_offset
+        q.buffer.clear()
+        q.state = "revoking"
+        self._write_slot(q)
+        if not q.inflight:
+            self._queues.pop(q.tag, None)
+            q.state = "dropped"
+            self._release.append(q.tag)
+            self._beat_now.set()
+
+    def _lapse(self, q: _Queue) -> None:
+        """`q`'s lease ran out here (lock held): drop it for good and hand it back. Its
+        slot keeps the commit point written while the lease held; what was delivered
+        after it is delivered again (by whoever the supervisor grants the queue next,
+        from that slot), and an ack of it returns False. A later reply that still lists
+        this grant does not revive it: an ack refused here is never followed by a
+        commit that passes it."""
+        if self._queues.get(q.tag) is q:
+            del self._queues[q.tag]
+            self._release.append(q.tag)
+            self._lapsed.add(q.tag)
+            self._beat_now.set()
+            self._changed.set()
+        q.state = "dropped"
+        q.buffer.clear()
+
+    def _drop_all(self) -> None:
+        with self._lock:
+            for q in self._queues.values():
+                q.state = "dropped"
+            self._queues.clear()
+            self._release.clear()
+            self._lapsed.clear()
+        self._changed.set()
+
+    def _write_slot(self, q: _Queue) -> None:
+        """Store `q`'s commit point in its slot, while its lease holds (lock held)."""
+        point = q.commit_point()
+        if point >= 0 and self._slots is not None and time.monotonic() < q.deadline:
+            self._slots.write(q.slot, q.tag, point)
+
+    # --- consuming ----------------------------------------------------------------------
+
+    def _resolve(self, q: _Queue) -> None:
+        """The start of a queue the group has no offset in (RocketMQ's ConsumeFromWhere;
+        a retry queue always from its first message)."""
+        if q.next_fetch >= 0:
+            return
+        first = self.from_where == "first" or q.topic.startswith(RETRY_PREFIX)
+        got = (
+            self._reads.min_offset(q.topic, q.queue_id)
+            if first
+            else self._reads.max_offset(q.topic, q.queue_id)
+        )
+        with self._lock:
+            if q.next_fetch < 0:
+                q.next_fetch = got
+                self._write_slot(q)
+
+    def _fill(self) -> bool:
+        """Fetch for each active queue with nothing buffered. True when anything came."""
+        with self._lock:
+            now = time.monotonic()
+            todo = [
+                q
+                for q in self._queues.values()
+                if q.state == "active"
+                and not q.buffer
+                and len(q.inflight) < MAX_INFLIGHT_PER_QUEUE
+                and q.deadline > now
+            ]
+        got_any = False
+        for q in todo:
+            self._resolve(q)
+            offset = q.next_fetch
+            res = self._reads.pull(q.topic, q.queue_id, offset, self.pull_batch)
+            with self._lock:
+                if q.state != "active" or q.next_fetch != offset:
+                    continue
+                if res.messages:
+                    q.buffer.extend(res.messages)
+                    q.next_fetch = res.next_offset
+                    got_any = True
+                elif (
+                    res.status
+                    in (
+                        GetMessageStatus.OFFSET_TOO_SMALL,
+                        GetMessageStatus.OFFSET_OVERFLOW_BADLY,
+                        GetMessageStatus.NO_MATCHED_MESSAGE,
+                        GetMessageStatus.OFFSET_FOUND_NULL,
+                    )
+                    and res.next_offset != offset
+                ):
+                    q.next_fetch = res.next_offset  # RocketMQ's corrected offset
+                    self._write_slot(q)
+                    got_any = True
+        return got_any
+
+    def _take(self, max_count: int) -> list[ConsumedMessage]:
+        out: list[ConsumedMessage] = []
+        with self._lock:
+            now = time.monotonic()
+            while self._redo and self._redo[0][0] <= now and len(out) < max_count:
+                _due, m = self._redo.popleft()
+                q = m._q
+                if q.state != "dropped" and q.tag == m._tag and q.deadline > now:
+                    out.append(m)
+            qs = [q for q in self._queues.values() if q.state == "active" and q.buffer]
+            if len(qs) > 1:  # round robin: start at the next queue each time
+                self._rr = (self._rr + 1) % len(qs)
+                qs = qs[self._rr :] + qs[: self._rr]
+            for q in qs:  # a run of each queue's buffer in turn
+                left = max_count - len(out)
+                if left <= 0:
+                    break
+                if q.deadline <= now:  # lease over: deliver no more, hand it back
+                    self._lapse(q)
+                    continue
+                buf = q.buffer
+                recs = [buf.popleft() for _ in range(min(left, len(buf)))]
+                q.inflight.extend([r.queue_offset for r in recs])
+                out.extend([ConsumedMessage(r, q) for r in recs])
+        return out
+
+    def poll(self, max_count: int = 32, timeout: float = 1.0) -> list[ConsumedMessage]:
+        """Up to `max_count` messages of the queues this member owns, waiting up to
+        `timeout` seconds for one. Ack or nack each."""
+        if self._closed:
+            raise ConsumerClosed("the consumer is closed")
+        if max_count < 1:
+            raise ValueError("max_count must be at least 1")
+        deadline = time.monotonic() + timeout
+        while True:
+            out = self._take(max_count)
+            if out:
+                return out
+            seen = self._reads.dispatched()
+            self._changed.clear()
+            if self._fill():
+                continue
+            step = POLL_STEP_S
+            while self._reads.dispatched() == seen and not self._changed.is_set():
+                now = time.monotonic()
+                left = deadline - now
+                if left <= 0 or self._closed or (self._redo and self._redo[0][0] <= now):
+                    return self._take(max_count)
+                time.sleep(min(step, left))
+                step = min(step * 2, POLL_MAX_STEP_S)
+
+    def ack(self, msg: ConsumedMessage) -> bool:
+        """Done with `msg`: its queue's committed offset may pass it (stored in the
+        group's slot before this returns). False when the queue is no longer this
+        member's (the next owner delivers it again)."""
+        with self._lock:
+            q = self._settle(msg, time.monotonic())
+            if q is None:
+                return False
+            self._commit(q)
+            return True
+
+    def ack_many(self, msgs: Sequence[ConsumedMessage]) -> int:
+        """`ack` each of `msgs`, under one lock and with one slot store per queue: how
+        many were accepted (the others' queues are no longer this member's)."""
+        done = 0
+        with self._lock:
+            now = time.monotonic()
+            touched: dict[int, _Queue] = {}
+            for msg in msgs:
+                q = self._settle(msg, now)
+                if q is not None:
+                    touched[q.tag] = q
+                    done += 1
+            for q in touched.values():
+                if q.deadline > now:
+                    self._commit(q)
+        return done
+
+    def _settle(self, msg: ConsumedMessage, now: float) -> _Queue | None:
+        """Take `msg` out of its queue's unacked ones (lock held): its queue, or None
+        when the ack does not count."""
+        if msg.done:
+            return None
+        msg.done = True
+        q = msg._q
+        if q.state == "dropped" or q.tag != msg._tag:
+            return None
+        if now >= q.deadline:  # the lease ran out: not ours to commit
+            self._lapse(q)
+            return None
+        off = msg.record.queue_offset
+        inflight = q.inflight
+        if inflight and inflight[0] == off:
+            inflight.popleft()
+            acked = q.acked
+            if acked:
+                while inflight and inflight[0] in acked:
+                    acked.remove(inflight.popleft())
+        else:
+            q.acked.add(off)
+        return q
+
+    def _commit(self, q: _Queue) -> None:
+        """Store `q`'s commit point; hand a revoked queue back once settled (lock held;
+        the caller checked the lease an instant ago)."""
+        if q.inflight:
+            point = q.inflight[0]
+        elif q.buffer:
+            point = q.buffer[0].queue_offset
+        else:
+            point = q.next_fetch
+        slots = self._slots
+        if 0 <= point <= group_slots.OFFSET_MASK and slots is not None:
+            slots.words[q.slot] = (q.tag & group_slots.TAG_MASK) << group_slots.OFFSET_BITS | point
+        if q.state == "revoking" and not q.inflight:
+            self._queues.pop(q.tag, None)
+            q.state = "dropped"
+            self._release.append(q.tag)
+            self._beat_now.set()
+
+    def nack(self, msg: ConsumedMessage, delay_level: int = 0) -> PutResult:
+        """Processing `msg` failed: send it back (`StoreClient.send_back`: to
+        `%RETRY%<group>` with the next delay level, or `%DLQ%<group>` after
+        `max_reconsume_times`), then ack it here. When the send-back fails, the message
+        is delivered again by this member after `LOCAL_RETRY_S` (RocketMQ's client does
+        the same) and the failed result is returned."""
+        send_back: Callable[..., PutResult] | None = getattr(self._client, "send_back", None)
+        if send_back is None:
+            raise NotImplementedError("this mqstore has no StoreClient.send_back")
+        res = send_back(
+            msg.record,
+            self.group,
+            delay_level=delay_level,
+            max_reconsume_times=self.max_reconsume_times,
+        )
+        if res.status is PutMessageStatus.PUT_OK:
+            self.ack(msg)
+        else:
+            with self._lock:
+                if not msg.done:
+                    self._redo.append((time.monotonic() + LOCAL_RETRY_S, msg))
+        return res
+
+    # --- the iterator form --------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[ConsumedMessage]:
+        """Messages one at a time, until the consumer is closed: asking for the next
+        acks the one before; an exception that leaves the loop inside `with consumer`
+        nacks it (`__exit__`)."""
+        buffered: deque[ConsumedMessage] = deque()
+        while not self._closed:
+            cur = self._current
+            if cur is not None and not cur.done:
+                self.ack(cur)
+            self._current = None
+            if not buffered:
+                try:
+                    buffered.extend(self.poll(self.pull_batch, 0.5))
+                except ConsumerClosed:
+                    return
+                continue
+            self._current = buffered.popleft()
+            yield self._current
+
+    def run(
+        self,
+        handler: Callable[[ConsumedMessage], object],
+        *,
+        until: Callable[[], bool] | None = None,
+    ) -> None:
+        """Call `handler` for each message until the consumer is closed or `until()`
+        is true: it returning acks the message, it raising nacks it."""
+        while not self._closed and (until is None or not until()):
+            for m in self.poll(self.pull_batch, 0.2):
+                try:
+                    handler(m)
+                except Exception:
+                    self.nack(m)
+                else:
+                    self.ack(m)
+
+    # --- views and closing --------------------------------------------------------------
+
+    def assignment(self) -> list[tuple[str, int]]:
+        """The queues this member consumes now (topic, queue id), sorted."""
+        with self._lock:
+            now = time.monotonic()
+            return sorted(
+                (q.topic, q.queue_id)
+                for q in self._queues.values()
+                if q.state == "active" and q.deadline > now
+            )
+
+    def close(self) -> None:
+        """Leave the group: every queue is handed back at its committed offset (what was
+        delivered and not acked is delivered again by the next owner)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._beat_now.set()
+        self._changed.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(10.0)
+        with self._lock:
+            self._queues.clear()
+        if self._slots is not None:
+            self._slots.close()
+            self._slots = None
+        self._reads.close()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        cur = self._current
+        if cur is not None and not cur.done:
+            with contextlib.suppress(Exception):
+                if exc is not None:
+                    self.nack(cur)
+                else:
+                    self.ack(cur)
+        self.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            with contextlib.suppress(Exception):
+                self.close()
