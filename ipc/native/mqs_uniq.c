@@ -94,7 +94,7 @@ static void next_id(UniqIds *s, uint8_t out[MQS_UNIQ_BYTES])
     if (now >= s->next_month)
         set_start(s, now);
     int64_t diff = now - s->month_start;
-    if (diff < 0 && diff > -1000000)
+    if (diff < 0) /* the clock went back over the month's start */
         diff = 0;
     if (diff < s->diff)
         diff = s->diff;
@@ -222,11 +222,7 @@ static PyObject *uniqids_set_clock(UniqIds *self, PyObject *arg)
         PyErr_SetString(PyExc_ValueError, "clock_ms must be >= 0");
         return NULL;
     }
-    int64_t before = now_ms(self);
     self->fixed_ms = ms;
-    int64_t now = now_ms(self);
-    if (now < before && (now < self->month_start || now >= self->next_month))
-        set_start(self, now); /* a test's clock set back to another month */
     Py_RETURN_NONE;
 }
 
