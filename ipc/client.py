@@ -32,8 +32,8 @@ from typing import Any, Concatenate, Final, Generic, ParamSpec, TypeVar, cast
 from mqstore.conf.settings import StoreSettings
 from mqstore.engine.reader import Geometry
 from mqstore.engine.record import Message
-from mqstore.ipc.producer import PutPath
 from mqstore.ipc import retry
+from mqstore.ipc.producer import PutPath
 from mqstore.ipc.reads import ClientReads, for_client
 from mqstore.ipc.results import PutMessageStatus, PutResult, error_for, raise_if_failed
 from mqstore.ipc.session import Session, check_attach_types

@@ -43,7 +43,9 @@ def with_key(properties: Mapping[str, str] | None, new_key: Callable[[], str]) -
     return props
 
 
-def keyed_batch(messages: Iterable[Mapping[str, Any] | Message], new_key: Callable[[], str]) -> list[Any]:
+def keyed_batch(
+    messages: Iterable[Mapping[str, Any] | Message], new_key: Callable[[], str]
+) -> list[Any]:
     """A batch whose every message has its UNIQ_KEY (a dict's `properties`, a Message's)."""
     out: list[Any] = []
     for m in messages:

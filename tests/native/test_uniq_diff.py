@@ -11,7 +11,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from mqstore.ipc import control as c
 from mqstore.ipc.results import PutMessageStatus, PutResult
 from tests.native.conftest import SEG
 from tests.native.put_reference import put_reference
-from tests.native.test_put_message import (  # noqa: F401  (the fixture)
+from tests.native.test_put_message import (
     MAX_BODY,
     SETTINGS,
     STORE_HOST,
@@ -33,7 +33,6 @@ from tests.native.test_put_message import (  # noqa: F401  (the fixture)
     check_stored,
     keys_,
     props_,
-    put,
     tags_,
 )
 from tests.native.uniq_reference import IdsRef, month_bounds, parse
@@ -42,6 +41,23 @@ OK = PutMessageStatus.PUT_OK
 GOLDEN = Path(__file__).parents[1] / "data" / "golden" / "uniq-key.json"
 IP = bytes([10, 1, 2, 3])
 NOW = 1_795_743_942_122  # 2026-11-27T01:45:42.122Z
+
+
+@pytest.fixture
+def put(cb: c.ControlBlock) -> Iterator[Callable[..., Put]]:
+    """test_put_message's appender, over a block whose positions start at 0."""
+    made: list[Put] = []
+
+    def make(**kw: Any) -> Put:
+        for off in (c.OFF_RESERVED, c.OFF_SEQ, c.OFF_PUBLISHED_SEQ, c.OFF_PUBLISHED):
+            cb.set(off, 0)
+        made.append(Put(cb, **kw))
+        return made[-1]
+
+    yield make
+    for p in made:
+        p.app.close()
+
 
 steps = st.lists(
     st.integers(-5_000, 5_000) | st.sampled_from([0, 0, 0, 40 * 86_400_000, -40 * 86_400_000]),
@@ -94,7 +110,8 @@ def test_golden_id_rocketmq_parsed() -> None:
     g = json.loads(GOLDEN.read_text())
     code = (
         "import json,sys; from mqstore import _native; g=json.loads(sys.argv[1]); "
-        "ids=_native.UniqIds(bytes(g['ip']), pid=g['pid'], hash=g['hash'], clock_ms=g['clock_ms']); "
+        "ids=_native.UniqIds(bytes(g['ip']), pid=g['pid'], hash=g['hash'], "
+        "clock_ms=g['clock_ms']); "
         "print(json.dumps([ids.next() for _ in g['ids']]))"
     )
     env = {**os.environ, "TZ": "UTC"}
