@@ -4,7 +4,7 @@
 0..N-1 of producer TAG (SYNC_FLUSH, each with the client's next UNIQ_KEY): the first try
 with `put`, then, unless it answered PUT_OK, `put_until_ok` with the same key (which
 re-attaches to a restarted supervisor). One line per message goes to OUT:
-`<index> <physical_offset> <uniq_key> <first status> <final reason>`; `DONE` last.
+`<index> <physical_offset> <uniq_key> <first status> <final reason> <first reason>`; `DONE` last.
 """
 
 from __future__ import annotations
@@ -36,8 +36,10 @@ def main(store_dir: str, tag: str, n: int, out_path: str) -> None:
                 final = client.put_until_ok(*args, **kw, timeout_s=None)  # type: ignore[arg-type]
             assert final.status is OK, final
             reason = final.reason.split(":")[0].replace(" ", "_") or "-"
+            why = "_".join(first.reason.split()) or "-"
             out.write(
-                f"{i} {final.physical_offset} {final.uniq_key} {first.status.value} {reason}\n"
+                f"{i} {final.physical_offset} {final.uniq_key} {first.status.value} {reason} "
+                f"{why}\n"
             )
             out.flush()
         out.write("DONE\n")

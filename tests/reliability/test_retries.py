@@ -81,12 +81,13 @@ def run_retry_faults(
             "every producer's first put",
         )
         while any(p.poll() is None for p in procs):
-            time.sleep(rng.uniform(0.2, 0.6))  # puts go on between two faults
+            if stops:  # the first two cycles at once: a stop, then a stop and a kill
+                time.sleep(rng.uniform(0.2, 0.6))  # puts go on between two faults
             flusher = _flusher(st)
             os.kill(flusher, signal.SIGSTOP)
             stops += 1
             time.sleep(FLUSH_TIMEOUT_MS / 1000 + rng.uniform(0.1, 0.3))  # past the timeout
-            if rng.random() < 0.5:
+            if stops == 2 or (stops > 2 and rng.random() < 0.5):
                 _restart_after_kill(st, flusher)
                 kills += 1
             else:
