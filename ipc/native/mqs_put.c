@@ -856,7 +856,8 @@ static PyObject *call(Appender *self, PyObject *list, PyObject *const *args, int
             rc = mqs_fields_check(&m[i], &items[i], &arena, &why, c->lanes, c->new_lane,
                                   c->max_body, self->a.seg_size, &c->store, born);
             if (rc == MQS_FIELDS_OK)
-                rc = mqs_uniq_stamp(&c->uniq, &m[i], &items[i], &arena, &why, self->a.seg_size);
+                rc = mqs_uniq_stamp(&c->uniq, &m[i], &items[i], &arena, &why, self->a.seg_size,
+                                    born);
             total += items[i].size;
         }
         if (rc == MQS_FIELDS_REFUSED && batch) {

@@ -83,14 +83,15 @@ static uint32_t random_hash(void)
 
 /* The next id's 16 bytes: createUniqID, with the time kept from going back and from
  * holding more than 65536 ids in one ms (so no id repeats within a month). */
-static void next_id(UniqIds *s, uint8_t out[MQS_UNIQ_BYTES])
+static void next_id(UniqIds *s, uint8_t out[MQS_UNIQ_BYTES], int64_t now)
 {
     if (s->fork_gen != uniq_fork_gen) { /* a forked child is another producer */
         s->fork_gen = uniq_fork_gen;
         if (!s->given_pid)
             set_producer(s, (uint16_t)getpid(), random_hash());
     }
-    int64_t now = now_ms(s);
+    if (s->fixed_ms >= 0)
+        now = s->fixed_ms;
     if (now >= s->next_month)
         set_start(s, now);
     int64_t diff = now - s->month_start;
@@ -191,7 +192,7 @@ static int uniqids_init(UniqIds *self, PyObject *args, PyObject *kw)
 static PyObject *uniqids_next(UniqIds *self, PyObject *Py_UNUSED(a))
 {
     uint8_t b[MQS_UNIQ_BYTES];
-    next_id(self, b);
+    next_id(self, b, now_ms(self));
     PyObject *s = PyUnicode_New(MQS_UNIQ_HEX, 127);
     if (s)
         to_hex(b, MQS_UNIQ_BYTES, (char *)PyUnicode_1BYTE_DATA(s));
@@ -284,7 +285,8 @@ static int refused(struct mqs_refusal *why, int status, PyObject *reason)
 }
 
 int mqs_uniq_stamp(struct mqs_uniq_client *u, struct mqs_fields *m, struct mqs_item *it,
-                   struct mqs_arena *arena, struct mqs_refusal *why, int64_t seg_size)
+                   struct mqs_arena *arena, struct mqs_refusal *why, int64_t seg_size,
+                   int64_t now)
 {
     const uint8_t *p = arena->buf + m->props_off;
     size_t len = it->msg.props_len, pos = 0;
@@ -314,7 +316,7 @@ int mqs_uniq_stamp(struct mqs_uniq_client *u, struct mqs_fields *m, struct mqs_i
     if (room(arena, MQS_UNIQ_PROP_LEN) < 0)
         return MQS_FIELDS_ERROR;
     uint8_t *d = arena->buf + arena->len;
-    next_id((UniqIds *)u->ids, it->uniq);
+    next_id((UniqIds *)u->ids, it->uniq, now);
     memcpy(d, "UNIQ_KEY\1", 9);
     to_hex(it->uniq, MQS_UNIQ_BYTES, (char *)d + 9);
     d[MQS_UNIQ_PROP_LEN - 1] = 2;

@@ -55,10 +55,11 @@
 int mqs_uniq_add(PyObject *m);
 
 /* After mqs_fields_check of item `it` (its properties the last in `arena`, from
- * m->props_off): find its UNIQ_KEY or add one. MQS_FIELDS_OK, MQS_FIELDS_REFUSED with
+ * m->props_off): find its UNIQ_KEY or add one, made at `now` (ms, the put's clock). MQS_FIELDS_OK, MQS_FIELDS_REFUSED with
  * `why` (properties or record now too long), MQS_FIELDS_ERROR. */
 int mqs_uniq_stamp(struct mqs_uniq_client *u, struct mqs_fields *m, struct mqs_item *it,
-                   struct mqs_arena *arena, struct mqs_refusal *why, int64_t seg_size);
+                   struct mqs_arena *arena, struct mqs_refusal *why, int64_t seg_size,
+                   int64_t now);
 
 /* The id of a put's result: its UNIQ_KEY (a new str), "" when it has none. */
 PyObject *mqs_uniq_str(const struct mqs_item *it);

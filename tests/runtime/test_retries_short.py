@@ -1,6 +1,7 @@
 """The short version of tests/reliability/test_retries.py for the normal suite: the same
 faults (flusher SIGSTOPped past the flush timeout, supervisor SIGKILLed and restarted
-between a put and its retry) over 2,000 messages (the first two cycles at once: a stop, then a stop and a kill); each stored exactly once."""
+between a put and its retry) over 2,000 messages (the first two cycles at once: a stop,
+then a stop and a kill); each stored exactly once."""
 
 from __future__ import annotations
 
