@@ -81,15 +81,22 @@ static uint32_t random_hash(void)
     return h;
 }
 
-/* The next id's 16 bytes: createUniqID, with the time kept from going back and from
- * holding more than 65536 ids in one ms (so no id repeats within a month). */
-static void next_id(UniqIds *s, uint8_t out[MQS_UNIQ_BYTES], int64_t now)
+/* The producer id (the ids' first 10 bytes); a forked child is another producer. */
+static const uint8_t *producer(UniqIds *s)
 {
-    if (s->fork_gen != uniq_fork_gen) { /* a forked child is another producer */
+    if (s->fork_gen != uniq_fork_gen) {
         s->fork_gen = uniq_fork_gen;
         if (!s->given_pid)
             set_producer(s, (uint16_t)getpid(), random_hash());
     }
+    return s->fix;
+}
+
+/* The next id's 16 bytes: createUniqID, with the time kept from going back and from
+ * holding more than 65536 ids in one ms (so no id repeats within a month). */
+static void next_id(UniqIds *s, uint8_t out[MQS_UNIQ_BYTES], int64_t now)
+{
+    producer(s);
     if (s->fixed_ms >= 0)
         now = s->fixed_ms;
     if (now >= s->next_month)
@@ -202,12 +209,7 @@ static PyObject *uniqids_next(UniqIds *self, PyObject *Py_UNUSED(a))
 static PyObject *uniqids_producer(UniqIds *self, void *Py_UNUSED(c))
 {
     uint8_t b[MQS_UNIQ_BYTES];
-    if (self->fork_gen != uniq_fork_gen) { /* as next_id would, without taking an id */
-        self->fork_gen = uniq_fork_gen;
-        if (!self->given_pid)
-            set_producer(self, (uint16_t)getpid(), random_hash());
-    }
-    memcpy(b, self->fix, 10);
+    memcpy(b, producer(self), 10);
     PyObject *s = PyUnicode_New(20, 127);
     if (s)
         to_hex(b, 10, (char *)PyUnicode_1BYTE_DATA(s));
@@ -299,7 +301,11 @@ int mqs_uniq_stamp(struct mqs_uniq_client *u, struct mqs_fields *m, struct mqs_i
         if (one - (p + pos) == 8 && memcmp(p + pos, "UNIQ_KEY", 8) == 0) {
             it->uniq_off = (int32_t)(one + 1 - p);
             it->uniq_len = (int32_t)(end - (size_t)it->uniq_off);
-            it->uniq_kind = parse_key(one + 1, (size_t)it->uniq_len, it->uniq)
+            /* a retry key: 32 hex digits this client made (its producer id), so that a
+             * message re-put by another client with its properties (a delayed or
+             * consumer-retried message keeps its UNIQ_KEY) is stored, not answered */
+            it->uniq_kind = parse_key(one + 1, (size_t)it->uniq_len, it->uniq) && u->ids &&
+                                    memcmp(it->uniq, producer((UniqIds *)u->ids), 10) == 0
                                 ? MQS_UNIQ_GIVEN
                                 : MQS_UNIQ_OTHER;
             return MQS_FIELDS_OK;

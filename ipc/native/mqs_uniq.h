@@ -9,7 +9,7 @@
  *   goes back, and a counter that would wrap inside one ms moves the time on).
  * - the stamp: a put without a UNIQ_KEY property gets one, appended to its properties
  *   ("UNIQ_KEY\x01<32 hex>\x02"); one the caller gave is kept, and is a retry key when
- *   it is 32 hex digits.
+ *   it is one of this client's (32 hex digits, its producer id first).
  * - the idempotence table after the queue table in the control block: MQS_IDEM_PRODUCERS
  *   producer rows, each a ring of its last MQS_IDEM_WINDOW puts (sequence, position,
  *   state). Read and written only under the reservation lock; rebuilt from the log by
@@ -44,8 +44,8 @@
 
 /* mqs_item.uniq_kind */
 #define MQS_UNIQ_GENERATED 1 /* made by this put */
-#define MQS_UNIQ_GIVEN 2     /* the caller's, 32 hex digits: a retry key */
-#define MQS_UNIQ_OTHER 3     /* the caller's, any other string: kept, not a retry key */
+#define MQS_UNIQ_GIVEN 2     /* the caller's, 32 hex digits with this client's producer id */
+#define MQS_UNIQ_OTHER 3     /* the caller's, any other: kept, not a retry key */
 
 /* Codes of the reservation step besides mqs_append.h's. */
 #define MQS_IDEM_DUP (-20)      /* every message of the call is stored already */

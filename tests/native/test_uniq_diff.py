@@ -35,7 +35,7 @@ from tests.native.test_put_message import (
     props_,
     tags_,
 )
-from tests.native.uniq_reference import IdsRef, month_bounds, parse
+from tests.native.uniq_reference import IdsRef, WindowRef, month_bounds, parse
 
 OK = PutMessageStatus.PUT_OK
 GOLDEN = Path(__file__).parents[1] / "data" / "golden" / "uniq-key.json"
@@ -51,6 +51,8 @@ def put(cb: c.ControlBlock) -> Iterator[Callable[..., Put]]:
     def make(**kw: Any) -> Put:
         for off in (c.OFF_RESERVED, c.OFF_SEQ, c.OFF_PUBLISHED_SEQ, c.OFF_PUBLISHED):
             cb.set(off, 0)
+        idem = cb.qtable_off + cb.qtable_capacity * c.QROW  # a fresh idempotence table
+        cb.buf[idem : idem + _native.IDEM_SIZE] = bytes(_native.IDEM_SIZE)
         made.append(Put(cb, **kw))
         return made[-1]
 
@@ -172,12 +174,18 @@ def test_a_stored_key_answers_the_first_result(put: Callable[..., Put], cb: c.Co
         first.store_timestamp,
     )  # fmt: skip
     # A key never stored, and a key that is not 32 hex digits, are stored.
-    other = "0A0102030001000000020000000000FF"
-    assert p.app.put_message("T", b"y", None, None, {"UNIQ_KEY": other}, None, False).reason == ""
+    never = first.uniq_key[:20] + "00000000FFFF"
+    assert p.app.put_message("T", b"y", None, None, {"UNIQ_KEY": never}, None, False).reason == ""
     for _ in range(2):
         r = p.app.put_message("T", b"z", None, None, {"UNIQ_KEY": "mine-1"}, None, False)
         assert r.reason == "" and r.uniq_key == "mine-1"
-    assert cb.get(c.OFF_SEQ) == seq + 3
+    # Another client's stored key (a re-put of its message) is a new put.
+    q = _stamped(Put(cb), _native.UniqIds(IP, pid=3, hash=4))
+    theirs = q.app.put_message("T", b"w", None, None, None, None, False)
+    q.app.close()
+    r = p.app.put_message("T", b"w", None, None, {"UNIQ_KEY": theirs.uniq_key}, None, False)
+    assert r.reason == "" and r.physical_offset > theirs.physical_offset
+    assert cb.get(c.OFF_SEQ) == seq + 5
 
 
 def test_off_stores_a_retry_again(put: Callable[..., Put], cb: c.ControlBlock) -> None:
@@ -218,3 +226,39 @@ def test_idem_note_refuses_what_is_not_a_key(cb: c.ControlBlock) -> None:
         _native.idem_note(cb.buf, "zz", 0, 1, 0, 0, 0)
     with pytest.raises(ValueError, match="4 bytes"):
         _native.UniqIds(b"\x01")
+
+
+@SETTINGS
+@given(
+    ops=st.lists(
+        st.tuples(st.integers(0, 2), st.none() | st.integers(0, 300)), min_size=1, max_size=300
+    )
+)
+def test_retries_are_answered_as_the_window_reference_says(
+    put: Callable[..., Put], ops: list[tuple[int, int | None]]
+) -> None:
+    """Three clients put new messages and retry earlier ones of their own (None: a new
+    put; k: the k-th last of its puts): the C table answers a retry with the first result
+    exactly when WindowRef remembers it, else stores the message again."""
+    p = put()
+    apps = [p.app] + [Put(p.cb).app for _ in range(2)]
+    for k, app in enumerate(apps):
+        app.use_ids(_native.UniqIds(IP, pid=10 + k, hash=k), True)
+    ref = WindowRef(_native.IDEM_WINDOW)
+    keys: list[list[str]] = [[], [], []]
+    for who, back in ops:
+        app = apps[who]
+        mine = keys[who]
+        props = None if back is None or back >= len(mine) else {"UNIQ_KEY": mine[-1 - back]}
+        r = app.put_message("T", b"m", None, None, props, 0, False)
+        assert r.status is OK, r
+        first = ref.put(r.uniq_key) if props else None
+        if first is not None:
+            assert r.reason.startswith("duplicate") and r[2:] == first[2:]
+        else:
+            assert r.reason == ""
+            ref.stored(r.uniq_key, r)
+            if props is None:
+                mine.append(r.uniq_key)
+    for app in apps[1:]:
+        app.close()

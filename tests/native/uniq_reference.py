@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 UNIQ: Final = "UNIQ_KEY"
 
@@ -79,3 +79,25 @@ def stamped(props: dict[str, str], key: str) -> dict[str, str]:
     if UNIQ in props:
         return props
     return {**props, UNIQ: key}
+
+
+class WindowRef:
+    """The idempotence table's answer for a few producers (no row is evicted while fewer
+    than 8 put): each remembers its last `window` puts; a retry of one of them answers
+    its first result, any other put is stored and remembered."""
+
+    def __init__(self, window: int) -> None:
+        self.window = window
+        self.rows: dict[str, list[tuple[str, Any]]] = {}
+
+    def put(self, key: str) -> Any | None:
+        """The first result of `key` while remembered (a retry), else None."""
+        for k, result in self.rows.get(key[:20], []):
+            if k == key:
+                return result
+        return None
+
+    def stored(self, key: str, result: Any) -> None:
+        ring = self.rows.setdefault(key[:20], [])
+        ring.append((key, result))
+        del ring[: -self.window]
