@@ -18,8 +18,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from mqstore.engine.reader import StoreReader
 from tests.reliability.conftest import FIGURES, sized
-from tests.reliability.workload import parse_body
+from tests.reliability.workload import message, parse_body
 from tests.runtime.conftest import StoreFactory
 from tests.runtime.harness import REPO, Store, wait_for
 
@@ -101,6 +102,7 @@ def run_retry_faults(
     assert codes == [0] * PRODUCERS, f"seed {seed}: producers exited {codes}"
     assert st.stop() == 0, f"seed {seed}: {st.output()[-2000:]}"
     acked: dict[tuple[str, int], int] = {}
+    keyof: dict[tuple[str, int], str] = {}
     first: Counter[str] = Counter()
     firsts_why: Counter[str] = Counter()
     dup_answers = 0
@@ -108,7 +110,8 @@ def run_retry_faults(
         lines = out.read_text().splitlines()
         assert lines and lines[-1] == "DONE", f"seed {seed}: p{k} did not finish"
         for line in lines[:-1]:
-            i, off, _key, status, reason, why = line.split()
+            i, off, key, status, reason, why = line.split()
+            keyof[(f"p{k}", int(i))] = key
             if status != "PUT_OK":
                 firsts_why[f"{status} {why[:60]}"] += 1
             acked[(f"p{k}", int(i))] = int(off)
@@ -137,6 +140,13 @@ def run_retry_faults(
     assert not lost, f"seed {seed}: lost {lost[:10]}"
     assert not dups, f"seed {seed}: stored twice {dups[:10]}"
     assert not moved, f"seed {seed}: acknowledged elsewhere {moved[:10]}"
+    # Found through the index by the UNIQ_KEY its PUT_OK named (a sample), once.
+    with StoreReader.open(st.path) as rd:
+        for m in rng.sample(sorted(acked), min(200, len(acked))):
+            key = keyof[m]
+            hits = rd.query_by_key(str(message(*m)["topic"]), key, 8)
+            found = [h.physical_offset for h in hits if h.properties.get("UNIQ_KEY") == key]
+            assert found == [acked[m]], f"seed {seed}: {m} {key}: {found}"
     return figures
 
 
