@@ -132,7 +132,7 @@ q, queue_id i, topic_len i, topic 128s), open addressing, rows only ever added, 
 writes under the reservation lock.
 
 Idempotence table after the queue table (at the geometry's `idem_off`, `IDEM_SIZE`
-bytes of `_native`; `ipc/native/mqs_uniq.h`): a use clock, then `IDEM_PRODUCERS`
+bytes of `_native`; `ipc/native/mqs_uniq.h`): a 64-byte head, then `IDEM_PRODUCERS`
 producer rows (the first 10 bytes of the producer's UNIQ_KEYs, last use, puts noted),
 each a ring of its last `IDEM_WINDOW` puts (the key's last 6 bytes, offset, queue offset,
 store time, slot seq, size, queue id, state: 1 pending, 2 stored). Written under the

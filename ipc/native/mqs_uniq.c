@@ -356,7 +356,8 @@ PyObject *mqs_uniq_str(const struct mqs_item *it)
 
 /* ---- the idempotence table ----------------------------------------------------------- */
 
-/* Row head: id_a u64, id_b u64 (| SEQ_SET: in use), last_used i64, next i64 (puts noted).
+/* Row head: id_a u64, id_b u64 (| SEQ_SET: in use), last_used i64 (the newest store
+ * time noted), next i64 (puts noted).
  * Entry: seq u64 (| SEQ_SET), offset, queue offset, store ts, slot seq (i64), size,
  * queue id, state (i32). */
 enum { R_IDA = 0, R_IDB = 8, R_USED = 16, R_NEXT = 24 };
@@ -527,8 +528,9 @@ static int64_t note(struct mqs_uniq_client *u, uint8_t *ctl, uint8_t *t, const u
     int64_t *next = mqs_i64(row, R_NEXT);
     if (e == NULL)
         e = entry_at(row, (*next)++ % MQS_IDEM_WINDOW);
-    int64_t *clock = mqs_i64(t, 0);
-    *mqs_i64(row, R_USED) = ++*clock;
+    int64_t *used = mqs_i64(row, R_USED);
+    if (*used < ts) /* the last use, by store time: no word all producers write */
+        *used = ts;
     __atomic_store_n(mqs_i32(e, E_STATE), 0, __ATOMIC_RELEASE);
     *(uint64_t *)(void *)(e + E_SEQ) = k.seq;
     *mqs_i64(e, E_OFF) = off;
