@@ -32,6 +32,7 @@ from typing import Any, Concatenate, Final, Generic, ParamSpec, TypeVar, cast
 from mqstore.conf.settings import StoreSettings
 from mqstore.engine.reader import Geometry
 from mqstore.engine.record import Message
+from mqstore.ipc import retry
 from mqstore.ipc.producer import PutPath
 from mqstore.ipc.reads import ClientReads, for_client
 from mqstore.ipc.results import PutMessageStatus, PutResult, error_for, raise_if_failed
@@ -103,15 +104,25 @@ class StoreClient:
         topic_queue_nums: Mapping[str, int] | None = None,
         timeout_s: float = 10.0,
         raise_on_status: bool = False,
+        idempotence: bool = True,
     ) -> None:
         """Attach to the supervisor of `store_dir`. Raises channel.SupervisorUnavailable
         when none runs. `topic_queue_nums` overrides the queue count per topic used to
         spread puts with `queue_id=None` (default: `default_topic_queue_nums`).
         `raise_on_status`: puts raise `ipc.results.PutError` (its status family's
-        subclass) for any status but PUT_OK, instead of returning it."""
+        subclass) for any status but PUT_OK, instead of returning it.
+
+        Every put without a UNIQ_KEY property gets one (RocketMQ's client message id,
+        `PutResult.uniq_key`). `idempotence` (default on): a put whose UNIQ_KEY the store
+        holds already (a retry: `put_until_ok`, or `properties={"UNIQ_KEY": r.uniq_key}`)
+        answers the first put's result and stores nothing (docs/durability.md)."""
         check_attach_types("attach", store_dir, topic_queue_nums, timeout_s)
+        if not isinstance(idempotence, bool):
+            raise TypeError(
+                f"attach() argument 'idempotence' must be bool, not {type(idempotence).__name__}"
+            )
         self._reads_of_pid: tuple[int, ClientReads] | None = None  # made on first read
-        self._puts = PutPath(store_dir, timeout_s, topic_queue_nums, raise_on_status)
+        self._puts = PutPath(store_dir, timeout_s, topic_queue_nums, raise_on_status, idempotence)
         self._puts.session.attach()
 
     attach = _Constructor(__init__)
@@ -191,6 +202,68 @@ class StoreClient:
         if results is None:
             results = puts.put_batch_held(messages, wait_store)
         return raise_if_failed(results) if puts.raise_on_status else results
+
+    def new_uniq_key(self) -> str:
+        """A new UNIQ_KEY of this client (RocketMQ's MessageClientIDSetter format: 32 hex
+        digits), as a put without one gets: give it in `properties` to put a message
+        that may be retried (`put_until_ok` does)."""
+        return str(self._puts.ids.next())
+
+    @property
+    def producer_id(self) -> str:
+        """The first 20 hex digits of this client's UNIQ_KEYs (IPv4, pid, a random hash):
+        the producer the store remembers recent puts of."""
+        return str(self._puts.ids.producer_id)
+
+    def put_until_ok(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        tags: str | None = None,
+        keys: str | Sequence[str] | None = None,
+        properties: Mapping[str, str] | None = None,
+        queue_id: int | None = None,
+        wait_store: bool = True,
+        timeout_s: float | None = 60.0,
+    ) -> PutResult:
+        """`put`, retried with the same UNIQ_KEY while the answer is one a retry can
+        change (FLUSH_DISK_TIMEOUT, SERVICE_NOT_AVAILABLE, OS_PAGECACHE_BUSY,
+        CREATE_MAPPED_FILE_FAILED; re-attaching to a restarted supervisor), until PUT_OK
+        or `timeout_s` (None: no limit). With idempotence on, the message is stored once
+        (`ipc.retry`). Returns the last result; raises as `put` does."""
+        props = retry.with_key(properties, self.new_uniq_key)
+        puts = self._puts
+
+        def attempt() -> tuple[PutResult]:
+            got = puts.app.put_message(topic, body, tags, keys, props, queue_id, wait_store)
+            if got is None:
+                got = puts.put_held(topic, body, tags, keys, props, queue_id, wait_store)
+            return (got,)
+
+        last = retry.retry(attempt, timeout_s)[0]
+        if last[0] is not OK and puts.raise_on_status:
+            raise error_for(last)
+        return last
+
+    def put_batch_until_ok(
+        self,
+        messages: Iterable[Mapping[str, Any] | Message],
+        *,
+        wait_store: bool = True,
+        timeout_s: float | None = 60.0,
+    ) -> list[PutResult]:
+        """`put_batch`, retried as `put_until_ok` retries a put (each message keeps its
+        UNIQ_KEY across tries; a batch is recognised as stored only whole)."""
+        batch = retry.keyed_batch(messages, self.new_uniq_key)
+        puts = self._puts
+
+        def attempt() -> list[PutResult]:
+            got: list[PutResult] | None = puts.app.put_batch_messages(batch, wait_store)
+            return puts.put_batch_held(batch, wait_store) if got is None else got
+
+        last = list(retry.retry(attempt, timeout_s))
+        return raise_if_failed(last) if puts.raise_on_status else last
 
     wait_flushed = _on(_puts, PutPath.wait_flushed)
     live = _on(_session, Session.live)
