@@ -133,6 +133,7 @@ class Scheduler(Service):
         self.offsets = {lv: max(0, saved.get(lv, 0)) for lv in range(1, len(self.delays) + 1)}
         self.saved = dict(self.offsets)
         self.recovered = False
+        self.dispatch_target = -1
         self.buffers: dict[int, deque[DecodedRecord]] = collections.defaultdict(deque)
         # (level, next offset, log end of its re-puts): delivered, not yet known durable
         self.unflushed: deque[tuple[int, int, int]] = deque()
@@ -195,10 +196,17 @@ class Scheduler(Service):
         return wait_ms / 1000
 
     def _dispatched_up(self) -> bool:
-        """Whether the consume queues cover the log as it was when asked (recovery's
-        re-dispatch included): the real queues must show every re-put before the check."""
+        """Whether the consume queues cover the log as it was when first asked (recovery's
+        re-dispatch included): the real queues must show every re-put before the check.
+        The target is taken once: under a steady load the dispatcher trails the log's
+        end forever, but passes any point of it."""
         pos = Positions(self.ctx.cb)
-        return bool(pos.dispatched >= pos.committed)
+        if self.dispatch_target < 0:
+            self.dispatch_target = pos.committed
+        if pos.dispatched < self.dispatch_target:
+            return False
+        self.dispatch_target = -1
+        return True
 
     def _fill(self, level: int) -> deque[DecodedRecord]:
         buf = self.buffers[level]
