@@ -140,6 +140,7 @@ class Scheduler(Service):
         self.durable = dict(self.offsets)
         self.last_write = time.monotonic()
         self.paused_until: dict[int, float] = {}
+        self.empty_at: dict[int, int] = {}  # level -> dispatched when a read found none
 
     # --- the client -----------------------------------------------------------------------
 
@@ -172,6 +173,7 @@ class Scheduler(Service):
             say(NAME, f"no store to deliver to: {e}", "WARNING")
             self._detach()
             self.buffers.clear()
+            self.empty_at.clear()
             self.unflushed.clear()
             self.offsets = dict(self.durable)  # the rest: checked against the log again
             self.recovered = False
@@ -209,10 +211,16 @@ class Scheduler(Service):
         return True
 
     def _fill(self, level: int) -> deque[DecodedRecord]:
+        """The level's buffered entries; read more only when it is empty and the
+        dispatcher has moved since the last read found nothing (an idle store costs one
+        load of a word per level and round)."""
         buf = self.buffers[level]
-        if not buf:
+        dispatched = Positions(self.ctx.cb).dispatched
+        if not buf and self.empty_at.get(level) != dispatched:
             offset = self.offsets[level]
             res = self.reads.pull(SCHEDULE_TOPIC, level - 1, offset, PULL_BATCH)
+            if not res.messages:
+                self.empty_at[level] = dispatched
             if res.status is GetStatus.FOUND:
                 buf.extend(r for r in res.messages if r.queue_offset >= offset)
             elif res.status in _MOVE_TO_NEXT and res.next_offset != offset:
