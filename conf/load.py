@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from mqstore.conf.rocketmq_keys import ROCKETMQ_KEYS
-from mqstore.conf.settings import INFO, FlushDiskType, StoreSettings
+from mqstore.conf.settings import INFO, FlushDiskType, StoreSettings, parse_delay_levels
 
 FIELDS = {f.name: f for f in dataclasses.fields(StoreSettings)}
 RMQ_TO_FIELD = {i.rocketmq_key: n for n, i in INFO.items() if i.rocketmq_key}
@@ -144,6 +144,12 @@ def _validate(name: str, value: Any, source: str) -> None:
             raise ConfigError(
                 f"{name}: bad value {value!r} from {source}; allowed: ip:port or [ipv6]:port"
             )
+
+    if name == "message_delay_level":
+        try:
+            parse_delay_levels(str(value))
+        except ValueError as e:
+            raise ConfigError(f"{name}: bad value {value!r} from {source}; {e}") from None
 
     if name == "metrics_host":
         try:

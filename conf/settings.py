@@ -88,6 +88,10 @@ class StoreSettings:
     default_query_max_num: int = 32
     default_topic_queue_nums: int = 4
 
+    # delayed messages (the scheduler)
+    message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    flush_delay_offset_interval_ms: int = 1000 * 10
+
     # mqstore's own: addresses, sharing, workers
     store_host: str = "127.0.0.1:10911"
     metrics_port: int = 0
@@ -205,6 +209,12 @@ _TABLE: tuple[tuple[str, str | None, str, bool, str], ...] = (
      RESTART, "Query max"),
     ("default_topic_queue_nums", "defaultTopicQueueNums", "queues",
      RESTART, "Queues per topic"),
+    ("message_delay_level", "messageDelayLevel", "levels",
+     RESTART, "Delay of each delay level 1..N, space separated, each a number and s, m, h "
+              "or d (RocketMQ's syntax). The scheduler re-puts a level's messages when due"),
+    ("flush_delay_offset_interval_ms", "flushDelayOffsetInterval", "ms",
+     RESTART, "Longest time between two writes of config/delayOffset.json (the scheduler "
+              "also writes it after every round that delivered)"),
     ("store_host", None, "ip:port",
      RESTART, "Store host for records/msg ids"),
     ("metrics_port", "metricsPromExporterPort", "port",
@@ -233,6 +243,28 @@ INFO: Final[Mapping[str, SettingInfo]] = MappingProxyType(
 )
 if list(INFO) != [f.name for f in dataclasses.fields(StoreSettings)]:
     raise RuntimeError("conf.settings: the table and StoreSettings name other settings")
+
+
+_DELAY_UNITS_MS: Final = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_delay_levels(spec: str) -> tuple[int, ...]:
+    """`messageDelayLevel` ("1s 5s 10s ... 2h") as the delay of each level 1..N in ms, as
+    RocketMQ's `ScheduleMessageService.parseDelayLevel` reads it (split on one space; each
+    a whole number and one of s, m, h, d). Raises ValueError naming the bad item."""
+    out: list[int] = []
+    for item in spec.strip().split(" "):
+        unit = _DELAY_UNITS_MS.get(item[-1:])
+        num = item[:-1]
+        if unit is None or not num.isascii() or not num.isdigit():
+            raise ValueError(
+                f"delay level {len(out) + 1} {item!r} is not a whole number followed by "
+                "s, m, h or d"
+            )
+        out.append(int(num) * unit)
+    if not 1 <= len(out) <= 64:
+        raise ValueError(f"{len(out)} delay levels; 1 to 64 are allowed")
+    return tuple(out)
 
 
 def settings_doc(s: StoreSettings) -> dict[str, Any]:

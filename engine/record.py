@@ -239,6 +239,10 @@ class Message:
     store_host: str = "127.0.0.1:10911"
     reconsume_times: int = 0
     prepared_transaction_offset: int = 0
+    # A put's delay level (RocketMQ's DELAY): > 0 stores the message in
+    # SCHEDULE_TOPIC_XXXX until due (docs/delays.md). Not part of the record's encoding:
+    # the put rewrites the message, then encodes that.
+    delay_level: int = 0
 
 
 class EncodeStatus(enum.Enum):

@@ -25,7 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Final, NoReturn
 
 from mqstore.engine import record
-from mqstore.engine.record import Message
+from mqstore.engine.names import topic_problem
+from mqstore.engine.record import Message, RecordFields
 from mqstore.engine.recordcodes import format_host
 
 Host = tuple[bytes, int, bool]  # engine.recordcodes.parse_host: address bytes, port, is IPv6
@@ -145,6 +146,7 @@ def check_put_types(
     keys: object,
     properties: object,
     queue_id: object,
+    delay_level: object = None,
 ) -> None:
     """TypeError for a put's fields of the wrong type (None is right for all but the
     topic and the body). `label` formats a field's name into the message: "put()
@@ -166,6 +168,8 @@ def check_put_types(
         _check_properties(label.format("properties"), properties)
     if queue_id is not None and not _is(queue_id, INT):
         _wrong(label.format("queue_id"), "int or None", queue_id)
+    if delay_level is not None and not _is(delay_level, INT):
+        _wrong(label.format("delay_level"), "int", delay_level)
 
 
 _MESSAGE_STR_FIELDS: Final = ("born_host", "store_host")
@@ -174,7 +178,7 @@ _MESSAGE_STR_FIELDS: Final = ("born_host", "store_host")
 def check_message_types(label: str, m: Message) -> None:
     """TypeError for a field of an `engine.record.Message` of the wrong type (the
     dataclass does not check). `label`: "put_batch() messages[3].{}"."""
-    check_put_types(label, m.topic, m.body, None, None, m.properties, m.queue_id)
+    check_put_types(label, m.topic, m.body, None, None, m.properties, m.queue_id, m.delay_level)
     for name, _range in _INT_FIELDS:
         v = getattr(m, name)
         if not _is(v, INT):
@@ -194,6 +198,7 @@ def check_batch_item(i: int, m: object) -> None:
         check_put_types(
             f"put_batch() messages[{i}][{{!r}}]", m.get("topic", ""), m.get("body", b""),
             m.get("tags"), m.get("keys"), m.get("properties"), m.get("queue_id"),
+            m.get("delay_level"),
         )  # fmt: skip
     else:
         _wrong(f"put_batch() messages[{i}]", "a dict of put's arguments or a Message", m)
@@ -204,3 +209,20 @@ def check_batch(messages: object) -> list[object]:
     if not isinstance(messages, Iterable) or isinstance(messages, str | bytes | Mapping):
         _wrong("put_batch() argument 'messages'", "an iterable of dicts or Messages", messages)
     return list(messages)
+
+
+def check_send_back(message: object, group: object, delay_level: object, max_times: object) -> None:
+    """TypeError for `send_back`'s arguments of the wrong type; ValueError for a group
+    name that cannot be a topic's suffix or a negative `max_reconsume_times`."""
+    if not isinstance(message, RecordFields):
+        _wrong("send_back() argument 'message'", "a message as pull() returns it", message)
+    check_types(
+        "send_back", group=(group, STR), delay_level=(delay_level, INT),
+        max_reconsume_times=(max_times, INT),
+    )  # fmt: skip
+    assert isinstance(group, str) and isinstance(max_times, int)
+    why = topic_problem("%RETRY%" + group) if group else "group name is empty"
+    if why is not None:
+        raise ValueError(f"send_back() group {group!r}: {why}")
+    if max_times < 0:
+        raise ValueError(f"send_back() max_reconsume_times {max_times} is negative")

@@ -50,9 +50,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Concatenate, Final, Generic, ParamSpec, TypeVar, cast
 
 from mqstore.conf.settings import FlushDiskType
-from mqstore.engine.record import Message
+from mqstore.engine.record import Message, RecordFields
+from mqstore.engine.retry import DEFAULT_MAX_RECONSUME_TIMES, send_back_message
 from mqstore.ipc import channel
 from mqstore.ipc import control as c
+from mqstore.ipc.accepts import check_send_back
 from mqstore.ipc.client import StoreClient
 from mqstore.ipc.control_views import Flags, Positions
 from mqstore.ipc.reads import ClientReads, for_client
@@ -423,6 +425,7 @@ class AsyncStoreClient:
         properties: Mapping[str, str] | None = None,
         queue_id: int | None = None,
         wait_store: bool = True,
+        delay_level: int = 0,
     ) -> asyncio.Future[PutResult]:
         """`StoreClient.put` on the loop: the same arguments, checks, statuses and
         meaning. Returns a future of its `PutResult`, resolved at once unless it waits
@@ -435,14 +438,14 @@ class AsyncStoreClient:
             fut.set_result(
                 client.put(
                     topic, body, tags=tags, keys=keys, properties=properties,
-                    queue_id=queue_id, wait_store=wait_store,
+                    queue_id=queue_id, wait_store=wait_store, delay_level=delay_level,
                 )
             )  # fmt: skip
             return fut
         return self._waited(
             lambda cl: cl.put(
                 topic, body, tags=tags, keys=keys, properties=properties, queue_id=queue_id,
-                wait_store=False,
+                wait_store=False, delay_level=delay_level,
             ),
         )  # fmt: skip
 
@@ -455,6 +458,35 @@ class AsyncStoreClient:
         if client is not None:
             return self._resolved(client.put_batch(messages, wait_store=wait_store))
         return self._waited(lambda cl: cl.put_batch(messages, wait_store=False))
+
+    def send_back(
+        self,
+        message: RecordFields,
+        group: str,
+        *,
+        delay_level: int = 0,
+        max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES,
+    ) -> asyncio.Future[PutResult]:
+        """`StoreClient.send_back` on the loop: a future of its `PutResult`."""
+        check_send_back(message, group, delay_level, max_reconsume_times)
+        back = send_back_message(
+            message, group, delay_level=delay_level, max_reconsume_times=max_reconsume_times
+        )
+        fut = self.put_batch([back.message])
+        out: asyncio.Future[PutResult] = self._new_future()
+
+        def one(done: asyncio.Future[list[PutResult]]) -> None:
+            if out.done():
+                return
+            if done.cancelled():
+                out.cancel()
+            elif done.exception() is not None:
+                out.set_exception(done.exception())  # type: ignore[arg-type]
+            else:
+                out.set_result(done.result()[0])
+
+        fut.add_done_callback(one)
+        return out
 
     # --- reads ----------------------------------------------------------------------------
 

@@ -31,8 +31,10 @@ from typing import Any, Concatenate, Final, Generic, ParamSpec, TypeVar, cast
 
 from mqstore.conf.settings import StoreSettings
 from mqstore.engine.reader import Geometry
-from mqstore.engine.record import Message
+from mqstore.engine.record import Message, RecordFields
+from mqstore.engine.retry import DEFAULT_MAX_RECONSUME_TIMES, send_back_message
 from mqstore.ipc import retry
+from mqstore.ipc.accepts import check_send_back
 from mqstore.ipc.producer import PutPath
 from mqstore.ipc.reads import ClientReads, for_client
 from mqstore.ipc.results import PutMessageStatus, PutResult, error_for, raise_if_failed
@@ -162,8 +164,14 @@ class StoreClient:
         properties: Mapping[str, str] | None = None,
         queue_id: int | None = None,
         wait_store: bool = True,
+        delay_level: int = 0,
     ) -> PutResult:
         """Append one message. Returns PUT_OK with where it went, or why not.
+
+        `delay_level` N > 0 delays it (RocketMQ's delay levels, `message_delay_level`): the
+        record goes to SCHEDULE_TOPIC_XXXX queue N-1 with DELAY, REAL_TOPIC and REAL_QID,
+        and the store's scheduler re-puts it to `topic` when due (docs/delays.md); a level
+        above the highest is the highest; a negative one is MESSAGE_ILLEGAL.
 
         `keys`: one str is the KEYS property as given (RocketMQ's form: keys separated by
         spaces); a sequence of str is joined with spaces, and a key in it that is empty
@@ -177,11 +185,18 @@ class StoreClient:
         TypeError for an argument of the wrong type, naming it (`ipc.accepts`).
         """
         puts = self._puts
-        got: PutResult | None = puts.app.put_message(
-            topic, body, tags, keys, properties, queue_id, wait_store
-        )
+        if delay_level == 0 and type(delay_level) is int:
+            got: PutResult | None = puts.app.put_message(
+                topic, body, tags, keys, properties, queue_id, wait_store
+            )
+        else:
+            got = puts.app.put_message(
+                topic, body, tags, keys, properties, queue_id, wait_store, False, delay_level
+            )
         if got is None:
-            got = puts.put_held(topic, body, tags, keys, properties, queue_id, wait_store)
+            got = puts.put_held(
+                topic, body, tags, keys, properties, queue_id, wait_store, delay_level
+            )
         if got[0] is not OK and puts.raise_on_status:
             raise error_for(got)
         return got
@@ -193,7 +208,9 @@ class StoreClient:
 
         Each item is a dict of `put`'s keyword arguments (plus `topic` and `body`) or an
         `engine.record.Message` (its topic, body, properties, queue id, flag, sys flag,
-        born host and time, reconsume times, prepared offset). A bad message fails the
+        born host and time, reconsume times, prepared offset, delay level). Unlike
+        RocketMQ's batch (which refuses delay levels), each message may carry its own
+        delay level: it is rewritten to the schedule topic as `put` does. A bad message fails the
         whole batch with its status; nothing is written. A message or field of the
         wrong type raises TypeError naming it (`ipc.accepts`).
         """
@@ -264,6 +281,29 @@ class StoreClient:
 
         last = list(retry.retry(attempt, timeout_s))
         return raise_if_failed(last) if puts.raise_on_status else last
+
+    def send_back(
+        self,
+        message: RecordFields,
+        group: str,
+        *,
+        delay_level: int = 0,
+        max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES,
+    ) -> PutResult:
+        """Give `message` (as `pull` returned it) back to consumer group `group`, as
+        RocketMQ's broker does for a consumer's `sendMessageBack` (`engine.retry`): its
+        reconsume count + 1; to `%RETRY%<group>` after delay level `delay_level` (0: the
+        broker's choice, 3 + its reconsume count), or to `%DLQ%<group>` once its count
+        had reached `max_reconsume_times` or with a negative `delay_level`. The properties
+        are RocketMQ's (RETRY_TOPIC, ORIGIN_MESSAGE_ID, RECONSUME_TIME,
+        MAX_RECONSUME_TIMES, WAIT, DELAY, REAL_TOPIC, REAL_QID; TAGS, KEYS and the rest
+        kept). Returns the put's `PutResult` (a retry's is the schedule topic's queue and
+        offset); waits for the disk under SYNC_FLUSH. docs/delays.md."""
+        check_send_back(message, group, delay_level, max_reconsume_times)
+        back = send_back_message(
+            message, group, delay_level=delay_level, max_reconsume_times=max_reconsume_times
+        )
+        return self.put_batch([back.message])[0]
 
     wait_flushed = _on(_puts, PutPath.wait_flushed)
     live = _on(_session, Session.live)

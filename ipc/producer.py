@@ -42,9 +42,10 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from mqstore import _native
+from mqstore.conf.settings import parse_delay_levels
 from mqstore.engine import fileio
-from mqstore.engine.record import Message
-from mqstore.engine.recordcodes import parse_host
+from mqstore.engine.record import SCHEDULE_TOPIC, Message
+from mqstore.engine.recordcodes import DELAY_LEVEL_MS, parse_host
 from mqstore.engine.segment import segment_file_name
 from mqstore.engine.topics import QueueCounts
 from mqstore.ipc import control as c
@@ -80,12 +81,17 @@ class Lanes:
     check (`refresh`: `mqstore topic set` changes queue counts)."""
 
     def __init__(
-        self, counts: QueueCounts, topic_queue_nums: Mapping[str, int], default_queues: int
+        self,
+        counts: QueueCounts,
+        topic_queue_nums: Mapping[str, int],
+        default_queues: int,
+        delay_levels: int = len(DELAY_LEVEL_MS),
     ) -> None:
         self.lanes: dict[str, list[Any]] = {}
         self._counts = counts
         self._spread = topic_queue_nums
         self._default = default_queues
+        self._delay_levels = delay_levels
 
     def new(self, topic: str) -> list[Any]:
         if len(self.lanes) >= _LANES_MAX:
@@ -101,6 +107,8 @@ class Lanes:
 
     def _refresh(self, topic: str, lane: list[Any]) -> None:
         queues = self._counts.get(topic, self._default)
+        if topic == SCHEDULE_TOPIC:  # one queue per delay level, whatever topics.json says
+            queues = max(queues, self._delay_levels)
         lane[2] = self._spread.get(topic) or queues
         if lane[1] != queues:
             lane[1] = queues
@@ -239,7 +247,10 @@ class PutPath:
     def attached(self, a: Attached) -> None:
         cb = a.cb
         addr, port, _v6 = parse_host(a.store_host)
-        self._lanes = Lanes(self._counts, self.topic_queue_nums, a.default_queues)
+        self.delay_levels = parse_delay_levels(a.settings.message_delay_level)
+        self._lanes = Lanes(
+            self._counts, self.topic_queue_nums, a.default_queues, len(self.delay_levels)
+        )
         self._stats = array.array("q", bytes(8 * c.CLIENT_FIELDS))  # counted in C
         self._stats[c.CF_PID] = a.pid
         seg_size = cb.segment_size
@@ -269,6 +280,7 @@ class PutPath:
             max_body=a.max_body,
             store_addr=addr,
             store_port=port,
+            max_delay_level=len(self.delay_levels),
         )
         self.app.use_ids(self.ids, self.idempotence)
         self.app.checked(_STALE_CHECK_NS)
@@ -297,11 +309,19 @@ class PutPath:
     # --- what the C call leaves to this side -----------------------------------------
 
     def put_held(
-        self, topic: Any, body: Any, tags: Any, keys: Any, props: Any, qid: Any, wait_store: Any
+        self,
+        topic: Any,
+        body: Any,
+        tags: Any,
+        keys: Any,
+        props: Any,
+        qid: Any,
+        wait_store: Any,
+        delay_level: Any = 0,
     ) -> PutResult:
         """A put the C call (`app.put_message`) left to this side, nothing done: the
         types checked, the session made live, then the C call again, under the lock."""
-        check_put_types(_PUT_LABEL, topic, body, tags, keys, props, qid)
+        check_put_types(_PUT_LABEL, topic, body, tags, keys, props, qid, delay_level)
         check_types("put", wait_store=(wait_store, BOOL))
         topic, body, tags, keys, props, qid = _plain(topic, body, tags, keys, props, qid)
         with self.session.lock:
@@ -309,7 +329,7 @@ class PutPath:
             if why:
                 return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, why)
             got: PutResult | None = self.app.put_message(
-                topic, body, tags, keys, props, qid, wait_store, True
+                topic, body, tags, keys, props, qid, wait_store, True, delay_level
             )
         if got is None:
             raise TypeError("put() arguments of types the store cannot read")

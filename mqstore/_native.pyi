@@ -113,6 +113,7 @@ class Appender:
         max_body: int,
         store_addr: bytes,
         store_port: int,
+        max_delay_level: int = 18,
     ) -> None:
         """What put_message needs from the client (ipc.producer): its lock, lanes (topic ->
         [topic bytes, queues, round-robin modulus, counter, queue rows]) and their maker,
@@ -129,6 +130,7 @@ class Appender:
         queue_id: object,
         wait_store: object,
         held: bool = False,
+        delay_level: object = None,
         /,
     ) -> Any:
         """The whole put: a PutResult (refusals included); None when nothing was done

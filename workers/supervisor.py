@@ -130,6 +130,7 @@ WORKERS: list[WorkerSpec] = [
     WorkerSpec("flusher", "mqstore.workers.flusher:main"),
     WorkerSpec("dispatcher", "mqstore.workers.dispatcher:main"),
     WorkerSpec("cleaner", "mqstore.workers.cleaner:main"),
+    WorkerSpec("scheduler", "mqstore.workers.scheduler:main"),
 ]
 
 

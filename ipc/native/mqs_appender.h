@@ -48,6 +48,7 @@ struct mqs_client {
     struct mqs_host store;
     unsigned fork_gen;
     int sync, fast_fail, since_stats, configured;
+    int max_delay; /* messageDelayLevel's count: the highest delay level */
 };
 
 typedef struct {

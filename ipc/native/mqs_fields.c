@@ -1,5 +1,6 @@
 #include "mqs_fields.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "mqs_layout.h"
@@ -13,10 +14,10 @@ enum { L_TOPIC, L_QUEUES, L_RR_N, L_RR, L_QSLOTS, LANE_FIELDS };
 #define TOPIC_RULE "only letters, digits, '%', '|', '_' and '-' (RocketMQ's ^[%|a-zA-Z0-9_-]+$)"
 
 static PyObject *names[MQS_FIELDS], *name_tags, *name_keys, *space, *empty;
-static const char *const field_names[MQS_FIELDS] = {"topic", "body", "tags",
-                                                     "keys", "properties", "queue_id"};
+static const char *const field_names[MQS_FIELDS] = {
+    "topic", "body", "tags", "keys", "properties", "queue_id", "delay_level"};
 static const char *const message_attrs[MQS_FIELDS] = {
-    "topic", "body", NULL, NULL, "properties", "queue_id"};
+    "topic", "body", NULL, NULL, "properties", "queue_id", "delay_level"};
 
 int mqs_fields_ready(void)
 {
@@ -80,13 +81,16 @@ static int types(struct mqs_fields *m)
     }
     if ((o = f[MQS_F_QID]) != NULL && o != Py_None && (!PyLong_Check(o) || PyBool_Check(o)))
         return MQS_FIELDS_TYPES;
+    if ((o = f[MQS_F_DELAY]) != NULL && o != Py_None && (!PyLong_Check(o) || PyBool_Check(o)))
+        return MQS_FIELDS_TYPES;
     return MQS_FIELDS_OK;
 }
 
-int mqs_fields_of_args(struct mqs_fields *m, PyObject *const *args)
+int mqs_fields_of_args(struct mqs_fields *m, PyObject *const *args, PyObject *delay)
 {
-    for (int i = 0; i < MQS_FIELDS; i++)
+    for (int i = 0; i < MQS_F_DELAY; i++)
         m->f[i] = Py_NewRef(args[i]);
+    m->f[MQS_F_DELAY] = Py_XNewRef(delay);
     return types(m);
 }
 
@@ -498,6 +502,99 @@ static int message_fields(struct mqs_fields *m, struct mqs_message *msg, int *ta
     return MQS_FIELDS_OK;
 }
 
+/* ---- delayed messages (issue 25) --------------------------------------------------------- */
+
+/* RocketMQ's CommitLog delay rewrite (spec 1.12) of a message with delay_level > 0, after
+ * its real queue was chosen: the level clamped to `max_delay`; DELAY, REAL_TOPIC and
+ * REAL_QID appended to its properties (after the caller's, TAGS and KEYS); the record
+ * goes to SCHEDULE_TOPIC_XXXX queue level - 1. Level 0 is no delay; a negative level, or
+ * one of those three properties also given in `properties`, is refused. The Python
+ * reference is tests/native/put_reference.py (`delay_reference`). */
+static int delay_rewrite(struct mqs_fields *m, struct mqs_item *it, struct mqs_arena *a,
+                         struct mqs_refusal *why, PyObject *lanes, PyObject *new_lane)
+{
+    static const char *const owned[3] = {"DELAY", "REAL_TOPIC", "REAL_QID"};
+    PyObject *o = m->f[MQS_F_DELAY], *props = m->f[MQS_F_PROPS];
+    int overflow = 0, rc;
+    long long level = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (level == -1 && PyErr_Occurred())
+        return MQS_FIELDS_ERROR;
+    if (overflow < 0 || (!overflow && level < 0))
+        return refuse(why, MQS_ST_MESSAGE_ILLEGAL,
+                      PyUnicode_FromFormat("delay_level %R is negative: 0 (no delay) or a "
+                                           "level 1..%d of messageDelayLevel",
+                                           o, m->max_delay));
+    if ((level == 0 && !overflow) || (it->msg.sys_flag & 0xC) == 0x4 || (it->msg.sys_flag & 0xC) == 0xC)
+        return MQS_FIELDS_OK; /* RocketMQ delays neither a prepared nor a rolled-back message */
+    if (m->max_delay < 1)
+        return refuse(why, MQS_ST_MESSAGE_ILLEGAL,
+                      PyUnicode_FromString("delay_level given but messageDelayLevel has no levels"));
+    if (overflow || level > m->max_delay)
+        level = m->max_delay;
+    for (int i = 0; props && props != Py_None && i < 3; i++) {
+        PyObject *k = PyUnicode_FromString(owned[i]);
+        int twice = k ? PyDict_Contains(props, k) : -1;
+        Py_XDECREF(k);
+        if (twice < 0)
+            return MQS_FIELDS_ERROR;
+        if (twice)
+            return refuse(why, MQS_ST_MESSAGE_ILLEGAL,
+                          PyUnicode_FromFormat("delay_level= and properties['%s'] both given: "
+                                               "the store sets %s for a delayed message",
+                                               owned[i], owned[i]));
+    }
+    char num[24];
+    PyObject *names3[3] = {NULL, NULL, NULL}, *values3[3] = {NULL, NULL, NULL};
+    rc = MQS_FIELDS_ERROR;
+    snprintf(num, sizeof num, "%lld", level);
+    values3[0] = PyUnicode_FromString(num);
+    values3[1] = Py_NewRef(m->f[MQS_F_TOPIC]);
+    snprintf(num, sizeof num, "%d", (int)it->msg.queue_id);
+    values3[2] = PyUnicode_FromString(num);
+    for (int i = 0; i < 3; i++)
+        names3[i] = PyUnicode_FromString(owned[i]);
+    int ok = 1;
+    for (int i = 0; i < 3; i++)
+        ok &= names3[i] != NULL && values3[i] != NULL;
+    rc = ok ? MQS_FIELDS_OK : MQS_FIELDS_ERROR;
+    for (int i = 0; i < 3 && rc == MQS_FIELDS_OK; i++)
+        rc = add_property(a, names3[i], values3[i], why);
+    for (int i = 0; i < 3; i++) {
+        Py_XDECREF(names3[i]);
+        Py_XDECREF(values3[i]);
+    }
+    if (rc != MQS_FIELDS_OK)
+        return rc;
+    if (a->len - m->props_off > MAX_PROPERTIES)
+        return refuse(why, MQS_ST_PROPERTIES_SIZE_EXCEEDED,
+                      PyUnicode_FromFormat("properties are %zu UTF-8 bytes with the delay's "
+                                           "DELAY, REAL_TOPIC and REAL_QID; at most %d are allowed",
+                                           a->len - m->props_off, MAX_PROPERTIES));
+    PyObject *name = PyUnicode_FromString("SCHEDULE_TOPIC_XXXX");
+    PyObject *lane = name ? lane_of(lanes, new_lane, name) : NULL;
+    Py_XDECREF(name);
+    if (lane == NULL)
+        return MQS_FIELDS_ERROR;
+    m->real_lane = m->lane;
+    m->lane = lane;
+    PyObject **l = &PyList_GET_ITEM(lane, 0);
+    long queues = PyLong_AsLong(l[L_QUEUES]), qid = (long)level - 1;
+    if (PyErr_Occurred())
+        return MQS_FIELDS_ERROR;
+    if (qid >= queues)
+        return refuse(why, MQS_ST_MESSAGE_ILLEGAL,
+                      PyUnicode_FromFormat("delay level %lld needs queue %ld of "
+                                           "SCHEDULE_TOPIC_XXXX, which has %ld queues",
+                                           level, qid, queues));
+    PyObject *qslots = l[L_QSLOTS];
+    long qs = qid < PyList_GET_SIZE(qslots) ? PyLong_AsLong(PyList_GET_ITEM(qslots, qid)) : -1;
+    if (PyErr_Occurred())
+        return MQS_FIELDS_ERROR;
+    it->msg.queue_id = (int32_t)qid;
+    it->qslot = qs < 0 || qs > INT32_MAX ? -1 : (int32_t)qs;
+    return MQS_FIELDS_OK;
+}
+
 int mqs_fields_check(struct mqs_fields *m, struct mqs_item *it, struct mqs_arena *arena,
                      struct mqs_refusal *why, PyObject *lanes, PyObject *new_lane,
                      int64_t max_body, int64_t seg_size, const struct mqs_host *store,
@@ -535,6 +632,9 @@ int mqs_fields_check(struct mqs_fields *m, struct mqs_item *it, struct mqs_arena
         return MQS_FIELDS_ERROR;
     if ((rc = queue(m, it, why)) != MQS_FIELDS_OK)
         return rc;
+    if (m->f[MQS_F_DELAY] && m->f[MQS_F_DELAY] != Py_None &&
+        (rc = delay_rewrite(m, it, arena, why, lanes, new_lane)) != MQS_FIELDS_OK)
+        return rc;
     PyObject *topic_b = PyList_GET_ITEM(m->lane, L_TOPIC);
     msg->topic = (const uint8_t *)PyBytes_AS_STRING(topic_b);
     msg->topic_len = (size_t)PyBytes_GET_SIZE(topic_b);
@@ -553,8 +653,9 @@ int mqs_fields_check(struct mqs_fields *m, struct mqs_item *it, struct mqs_arena
 
 void mqs_fields_undo(struct mqs_fields *m)
 {
-    if (m->rr_before && m->lane)
-        PyList_SetItem(m->lane, L_RR, Py_NewRef(m->rr_before));
+    PyObject *lane = m->real_lane ? m->real_lane : m->lane;
+    if (m->rr_before && lane)
+        PyList_SetItem(lane, L_RR, Py_NewRef(m->rr_before));
     Py_CLEAR(m->rr_before);
 }
 
@@ -563,6 +664,7 @@ void mqs_fields_release(struct mqs_fields *m)
     for (int i = 0; i < MQS_FIELDS; i++)
         Py_CLEAR(m->f[i]);
     Py_CLEAR(m->lane);
+    Py_CLEAR(m->real_lane);
     Py_CLEAR(m->rr_before);
     Py_CLEAR(m->message);
     Py_CLEAR(m->unknown);

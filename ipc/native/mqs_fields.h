@@ -47,7 +47,8 @@ struct mqs_arena {
 };
 #define MQS_ARENA_INIT(a) ((a).buf = (a).local, (a).len = 0, (a).cap = sizeof(a).local)
 
-enum { MQS_F_TOPIC, MQS_F_BODY, MQS_F_TAGS, MQS_F_KEYS, MQS_F_PROPS, MQS_F_QID, MQS_FIELDS };
+enum { MQS_F_TOPIC, MQS_F_BODY, MQS_F_TAGS, MQS_F_KEYS, MQS_F_PROPS, MQS_F_QID, MQS_F_DELAY,
+       MQS_FIELDS };
 
 /* One message of a call while it is read (all references owned). */
 struct mqs_fields {
@@ -60,13 +61,19 @@ struct mqs_fields {
     size_t props_off;
     PyObject *unknown; /* a batch dict with keys besides put's fields */
     int missing; /* a batch dict without topic (1) or body (2) */
+    /* A delayed message (delay_level > 0, mqs_delay_rewrite): its real topic's lane,
+     * whose round robin it took, once `lane` is the schedule topic's; and the highest
+     * level (messageDelayLevel's count), set by the caller before step 2. */
+    PyObject *real_lane;
+    int max_delay;
 };
 
 /* Module init: the interned names. */
 int mqs_fields_ready(void);
 
-/* Step 1 for put's arguments `args` (topic, body, tags, keys, properties, queue_id). */
-int mqs_fields_of_args(struct mqs_fields *m, PyObject *const *args);
+/* Step 1 for put's arguments `args` (topic, body, tags, keys, properties, queue_id) and
+ * its delay level (NULL: none). */
+int mqs_fields_of_args(struct mqs_fields *m, PyObject *const *args, PyObject *delay);
 
 /* Step 1 for messages[i] of a batch: a dict of put's fields or a Message (`message_type`;
  * `message_fields(i, m)` checks its other fields' types and answers the tuple above or

@@ -197,17 +197,17 @@ PyObject *mqs_put_configure(Appender *self, PyObject *args, PyObject *kw)
                              "message_type", "message_fields", "stats", "stats_off",
                              "result_type", "statuses", "flush_reasons", "msg_id_prefix",
                              "sync", "sync_timeout_ns", "busy_ns", "fast_fail", "max_body",
-                             "store_addr", "store_port", NULL};
+                             "store_addr", "store_port", "max_delay_level", NULL};
     PyObject *lock, *lanes, *new_lane, *find_row, *map_segment, *mtype, *mfields, *stats,
         *rtype, *statuses, *reasons, *prefix, *store_addr, *store_port;
     int64_t stats_off, sync_timeout_ns, busy_ns, max_body;
-    int sync, fast_fail;
+    int sync, fast_fail, max_delay = 18;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O!O!OOOO!OOLO!O!O!UpLLpLOO:configure", kwlist, &PutLockType, &lock,
+            args, kw, "O!O!OOOO!OOLO!O!O!UpLLpLOO|i:configure", kwlist, &PutLockType, &lock,
             &PyDict_Type, &lanes, &new_lane, &find_row, &map_segment, &PyType_Type, &mtype,
             &mfields, &stats, &stats_off, &PyType_Type, &rtype, &PyTuple_Type, &statuses,
             &PyTuple_Type, &reasons, &prefix, &sync, &sync_timeout_ns, &busy_ns, &fast_fail,
-            &max_body, &store_addr, &store_port))
+            &max_body, &store_addr, &store_port, &max_delay))
         return NULL;
     if (!self->open) {
         PyErr_SetString(PyExc_ValueError, "the appender is closed");
@@ -265,6 +265,7 @@ PyObject *mqs_put_configure(Appender *self, PyObject *args, PyObject *kw)
     c->sync_timeout_ns = sync_timeout_ns;
     c->busy_ns = busy_ns;
     c->max_body = max_body;
+    c->max_delay = max_delay;
     c->stale_at_ns = 0;
     c->since_stats = 0;
     c->fork_gen = fork_gen;
@@ -816,7 +817,8 @@ static PyObject *append(Appender *self, struct mqs_fields *m, struct mqs_item *i
 
 /* A put call under the client's lock: `list` a batch's messages, else `args` put's
  * fields. */
-static PyObject *call(Appender *self, PyObject *list, PyObject *const *args, int sync, int64_t t0)
+static PyObject *call(Appender *self, PyObject *list, PyObject *const *args, PyObject *delay,
+                      int sync, int64_t t0)
 {
     struct mqs_client *c = &self->c;
     int n = list ? (int)PyList_GET_SIZE(list) : 1, batch = list != NULL, i, rc = MQS_FIELDS_OK;
@@ -836,7 +838,7 @@ static PyObject *call(Appender *self, PyObject *list, PyObject *const *args, int
     for (i = 0; i < n && rc == MQS_FIELDS_OK; i++)
         rc = batch ? mqs_fields_of_item(&m[i], PyList_GET_ITEM(list, i), i, c->message_type,
                                         c->message_fields)
-                   : mqs_fields_of_args(&m[0], args);
+                   : mqs_fields_of_args(&m[0], args, delay);
     if (rc == MQS_FIELDS_TYPES) {
         out = Py_NewRef(Py_None);
         goto done;
@@ -853,6 +855,7 @@ static PyObject *call(Appender *self, PyObject *list, PyObject *const *args, int
         clock_gettime(CLOCK_REALTIME, &now);
         born = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
         for (i = 0; i < n && rc == MQS_FIELDS_OK; i++) {
+            m[i].max_delay = c->max_delay;
             rc = mqs_fields_check(&m[i], &items[i], &arena, &why, c->lanes, c->new_lane,
                                   c->max_body, self->a.seg_size, &c->store, born);
             if (rc == MQS_FIELDS_OK)
@@ -906,17 +909,18 @@ static int ready(Appender *self, PyObject *wait, int held, int64_t t0)
 
 PyObject *mqs_put_message(Appender *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 7 && nargs != 8) {
+    if (nargs < 7 || nargs > 9) {
         PyErr_SetString(PyExc_TypeError, "put_message(topic, body, tags, keys, properties, "
-                                         "queue_id, wait_store, held=False) takes 7 or 8 "
-                                         "arguments");
+                                         "queue_id, wait_store, held=False, delay_level=None) "
+                                         "takes 7 to 9 arguments");
         return NULL;
     }
     int64_t t0 = mqs_mono_ns();
-    int held = nargs == 8 && args[7] == Py_True;
+    int held = nargs >= 8 && args[7] == Py_True;
     if (!ready(self, args[6], held, t0))
         Py_RETURN_NONE;
-    PyObject *out = call(self, NULL, args, self->c.sync && args[6] == Py_True, t0);
+    PyObject *out = call(self, NULL, args, nargs == 9 ? args[8] : NULL,
+                         self->c.sync && args[6] == Py_True, t0);
     if (!held)
         putlock_release_held((PutLock *)self->c.lock);
     return out;
@@ -938,7 +942,7 @@ PyObject *mqs_put_batch_messages(Appender *self, PyObject *const *args, Py_ssize
         return PyList_New(0);
     if (!ready(self, args[1], held, t0))
         Py_RETURN_NONE;
-    PyObject *out = call(self, args[0], NULL, self->c.sync && args[1] == Py_True, t0);
+    PyObject *out = call(self, args[0], NULL, NULL, self->c.sync && args[1] == Py_True, t0);
     if (!held)
         putlock_release_held((PutLock *)self->c.lock);
     return out;

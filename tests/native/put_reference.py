@@ -14,6 +14,7 @@ from typing import Any
 from mqstore.engine import record
 from mqstore.engine.names import topic_problem
 from mqstore.engine.record import Message
+from mqstore.engine.retry import schedule_rewrite
 from mqstore.ipc.accepts import queue_id_problem
 from mqstore.ipc.results import PutMessageStatus
 from tests.native.uniq_reference import UNIQ, stamped
@@ -87,14 +88,20 @@ def put_reference(
     born: int,
     message: Message | None = None,
     uniq_key: str | None = None,
+    delay_level: int | None = None,
+    max_delay: int = 18,
+    schedule_lane: Lane | None = None,
 ) -> tuple[Message, int] | tuple[PutMessageStatus, str]:
     """(the Message whose record the put stores, its size), or (status, reason). Moves
     the lane's round-robin counter as the C put does (for a valid topic and body).
+    `delay_level` (a Message's own when `message` is given): the delay rewrite
+    (`delay_reference`) with `max_delay` levels into `schedule_lane`'s queues.
     `uniq_key`: the id the client's UniqIds makes, stamped after every other check
     (`mqs_uniq_stamp`) unless the properties hold a UNIQ_KEY."""
     got = _put_reference(
         topic, body, tags, keys, properties, queue_id, lane=lane, max_body=max_body,
         seg_size=seg_size, store_host=store_host, born=born, message=message,
+        delay_level=delay_level, max_delay=max_delay, schedule_lane=schedule_lane,
     )  # fmt: skip
     if uniq_key is None or isinstance(got[0], PutMessageStatus):
         return got
@@ -129,6 +136,9 @@ def _put_reference(
     store_host: str,
     born: int,
     message: Message | None = None,
+    delay_level: int | None = None,
+    max_delay: int = 18,
+    schedule_lane: Lane | None = None,
 ) -> tuple[Message, int] | tuple[PutMessageStatus, str]:
     why = topic_problem(topic)
     if why is not None:
@@ -165,6 +175,20 @@ def _put_reference(
         lane.rr += 1
     if not 0 <= queue_id < lane.queues:
         return ILLEGAL, queue_id_problem(topic, queue_id, lane.queues)
+    if message is not None:
+        delay_level = message.delay_level
+    if delay_level is not None:
+        delayed = delay_reference(
+            dataclasses.replace(msg, queue_id=queue_id, delay_level=delay_level),
+            max_delay, schedule_lane or Lane(max_delay, max_delay),
+        )  # fmt: skip
+        if isinstance(delayed, tuple):
+            return delayed
+        msg = delayed
+        queue_id = msg.queue_id
+        rec = record.encode(msg, max_message_size=max_body)
+        if rec.status is not record.EncodeStatus.OK:
+            return PutMessageStatus[rec.status.value], rec.reason
     size = len(rec.data)
     if size + record.END_FILE_MIN_BLANK_LENGTH > seg_size:
         return ILLEGAL, f"record of {size} bytes does not fit a {seg_size}-byte segment"
@@ -177,3 +201,42 @@ def record_bytes(msg: Message, queue_offset: int, physical_offset: int, store_ts
     out = bytearray(len(enc.data))
     record.patch_append_fields(out, 0, enc, queue_offset, physical_offset, store_ts)
     return bytes(out)
+
+
+_DELAY_PROPS = ("DELAY", "REAL_TOPIC", "REAL_QID")
+
+
+def delay_reference(
+    msg: Message, max_delay: int, schedule_lane: Lane
+) -> Message | tuple[PutMessageStatus, str]:
+    """The C put's delay rewrite (`mqs_fields.c`: `delay_rewrite`) of `msg` (its real
+    queue chosen): `engine.retry.schedule_rewrite` with the put's refusals."""
+    level = msg.delay_level
+    if level < 0:
+        return ILLEGAL, (
+            f"delay_level {level!r} is negative: 0 (no delay) or a level 1..{max_delay} of "
+            "messageDelayLevel"
+        )
+    if level == 0 or (msg.sys_flag & 0xC) in (0x4, 0xC):
+        return msg
+    if max_delay < 1:
+        return ILLEGAL, "delay_level given but messageDelayLevel has no levels"
+    for name in _DELAY_PROPS:
+        if name in msg.properties:
+            return ILLEGAL, (
+                f"delay_level= and properties['{name}'] both given: the store sets {name} "
+                "for a delayed message"
+            )
+    out = schedule_rewrite(msg, max_delay)
+    size = len(record.encode_properties(out.properties))
+    if size > record.MAX_PROPERTIES_BYTES:
+        return PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, (
+            f"properties are {size} UTF-8 bytes with the delay's DELAY, REAL_TOPIC and "
+            f"REAL_QID; at most {record.MAX_PROPERTIES_BYTES} are allowed"
+        )
+    if out.queue_id >= schedule_lane.queues:
+        return ILLEGAL, (
+            f"delay level {out.delay_level} needs queue {out.queue_id} of SCHEDULE_TOPIC_XXXX, "
+            f"which has {schedule_lane.queues} queues"
+        )
+    return out

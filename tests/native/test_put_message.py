@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from mqstore import _native
 from mqstore.engine import record
-from mqstore.engine.record import Message
+from mqstore.engine.record import SCHEDULE_TOPIC, Message
 from mqstore.ipc import control as c
 from mqstore.ipc.control_views import Flags
 from mqstore.ipc.fence import fence
@@ -45,6 +45,8 @@ STORE_HOST = "127.0.0.1:10911"
 PREFIX = "7F00000100002A9F"
 OK = PutMessageStatus.PUT_OK
 BUSY_NS = 50_000_000
+MAX_DELAY = 6  # messageDelayLevel's count; the schedule topic has one queue fewer here
+SCHEDULE_QUEUES = 5
 SETTINGS = settings(
     max_examples=300, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
@@ -70,17 +72,20 @@ class Put:
             "statuses": tuple(PutMessageStatus), "flush_reasons": ("timed out", "failed"),
             "msg_id_prefix": PREFIX, "sync": False, "sync_timeout_ns": 10**9,
             "busy_ns": BUSY_NS, "fast_fail": False, "max_body": MAX_BODY,
-            "store_addr": b"\x7f\x00\x00\x01", "store_port": 10911, **kw,
+            "store_addr": b"\x7f\x00\x00\x01", "store_port": 10911,
+            "max_delay_level": MAX_DELAY, **kw,
         })  # fmt: skip
         self.app.checked(10**12)
 
     def new_lane(self, topic: str) -> list[Any]:
-        lane = [topic.encode(), QUEUES, SPREAD, 0, [-1] * QUEUES]
+        n = SCHEDULE_QUEUES if topic == SCHEDULE_TOPIC else QUEUES
+        lane = [topic.encode(), n, SPREAD, 0, [-1] * n]
         self.lanes[topic] = lane
         return lane
 
     def lane(self, topic: str) -> Lane:
-        return self.ref.setdefault(topic, Lane(QUEUES, SPREAD))
+        n = SCHEDULE_QUEUES if topic == SCHEDULE_TOPIC else QUEUES
+        return self.ref.setdefault(topic, Lane(n, SPREAD))
 
 
 @pytest.fixture
@@ -118,8 +123,12 @@ keys_ = (
     | st.lists(_text, max_size=3).flatmap(lambda ks: st.sampled_from([ks, tuple(ks)]))
     | st.integers(32000, 33000).map(lambda n: "k" * n)
 )
-props_ = st.none() | st.dictionaries(_text | st.sampled_from(["TAGS", "KEYS"]), _text, max_size=3)
+props_ = st.none() | st.dictionaries(
+    _text | st.sampled_from(["TAGS", "KEYS", "DELAY", "REAL_QID"]), _text, max_size=3
+)
 queue_ids = st.none() | st.integers(-2, QUEUES + 1) | st.just(2**70)
+delays = st.integers(-1, MAX_DELAY + 1) | st.sampled_from([2**70, -(2**70)])
+opt_delays = st.none() | delays
 
 
 def check_stored(p: Put, got: PutResult, want: Message) -> None:
@@ -143,17 +152,22 @@ def _with_born(m: Message, born: int) -> Message:
 
 
 @SETTINGS
-@given(topic=topics, body=bodies, tags=tags_, keys=keys_, properties=props_, queue_id=queue_ids)
+@given(
+    topic=topics, body=bodies, tags=tags_, keys=keys_, properties=props_, queue_id=queue_ids,
+    delay=opt_delays,
+)  # fmt: skip
 def test_put_message_stores_the_reference_record_or_its_refusal(
     put: Callable[..., Put], topic: str, body: Any, tags: Any, keys: Any, properties: Any,
-    queue_id: Any,
+    queue_id: Any, delay: Any,
 ) -> None:  # fmt: skip
     p = put()
     lane = p.lane(str(topic))
-    got = p.app.put_message(topic, body, tags, keys, properties, queue_id, False)
+    args = (topic, body, tags, keys, properties, queue_id, False)
+    got = p.app.put_message(*args) if delay is None else p.app.put_message(*args, False, delay)
     want = put_reference(
         topic, body, tags, keys, properties, queue_id, lane=lane, max_body=MAX_BODY,
-        seg_size=SEG, store_host=STORE_HOST, born=0,
+        seg_size=SEG, store_host=STORE_HOST, born=0, delay_level=delay, max_delay=MAX_DELAY,
+        schedule_lane=p.lane(SCHEDULE_TOPIC),
     )  # fmt: skip
     assert type(got) is PutResult
     if isinstance(want[0], PutMessageStatus):
@@ -183,11 +197,15 @@ messages = st.builds(
     store_host=st.sampled_from([STORE_HOST, "127.0.0.1:10911"]),
     reconsume_times=st.integers(0, 3),
     prepared_transaction_offset=st.integers(0, 2**40),
+    delay_level=st.just(0) | delays,
 )
 dicts = st.fixed_dictionaries(
     {"topic": topics, "body": st.binary(max_size=64)},
-    optional={"tags": tags_, "keys": keys_, "properties": props_, "queue_id": queue_ids},
-)
+    optional={
+        "tags": tags_, "keys": keys_, "properties": props_, "queue_id": queue_ids,
+        "delay_level": opt_delays,
+    },
+)  # fmt: skip
 
 
 @SETTINGS
@@ -205,6 +223,8 @@ def test_put_batch_stores_the_reference_records_or_refuses_them_all(
             f["topic"], f["body"], f.get("tags"), f.get("keys"), f.get("properties"),
             f.get("queue_id"), lane=p.lane(str(f["topic"])), max_body=MAX_BODY, seg_size=SEG,
             store_host=STORE_HOST, born=0, message=m if isinstance(m, Message) else None,
+            delay_level=f.get("delay_level"), max_delay=MAX_DELAY,
+            schedule_lane=p.lane(SCHEDULE_TOPIC),
         )  # fmt: skip
         if isinstance(want[0], PutMessageStatus):
             refusal = (want[0], f"message {i} of the batch: {want[1]}")
@@ -250,10 +270,16 @@ def test_types_the_c_put_does_not_read_are_left_to_the_client(put: Callable[...,
         ("TopicA", b"x", None, None, None, True, False),
         ("TopicA", b"x", None, None, None, "1", False),
         ("TopicA", b"x", None, None, None, None, 1),
+        ("TopicA", b"x", None, None, None, None, False, False, "3"),
+        ("TopicA", b"x", None, None, None, None, False, False, True),
+        ("TopicA", b"x", None, None, None, None, False, False, 1.0),
         ("TopicA", memoryview(b"abcd")[::2], None, None, None, None, False),
     ):
         assert p.app.put_message(*args) is None, args
-    for batch in ([{"topic": "t", "body": b"x", "keys": 5}], [("t", b"x")], ({"topic": "t"},)):
+    for batch in (
+        [{"topic": "t", "body": b"x", "keys": 5}], [("t", b"x")], ({"topic": "t"},),
+        [{"topic": "t", "body": b"x", "delay_level": "1"}],
+    ):  # fmt: skip
         assert p.app.put_batch_messages(batch, False) is None, batch
     assert p.cb.get(c.OFF_SEQ) == 0 and not p.lanes
 
@@ -498,3 +524,26 @@ def test_publish_matches_its_python_twin(
     twin = bytearray(buf)
     assert _native.publish(buf) == publish_reference(twin)
     assert buf == twin
+
+
+def test_a_delayed_put_goes_to_its_levels_schedule_queue(put: Callable[..., Put]) -> None:
+    """RocketMQ's delay rewrite: SCHEDULE_TOPIC_XXXX queue level-1, DELAY / REAL_TOPIC /
+    REAL_QID after the caller's properties, TAGS and KEYS; a level past the last is the
+    last; the real topic's round robin still chooses REAL_QID."""
+    p = put()
+    r = p.app.put_message("TopicA", b"x", "TagA", "k1", {"a": "b"}, 2, False, False, 3)
+    assert (r.status, r.queue_id) == (OK, 2)
+    assert p.cb.pool_buf is not None
+    raw = bytes(p.cb.pool_buf[r.physical_offset : r.physical_offset + r.size])
+    got = record.decode(raw, 0)
+    assert (got.topic, got.queue_id) == (SCHEDULE_TOPIC, 2)
+    assert list(got.properties.items()) == [
+        ("a", "b"), ("TAGS", "TagA"), ("KEYS", "k1"),
+        ("DELAY", "3"), ("REAL_TOPIC", "TopicA"), ("REAL_QID", "2"),
+    ]  # fmt: skip
+    r = p.app.put_message("TopicA", b"x", None, None, None, None, False, False, 99)
+    assert (r.status, r.queue_id) == (PutMessageStatus.MESSAGE_ILLEGAL, 0)
+    assert r.reason == "delay level 6 needs queue 5 of SCHEDULE_TOPIC_XXXX, which has 5 queues"
+    r = p.app.put_message("TopicA", b"x", None, None, None, 1, False, False, 5)
+    raw = bytes(p.cb.pool_buf[r.physical_offset : r.physical_offset + r.size])
+    assert record.decode(raw, 0).properties["REAL_QID"] == "1" and r.queue_id == 4

@@ -26,7 +26,7 @@ from tests.reliability.verify import verify, verify_queues
 from tests.reliability.workload import Acks
 from tests.runtime.harness import REPO, Store, wait_for
 
-WORKERS = ("committer", "flusher", "allocator", "dispatcher", "cleaner")
+WORKERS = ("committer", "flusher", "allocator", "dispatcher", "cleaner", "scheduler")
 KINDS = ("client", *WORKERS, "supervisor", "group")
 
 

@@ -210,7 +210,9 @@ def _state(pid: int) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["committer", "flusher", "allocator", "dispatcher", "cleaner"])
+@pytest.mark.parametrize(
+    "name", ["committer", "flusher", "allocator", "dispatcher", "cleaner", "scheduler"]
+)
 def test_worker_killed_is_restarted(store: Store, name: str) -> None:
     before = next(w for w in store.status()["workers"] if w["name"] == name)
     os.kill(before["pid"], signal.SIGKILL)
@@ -428,7 +430,7 @@ def test_status_command_json_and_table(store: Store) -> None:
     assert doc["commit_lag_bytes"] == 0 and doc["flush_lag_bytes"] == 0
     assert doc["pool"] == {"enabled": True, "buffers": 3, "buffer_bytes": 1 << 20, "free": 2}
     assert {w["name"] for w in doc["workers"]} == {
-        "allocator", "committer", "flusher", "dispatcher", "cleaner",
+        "allocator", "committer", "flusher", "dispatcher", "cleaner", "scheduler",
     }  # fmt: skip
     assert all(w["pid"] > 0 and w["restarts"] == 0 for w in doc["workers"])
     assert doc["clients"] == 1 and doc["puts"]["total"] <= 10

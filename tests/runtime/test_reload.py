@@ -8,7 +8,7 @@ import signal
 from tests.runtime.conftest import StoreFactory
 from tests.runtime.harness import wait_for, write_config
 
-WORKERS = ("allocator", "committer", "flusher", "dispatcher", "cleaner")
+WORKERS = ("allocator", "committer", "flusher", "dispatcher", "cleaner", "scheduler")
 
 
 def test_sighup_reloads_intervals_and_ignores_the_rest(make_store: StoreFactory) -> None:
