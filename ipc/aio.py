@@ -450,14 +450,22 @@ class AsyncStoreClient:
         )  # fmt: skip
 
     def put_batch(
-        self, messages: Iterable[Mapping[str, Any] | Message], *, wait_store: bool = True
+        self,
+        messages: Iterable[Mapping[str, Any] | Message],
+        *,
+        wait_store: bool = True,
+        redelivered: bool = False,
     ) -> asyncio.Future[list[PutResult]]:
         """`StoreClient.put_batch` on the loop (all or nothing, one reservation), as
         `put`: a future of its results."""
         client = self._on_loop(wait_store)
         if client is not None:
-            return self._resolved(client.put_batch(messages, wait_store=wait_store))
-        return self._waited(lambda cl: cl.put_batch(messages, wait_store=False))
+            return self._resolved(
+                client.put_batch(messages, wait_store=wait_store, redelivered=redelivered)
+            )
+        return self._waited(
+            lambda cl: cl.put_batch(messages, wait_store=False, redelivered=redelivered)
+        )
 
     def send_back(
         self,
@@ -472,7 +480,7 @@ class AsyncStoreClient:
         back = send_back_message(
             message, group, delay_level=delay_level, max_reconsume_times=max_reconsume_times
         )
-        fut = self.put_batch([back.message])
+        fut = self.put_batch([back.message], redelivered=True)
         out: asyncio.Future[PutResult] = self._new_future()
 
         def one(done: asyncio.Future[list[PutResult]]) -> None:

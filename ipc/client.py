@@ -202,7 +202,11 @@ class StoreClient:
         return got
 
     def put_batch(
-        self, messages: Iterable[Mapping[str, Any] | Message], *, wait_store: bool = True
+        self,
+        messages: Iterable[Mapping[str, Any] | Message],
+        *,
+        wait_store: bool = True,
+        redelivered: bool = False,
     ) -> list[PutResult]:
         """Append messages all or nothing, in one segment, under one reservation.
 
@@ -213,11 +217,23 @@ class StoreClient:
         delay level: it is rewritten to the schedule topic as `put` does. A bad message fails the
         whole batch with its status; nothing is written. A message or field of the
         wrong type raises TypeError naming it (`ipc.accepts`).
+
+        `redelivered=True`: the messages are stored ones put again with their properties
+        (`send_back` and the scheduler pass it): a UNIQ_KEY of this client's own is kept
+        but not taken for a retry, so the idempotence table neither answers nor notes
+        them (else a client's send-back of a message it produced would answer the first
+        put's result and store nothing).
         """
         puts = self._puts
-        results: list[PutResult] | None = puts.app.put_batch_messages(messages, wait_store)
+        if not isinstance(redelivered, bool):
+            raise TypeError(
+                f"put_batch() argument 'redelivered' must be bool, not {type(redelivered).__name__}"
+            )
+        results: list[PutResult] | None = puts.app.put_batch_messages(
+            messages, wait_store, False, redelivered
+        )
         if results is None:
-            results = puts.put_batch_held(messages, wait_store)
+            results = puts.put_batch_held(messages, wait_store, redelivered)
         return raise_if_failed(results) if puts.raise_on_status else results
 
     def new_uniq_key(self) -> str:
@@ -303,7 +319,7 @@ class StoreClient:
         back = send_back_message(
             message, group, delay_level=delay_level, max_reconsume_times=max_reconsume_times
         )
-        return self.put_batch([back.message])[0]
+        return self.put_batch([back.message], redelivered=True)[0]
 
     wait_flushed = _on(_puts, PutPath.wait_flushed)
     live = _on(_session, Session.live)

@@ -335,7 +335,9 @@ class PutPath:
             raise TypeError("put() arguments of types the store cannot read")
         return got
 
-    def put_batch_held(self, messages: Any, wait_store: Any) -> list[PutResult]:
+    def put_batch_held(
+        self, messages: Any, wait_store: Any, redelivered: bool = False
+    ) -> list[PutResult]:
         """As `_put_held`, for a batch."""
         msgs = check_batch(messages)
         for i, m in enumerate(msgs):
@@ -346,7 +348,9 @@ class PutPath:
             why = self.session.ensure_live()
             if why:
                 return [PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, why) for _ in msgs]
-            got: list[PutResult] | None = self.app.put_batch_messages(plain, wait_store, True)
+            got: list[PutResult] | None = self.app.put_batch_messages(
+                plain, wait_store, True, redelivered
+            )
         if got is None:
             raise TypeError("put_batch() messages of types the store cannot read")
         return got

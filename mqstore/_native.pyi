@@ -138,9 +138,12 @@ class Appender:
         make plain)."""
 
     def put_batch_messages(
-        self, messages: object, wait_store: object, held: bool = False, /
-    ) -> Any:
-        """put_message for a list of put's dicts and Messages: a list of PutResult, or None."""
+        self, messages: object, wait_store: object, held: bool = False,
+        redelivered: bool = False, /,
+    ) -> Any:  # fmt: skip
+        """put_message for a list of put's dicts and Messages: a list of PutResult, or None.
+        `redelivered`: stored messages put again (send_back, the scheduler): their
+        UNIQ_KEYs are neither answered from nor noted in the idempotence table."""
 
     def checked(self, stale_after_ns: int, /) -> None:
         """The client checked its supervisor; put_message answers None after this long."""

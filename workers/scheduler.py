@@ -260,7 +260,9 @@ class Scheduler(Service):
         False (nothing of it put) to try again later."""
         msgs = [timeup_message(rec) for rec in batch]
         if all(m is not None for m in msgs):
-            results = client.put_batch([m for m in msgs if m is not None], wait_store=False)
+            results = client.put_batch(
+                [m for m in msgs if m is not None], wait_store=False, redelivered=True
+            )
             status = results[0].status
             if status is PutMessageStatus.PUT_OK:
                 self._delivered(level, batch[-1], _end(results))
@@ -279,7 +281,11 @@ class Scheduler(Service):
         buf = self.buffers[level]
         for i, rec in enumerate(batch):
             m = timeup_message(rec)
-            r = client.put_batch([m], wait_store=False)[0] if m is not None else None
+            r = (
+                client.put_batch([m], wait_store=False, redelivered=True)[0]
+                if m is not None
+                else None
+            )
             if r is not None and r.status is PutMessageStatus.PUT_OK:
                 self._delivered(level, rec, _end([r]))
             elif r is None or r.status in _CONTENT:

@@ -816,9 +816,12 @@ static PyObject *append(Appender *self, struct mqs_fields *m, struct mqs_item *i
 }
 
 /* A put call under the client's lock: `list` a batch's messages, else `args` put's
- * fields. */
+ * fields. `redelivered`: the messages are stored ones put again with their properties
+ * (send_back, the scheduler's re-put): a UNIQ_KEY of this client's own is then kept but
+ * is no retry key, so the idempotence table neither answers nor notes them (else a
+ * client's send_back of its own message would be answered "stored" and dropped). */
 static PyObject *call(Appender *self, PyObject *list, PyObject *const *args, PyObject *delay,
-                      int sync, int64_t t0)
+                      int sync, int redelivered, int64_t t0)
 {
     struct mqs_client *c = &self->c;
     int n = list ? (int)PyList_GET_SIZE(list) : 1, batch = list != NULL, i, rc = MQS_FIELDS_OK;
@@ -861,6 +864,8 @@ static PyObject *call(Appender *self, PyObject *list, PyObject *const *args, PyO
             if (rc == MQS_FIELDS_OK)
                 rc = mqs_uniq_stamp(&c->uniq, &m[i], &items[i], &arena, &why, self->a.seg_size,
                                     born);
+            if (redelivered && items[i].uniq_kind == MQS_UNIQ_GIVEN)
+                items[i].uniq_kind = MQS_UNIQ_OTHER;
             total += items[i].size;
         }
         if (rc == MQS_FIELDS_REFUSED && batch) {
@@ -920,7 +925,7 @@ PyObject *mqs_put_message(Appender *self, PyObject *const *args, Py_ssize_t narg
     if (!ready(self, args[6], held, t0))
         Py_RETURN_NONE;
     PyObject *out = call(self, NULL, args, nargs == 9 ? args[8] : NULL,
-                         self->c.sync && args[6] == Py_True, t0);
+                         self->c.sync && args[6] == Py_True, 0, t0);
     if (!held)
         putlock_release_held((PutLock *)self->c.lock);
     return out;
@@ -928,21 +933,23 @@ PyObject *mqs_put_message(Appender *self, PyObject *const *args, Py_ssize_t narg
 
 PyObject *mqs_put_batch_messages(Appender *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2 && nargs != 3) {
+    if (nargs < 2 || nargs > 4) {
         PyErr_SetString(PyExc_TypeError,
-                        "put_batch_messages(messages, wait_store, held=False) takes 2 or 3 "
-                        "arguments");
+                        "put_batch_messages(messages, wait_store, held=False, "
+                        "redelivered=False) takes 2 to 4 arguments");
         return NULL;
     }
     int64_t t0 = mqs_mono_ns();
-    int held = nargs == 3 && args[2] == Py_True;
+    int held = nargs >= 3 && args[2] == Py_True;
+    int redelivered = nargs == 4 && args[3] == Py_True;
     if (!PyList_CheckExact(args[0]) || PyList_GET_SIZE(args[0]) > INT32_MAX)
         Py_RETURN_NONE;
     if (PyList_GET_SIZE(args[0]) == 0)
         return PyList_New(0);
     if (!ready(self, args[1], held, t0))
         Py_RETURN_NONE;
-    PyObject *out = call(self, args[0], NULL, NULL, self->c.sync && args[1] == Py_True, t0);
+    PyObject *out = call(self, args[0], NULL, NULL, self->c.sync && args[1] == Py_True,
+                         redelivered, t0);
     if (!held)
         putlock_release_held((PutLock *)self->c.lock);
     return out;

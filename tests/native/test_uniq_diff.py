@@ -213,6 +213,32 @@ def test_a_batch_is_recognised_whole(put: Callable[..., Put], cb: c.ControlBlock
     assert all(r.reason == "" for r in more) and cb.get(c.OFF_SEQ) > seq
 
 
+def test_a_redelivered_put_is_neither_answered_nor_noted(
+    put: Callable[..., Put], cb: c.ControlBlock
+) -> None:
+    """send_back and the scheduler re-put a stored message with its UNIQ_KEY, which may be
+    this client's own: `redelivered` stores it every time and leaves the table as it was
+    (a retry of the first put is still answered the first put's result)."""
+    p = _stamped(put(), _native.UniqIds(IP))
+    first = p.app.put_message("T", b"x", None, None, None, None, False)
+    msg = {"topic": "%RETRY%G", "body": b"x", "properties": {"UNIQ_KEY": first.uniq_key}}
+    backs = [p.app.put_batch_messages([msg], False, False, True)[0] for _ in range(2)]
+    assert all(b.reason == "" and b.status is OK for b in backs), backs
+    assert len({first.physical_offset, *(b.physical_offset for b in backs)}) == 3
+    again = p.app.put_message("T", b"x", None, None, {"UNIQ_KEY": first.uniq_key}, None, False)
+    assert again.physical_offset == first.physical_offset and again.reason != ""
+    # A key only ever put redelivered is not in the table: a plain put of it is stored.
+    key = first.uniq_key[:-4] + "FFFF"
+    one = p.app.put_batch_messages([{**msg, "properties": {"UNIQ_KEY": key}}], False, False, True)[
+        0
+    ]
+    assert one.status is OK and _native.idem_find(cb.buf, key) is None
+    plain = p.app.put_message("T", b"y", None, None, {"UNIQ_KEY": key}, None, False)
+    assert plain.reason == "" and plain.physical_offset > one.physical_offset
+    with pytest.raises(TypeError, match="2 to 4"):
+        p.app.put_batch_messages([msg], False, False, True, 1)
+
+
 def test_the_window_remembers_the_last_puts(put: Callable[..., Put], cb: c.ControlBlock) -> None:
     p = _stamped(put(), _native.UniqIds(IP))
     keys = [p.app.put_message("T", b"x", None, None, None, None, False).uniq_key
