@@ -15,9 +15,10 @@ is returned at once, as is the last answer when `timeout_s` has passed.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from mqstore.engine.record import PROPERTY_UNIQ_KEY, Message
@@ -58,6 +59,16 @@ def keyed_batch(
     return out
 
 
+def _final(got: Sequence[PutResult], deadline: float | None, pause: float) -> bool:
+    """Whether `got` is the answer to return: all PUT_OK, one not retriable, or no time
+    left for another pause."""
+    if all(r.status is PutMessageStatus.PUT_OK for r in got):
+        return True
+    if any(r.status not in RETRIABLE for r in got):
+        return True
+    return deadline is not None and time.monotonic() + pause > deadline
+
+
 def retry(
     attempt: Callable[[], Sequence[PutResult]], timeout_s: float | None
 ) -> Sequence[PutResult]:
@@ -67,11 +78,21 @@ def retry(
     pause = _FIRST_PAUSE_S
     while True:
         got = attempt()
-        if all(r.status is PutMessageStatus.PUT_OK for r in got):
-            return got
-        if any(r.status not in RETRIABLE for r in got):
-            return got
-        if deadline is not None and time.monotonic() + pause > deadline:
+        if _final(got, deadline, pause):
             return got
         time.sleep(pause)
+        pause = min(pause * 2, _MAX_PAUSE_S)
+
+
+async def retry_async(
+    attempt: Callable[[], Awaitable[Sequence[PutResult]]], timeout_s: float | None
+) -> Sequence[PutResult]:
+    """`retry` for the asyncio client: the pauses are `asyncio.sleep`, the loop runs on."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    pause = _FIRST_PAUSE_S
+    while True:
+        got = await attempt()
+        if _final(got, deadline, pause):
+            return got
+        await asyncio.sleep(pause)
         pause = min(pause * 2, _MAX_PAUSE_S)
