@@ -4,7 +4,9 @@ The table that recognises a retried put (`ipc/native/mqs_uniq.h`) lives in the c
 block, which a supervisor's death takes with it. Before a new block serves, the
 supervisor walks the tail of the recovered log (`REBUILD_BYTES` before its end, from the
 start of the segment that holds that point) and notes every record's UNIQ_KEY there as
-stored, in log order, as Kafka rebuilds its producer state from the log's last segments:
+stored, in log order, as Kafka rebuilds its producer state from the log's last segments
+(the first record of a key wins, as in the live table: send_back and the scheduler put
+copies with the original's UNIQ_KEY later, which a retry must not be answered with):
 a retry after a restart then finds the put it repeats, whether the old run
 acknowledged it or not. The window per producer is the table's (`IDEM_WINDOW` puts), so a
 producer's older records are simply overwritten as the walk goes on.
@@ -61,8 +63,11 @@ def _note_segment(cb: c.ControlBlock, mm: mmap.mmap, base: int, limit: int, olde
         hit = _KEY.search(mm, p, p + n)
         if hit is None or (hit.start() != p and mm[hit.start() - 1] != 2):
             continue
+        key = hit.group(1).decode()
+        if _native.idem_find(cb.buf, key) is not None:
+            continue  # a later record of the key (a send-back's or scheduler's copy)
         _native.idem_note(
-            cb.buf, hit.group(1).decode(), base + scan.pos[i], scan.size[i],
+            cb.buf, key, base + scan.pos[i], scan.size[i],
             scan.queue_id[i], scan.queue_offset[i], scan.store_timestamp[i],
         )  # fmt: skip
         noted += 1

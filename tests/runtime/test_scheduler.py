@@ -198,3 +198,27 @@ def test_send_back_by_the_client_that_produced_the_message_is_stored_each_time(
         dup = client.put("Seam", b"nack me", properties={"UNIQ_KEY": r.uniq_key}, queue_id=0)
         assert (dup.status, dup.physical_offset) == (OK, r.physical_offset)
         assert client.max_offset("Seam", 0) == r.queue_offset + 1
+
+
+def test_after_a_restart_a_retry_is_answered_the_first_put_not_its_redelivery(
+    make_store: StoreFactory,
+) -> None:
+    """The table rebuilt from the log at a start meets the original record and then its
+    send-back copies (same UNIQ_KEY, in SCHEDULE_TOPIC_XXXX and %RETRY%); a retry of the
+    first put must still answer the first put, as the live table does."""
+    st = make_store({"message_delay_level": "1s 1s"})
+    scheduler_ready(st)
+    with StoreClient.attach(st.path) as client:
+        r = client.put("Again", b"first", queue_id=0)
+        msg = _await(client, "Again", r.queue_offset)
+        assert client.send_back(msg, "RG", delay_level=1).status is OK
+        _await(client, "%RETRY%RG", 0)
+        assert st.stop() == 0
+        st.start()
+        again = client.put_until_ok(
+            "Again", b"first", properties={"UNIQ_KEY": r.uniq_key}, queue_id=0
+        )
+        assert again.reason.startswith("duplicate"), again
+        assert (again.physical_offset, again.queue_id, again.queue_offset) == (
+            r.physical_offset, r.queue_id, r.queue_offset,
+        )  # fmt: skip
