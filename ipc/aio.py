@@ -487,6 +487,7 @@ class AsyncStoreClient:
         queue_id: int | None = None,
         wait_store: bool = True,
         timeout_s: float | None = 60.0,
+        delay_level: int = 0,
     ) -> PutResult:
         """`StoreClient.put_until_ok` on the loop: `put` with one UNIQ_KEY (the caller's,
         else this client's next), awaited and put again while the answer is one a retry
@@ -500,7 +501,7 @@ class AsyncStoreClient:
                 return [
                     await self.put(
                         topic, body, tags=tags, keys=keys, properties=props,
-                        queue_id=queue_id, wait_store=wait_store,
+                        queue_id=queue_id, wait_store=wait_store, delay_level=delay_level,
                     )
                 ]  # fmt: skip
             except PutError as e:  # raise_on_status: the status decides, as without

@@ -259,19 +259,25 @@ class StoreClient:
         queue_id: int | None = None,
         wait_store: bool = True,
         timeout_s: float | None = 60.0,
+        delay_level: int = 0,
     ) -> PutResult:
         """`put`, retried with the same UNIQ_KEY while the answer is one a retry can
         change (FLUSH_DISK_TIMEOUT, SERVICE_NOT_AVAILABLE, OS_PAGECACHE_BUSY,
         CREATE_MAPPED_FILE_FAILED; re-attaching to a restarted supervisor), until PUT_OK
         or `timeout_s` (None: no limit). With idempotence on, the message is stored once
-        (`ipc.retry`). Returns the last result; raises as `put` does."""
+        (`ipc.retry`; a delayed one once in SCHEDULE_TOPIC_XXXX). Returns the last result;
+        raises as `put` does."""
         props = retry.with_key(properties, self.new_uniq_key)
         puts = self._puts
 
         def attempt() -> tuple[PutResult]:
-            got = puts.app.put_message(topic, body, tags, keys, props, queue_id, wait_store)
+            got = puts.app.put_message(
+                topic, body, tags, keys, props, queue_id, wait_store, False, delay_level
+            )
             if got is None:
-                got = puts.put_held(topic, body, tags, keys, props, queue_id, wait_store)
+                got = puts.put_held(
+                    topic, body, tags, keys, props, queue_id, wait_store, delay_level
+                )
             return (got,)
 
         last = retry.retry(attempt, timeout_s)[0]

@@ -222,3 +222,31 @@ def test_after_a_restart_a_retry_is_answered_the_first_put_not_its_redelivery(
         assert (again.physical_offset, again.queue_id, again.queue_offset) == (
             r.physical_offset, r.queue_id, r.queue_offset,
         )  # fmt: skip
+
+
+def test_put_until_ok_delays_and_a_retry_of_a_delayed_put_is_stored_once(
+    make_store: StoreFactory,
+) -> None:
+    """put_until_ok(delay_level=) (blocking and asyncio) puts into SCHEDULE_TOPIC_XXXX; its
+    retry (same UNIQ_KEY) answers that record, and the scheduler delivers it once."""
+    st = make_store({"message_delay_level": "1s 1s"})
+    scheduler_ready(st)
+    with StoreClient.attach(st.path) as client:
+        r = client.put_until_ok("Later", b"once", queue_id=0, delay_level=2)
+        assert (r.status, r.queue_id) == (OK, 1) and r.reason == ""
+        again = client.put_until_ok(
+            "Later", b"once", properties={"UNIQ_KEY": r.uniq_key}, queue_id=0, delay_level=2
+        )
+        assert again.reason.startswith("duplicate") and again.physical_offset == r.physical_offset
+
+        async def aio_put() -> PutResult:
+            async with AsyncStoreClient.attach(st.path) as aio:
+                return await aio.put_until_ok("Later", b"aio", queue_id=0, delay_level=1)
+
+        a = asyncio.run(aio_put())
+        assert (a.status, a.queue_id) == (OK, 0)
+        got = {_await(client, "Later", 0).body, _await(client, "Later", 1).body}
+        assert got == {b"once", b"aio"}
+        wait_for(lambda: _offsets(st.path).get("2", 0) >= 1, 30, "level 2's progress")
+        assert client.max_offset("Later", 0) == 2  # nothing twice
+        assert client.max_offset(SCHEDULE_TOPIC, 1) == 1  # the retry stored nothing
