@@ -23,6 +23,7 @@ SOURCES = [
     "ipc/native/mqs_futex.c",
     "ipc/native/mqs_live.c",
     "ipc/native/mqs_put.c",
+    "ipc/native/mqs_uniq.c",
     "ipc/native/mqs_fields.c",
     "ipc/native/mqs_round.c",
     "ipc/native/mqs_control_py.c",

@@ -54,14 +54,14 @@ from typing import Any, Concatenate, Final, Generic, Literal, ParamSpec, TypeVar
 from mqstore.conf.settings import FlushDiskType
 from mqstore.engine.record import Message, RecordFields
 from mqstore.engine.retry import DEFAULT_MAX_RECONSUME_TIMES, send_back_message
-from mqstore.ipc import channel
+from mqstore.ipc import channel, retry
 from mqstore.ipc import control as c
 from mqstore.ipc.accepts import check_send_back
 from mqstore.ipc.client import StoreClient
 from mqstore.ipc.consumer import ConsumedMessage, Consumer, ConsumerClosed
 from mqstore.ipc.control_views import Flags, Positions
 from mqstore.ipc.reads import ClientReads, for_client
-from mqstore.ipc.results import PutMessageStatus, PutResult, error_for
+from mqstore.ipc.results import PutError, PutMessageStatus, PutResult, error_for, raise_if_failed
 from mqstore.ipc.session import check_attach_types
 
 _WATCH_S: Final = 0.05  # the longest futex sleep: deadlines and closing are seen this soon
@@ -320,13 +320,21 @@ class AsyncStoreClient:
         topic_queue_nums: Mapping[str, int] | None = None,
         timeout_s: float = 10.0,
         raise_on_status: bool = False,
+        idempotence: bool = True,
     ) -> None:
         """`async with AsyncStoreClient.attach(dir) as store:` or
         `store = await AsyncStoreClient.attach(dir)` (then `await store.close()`).
         The arguments are `StoreClient.attach`'s; `raise_on_status`: a status but PUT_OK
-        raises its `PutError`, at the call, or at the await for a flush status. Raises
+        raises its `PutError`, at the call, or at the await for a flush status;
+        `idempotence` (default on): a put whose UNIQ_KEY is one of this client's and
+        stored already answers the first put's result (`put_until_ok`). Raises
         channel.SupervisorUnavailable when no supervisor runs."""
         check_attach_types("attach", store_dir, topic_queue_nums, timeout_s)
+        if not isinstance(idempotence, bool):
+            raise TypeError(
+                f"attach() argument 'idempotence' must be bool, not {type(idempotence).__name__}"
+            )
+        self._idempotence = idempotence
         self.raise_on_status = raise_on_status
         self.store_dir = os.path.realpath(os.fspath(store_dir))
         self._topic_queue_nums = dict(topic_queue_nums or {})
@@ -347,6 +355,7 @@ class AsyncStoreClient:
             topic_queue_nums=self._topic_queue_nums,
             timeout_s=self._timeout_s,
             raise_on_status=self.raise_on_status,
+            idempotence=self._idempotence,
         )
 
     async def _start(self) -> None:
@@ -464,14 +473,85 @@ class AsyncStoreClient:
         )  # fmt: skip
 
     def put_batch(
-        self, messages: Iterable[Mapping[str, Any] | Message], *, wait_store: bool = True
+        self,
+        messages: Iterable[Mapping[str, Any] | Message],
+        *,
+        wait_store: bool = True,
+        redelivered: bool = False,
     ) -> asyncio.Future[list[PutResult]]:
         """`StoreClient.put_batch` on the loop (all or nothing, one reservation), as
         `put`: a future of its results."""
         client = self._on_loop(wait_store)
         if client is not None:
-            return self._resolved(client.put_batch(messages, wait_store=wait_store))
-        return self._waited(lambda cl: cl.put_batch(messages, wait_store=False))
+            return self._resolved(
+                client.put_batch(messages, wait_store=wait_store, redelivered=redelivered)
+            )
+        return self._waited(
+            lambda cl: cl.put_batch(messages, wait_store=False, redelivered=redelivered)
+        )
+
+    async def put_until_ok(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        tags: str | None = None,
+        keys: str | Sequence[str] | None = None,
+        properties: Mapping[str, str] | None = None,
+        queue_id: int | None = None,
+        wait_store: bool = True,
+        timeout_s: float | None = 60.0,
+        delay_level: int = 0,
+    ) -> PutResult:
+        """`StoreClient.put_until_ok` on the loop: `put` with one UNIQ_KEY (the caller's,
+        else this client's next), awaited and put again while the answer is one a retry
+        can change (`ipc.retry.RETRIABLE`), until PUT_OK or `timeout_s` (None: no
+        limit); the pauses between tries are `asyncio.sleep`s. With idempotence on, the
+        message is stored once. Returns the last result; raises as `put` does."""
+        props = retry.with_key(properties, self._loop_client().new_uniq_key)
+
+        async def attempt() -> list[PutResult]:
+            try:
+                return [
+                    await self.put(
+                        topic, body, tags=tags, keys=keys, properties=props,
+                        queue_id=queue_id, wait_store=wait_store, delay_level=delay_level,
+                    )
+                ]  # fmt: skip
+            except PutError as e:  # raise_on_status: the status decides, as without
+                return [e.result]
+
+        last = (await retry.retry_async(attempt, timeout_s))[0]
+        if last.status is not OK and self.raise_on_status:
+            raise error_for(last)
+        return last
+
+    async def put_batch_until_ok(
+        self,
+        messages: Iterable[Mapping[str, Any] | Message],
+        *,
+        wait_store: bool = True,
+        timeout_s: float | None = 60.0,
+    ) -> list[PutResult]:
+        """`StoreClient.put_batch_until_ok` on the loop, as `put_until_ok` (each message
+        keeps its UNIQ_KEY across tries; a batch is recognised as stored only whole)."""
+        batch = retry.keyed_batch(messages, self._loop_client().new_uniq_key)
+
+        async def attempt() -> list[PutResult]:
+            try:
+                got: list[PutResult] = await self.put_batch(batch, wait_store=wait_store)
+                return got
+            except PutError as e:
+                return list(e.results)
+
+        last = list(await retry.retry_async(attempt, timeout_s))
+        return raise_if_failed(last) if self.raise_on_status else last
+
+    def _loop_client(self) -> StoreClient:
+        client = self._client
+        if self._closed or client is None:
+            raise RuntimeError("the AsyncStoreClient is closed")
+        return client
 
     def consumer(
         self,
@@ -522,7 +602,7 @@ class AsyncStoreClient:
         back = send_back_message(
             message, group, delay_level=delay_level, max_reconsume_times=max_reconsume_times
         )
-        fut = self.put_batch([back.message])
+        fut = self.put_batch([back.message], redelivered=True)
         out: asyncio.Future[PutResult] = self._new_future()
 
         def one(done: asyncio.Future[list[PutResult]]) -> None:

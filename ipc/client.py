@@ -33,6 +33,7 @@ from mqstore.conf.settings import StoreSettings
 from mqstore.engine.reader import Geometry
 from mqstore.engine.record import Message, RecordFields
 from mqstore.engine.retry import DEFAULT_MAX_RECONSUME_TIMES, send_back_message
+from mqstore.ipc import retry
 from mqstore.ipc.accepts import check_send_back
 from mqstore.ipc.consumer import Consumer
 from mqstore.ipc.producer import PutPath
@@ -106,15 +107,25 @@ class StoreClient:
         topic_queue_nums: Mapping[str, int] | None = None,
         timeout_s: float = 10.0,
         raise_on_status: bool = False,
+        idempotence: bool = True,
     ) -> None:
         """Attach to the supervisor of `store_dir`. Raises channel.SupervisorUnavailable
         when none runs. `topic_queue_nums` overrides the queue count per topic used to
         spread puts with `queue_id=None` (default: `default_topic_queue_nums`).
         `raise_on_status`: puts raise `ipc.results.PutError` (its status family's
-        subclass) for any status but PUT_OK, instead of returning it."""
+        subclass) for any status but PUT_OK, instead of returning it.
+
+        Every put without a UNIQ_KEY property gets one (RocketMQ's client message id,
+        `PutResult.uniq_key`). `idempotence` (default on): a put whose UNIQ_KEY the store
+        holds already (a retry: `put_until_ok`, or `properties={"UNIQ_KEY": r.uniq_key}`)
+        answers the first put's result and stores nothing (docs/durability.md)."""
         check_attach_types("attach", store_dir, topic_queue_nums, timeout_s)
+        if not isinstance(idempotence, bool):
+            raise TypeError(
+                f"attach() argument 'idempotence' must be bool, not {type(idempotence).__name__}"
+            )
         self._reads_of_pid: tuple[int, ClientReads] | None = None  # made on first read
-        self._puts = PutPath(store_dir, timeout_s, topic_queue_nums, raise_on_status)
+        self._puts = PutPath(store_dir, timeout_s, topic_queue_nums, raise_on_status, idempotence)
         self._puts.session.attach()
 
     attach = _Constructor(__init__)
@@ -192,7 +203,11 @@ class StoreClient:
         return got
 
     def put_batch(
-        self, messages: Iterable[Mapping[str, Any] | Message], *, wait_store: bool = True
+        self,
+        messages: Iterable[Mapping[str, Any] | Message],
+        *,
+        wait_store: bool = True,
+        redelivered: bool = False,
     ) -> list[PutResult]:
         """Append messages all or nothing, in one segment, under one reservation.
 
@@ -203,12 +218,92 @@ class StoreClient:
         delay level: it is rewritten to the schedule topic as `put` does. A bad message fails the
         whole batch with its status; nothing is written. A message or field of the
         wrong type raises TypeError naming it (`ipc.accepts`).
+
+        `redelivered=True`: the messages are stored ones put again with their properties
+        (`send_back` and the scheduler pass it): a UNIQ_KEY of this client's own is kept
+        but not taken for a retry, so the idempotence table neither answers nor notes
+        them (else a client's send-back of a message it produced would answer the first
+        put's result and store nothing).
         """
         puts = self._puts
-        results: list[PutResult] | None = puts.app.put_batch_messages(messages, wait_store)
+        if not isinstance(redelivered, bool):
+            raise TypeError(
+                f"put_batch() argument 'redelivered' must be bool, not {type(redelivered).__name__}"
+            )
+        results: list[PutResult] | None = puts.app.put_batch_messages(
+            messages, wait_store, False, redelivered
+        )
         if results is None:
-            results = puts.put_batch_held(messages, wait_store)
+            results = puts.put_batch_held(messages, wait_store, redelivered)
         return raise_if_failed(results) if puts.raise_on_status else results
+
+    def new_uniq_key(self) -> str:
+        """A new UNIQ_KEY of this client (RocketMQ's MessageClientIDSetter format: 32 hex
+        digits), as a put without one gets: give it in `properties` to put a message
+        that may be retried (`put_until_ok` does)."""
+        return str(self._puts.ids.next())
+
+    @property
+    def producer_id(self) -> str:
+        """The first 20 hex digits of this client's UNIQ_KEYs (IPv4, pid, a random hash):
+        the producer the store remembers recent puts of."""
+        return str(self._puts.ids.producer_id)
+
+    def put_until_ok(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        tags: str | None = None,
+        keys: str | Sequence[str] | None = None,
+        properties: Mapping[str, str] | None = None,
+        queue_id: int | None = None,
+        wait_store: bool = True,
+        timeout_s: float | None = 60.0,
+        delay_level: int = 0,
+    ) -> PutResult:
+        """`put`, retried with the same UNIQ_KEY while the answer is one a retry can
+        change (FLUSH_DISK_TIMEOUT, SERVICE_NOT_AVAILABLE, OS_PAGECACHE_BUSY,
+        CREATE_MAPPED_FILE_FAILED; re-attaching to a restarted supervisor), until PUT_OK
+        or `timeout_s` (None: no limit). With idempotence on, the message is stored once
+        (`ipc.retry`; a delayed one once in SCHEDULE_TOPIC_XXXX). Returns the last result;
+        raises as `put` does."""
+        props = retry.with_key(properties, self.new_uniq_key)
+        puts = self._puts
+
+        def attempt() -> tuple[PutResult]:
+            got = puts.app.put_message(
+                topic, body, tags, keys, props, queue_id, wait_store, False, delay_level
+            )
+            if got is None:
+                got = puts.put_held(
+                    topic, body, tags, keys, props, queue_id, wait_store, delay_level
+                )
+            return (got,)
+
+        last = retry.retry(attempt, timeout_s)[0]
+        if last[0] is not OK and puts.raise_on_status:
+            raise error_for(last)
+        return last
+
+    def put_batch_until_ok(
+        self,
+        messages: Iterable[Mapping[str, Any] | Message],
+        *,
+        wait_store: bool = True,
+        timeout_s: float | None = 60.0,
+    ) -> list[PutResult]:
+        """`put_batch`, retried as `put_until_ok` retries a put (each message keeps its
+        UNIQ_KEY across tries; a batch is recognised as stored only whole)."""
+        batch = retry.keyed_batch(messages, self.new_uniq_key)
+        puts = self._puts
+
+        def attempt() -> list[PutResult]:
+            got: list[PutResult] | None = puts.app.put_batch_messages(batch, wait_store)
+            return puts.put_batch_held(batch, wait_store) if got is None else got
+
+        last = list(retry.retry(attempt, timeout_s))
+        return raise_if_failed(last) if puts.raise_on_status else last
 
     def send_back(
         self,
@@ -231,7 +326,7 @@ class StoreClient:
         back = send_back_message(
             message, group, delay_level=delay_level, max_reconsume_times=max_reconsume_times
         )
-        return self.put_batch([back.message])[0]
+        return self.put_batch([back.message], redelivered=True)[0]
 
     wait_flushed = _on(_puts, PutPath.wait_flushed)
     live = _on(_session, Session.live)

@@ -130,6 +130,14 @@ Queue table after the slots: `qtable_capacity` rows of 160 bytes (hash q, next_o
 q, queue_id i, topic_len i, topic 128s), open addressing, rows only ever added, all
 writes under the reservation lock.
 
+Idempotence table after the queue table (at the geometry's `idem_off`, `IDEM_SIZE`
+bytes of `_native`; `ipc/native/mqs_uniq.h`): a 64-byte head, then `IDEM_PRODUCERS`
+producer rows (the first 10 bytes of the producer's UNIQ_KEYs, last use, puts noted),
+each a ring of its last `IDEM_WINDOW` puts (the key's last 6 bytes, offset, queue offset,
+store time, slot seq, size, queue id, state: 1 pending, 2 stored). Written under the
+reservation lock by the C put (its DONE mark after the reservation completed), and by
+the supervisor from the log before the block serves (`ipc/idem.py`).
+
 Positions are plain aligned int64 stores; each has one writer, readers tolerate reading
 an older value. On x86-64 (TSO) a reader that sees a slot DONE sees the bytes copied
 before it.
@@ -390,8 +398,12 @@ class Geometry:
         return SLOTS_OFF + self.slot_count * SLOT_ROW
 
     @property
-    def size(self) -> int:
+    def idem_off(self) -> int:
         return self.qtable_off + self.qtable_capacity * QROW
+
+    @property
+    def size(self) -> int:
+        return self.idem_off + _native.IDEM_SIZE
 
 
 def has_magic(buf: memoryview) -> bool:

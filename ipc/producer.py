@@ -35,6 +35,7 @@ import dataclasses
 import functools
 import mmap
 import os
+import socket
 import struct
 import time
 from collections.abc import Mapping
@@ -201,9 +202,28 @@ def _plain_item(m: Any) -> Any:
     return d
 
 
+_HOST_IP: list[bytes] = []
+
+
+def host_ip() -> bytes:
+    """This host's IPv4 address for message ids (RocketMQ's UtilAll.getIP: the first
+    address that is not loopback): the source address of a route out, found without
+    sending anything; 127.0.0.1 without one. Once per process."""
+    if not _HOST_IP:
+        ip = b"\x7f\x00\x00\x01"
+        with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("192.0.2.1", 9))  # TEST-NET-1: a connect of UDP sends nothing
+            ip = socket.inet_aton(s.getsockname()[0])
+        _HOST_IP.append(ip)
+    return _HOST_IP[0]
+
+
 class PutPath:
     """The puts of one client: the session they ride (`session`, made here) and, per
-    attach, the C appender configured for it."""
+    attach, the C appender configured for it. `ids` makes the client's UNIQ_KEYs
+    (`_native.UniqIds`: one producer id for the client's life, re-attaches included);
+    `idempotence`: a put whose UNIQ_KEY the store holds already answers its first
+    result (`ipc/native/mqs_uniq.h`, docs/durability.md)."""
 
     def __init__(
         self,
@@ -211,7 +231,10 @@ class PutPath:
         timeout_s: float,
         topic_queue_nums: Mapping[str, int] | None,
         raise_on_status: bool,
+        idempotence: bool = True,
     ) -> None:
+        self.ids = _native.UniqIds(host_ip())
+        self.idempotence = idempotence
         self.session = Session(store_dir, timeout_s, self)
         self.topic_queue_nums: dict[str, int] = dict(topic_queue_nums or {})
         self.raise_on_status = raise_on_status
@@ -259,6 +282,7 @@ class PutPath:
             store_port=port,
             max_delay_level=len(self.delay_levels),
         )
+        self.app.use_ids(self.ids, self.idempotence)
         self.app.checked(_STALE_CHECK_NS)
 
     def detaching(self, a: Attached) -> None:
@@ -311,7 +335,9 @@ class PutPath:
             raise TypeError("put() arguments of types the store cannot read")
         return got
 
-    def put_batch_held(self, messages: Any, wait_store: Any) -> list[PutResult]:
+    def put_batch_held(
+        self, messages: Any, wait_store: Any, redelivered: bool = False
+    ) -> list[PutResult]:
         """As `_put_held`, for a batch."""
         msgs = check_batch(messages)
         for i, m in enumerate(msgs):
@@ -322,7 +348,9 @@ class PutPath:
             why = self.session.ensure_live()
             if why:
                 return [PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, why) for _ in msgs]
-            got: list[PutResult] | None = self.app.put_batch_messages(plain, wait_store, True)
+            got: list[PutResult] | None = self.app.put_batch_messages(
+                plain, wait_store, True, redelivered
+            )
         if got is None:
             raise TypeError("put_batch() messages of types the store cannot read")
         return got

@@ -43,6 +43,7 @@ class PutResult(NamedTuple):
     queue_id: int = 0
     queue_offset: int = 0
     store_timestamp: int = 0
+    uniq_key: str = ""
 
     @property
     def ok(self) -> bool:

@@ -46,6 +46,46 @@ LAYOUT: dict[str, int]  # the control-block offsets C uses (ipc.control must agr
 # a validated message for `write_record` (engine.commitlog)
 Prep = tuple[int, int, int, int, int, bytes, bytes, bytes, bool, int, int, bytes, int, bytes, int]
 
+IDEM_PRODUCERS: int  # producer rows of the idempotence table
+IDEM_WINDOW: int  # puts remembered per producer
+IDEM_SIZE: int  # the table's bytes, after the queue table
+
+class UniqIds:
+    """One client's RocketMQ message ids (MessageClientIDSetter): IPv4, pid, a random hash,
+    ms since the local month began, a counter; pid, hash and the clock given: a test's."""
+
+    def __init__(
+        self,
+        ip: bytes,
+        pid: int | None = None,
+        hash: int | None = None,
+        clock_ms: int | None = None,
+    ) -> None: ...
+    def next(self) -> str:
+        """A new UNIQ_KEY: 32 upper-case hex digits."""
+
+    def set_clock(self, ms: int | None, /) -> None:
+        """The time ids are made at (None: the real clock)."""
+
+    @property
+    def producer_id(self) -> str:
+        """The ids' first 10 bytes as 20 hex digits."""
+
+def idem_note(
+    ctl: Buffer,
+    uniq_key: str,
+    offset: int,
+    size: int,
+    queue_id: int,
+    queue_offset: int,
+    store_ts: int,
+    /,
+) -> None:
+    """Note a stored put in the control block's idempotence table (the supervisor)."""
+
+def idem_find(ctl: Buffer, uniq_key: str, /) -> tuple[int, int, int, int, int, int] | None:
+    """(state 1 pending / 2 stored, offset, size, queue id, queue offset, store time)."""
+
 class Appender:
     """One producer's put path over a control block (and its pool, or None)."""
 
@@ -98,12 +138,19 @@ class Appender:
         make plain)."""
 
     def put_batch_messages(
-        self, messages: object, wait_store: object, held: bool = False, /
-    ) -> Any:
-        """put_message for a list of put's dicts and Messages: a list of PutResult, or None."""
+        self, messages: object, wait_store: object, held: bool = False,
+        redelivered: bool = False, /,
+    ) -> Any:  # fmt: skip
+        """put_message for a list of put's dicts and Messages: a list of PutResult, or None.
+        `redelivered`: stored messages put again (send_back, the scheduler): their
+        UNIQ_KEYs are neither answered from nor noted in the idempotence table."""
 
     def checked(self, stale_after_ns: int, /) -> None:
         """The client checked its supervisor; put_message answers None after this long."""
+
+    def use_ids(self, ids: UniqIds | None, idempotent: bool) -> None:
+        """The client's ids (a put without a UNIQ_KEY gets the next; None: none) and
+        whether a put whose UNIQ_KEY is stored answers the first result (mqs_uniq.h)."""
 
     def lock(self, timeout_ns: int, /) -> int:
         """0 once held (a dead holder's section repaired first), or a code < 0."""

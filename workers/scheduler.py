@@ -133,12 +133,14 @@ class Scheduler(Service):
         self.offsets = {lv: max(0, saved.get(lv, 0)) for lv in range(1, len(self.delays) + 1)}
         self.saved = dict(self.offsets)
         self.recovered = False
+        self.dispatch_target = -1
         self.buffers: dict[int, deque[DecodedRecord]] = collections.defaultdict(deque)
         # (level, next offset, log end of its re-puts): delivered, not yet known durable
         self.unflushed: deque[tuple[int, int, int]] = deque()
         self.durable = dict(self.offsets)
         self.last_write = time.monotonic()
         self.paused_until: dict[int, float] = {}
+        self.empty_at: dict[int, int] = {}  # level -> dispatched when a read found none
 
     # --- the client -----------------------------------------------------------------------
 
@@ -171,6 +173,7 @@ class Scheduler(Service):
             say(NAME, f"no store to deliver to: {e}", "WARNING")
             self._detach()
             self.buffers.clear()
+            self.empty_at.clear()
             self.unflushed.clear()
             self.offsets = dict(self.durable)  # the rest: checked against the log again
             self.recovered = False
@@ -195,16 +198,29 @@ class Scheduler(Service):
         return wait_ms / 1000
 
     def _dispatched_up(self) -> bool:
-        """Whether the consume queues cover the log as it was when asked (recovery's
-        re-dispatch included): the real queues must show every re-put before the check."""
+        """Whether the consume queues cover the log as it was when first asked (recovery's
+        re-dispatch included): the real queues must show every re-put before the check.
+        The target is taken once: under a steady load the dispatcher trails the log's
+        end forever, but passes any point of it."""
         pos = Positions(self.ctx.cb)
-        return bool(pos.dispatched >= pos.committed)
+        if self.dispatch_target < 0:
+            self.dispatch_target = pos.committed
+        if pos.dispatched < self.dispatch_target:
+            return False
+        self.dispatch_target = -1
+        return True
 
     def _fill(self, level: int) -> deque[DecodedRecord]:
+        """The level's buffered entries; read more only when it is empty and the
+        dispatcher has moved since the last read found nothing (an idle store costs one
+        load of a word per level and round)."""
         buf = self.buffers[level]
-        if not buf:
+        dispatched = Positions(self.ctx.cb).dispatched
+        if not buf and self.empty_at.get(level) != dispatched:
             offset = self.offsets[level]
             res = self.reads.pull(SCHEDULE_TOPIC, level - 1, offset, PULL_BATCH)
+            if not res.messages:
+                self.empty_at[level] = dispatched
             if res.status is GetStatus.FOUND:
                 buf.extend(r for r in res.messages if r.queue_offset >= offset)
             elif res.status in _MOVE_TO_NEXT and res.next_offset != offset:
@@ -244,7 +260,9 @@ class Scheduler(Service):
         False (nothing of it put) to try again later."""
         msgs = [timeup_message(rec) for rec in batch]
         if all(m is not None for m in msgs):
-            results = client.put_batch([m for m in msgs if m is not None], wait_store=False)
+            results = client.put_batch(
+                [m for m in msgs if m is not None], wait_store=False, redelivered=True
+            )
             status = results[0].status
             if status is PutMessageStatus.PUT_OK:
                 self._delivered(level, batch[-1], _end(results))
@@ -263,7 +281,11 @@ class Scheduler(Service):
         buf = self.buffers[level]
         for i, rec in enumerate(batch):
             m = timeup_message(rec)
-            r = client.put_batch([m], wait_store=False)[0] if m is not None else None
+            r = (
+                client.put_batch([m], wait_store=False, redelivered=True)[0]
+                if m is not None
+                else None
+            )
             if r is not None and r.status is PutMessageStatus.PUT_OK:
                 self._delivered(level, rec, _end([r]))
             elif r is None or r.status in _CONTENT:

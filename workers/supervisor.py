@@ -58,7 +58,7 @@ from mqstore.engine.recovery import recover_store, write_report
 from mqstore.engine.recovery_progress import ProgressReporter, RecoveryInterrupted
 from mqstore.engine.segment import SegmentNameError, SegmentSizeError
 from mqstore.engine.storedir import ABORT_FILE
-from mqstore.ipc import access
+from mqstore.ipc import access, idem
 from mqstore.ipc import control as c
 from mqstore.ipc.commit import LogFiles
 from mqstore.ipc.control_views import Flags, Positions, Reservation
@@ -263,6 +263,13 @@ class Supervisor:
         finally:
             os.close(live)
         Positions(cb).seed_positions(end)
+        t0 = time.monotonic()
+        noted = idem.rebuild(self.store_dir, cb, end, s.segment_size_bytes)
+        if noted:
+            self._say(
+                f"{noted} recent puts' UNIQ_KEYs noted from the log for retries "
+                f"({time.monotonic() - t0:.2f} s)"
+            )
         for (topic, qid), nxt in offsets.items():
             row = cb.find_or_add_queue(topic.encode("utf-8"), qid)
             if row < 0:

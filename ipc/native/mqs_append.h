@@ -47,6 +47,14 @@ struct mqs_item {
     int64_t size;  /* mqs_record_length(&msg) */
     int32_t qslot; /* queue-table row */
     int takes_offset;
+    /* its UNIQ_KEY (mqs_uniq.h): the value at msg.props + uniq_off, uniq_len bytes;
+     * the 16 bytes when it is 32 hex digits; a duplicate's first position */
+    int uniq_kind;
+    int32_t uniq_off, uniq_len;
+    uint8_t uniq[16];
+    int64_t dup_off, dup_ts, dup_size, dup_qo;
+    int32_t dup_qid;
+    int64_t idem_at; /* its idempotence entry's offset in the control block, 0: none */
 };
 
 /* `blank` > 0: the reservation rolled to a new segment; slot `seq` is the BLANK of

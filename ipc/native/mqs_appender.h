@@ -19,6 +19,13 @@ struct mqs_target {
     int64_t index;
 };
 
+/* A client's message ids and idempotence (mqs_uniq.h). */
+struct mqs_uniq_client {
+    PyObject *ids; /* UniqIds, owned; NULL: no ids are made (the bare put's tests) */
+    int idempotent;
+    int64_t row; /* the producer's row last found in the table, -1 none */
+};
+
 /* The client's side of the put (mqs_put.c), handed over by ipc/producer.py with
  * `configure`; all references owned. */
 struct mqs_client {
@@ -35,6 +42,7 @@ struct mqs_client {
     PyObject *flush_reasons[3]; /* "", timed out, failed */
     PyObject *msg_id_prefix;
     struct mqs_target targets[2];
+    struct mqs_uniq_client uniq;
     int64_t stats_off, sync_timeout_ns, busy_ns, max_body, stale_at_ns;
     uint8_t store_addr[16];
     struct mqs_host store;

@@ -18,6 +18,7 @@
 #include "mqs_layout.h"
 #include "mqs_put.h"
 #include "mqs_round.h"
+#include "mqs_uniq.h"
 
 
 /* ---- the put ------------------------------------------------------------------------ */
@@ -252,6 +253,7 @@ static PyMethodDef appender_methods[] = {
          "wait_flushed(end, timeout_ns) -> 0 flushed | 1 timed out | 2 flush failed | 3 the "
          "generation ended (fenced) without flushing it."),
     MQS_PUT_METHODS
+    MQS_UNIQ_METHODS
     {"close", (PyCFunction)appender_close, METH_NOARGS, "Release the shared buffers."},
     {NULL, NULL, 0, NULL},
 };
@@ -354,7 +356,7 @@ int mqs_ipc_add(PyObject *m)
     if (PyType_Ready(&AppenderType) < 0 || mqs_put_ready() < 0 ||
         PyModule_AddFunctions(m, ipc_methods) < 0 ||
         PyModule_AddObjectRef(m, "Appender", (PyObject *)&AppenderType) < 0 || add_layout(m) < 0 ||
-        mqs_put_add(m) < 0 || PyModule_AddIntConstant(m, "LOCK_TIMEOUT", MQS_LOCK_TIMEOUT) < 0 ||
+        mqs_put_add(m) < 0 || mqs_uniq_add(m) < 0 || PyModule_AddIntConstant(m, "LOCK_TIMEOUT", MQS_LOCK_TIMEOUT) < 0 ||
         PyModule_AddIntConstant(m, "LOCK_BROKEN", MQS_LOCK_BROKEN) < 0 ||
         PyModule_AddIntConstant(m, "FENCED", MQS_FENCED) < 0)
         return -1;

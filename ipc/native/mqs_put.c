@@ -21,6 +21,7 @@
 #include "mqs_args.h"
 #include "mqs_fields.h"
 #include "mqs_layout.h"
+#include "mqs_uniq.h"
 
 #define STATS_EVERY 256 /* puts between two copies of the row into the control block */
 #define MIN_PAUSE_NS 50000
@@ -186,6 +187,7 @@ void mqs_put_clear(Appender *self)
         Py_CLEAR(*refs[i]);
     drop_target(&c->targets[0]);
     drop_target(&c->targets[1]);
+    mqs_uniq_clear(&c->uniq);
     c->configured = 0;
 }
 
@@ -302,25 +304,28 @@ static PyObject *msg_id(PyObject *prefix, int64_t off)
 }
 
 /* PutResult(status, reason, msg_id, physical_offset, size, queue_id, queue_offset,
- * store_timestamp) as tuple.__new__ makes it; `size` and `ts` borrowed (a batch shares
- * them). `start` < 0: a put that wrote nothing (msg_id "", positions 0). */
+ * store_timestamp, uniq_key) as tuple.__new__ makes it; `size` and `ts` borrowed (a batch
+ * shares them). `start` < 0: a put that wrote nothing (msg_id "", positions 0). `it`:
+ * the message (its UNIQ_KEY), NULL none. */
 static PyObject *make_result(struct mqs_client *c, int status, PyObject *reason, int64_t start,
-                             PyObject *size, int64_t qid, int64_t qo, PyObject *ts)
+                             PyObject *size, int64_t qid, int64_t qo, PyObject *ts,
+                             const struct mqs_item *it)
 {
     PyTypeObject *t = (PyTypeObject *)c->result_type;
-    PyObject *r = t->tp_alloc(t, 8);
+    PyObject *r = t->tp_alloc(t, 9);
     if (r == NULL)
         return NULL;
-    PyObject *v[8] = {Py_NewRef(PyTuple_GET_ITEM(c->statuses, status)),
+    PyObject *v[9] = {Py_NewRef(PyTuple_GET_ITEM(c->statuses, status)),
                       Py_NewRef(reason),
                       start < 0 ? PyUnicode_FromString("") : msg_id(c->msg_id_prefix, start),
                       PyLong_FromLongLong(start < 0 ? 0 : start),
                       Py_NewRef(size),
                       PyLong_FromLongLong(qid),
                       PyLong_FromLongLong(qo),
-                      Py_NewRef(ts)};
+                      Py_NewRef(ts),
+                      mqs_uniq_str(it)};
     int bad = 0;
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < 9; i++) {
         bad |= v[i] == NULL;
         PyTuple_SET_ITEM(r, i, v[i]);
     }
@@ -351,7 +356,7 @@ static PyObject *refused(Appender *self, struct mqs_refusal *why, int n, int bat
     count(self, v);
     PyObject *zero = PyLong_FromLong(0), *one = NULL, *out = NULL;
     if (zero)
-        one = make_result(&self->c, why->status, why->reason, -1, zero, 0, 0, zero);
+        one = make_result(&self->c, why->status, why->reason, -1, zero, 0, 0, zero, NULL);
     if (one && batch && (out = PyList_New(n)) != NULL)
         for (int i = 0; i < n; i++)
             PyList_SET_ITEM(out, i, Py_NewRef(one));
@@ -442,6 +447,10 @@ static int reserve_refusal(Appender *self, int rc, int after_wait, struct mqs_re
                                                : "the store is stopping or not running; writes "
                                                  "are refused"));
     }
+    if (rc == MQS_IDEM_INFLIGHT)
+        return refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
+                      PyUnicode_FromString("a put with this UNIQ_KEY is still in progress (its "
+                                           "producer has not completed it); put it again"));
     if (rc == MQS_BAD_POSITIONS)
         return refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
                       PyUnicode_FromString("the control block's positions are out of range"));
@@ -478,7 +487,9 @@ static int reserve_once(Appender *self, struct mqs_fields *m, struct mqs_item *i
         return rc;
     rc = find_rows(self, m, items, n, why);
     if (rc == MQS_OK)
-        rc = mqs_reserve(&self->a, items, n, qoffs, r);
+        rc = mqs_idem_check(&self->c.uniq, &self->a, self->ctl.len, items, n, qoffs);
+    if (rc == MQS_OK && (rc = mqs_reserve(&self->a, items, n, qoffs, r)) == MQS_OK)
+        mqs_idem_note(&self->c.uniq, &self->a, self->ctl.len, items, n, qoffs, r);
     mqs_unlock(self->a.ctl);
     return rc;
 }
@@ -514,7 +525,7 @@ static int reserve(Appender *self, struct mqs_fields *m, struct mqs_item *items,
         rc = reserve_once(self, m, items, n, qoffs, r, why);
     }
     *took = mqs_mono_ns() - t0;
-    if (rc == MQS_OK || rc == ERR || rc == MQS_FIELDS_REFUSED)
+    if (rc == MQS_OK || rc == ERR || rc == MQS_FIELDS_REFUSED || rc == MQS_IDEM_DUP)
         return rc;
     return reserve_refusal(self, rc, 0, why);
 }
@@ -584,8 +595,10 @@ static int copy_all(Appender *self, uint8_t *blank_dst, uint8_t *const *dst,
         at += items[i].size;
     }
     int rc = mqs_complete(self->a.ctl, self->a.slot_count, r->seq, n + (r->blank ? 1 : 0));
-    if (rc == MQS_OK)
+    if (rc == MQS_OK) {
+        mqs_idem_done(&self->c.uniq, &self->a, self->ctl.len, items, n, r);
         mqs_publish(self->a.ctl, self->a.slot_count);
+    }
     return rc;
 }
 
@@ -669,7 +682,8 @@ static PyObject *results(struct mqs_client *c, int status, PyObject *reason,
             }
             last = items[i].size;
         }
-        one = make_result(c, status, reason, at, size, items[i].msg.queue_id, qoffs[i], ts);
+        one = make_result(c, status, reason, at, size, items[i].msg.queue_id, qoffs[i], ts,
+                          &items[i]);
         if (one == NULL)
             bad = 1;
         else if (batch)
@@ -678,6 +692,55 @@ static PyObject *results(struct mqs_client *c, int status, PyObject *reason,
     }
     Py_XDECREF(size);
     Py_XDECREF(ts);
+    if (bad) {
+        Py_XDECREF(out);
+        return NULL;
+    }
+    return batch ? out : one;
+}
+
+/* A call whose every message is stored already (the put's retry: mqs_idem_check): the
+ * first put's positions, waited for under SYNC_FLUSH as a put is; nothing stored. */
+static PyObject *duplicates(Appender *self, struct mqs_item *items, int n, int batch, int sync,
+                            const int64_t *qoffs, int64_t t0, int64_t took)
+{
+    struct mqs_client *c = &self->c;
+    int64_t end = 0, t_done;
+    for (int i = 0; i < n; i++)
+        if (items[i].dup_off + items[i].dup_size > end)
+            end = items[i].dup_off + items[i].dup_size;
+    int status = MQS_ST_PUT_OK, outcome = 0;
+    if (sync) {
+        outcome = mqs_wait_flushed(self, end, c->sync_timeout_ns);
+        status = outcome == 1 || outcome == 3 ? MQS_ST_FLUSH_DISK_TIMEOUT
+                 : outcome == 2               ? MQS_ST_FLUSH_DISK_FAILED
+                                              : MQS_ST_PUT_OK;
+        if (outcome < 0)
+            return NULL;
+    }
+    t_done = mqs_mono_ns();
+    int64_t v[9] = {n, 0, status, status == MQS_ST_PUT_OK, sync, t_done - t0, took, 0, 0};
+    count(self, v);
+    PyObject *reason = status == MQS_ST_PUT_OK
+                           ? PyUnicode_FromString("duplicate: a put with this UNIQ_KEY is "
+                                                  "stored already; this is its result")
+                           : Py_NewRef(c->flush_reasons[outcome == 3 ? 1 : outcome]);
+    PyObject *out = batch ? PyList_New(n) : NULL, *one = NULL;
+    int bad = reason == NULL || (batch && out == NULL);
+    for (int i = 0; !bad && i < n; i++) {
+        PyObject *size = PyLong_FromLongLong(items[i].dup_size),
+                 *ts = PyLong_FromLongLong(items[i].dup_ts);
+        one = size && ts ? make_result(c, status, reason, items[i].dup_off, size,
+                                       items[i].msg.queue_id, qoffs[i], ts, &items[i])
+                         : NULL;
+        Py_XDECREF(size);
+        Py_XDECREF(ts);
+        if (one == NULL)
+            bad = 1;
+        else if (batch)
+            PyList_SET_ITEM(out, i, one);
+    }
+    Py_XDECREF(reason);
     if (bad) {
         Py_XDECREF(out);
         return NULL;
@@ -710,7 +773,9 @@ static PyObject *append(Appender *self, struct mqs_fields *m, struct mqs_item *i
             items[i].msg.body_crc = mqs_body_crc(items[i].msg.body, items[i].msg.body_len);
     }
     int rc = reserve(self, m, items, n, qoffs, &r, &took, &why);
-    if (rc == MQS_FIELDS_REFUSED) {
+    if (rc == MQS_IDEM_DUP) {
+        out = duplicates(self, items, n, batch, sync, qoffs, t0, took);
+    } else if (rc == MQS_FIELDS_REFUSED) {
         out = refused(self, &why, n, batch, t0);
         Py_DECREF(why.reason);
     } else if (rc == MQS_OK && (rc = copy(self, items, n, qoffs, &r, bytes)) == MQS_FENCED) {
@@ -751,9 +816,12 @@ static PyObject *append(Appender *self, struct mqs_fields *m, struct mqs_item *i
 }
 
 /* A put call under the client's lock: `list` a batch's messages, else `args` put's
- * fields. */
+ * fields. `redelivered`: the messages are stored ones put again with their properties
+ * (send_back, the scheduler's re-put): a UNIQ_KEY of this client's own is then kept but
+ * is no retry key, so the idempotence table neither answers nor notes them (else a
+ * client's send_back of its own message would be answered "stored" and dropped). */
 static PyObject *call(Appender *self, PyObject *list, PyObject *const *args, PyObject *delay,
-                      int sync, int64_t t0)
+                      int sync, int redelivered, int64_t t0)
 {
     struct mqs_client *c = &self->c;
     int n = list ? (int)PyList_GET_SIZE(list) : 1, batch = list != NULL, i, rc = MQS_FIELDS_OK;
@@ -793,6 +861,11 @@ static PyObject *call(Appender *self, PyObject *list, PyObject *const *args, PyO
             m[i].max_delay = c->max_delay;
             rc = mqs_fields_check(&m[i], &items[i], &arena, &why, c->lanes, c->new_lane,
                                   c->max_body, self->a.seg_size, &c->store, born);
+            if (rc == MQS_FIELDS_OK)
+                rc = mqs_uniq_stamp(&c->uniq, &m[i], &items[i], &arena, &why, self->a.seg_size,
+                                    born);
+            if (redelivered && items[i].uniq_kind == MQS_UNIQ_GIVEN)
+                items[i].uniq_kind = MQS_UNIQ_OTHER;
             total += items[i].size;
         }
         if (rc == MQS_FIELDS_REFUSED && batch) {
@@ -852,7 +925,7 @@ PyObject *mqs_put_message(Appender *self, PyObject *const *args, Py_ssize_t narg
     if (!ready(self, args[6], held, t0))
         Py_RETURN_NONE;
     PyObject *out = call(self, NULL, args, nargs == 9 ? args[8] : NULL,
-                         self->c.sync && args[6] == Py_True, t0);
+                         self->c.sync && args[6] == Py_True, 0, t0);
     if (!held)
         putlock_release_held((PutLock *)self->c.lock);
     return out;
@@ -860,21 +933,23 @@ PyObject *mqs_put_message(Appender *self, PyObject *const *args, Py_ssize_t narg
 
 PyObject *mqs_put_batch_messages(Appender *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2 && nargs != 3) {
+    if (nargs < 2 || nargs > 4) {
         PyErr_SetString(PyExc_TypeError,
-                        "put_batch_messages(messages, wait_store, held=False) takes 2 or 3 "
-                        "arguments");
+                        "put_batch_messages(messages, wait_store, held=False, "
+                        "redelivered=False) takes 2 to 4 arguments");
         return NULL;
     }
     int64_t t0 = mqs_mono_ns();
-    int held = nargs == 3 && args[2] == Py_True;
+    int held = nargs >= 3 && args[2] == Py_True;
+    int redelivered = nargs == 4 && args[3] == Py_True;
     if (!PyList_CheckExact(args[0]) || PyList_GET_SIZE(args[0]) > INT32_MAX)
         Py_RETURN_NONE;
     if (PyList_GET_SIZE(args[0]) == 0)
         return PyList_New(0);
     if (!ready(self, args[1], held, t0))
         Py_RETURN_NONE;
-    PyObject *out = call(self, args[0], NULL, NULL, self->c.sync && args[1] == Py_True, t0);
+    PyObject *out = call(self, args[0], NULL, NULL, self->c.sync && args[1] == Py_True,
+                         redelivered, t0);
     if (!held)
         putlock_release_held((PutLock *)self->c.lock);
     return out;

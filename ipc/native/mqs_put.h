@@ -24,8 +24,10 @@ int mqs_put_add(PyObject *m);
      "its lock, a type to refuse or make plain)."},                                             \
         {"put_batch_messages", (PyCFunction)(void (*)(void))mqs_put_batch_messages,            \
          METH_FASTCALL,                                                                        \
-         "put_batch_messages(messages, wait_store, held=False) -> list[PutResult] | None: a "  \
-         "batch of put's dicts and Messages in one call, as put_message."},                    \
+         "put_batch_messages(messages, wait_store, held=False, redelivered=False) -> "        \
+         "list[PutResult] | None: a batch of put's dicts and Messages in one call, as "        \
+         "put_message; redelivered: stored messages put again, kept out of the idempotence "  \
+         "table."},                                                                            \
         {"configure", (PyCFunction)(void (*)(void))mqs_put_configure,                          \
          METH_VARARGS | METH_KEYWORDS,                                                         \
          "configure(lock, lanes, new_lane, find_row, map_segment, message_type, "              \

@@ -20,12 +20,19 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
+import socket
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from mqstore.engine.reader import StoreReader
+from mqstore.engine.record import DecodedRecord
+from mqstore.ipc.producer import host_ip
+from tests.native.uniq_reference import month_bounds, parse
 from tests.runtime.harness import Store, check_chain
 
 ENV_DIR = "MQSTORE_LOAD_DIR"
@@ -57,7 +64,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _verify(store: Store, acks_dir: Path) -> list[str]:
     problems: list[str] = []
-    acks = []
+    acks: list[dict[str, Any]] = []
     for f in sorted(acks_dir.glob("*.jsonl")):
         acks.extend(json.loads(line) for line in f.read_text().splitlines() if line)
     records = store.read_log(keep_fillers=True)
@@ -81,13 +88,35 @@ def _verify(store: Store, acks_dir: Path) -> list[str]:
             problems.append(f"message {a['key']}: on disk {got[:3]}, acknowledged {want[:3]}")
         if body_count.get(body, 0) != 1:
             problems.append(f"message {a['key']} is in the log {body_count.get(body, 0)} times")
+        problems += _uniq_problems(a, rec)
         if len(problems) > 20:
             break
     if not acks:
         problems.append("no acknowledgement was recorded: the load tests did not run")
+    with StoreReader.open(store.path) as rd:  # found through the index by its UNIQ_KEY
+        for a in random.Random(len(acks)).sample(acks, min(200, len(acks))):
+            hits = rd.query_by_key(a["topic"], a["uniq_key"], 8)
+            found = [
+                h.physical_offset for h in hits if h.properties.get("UNIQ_KEY") == a["uniq_key"]
+            ]
+            if found != [a["offset"]]:
+                problems.append(f"UNIQ_KEY {a['uniq_key']} of {a['key']}: index finds {found}")
     print(f"\nmqstore load: {len(acks)} acknowledged messages checked against "
           f"{len(records)} records")  # fmt: skip
     return problems
+
+
+def _uniq_problems(a: dict[str, Any], rec: DecodedRecord) -> list[str]:
+    """The record carries the UNIQ_KEY its PUT_OK named, a MessageClientIDSetter id of this
+    host (tests/native/uniq_reference.py parses as RocketMQ does) made this month."""
+    key = rec.properties.get("UNIQ_KEY", "")
+    if key != a["uniq_key"] or len(key) != 32:
+        return [f"message {a['key']}: UNIQ_KEY {key!r}, acknowledged {a['uniq_key']!r}"]
+    ip, _pid, _hash, span, _n = parse(key)
+    start, _next = month_bounds(rec.born_timestamp)
+    if ip != socket.inet_ntoa(host_ip()) or abs(start + span - rec.born_timestamp) > 1000:
+        return [f"message {a['key']}: UNIQ_KEY {key} says {ip}, {start + span}"]
+    return []
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -35,6 +35,7 @@ def _ack_line(key: str, repeat: int, topic: str, r: PutResult) -> str:
             "queue_id": r.queue_id,
             "queue_offset": r.queue_offset,
             "msg_id": r.msg_id,
+            "uniq_key": r.uniq_key,
         }
     )
 

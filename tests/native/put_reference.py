@@ -20,6 +20,7 @@ from mqstore.engine.retry import schedule_rewrite
 from mqstore.ipc import control as c
 from mqstore.ipc.control_views import Positions, Reservation
 from mqstore.ipc.results import PutMessageStatus
+from tests.native.uniq_reference import UNIQ, stamped
 
 ILLEGAL = PutMessageStatus.MESSAGE_ILLEGAL
 
@@ -89,6 +90,7 @@ def put_reference(
     store_host: str,
     born: int,
     message: Message | None = None,
+    uniq_key: str | None = None,
     delay_level: int | None = None,
     max_delay: int = 18,
     schedule_lane: Lane | None = None,
@@ -96,7 +98,51 @@ def put_reference(
     """(the Message whose record the put stores, its size), or (status, reason). Moves
     the lane's round-robin counter as the C put does (for a valid topic and body).
     `delay_level` (a Message's own when `message` is given): the delay rewrite
-    (`delay_reference`) with `max_delay` levels into `schedule_lane`'s queues."""
+    (`delay_reference`) with `max_delay` levels into `schedule_lane`'s queues.
+    `uniq_key`: the id the client's UniqIds makes, stamped after every other check
+    (`mqs_uniq_stamp`) unless the properties hold a UNIQ_KEY."""
+    got = _put_reference(
+        topic, body, tags, keys, properties, queue_id, lane=lane, max_body=max_body,
+        seg_size=seg_size, store_host=store_host, born=born, message=message,
+        delay_level=delay_level, max_delay=max_delay, schedule_lane=schedule_lane,
+    )  # fmt: skip
+    if uniq_key is None or isinstance(got[0], PutMessageStatus):
+        return got
+    msg = got[0]
+    if UNIQ in msg.properties:
+        return got
+    props = stamped(dict(msg.properties), uniq_key)
+    n = len(record.encode_properties(props))
+    if n > 32767:
+        return PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, (
+            f"properties are {n} UTF-8 bytes with the UNIQ_KEY the put adds (42); at most "
+            "32767 are allowed"
+        )
+    msg = dataclasses.replace(msg, properties=props)
+    size = len(record.encode(msg, max_message_size=max(len(msg.body), 1)).data)
+    if size + record.END_FILE_MIN_BLANK_LENGTH > seg_size:
+        return ILLEGAL, f"record of {size} bytes does not fit a {seg_size}-byte segment"
+    return msg, size
+
+
+def _put_reference(
+    topic: str,
+    body: Any,
+    tags: str | None,
+    keys: str | Sequence[str] | None,
+    properties: Mapping[str, str] | None,
+    queue_id: int | None,
+    *,
+    lane: Lane,
+    max_body: int,
+    seg_size: int,
+    store_host: str,
+    born: int,
+    message: Message | None = None,
+    delay_level: int | None = None,
+    max_delay: int = 18,
+    schedule_lane: Lane | None = None,
+) -> tuple[Message, int] | tuple[PutMessageStatus, str]:
     why = topic_problem(topic)
     if why is not None:
         return ILLEGAL, why

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -348,3 +349,72 @@ def test_a_put_waiting_when_the_store_restarts_is_never_acknowledged(
     assert got.status is PutMessageStatus.FLUSH_DISK_TIMEOUT and "restarted" in got.reason, got
     assert waited < 30  # answered when the client left the block, not at the 60 s timeout
     assert after.ok, after
+
+
+def test_put_until_ok_retries_a_flush_timeout_and_stores_once(make_store: StoreFactory) -> None:
+    """`AsyncStoreClient.put_until_ok` / `put_batch_until_ok` with the flusher stopped past
+    syncFlushTimeout: the first try answers FLUSH_DISK_TIMEOUT (its record in the log);
+    once the flusher runs again the retry, same UNIQ_KEY, answers PUT_OK at that record's
+    offset and the log holds each message once. `idempotence=False` stores a repeat."""
+    st = make_store({"sync_flush_timeout_ms": 300})
+    flusher = _flusher_pid(st)
+
+    async def main() -> tuple[list[PutResult], PutResult, list[PutResult], PutResult]:
+        async with AsyncStoreClient.attach(st.path) as aio:
+            assert (await aio.put("ru", b"warm", queue_id=0)).ok
+            seen: list[PutResult] = []
+            real_put, real_batch = aio.put, aio.put_batch
+
+            def resume_after_a_timeout(got: list[PutResult]) -> None:
+                seen.extend(got)
+                if got[0].status is PutMessageStatus.FLUSH_DISK_TIMEOUT:
+                    os.kill(flusher, signal.SIGCONT)
+
+            async def spy_put(*a: Any, **k: Any) -> PutResult:
+                r: PutResult = await real_put(*a, **k)
+                resume_after_a_timeout([r])
+                return r
+
+            async def spy_batch(*a: Any, **k: Any) -> list[PutResult]:
+                rs: list[PutResult] = await real_batch(*a, **k)
+                resume_after_a_timeout(rs)
+                return rs
+
+            aio.put, aio.put_batch = spy_put, spy_batch  # type: ignore[method-assign,assignment]
+            os.kill(flusher, signal.SIGSTOP)
+            try:
+                one = await aio.put_until_ok("ru", b"once", queue_id=0, timeout_s=30)
+                one_tries = list(seen)
+                seen.clear()
+                os.kill(flusher, signal.SIGSTOP)
+                batch = await aio.put_batch_until_ok(
+                    [{"topic": "ru", "body": b"b%d" % i, "queue_id": 0} for i in range(3)],
+                    timeout_s=30,
+                )
+                batch_tries = list(seen)
+            finally:
+                os.kill(flusher, signal.SIGCONT)
+            aio.put, aio.put_batch = real_put, real_batch  # type: ignore[method-assign]
+            return one_tries, one, batch_tries, batch
+
+    one_tries, one, batch_tries, batch = asyncio.run(main())
+    assert one_tries[0].status is PutMessageStatus.FLUSH_DISK_TIMEOUT and len(one_tries) >= 2
+    assert one.ok and one.physical_offset == one_tries[0].physical_offset
+    assert one.uniq_key == one_tries[0].uniq_key and one.reason.startswith("duplicate")
+    assert batch_tries[0].status is PutMessageStatus.FLUSH_DISK_TIMEOUT and len(batch_tries) >= 6
+    assert [r.physical_offset for r in batch] == [r.physical_offset for r in batch_tries[:3]]
+    assert all(r.ok for r in batch)
+
+    async def repeat(idempotence: bool) -> PutResult:
+        async with AsyncStoreClient.attach(st.path, idempotence=idempotence) as aio:
+            first = await aio.put("ru", b"r", queue_id=0)
+            return await aio.put_until_ok(
+                "ru", b"r", properties={"UNIQ_KEY": first.uniq_key}, queue_id=0
+            )
+
+    assert asyncio.run(repeat(True)).reason.startswith("duplicate")
+    assert asyncio.run(repeat(False)).reason == ""
+    with pytest.raises(TypeError, match="idempotence"):
+        AsyncStoreClient(st.path, idempotence=1)  # type: ignore[arg-type]
+    bodies = Counter(bytes(r.body) for r in st.read_log() if r.topic == "ru")
+    assert bodies == {b"warm": 1, b"once": 1, b"b0": 1, b"b1": 1, b"b2": 1, b"r": 3}

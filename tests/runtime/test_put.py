@@ -273,6 +273,8 @@ def test_client_encoding_matches_the_reference_encoder(store: Store) -> None:
                 d[record.PROPERTY_TAGS] = tags
             if keys is not None:
                 d[record.PROPERTY_KEYS] = keys if isinstance(keys, str) else " ".join(keys)
+            assert len(r.uniq_key) == 32  # the client's message id, added last
+            d[record.PROPERTY_UNIQ_KEY] = r.uniq_key
             born = cl.read(r.physical_offset).record
             assert born is not None
             want = record.encode(

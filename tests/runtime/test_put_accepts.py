@@ -129,7 +129,13 @@ def _stored_bytes(store: Store, r: PutResult) -> bytes:
 
 
 def _reference(m: Message, r: PutResult) -> bytes:
-    """What engine.record's encoder writes for `m` at the place the put went to."""
+    """What engine.record's encoder writes for `m` at the place the put went to (with the
+    UNIQ_KEY the put added last, unless `m` has one)."""
+    if record.PROPERTY_UNIQ_KEY not in m.properties:
+        assert len(r.uniq_key) == 32, r
+        m = dataclasses.replace(
+            m, properties={**m.properties, record.PROPERTY_UNIQ_KEY: r.uniq_key}
+        )
     want = record.encode(m)
     assert want.status is record.EncodeStatus.OK, want
     buf = bytearray(len(want.data))
@@ -309,4 +315,4 @@ def test_every_documented_shape_is_stored_as_given(store: Store) -> None:
         (b"a", "k1 k2", None), (view.tobytes(), None, None), (b"ace", None, "t"),
         (b"ba", "k3", None), (b"m", "k4", None), (b"n", None, None),
     ]  # fmt: skip
-    assert got[1] is not None and got[1].properties == {"p": "v"}
+    assert got[1] is not None and got[1].properties == {"p": "v", "UNIQ_KEY": rs[1].uniq_key}

@@ -164,3 +164,89 @@ def test_the_asyncio_client_delays_and_sends_back(make_store: StoreFactory) -> N
             client.send_back(b"x", "AG")  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="group"):
             client.send_back(msg, "bad group")
+
+
+def test_send_back_by_the_client_that_produced_the_message_is_stored_each_time(
+    make_store: StoreFactory,
+) -> None:
+    """The seam of idempotent puts and send-back: a retry keeps the original's UNIQ_KEY,
+    which carries the producer id of the client that put it. The same client's
+    send_back (twice, of the same pulled message, and once more of the retry it got
+    back) must store every re-put, not answer the first put's result from the
+    idempotence table; the scheduler's re-puts (the UNIQ_KEY again) are stored too."""
+    st = make_store({"message_delay_level": "1s 1s 1s 1s 1s"})
+    scheduler_ready(st)
+    with StoreClient.attach(st.path) as client:
+        r = client.put("Seam", b"nack me", queue_id=0)
+        msg = _await(client, "Seam", r.queue_offset)
+        assert msg.properties["UNIQ_KEY"] == r.uniq_key
+        assert r.uniq_key.startswith(client.producer_id)  # a key the table would answer
+        backs = [client.send_back(msg, "SG", delay_level=1) for _ in range(2)]
+        for b in backs:
+            assert b.status is OK and b.queue_id == 0, b  # SCHEDULE_TOPIC_XXXX level 1
+        assert len({r.physical_offset, *(b.physical_offset for b in backs)}) == 3
+        first, second = _await(client, "%RETRY%SG", 0), _await(client, "%RETRY%SG", 1)
+        for got in (first, second):
+            assert got.body == b"nack me" and got.reconsume_times == 1
+            assert got.properties["UNIQ_KEY"] == r.uniq_key
+        again = client.send_back(first, "SG", delay_level=1)
+        assert again.status is OK
+        assert again.physical_offset not in {r.physical_offset, *(b.physical_offset for b in backs)}
+        third = _await(client, "%RETRY%SG", 2)
+        assert third.reconsume_times == 2 and third.properties["UNIQ_KEY"] == r.uniq_key
+        # a retry of the first put by hand is still answered from the table, not stored
+        dup = client.put("Seam", b"nack me", properties={"UNIQ_KEY": r.uniq_key}, queue_id=0)
+        assert (dup.status, dup.physical_offset) == (OK, r.physical_offset)
+        assert client.max_offset("Seam", 0) == r.queue_offset + 1
+
+
+def test_after_a_restart_a_retry_is_answered_the_first_put_not_its_redelivery(
+    make_store: StoreFactory,
+) -> None:
+    """The table rebuilt from the log at a start meets the original record and then its
+    send-back copies (same UNIQ_KEY, in SCHEDULE_TOPIC_XXXX and %RETRY%); a retry of the
+    first put must still answer the first put, as the live table does."""
+    st = make_store({"message_delay_level": "1s 1s"})
+    scheduler_ready(st)
+    with StoreClient.attach(st.path) as client:
+        r = client.put("Again", b"first", queue_id=0)
+        msg = _await(client, "Again", r.queue_offset)
+        assert client.send_back(msg, "RG", delay_level=1).status is OK
+        _await(client, "%RETRY%RG", 0)
+        assert st.stop() == 0
+        st.start()
+        again = client.put_until_ok(
+            "Again", b"first", properties={"UNIQ_KEY": r.uniq_key}, queue_id=0
+        )
+        assert again.reason.startswith("duplicate"), again
+        assert (again.physical_offset, again.queue_id, again.queue_offset) == (
+            r.physical_offset, r.queue_id, r.queue_offset,
+        )  # fmt: skip
+
+
+def test_put_until_ok_delays_and_a_retry_of_a_delayed_put_is_stored_once(
+    make_store: StoreFactory,
+) -> None:
+    """put_until_ok(delay_level=) (blocking and asyncio) puts into SCHEDULE_TOPIC_XXXX; its
+    retry (same UNIQ_KEY) answers that record, and the scheduler delivers it once."""
+    st = make_store({"message_delay_level": "1s 1s"})
+    scheduler_ready(st)
+    with StoreClient.attach(st.path) as client:
+        r = client.put_until_ok("Later", b"once", queue_id=0, delay_level=2)
+        assert (r.status, r.queue_id) == (OK, 1) and r.reason == ""
+        again = client.put_until_ok(
+            "Later", b"once", properties={"UNIQ_KEY": r.uniq_key}, queue_id=0, delay_level=2
+        )
+        assert again.reason.startswith("duplicate") and again.physical_offset == r.physical_offset
+
+        async def aio_put() -> PutResult:
+            async with AsyncStoreClient.attach(st.path) as aio:
+                return await aio.put_until_ok("Later", b"aio", queue_id=0, delay_level=1)
+
+        a = asyncio.run(aio_put())
+        assert (a.status, a.queue_id) == (OK, 0)
+        got = {_await(client, "Later", 0).body, _await(client, "Later", 1).body}
+        assert got == {b"once", b"aio"}
+        wait_for(lambda: _offsets(st.path).get("2", 0) >= 1, 30, "level 2's progress")
+        assert client.max_offset("Later", 0) == 2  # nothing twice
+        assert client.max_offset(SCHEDULE_TOPIC, 1) == 1  # the retry stored nothing

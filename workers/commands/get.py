@@ -4,6 +4,7 @@
     mqstore get DIR --msg-id ID
     mqstore get DIR --physical-offset N
     mqstore get DIR --topic T --key K [--limit N] [--begin T1] [--end T2]
+    mqstore get DIR --topic T --uniq-key ID  (the client message id, PutResult.uniq_key)
     mqstore get DIR --topic T --queue Q --time T [--limit N]  (from the queue offset for a time)
 
 Prints one JSON object per message, as `mqstore dump` does (`--body text|base64|hex`,
@@ -30,7 +31,7 @@ from mqstore.conf.load import ConfigError, load_settings
 from mqstore.engine import fileio
 from mqstore.engine.indexfile import IndexGeometryError
 from mqstore.engine.reader import MAX_TIMESTAMP_MS, MaxOffsetFn, StoreReader
-from mqstore.engine.record import RecordFields
+from mqstore.engine.record import PROPERTY_UNIQ_KEY, RecordFields
 from mqstore.engine.segment import SegmentNameError, SegmentSizeError
 from mqstore.engine.storedir import read_flushed_offset
 from mqstore.ipc.locks import store_lock_holder
@@ -59,6 +60,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     what.add_argument("--msg-id", default=None)
     what.add_argument("--physical-offset", type=int, default=None, metavar="N")
     what.add_argument("--key", default=None)
+    what.add_argument(
+        "--uniq-key", default=None, metavar="ID",
+        help="the message whose UNIQ_KEY (client message id) is ID, through the index",
+    )  # fmt: skip
     what.add_argument("--time", type=parse_time_ms, default=None, metavar="T")
     add_time_arguments(p, end_default=MAX_TIMESTAMP_MS)  # with --key
     add_body_argument(p)
@@ -119,6 +124,14 @@ def _run(r: StoreReader, args: argparse.Namespace) -> int:
                 f"{r.min_log_offset()}..{r.limit()}; `mqstore dump` lists where records start)"
             )
         recs = [rec]
+    elif args.uniq_key is not None:
+        if args.topic is None:
+            return _bad("--uniq-key needs --topic")
+        found = r.query_by_key(args.topic, args.uniq_key, 64, args.begin, args.end)
+        recs = [x for x in found if x.properties.get(PROPERTY_UNIQ_KEY) == args.uniq_key]
+        if not recs:
+            return _none(f"no message of topic {args.topic} has UNIQ_KEY {args.uniq_key!r}")
+        recs = recs[: args.limit]
     elif args.key is not None:
         if args.topic is None:
             return _bad("--key needs --topic")
@@ -131,7 +144,8 @@ def _run(r: StoreReader, args: argparse.Namespace) -> int:
     else:
         if args.topic is None or args.queue is None:
             return _bad(
-                "give --msg-id, --physical-offset, --key, --time or --topic/--queue/--offset"
+                "give --msg-id, --physical-offset, --key, --uniq-key, --time or "
+                "--topic/--queue/--offset"
             )
         offset = args.offset
         if args.time is not None:
