@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from mqstore.conf.settings import StoreSettings
+from mqstore.engine import compression
 from mqstore.engine.commitlog import CommitLog
 from mqstore.engine.consumequeue import ConsumeQueue
 from mqstore.engine.consumequeue_store import ConsumeQueueStore
@@ -214,7 +215,7 @@ class StoreReader:
         if rec is None or is_filler(rec):
             return None
         assert isinstance(rec, DecodedRecord)  # a copying read
-        return rec
+        return compression.inflate(rec)
 
     def _records(
         self, spans: Sequence[tuple[int, int]], *, zero_copy: bool = False
@@ -333,6 +334,7 @@ class StoreReader:
         if not self._walk(cq, res, scan, limit, max_count, max_bytes, tags, zero_copy):
             per = cq.file_size_bytes // 20
             return GetResult(GetStatus.OFFSET_FOUND_NULL, offset + per - offset % per, lo, hi)
+        compression.inflate_all(res.messages)  # compressed bodies: their original bytes
         return res
 
     def _bounds(self, cq: ConsumeQueue, limit: int) -> tuple[int, int]:
@@ -464,7 +466,7 @@ class StoreReader:
                     first_ts = rec.store_timestamp
                 if record_has_key(rec, topic, key) and not is_filler(rec):
                     assert isinstance(rec, DecodedRecord)  # a copying read
-                    out.append(rec)
+                    out.append(compression.inflate(rec))
             if out or first_ts < 0:
                 break
             end = first_ts

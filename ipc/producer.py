@@ -41,7 +41,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from mqstore import _native
-from mqstore.engine import fileio
+from mqstore.engine import compression, fileio
 from mqstore.engine.record import Message
 from mqstore.engine.recordcodes import parse_host
 from mqstore.engine.segment import segment_file_name
@@ -154,6 +154,22 @@ def _flush_reason(a: Attached, code: int) -> str:
     return "fsync failed: the store is read-only"
 
 
+def _configure_compression(app: _native.Appender, a: Attached) -> None:
+    """The store's body compression (`compress_type`, `compress_level`,
+    `compress_msg_body_over_howmuch_bytes`) into the C put: the codec's C function."""
+    s = a.settings
+    kind = s.compress_type.strip().upper()
+    if kind == "NONE":
+        app.configure_compression(None, 0, 0)
+        return
+    codec = compression.Codec[kind]
+    app.configure_compression(
+        compression.compressor(codec, s.compress_level),
+        s.compress_msg_body_over_howmuch_bytes,
+        codec.flag,
+    )
+
+
 def _map_segment(store_dir: str, seg_size: int, index: int) -> mmap.mmap:
     """The writable mapping of commit-log segment `index` (pool off), for the C put."""
     path = os.path.join(store_dir, "commitlog", segment_file_name(index * seg_size))
@@ -247,6 +263,7 @@ class PutPath:
             store_addr=addr,
             store_port=port,
         )
+        _configure_compression(self.app, a)
         self.app.checked(_STALE_CHECK_NS)
 
     def detaching(self, a: Attached) -> None:

@@ -100,6 +100,11 @@ class Appender:
     ) -> Any:
         """put_message for a list of put's dicts and Messages: a list of PutResult, or None."""
 
+    def configure_compression(
+        self, fn: Callable[[memoryview], bytes] | None, over: int, flag: int, /
+    ) -> None:
+        """Compress each body of at least `over` bytes with `fn` (None: off) when that
+        makes it smaller, and mark its sysFlag with `flag` (COMPRESSED | codec bits)."""
     def checked(self, stale_after_ns: int, /) -> None:
         """The client checked its supervisor; put_message answers None after this long."""
 

@@ -238,6 +238,16 @@ void mqs_count(int64_t *st, const int64_t v[9])
     st[MQS_CF_HIST + bucket(lat, MQS_HIST_BUCKETS - 1)] += 1;
 }
 
+static PyObject *appender_configure_compression(Appender *self, PyObject *const *args,
+                                                Py_ssize_t nargs)
+{
+    if (!self->open || !self->c.configured) {
+        PyErr_SetString(PyExc_ValueError, "configure_compression() before configure()");
+        return NULL;
+    }
+    return mqs_compress_configure(&self->c.z, args, nargs);
+}
+
 /* A METH_FASTCALL entry of a method table. */
 #define FAST(name, fn, doc) {name, (PyCFunction)(void (*)(void))(fn), METH_FASTCALL, doc}
 
@@ -252,6 +262,9 @@ static PyMethodDef appender_methods[] = {
          "wait_flushed(end, timeout_ns) -> 0 flushed | 1 timed out | 2 flush failed | 3 the "
          "generation ended (fenced) without flushing it."),
     MQS_PUT_METHODS
+    FAST("configure_compression", appender_configure_compression,
+         "configure_compression(fn, over, flag): compress each body of at least `over` bytes "
+         "with fn (None: off) and mark its sysFlag with `flag` (mqs_compress.c)."),
     {"close", (PyCFunction)appender_close, METH_NOARGS, "Release the shared buffers."},
     {NULL, NULL, 0, NULL},
 };

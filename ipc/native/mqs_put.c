@@ -186,6 +186,7 @@ void mqs_put_clear(Appender *self)
         Py_CLEAR(*refs[i]);
     drop_target(&c->targets[0]);
     drop_target(&c->targets[1]);
+    mqs_compress_clear(&c->z);
     c->configured = 0;
 }
 
@@ -761,7 +762,7 @@ static PyObject *call(Appender *self, PyObject *list, PyObject *const *args, int
     struct mqs_item *items = n == 1 ? &one_it : PyMem_Calloc((size_t)n, sizeof *items);
     struct mqs_arena arena;
     struct mqs_refusal why = {0, NULL};
-    PyObject *out = NULL;
+    PyObject *out = NULL, *zkeep = NULL; /* zkeep: compressed bodies (mqs_compress.c) */
     MQS_ARENA_INIT(arena);
     if (m == NULL || items == NULL) {
         PyErr_NoMemory();
@@ -790,6 +791,8 @@ static PyObject *call(Appender *self, PyObject *list, PyObject *const *args, int
         for (i = 0; i < n && rc == MQS_FIELDS_OK; i++) {
             rc = mqs_fields_check(&m[i], &items[i], &arena, &why, c->lanes, c->new_lane,
                                   c->max_body, self->a.seg_size, &c->store, born);
+            if (rc == MQS_FIELDS_OK && mqs_compress_item(&c->z, &items[i], &zkeep) < 0)
+                rc = MQS_FIELDS_ERROR;
             total += items[i].size;
         }
         if (rc == MQS_FIELDS_REFUSED && batch) {
@@ -817,6 +820,7 @@ done:
         mqs_fields_release(&m[i]);
     }
     mqs_arena_free(&arena);
+    Py_XDECREF(zkeep);
     if (m != &one_m)
         PyMem_Free(m);
     if (items != &one_it)
