@@ -18,7 +18,7 @@ from mqstore import PutMessageStatus, StoreClient
 from mqstore.engine import compression
 from mqstore.engine.record import Message
 from tests.runtime.conftest import StoreFactory
-from tests.runtime.harness import REPO, Store
+from tests.runtime.harness import REPO, Store, wait_for
 
 OK = PutMessageStatus.PUT_OK
 FLAGS = {"ZLIB": 0x301, "LZ4": 0x101, "ZSTD": 0x201}
@@ -63,6 +63,7 @@ def test_bodies_over_the_threshold_are_stored_compressed_and_read_back_whole(
         assert [r.status for r in (r_small, r_big, *got)] == [OK] * 6
         assert r_big.size < len(big) // 3  # 16 KiB of JSON: at least 3x smaller
         want = [small, big, json_body(2), json_body(3), json_body(4), small]
+        wait_for(lambda: client.max_offset("c", 0) == 6, what="the records dispatched")
         pulled = client.pull("c", 0, 0, 32)
         assert [m.body for m in pulled.messages] == want
         assert [m.compression for m in pulled.messages] == [
@@ -135,3 +136,25 @@ def test_bad_compression_settings_stop_the_start(
     out = cli("start", str(st.path))
     assert out.returncode == 3, out.stdout + out.stderr
     assert words in out.stdout + out.stderr
+
+
+def test_records_compressed_by_rocketmq_read_back_as_the_original(
+    make_store: StoreFactory,
+) -> None:
+    """Bodies RocketMQ's own compressors wrote (golden files), put with the sysFlag its
+    producer sets: stored as given (whatever the store's codec), read back inflated."""
+    golden = REPO / "tests" / "data" / "golden"
+    original = (golden / "body-16k.json").read_bytes()
+    st = make_store({"compress_type": "LZ4"})
+    msgs = [
+        Message("rmq", (golden / f"body-16k.rocketmq-{c.lower()}.bin").read_bytes(), queue_id=0,
+                sys_flag=flag)
+        for c, flag in FLAGS.items()
+    ]  # fmt: skip
+    with StoreClient.attach(st.path) as client:
+        assert [r.status for r in client.put_batch(msgs)] == [OK] * 3
+        got = wait_for(lambda: client.pull("rmq", 0, 0).messages, what="the records dispatched")
+        assert [m.body for m in got] == [original] * 3
+        assert [m.compression for m in got] == ["zlib", "lz4", "zstd"]
+    assert st.stop() == 0
+    assert [r.body for r in st.read_log()] == [m.body for m in msgs]
