@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from mqstore.conf.settings import StoreSettings
-from mqstore.engine import compression
+from mqstore.engine import compression, deleted_topics
 from mqstore.engine.commitlog import CommitLog
 from mqstore.engine.consumequeue import ConsumeQueue
 from mqstore.engine.consumequeue_store import ConsumeQueueStore
@@ -149,6 +149,25 @@ class StoreReader:
         self._limit_follows_dispatch = limit_follows_dispatch
         # queue -> (limit, log min offset, min offset, visible max offset) at the last look
         self._looked: dict[tuple[str, int], tuple[int, int, int, int]] = {}
+        # deleted topics (engine.deleted_topics): lookups skip their records below the end
+        self.deleted = self._load_deleted()
+
+    def _load_deleted(self) -> dict[str, int]:
+        try:
+            return deleted_topics.load(self.store_dir)
+        except (ValueError, OSError):
+            return {}  # `mqstore check` reports a bad file; reads go on without it
+
+    def forget_deleted(self) -> None:
+        """Topics were deleted while the store runs (`workers.topic_delete`): drop the
+        cached queues of every deleted topic (their files are gone; a queue of the same
+        name made since is opened afresh) and skip their records below the end in
+        lookups. `ipc.reads` calls it when the control block's counter moves."""
+        self.deleted = self._load_deleted()
+        for topic in self.deleted:
+            self.queues.forget(topic)
+        for key in [k for k in self._looked if k[0] in self.deleted]:
+            del self._looked[key]
 
     @classmethod
     def open(
@@ -464,7 +483,8 @@ class StoreReader:
                     continue
                 if first_ts < 0:
                     first_ts = rec.store_timestamp
-                if record_has_key(rec, topic, key) and not is_filler(rec):
+                gone = rec.physical_offset < self.deleted.get(topic, -1)  # deleted topic
+                if record_has_key(rec, topic, key) and not is_filler(rec) and not gone:
                     assert isinstance(rec, DecodedRecord)  # a copying read
                     out.append(compression.inflate(rec))
             if out or first_ts < 0:

@@ -89,6 +89,7 @@ class ClientReads:
         self._lock = threading.Lock()
         self._reader: StoreReader | None = None
         self._generation = -1
+        self._deletions = 0
         self._limit = 0
         self._offsets = ConsumerOffsets(self.store_dir)
 
@@ -114,6 +115,10 @@ class ClientReads:
         if self._reader is not None and gen != self._generation:
             self._reader.close()
             self._reader = None
+        deletions = store.cb.get(c.OFF_TOPICS_DELETED)  # topics deleted while running
+        if self._reader is not None and deletions != self._deletions:
+            self._reader.forget_deleted()
+        self._deletions = deletions
         if self._reader is None:
             self._reader = StoreReader(
                 self.store_dir,
