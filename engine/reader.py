@@ -166,8 +166,9 @@ class StoreReader:
         self.deleted = self._load_deleted()
         for topic in self.deleted:
             self.queues.forget(topic)
-        for key in [k for k in self._looked if k[0] in self.deleted]:
-            del self._looked[key]
+        for cache in (self._looked, self._min_seen):
+            for key in [k for k in cache if k[0] in self.deleted]:
+                del cache[key]
 
     @classmethod
     def open(
