@@ -57,9 +57,9 @@ flusher's SYNC_FLUSH round (commit, flush, its statistics and histograms, as
 | 192 | stale_from       | the commit step's publisher: `Reservation.mark_stale`,   |
 |     |                  | 1 + the lowest offset it filled for a producer that may  |
 |     |                  | still live (a fenced drain); 0 none (`ipc.fence`)        |
-| 200 | topics_deleted   | dispatcher (`workers.topic_delete`): topics deleted      |
-|     |                  | while the store runs, bumped after each; readers drop    |
-|     |                  | their cached queues of deleted topics when it moves      |
+| 200 | topics_deleted   | dispatcher: `DispatchStats.count_topic_deleted`, topics  |
+|     |                  | deleted while the store runs (`workers.topic_delete`);   |
+|     |                  | readers drop their cached queues of them when it moves   |
 | 208 | flushed_seq      | the flush step: `Positions.advance_flushed`              |
 | 216 | fsync_ns_total   | the flush step: `FlushStats.record_fsync`                |
 | 224 | flush_failures   | flusher: `FlushStats.count_flush_failure`                |

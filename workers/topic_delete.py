@@ -41,7 +41,7 @@ from mqstore.engine import deleted_topics, topics
 from mqstore.engine.deleted_topics import DeletedTopic
 from mqstore.engine.dispatch import Dispatcher
 from mqstore.engine.offsets import ConsumerOffsets
-from mqstore.ipc import control as c
+from mqstore.ipc.control_views import DispatchStats, Positions
 from mqstore.workers.base import WorkerContext, say
 
 LOCK_TIMEOUT_NS: Final = 200_000_000  # then the next tick tries again
@@ -89,8 +89,7 @@ class TopicDeletions:
         if done is None:
             return ""  # the lock was not free: the next tick tries again
         deleted_topics.finish_request(self._ctx.store_dir, req.id, done)
-        cb = self._ctx.cb
-        cb.set(c.OFF_TOPICS_DELETED, cb.get(c.OFF_TOPICS_DELETED) + 1)
+        DispatchStats(self._ctx.cb).count_topic_deleted()
         self._seen = self._stamp()
         say(
             "dispatcher",
@@ -108,7 +107,7 @@ class TopicDeletions:
             if app.lock(LOCK_TIMEOUT_NS) != 0:
                 return None
             try:
-                end = cb.get(c.OFF_RESERVED)
+                end, _seq = Positions(cb).reserved_and_seq()
                 deleted_topics.add(store, topic, end)
                 trash = deleted_topics.move_queues_aside(store, topic)
                 cb.reset_topic_rows(topic.encode())
