@@ -638,10 +638,10 @@ class ControlBlock:
         n = 0
         for slot in range(self.qtable_capacity):
             off = self.qtable_off + slot * QROW
-            _h, _nxt, _qid, tlen = QROW_HEAD.unpack_from(self.buf, off)
+            h, _nxt, qid, tlen = QROW_HEAD.unpack_from(self.buf, off)
             t0 = off + QROW_HEAD.size
             if tlen == len(topic_b) and bytes(self.buf[t0 : t0 + tlen]) == topic_b:
-                I64.pack_into(self.buf, off + 8, 0)
+                QROW_HEAD.pack_into(self.buf, off, h, 0, qid, tlen)  # next_offset 0
                 n += 1
         return n
 
