@@ -25,6 +25,7 @@ SOURCES = [
     "ipc/native/mqs_put.c",
     "ipc/native/mqs_uniq.c",
     "ipc/native/mqs_fields.c",
+    "ipc/native/mqs_compress.c",
     "ipc/native/mqs_round.c",
     "ipc/native/mqs_control_py.c",
     "engine/native/mqs_scan.c",

@@ -55,6 +55,8 @@ _RANGES: dict[str, tuple[float, float]] = {
     "delete_file_batch_max": (1, 10_000),
     **dict.fromkeys(("max_msgs_num_batch", "default_query_max_num"), (1, 1_000_000)),
     "metrics_port": (0, 65_535),
+    "compress_msg_body_over_howmuch_bytes": (0, _INT32_MAX),
+    "compress_level": (-7, 22),
     "store_nice": (-20, 19),
     "store_slice_us": (0, 100_000),
 }
@@ -245,7 +247,33 @@ def _normalise(values: dict[str, Any]) -> dict[str, Any]:
     for name in ("disk_space_warning_level_ratio", "disk_space_clean_forcibly_ratio"):
         if name in values and values[name] > 1:  # given in percent (5.x config keys)
             values[name] = values[name] / 100
+    if "compress_type" in values:  # RocketMQ's CompressionType.of: trimmed, any case
+        values["compress_type"] = str(values["compress_type"]).strip().upper()
     return values
+
+
+COMPRESS_TYPES: Final = ("NONE", "ZLIB", "LZ4", "ZSTD")
+# The levels each codec takes (engine.compression.LEVELS, kept here: conf imports nothing).
+COMPRESS_LEVELS: Final = {"ZLIB": (-1, 9), "LZ4": (0, 16), "ZSTD": (-7, 22)}
+
+
+def _validate_compression(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
+    """The codec is one RocketMQ knows and the level one it takes (ConfigError)."""
+    kind = values.get("compress_type", "NONE")
+    src = sources.get("compress_type", "default")
+    if kind not in COMPRESS_TYPES:
+        raise ConfigError(
+            f"compress_type: bad value {kind!r} from {src}; allowed: {', '.join(COMPRESS_TYPES)}"
+        )
+    if kind == "NONE":
+        return
+    level = values.get("compress_level", FIELDS["compress_level"].default)
+    lo, hi = COMPRESS_LEVELS[kind]
+    if not lo <= level <= hi:
+        raise ConfigError(
+            f"compress_level: bad value {level!r} from "
+            f"{sources.get('compress_level', 'default')}; allowed with {kind}: {lo} to {hi}"
+        )
 
 
 def load_settings(
@@ -298,5 +326,6 @@ def load_settings(
     values = _normalise(values)
     for name, value in values.items():
         _validate(name, value, sources.get(name, "default"))
+    _validate_compression(values, sources)
     settings = StoreSettings(**values)
     return LoadedSettings(settings, sources, tuple(ignored))

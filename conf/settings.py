@@ -61,6 +61,9 @@ class StoreSettings:
     sync_flush_zero_segments: bool = True
     max_message_size_bytes: int = 4 * MIB
     check_crc_on_recover: bool = True
+    compress_type: str = "NONE"
+    compress_level: int = 5
+    compress_msg_body_over_howmuch_bytes: int = 4 * 1024
 
     # retention and disk space (the cleaner)
     file_reserved_time_hours: int = 72
@@ -166,6 +169,17 @@ _TABLE: tuple[tuple[str, str | None, str, bool, str], ...] = (
      SIGHUP, "Max message"),
     ("check_crc_on_recover", "checkCRCOnRecover", "bool",
      RESTART, "Verify body CRC on recovery"),
+    ("compress_type", None, "enum",
+     RESTART, "Body compression in the put (RocketMQ's producer: rocketmq.message.compressType): "
+              "NONE, ZLIB, LZ4 or ZSTD, in RocketMQ's stream formats and sysFlag bits "
+              "(engine/compression.py). mqstore default NONE (RocketMQ's producer: ZLIB). A body "
+              "is stored compressed only when that makes it smaller; reads give the original"),
+    ("compress_level", None, "level",
+     RESTART, "Codec level (the producer's rocketmq.message.compressLevel): ZLIB -1 to 9, LZ4 "
+              "0 to 16 (RocketMQ's LZ4 ignores it), ZSTD -7 to 22"),
+    ("compress_msg_body_over_howmuch_bytes", None, "bytes",
+     RESTART, "Compress bodies of at least this many bytes (the producer's "
+              "compressMsgBodyOverHowmuch), with compress_type not NONE"),
     ("file_reserved_time_hours", "fileReservedTime", "hours",
      SIGHUP, "Retention"),
     ("delete_when", "deleteWhen", "hours",

@@ -55,6 +55,14 @@ class ConsumeQueueStore:
         cq = self._queues[(topic, queue_id)] = ConsumeQueue(files, topic, queue_id).load()
         return cq
 
+    def forget(self, topic: str) -> int:
+        """Close and drop every queue of `topic` (deleted while the store runs: its
+        directory is gone, `get` / `find_or_create` start afresh). Returns how many."""
+        keys = [k for k in self._queues if k[0] == topic]
+        for k in keys:
+            self._queues.pop(k).close()
+        return len(keys)
+
     def __len__(self) -> int:
         return len(self._queues)
 

@@ -238,6 +238,14 @@ class Dispatcher:
             return furthest
         return max(min(furthest, published), self.log.min_offset(), 0)
 
+    def forget_topic(self, topic: str, end_offset: int) -> None:
+        """`topic` was deleted while the store runs (`workers.topic_delete`), its records
+        below `end_offset` out of the queues and the index: drop its queues (their
+        directory is gone) and skip those records from now on; its records at or past
+        `end_offset` make a new topic from queue offset 0."""
+        self.deleted[topic] = max(end_offset, self.deleted.get(topic, -1))
+        self.queues.forget(topic)
+
     def close(self) -> None:
         """Close the log view, the queues and the index (not the checkpoint)."""
         self.log.close()

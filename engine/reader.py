@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from mqstore.conf.settings import StoreSettings
+from mqstore.engine import compression, deleted_topics
 from mqstore.engine.commitlog import CommitLog
 from mqstore.engine.consumequeue import ConsumeQueue
 from mqstore.engine.consumequeue_store import ConsumeQueueStore
@@ -148,6 +149,26 @@ class StoreReader:
         self._limit_follows_dispatch = limit_follows_dispatch
         # queue -> (limit, log min offset, min offset, visible max offset) at the last look
         self._looked: dict[tuple[str, int], tuple[int, int, int, int]] = {}
+        # deleted topics (engine.deleted_topics): lookups skip their records below the end
+        self.deleted = self._load_deleted()
+
+    def _load_deleted(self) -> dict[str, int]:
+        try:
+            return deleted_topics.load(self.store_dir)
+        except (ValueError, OSError):
+            return {}  # `mqstore check` reports a bad file; reads go on without it
+
+    def forget_deleted(self) -> None:
+        """Topics were deleted while the store runs (`workers.topic_delete`): drop the
+        cached queues of every deleted topic (their files are gone; a queue of the same
+        name made since is opened afresh) and skip their records below the end in
+        lookups. `ipc.reads` calls it when the control block's counter moves."""
+        self.deleted = self._load_deleted()
+        for topic in self.deleted:
+            self.queues.forget(topic)
+        for cache in (self._looked, self._min_seen):
+            for key in [k for k in cache if k[0] in self.deleted]:
+                del cache[key]
 
     @classmethod
     def open(
@@ -214,7 +235,7 @@ class StoreReader:
         if rec is None or is_filler(rec):
             return None
         assert isinstance(rec, DecodedRecord)  # a copying read
-        return rec
+        return compression.inflate(rec)
 
     def _records(
         self, spans: Sequence[tuple[int, int]], *, zero_copy: bool = False
@@ -333,6 +354,7 @@ class StoreReader:
         if not self._walk(cq, res, scan, limit, max_count, max_bytes, tags, zero_copy):
             per = cq.file_size_bytes // 20
             return GetResult(GetStatus.OFFSET_FOUND_NULL, offset + per - offset % per, lo, hi)
+        compression.inflate_all(res.messages)  # compressed bodies: their original bytes
         return res
 
     def _bounds(self, cq: ConsumeQueue, limit: int) -> tuple[int, int]:
@@ -462,9 +484,10 @@ class StoreReader:
                     continue
                 if first_ts < 0:
                     first_ts = rec.store_timestamp
-                if record_has_key(rec, topic, key) and not is_filler(rec):
+                gone = rec.physical_offset < self.deleted.get(topic, -1)  # deleted topic
+                if record_has_key(rec, topic, key) and not is_filler(rec) and not gone:
                     assert isinstance(rec, DecodedRecord)  # a copying read
-                    out.append(rec)
+                    out.append(compression.inflate(rec))
             if out or first_ts < 0:
                 break
             end = first_ts

@@ -115,6 +115,9 @@ COMPRESSION_TYPE_MASK = 0x700
 COMPRESSION_LZ4 = 0x100
 COMPRESSION_ZSTD = 0x200
 COMPRESSION_ZLIB = 0x300
+# 0: 4.x's compressed flag without a type, which only knew zlib (`CompressionType.findByValue`)
+_COMPRESSION_NAMES: Final = {0: "zlib", COMPRESSION_LZ4: "lz4", COMPRESSION_ZSTD: "zstd",
+                             COMPRESSION_ZLIB: "zlib"}  # fmt: skip
 
 
 def transaction_type(sys_flag: int) -> int:
@@ -567,6 +570,16 @@ class RecordFields:
     keys: str | None
     msg_id: str
 
+    @property
+    def compression(self) -> str | None:
+        """The codec its producer compressed the body with, from the sysFlag ("zlib",
+        "lz4", "zstd"; "unknown" for type bits RocketMQ does not know), None for a body
+        stored as given. Every read gives the original bytes (`engine.compression`);
+        `size` and `body_crc` are the stored record's."""
+        if not self.sys_flag & SysFlag.COMPRESSED:
+            return None
+        return _COMPRESSION_NAMES.get(self.sys_flag & COMPRESSION_TYPE_MASK, "unknown")
+
     def to_json_dict(self) -> dict[str, Any]:
         """This record as JSON, body in base64 (`mqstore dump` re-encodes it per `--body`).
         `properties` is null for a record without properties, as RocketMQ's
@@ -623,16 +636,14 @@ class RecordView(RecordFields):
 def decompress_body(body: bytes, sys_flag: int) -> bytes:
     """Undo the client's body compression (sysflag bit 0x1; 5.x type bits 0x700).
 
-    zlib (4.x's only codec and 5.x's ZLIB) is undone; LZ4 and ZSTD bodies are returned
-    as stored, since no codec for them ships with Python. Raises RecordError-free
-    ValueError if a zlib body does not inflate.
+    All three of RocketMQ 5.x's codecs (`engine.compression.decompress`). Raises
+    `engine.compression.CompressedBodyError` (a ValueError) if the body does not inflate.
     """
     if not sys_flag & SysFlag.COMPRESSED:
         return body
-    kind = sys_flag & COMPRESSION_TYPE_MASK
-    if kind in (0, COMPRESSION_ZLIB):
-        return zlib.decompress(body)
-    return body
+    from mqstore.engine.compression import decompress  # imports this module
+
+    return bytes(decompress(body, sys_flag))
 
 
 def decode(buf: Buffer, pos: int, *, decompress: bool = False, limit: int = -1) -> DecodedRecord:
@@ -662,7 +673,7 @@ def decode(buf: Buffer, pos: int, *, decompress: bool = False, limit: int = -1) 
     if decompress and crc_ok:
         try:
             body = decompress_body(body, h.sys_flag)
-        except zlib.error as e:
+        except ValueError as e:
             raise RecordError(pos, f"compressed body does not inflate: {e}") from None
     return DecodedRecord(
         physical_offset=h.physical_offset,

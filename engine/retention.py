@@ -344,13 +344,18 @@ def delete_consume_queue_files(
     """
     deleted: list[DeletedFile] = []
     for _topic, _qid, qdir in numbered_queue_dirs(store_dir):
-        expired = expired_files(qdir, min_offset, file_size_bytes)
-        for path, size, phys in expired:
-            why = f"last entry points at {phys}, below the log's minimum offset {min_offset}"
-            start = int(os.path.basename(path))
-            deleted.append(_delete_below("consumequeue", path, size, why, start))
-        if expired:
-            fileio.fsync_dir(qdir)
+        try:
+            expired = expired_files(qdir, min_offset, file_size_bytes)
+            for path, size, phys in expired:
+                why = f"last entry points at {phys}, below the log's minimum offset {min_offset}"
+                start = int(os.path.basename(path))
+                deleted.append(_delete_below("consumequeue", path, size, why, start))
+            if expired:
+                fileio.fsync_dir(qdir)
+        except (FileNotFoundError, fileio.StoreIOError):
+            if os.path.isdir(qdir):
+                raise
+            continue  # its topic was deleted meanwhile (`workers.topic_delete`)
             if interval_ms > 0:
                 sleep_ms(interval_ms)
     return deleted

@@ -31,14 +31,15 @@ from pathlib import Path
 from typing import Final
 
 from mqstore.conf.settings import StoreSettings
-from mqstore.engine import deleted_topics, fileio
+from mqstore.engine import compression, deleted_topics, fileio
 from mqstore.engine.checkpoint import CHECKPOINT_FILE, CheckpointError, CheckpointFields
 from mqstore.engine.closing import Closing
 from mqstore.engine.commitlog import CommitLog
 from mqstore.engine.findings import Finding, Severity
 from mqstore.engine.indexfile import IndexGeometryError
 from mqstore.engine.indexservice import IndexService
-from mqstore.engine.scan import BIT_FILLER
+from mqstore.engine.record import SysFlag
+from mqstore.engine.scan import BIT_FILLER, RecordScan
 from mqstore.engine.segment import SegmentSizeError
 
 FLUSHED_OFFSET_FILE = "flushed_offset"
@@ -167,6 +168,25 @@ class CheckSummary:
     min_offset: int
     end_offset: int
     segment_size_bytes: int
+    compressed: int = 0  # records whose body is stored compressed (sysFlag 0x1)
+
+
+def _check_compressed(view: memoryview, scan: RecordScan, out: list[Finding]) -> int:
+    """How many of the scan's records are stored compressed; a WARNING for each whose
+    body does not inflate with its codec (only a caller that set the flag itself can
+    have stored one: reads give such a body as stored)."""
+    n = 0
+    for i, flag in enumerate(scan.sys_flag):
+        if not flag & SysFlag.COMPRESSED:
+            continue
+        n += 1
+        pos, length = scan.body_pos[i], scan.body_len[i]
+        try:
+            compression.decompress(view[pos : pos + length], flag)
+        except compression.CompressedBodyError as e:
+            off = scan.physical_offset[i]
+            out.append(Finding(Severity.WARNING, f"record at {off}: {e}", None, off))
+    return n
 
 
 class StoreDir(Closing):
@@ -245,7 +265,7 @@ class StoreDir(Closing):
             out.append(Finding(Severity.ERROR, str(e), deleted_topics.path(self.path)))
             deleted = {}
         out.extend(log.check(deleted_topics=deleted))
-        records = fillers = 0
+        records = fillers = compressed = 0
         last_store_ts = 0
         end = 0
         if len(log.queue):
@@ -254,6 +274,7 @@ class StoreDir(Closing):
                 records += chunk.scan.count
                 fillers += sum(1 for b in chunk.scan.bits if b & BIT_FILLER)
                 last_store_ts = max(last_store_ts, *chunk.scan.store_timestamp)
+                compressed += _check_compressed(chunk.view, chunk.scan, out)
             end = sc.end_offset
         out.extend(self._check_checkpoint(last_store_ts, records))
         out.extend(self._check_index())
@@ -283,6 +304,7 @@ class StoreDir(Closing):
             min_offset=log.min_offset() if len(log.queue) else 0,
             end_offset=end,
             segment_size_bytes=self.segment_size_bytes,
+            compressed=compressed,
         )
         return out, summary
 

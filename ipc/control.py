@@ -56,8 +56,9 @@ flusher's SYNC_FLUSH round (commit, flush, its statistics and histograms, as
 | 192 | stale_from       | the commit step's publisher: `Reservation.mark_stale`,   |
 |     |                  | 1 + the lowest offset it filled for a producer that may  |
 |     |                  | still live (a fenced drain); 0 none (`ipc.fence`)        |
-| 200 | (unused)         | 8 bytes, always 0 (detached clients' totals are kept by  |
-|     |                  | the supervisor in memory: `workers.sampling`)            |
+| 200 | topics_deleted   | dispatcher: `DispatchStats.count_topic_deleted`, topics  |
+|     |                  | deleted while the store runs (`workers.topic_delete`);   |
+|     |                  | readers drop their cached queues of them when it moves   |
 | 208 | flushed_seq      | the flush step: `Positions.advance_flushed`              |
 | 216 | fsync_ns_total   | the flush step: `FlushStats.record_fsync`                |
 | 224 | flush_failures   | flusher: `FlushStats.count_flush_failure`                |
@@ -187,6 +188,7 @@ OFF_FLUSHED_TS: Final = 168
 OFF_BUSY: Final = 176
 OFF_FILLERS: Final = 184
 OFF_STALE_FROM: Final = 192
+OFF_TOPICS_DELETED: Final = 200
 OFF_FLUSHED_SEQ: Final = 208
 OFF_FSYNC_NS: Final = 216
 OFF_FLUSH_FAILURES: Final = 224
@@ -639,6 +641,20 @@ class ControlBlock:
                 if bytes(buf[t0 : t0 + tlen]) == topic_b:
                     return slot
         return -1
+
+    def reset_topic_rows(self, topic_b: bytes) -> int:
+        """Set the next queue offset of every row of `topic_b` back to 0 (a deleted
+        topic's later puts start a new queue): the rows stay where they are, so clients
+        that cached them stay right. Caller holds the reservation lock. Returns the rows."""
+        n = 0
+        for slot in range(self.qtable_capacity):
+            off = self.qtable_off + slot * QROW
+            h, _nxt, qid, tlen = QROW_HEAD.unpack_from(self.buf, off)
+            t0 = off + QROW_HEAD.size
+            if tlen == len(topic_b) and bytes(self.buf[t0 : t0 + tlen]) == topic_b:
+                QROW_HEAD.pack_into(self.buf, off, h, 0, qid, tlen)  # next_offset 0
+                n += 1
+        return n
 
     def queue_rows(self) -> list[tuple[str, int, int]]:
         out = []

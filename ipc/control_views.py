@@ -285,6 +285,13 @@ class DispatchStats(_View):
         """The dispatcher only, after the round's lags: records dispatched since boot."""
         self._set(c.OFF_DISPATCHED_RECORDS, n)
 
+    topics_deleted = _Field(c.OFF_TOPICS_DELETED)
+
+    def count_topic_deleted(self) -> None:
+        """The dispatcher only (`workers.topic_delete`), once a topic deleted while the
+        store runs is wholly gone: readers drop their cached queues when it moves."""
+        self._add(c.OFF_TOPICS_DELETED, 1)
+
 
 # Each write method and the files that may call it (tests aside): checked by
 # tests/runtime/test_control.py over every call in the tree.
@@ -294,6 +301,7 @@ WRITERS: Final[dict[str, tuple[str, ...]]] = {
     "stamp_committed": ("ipc/commit.py",),
     "advance_flushed": ("ipc/commit.py",),
     "set_dispatched": ("workers/dispatcher.py",),
+    "count_topic_deleted": ("workers/topic_delete.py",),
     "raise_allocated": ("workers/allocator.py", "bench/profile_put_native.py"),
     "skip_to": ("bench/profile_put_native.py",),
     "commit_reservation": ("bench/profile_sync.py",),

@@ -43,7 +43,7 @@ from typing import Any, Final
 
 from mqstore import _native
 from mqstore.conf.settings import parse_delay_levels
-from mqstore.engine import fileio
+from mqstore.engine import compression, fileio
 from mqstore.engine.record import SCHEDULE_TOPIC, Message
 from mqstore.engine.recordcodes import DELAY_LEVEL_MS, parse_host
 from mqstore.engine.segment import segment_file_name
@@ -161,6 +161,22 @@ def _flush_reason(a: Attached, code: int) -> str:
     if code == 1:
         return f"not flushed within syncFlushTimeout ({a.sync_timeout_s * 1000:.0f} ms)"
     return "fsync failed: the store is read-only"
+
+
+def _configure_compression(app: _native.Appender, a: Attached) -> None:
+    """The store's body compression (`compress_type`, `compress_level`,
+    `compress_msg_body_over_howmuch_bytes`) into the C put: the codec's C function."""
+    s = a.settings
+    kind = s.compress_type.strip().upper()
+    if kind == "NONE":
+        app.configure_compression(None, 0, 0)
+        return
+    codec = compression.Codec[kind]
+    app.configure_compression(
+        compression.compressor(codec, s.compress_level),
+        s.compress_msg_body_over_howmuch_bytes,
+        codec.flag,
+    )
 
 
 def _map_segment(store_dir: str, seg_size: int, index: int) -> mmap.mmap:
@@ -283,6 +299,7 @@ class PutPath:
             max_delay_level=len(self.delay_levels),
         )
         self.app.use_ids(self.ids, self.idempotence)
+        _configure_compression(self.app, a)
         self.app.checked(_STALE_CHECK_NS)
 
     def detaching(self, a: Attached) -> None:

@@ -50,7 +50,7 @@ from mqstore.engine.reader import MAX_TIMESTAMP_MS, Geometry, StoreReader
 from mqstore.engine.record import DecodedRecord
 from mqstore.ipc import control as c
 from mqstore.ipc.accepts import BOOL, INT, OPT_INT, OPT_STR, STR, check_types
-from mqstore.ipc.control_views import Positions
+from mqstore.ipc.control_views import DispatchStats, Positions
 from mqstore.ipc.read_results import GetMessageStatus, PullResult, PullViews
 from mqstore.ipc.session import Attached
 
@@ -89,6 +89,7 @@ class ClientReads:
         self._lock = threading.Lock()
         self._reader: StoreReader | None = None
         self._generation = -1
+        self._deletions = 0
         self._limit = 0
         self._offsets = ConsumerOffsets(self.store_dir)
 
@@ -114,6 +115,10 @@ class ClientReads:
         if self._reader is not None and gen != self._generation:
             self._reader.close()
             self._reader = None
+        deletions = DispatchStats(store.cb).topics_deleted  # topics deleted while running
+        if self._reader is not None and deletions != self._deletions:
+            self._reader.forget_deleted()
+        self._deletions = deletions
         if self._reader is None:
             self._reader = StoreReader(
                 self.store_dir,

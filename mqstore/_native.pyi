@@ -145,6 +145,11 @@ class Appender:
         `redelivered`: stored messages put again (send_back, the scheduler): their
         UNIQ_KEYs are neither answered from nor noted in the idempotence table."""
 
+    def configure_compression(
+        self, fn: Callable[[memoryview], bytes] | None, over: int, flag: int, /
+    ) -> None:
+        """Compress each body of at least `over` bytes with `fn` (None: off) when that
+        makes it smaller, and mark its sysFlag with `flag` (COMPRESSED | codec bits)."""
     def checked(self, stale_after_ns: int, /) -> None:
         """The client checked its supervisor; put_message answers None after this long."""
 

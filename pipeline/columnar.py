@@ -33,6 +33,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from mqstore.engine import compression
 from mqstore.engine import record as rec
 from mqstore.engine.filler import is_filler
 from mqstore.engine.recordcodes import format_host
@@ -248,6 +249,41 @@ def _gathered(nb: npt.NDArray[np.uint8], pos: IntArray) -> dict[str, pa.Array]:
     }
 
 
+# The codec of each sysFlag's type bits (0: 4.x's zlib; 4-7 RocketMQ does not know).
+_CODEC_NAMES = np.array(["zlib", "lz4", "zstd", "zlib", *["unknown"] * 4], dtype=object)
+
+
+def compression_names(sys_flag: IntArray) -> pa.Array:
+    """The `compression` column: the codec a body was stored with, null where it was not
+    compressed (`engine.record.RecordFields.compression`)."""
+    flags = np.asarray(sys_flag)
+    mask = (flags & rec.SysFlag.COMPRESSED) != 0
+    if not mask.any():
+        return pa.nulls(len(flags), pa.string())
+    names = np.where(mask, _CODEC_NAMES[(flags >> 8) & 7], None)
+    return pa.array(names, pa.string())
+
+
+def inflated(body: pa.Array, sys_flag: IntArray) -> pa.Array:
+    """The body column with each compressed body (sysFlag 0x1) replaced by its original
+    bytes: one call of its codec's C function per such body, none when there are none
+    (`engine.compression.decompress`). A body that does not inflate stays as stored."""
+    flags = np.asarray(sys_flag)
+    mask = (flags & rec.SysFlag.COMPRESSED) != 0
+    if not mask.any():
+        return body
+    idx = np.flatnonzero(mask)
+    stored = body.take(pa.array(idx))
+    out: list[bytes | memoryview] = []
+    for i, flag in enumerate(flags[idx].tolist()):
+        raw = memoryview(stored[i].as_buffer())
+        try:
+            out.append(compression.decompress(raw, flag))
+        except compression.CompressedBodyError:
+            out.append(raw)
+    return pc.replace_with_mask(body, pa.array(mask), pa.array(out, pa.binary()))
+
+
 def build_fast(
     data: pa.Buffer,
     nb: npt.NDArray[np.uint8],
@@ -287,7 +323,10 @@ def build_fast(
             else slices_to_array(data, nb, cols["topic_pos"], cols["topic_len"], pa.string())
         )
     if "body" in wanted:
-        out["body"] = slices_to_array(data, nb, cols["body_pos"], cols["body_len"], pa.binary())
+        body = slices_to_array(data, nb, cols["body_pos"], cols["body_len"], pa.binary())
+        out["body"] = inflated(body, cols["sys_flag"])
+    if "compression" in wanted:
+        out["compression"] = compression_names(cols["sys_flag"])
     if wanted & {"properties", "tags", "keys"}:
         props = properties_map(
             slices_to_array(data, nb, cols["props_pos"], cols["props_len"], pa.string())
@@ -310,7 +349,7 @@ def build_slow(
     """The same rows through the engine's own `decode()`, one record at a time."""
     rows = []
     for pos in starts:
-        d = rec.decode(buf, pos)
+        d = compression.inflate(rec.decode(buf, pos))
         if is_filler(d) or not flt.matches(d.topic, d.store_timestamp):
             continue
         if not d.crc_ok and not include_corrupt:

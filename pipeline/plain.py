@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from mqstore.engine import fileio, storedir
+from mqstore.engine import compression, fileio, storedir
 from mqstore.engine import record as rec
 from mqstore.engine.filler import is_filler
 
@@ -34,7 +34,8 @@ def read_file(path: str) -> bytes:
 def iter_records(
     store_dir: str | os.PathLike[str], *, include_corrupt: bool = False
 ) -> Iterator[rec.DecodedRecord]:
-    """Every message record of a local store, in commit-log order."""
+    """Every message record of a local store, in commit-log order; a compressed body
+    (sysFlag 0x1) inflated to its original bytes, as the data source gives it."""
     flushed = storedir.read_flushed_offset(store_dir)
     for seg in storedir.list_segments(store_dir):
         if seg.size_bytes == 0:
@@ -50,5 +51,5 @@ def iter_records(
             if d.physical_offset != seg.start_offset + pos:
                 break
             if (d.crc_ok or include_corrupt) and not is_filler(d):
-                yield d
+                yield compression.inflate(d) if d.crc_ok else d
             pos += d.size

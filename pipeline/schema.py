@@ -24,11 +24,14 @@ its length, `crc_ok` = false, `problem` set and the record fields null.
 | reconsume_times             | int                 |                                         |
 | prepared_transaction_offset | bigint              |                                         |
 | topic                       | string              |                                         |
-| body                        | binary              | as stored (not decompressed)            |
+| body                        | binary              | the original bytes (a compressed body   |
+|                             |                     | inflated, `engine.compression`)         |
 | properties                  | map<string,string>  | RocketMQ's lenient parse                |
 | tags                        | string              | properties["TAGS"]                      |
 | keys                        | string              | properties["KEYS"] (space separated)    |
 | msg_id                      | string              | upper-case hex, as `make_msg_id`        |
+| compression                 | string              | codec the body was stored with: zlib,   |
+|                             |                     | lz4, zstd; null: stored as given        |
 | problem                     | string              | null unless the row is corrupt          |
 """
 
@@ -61,6 +64,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("tags", "string"),
     ("keys", "string"),
     ("msg_id", "string"),
+    ("compression", "string"),
     ("problem", "string"),
 )
 

@@ -53,6 +53,7 @@ from mqstore.ipc.control_views import DispatchStats, Histograms, Positions
 from mqstore.workers.base import Condition, ExitCode, WorkerContext
 from mqstore.workers.cq_flusher import FlushThread, plan_job, run_job
 from mqstore.workers.service import Service, run
+from mqstore.workers.topic_delete import TopicDeletions
 
 MAX_RECORDS_PER_ROUND: Final = 4096
 BUSY_WAIT_S: Final = 0.001
@@ -100,6 +101,11 @@ class _TopicRegistry:
             print(f"mqstore dispatcher: cannot register topics: {e}", flush=True)
             return  # retried when the queues grow again
         self._seen_queues = len(disp.queues)
+
+    def forget(self, topic: str) -> None:
+        """`topic` was deleted: register it again when its queues come back."""
+        self._known.discard(topic)
+        self._seen_queues = -1
 
 
 def main(ctx: WorkerContext) -> int:
@@ -156,6 +162,7 @@ class DispatchService(Service):
         self.last_flush = self.last_thorough = time.monotonic()
         self.no_space = Condition("dispatcher")
         self.flusher = FlushThread(cp, self._physic_ms, ctx.wake)
+        self.deletions = TopicDeletions(ctx)  # `mqstore topic DIR delete T` while running
 
     def _physic_ms(self) -> int:
         return self.pos.flushed_ts
@@ -231,6 +238,9 @@ class DispatchService(Service):
     def tick(self) -> float:
         assert self.flusher is not None
         self.flusher.collect()  # raises what failed the flush thread: fails closed
+        served = self.deletions.check(self.disp, self.flusher.busy)
+        if served:
+            self.registry.forget(served)
         moved = self.round_or_wait_for_space()
         self.schedule_flush(time.monotonic())
         if moved:

@@ -10,6 +10,7 @@
 
 #include "mqs_append.h"
 #include "mqs_args.h"
+#include "mqs_compress.h"
 #include "mqs_futex.h"
 
 /* A segment's mapping the put writes into (pool off). */
@@ -43,6 +44,7 @@ struct mqs_client {
     PyObject *msg_id_prefix;
     struct mqs_target targets[2];
     struct mqs_uniq_client uniq;
+    struct mqs_compress z; /* body compression (mqs_compress.c) */
     int64_t stats_off, sync_timeout_ns, busy_ns, max_body, stale_at_ns;
     uint8_t store_addr[16];
     struct mqs_host store;

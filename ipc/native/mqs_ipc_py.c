@@ -239,6 +239,16 @@ void mqs_count(int64_t *st, const int64_t v[9])
     st[MQS_CF_HIST + bucket(lat, MQS_HIST_BUCKETS - 1)] += 1;
 }
 
+static PyObject *appender_configure_compression(Appender *self, PyObject *const *args,
+                                                Py_ssize_t nargs)
+{
+    if (!self->open || !self->c.configured) {
+        PyErr_SetString(PyExc_ValueError, "configure_compression() before configure()");
+        return NULL;
+    }
+    return mqs_compress_configure(&self->c.z, args, nargs);
+}
+
 /* A METH_FASTCALL entry of a method table. */
 #define FAST(name, fn, doc) {name, (PyCFunction)(void (*)(void))(fn), METH_FASTCALL, doc}
 
@@ -254,6 +264,9 @@ static PyMethodDef appender_methods[] = {
          "generation ended (fenced) without flushing it."),
     MQS_PUT_METHODS
     MQS_UNIQ_METHODS
+    FAST("configure_compression", appender_configure_compression,
+         "configure_compression(fn, over, flag): compress each body of at least `over` bytes "
+         "with fn (None: off) and mark its sysFlag with `flag` (mqs_compress.c)."),
     {"close", (PyCFunction)appender_close, METH_NOARGS, "Release the shared buffers."},
     {NULL, NULL, 0, NULL},
 };

@@ -188,6 +188,7 @@ void mqs_put_clear(Appender *self)
     drop_target(&c->targets[0]);
     drop_target(&c->targets[1]);
     mqs_uniq_clear(&c->uniq);
+    mqs_compress_clear(&c->z);
     c->configured = 0;
 }
 
@@ -831,7 +832,7 @@ static PyObject *call(Appender *self, PyObject *list, PyObject *const *args, PyO
     struct mqs_item *items = n == 1 ? &one_it : PyMem_Calloc((size_t)n, sizeof *items);
     struct mqs_arena arena;
     struct mqs_refusal why = {0, NULL};
-    PyObject *out = NULL;
+    PyObject *out = NULL, *zkeep = NULL; /* zkeep: compressed bodies (mqs_compress.c) */
     MQS_ARENA_INIT(arena);
     if (m == NULL || items == NULL) {
         PyErr_NoMemory();
@@ -866,6 +867,8 @@ static PyObject *call(Appender *self, PyObject *list, PyObject *const *args, PyO
                                     born);
             if (redelivered && items[i].uniq_kind == MQS_UNIQ_GIVEN)
                 items[i].uniq_kind = MQS_UNIQ_OTHER;
+            if (rc == MQS_FIELDS_OK && mqs_compress_item(&c->z, &items[i], &zkeep) < 0)
+                rc = MQS_FIELDS_ERROR;
             total += items[i].size;
         }
         if (rc == MQS_FIELDS_REFUSED && batch) {
@@ -893,6 +896,7 @@ done:
         mqs_fields_release(&m[i]);
     }
     mqs_arena_free(&arena);
+    Py_XDECREF(zkeep);
     if (m != &one_m)
         PyMem_Free(m);
     if (items != &one_it)

@@ -16,6 +16,7 @@ from collections.abc import Collection, Iterable
 from pathlib import Path
 
 from mqstore.engine import record as rec
+from mqstore.engine.compression import Codec, compressor
 from mqstore.engine.filler import write_filler
 from mqstore.engine.storedir import FLUSHED_OFFSET_FILE, FLUSHED_OFFSET_MAGIC
 
@@ -150,14 +151,23 @@ def commitlog_store(
 
 
 def compressed_messages(count: int) -> list[rec.Message]:
-    """zlib bodies flagged COMPRESSED (4.x's codec), stored and read as they are."""
-    return [
-        rec.Message(
-            topic="zipped",
-            body=zlib.compress(b"squeeze me %d " % i * 20),
-            properties={"KEYS": f"z{i}"},
-            sys_flag=int(rec.SysFlag.COMPRESSED),
-            queue_id=i % 2,
+    """Compressed bodies: zlib flagged COMPRESSED alone (4.x's codec), then each of 5.x's
+    codecs with its type bits, and one flagged body that does not inflate (kept as
+    stored). Stored as they are; every reader gives the original bytes."""
+    codecs = [None, *Codec]
+    out = []
+    for i in range(count):
+        body = b"squeeze me %d " % i * 20
+        codec = codecs[i % len(codecs)]
+        packed = zlib.compress(body) if codec is None else compressor(codec, 3)(body)
+        out.append(
+            rec.Message(
+                topic="zipped",
+                body=packed,
+                properties={"KEYS": f"z{i}"},
+                sys_flag=int(rec.SysFlag.COMPRESSED) | (0 if codec is None else codec.flag),
+                queue_id=i % 2,
+            )
         )
-        for i in range(count)
-    ]
+    out.append(rec.Message(topic="zipped", body=b"not zlib", sys_flag=0x301, queue_id=0))
+    return out

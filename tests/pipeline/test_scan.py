@@ -84,7 +84,7 @@ def test_real_store_rows_equal_plain_reader_for_every_split_size(
 
 def test_generated_store_rows_equal_plain_reader_for_every_split_size(mixed_store: Path) -> None:
     want = expected(mixed_store)
-    assert len(want) == 730
+    assert len(want) == 731  # 700 mixed, 30 compressed, 1 flagged body that does not inflate
     assert {r["magic"] for r in want} == {rec.MESSAGE_MAGIC_CODE, rec.MESSAGE_MAGIC_CODE_V2}
     assert any(r["born_host"].startswith("[") for r in want)
     assert any(r["sys_flag"] & rec.SysFlag.COMPRESSED for r in want)
@@ -354,3 +354,17 @@ def test_store_uri_and_missing_store(tmp_path: Path) -> None:
         storefs.open_store(str(tmp_path / "nope"))
     (tmp_path / "empty").mkdir()
     assert storefs.open_store(str(tmp_path / "empty")).segments == ()
+
+
+def test_compressed_bodies_are_rows_of_their_original_bytes(mixed_store: Path) -> None:
+    """zlib (4.x: flag alone), ZLIB, LZ4 and ZSTD bodies come out inflated, with the codec
+    in `compression`; a flagged body that does not inflate stays as stored."""
+    rows = [r for r in read_rows(mixed_store, 4099) if r["topic"] == "zipped"]
+    assert len(rows) == 31
+    rows.sort(key=lambda r: r["physical_offset"])
+    for i, r in enumerate(rows[:30]):
+        assert r["body"] == b"squeeze me %d " % i * 20
+        assert r["compression"] == ["zlib", "lz4", "zstd", "zlib"][i % 4]
+    assert (rows[30]["body"], rows[30]["compression"]) == (b"not zlib", "zlib")
+    others = [r for r in read_rows(mixed_store, 1 << 20) if r["topic"] != "zipped"]
+    assert others and all(r["compression"] is None for r in others)

@@ -32,7 +32,7 @@ DUMP_KEYS = [
     "physical_offset", "size", "magic", "body_crc", "crc_ok", "queue_id", "flag",
     "queue_offset", "sys_flag", "born_timestamp", "born_host", "store_timestamp",
     "store_host", "reconsume_times", "prepared_transaction_offset", "topic", "body",
-    "body_encoding", "properties", "tags", "keys", "msg_id",
+    "body_encoding", "compression", "properties", "tags", "keys", "msg_id",
 ]  # fmt: skip
 
 

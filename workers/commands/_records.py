@@ -49,11 +49,14 @@ def encode_body(body: bytes, body_format: str) -> tuple[str, str]:
 
 
 def record_json(rec: RecordFields, body_format: str) -> dict[str, Any]:
-    """`rec.to_json_dict()` with its body in `body_format` and `body_encoding` after it."""
+    """`rec.to_json_dict()` with its body in `body_format` and `body_encoding` after it,
+    and `compression`: the codec the body was stored with (null: as given). The body is
+    the original bytes (every read inflates a compressed one)."""
     out: dict[str, Any] = {}
     for k, v in rec.to_json_dict().items():
         if k == "body":
             out["body"], out["body_encoding"] = encode_body(bytes(rec.body), body_format)
+            out["compression"] = rec.compression
         else:
             out[k] = v
     return out

@@ -2,7 +2,9 @@
 
 Prints one line per finding (severity, offset, file, what is wrong), then a summary:
 records, of which fillers (what the publisher wrote over a dead producer's reservation,
-`engine.filler`; not messages, but sound records), segments, the valid data's range.
+`engine.filler`; not messages, but sound records) and compressed ones (sysFlag 0x1; a
+compressed body that does not inflate with its codec is a WARNING), segments, the valid
+data's range.
 ERROR findings are faults and make the exit status 1; WARNING and INFO lines are
 reported (an empty trailing pre-allocated segment, an abort file, zeros after the last
 record) without failing, unless `--strict`, where warnings fail too. Exit 2: not a store
@@ -54,8 +56,9 @@ def run(args: argparse.Namespace) -> int:
             where = f"offset {f.offset}" if f.offset is not None else "-"
             print(f"{f.severity.name:<7} {where:<18} {f.file or '-'}: {f.what}")
         verdict = "FAILED" if failed else "ok"
+        compressed = f", {summary.compressed} compressed" if summary.compressed else ""
         print(
-            f"{verdict}: {summary.records} records ({summary.fillers} fillers) in "
+            f"{verdict}: {summary.records} records ({summary.fillers} fillers){compressed} in "
             f"{summary.segments} segments of "
             f"{summary.segment_size_bytes} bytes, valid data {summary.min_offset}.."
             f"{summary.end_offset}; {counts[Severity.ERROR]} errors, "

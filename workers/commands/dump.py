@@ -3,7 +3,9 @@ object per message record (the body as `_records` says: text where it is valid U
 
 Each object holds every field as RocketMQ's `MessageDecoder` reads it
 (`DecodedRecord.to_json_dict`): the body in base64, and `properties` null, not `{}`, for
-a record without properties. BLANK end-of-file records are not printed. Reads any store
+a record without properties. A compressed body (sysFlag 0x1) is printed inflated, its
+original bytes, and `compression` names its codec (null: stored as given). BLANK
+end-of-file records are not printed. Reads any store
 directory, never writing.
 At most `--limit` records (default all); when more follow, a line on stderr says so and
 names the `--from-offset` of the rest. Exit 0 when the walk reached the end of valid
@@ -18,6 +20,7 @@ import itertools
 import sys
 from collections.abc import Iterator
 
+from mqstore.engine.compression import inflate
 from mqstore.engine.logwalk import ScanStop
 from mqstore.engine.record import DecodedRecord, decode
 from mqstore.engine.storedir import StoreDirError
@@ -61,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         if len(log.queue) == 0:
             return 0
         sc = log.scan_chunks(args.from_offset, check_crc=False)
-        decoded = (decode(c.view, p) for c in sc for p in c.scan.pos)
+        decoded = (inflate(decode(c.view, p)) for c in sc for p in c.scan.pos)
         last: list[DecodedRecord] = []
 
         def kept(recs: Iterator[DecodedRecord]) -> Iterator[DecodedRecord]:

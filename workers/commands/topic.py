@@ -11,9 +11,13 @@ configured topics and the queues the consume queues hold.
 committed offsets of it; its records stay in the commit log until retention removes them,
 but are no longer readable through the queues, also after a restart or a crash
 (`engine.deleted_topics`). Messages put to T afterwards make a new topic, from queue offset
-0. It is refused while the store runs (stop it, delete, start it again) and after an
-unclean stop (`mqstore recover DIR` first), since it must know where the log ends.
-Exit 0, 1 when refused, 2 on bad arguments.
+0. On a stopped store it is done here, and refused after an unclean stop (`mqstore recover
+DIR` first), since it must know where the log ends. On a running store it is asked of the
+store's dispatcher (`workers.topic_delete`: the log's end taken under the reservation
+lock, producers' queue rows reset in place, readers told through the control block) and
+this waits for it to be done, up to `--timeout` seconds (60); one deletion at a time.
+Exit 0, 1 when refused or not done in time (the request stays and is served when the
+dispatcher runs), 2 on bad arguments.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import argparse
 import contextlib
 import os
 import sys
+import time
 from pathlib import Path
 
 from mqstore.conf.load import ConfigError, load_settings
@@ -43,6 +48,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--queues", type=int, default=None, metavar="N", help="with set")
     p.add_argument("--config", type=Path, default=None, help="with delete: settings")
+    p.add_argument(
+        "--timeout", type=float, default=60.0, metavar="S",
+        help="with delete on a running store: how long to wait for it (60)",
+    )  # fmt: skip
 
 
 def _queue_dirs(store_dir: Path) -> dict[str, int]:
@@ -66,9 +75,8 @@ def _delete(args: argparse.Namespace) -> int:
     try:
         settings = load_settings(args.store_dir, args.config, os.environ).settings
         lock_fd = take_store_lock(store)  # no supervisor may start while we delete
-    except StoreLockHeld as e:
-        print(f"mqstore topic: refused: the store is running ({e})", file=sys.stderr)
-        return 1
+    except StoreLockHeld:
+        return _delete_running(args)
     except ConfigError as e:
         print(f"mqstore topic: {e}", file=sys.stderr)
         return 2
@@ -87,12 +95,50 @@ def _delete(args: argparse.Namespace) -> int:
         return 2
     finally:
         os.close(lock_fd)
+    _report(done, "")
+    return 0
+
+
+def _report(done: deleted_topics.DeletedTopic, how: str) -> None:
     print(
-        f"deleted topic {done.topic}: {done.queue_files} consume-queue file(s), "
+        f"deleted topic {done.topic}{how}: {done.queue_files} consume-queue file(s), "
         f"{done.offsets_removed} committed offset(s); its records below log offset "
         f"{done.end_offset} stay out of the queues"
     )
-    return 0
+
+
+def _delete_running(args: argparse.Namespace) -> int:
+    """The store runs: ask its dispatcher, wait for the answer."""
+    store = str(args.store_dir)
+    if not args.timeout > 0:
+        print("mqstore topic: --timeout must be > 0", file=sys.stderr)
+        return 2
+    try:
+        rid = deleted_topics.request(store, args.topic)
+    except ValueError as e:
+        print(f"mqstore topic: refused: {e}", file=sys.stderr)
+        return 1
+    except fileio.StoreIOError as e:
+        print(f"mqstore topic: {e}", file=sys.stderr)
+        return 2
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline:
+        try:
+            req = deleted_topics.read_request(store)
+        except ValueError as e:
+            print(f"mqstore topic: {e}", file=sys.stderr)
+            return 1
+        if req is not None and req.id == rid and req.done and req.result is not None:
+            _report(req.result, " (the store is running)")
+            return 0
+        time.sleep(0.02)
+    print(
+        f"mqstore topic: the running store did not delete {args.topic} within "
+        f"{args.timeout:g} s (is its dispatcher running? see `mqstore status {store}`); "
+        "the request stays and is served when the dispatcher runs",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def run(args: argparse.Namespace) -> int:
