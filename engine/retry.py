@@ -29,7 +29,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from mqstore.engine.record import SCHEDULE_TOPIC, Message
+from mqstore.engine.record import COMPRESSION_TYPE_MASK, SCHEDULE_TOPIC, Message, SysFlag
 
 RETRY_PREFIX: Final = "%RETRY%"
 DLQ_PREFIX: Final = "%DLQ%"
@@ -114,7 +114,7 @@ def send_back_message(
         props,
         queue_id=0,
         flag=stored.flag,
-        sys_flag=stored.sys_flag,
+        sys_flag=_as_read(stored),
         born_timestamp=stored.born_timestamp,
         born_host=stored.born_host,
         reconsume_times=old + 1,
@@ -154,8 +154,15 @@ def timeup_message(stored: StoredMessage) -> Message | None:
         dict(props),
         queue_id=int(qid),
         flag=stored.flag,
-        sys_flag=stored.sys_flag,
+        sys_flag=_as_read(stored),
         born_timestamp=stored.born_timestamp,
         born_host=stored.born_host,
         reconsume_times=stored.reconsume_times,
     )
+
+
+def _as_read(stored: StoredMessage) -> int:
+    """`stored`'s sys flag without its compression bits: a read gives the original body
+    (`engine.compression.inflate`), so a re-put of it is compressed again, or not, by the
+    putting store's own settings; kept, the bits would mark a plain body as compressed."""
+    return stored.sys_flag & ~(int(SysFlag.COMPRESSED) | COMPRESSION_TYPE_MASK)

@@ -250,3 +250,22 @@ def test_put_until_ok_delays_and_a_retry_of_a_delayed_put_is_stored_once(
         wait_for(lambda: _offsets(st.path).get("2", 0) >= 1, 30, "level 2's progress")
         assert client.max_offset("Later", 0) == 2  # nothing twice
         assert client.max_offset(SCHEDULE_TOPIC, 1) == 1  # the retry stored nothing
+
+
+def test_compressed_messages_are_delayed_and_sent_back_whole(make_store: StoreFactory) -> None:
+    """A read gives a compressed body's original bytes: the scheduler's re-put and
+    send_back put those bytes without the compression bits, and the store compresses them
+    again (kept, the bits would have marked a plain body as compressed)."""
+    st = make_store({"message_delay_level": "1s 1s 1s", "compress_type": "ZLIB"})
+    scheduler_ready(st)
+    body = b'{"order": 17, "lines": [' + b'{"sku": "a-1", "qty": 2}, ' * 400 + b"{}]}"
+    with StoreClient.attach(st.path) as client:
+        r = client.put("Orders", body, queue_id=0, delay_level=1)
+        assert r.status is OK and r.size < len(body) // 3
+        msg = _await(client, "Orders", 0)
+        assert msg.body == body and msg.compression == "zlib" and msg.size < len(body) // 3
+        back = client.send_back(msg, "G")
+        assert back.status is OK
+        retry = _await(client, "%RETRY%G", 0)
+        assert retry.body == body and retry.compression == "zlib" and retry.size < len(body) // 3
+        assert retry.reconsume_times == 1
