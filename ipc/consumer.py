@@ -39,17 +39,14 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 from mqstore.engine.names import check_group, check_topic
-from mqstore.engine.record import DecodedRecord
+from mqstore.engine.record import DecodedRecord, RecordFields
 from mqstore.ipc import channel, group_slots
 from mqstore.ipc.read_results import GetMessageStatus
-from mqstore.ipc.reads import POLL_MAX_STEP_S, POLL_STEP_S, ClientReads, for_client
+from mqstore.ipc.reads import POLL_MAX_STEP_S, POLL_STEP_S, ClientReads, LiveAttach, for_client
 from mqstore.ipc.results import PutMessageStatus, PutResult
-
-if TYPE_CHECKING:
-    from mqstore.ipc.client import StoreClient
 
 RETRY_PREFIX: Final = "%RETRY%"
 DLQ_PREFIX: Final = "%DLQ%"
@@ -59,6 +56,20 @@ MAX_INFLIGHT_PER_QUEUE: Final = 1000  # RocketMQ's pullThresholdForQueue
 LOCAL_RETRY_S: Final = 1.0  # a nack whose send-back failed is delivered again after this
 _RECONNECT_S: Final = 0.1
 FromWhere = Literal["first", "last"]
+
+
+class MemberClient(LiveAttach, Protocol):
+    """What a member needs of its client (`StoreClient`): its attach, for reads and the
+    supervisor's socket, and `send_back` for a nack."""
+
+    def send_back(
+        self,
+        message: RecordFields,
+        group: str,
+        *,
+        delay_level: int = 0,
+        max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES,
+    ) -> PutResult: ...
 
 
 class ConsumerClosed(Exception):
@@ -152,7 +163,7 @@ class Consumer:
 
     def __init__(
         self,
-        client: StoreClient,
+        client: MemberClient,
         group: str,
         topics: str | Sequence[str],
         *,
@@ -597,10 +608,7 @@ class Consumer:
         `max_reconsume_times`), then ack it here. When the send-back fails, the message
         is delivered again by this member after `LOCAL_RETRY_S` (RocketMQ's client does
         the same) and the failed result is returned."""
-        send_back: Callable[..., PutResult] | None = getattr(self._client, "send_back", None)
-        if send_back is None:
-            raise NotImplementedError("this mqstore has no StoreClient.send_back")
-        res = send_back(
+        res = self._client.send_back(
             msg.record,
             self.group,
             delay_level=delay_level,

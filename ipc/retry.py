@@ -15,7 +15,6 @@ is returned at once, as is the last answer when `timeout_s` has passed.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -88,6 +87,8 @@ async def retry_async(
     attempt: Callable[[], Awaitable[Sequence[PutResult]]], timeout_s: float | None
 ) -> Sequence[PutResult]:
     """`retry` for the asyncio client: the pauses are `asyncio.sleep`, the loop runs on."""
+    import asyncio  # here: a producer that imports StoreClient does not load asyncio
+
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     pause = _FIRST_PAUSE_S
     while True:
