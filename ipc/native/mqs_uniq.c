@@ -14,7 +14,6 @@
 #define IDEM_MAX_AGE_MS (24LL * 3600 * 1000) /* an entry older than this is not matched */
 #define SEQ_SET (1ULL << 63)
 
-static const char hexd[] = "0123456789ABCDEF";
 static unsigned uniq_fork_gen; /* bumped in a forked child: its ids are its parent's */
 
 static void uniq_after_fork(void)
@@ -124,12 +123,18 @@ static void next_id(UniqIds *s, uint8_t out[MQS_UNIQ_BYTES], int64_t now)
     out[15] = (uint8_t)n;
 }
 
+/* Each byte's two hex digits, made once (every put writes 16 bytes of id as hex). */
+#define HD(d) (char)((d) < 10 ? '0' + (d) : 'A' - 10 + (d))
+#define H2(b) HD((b) >> 4), HD((b) & 15)
+#define H2x4(b) H2(b), H2((b) + 1), H2((b) + 2), H2((b) + 3)
+#define H2x16(b) H2x4(b), H2x4((b) + 4), H2x4((b) + 8), H2x4((b) + 12)
+#define H2x64(b) H2x16(b), H2x16((b) + 16), H2x16((b) + 32), H2x16((b) + 48)
+static const char hex2[512] = {H2x64(0), H2x64(64), H2x64(128), H2x64(192)};
+
 static void to_hex(const uint8_t *b, int n, char *out)
 {
-    for (int i = 0; i < n; i++) {
-        out[2 * i] = hexd[b[i] >> 4];
-        out[2 * i + 1] = hexd[b[i] & 15];
-    }
+    for (int i = 0; i < n; i++)
+        memcpy(out + 2 * i, hex2 + 2 * b[i], 2);
 }
 
 static int hex_val(uint8_t ch)
@@ -292,6 +297,9 @@ int mqs_uniq_stamp(struct mqs_uniq_client *u, struct mqs_fields *m, struct mqs_i
 {
     const uint8_t *p = arena->buf + m->props_off;
     size_t len = it->msg.props_len, pos = 0;
+    PyObject *given = m->f[MQS_F_PROPS];
+    if (given == NULL || given == Py_None) /* tags and keys alone: no UNIQ_KEY to find */
+        pos = len;
     while (pos < len) { /* name \1 value \2, as mqs_fields.c encodes them */
         const uint8_t *one = memchr(p + pos, 1, len - pos);
         if (one == NULL)
