@@ -147,7 +147,7 @@ int mqs_fields_of_item(struct mqs_fields *m, PyObject *item, Py_ssize_t i,
 
 /* ---- step 2: content ------------------------------------------------------------------ */
 
-static int refuse(struct mqs_refusal *why, int status, PyObject *reason)
+int mqs_fields_refuse(struct mqs_refusal *why, int status, PyObject *reason)
 {
     if (reason == NULL)
         return MQS_FIELDS_ERROR;
@@ -240,11 +240,10 @@ static int found(PyObject *why_o, struct mqs_refusal *why, int status)
         Py_DECREF(why_o);
         return MQS_FIELDS_OK;
     }
-    return refuse(why, status, why_o);
+    return mqs_fields_refuse(why, status, why_o);
 }
 
-/* Room for `n` more bytes at a->buf + a->len. */
-static int arena_room(struct mqs_arena *a, size_t n)
+int mqs_arena_room(struct mqs_arena *a, size_t n)
 {
     if (a->len + n > a->cap) {
         size_t cap = a->cap * 2;
@@ -282,7 +281,7 @@ static int not_utf8(struct mqs_refusal *why)
     Py_XDECREF(type);
     Py_XDECREF(value);
     Py_XDECREF(tb);
-    return refuse(why, MQS_ST_MESSAGE_ILLEGAL, reason);
+    return mqs_fields_refuse(why, MQS_ST_MESSAGE_ILLEGAL, reason);
 }
 
 /* Append `name` 0x01 `value` 0x02 (engine.record.encode_properties). */
@@ -293,7 +292,7 @@ static int add_property(struct mqs_arena *a, PyObject *k, PyObject *v, struct mq
     const char *vb = kb ? PyUnicode_AsUTF8AndSize(v, &vn) : NULL;
     if (vb == NULL)
         return not_utf8(why);
-    if (arena_room(a, (size_t)(kn + vn + 2)) < 0)
+    if (mqs_arena_room(a, (size_t)(kn + vn + 2)) < 0)
         return MQS_FIELDS_ERROR;
     uint8_t *p = a->buf + a->len;
     memcpy(p, kb, (size_t)kn);
@@ -310,7 +309,7 @@ static int add_keys(struct mqs_arena *a, PyObject *keys, struct mqs_refusal *why
 {
     size_t start = a->len;
     PyObject **v = PySequence_Fast_ITEMS(keys);
-    if (arena_room(a, 5) < 0)
+    if (mqs_arena_room(a, 5) < 0)
         return MQS_FIELDS_ERROR;
     memcpy(a->buf + a->len, "KEYS\x01", 5);
     a->len += 5;
@@ -326,7 +325,7 @@ static int add_keys(struct mqs_arena *a, PyObject *keys, struct mqs_refusal *why
             Py_XDECREF(joined);
             return rc;
         }
-        if (arena_room(a, (size_t)n + 1) < 0)
+        if (mqs_arena_room(a, (size_t)n + 1) < 0)
             return MQS_FIELDS_ERROR;
         memcpy(a->buf + a->len, b, (size_t)n);
         a->buf[a->len + (size_t)n] = i + 1 < PySequence_Fast_GET_SIZE(keys) ? ' ' : 0x02;
@@ -386,7 +385,7 @@ static inline __attribute__((always_inline)) unsigned copy_ascii(uint8_t *p, PyO
 static inline __attribute__((always_inline)) int add_ascii(struct mqs_arena *a, PyObject *k, PyObject *v)
 {
     size_t kn = (size_t)PyUnicode_GET_LENGTH(k), vn = (size_t)PyUnicode_GET_LENGTH(v);
-    if (arena_room(a, kn + vn + 2) < 0)
+    if (mqs_arena_room(a, kn + vn + 2) < 0)
         return -1;
     uint8_t *p = a->buf + a->len;
     unsigned found = copy_ascii(p, k, kn) | copy_ascii(p + kn + 1, v, vn);
@@ -424,7 +423,7 @@ static int properties_ascii(struct mqs_arena *a, PyObject *props, PyObject *tags
         Py_ssize_t n = PySequence_Fast_GET_SIZE(keys);
         if (n == 0)
             return 0;
-        if (arena_room(a, 5) < 0)
+        if (mqs_arena_room(a, 5) < 0)
             return -1;
         memcpy(a->buf + a->len, "KEYS\x01", 5);
         a->len += 5;
@@ -432,7 +431,7 @@ static int properties_ascii(struct mqs_arena *a, PyObject *props, PyObject *tags
             size_t len = (size_t)PyUnicode_GET_LENGTH(kv[i]);
             if (!PyUnicode_IS_ASCII(kv[i]) || len == 0)
                 return 0;
-            if (arena_room(a, len + 1) < 0)
+            if (mqs_arena_room(a, len + 1) < 0)
                 return -1;
             if (copy_ascii(a->buf + a->len, kv[i], len))
                 return 0; /* whitespace or a separator in a key */
@@ -470,7 +469,7 @@ static int properties(struct mqs_fields *m, struct mqs_arena *a, struct mqs_refu
             if (twice_tags < 0 || twice_keys < 0)
                 return MQS_FIELDS_ERROR;
             if (twice_tags || twice_keys)
-                return refuse(
+                return mqs_fields_refuse(
                     why, MQS_ST_MESSAGE_ILLEGAL,
                     PyUnicode_FromFormat("%s= and properties[%R] both set the %U property: "
                                          "give it once",
@@ -501,7 +500,7 @@ static int properties(struct mqs_fields *m, struct mqs_arena *a, struct mqs_refu
         rc = MQS_FIELDS_OK;
     }
     if (rc == MQS_FIELDS_OK && a->len - m->props_off > MAX_PROPERTIES)
-        rc = refuse(why, MQS_ST_PROPERTIES_SIZE_EXCEEDED,
+        rc = mqs_fields_refuse(why, MQS_ST_PROPERTIES_SIZE_EXCEEDED,
                     PyUnicode_FromFormat("properties are %zu UTF-8 bytes; at most %d are allowed",
                                          a->len - m->props_off, MAX_PROPERTIES));
     return rc;
@@ -565,7 +564,7 @@ static int queue(struct mqs_fields *m, struct mqs_item *it, struct mqs_refusal *
                                          m->f[MQS_F_TOPIC])
                   : NULL;
         Py_XDECREF(shown);
-        return refuse(why, MQS_ST_MESSAGE_ILLEGAL, reason);
+        return mqs_fields_refuse(why, MQS_ST_MESSAGE_ILLEGAL, reason);
     }
     PyObject *qslots = l[L_QSLOTS];
     long qs = qid < PyList_GET_SIZE(qslots) ? PyLong_AsLong(PyList_GET_ITEM(qslots, qid)) : -1;
@@ -607,7 +606,7 @@ static int message_fields(struct mqs_fields *m, struct mqs_message *msg, int *ta
 {
     PyObject *t = m->message;
     if (PyUnicode_Check(t))
-        return refuse(why, MQS_ST_MESSAGE_ILLEGAL, Py_NewRef(t));
+        return mqs_fields_refuse(why, MQS_ST_MESSAGE_ILLEGAL, Py_NewRef(t));
     PyObject *addr;
     int32_t port;
     if (!PyArg_ParseTuple(t, "SiiiiLL:message_fields", &addr, &port, &msg->sys_flag, &msg->flag,
@@ -639,14 +638,14 @@ static int delay_rewrite(struct mqs_fields *m, struct mqs_item *it, struct mqs_a
     if (level == -1 && PyErr_Occurred())
         return MQS_FIELDS_ERROR;
     if (overflow < 0 || (!overflow && level < 0))
-        return refuse(why, MQS_ST_MESSAGE_ILLEGAL,
+        return mqs_fields_refuse(why, MQS_ST_MESSAGE_ILLEGAL,
                       PyUnicode_FromFormat("delay_level %R is negative: 0 (no delay) or a "
                                            "level 1..%d of messageDelayLevel",
                                            o, m->max_delay));
     if ((level == 0 && !overflow) || (it->msg.sys_flag & 0xC) == 0x4 || (it->msg.sys_flag & 0xC) == 0xC)
         return MQS_FIELDS_OK; /* RocketMQ delays neither a prepared nor a rolled-back message */
     if (m->max_delay < 1)
-        return refuse(why, MQS_ST_MESSAGE_ILLEGAL,
+        return mqs_fields_refuse(why, MQS_ST_MESSAGE_ILLEGAL,
                       PyUnicode_FromString("delay_level given but messageDelayLevel has no levels"));
     if (overflow || level > m->max_delay)
         level = m->max_delay;
@@ -657,7 +656,7 @@ static int delay_rewrite(struct mqs_fields *m, struct mqs_item *it, struct mqs_a
         if (twice < 0)
             return MQS_FIELDS_ERROR;
         if (twice)
-            return refuse(why, MQS_ST_MESSAGE_ILLEGAL,
+            return mqs_fields_refuse(why, MQS_ST_MESSAGE_ILLEGAL,
                           PyUnicode_FromFormat("delay_level= and properties['%s'] both given: "
                                                "the store sets %s for a delayed message",
                                                owned[i], owned[i]));
@@ -685,7 +684,7 @@ static int delay_rewrite(struct mqs_fields *m, struct mqs_item *it, struct mqs_a
     if (rc != MQS_FIELDS_OK)
         return rc;
     if (a->len - m->props_off > MAX_PROPERTIES)
-        return refuse(why, MQS_ST_PROPERTIES_SIZE_EXCEEDED,
+        return mqs_fields_refuse(why, MQS_ST_PROPERTIES_SIZE_EXCEEDED,
                       PyUnicode_FromFormat("properties are %zu UTF-8 bytes with the delay's "
                                            "DELAY, REAL_TOPIC and REAL_QID; at most %d are allowed",
                                            a->len - m->props_off, MAX_PROPERTIES));
@@ -701,7 +700,7 @@ static int delay_rewrite(struct mqs_fields *m, struct mqs_item *it, struct mqs_a
     if (PyErr_Occurred())
         return MQS_FIELDS_ERROR;
     if (qid >= queues)
-        return refuse(why, MQS_ST_MESSAGE_ILLEGAL,
+        return mqs_fields_refuse(why, MQS_ST_MESSAGE_ILLEGAL,
                       PyUnicode_FromFormat("delay level %lld needs queue %ld of "
                                            "SCHEDULE_TOPIC_XXXX, which has %ld queues",
                                            level, qid, queues));
@@ -728,7 +727,7 @@ int mqs_fields_check(struct mqs_fields *m, struct mqs_item *it, struct mqs_arena
     it->takes_offset = 1;
     int rc;
     if (m->missing)
-        return refuse(why, MQS_ST_MESSAGE_ILLEGAL,
+        return mqs_fields_refuse(why, MQS_ST_MESSAGE_ILLEGAL,
                       PyUnicode_FromFormat("missing field '%s'", m->missing == 1 ? "topic" : "body"));
     if (m->message && (rc = message_fields(m, msg, &it->takes_offset, why)) != MQS_FIELDS_OK)
         return rc;
@@ -744,7 +743,7 @@ int mqs_fields_check(struct mqs_fields *m, struct mqs_item *it, struct mqs_arena
         msg->body_len = (size_t)PyBytes_GET_SIZE(m->f[MQS_F_BODY]);
     }
     if ((int64_t)msg->body_len > max_body)
-        return refuse(why, MQS_ST_MESSAGE_ILLEGAL,
+        return mqs_fields_refuse(why, MQS_ST_MESSAGE_ILLEGAL,
                       PyUnicode_FromFormat("body is %zu bytes; maxMessageSize is %lld",
                                            msg->body_len, (long long)max_body));
     if ((m->lane = lane_of(lanes, new_lane, topic)) == NULL)
@@ -762,11 +761,11 @@ int mqs_fields_check(struct mqs_fields *m, struct mqs_item *it, struct mqs_arena
         msg->born_timestamp = born;
     it->size = (int64_t)mqs_record_length(msg);
     if (it->size + MQS_END_FILE_MIN_BLANK > seg_size)
-        return refuse(why, MQS_ST_MESSAGE_ILLEGAL,
+        return mqs_fields_refuse(why, MQS_ST_MESSAGE_ILLEGAL,
                       PyUnicode_FromFormat("record of %lld bytes does not fit a %lld-byte segment",
                                            (long long)it->size, (long long)seg_size));
     if (m->unknown)
-        return refuse(why, MQS_ST_MESSAGE_ILLEGAL, unknown_fields(m->unknown));
+        return mqs_fields_refuse(why, MQS_ST_MESSAGE_ILLEGAL, unknown_fields(m->unknown));
     return MQS_FIELDS_OK;
 }
 

@@ -94,6 +94,12 @@ int mqs_fields_check(struct mqs_fields *m, struct mqs_item *it, struct mqs_arena
 void mqs_fields_undo(struct mqs_fields *m);
 void mqs_fields_release(struct mqs_fields *m);
 
+/* Room for `n` more bytes at a->buf + a->len (0), or -1 with MemoryError. */
+int mqs_arena_room(struct mqs_arena *a, size_t n);
 void mqs_arena_free(struct mqs_arena *a);
+
+/* Refuse the message: `reason` (NULL: its making failed) and `status` into `why`;
+ * MQS_FIELDS_REFUSED, or MQS_FIELDS_ERROR when `reason` is NULL. */
+int mqs_fields_refuse(struct mqs_refusal *why, int status, PyObject *reason);
 
 #endif

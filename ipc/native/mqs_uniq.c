@@ -263,34 +263,6 @@ static PyTypeObject UniqIdsType = {
 
 /* ---- the stamp ----------------------------------------------------------------------- */
 
-static int room(struct mqs_arena *a, size_t n) /* mqs_fields.c's arena_room */
-{
-    if (a->len + n > a->cap) {
-        size_t cap = a->cap * 2;
-        while (cap < a->len + n)
-            cap *= 2;
-        uint8_t *b = a->buf == a->local ? PyMem_Malloc(cap) : PyMem_Realloc(a->buf, cap);
-        if (b == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        if (a->buf == a->local)
-            memcpy(b, a->local, a->len);
-        a->buf = b;
-        a->cap = cap;
-    }
-    return 0;
-}
-
-static int refused(struct mqs_refusal *why, int status, PyObject *reason)
-{
-    if (reason == NULL)
-        return MQS_FIELDS_ERROR;
-    why->status = status;
-    why->reason = reason;
-    return MQS_FIELDS_REFUSED;
-}
-
 int mqs_uniq_stamp(struct mqs_uniq_client *u, struct mqs_fields *m, struct mqs_item *it,
                    struct mqs_arena *arena, struct mqs_refusal *why, int64_t seg_size,
                    int64_t now)
@@ -323,11 +295,11 @@ int mqs_uniq_stamp(struct mqs_uniq_client *u, struct mqs_fields *m, struct mqs_i
     if (u->ids == NULL)
         return MQS_FIELDS_OK;
     if (len + MQS_UNIQ_PROP_LEN > 32767)
-        return refused(why, MQS_ST_PROPERTIES_SIZE_EXCEEDED,
+        return mqs_fields_refuse(why, MQS_ST_PROPERTIES_SIZE_EXCEEDED,
                        PyUnicode_FromFormat("properties are %zu UTF-8 bytes with the UNIQ_KEY "
                                             "the put adds (%d); at most 32767 are allowed",
                                             len + MQS_UNIQ_PROP_LEN, MQS_UNIQ_PROP_LEN));
-    if (room(arena, MQS_UNIQ_PROP_LEN) < 0)
+    if (mqs_arena_room(arena, MQS_UNIQ_PROP_LEN) < 0)
         return MQS_FIELDS_ERROR;
     uint8_t *d = arena->buf + arena->len;
     next_id((UniqIds *)u->ids, it->uniq, now);
@@ -341,7 +313,7 @@ int mqs_uniq_stamp(struct mqs_uniq_client *u, struct mqs_fields *m, struct mqs_i
     it->msg.props_len = len + MQS_UNIQ_PROP_LEN;
     it->size = (int64_t)mqs_record_length(&it->msg);
     if (it->size + MQS_END_FILE_MIN_BLANK > seg_size)
-        return refused(why, MQS_ST_MESSAGE_ILLEGAL,
+        return mqs_fields_refuse(why, MQS_ST_MESSAGE_ILLEGAL,
                        PyUnicode_FromFormat("record of %lld bytes does not fit a %lld-byte "
                                             "segment",
                                             (long long)it->size, (long long)seg_size));
