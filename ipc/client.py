@@ -38,7 +38,13 @@ from mqstore.ipc.accepts import check_send_back
 from mqstore.ipc.consumer import Consumer
 from mqstore.ipc.producer import PutPath
 from mqstore.ipc.reads import ClientReads, for_client
-from mqstore.ipc.results import PutMessageStatus, PutResult, error_for, raise_if_failed
+from mqstore.ipc.results import (
+    PutError,
+    PutMessageStatus,
+    PutResult,
+    error_for,
+    raise_if_failed,
+)
 from mqstore.ipc.session import Session, check_attach_types
 
 P = ParamSpec("P")
@@ -269,20 +275,20 @@ class StoreClient:
         (`ipc.retry`; a delayed one once in SCHEDULE_TOPIC_XXXX). Returns the last result;
         raises as `put` does."""
         props = retry.with_key(properties, self.new_uniq_key)
-        puts = self._puts
 
         def attempt() -> tuple[PutResult]:
-            got = puts.app.put_message(
-                topic, body, tags, keys, props, queue_id, wait_store, False, delay_level
-            )
-            if got is None:
-                got = puts.put_held(
-                    topic, body, tags, keys, props, queue_id, wait_store, delay_level
-                )
-            return (got,)
+            try:
+                return (
+                    self.put(
+                        topic, body, tags=tags, keys=keys, properties=props,
+                        queue_id=queue_id, wait_store=wait_store, delay_level=delay_level,
+                    ),
+                )  # fmt: skip
+            except PutError as e:  # raise_on_status: the status decides, as without
+                return (e.result,)
 
         last = retry.retry(attempt, timeout_s)[0]
-        if last[0] is not OK and puts.raise_on_status:
+        if last[0] is not OK and self._puts.raise_on_status:
             raise error_for(last)
         return last
 
@@ -296,14 +302,15 @@ class StoreClient:
         """`put_batch`, retried as `put_until_ok` retries a put (each message keeps its
         UNIQ_KEY across tries; a batch is recognised as stored only whole)."""
         batch = retry.keyed_batch(messages, self.new_uniq_key)
-        puts = self._puts
 
         def attempt() -> list[PutResult]:
-            got: list[PutResult] | None = puts.app.put_batch_messages(batch, wait_store)
-            return puts.put_batch_held(batch, wait_store) if got is None else got
+            try:
+                return self.put_batch(batch, wait_store=wait_store)
+            except PutError as e:
+                return list(e.results)
 
         last = list(retry.retry(attempt, timeout_s))
-        return raise_if_failed(last) if puts.raise_on_status else last
+        return raise_if_failed(last) if self._puts.raise_on_status else last
 
     def send_back(
         self,
