@@ -72,6 +72,7 @@ BEAT_S: Final = 0.1  # how often members beat (told in the join reply)
 RECHECK_S: Final = 1.0
 PERSIST_S: Final = 1.0
 SLOT_READ_S: Final = 0.25
+FLUSH_WAIT_S: Final = 5.0
 DELETED_CHECK_S: Final = 0.05  # how often deletedTopics.json is looked at (one stat)
 MAX_GROUPS: Final = 256
 MAX_MEMBERS: Final = 1024  # over all groups
@@ -150,7 +151,7 @@ class Group:
 
 @dataclass(frozen=True)
 class _Forget:
-    topic: str
+    topic: str | None  # None: nothing to forget, `done` says the writes before are done
     done: threading.Event
 
 
@@ -171,6 +172,13 @@ class _Persister:
     def submit(self, group: str, entries: list[tuple[str, int, int]]) -> None:
         self._q.put((group, entries))
 
+    def flush(self, timeout_s: float) -> bool:
+        """Wait until what was submitted before is written (False: not within
+        `timeout_s`)."""
+        done = threading.Event()
+        self._q.put(_Forget(None, done))
+        return done.wait(timeout_s)
+
     def forget(self, topic: str, done: threading.Event) -> None:
         """Remove every group's offsets of `topic` once what was submitted before is
         written; `done` is set then (also when it failed: said)."""
@@ -183,7 +191,8 @@ class _Persister:
                 return
             if isinstance(item, _Forget):
                 try:
-                    self._offsets.delete(None, item.topic)
+                    if item.topic is not None:
+                        self._offsets.delete(None, item.topic)
                 except (OSError, ValueError) as e:
                     self._say(f"could not forget the offsets of topic {item.topic}: {e}", "ERROR")
                 item.done.set()
@@ -462,9 +471,11 @@ class Coordinator:
                 return {"error": "bad request: offsets must be a list of [topic, queue, offset]"}
             todo.append((e[0], e[1], e[2]))
         g = self.groups.get(name)
-        live = g is not None and any(not m.gone for m in g.members.values())
-        if g is None or not (live or g.grants):
+        if g is None:
             return {"running": False}
+        live = any(not m.gone for m in g.members.values())
+        running = live or bool(g.grants)
+        # also an idle group's: offsets cached here would outlive the file's reset
         for t, q, off in todo:
             key = (t, q)
             gr = g.grants.get(key)
@@ -473,6 +484,8 @@ class Coordinator:
             g.offsets[key] = off
             g.dirty.add(key)
         self._persist(g)
+        if not running:
+            return {"running": False}
         return {"running": True, "members": sorted(m.id for m in g.members.values())}
 
     def _delete(self, name: str) -> dict[str, Any]:
@@ -482,6 +495,11 @@ class Coordinator:
             return {"ok": True}
         if g.members or g.grants:
             return {"error": f"group {name!r} has {len(g.members)} member(s) running", "busy": True}
+        # offsets of its last members still on their way to the file would land after
+        # the caller's delete of them: let them land first (milliseconds; an operator's
+        # command, rare)
+        if self._persister is not None and not self._persister.flush(FLUSH_WAIT_S):
+            return {"error": "the group's offsets are still being written; try again"}
         g.slots.close()
         with contextlib.suppress(OSError):
             os.unlink(group_slots.slots_path(self.store_dir, name))
