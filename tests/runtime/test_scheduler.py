@@ -295,6 +295,11 @@ def test_the_schedule_topics_tags_code_is_the_delivery_time_by_the_configured_le
         r1 = client.put("Late", b"a", delay_level=1)
         r2 = client.put("Late", b"b", delay_level=2)
         assert r1.status is OK and r2.status is OK
+        wait_for(
+            lambda: [client.max_offset(SCHEDULE_TOPIC, q) for q in (0, 1)] == [1, 1],
+            30,
+            "the schedule queues' units",
+        )
     expected = {1: [r1.store_timestamp + 3000], 2: [r2.store_timestamp + 7000]}
     assert st.stop() == 0  # before anything is due: the queues hold just these
     assert {lv: _schedule_tags_codes(st.path, lv) for lv in (1, 2)} == expected
