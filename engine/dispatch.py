@@ -77,6 +77,7 @@ from mqstore.engine.record import (
     check_record,
     takes_queue_offset,
 )
+from mqstore.engine.recordcodes import DELAY_LEVEL_MS
 from mqstore.engine.scan import BIT_FILLER, RecordScan, ScanStop, scan_records, scan_summary
 from mqstore.engine.segment import ReadStatus
 from mqstore.engine.segment_queue import SegmentQueue
@@ -157,8 +158,12 @@ class Dispatcher:
         index: IndexService | None = None,
         *,
         checkpoint: CheckpointFields | None = None,
+        delay_ms: tuple[int, ...] = DELAY_LEVEL_MS,
     ) -> None:
         self.log = log
+        # The store's delay table (`message_delay_level`): a schedule-topic record's
+        # tags code is its delivery time by it (ScheduleMessageService).
+        self.delay_ms = delay_ms
         self.queues = queues
         self.index = index
         self.checkpoint = checkpoint
@@ -193,6 +198,7 @@ class Dispatcher:
         max_msgs_num_batch: int = 64,
         on_index_roll: Callable[[int], None] | None = None,
         defer_index_roll_flush: bool = False,
+        delay_ms: tuple[int, ...] = DELAY_LEVEL_MS,
     ) -> Dispatcher:
         """The dispatcher process's set-up: a read-only view of the commit log (it follows
         the appenders through `SegmentQueue.refresh`), the consume queues opened for
@@ -218,7 +224,7 @@ class Dispatcher:
                 defer_roll_flush=defer_index_roll_flush,
             )
             index.load()
-        return cls(log, queues, index, checkpoint=checkpoint)
+        return cls(log, queues, index, checkpoint=checkpoint, delay_ms=delay_ms)
 
     def resume_offset(self, published: int | None = None) -> int:
         """Where dispatching resumes (RocketMQ's reputFromOffset at start): the queues'
@@ -301,7 +307,7 @@ class Dispatcher:
                     res.stop, res.reason = DispatchStop.CORRUPT, f"segment {sl.status}"
                     return res
                 sc = scan_records(sl.view, pos, min(read, limit - base), check_crc=False,
-                                  max_records=left)  # fmt: skip
+                                  max_records=left, delay_ms=self.delay_ms)  # fmt: skip
                 self.dispatch_scan(sl.view, base, sc, res)
                 res.next_offset = base + sc.stop_pos
                 left -= sc.count if left > 0 else 0

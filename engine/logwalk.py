@@ -22,6 +22,7 @@ from typing import Final, NamedTuple
 
 from mqstore.engine.findings import Finding, Severity
 from mqstore.engine.record import CheckStatus, DecodedRecord, RecordHeader, check_record, decode
+from mqstore.engine.recordcodes import DELAY_LEVEL_MS
 from mqstore.engine.scan import RecordScan as ScannedColumns
 from mqstore.engine.scan import ScanStop as RecordStop
 from mqstore.engine.scan import scan_records
@@ -65,6 +66,8 @@ class _LogWalk:
     _: KW_ONLY
     check_crc: bool
     to_offset: int
+    # the store's delay table: ChunkScan's schedule-topic tags codes (engine.scan)
+    delay_ms: tuple[int, ...] = DELAY_LEVEL_MS
     stop: ScanStop = field(default=ScanStop.END_OF_DATA, init=False)
     reason: str = field(default="", init=False)
     records: int = field(default=0, init=False)
@@ -216,7 +219,12 @@ class ChunkScan(_LogWalk):
                     if pos >= read:
                         break
                     scan = scan_records(
-                        sl.view, pos, read, check_crc=self.check_crc, max_records=_CHUNK_RECORDS
+                        sl.view,
+                        pos,
+                        read,
+                        check_crc=self.check_crc,
+                        max_records=_CHUNK_RECORDS,
+                        delay_ms=self.delay_ms,
                     )
                     n = bisect.bisect_left(scan.pos, self.to_offset - base)
                     if n < scan.count:  # records from to_offset on are not this walk's

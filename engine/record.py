@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
 from mqstore.engine.recordcodes import (
+    DELAY_LEVEL_MS,
     delivery_time_ms,
     format_host,
     make_msg_id,
@@ -447,9 +448,18 @@ def _corrupt(reason: str, size: int = -1) -> RecordHeader:
 
 
 def check_record(
-    buf: Buffer, pos: int, *, check_crc: bool = True, read_body: bool = True, limit: int = -1
+    buf: Buffer,
+    pos: int,
+    *,
+    check_crc: bool = True,
+    read_body: bool = True,
+    limit: int = -1,
+    delay_ms: tuple[int, ...] = DELAY_LEVEL_MS,
 ) -> RecordHeader:
     """RocketMQ's `checkMessageAndReturnSize` at `buf[pos:]`; never raises.
+
+    `delay_ms` is the store's delay table (`message_delay_level` in ms per level): a
+    schedule-topic record's tags code is its delivery time by it.
 
     `limit` bounds the readable bytes (default: the buffer's length); a record that would
     run past it is CORRUPT, as 5.x rules. A zero-filled region reads as an illegal magic:
@@ -523,7 +533,7 @@ def check_record(
         except ValueError:
             level = 0
         if level > 0:
-            code = delivery_time_ms(store_ts, level)
+            code = delivery_time_ms(store_ts, level, delay_ms)
     return RecordHeader(
         CheckStatus.OK, total, "", magic, phys, queue_id, queue_offset, sys_flag, flag,
         born_ts, store_ts, topic, code, props.get(PROPERTY_KEYS), props.get(PROPERTY_UNIQ_KEY),

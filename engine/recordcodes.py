@@ -65,11 +65,16 @@ def tags_code(tags: str | None) -> int:
 _TAG_CODES: dict[str, int] = {}  # tags repeat: their codes, cached (bounded)
 
 
-def delivery_time_ms(store_timestamp: int, delay_level: int) -> int:
-    """The schedule topic's tag code: store time plus the level's delay (spec §3.2)."""
-    level = min(delay_level, len(DELAY_LEVEL_MS))
-    if 1 <= level <= len(DELAY_LEVEL_MS):
-        return store_timestamp + DELAY_LEVEL_MS[level - 1]
+def delivery_time_ms(
+    store_timestamp: int, delay_level: int, delay_ms: tuple[int, ...] = DELAY_LEVEL_MS
+) -> int:
+    """The schedule topic's tag code: store time plus the level's delay (spec §3.2) by
+    the store's delay table `delay_ms` (its `message_delay_level`, ms per level 1..N),
+    the level capped at N: `ScheduleMessageService.computeDeliverTimestamp` after
+    `checkMessageAndReturnSize`'s cap at `getMaxDelayLevel`."""
+    level = min(delay_level, len(delay_ms))
+    if 1 <= level <= len(delay_ms):
+        return store_timestamp + delay_ms[level - 1]
     return store_timestamp + 1000
 
 

@@ -52,7 +52,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
-from mqstore.conf.settings import StoreSettings
+from mqstore.conf.settings import StoreSettings, parse_delay_levels
 from mqstore.engine import fileio
 from mqstore.engine.checkpoint import CheckpointFields, StoreCheckpoint
 from mqstore.engine.commitlog import CommitLog
@@ -69,6 +69,7 @@ from mqstore.engine.record import (
     SysFlag,
     takes_queue_offset,
 )
+from mqstore.engine.recordcodes import DELAY_LEVEL_MS
 from mqstore.engine.recovery_progress import VALIDATING, Progress, Step
 from mqstore.engine.redispatch import Holdings, first_lacking, redispatch
 from mqstore.engine.segment import ClockMs, ReadStatus, Segment, now_ms
@@ -257,6 +258,8 @@ class LoadedStore:
     index_enabled: bool  # whether the index is built (`message_index_enable`)
     queues_max_phy: int  # what loading the consume queues found (-1: no unit)
     index_files_destroyed: list[str]  # by the index's load (after an abnormal exit)
+    # the store's delay table (`message_delay_level`): the schedule topic's tags codes
+    delay_ms: tuple[int, ...] = DELAY_LEVEL_MS
 
     @property
     def cp_fields(self) -> CheckpointFields:
@@ -309,7 +312,16 @@ def load_store(
         last_exit_ok=not abnormal,
         index_msg_timestamp=(cp or CheckpointFields()).index_msg_timestamp,
     )
-    return LoadedStore(log, cp, cqs, index, s.message_index_enable, queues_max_phy, destroyed)
+    return LoadedStore(
+        log,
+        cp,
+        cqs,
+        index,
+        s.message_index_enable,
+        queues_max_phy,
+        destroyed,
+        parse_delay_levels(s.message_delay_level),
+    )
 
 
 def _extend_short_files(directory: str, file_size: int) -> list[str]:
@@ -477,7 +489,7 @@ def validate(
     start = plan.start_offset
     total = max(q.max_offset() - start, 0)
     holdings = Holdings(st.cqs, st.built_index)
-    walk = ChunkScan(q, start, check_crc=check_crc, to_offset=1 << 62)
+    walk = ChunkScan(q, start, check_crc=check_crc, to_offset=1 << 62, delay_ms=st.delay_ms)
     last_ts, lacking = 0, None
     for base, view, scan in walk:
         last_ts = scan.store_timestamp[scan.count - 1]
@@ -577,7 +589,7 @@ def apply(
         report.queues_truncated = {_qkey(k): n for k, n in cqs.truncate_dirty(0).items()}
         report.index_entries_truncated = index.truncate_dirty(0)
         return {}
-    disp = Dispatcher(log, cqs, st.built_index, checkpoint=st.cp_fields)
+    disp = Dispatcher(log, cqs, st.built_index, checkpoint=st.cp_fields, delay_ms=st.delay_ms)
     disp.defer_on_no_space = True  # boot needs no new space: see Dispatcher
     res = DispatchResult(plan.dispatch_from, plan.dispatch_from, DispatchStop.END_OF_DATA)
     spans = [(plan.dispatch_from, min(plan.start_offset, end)), (cuts.lacking_from, end)]

@@ -136,7 +136,9 @@ def redispatch(
     Raises StoreIOError."""
     t0 = time.perf_counter()
     from_offset, to_offset = span
-    walk = ChunkScan(log.queue, from_offset, check_crc=False, to_offset=to_offset)
+    walk = ChunkScan(
+        log.queue, from_offset, check_crc=False, to_offset=to_offset, delay_ms=disp.delay_ms
+    )
     try:
         for base, view, scan in walk:
             if not holdings.all_held(view, base, scan, 0):

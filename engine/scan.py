@@ -34,6 +34,7 @@ from mqstore.engine.record import (
     RecordHeader,
     check_record,
 )
+from mqstore.engine.recordcodes import DELAY_LEVEL_MS
 
 BIT_BODY_CRC_OK: Final = 0x1  # `bits`: the body CRC matched (or was not checked)
 BIT_FILLER: Final = 0x2  # `bits`: `engine.filler.is_filler` says the record is a filler
@@ -159,18 +160,27 @@ def _end(buf: Buffer, pos: int, limit: int) -> int:
 
 
 def scan_records_py(
-    buf: Buffer, pos: int, limit: int, *, check_crc: bool = True, max_records: int = -1
+    buf: Buffer,
+    pos: int,
+    limit: int,
+    *,
+    check_crc: bool = True,
+    max_records: int = -1,
+    delay_ms: tuple[int, ...] = DELAY_LEVEL_MS,
 ) -> RecordScan:
     """The reference scanner: `check_record` at `pos`, then at each next record, until
     `limit` (negative: the buffer's end), `max_records` (negative: no cap), a BLANK or a
-    record check_record rejects. Never raises on bad bytes; ValueError if `pos` < 0."""
+    record check_record rejects. `delay_ms` is the store's delay table (check_record's).
+    Never raises on bad bytes; ValueError if `pos` < 0 or `delay_ms` is not 1 to 64
+    levels."""
+    _delay_table(delay_ms)
     end = _end(buf, pos, limit)
     cols = {name: array(code) for name, code in COLUMNS}
     key_first, key_hash = array("i", [0]), array("i")
     stop, reason, blank_size = ScanStop.LIMIT, "", 0
     p = pos
     while p < end and max_records != len(cols["pos"]):
-        h = check_record(buf, p, check_crc=check_crc, limit=end)
+        h = check_record(buf, p, check_crc=check_crc, limit=end, delay_ms=delay_ms)
         if h.status is not CheckStatus.OK:
             if h.status is CheckStatus.BLANK:
                 stop, blank_size = ScanStop.BLANK, h.size
@@ -198,21 +208,33 @@ def scan_records_py(
 
 
 def scan_records(
-    buf: Buffer, pos: int, limit: int, *, check_crc: bool = True, max_records: int = -1
+    buf: Buffer,
+    pos: int,
+    limit: int,
+    *,
+    check_crc: bool = True,
+    max_records: int = -1,
+    delay_ms: tuple[int, ...] = DELAY_LEVEL_MS,
 ) -> RecordScan:
     """Walk whole records in buf[pos:limit]. Never raises on bad bytes (stops CORRUPT).
 
     The arguments are `scan_records_py`'s, and so is the answer, from C: O(bytes) for the
     CRC, O(records) for the rest; the GIL is released while walking. Raises MemoryError
-    when the columns do not fit (cap them with `max_records`), ValueError if `pos` < 0.
+    when the columns do not fit (cap them with `max_records`), ValueError if `pos` < 0
+    or `delay_ms` is not 1 to 64 levels.
     """
     count, stop, stop_pos, blank_size, raw, fixups = _native.scan_records(
-        buf, pos, limit, check_crc=check_crc, max_records=max_records
+        buf,
+        pos,
+        limit,
+        check_crc=check_crc,
+        max_records=max_records,
+        delay_ms=None if delay_ms is DELAY_LEVEL_MS else _delay_table(delay_ms),
     )
     codes: list[ColumnCode] = [code for _name, code in COLUMNS] + ["i", "i"]
     cols = [memoryview(b).cast(code) for b, code in zip(raw, codes, strict=True)]
     if fixups:
-        cols[_TAGS] = _fix_tags(buf, memoryview(fixups).cast("q"), cols, check_crc)
+        cols[_TAGS] = _fix_tags(buf, memoryview(fixups).cast("q"), cols, check_crc, delay_ms)
     reason = ""
     if stop == ScanStop.CORRUPT:  # the reason's text is check_record's, whatever it is
         end = len(buf) if limit < 0 else min(limit, len(buf))
@@ -224,14 +246,37 @@ _TAGS: Final = [name for name, _code in COLUMNS].index("tags_code")
 
 
 def _fix_tags(
-    buf: Buffer, fixups: memoryview, cols: list[memoryview], check_crc: bool
+    buf: Buffer,
+    fixups: memoryview,
+    cols: list[memoryview],
+    check_crc: bool,
+    delay_ms: tuple[int, ...],
 ) -> memoryview:
     """The tags codes C leaves to the reference (a schedule-topic DELAY that is not
     ASCII, which Python's int() may read as Unicode digits)."""
     tags = array("q", cols[_TAGS])
     for i in fixups:
-        tags[i] = _wrap64(check_record(buf, cols[0][i], check_crc=check_crc).tags_code)
+        h = check_record(buf, cols[0][i], check_crc=check_crc, delay_ms=delay_ms)
+        tags[i] = _wrap64(h.tags_code)
     return _readonly(tags)
+
+
+_DELAY_TABLES: dict[tuple[int, ...], bytes] = {}
+
+
+def _delay_table(delay_ms: tuple[int, ...]) -> bytes:
+    """`delay_ms` as the C scanner takes it (native int64s), checked and cached."""
+    got = _DELAY_TABLES.get(delay_ms)
+    if got is None:
+        if not 1 <= len(delay_ms) <= 64 or not all(
+            type(d) is int and 0 <= d < 1 << 62 for d in delay_ms
+        ):
+            raise ValueError("delay_ms must be 1 to 64 delays in ms (0 <= each < 2**62)")
+        got = array("q", delay_ms).tobytes()
+        if len(_DELAY_TABLES) >= 16:
+            _DELAY_TABLES.clear()
+        _DELAY_TABLES[delay_ms] = got
+    return got
 
 
 @dataclass(frozen=True, slots=True)

@@ -269,16 +269,17 @@ class Consumer:
         """Join on `sock` and beat until closed or the connection breaks."""
         sock.settimeout(max(self.session_ms / 1000, 1.0))
         buf = bytearray()
-        t_send, reply = self._exchange(
-            sock,
-            buf,
-            {
-                "op": "group_join",
-                "group": self.group,
-                "topics": list(self.topics),
-                "session_ms": self.session_ms,
-            },
-        )
+        join: dict[str, Any] = {
+            "op": "group_join",
+            "group": self.group,
+            "topics": list(self.topics),
+            "session_ms": self.session_ms,
+        }
+        if self.member_id is not None:
+            # the member this one was, whose queues `_drop_all` dropped: the supervisor
+            # frees what it held now (`group_coord._forget_previous`)
+            join["previous"] = self.member_id
+        t_send, reply = self._exchange(sock, buf, join)
         if "error" in reply:
             if first:
                 raise ValueError(f"joining group {self.group!r}: {reply['error']}")
@@ -419,9 +420,16 @@ class Consumer:
         self._changed.set()
 
     def _write_slot(self, q: _Queue) -> None:
-        """Store `q`'s commit point in its slot, while its lease holds (lock held)."""
+        """Store `q`'s commit point in its slot, while it is ours and its lease holds
+        (lock held). `_resolve` calls it after reading outside the lock, when `q` may
+        have been cancelled and released meanwhile."""
         point = q.commit_point()
-        if point >= 0 and self._slots is not None and time.monotonic() < q.deadline:
+        if (
+            point >= 0
+            and q.state != "dropped"  # released, or cancelled: its slot may be another's
+            and self._slots is not None
+            and time.monotonic() < q.deadline
+        ):
             self._slots.write(q.slot, q.tag, point)
 
     # --- consuming ----------------------------------------------------------------------

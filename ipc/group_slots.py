@@ -7,13 +7,14 @@
 |                                    | a queue's owner writes the slot of its grant       |
 
 `SLOTS` 64-bit words. The supervisor (`workers.group_coord`) gives each grant of a queue
-to a member a slot and a tag (24 bits, new per grant); the member stores
-`tag << 40 | offset` into that slot at every ack, one aligned 8-byte store (it cannot
-tear). Whoever reads a slot keeps the value only when its tag is the grant's: a member
-that lost its grant (its lease ran out while it was stopped) and stores late writes a
-stale tag, which nobody takes. The kernel keeps a shared mapping's stores when the
-process dies, so an acked offset is never lost with its member (the supervisor then
-writes it to `config/consumerOffset.json`).
+to a member a slot and a tag (24 bits, new per grant); the member stores `tag << 40 |
+offset` into that slot at every ack, one aligned 8-byte store (it cannot tear). Whoever
+reads a slot keeps the value only when its tag is the grant's: a member that lost its
+grant (its lease ran out while it was stopped) and stores late writes a stale tag, which
+nobody takes, into a slot nobody else was given: the supervisor fences a lapsed grant's
+slot until its member released the tag or exited (`workers.group_coord`). The kernel
+keeps a shared mapping's stores when the process dies, so an acked offset is never lost
+with its member (the supervisor then writes it to `config/consumerOffset.json`).
 """
 
 from __future__ import annotations

@@ -269,13 +269,22 @@ def live_check(fd: int, pid: int, /) -> bool:
 # --- the record scanner (engine/native/mqs_scan.c) ---------------------------------------
 
 def scan_records(
-    buf: Buffer, pos: int, limit: int, *, check_crc: bool = True, max_records: int = -1
+    buf: Buffer,
+    pos: int,
+    limit: int,
+    *,
+    check_crc: bool = True,
+    max_records: int = -1,
+    delay_ms: Buffer | None = None,
 ) -> tuple[int, int, int, int, tuple[bytes, ...], bytes]:
     """Walk whole records in buf[pos:limit] without the GIL -> (count, stop, stop_pos,
     blank_size, columns, fixups): bytes columns in `engine.scan.COLUMNS`' order, then
     key_first and key_hash; `fixups` ('q') the records whose tags code the caller takes
-    from the reference. `engine.scan.scan_records` builds the RecordScan from this.
-    MemoryError when the columns do not fit; ValueError if `pos` < 0."""
+    from the reference. `delay_ms` (1 to 64 native int64: the store's messageDelayLevel
+    in ms; None: RocketMQ's default) times the schedule topic's tags code.
+    `engine.scan.scan_records` builds the RecordScan from this.
+    MemoryError when the columns do not fit; ValueError if `pos` < 0 or a bad
+    `delay_ms`."""
 
 def scan_summary(
     store_timestamp: Buffer,

@@ -66,7 +66,7 @@ OP_FIELDS: Final[dict[str, frozenset[str]]] = {
     "status": frozenset(),
     "stop": frozenset(),
     # consumer groups (`workers.group_coord` checks the fields' values)
-    "group_join": frozenset({"group", "topics", "session_ms"}),
+    "group_join": frozenset({"group", "topics", "session_ms", "previous"}),
     "group_beat": frozenset({"group", "member", "release", "rtt_ms"}),
     "group_leave": frozenset({"group", "member", "release", "rtt_ms"}),
     "group_info": frozenset(),

@@ -43,7 +43,7 @@ import contextlib
 import time
 from typing import Final
 
-from mqstore.conf.settings import FlushDiskType
+from mqstore.conf.settings import FlushDiskType, parse_delay_levels
 from mqstore.engine import topics
 from mqstore.engine.checkpoint import CheckpointFields, StoreCheckpoint
 from mqstore.engine.dispatch import Dispatcher, DispatchStop
@@ -123,6 +123,7 @@ def main(ctx: WorkerContext) -> int:
             index_enabled=s.message_index_enable,
             max_msgs_num_batch=s.max_msgs_num_batch,
             defer_index_roll_flush=True,
+            delay_ms=parse_delay_levels(s.message_delay_level),
         )
     except StoreIOError:
         cp.close()

@@ -35,7 +35,8 @@ before has stopped by then.
 
 **Offsets.** The owner keeps each queue's consumed offset (lowest unacked) in its grant's
 slot (`ipc.group_slots`); the coordinator reads the slot when the grant ends and hands the
-value to the next owner as its start, and writes every group's offsets to
+value to the next owner as its start (a slot whose lease ran out stays fenced until its
+member released it or exited: `_end`), and writes every group's offsets to
 `config/consumerOffset.json` at most every `PERSIST_S` from a thread of its own (and at
 stop), so a restart loses no acked offset that was persisted and redelivers the rest.
 
@@ -61,7 +62,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from mqstore.engine import topics
+from mqstore.engine import deleted_topics, topics
 from mqstore.engine.names import group_problem, topic_problem
 from mqstore.engine.offsets import NO_OFFSET, ConsumerOffsets
 from mqstore.ipc import group_slots
@@ -71,6 +72,8 @@ BEAT_S: Final = 0.1  # how often members beat (told in the join reply)
 RECHECK_S: Final = 1.0
 PERSIST_S: Final = 1.0
 SLOT_READ_S: Final = 0.25
+FLUSH_WAIT_S: Final = 5.0
+DELETED_CHECK_S: Final = 0.05  # how often deletedTopics.json is looked at (one stat)
 MAX_GROUPS: Final = 256
 MAX_MEMBERS: Final = 1024  # over all groups
 MAX_TOPICS: Final = 64
@@ -115,6 +118,10 @@ class Member:
     last_beat: float
     gone: bool = False  # left, closed or timed out: no longer allocated to
     slow: bool = False  # its beat replies reach it too late to use its leases
+    # slots of grants whose lease ran out, by tag: the member may still store into
+    # them (a thread stopped between its lease check and its store), so none is granted
+    # again until the member releases the tag or its process exits (`Coordinator._end`)
+    fenced: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(eq=False)
@@ -142,6 +149,12 @@ class Group:
     last_rebalance: float = 0.0
 
 
+@dataclass(frozen=True)
+class _Forget:
+    topic: str | None  # None: nothing to forget, `done` says the writes before are done
+    done: threading.Event
+
+
 class _Persister:
     """Writes offsets to consumerOffset.json on a thread of its own, so an fsync never
     holds the supervisor's loop."""
@@ -149,7 +162,9 @@ class _Persister:
     def __init__(self, store_dir: str, say: Callable[[str, str], None]) -> None:
         self._offsets = ConsumerOffsets(store_dir)
         self._say = say
-        self._q: queue.Queue[tuple[str, list[tuple[str, int, int]]] | None] = queue.Queue()
+        self._q: queue.Queue[tuple[str, list[tuple[str, int, int]]] | _Forget | None] = (
+            queue.Queue()
+        )
         self._thread = threading.Thread(target=self._run, name="mqstore-group-offsets")
         self._thread.daemon = True
         self._thread.start()
@@ -157,11 +172,31 @@ class _Persister:
     def submit(self, group: str, entries: list[tuple[str, int, int]]) -> None:
         self._q.put((group, entries))
 
+    def flush(self, timeout_s: float) -> bool:
+        """Wait until what was submitted before is written (False: not within
+        `timeout_s`)."""
+        done = threading.Event()
+        self._q.put(_Forget(None, done))
+        return done.wait(timeout_s)
+
+    def forget(self, topic: str, done: threading.Event) -> None:
+        """Remove every group's offsets of `topic` once what was submitted before is
+        written; `done` is set then (also when it failed: said)."""
+        self._q.put(_Forget(topic, done))
+
     def _run(self) -> None:
         while True:
             item = self._q.get()
             if item is None:
                 return
+            if isinstance(item, _Forget):
+                try:
+                    if item.topic is not None:
+                        self._offsets.delete(None, item.topic)
+                except (OSError, ValueError) as e:
+                    self._say(f"could not forget the offsets of topic {item.topic}: {e}", "ERROR")
+                item.done.set()
+                continue
             try:
                 self._offsets.commit_many(*item)
             except (OSError, ValueError) as e:
@@ -219,6 +254,17 @@ class Coordinator:
             if any(n.endswith(".slots") for n in os.listdir(left)):
                 self._started += DEFAULT_SESSION_MS / 1000
         self._grace_until = self._started
+        # Topics deleted while running (`mqstore topic DIR delete T`): seen through
+        # `config/deletedTopics.json` (`_check_deletions`); `_unsure` holds those whose
+        # file offsets may still be the deleted topic's, until the persister forgot them.
+        self._deleted_path = deleted_topics.path(store_dir)
+        self._deleted_stamp = self._deletions_stamp()
+        try:
+            self._deleted_ends = deleted_topics.load(store_dir)
+        except (OSError, ValueError):
+            self._deleted_ends = {}
+        self._unsure: dict[str, threading.Event] = {}
+        self._last_deleted_check = 0.0
         self._last_recheck = 0.0
         self._last_persist = 0.0
         self._last_slot_read = 0.0
@@ -314,6 +360,7 @@ class Coordinator:
             pidfd = os.pidfd_open(pid)
         except OSError as e:
             return {"error": f"cannot watch the member's process: {e}"}
+        self._forget_previous(g, req.get("previous"), pid)
         self._seq += 1
         now = self._clock()
         m = Member(
@@ -340,6 +387,22 @@ class Coordinator:
             **self._beat(m),
         }
 
+    def _forget_previous(self, g: Group, previous: object, pid: int) -> None:
+        """A member rejoining after its connection broke names the member it was
+        (`previous`): it dropped every queue of that one before connecting again, so
+        what that one held (grants, fenced slots) is released now rather than at lease
+        end or at its exit. Only a member of the same live process is taken at its word."""
+        old = g.members.get(previous) if isinstance(previous, str) else None
+        if old is None or old.conn is not None or old.pid != pid or _exited(old.pidfd):
+            return
+        self._release(old, [gr.tag for gr in g.grants.values() if gr.member is old])
+        self._release(old, list(old.fenced))
+        if not old.gone:
+            self._gone(old, "it joined again")
+        elif not old.fenced and not any(gr.member is old for gr in g.grants.values()):
+            g.members.pop(old.id, None)
+            self._unwatch(old)
+
     def _note_rtt(self, m: Member, rtt_s: float) -> None:
         """A member whose beat replies reach it more than half a session after it sent
         the beat keeps too little of each lease to consume (none past a whole session):
@@ -364,7 +427,7 @@ class Coordinator:
         # a lease over is over, even if the tick has not ended it yet: the member's own
         # lease ended before ours, so it may have dropped the queue and refused acks
         for gr in [gr for gr in g.grants.values() if gr.member is m and gr.expiry <= now]:
-            self._end(g, gr)
+            self._end(g, gr, lapsed=True)
         self._rebalance(g)
         grants, revoke, cancel = [], [], []
         for gr in g.grants.values():
@@ -387,6 +450,8 @@ class Coordinator:
         g = self.groups[m.group]
         for gr in [gr for gr in g.grants.values() if gr.member is m and gr.tag in want]:
             self._end(g, gr)
+        for tag in want & m.fenced.keys():  # it dropped the queue: it stores there no more
+            g.free.append(m.fenced.pop(tag))
 
     def _reset(self, name: str, req: dict[str, Any]) -> dict[str, Any]:
         entries = req.get("offsets")
@@ -406,9 +471,11 @@ class Coordinator:
                 return {"error": "bad request: offsets must be a list of [topic, queue, offset]"}
             todo.append((e[0], e[1], e[2]))
         g = self.groups.get(name)
-        live = g is not None and any(not m.gone for m in g.members.values())
-        if g is None or not (live or g.grants):
+        if g is None:
             return {"running": False}
+        live = any(not m.gone for m in g.members.values())
+        running = live or bool(g.grants)
+        # also an idle group's: offsets cached here would outlive the file's reset
         for t, q, off in todo:
             key = (t, q)
             gr = g.grants.get(key)
@@ -417,6 +484,8 @@ class Coordinator:
             g.offsets[key] = off
             g.dirty.add(key)
         self._persist(g)
+        if not running:
+            return {"running": False}
         return {"running": True, "members": sorted(m.id for m in g.members.values())}
 
     def _delete(self, name: str) -> dict[str, Any]:
@@ -426,6 +495,11 @@ class Coordinator:
             return {"ok": True}
         if g.members or g.grants:
             return {"error": f"group {name!r} has {len(g.members)} member(s) running", "busy": True}
+        # offsets of its last members still on their way to the file would land after
+        # the caller's delete of them: let them land first (milliseconds; an operator's
+        # command, rare)
+        if self._persister is not None and not self._persister.flush(FLUSH_WAIT_S):
+            return {"error": "the group's offsets are still being written; try again"}
         g.slots.close()
         with contextlib.suppress(OSError):
             os.unlink(group_slots.slots_path(self.store_dir, name))
@@ -451,6 +525,8 @@ class Coordinator:
             return
         for gr in [gr for gr in g.grants.values() if gr.member is m]:
             self._end(g, gr)
+        g.free.extend(m.fenced.values())  # a dead process stores nothing more
+        m.fenced.clear()
         if not m.gone:
             self._say(f"group {m.group}: member {m.id} died", "INFO")
         self._gone(m, "its process exited")
@@ -465,14 +541,25 @@ class Coordinator:
         if g is None:
             return
         g.rebalance = True
-        if not any(gr.member is m for gr in g.grants.values()):
+        if not m.fenced and not any(gr.member is m for gr in g.grants.values()):
             g.members.pop(m.id, None)
             self._unwatch(m)
         self._rebalance(g)
 
-    def _end(self, g: Group, gr: Grant) -> None:
+    def _end(self, g: Group, gr: Grant, *, lapsed: bool = False) -> None:
         """The grant is over: take the offset its owner left in the slot (unless a reset
-        cancelled it) and free the queue for its next owner."""
+        cancelled it) and free the queue for its next owner.
+
+        The slot is free again at once when the owner released the grant (it dropped the
+        queue, under its lock, before it said so) or its process exited. A grant ended
+        because its lease ran out (`lapsed`) keeps its slot *fenced* instead: its owner
+        checks its lease and then stores, two steps, and a thread stopped between them
+        (SIGSTOP, a long deschedule) stores after the lease is over. Were the slot
+        granted again meanwhile (the free list is FIFO: 4,096 grants later), that store
+        would overwrite another grant's offset, so the next owner's acks since the last
+        slot read would be lost and delivered again. The fence lifts when the owner
+        releases the tag (it does at its next beat once it sees its lease over) or
+        exits; the queue itself goes to its next owner at once, in another slot."""
         if g.grants.get(gr.key) is not gr:
             return
         del g.grants[gr.key]
@@ -481,10 +568,13 @@ class Coordinator:
             if tag == gr.tag and g.offsets.get(gr.key) != off:
                 g.offsets[gr.key] = off
                 g.dirty.add(gr.key)
-        g.free.append(gr.slot)
-        g.rebalance = True
         m = gr.member
-        if m.gone and not any(x.member is m for x in g.grants.values()):
+        if lapsed and not _exited(m.pidfd):
+            m.fenced[gr.tag] = gr.slot
+        else:
+            g.free.append(gr.slot)
+        g.rebalance = True
+        if m.gone and not m.fenced and not any(x.member is m for x in g.grants.values()):
             g.members.pop(m.id, None)
             self._unwatch(m)
 
@@ -537,7 +627,9 @@ class Coordinator:
 
     def _grant(self, g: Group, key: Key, m: Member, now: float) -> None:
         start = g.offsets.get(key)
-        if start is None:
+        if start is None and key[0] in self._unsure:
+            start = NO_OFFSET  # the file may still hold the deleted topic's offset
+        elif start is None:
             start = self._committed.committed(g.name, *key)
             if start != NO_OFFSET:
                 g.offsets[key] = start
@@ -553,9 +645,12 @@ class Coordinator:
 
     def tick(self) -> None:
         now = self._clock()
+        if now - self._last_deleted_check >= DELETED_CHECK_S:
+            self._last_deleted_check = now
+            self._check_deletions()
         for g in list(self.groups.values()):
             for gr in [gr for gr in g.grants.values() if gr.expiry <= now]:
-                self._end(g, gr)
+                self._end(g, gr, lapsed=True)
             for m in [m for m in g.members.values() if not m.gone]:
                 if now - m.last_beat > m.session_s:
                     self._say(
@@ -583,6 +678,63 @@ class Coordinator:
             self._last_persist = now
             for g in self.groups.values():
                 self._persist(g)
+
+    # --- topics deleted while running -------------------------------------------------
+
+    def _deletions_stamp(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self._deleted_path)
+        except OSError:
+            return None
+        return st.st_mtime_ns, st.st_size, st.st_ino
+
+    def _check_deletions(self) -> None:
+        """A topic deleted since the last look (its end offset in deletedTopics.json is
+        new): `_topic_deleted`. One stat() when nothing changed."""
+        for t, done in list(self._unsure.items()):
+            if done.is_set():
+                del self._unsure[t]
+        stamp = self._deletions_stamp()
+        if stamp == self._deleted_stamp:
+            return
+        try:
+            ends = deleted_topics.load(self.store_dir)
+        except (OSError, ValueError):
+            return  # being replaced, or not JSON: the next look
+        self._deleted_stamp = stamp
+        fresh = sorted(t for t, end in ends.items() if self._deleted_ends.get(t) != end)
+        self._deleted_ends = ends
+        for t in fresh:
+            self._topic_deleted(t)
+
+    def _topic_deleted(self, topic: str) -> None:
+        """`topic` was deleted (its queues start again at offset 0): every grant of its
+        queues is cancelled as a reset's are (members drop them at their next beat; an
+        ack of what they delivered before returns False, and their slots are not read),
+        its offsets are forgotten here and, after whatever was submitted before, in
+        consumerOffset.json; until then a new grant of its queues starts from no offset
+        (`from_where`), never from the deleted topic's. So a member that kept the old
+        offsets in memory never commits them again."""
+        told = 0
+        for g in self.groups.values():
+            for key, gr in g.grants.items():
+                if key[0] == topic and gr.state != "cancelled":
+                    gr.state = "cancelled"
+                    told += 1
+            for key in [k for k in g.offsets if k[0] == topic]:
+                del g.offsets[key]
+                g.dirty.discard(key)
+            g.rebalance = True
+        done = threading.Event()
+        self._unsure[topic] = done
+        if self._persister is None:
+            self._persister = _Persister(self.store_dir, self._say)
+        self._persister.forget(topic, done)
+        self._say(
+            f"topic {topic} was deleted: {told} grant(s) of its queues cancelled, its "
+            "group offsets forgotten",
+            "INFO",
+        )
 
     def _persist(self, g: Group) -> None:
         if not g.dirty:

@@ -210,7 +210,8 @@ static PyMethodDef engine_methods[] = {
      "crc32_uses_pclmul() -> bool: whether crc32 folds with PCLMULQDQ on this CPU."},
     {"scan_records", (PyCFunction)(void (*)(void))mqs_py_scan_records,
      METH_VARARGS | METH_KEYWORDS,
-     "scan_records(buf, pos, limit, *, check_crc=True, max_records=-1) -> (count, stop, "
+     "scan_records(buf, pos, limit, *, check_crc=True, max_records=-1, delay_ms=None) -> "
+     "(count, stop, "
      "stop_pos, blank_size, columns, fixups): the record scanner (engine/native/mqs_scan.c; "
      "engine.scan.scan_records is its door)."},
     FAST("scan_summary", mqs_py_scan_summary,

@@ -15,6 +15,8 @@
 
 const uint8_t MQS_SCAN_WIDTH[MQS_NCOLS] = {8, 4, 4, 8, 8, 4, 4, 8, 8, 8, 8, 4, 8, 4, 8, 4, 1};
 
+#define MQS_MAX_DELAY_LEVELS 64 /* conf.settings.parse_delay_levels' most */
+
 /* RocketMQ's default messageDelayLevel (engine.record.DELAY_LEVEL_MS), levels 1..18. */
 static const int64_t DELAY_LEVEL_MS[18] = {
     1000,   5000,   10000,  30000,  60000,  120000,  180000,  240000,  300000,
@@ -213,8 +215,9 @@ static void parse_props(const uint8_t *p, size_t n, struct props *out)
 
 /* int(value) for an ASCII value, as Python reads it: optional ASCII whitespace around, a
  * sign, decimal digits with single underscores between them. Returns 1 and the level
- * (capped at 18: delivery_time_ms caps it) or 0 for what int() refuses; -1 when the value
- * is not ASCII (the caller leaves it to the reference). */
+ * (capped at 64, the most levels a table has: tags_code caps it at its table's last) or 0
+ * for what int() refuses; -1 when the value is not ASCII (the caller leaves it to the
+ * reference). */
 static int delay_level(struct mqs_span v, int *level)
 {
     for (size_t i = 0; i < v.n; i++)
@@ -235,8 +238,8 @@ static int delay_level(struct mqs_span v, int *level)
         uint8_t c = v.p[i];
         if (c >= '0' && c <= '9') {
             value = value * 10 + (c - '0');
-            if (value > 18)
-                value = 18;
+            if (value > MQS_MAX_DELAY_LEVELS) /* past every table's last level */
+                value = MQS_MAX_DELAY_LEVELS;
             digit_before = 1;
         } else if (c == '_' && digit_before && i + 1 < n && v.p[i + 1] >= '0' &&
                    v.p[i + 1] <= '9') {
@@ -250,8 +253,11 @@ static int delay_level(struct mqs_span v, int *level)
 }
 
 /* check_record's tags code: the TAGS value's Java hash, or on the schedule topic with a
- * positive DELAY level, the delivery time. Returns -1 when the reference must say. */
-static int tags_code(const struct props *pr, struct mqs_span topic, int64_t store_ts, int64_t *code)
+ * positive DELAY level, the delivery time by the scan's delay table (ScheduleMessageService
+ * .computeDeliverTimestamp: the level capped at the table's last). Returns -1 when the
+ * reference must say. */
+static int tags_code(const struct mqs_scan *s, const struct props *pr, struct mqs_span topic,
+                     int64_t store_ts, int64_t *code)
 {
     *code = pr->tags.p ? (int32_t)mqs_java_hash_utf8(0, pr->tags.p, pr->tags.n) : 0;
     if (pr->delay.p == NULL || !name_is(topic, "SCHEDULE_TOPIC_XXXX"))
@@ -260,8 +266,12 @@ static int tags_code(const struct props *pr, struct mqs_span topic, int64_t stor
     int rc = delay_level(pr->delay, &level);
     if (rc < 0)
         return -1;
+    const int64_t *table = s->delay_ms ? s->delay_ms : DELAY_LEVEL_MS;
+    int n = s->delay_ms ? s->ndelay : 18;
+    if (level > n)
+        level = n;
     if (rc > 0 && level > 0) /* a long add in Java: it wraps */
-        *code = (int64_t)((uint64_t)store_ts + (uint64_t)DELAY_LEVEL_MS[level - 1]);
+        *code = (int64_t)((uint64_t)store_ts + (uint64_t)table[level - 1]);
     return 0;
 }
 
@@ -361,7 +371,7 @@ static int add_row(struct mqs_scan *s, const uint8_t *buf, int64_t pos, const st
     parse_props(r + l->props_at, (size_t)l->props_len, &pr);
     int filler = is_filler(flag, born, &pr);
     int64_t code;
-    if (tags_code(&pr, topic, store_ts, &code) < 0 && push_fixup(s) < 0)
+    if (tags_code(s, &pr, topic, store_ts, &code) < 0 && push_fixup(s) < 0)
         return -1;
     put64(s, MQS_COL_POS, pos);
     put32(s, MQS_COL_SIZE, (int32_t)total);

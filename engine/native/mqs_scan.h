@@ -39,6 +39,10 @@ struct mqs_scan {
      * computes those with the reference; everything else about them is filled in. */
     int64_t *fixup;
     int64_t nfixup, fixup_cap;
+    /* The store's messageDelayLevel in ms per level 1..ndelay (the schedule topic's
+     * delivery time); NULL: RocketMQ's default 18 levels. Set before mqs_scan_run. */
+    const int64_t *delay_ms;
+    int32_t ndelay;
     int stop;
     int64_t stop_pos;
     int32_t blank_size;

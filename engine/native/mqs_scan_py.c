@@ -38,22 +38,44 @@ static PyObject *result(const struct mqs_scan *s)
 
 PyObject *mqs_py_scan_records(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwargs)
 {
-    static char *kwlist[] = {"buf", "pos", "limit", "check_crc", "max_records", NULL};
-    PyObject *obj;
+    static char *kwlist[] = {"buf",         "pos",      "limit", "check_crc",
+                             "max_records", "delay_ms", NULL};
+    PyObject *obj, *delay_obj = Py_None;
     long long pos, limit, max_records = -1;
     int check_crc = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OLL|$pL:scan_records", kwlist, &obj, &pos,
-                                     &limit, &check_crc, &max_records))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OLL|$pLO:scan_records", kwlist, &obj, &pos,
+                                     &limit, &check_crc, &max_records, &delay_obj))
         return NULL;
     if (pos < 0) {
         PyErr_Format(PyExc_ValueError, "scan position %lld is negative", pos);
         return NULL;
+    }
+    /* the delay table: None (RocketMQ's default) or 1..64 native int64 values, copied */
+    int64_t delays[64];
+    int32_t ndelay = 0;
+    if (delay_obj != Py_None) {
+        Py_buffer d;
+        if (mqs_arg_buffer(delay_obj, "delay_ms", &d) < 0)
+            return NULL;
+        if (d.len % (Py_ssize_t)sizeof(int64_t) != 0 || d.len < (Py_ssize_t)sizeof(int64_t) ||
+            d.len > (Py_ssize_t)sizeof(delays)) {
+            PyBuffer_Release(&d);
+            PyErr_SetString(PyExc_ValueError, "delay_ms must hold 1 to 64 int64 values");
+            return NULL;
+        }
+        memcpy(delays, d.buf, (size_t)d.len);
+        ndelay = (int32_t)(d.len / (Py_ssize_t)sizeof(int64_t));
+        PyBuffer_Release(&d);
     }
     Py_buffer v;
     if (mqs_arg_buffer(obj, "buf", &v) < 0)
         return NULL;
     int64_t end = limit < 0 || limit > v.len ? (int64_t)v.len : (int64_t)limit;
     struct mqs_scan s = {0};
+    if (ndelay > 0) {
+        s.delay_ms = delays;
+        s.ndelay = ndelay;
+    }
     int rc;
     Py_BEGIN_ALLOW_THREADS rc = mqs_scan_run(&s, v.buf, pos, end, check_crc, max_records);
     Py_END_ALLOW_THREADS

@@ -5,10 +5,12 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-/* scan_records(buf, pos, limit, *, check_crc=True, max_records=-1) -> (count, stop,
- * stop_pos, blank_size, columns, fixups): `columns` are bytes in engine.scan.COLUMNS'
- * order, then key_first and key_hash; `fixups` ('q') the records whose tags code the
- * caller takes from the reference. engine.scan.scan_records builds the RecordScan. */
+/* scan_records(buf, pos, limit, *, check_crc=True, max_records=-1, delay_ms=None) ->
+ * (count, stop, stop_pos, blank_size, columns, fixups): `columns` are bytes in
+ * engine.scan.COLUMNS' order, then key_first and key_hash; `fixups` ('q') the records
+ * whose tags code the caller takes from the reference. `delay_ms`: the store's delay
+ * table (1..64 native int64 ms), None for RocketMQ's default. engine.scan.scan_records
+ * builds the RecordScan. */
 PyObject *mqs_py_scan_records(PyObject *module, PyObject *args, PyObject *kwargs);
 
 /* scan_summary(store_timestamp, bits, sys_flag, queue_id, now_ms, buckets) -> (flags,

@@ -1,7 +1,7 @@
 """`mqstore group DIR list|reset|delete`, `mqstore offsets --group` and `mqstore topic DIR
-delete`, through the real commands against a real store: offsets really move, a group
-with a consumer attached is refused, a deleted topic's queues stay gone after a restart
-and after a crash."""
+delete`, through the real commands against a real store: offsets really move, a reset
+reaches a running `tail --group`, a delete of a group with a member running is refused, a
+deleted topic's queues stay gone after a restart and after a crash."""
 
 from __future__ import annotations
 
@@ -107,26 +107,43 @@ def test_group_list_reset_dry_run_earliest_latest_time_and_delete(store: Store) 
     assert _rows(_cli("offsets", d, "--group", "g", "--json")) == []
 
 
-def test_group_reset_and_delete_are_refused_while_a_consumer_of_it_runs(store: Store) -> None:
+def test_group_reset_works_while_a_tail_of_the_group_runs_and_delete_is_refused(
+    store: Store,
+) -> None:
+    """`mqstore tail --group G` is a member of G (docs/consumers.md): `group reset` of G
+    while it runs is handed to it by the supervisor (it drops the queues and prints
+    them again from the new offsets), and its acks never undo the reset; `group delete`
+    is refused while it runs, and works once it left."""
     d = str(store.path)
     _put(store, "gt", 4)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     tail = subprocess.Popen(  # with SIGINT ignored, as `nohup make test &` runs it
         sigint_ignored([sys.executable, "-m", "mqstore", "tail", d, "--topic", "gt",
-                        "--group", "live"]),
+                        "--group", "live", "--from-beginning"]),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO), env=env,
     )  # fmt: skip
     offsets = ConsumerOffsets(store.path)
+    assert tail.stdout is not None
     try:
-        # it starts at the queues' end and commits that: it is attached by then
-        wait_for(lambda: offsets.committed("live", "gt", 1) == 2, 60, "the tail to start")
-        for action in (["reset", "--topic", "gt", "--to", "earliest"], ["delete"]):
-            refused = _cli("group", d, action[0], "--group", "live", *action[1:])
-            assert refused.returncode == 1, refused.stderr
-            assert "consumer attached" in refused.stderr
-            assert offsets.committed("live", "gt", 0) == 2  # nothing changed
-        # another group is not held by this consumer
-        _ok(_cli("group", d, "reset", "--group", "idle", "--topic", "gt", "--to", "earliest"))
+        first = [json.loads(tail.stdout.readline()) for _ in range(4)]
+        assert sorted(r["body"] for r in first) == [f"m{i}" for i in range(4)]
+        wait_for(lambda: offsets.committed("live", "gt", 1) == 2, 60, "the tail's acks")
+        listed = _rows(_cli("group", d, "list", "--json"))
+        assert [r["members"] for r in listed if r["group"] == "live"] == [1]
+        refused = _cli("group", d, "delete", "--group", "live")
+        assert refused.returncode == 1, refused.stderr
+        assert "has members running" in refused.stderr
+        assert offsets.committed("live", "gt", 0) == 2  # nothing changed
+        reset = _cli("group", d, "reset", "--group", "live", "--topic", "gt", "--to", "earliest")
+        _ok(reset)
+        assert "1 running member(s) told" in reset.stderr
+        again = [json.loads(tail.stdout.readline()) for _ in range(4)]
+        assert sorted(r["body"] for r in again) == [f"m{i}" for i in range(4)]
+        wait_for(
+            lambda: [offsets.committed("live", "gt", q) for q in (0, 1)] == [2, 2],
+            60,
+            "the tail's acks after the reset",
+        )
     finally:
         tail.send_signal(signal.SIGINT)
         try:
@@ -136,8 +153,13 @@ def test_group_reset_and_delete_are_refused_while_a_consumer_of_it_runs(store: S
                 tail.kill()
                 tail.communicate()
     assert tail.returncode == 0, err
-    _ok(_cli("group", d, "reset", "--group", "live", "--topic", "gt", "--to", "earliest"))
-    assert offsets.committed("live", "gt", 0) == 0
+    _ok(_cli("group", d, "delete", "--group", "live"))
+    assert offsets.committed("live", "gt", 0) == -1
+
+
+def test_tail_refuses_a_queue_with_a_group(store: Store) -> None:
+    bad = _cli("tail", str(store.path), "--topic", "gt", "--queue", "0", "--group", "g")
+    assert bad.returncode == 2 and "--queue does not go with --group" in bad.stderr
 
 
 def test_group_commands_refuse_bad_arguments(store: Store) -> None:

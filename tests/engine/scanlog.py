@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import struct
 
-from mqstore.engine import filler, indexfile, record
+from mqstore.engine import filler, indexfile, record, recordcodes
 from mqstore.engine.record import CheckStatus, EncodeStatus, Message
 from mqstore.engine.scan import RecordScan, ScanStop
 
@@ -54,12 +54,16 @@ def blank(size: int) -> bytes:
 
 
 def walk(
-    buf: bytes, pos: int, end: int, check_crc: bool = True
+    buf: bytes,
+    pos: int,
+    end: int,
+    check_crc: bool = True,
+    delay_ms: tuple[int, ...] = recordcodes.DELAY_LEVEL_MS,
 ) -> list[tuple[int, record.RecordHeader]]:
     """check_record from `pos` while it accepts, up to `end`."""
     out = []
     while pos < end:
-        h = record.check_record(buf, pos, limit=end, check_crc=check_crc)
+        h = record.check_record(buf, pos, limit=end, check_crc=check_crc, delay_ms=delay_ms)
         if h.status is not CheckStatus.OK:
             break
         out.append((pos, h))
@@ -68,11 +72,17 @@ def walk(
 
 
 def assert_matches_walk(
-    buf: bytes, scan: RecordScan, pos: int, end: int, check_crc: bool = True, cap: int = -1
+    buf: bytes,
+    scan: RecordScan,
+    pos: int,
+    end: int,
+    check_crc: bool = True,
+    cap: int = -1,
+    delay_ms: tuple[int, ...] = recordcodes.DELAY_LEVEL_MS,
 ) -> None:
     """Every column of `scan` is what check_record says of the same records, walked one
     by one from `pos` (and the scan took all of them, unless capped)."""
-    whole = walk(buf, pos, end, check_crc)
+    whole = walk(buf, pos, end, check_crc, delay_ms)
     walked = whole[: scan.count]
     assert scan.count == len(walked)
     assert scan.stop_pos == (walked[-1][0] + walked[-1][1].size if walked else max(pos, 0))

@@ -1,15 +1,19 @@
-"""`mqstore group list|describe|reset` with members running."""
+"""`mqstore group list|describe|reset` with members running, and `mqstore tail --group`
+as one of them."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 
 from mqstore import StoreClient
-from tests.groups.helpers import info
-from tests.runtime.harness import REPO, Store, wait_for
+from tests.groups.helpers import info, owners
+from tests.runtime.harness import REPO, Store, sigint_ignored, wait_for
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -69,8 +73,83 @@ def test_list_describe_and_reset_while_members_run(make_store: object) -> None:
         print(f"reset to redelivery of all 10: {time.monotonic() - t0:.2f} s")
         # delete is refused while members run
         refused = _cli("group", d, "delete", "--group", "live")
-        assert refused.returncode == 1 and "consumer attached" in refused.stderr
+        assert refused.returncode == 1 and "has members running" in refused.stderr
         c.close()
     assert _cli("group", d, "delete", "--group", "live").returncode == 0
     missing = _cli("group", d, "describe", "--group", "live")
     assert missing.returncode == 1, missing.stdout
+
+
+def test_a_tail_of_the_group_shares_the_queues_with_the_other_members(
+    make_store: object,
+) -> None:
+    """`mqstore tail --group G` is a real member: the group's queues are split between it
+    and a program's member (none twice, none left out), every message is printed or
+    processed once, and when the tail leaves its queues go to the other member at the
+    offsets it acked."""
+    store: Store = make_store({"default_topic_queue_nums": 4})  # type: ignore[operator]
+    d = str(store.path)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    with StoreClient.attach(store.path) as client:
+        c = client.consumer("mix", "mt", retry=False)
+        tail = subprocess.Popen(
+            sigint_ignored([sys.executable, "-m", "mqstore", "tail", d, "--topic", "mt",
+                            "--group", "mix", "--from-beginning"]),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO), env=env,
+        )  # fmt: skip
+        printed: list[str] = []
+        reader = threading.Thread(
+            target=lambda: printed.extend(json.loads(line)["body"] for line in tail.stdout or [])
+        )
+        reader.start()
+        try:
+
+            def split() -> bool:
+                own = owners(store.path, "mix", "mt")
+                return len(own) == 4 and len({o for o in own.values() if o}) == 2
+
+            wait_for(split, 30, "the queues split between the tail and the member")
+            tail_member = next(
+                m["id"] for m in info(store.path, "mix")["members"] if m["pid"] == tail.pid
+            )
+            tail_queues = {
+                q for q, o in owners(store.path, "mix", "mt").items() if o == tail_member
+            }
+            assert len(tail_queues) == 2 and set(c.assignment()) == {
+                ("mt", q) for q in range(4) if q not in tail_queues
+            }
+            for i in range(40):
+                assert client.put("mt", b"a%d" % i, queue_id=i % 4).ok
+            processed: list[str] = []
+
+            def all_seen() -> bool:
+                for m in c.poll(64, 0.1):
+                    processed.append(m.body.decode())
+                    assert c.ack(m)
+                return len(processed) + len(printed) >= 40
+
+            wait_for(all_seen, 30, "every message printed or processed")
+            assert sorted(processed + printed) == sorted(f"a{i}" for i in range(40))
+            assert {int(b[1:]) % 4 for b in printed} == tail_queues
+        finally:
+            tail.send_signal(signal.SIGINT)
+            try:
+                _out, err = tail.communicate(timeout=60)
+            finally:
+                if tail.poll() is None:
+                    tail.kill()
+                    tail.communicate()
+            reader.join()
+        assert tail.returncode == 0, err
+        # the tail left: its queues go to the member, from the offsets the tail acked
+        wait_for(lambda: len(c.assignment()) == 4, 30, "the member to get every queue")
+        for i in range(40, 48):
+            assert client.put("mt", b"a%d" % i, queue_id=i % 4).ok
+        later: list[str] = []
+        wait_for(
+            lambda: bool(later.extend(m.body.decode() for m in c.poll(64, 0.1))) or len(later) >= 8,
+            30,
+            "the later messages",
+        )
+        assert sorted(later) == sorted(f"a{i}" for i in range(40, 48))
+        c.close()

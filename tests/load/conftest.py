@@ -32,6 +32,7 @@ import pytest
 from mqstore.engine.reader import StoreReader
 from mqstore.engine.record import DecodedRecord
 from mqstore.ipc.producer import host_ip
+from tests.conftest import note_store_dirs
 from tests.native.uniq_reference import month_bounds, parse
 from tests.runtime.harness import Store, check_chain
 
@@ -124,6 +125,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _store is None or not _is_controller(session.config) or _root is None:
         return
     store, _store = _store, None
+    note_store_dirs(_root)  # the root conftest cleans up what a failed stop left
     code = store.stop()
     problems = [] if code == 0 else [f"supervisor exited with {code}: {store.output()[-2000:]}"]
     problems += _verify(store, _root / "acks")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -109,6 +110,13 @@ def logs(draw: st.DrawFn) -> bytes:
     return bytes(buf + bytes(draw(st.integers(0, 200))))
 
 
+# a store's messageDelayLevel: RocketMQ's default, or any 1 to 64 levels
+_delay_tables = st.one_of(
+    st.just(recordcodes.DELAY_LEVEL_MS),
+    st.lists(st.integers(0, 2**61), min_size=1, max_size=64).map(tuple),
+)
+
+
 def assert_same(c: RecordScan, py: RecordScan) -> None:
     """Equal scans: the same stop and every column byte for byte, format included."""
     assert (c.count, c.stop, c.stop_pos, c.reason, c.blank_size) == (
@@ -127,17 +135,24 @@ def assert_same(c: RecordScan, py: RecordScan) -> None:
     cap=st.integers(-1, 6),
     check_crc=st.booleans(),
     start_at_record=st.booleans(),
+    delays=_delay_tables,
 )
 def test_c_scans_as_the_reference_and_check_record(
-    buf: bytes, pos: int, limit: int, cap: int, check_crc: bool, start_at_record: bool
+    buf: bytes,
+    pos: int,
+    limit: int,
+    cap: int,
+    check_crc: bool,
+    start_at_record: bool,
+    delays: tuple[int, ...],
 ) -> None:
     if start_at_record:
         pos = 0
-    c = scan_records(buf, pos, limit, check_crc=check_crc, max_records=cap)
-    py = scan_records_py(buf, pos, limit, check_crc=check_crc, max_records=cap)
+    c = scan_records(buf, pos, limit, check_crc=check_crc, max_records=cap, delay_ms=delays)
+    py = scan_records_py(buf, pos, limit, check_crc=check_crc, max_records=cap, delay_ms=delays)
     assert_same(c, py)
     end = len(buf) if limit < 0 else min(limit, len(buf))
-    assert_matches_walk(buf, c, pos, end, check_crc, cap)
+    assert_matches_walk(buf, c, pos, end, check_crc, cap, delays)
 
 
 @given(data=st.binary(max_size=64), pos=st.integers(0, 70), limit=st.integers(-1, 70))
@@ -199,3 +214,27 @@ def test_a_unicode_delay_level_and_a_wrapping_delivery_time_read_as_the_referenc
     assert_same(scan, scan_records_py(buf, 0, -1))
     assert scan.count == 3
     assert list(scan.tags_code[:2]) == [near_max + 10_000 - 2**64, near_max + 1 + 10_000 - 2**64]
+
+
+def test_the_delivery_time_is_by_the_stores_delay_table_capped_at_its_last_level() -> None:
+    def scheduled(delay: str) -> bytes:
+        return record.encode(Message("SCHEDULE_TOPIC_XXXX", b"b", {"DELAY": delay})).data
+
+    t0 = 1_700_000_000_000
+    buf = lay_out([scheduled("1"), scheduled("2"), scheduled("3"), scheduled("٣")], t0=t0)
+    table = (4_000, 9_000)
+    for scan in (
+        scan_records(buf, 0, -1, delay_ms=table),
+        scan_records_py(buf, 0, -1, delay_ms=table),
+    ):
+        assert [scan.tags_code[i] - scan.store_timestamp[i] for i in range(4)] == [
+            4_000, 9_000, 9_000, 9_000,
+        ]  # fmt: skip
+    assert_same(
+        scan_records(buf, 0, -1, delay_ms=table), scan_records_py(buf, 0, -1, delay_ms=table)
+    )
+    for bad in [(), tuple(range(65)), (-1,), (2**62,)]:
+        with pytest.raises(ValueError, match="delay_ms"):
+            scan_records(buf, 0, -1, delay_ms=bad)
+        with pytest.raises(ValueError, match="delay_ms"):
+            scan_records_py(buf, 0, -1, delay_ms=bad)

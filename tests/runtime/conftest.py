@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import note_store_dirs
 from tests.runtime.harness import Store
 
 StoreFactory = Callable[..., Store]
@@ -73,4 +74,5 @@ def shared_dir() -> Iterator[Path]:
     d = Path(tempfile.mkdtemp(prefix="mqstore-access-", dir="/tmp"))
     d.chmod(0o755)
     yield d
+    note_store_dirs(d)
     shutil.rmtree(d, ignore_errors=True)

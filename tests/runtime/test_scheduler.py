@@ -8,13 +8,17 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import shutil
 import time
 from pathlib import Path
 
 import pytest
 
 from mqstore import AsyncStoreClient, PutMessageStatus, PutResult, StoreClient
+from mqstore.conf.settings import StoreSettings
+from mqstore.engine.consumequeue_files import UNIT
 from mqstore.engine.record import SCHEDULE_TOPIC, DecodedRecord
+from mqstore.engine.recovery import recover_store
 from tests.runtime.conftest import StoreFactory
 from tests.runtime.harness import wait_for
 from tests.runtime.scheduling import (
@@ -269,3 +273,37 @@ def test_compressed_messages_are_delayed_and_sent_back_whole(make_store: StoreFa
         retry = _await(client, "%RETRY%G", 0)
         assert retry.body == body and retry.compression == "zlib" and retry.size < len(body) // 3
         assert retry.reconsume_times == 1
+
+
+def _schedule_tags_codes(path: Path, level: int) -> list[int]:
+    """The tags codes of SCHEDULE_TOPIC_XXXX queue level-1, from its consume-queue file."""
+    qdir = path / "consumequeue" / SCHEDULE_TOPIC / str(level - 1)
+    data = b"".join(f.read_bytes() for f in sorted(qdir.iterdir()))
+    units = [UNIT.unpack_from(data, i) for i in range(0, len(data), UNIT.size)]
+    return [tags for phys, size, tags in units if size > 0]
+
+
+def test_the_schedule_topics_tags_code_is_the_delivery_time_by_the_configured_levels(
+    make_store: StoreFactory,
+) -> None:
+    """RocketMQ's checkMessageAndReturnSize times a schedule-topic unit with the store's
+    own messageDelayLevel (ScheduleMessageService.computeDeliverTimestamp), in the
+    dispatcher and in recovery's re-dispatch alike; a level past the last is the last's."""
+    levels = "3s 7s"  # RocketMQ's default would say 1s and 5s
+    st = make_store({"message_delay_level": levels})
+    with StoreClient.attach(st.path) as client:
+        r1 = client.put("Late", b"a", delay_level=1)
+        r2 = client.put("Late", b"b", delay_level=2)
+        assert r1.status is OK and r2.status is OK
+        wait_for(
+            lambda: [client.max_offset(SCHEDULE_TOPIC, q) for q in (0, 1)] == [1, 1],
+            30,
+            "the schedule queues' units",
+        )
+    expected = {1: [r1.store_timestamp + 3000], 2: [r2.store_timestamp + 7000]}
+    assert st.stop() == 0  # before anything is due: the queues hold just these
+    assert {lv: _schedule_tags_codes(st.path, lv) for lv in (1, 2)} == expected
+    # recovery's re-dispatch writes the same codes into rebuilt queues
+    shutil.rmtree(st.path / "consumequeue" / SCHEDULE_TOPIC)
+    recover_store(st.path, StoreSettings(message_delay_level=levels))
+    assert {lv: _schedule_tags_codes(st.path, lv) for lv in (1, 2)} == expected

@@ -20,13 +20,12 @@ members (id, pid, topics, seconds since their last beat) and, per queue, its own
 committed offset (the owner's lowest unacked one, live) and the lag; both ask the running
 supervisor (`workers.group_coord`) and fall back to the offsets file alone.
 
-`reset` works while the group's members (`StoreClient.consumer`) run: the supervisor
-cancels their grants of the topic's queues (each member drops them at its next beat,
-within 100 ms, and acks of what it delivered before no longer count) and the queues are
-granted again from the new offsets. `reset` and `delete` are refused while a consumer that
-keeps its offsets itself is attached (`ipc.groups`: `mqstore tail --group G`, or a
-program holding `GroupMember`), because its next commit would undo them; `delete` also
-while members of the group run. Exit 0, 1 when refused, 2 on bad arguments.
+`reset` works while the group's members (`StoreClient.consumer`, `mqstore tail --group
+G`) run: the supervisor cancels their grants of the topic's queues (each member drops them
+at its next beat, within 100 ms, and acks of what it delivered before no longer count) and
+the queues are granted again from the new offsets. `delete` is refused while members of
+the group run. A program that commits with `commit_offset` itself is not a member and is
+not told: stop it first. Exit 0, 1 when refused, 2 on bad arguments.
 """
 
 from __future__ import annotations
@@ -41,7 +40,6 @@ from mqstore.engine import fileio, topics
 from mqstore.engine.names import check_group
 from mqstore.engine.offsets import NO_OFFSET, ConsumerOffsets
 from mqstore.ipc import channel
-from mqstore.ipc.groups import GroupInUse, no_members
 from mqstore.workers.commands._common import action_first, add_action_arguments, parse_time_ms
 from mqstore.workers.commands._reads import Reads, open_reads
 
@@ -200,21 +198,20 @@ def _reset(args: argparse.Namespace, offsets: ConsumerOffsets, reads: Reads) -> 
     told = ""
     if not args.dry_run:
         entries = [(args.topic, q, o) for q, o in new.items()]
-        with no_members(args.store_dir, args.group):
-            try:
-                req = {
-                    "op": "group_reset",
-                    "group": args.group,
-                    "offsets": [list(e) for e in entries],
-                }
-                got = channel.request(args.store_dir, req)
-            except (channel.SupervisorUnavailable, OSError, ValueError):
-                got = {}
-            if "error" in got:
-                return _fail(f"refused by the supervisor: {got['error']}", 1)
-            offsets.commit_many(args.group, entries)
-            if got.get("running"):
-                told = f"; {len(got.get('members', []))} running member(s) told"
+        try:
+            req = {
+                "op": "group_reset",
+                "group": args.group,
+                "offsets": [list(e) for e in entries],
+            }
+            got = channel.request(args.store_dir, req)
+        except (channel.SupervisorUnavailable, OSError, ValueError):
+            got = {}
+        if "error" in got:
+            return _fail(f"refused by the supervisor: {got['error']}", 1)
+        offsets.commit_many(args.group, entries)
+        if got.get("running"):
+            told = f"; {len(got.get('members', []))} running member(s) told"
     _print_rows(rows, args.json)
     what = "dry run, nothing written" if args.dry_run else "written" + told
     print(f"reset {args.group} on {args.topic} to {args.to}: {what}", file=sys.stderr)
@@ -222,16 +219,19 @@ def _reset(args: argparse.Namespace, offsets: ConsumerOffsets, reads: Reads) -> 
 
 
 def _delete(args: argparse.Namespace, offsets: ConsumerOffsets) -> int:
-    with no_members(args.store_dir, args.group):
-        try:
-            got = channel.request(args.store_dir, {"op": "group_delete", "group": args.group})
-        except (channel.SupervisorUnavailable, OSError, ValueError):
-            got = {}
-        if got.get("busy"):
-            raise GroupInUse(args.group)
-        if "error" in got:
-            return _fail(f"refused by the supervisor: {got['error']}", 1)
-        gone = offsets.delete(args.group, args.topic)
+    try:
+        got = channel.request(args.store_dir, {"op": "group_delete", "group": args.group})
+    except (channel.SupervisorUnavailable, OSError, ValueError):
+        got = {}
+    if got.get("busy"):
+        return _fail(
+            f"refused: group {args.group!r} has members running (e.g. `mqstore tail "
+            f"--group {args.group}`); stop them, then try again",
+            1,
+        )
+    if "error" in got:
+        return _fail(f"refused by the supervisor: {got['error']}", 1)
+    gone = offsets.delete(args.group, args.topic)
     scope = f" of topic {args.topic}" if args.topic else ""
     print(f"deleted {gone} committed offset(s) of group {args.group}{scope}")
     return 0
@@ -268,7 +268,5 @@ def run(args: argparse.Namespace) -> int:
             if args.action == "describe":
                 return _describe(args, table, reads, _running(args.store_dir))
             return _reset(args, offsets, reads)
-    except GroupInUse as e:
-        return _fail(f"refused: {e}", 1)
     except (fileio.StoreIOError, ValueError) as e:
         return _fail(str(e))

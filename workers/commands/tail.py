@@ -1,19 +1,30 @@
-"""`mqstore tail DIR --topic T [--queue Q] [--group G] [--from-beginning] [--tags "a || b"]
+"""`mqstore tail DIR --topic T [--queue Q | --group G] [--from-beginning] [--tags "a || b"]
 [--limit N] [--body text|base64|hex]`: follow new messages of a running store.
 
 Prints one JSON object per message, as `mqstore dump` does, as soon as the dispatcher has
-made it pullable (durable and in the consume queues). Every queue of the topic is
-followed (those of `config/topics.json`, and any that appear under `consumequeue/T/`),
-or only queue Q. Where it starts in each queue: the group's committed offset when it has
-one, else the queue's first message with `--from-beginning`, else its end (new messages
-only). With `--group`, the next offset of each queue is committed after every batch
-printed (`config/consumerOffset.json`), so a later tail of the same group goes on where
-this one stopped. While it runs, it is a member of the group (`ipc.groups`), so `mqstore
-group DIR reset|delete` of that group is refused instead of being undone by its next
-commit. Ctrl-C or SIGTERM (whatever disposition the process inherited: `_signals`), or
-N messages printed (`--limit N`; `--max-messages` is its deprecated spelling), commits
-and exits 0; exit 1 when the store stops
-or is not running, 2 on bad arguments.
+made it pullable (durable and in the consume queues).
+
+Without `--group` it only reads: every queue of the topic is followed (those of
+`config/topics.json`, and any that appear under `consumequeue/T/`), or only queue Q,
+each from its first message with `--from-beginning`, else from its end (new messages
+only). Nothing is committed.
+
+With `--group G` it is a **member of consumer group G**, as Kafka's console consumer with
+`--group` is: it joins through the supervisor (`StoreClient.consumer`, docs/consumers.md),
+consumes only the queues of T the group allocates to it (shared with G's other members,
+tails or programs, and rebalanced as members come and go), and acks each message once it
+is printed (or skipped by `--tags`), so G's committed offset of each queue moves on as it
+prints: a later tail of G goes on where this one stopped, and what it printed is never
+delivered to G again. Where a queue starts when G has no offset in it: its first message
+with `--from-beginning`, else its end. `mqstore group DIR reset` of G works while it runs
+(it drops the queues and gets them back at the new offsets), as for any member. `--queue`
+does not go with `--group` (a member consumes what the group gives it); G's retry topic
+is not consumed by a tail.
+
+Ctrl-C or SIGTERM (whatever disposition the process inherited: `_signals`), or N
+messages printed (`--limit N`; `--max-messages` is its deprecated spelling), leaves the
+group (what was delivered and not printed goes to the next owner) and exits 0; exit 1
+when the store stops or is not running, 2 on bad arguments.
 """
 
 from __future__ import annotations
@@ -26,11 +37,11 @@ import time
 from pathlib import Path
 
 from mqstore.engine import topics
-from mqstore.engine.offsets import ConsumerOffsets
+from mqstore.engine.pull import TagFilter
 from mqstore.engine.reader import GetStatus
 from mqstore.ipc.channel import SupervisorUnavailable
 from mqstore.ipc.client import StoreClient
-from mqstore.ipc.groups import GroupMember
+from mqstore.ipc.consumer import Consumer
 from mqstore.ipc.reads import ClientReads, for_client
 from mqstore.workers.commands._common import (
     add_limit_arguments,
@@ -42,7 +53,7 @@ from mqstore.workers.commands._records import add_body_argument, print_records
 from mqstore.workers.commands._signals import stop_signals
 
 NAME = "tail"
-HELP = "follow new messages of a running store (and commit a group's offsets)"
+HELP = "follow new messages of a running store (with --group: as a member of a consumer group)"
 BATCH = 64
 IDLE_WAIT_S = 0.2  # longest sleep between looks while nothing comes
 REDISCOVER_S = 1.0
@@ -51,11 +62,21 @@ REDISCOVER_S = 1.0
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("store_dir", type=Path, help="the store directory of a running store")
     p.add_argument("--topic", required=True, type=topic_arg)
-    p.add_argument("--queue", type=int, default=None, metavar="Q", help="only queue Q")
     p.add_argument(
-        "--group", default=None, type=group_arg, metavar="G", help="commit offsets as group G"
+        "--queue", type=int, default=None, metavar="Q", help="only queue Q (not with --group)"
     )
-    p.add_argument("--from-beginning", action="store_true", help="start at the first message")
+    p.add_argument(
+        "--group",
+        default=None,
+        type=group_arg,
+        metavar="G",
+        help="consume as a member of group G: the queues G gives it, acked as printed",
+    )
+    p.add_argument(
+        "--from-beginning",
+        action="store_true",
+        help="start at the first message (with --group: where G has no offset yet)",
+    )
     p.add_argument("--tags", default=None, help='tag filter, e.g. "a || b"')
     add_limit_arguments(p, default=None, old="--max-messages")  # then it stops
     add_body_argument(p)
@@ -71,35 +92,19 @@ def _queue_ids(store_dir: Path, topic: str, only: int | None) -> set[int]:
 
 
 class _Tail:
+    """The read-only tail: every queue of the topic (or one), nothing committed."""
+
     def __init__(self, reads: ClientReads, args: argparse.Namespace) -> None:
         self.reads = reads
         self.args = args
-        self.offsets = ConsumerOffsets(args.store_dir)
         self.next: dict[int, int] = {}
-        self.dirty: dict[int, int] = {}
         self.printed = 0
 
     def start_at(self, q: int) -> int:
         a = self.args
-        if a.group is not None:
-            got = self.offsets.committed(a.group, a.topic, q)
-            if got >= 0:
-                return got
-        at = (
-            self.reads.min_offset(a.topic, q)
-            if a.from_beginning
-            else self.reads.max_offset(a.topic, q)
-        )
-        if a.group is not None:
-            self.dirty[q] = at  # the group starts here, also when it stops before a message
-        return at
-
-    def commit(self) -> None:
-        if self.args.group is not None and self.dirty:
-            self.offsets.commit_many(
-                self.args.group, [(self.args.topic, q, o) for q, o in self.dirty.items()]
-            )
-        self.dirty.clear()
+        if a.from_beginning:
+            return self.reads.min_offset(a.topic, q)
+        return self.reads.max_offset(a.topic, q)
 
     def done(self) -> bool:
         m = self.args.limit
@@ -125,11 +130,9 @@ class _Tail:
             self.printed += print_records(msgs, a.body)
             if nxt != off:
                 self.next[q] = nxt
-                self.dirty[q] = nxt
                 moved = True
             if self.done():
                 break
-        self.commit()
         return moved
 
     def run(self) -> None:
@@ -141,7 +144,6 @@ class _Tail:
                 last_look = now
                 for q in _queue_ids(a.store_dir, a.topic, a.queue) - set(self.next):
                     self.next[q] = self.start_at(q)
-                self.commit()
             seen = self.reads.dispatched()
             if self.round():
                 continue
@@ -152,25 +154,55 @@ class _Tail:
                 step = min(step * 2, 0.01)
 
 
+def _member(consumer: Consumer, args: argparse.Namespace) -> None:
+    """The group member's loop: poll what the group gives, print, ack (a message the tag
+    filter leaves out is acked unprinted, as a subscription's filter skips it)."""
+    wanted = TagFilter.of(args.tags).wanted
+    printed = 0
+    while args.limit is None or printed < args.limit:
+        n = BATCH if args.limit is None else min(BATCH, args.limit - printed)
+        msgs = consumer.poll(n, IDLE_WAIT_S)
+        if not msgs:
+            continue
+        shown = [m.record for m in msgs if wanted is None or m.tags in wanted]
+        printed += print_records(shown, args.body)
+        consumer.ack_many(msgs)
+
+
 def run(args: argparse.Namespace) -> int:
     if below_minimum(NAME, ("--limit", args.limit, 1), ("--queue", args.queue, 0)):
+        return 2
+    if args.group is not None and args.queue is not None:
+        print(
+            "mqstore tail: --queue does not go with --group: a member of a group consumes "
+            "the queues the group gives it (drop --group to read one queue)",
+            file=sys.stderr,
+        )
         return 2
     try:
         client = StoreClient.attach(args.store_dir)
     except (SupervisorUnavailable, OSError) as e:
         print(f"mqstore tail: {args.store_dir} is not running ({e})", file=sys.stderr)
         return 1
-    try:
-        member = GroupMember(args.store_dir, args.group) if args.group is not None else None
-    except (ValueError, OSError) as e:
-        client.close()
-        print(f"mqstore tail: --group: {e}", file=sys.stderr)
-        return 2
-    reads = for_client(client)
-    tail = _Tail(reads, args)
+    consumer: Consumer | None = None
+    reads: ClientReads | None = None
     try:
         with stop_signals():
-            tail.run()
+            if args.group is not None:
+                try:
+                    consumer = client.consumer(
+                        args.group,
+                        args.topic,
+                        from_where="first" if args.from_beginning else "last",
+                        retry=False,
+                    )
+                except ValueError as e:
+                    print(f"mqstore tail: --group: {e}", file=sys.stderr)
+                    return 1
+                _member(consumer, args)
+            else:
+                reads = for_client(client)
+                _Tail(reads, args).run()
     except KeyboardInterrupt:
         pass
     except SupervisorUnavailable as e:
@@ -181,9 +213,9 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (no error at exit)
     finally:
         with contextlib.suppress(KeyboardInterrupt):
-            tail.commit()
-            reads.close()
+            if consumer is not None:
+                consumer.close()  # leaves: its queues go to the group's other members
+            if reads is not None:
+                reads.close()
             client.close()
-            if member is not None:
-                member.close()
     return 0
