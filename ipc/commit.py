@@ -117,9 +117,6 @@ class LogFiles:
         self._stuck: tuple[int, float] = (-1, 0.0)
         self._flushed_fd = -1
         self._round_fd = (-1, -1)  # (segment index, fd) the C round forces
-        # published_seq read just before the last flush's wake: what it covered plus the
-        # puts published while it forced (the flusher's gather: `workers.flusher`)
-        self.published_at_wake = 0
         self._live = LiveTable(store_dir)
 
     def segment(self, index: int) -> Segment:
@@ -332,8 +329,7 @@ class LogFiles:
     def flush_and_wake(self, least_pages: int = 0) -> tuple[int, int] | None:
         """`flush`, then, when it forced, wake the sync waiters it may cover and count the
         fsync's duration and messages in the control block's histograms (the metrics'
-        fsync latency and group commits). (forced, waiters woken) times, or None.
-        Sets `published_at_wake` (`_native.sync_round`'s last value, its twin here)."""
+        fsync latency and group commits). (forced, waiters woken) times, or None."""
         cb, stats = self.cb, FlushStats(self.cb)
         n0, ns0 = stats.fsyncs, stats.fsync_ns
         m0, fl0 = stats.fsync_slots, self.pos.flushed
@@ -341,7 +337,6 @@ class LogFiles:
         if stats.fsyncs == n0:
             return None
         t_forced = time.monotonic_ns()
-        self.published_at_wake = self.pos.published_seq
         _native.flushed_wake(cb.buf, fl0)
         t_waked = time.monotonic_ns()
         Histograms(cb).count_fsync((stats.fsync_ns - ns0) // 1000, stats.fsync_slots - m0)
@@ -365,7 +360,6 @@ class LogFiles:
                 self._round_seam(index),
             )  # fmt: skip
             if code == ROUND_FORCED:
-                self.published_at_wake = times[5]
                 return times[0], times[1], times[2], times[3]
             if code == ROUND_FAILED:
                 path = self._offset_file()[1] if op == 4 else self.segment(index).path

@@ -22,11 +22,11 @@ Three measured choices keep the rounds full (`bench/results/profile_sync.txt`):
 * **Gather.** The waiters one round wakes come back with their next puts within
   microseconds of each other, not at once. Forcing as soon as the first is back covers
   it alone and leaves the rest to the next fsync, so two half groups alternate. Before
-  forcing, the flusher waits until the waiters the last round woke have published
-  again, on top of the puts that were published while it forced (`published_at_wake`),
-  at most GATHER_FRACTION of a recent fsync (and GATHER_MAX_NS): the round's first step
-  (`mqs_flusher_gather`), woken only by the producer whose publish completes the
-  group. A put waits for its round's start at most that bound.
+  forcing, the flusher waits until as many messages are published and not yet flushed
+  as the last round covered, at most GATHER_FRACTION of a recent fsync (and
+  GATHER_MAX_NS): the round's first step (`mqs_flusher_gather`), woken only by the
+  producer whose publish completes the group. A put is never answered sooner than
+  before: it only waits for its round's start up to that bound.
 * **Poll before sleeping.** After a round, the flusher yields the CPU for up to POLL_NS
   looking for the next request before it sleeps on its futex: a lone sync producer is
   back within tens of microseconds, and finding its request saves the futex wake-up
@@ -201,17 +201,16 @@ class Flusher(Service):
 
     def _gather_target(self) -> tuple[int, int]:
         """Group commit's other half: the last round woke `group` waiters, who are on
-        their way back with their next puts, while the puts published during its fsync
-        (up to `published_at_wake`) already wait for this one. Until all of them are
-        published, the round sleeps until the producer whose publish completes the
+        their way back with their next puts. While fewer than that are published and
+        not flushed, the round sleeps until the producer whose publish completes the
         group wakes the flusher, at most GATHER_FRACTION of a recent fsync: one force
-        for all of them instead of two. Counting from the flushed position instead
-        (as before) let two halves alternate for good: the half that came during an
-        fsync already made the count, so the round never waited for the half it had
-        just woken (`bench/results/sync_disk.md`). (published_seq to wait for, at
-        most ns), or (0, 0): no gather."""
-        target = max(self.files.published_at_wake, self.pos.flushed_seq) + self.group
-        if self.group <= 0 or self.pos.published_seq >= target:
+        for all of them instead of two. (published_seq to wait for, at most ns), or
+        (0, 0): no gather."""
+        want = self.group
+        if want <= 1:
+            return 0, 0
+        target = self.pos.flushed_seq + want
+        if self.pos.published_seq >= target:
             return 0, 0
         return target, min(int(self.fsync_ns * GATHER_FRACTION), GATHER_MAX_NS)
 

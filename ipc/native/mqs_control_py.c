@@ -268,8 +268,7 @@ static int seam_flock(const struct mqs_io *io, int fd, int how)
 }
 
 /* sync_round(ctl, pool, seg_index, seg_fd, lock_fd, offset_fd, want_seq, gather_ns
- * [, io_hook]) -> (code, op, errno, t_gathered, t_committed, t_forced, t_waked, fsync_ns,
- * published_seq just before the wake).
+ * [, io_hook]) -> (code, op, errno, t_gathered, t_committed, t_forced, t_waked, fsync_ns).
  * io_hook: None (the system calls) or the seam's hook (seam_ask). */
 PyObject *mqs_py_sync_round(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
 {
@@ -326,10 +325,9 @@ PyObject *mqs_py_sync_round(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ss
     if (has_pool)
         PyBuffer_Release(&pool);
     PyBuffer_Release(&v);
-    return Py_BuildValue("(iiiLLLLLL)", rc, out.op, out.err, (long long)out.t_gathered,
+    return Py_BuildValue("(iiiLLLLL)", rc, out.op, out.err, (long long)out.t_gathered,
                          (long long)out.t_committed, (long long)out.t_forced,
-                         (long long)out.t_waked, (long long)out.fsync_ns,
-                         (long long)out.published_seq);
+                         (long long)out.t_waked, (long long)out.fsync_ns);
 }
 
 /* live_hold(fd, pid) (check 0) and live_check(fd, pid) (check 1): mqs_live.c. */

@@ -146,7 +146,6 @@ static int force(const struct mqs_round_in *in, struct mqs_round_out *out, int64
     if (err)
         return fail(out, MQS_OP_OFFSET_PWRITE, err);
     out->t_forced = mqs_mono_ns();
-    out->published_seq = get(ctl, MQS_OFF_PUBLISHED_SEQ);
     mqs_flushed_wake(ctl, mqs_wake_mask(fl, com));
     out->t_waked = mqs_mono_ns();
     out->fsync_ns = ns;

@@ -51,10 +51,6 @@ struct mqs_round_in {
 
 struct mqs_round_out {
     int64_t t_gathered, t_committed, t_forced, t_waked, fsync_ns; /* CLOCK_MONOTONIC ns */
-    /* published_seq just before the wake: what the round covered plus the puts that were
-     * published while it forced (the next round's; none of the waiters it wakes can have
-     * put again yet). The flusher's gather counts on it. */
-    int64_t published_seq;
     int op, err;
 };
 

@@ -27,8 +27,6 @@ from mqstore.engine.segment import segment_file_name
 from mqstore.ipc import commit
 from mqstore.ipc import control as c
 from mqstore.ipc.commit import LogFiles
-from mqstore.ipc.control_views import Positions
-from mqstore.workers.flusher import Flusher
 
 SEG = 1 << 16
 SEGMENTS = 3
@@ -336,83 +334,3 @@ def test_a_pool_that_is_not_the_blocks_is_refused() -> None:
             _native.sync_round(cb.buf, None, 0, 0, 0, 0, 0, 0)
         with pytest.raises(ValueError, match="descriptors"):
             _native.sync_round(cb.buf, cb.pool_buf, 0, -1, 0, 0, 0, 0)
-
-
-class _PublishDuringSync:
-    """A sync watch that publishes two more records when the round's fdatasync is about
-    to run: puts that arrive while a round forces."""
-
-    def __init__(self, d: Path, cb: c.ControlBlock) -> None:
-        self.d, self.cb, self.done = d, cb, False
-
-    def data_synced(self, path: object, offset: int, length: int) -> None:
-        if not self.done:
-            self.done = True
-            publish(self.d, self.cb, [500, 700], fill=9)
-
-    def dir_synced(self, path: object) -> None:
-        pass
-
-    def renamed(self, src: object, dst: object) -> None:
-        pass
-
-
-@pytest.mark.parametrize("pool", [True, False])
-@pytest.mark.parametrize("twin", [False, True])
-def test_the_round_tells_what_was_published_before_its_wake(pool: bool, twin: bool) -> None:
-    """`published_at_wake`, the C round's and its twin's: the published seq right before
-    the wake, i.e. the records the round covered and those published while it forced
-    (the flusher's next gather waits for the waiters it woke on top of these)."""
-    with store(pool) as (d, cb, files):
-        publish(d, cb, [1000, 300], fill=3)
-        covered = cb.get(c.OFF_PUBLISHED_SEQ)
-        fileio.set_sync_watch(_PublishDuringSync(d, cb))
-        try:
-            times = (files.sync_round_py if twin else files.sync_round)(0, 0)
-        finally:
-            fileio.set_sync_watch(None)
-        assert times is not None
-        assert cb.get(c.OFF_FLUSHED_SEQ) == covered
-        assert files.published_at_wake == covered + 2 == cb.get(c.OFF_PUBLISHED_SEQ)
-
-
-def _flusher(files: LogFiles, cb: c.ControlBlock, group: int) -> Flusher:
-    """The flusher's round bookkeeping on these files (no worker context: the gather
-    target reads only the positions, the last round's group and its fsync time)."""
-    f = Flusher.__new__(Flusher)
-    f.files, f.pos, f.group, f.fsync_ns = files, Positions(cb), group, 200_000
-    return f
-
-
-@pytest.mark.parametrize("pool", [True, False])
-def test_the_gather_waits_for_the_woken_half_on_top_of_the_half_already_waiting(
-    pool: bool,
-) -> None:
-    """Four waiters flushed and woken while four others published during the force: the
-    next round gathers for eight (it used to count from the flushed position, found
-    four published and forced at once, so the two halves alternated for good)."""
-    with store(pool) as (d, cb, files):
-        publish(d, cb, [1000] * 4, fill=1)
-        watch = _PublishDuringSync(d, cb)
-        fileio.set_sync_watch(watch)
-        try:
-            assert files.sync_round(0, 0) is not None
-        finally:
-            fileio.set_sync_watch(None)
-        flusher = _flusher(files, cb, group=4)
-        assert cb.get(c.OFF_PUBLISHED_SEQ) == 6  # the watch publishes two
-        assert flusher._gather_target() == (10, 100_000)
-        publish(d, cb, [1000] * 3, fill=2)
-        assert flusher._gather_target() == (10, 100_000)
-        publish(d, cb, [1000], fill=3)
-        assert flusher._gather_target() == (0, 0)
-
-
-def test_a_lone_producer_is_never_gathered_for() -> None:
-    """One waiter, nobody published during its round: its next put is the group."""
-    with store(pool=True) as (d, cb, files):
-        publish(d, cb, [1000], fill=1)
-        assert files.sync_round(0, 0) is not None
-        flusher = _flusher(files, cb, group=1)
-        publish(d, cb, [1000], fill=2)
-        assert flusher._gather_target() == (0, 0)
