@@ -8,7 +8,8 @@ STAMP  := $(VENV)/.installed
 
 NATIVE_SRC := mqstore/_native.c $(wildcard ipc/native/*.c ipc/native/*.h engine/native/*.c engine/native/*.h)
 NATIVE_SO  := mqstore/.native-built
-PY_PKGS    := mqstore conf engine ipc workers pipeline  # the last five: links under mqstore/, which compileall does not follow
+# conf, engine, ipc, workers, pipeline: linked under mqstore/, where compileall does not follow
+PY_PKGS    := mqstore conf engine ipc workers pipeline
 PY_SRC     := $(wildcard mqstore/*.py conf/*.py engine/*.py ipc/*.py workers/*.py workers/*/*.py pipeline/*.py)
 BYTECODE   := mqstore/.bytecode-built
 # format("mqstore")'s JVM provider (pipeline/jvm): compiled against the installed
@@ -92,4 +93,4 @@ sanitize: $(STAMP)
 		$(PY) -m pytest tests/native -p no:cacheprovider
 
 clean:
-	rm -rf $(VENV) data build *.egg-info mqstore/*.so $(NATIVE_SO) $(PROVIDER_JAR)
+	rm -rf $(VENV) data build *.egg-info mqstore/*.so $(NATIVE_SO) $(PROVIDER_JAR) $(BYTECODE)
