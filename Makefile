@@ -8,6 +8,10 @@ STAMP  := $(VENV)/.installed
 
 NATIVE_SRC := mqstore/_native.c $(wildcard ipc/native/*.c ipc/native/*.h engine/native/*.c engine/native/*.h)
 NATIVE_SO  := mqstore/.native-built
+# conf, engine, ipc, workers, pipeline: linked under mqstore/, where compileall does not follow
+PY_PKGS    := mqstore conf engine ipc workers pipeline
+PY_SRC     := $(wildcard mqstore/*.py conf/*.py engine/*.py ipc/*.py workers/*.py workers/*/*.py pipeline/*.py)
+BYTECODE   := mqstore/.bytecode-built
 # format("mqstore")'s JVM provider (pipeline/jvm): compiled against the installed
 # pyspark's jars, picked up by pipeline.session.
 JVM_SRC      := $(wildcard pipeline/jvm/src/mqstore/spark/*.java)
@@ -17,7 +21,7 @@ ASAN_LIB   = $(shell $(CC) -print-file-name=libasan.so)
 
 .PHONY: setup run test lint bench reliability clean sanitize
 
-setup: $(STAMP) $(NATIVE_SO) $(PROVIDER_JAR)
+setup: $(STAMP) $(NATIVE_SO) $(PROVIDER_JAR) $(BYTECODE)
 
 # The editable install builds the C extension mqstore._native (setup.py: gcc and the
 # Python headers); later edits of ipc/native/ and engine/native/ rebuild it in place.
@@ -26,6 +30,15 @@ $(STAMP): pyproject.toml setup.py
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev,spark]'
 	touch $(STAMP)
+
+# Bytecode of the package, written once here: with PYTHONDONTWRITEBYTECODE set (as on the
+# shared machine) no process writes it, and every producer process compiled the modules it
+# imports from source again: 0.36-0.39 s of CPU per `from mqstore import StoreClient`
+# against 0.07-0.09 s with it, which 16-64 producers starting at once paid in the perf
+# checks' own run (bench/results/sync_disk.md). compileall writes it whatever that says.
+$(BYTECODE): $(STAMP) $(PY_SRC)
+	$(PY) -m compileall -q -j 0 $(PY_PKGS)
+	touch $(BYTECODE)
 
 $(NATIVE_SO): $(STAMP) $(NATIVE_SRC)
 	$(PY) setup.py --quiet build_ext --inplace
@@ -42,12 +55,12 @@ $(PROVIDER_JAR): $(STAMP) $(JVM_SRC) $(JVM_SERVICES)
 	jar --create --file $@.tmp -C build/jvm/classes .
 	mv $@.tmp $@
 
-run: $(STAMP) $(NATIVE_SO) $(PROVIDER_JAR)
+run: $(STAMP) $(NATIVE_SO) $(PROVIDER_JAR) $(BYTECODE)
 	$(PY) -m mqstore.workers.demo_run
 
 # The load suite runs even when the rest failed (one run tells every failure), and the
 # target still fails when either did.
-test: $(STAMP) $(NATIVE_SO) $(PROVIDER_JAR)
+test: $(STAMP) $(NATIVE_SO) $(PROVIDER_JAR) $(BYTECODE)
 	failed=0; \
 	$(PY) -m pytest tests --ignore=tests/load || failed=1; \
 	if [ -d tests/load ]; then $(PY) -m pytest -n 4 tests/load || failed=1; fi; \
@@ -80,4 +93,4 @@ sanitize: $(STAMP)
 		$(PY) -m pytest tests/native -p no:cacheprovider
 
 clean:
-	rm -rf $(VENV) data build *.egg-info mqstore/*.so $(NATIVE_SO) $(PROVIDER_JAR)
+	rm -rf $(VENV) data build *.egg-info mqstore/*.so $(NATIVE_SO) $(PROVIDER_JAR) $(BYTECODE)

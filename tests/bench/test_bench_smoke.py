@@ -303,3 +303,19 @@ def test_aio_bench_runs_every_way(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "goals: README shape, awaited one by one" in out
     assert list(tmp_path.iterdir()) == []
     assert _no_children() == []
+
+
+def test_profile_sync_check_runs_the_checks_shape_and_cleans_up(tmp_path: Path) -> None:
+    """`profile_sync_check`: the check's rate from the slowest client's loop, every put
+    PUT_OK, the store's processes and the flusher's rounds listed, nothing left behind."""
+    from bench import profile_sync_check
+
+    text = profile_sync_check.run_one(tmp_path, 2, True, False, puts=50)
+    lines = text.splitlines()
+    assert lines[0].startswith("== 2 clients x 50 puts, pool on")
+    assert "not PUT_OK 0; shm left 0" in lines[1]
+    assert float(lines[1].split("rate ")[1].split()[0].replace(",", "")) > 0
+    assert any(ln.strip().startswith("flusher ") for ln in lines)
+    assert any(ln.startswith("  flusher: ") and " rounds, " in ln for ln in lines)
+    assert list(tmp_path.iterdir()) == []
+    assert _no_children() == []
