@@ -46,7 +46,7 @@ from typing import Final, Literal, NamedTuple, Protocol, overload
 from mqstore.conf.settings import FlushDiskType, StoreSettings
 from mqstore.engine.names import check_group, check_topic
 from mqstore.engine.offsets import ConsumerOffsets
-from mqstore.engine.reader import MAX_TIMESTAMP_MS, Geometry, StoreReader
+from mqstore.engine.reader import MAX_TIMESTAMP_MS, Geometry, GetResult, StoreReader
 from mqstore.engine.record import DecodedRecord
 from mqstore.ipc import control as c
 from mqstore.ipc.accepts import BOOL, INT, OPT_INT, OPT_STR, STR, check_types
@@ -227,6 +227,15 @@ class ClientReads:
                     return res
                 time.sleep(min(step, left))
                 step = min(step * 2, POLL_MAX_STEP_S)
+
+    def pull_into(
+        self, topic: str, queue_id: int, offset: int, max_count: int, into: tuple[object, object]
+    ) -> GetResult:
+        """A group consumer's pull (`ipc.consumer`, which checked its names): one
+        `pull` without the argument checks and the long poll, its messages lazy ones
+        for `into` (owner, tag; `engine.pull`), the reader's result as it is."""
+        with self._lock:
+            return self._open().get_messages(topic, queue_id, offset, max_count, into=into)
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         check_types("min_offset", topic=(topic, STR), queue_id=(queue_id, INT))

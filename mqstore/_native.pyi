@@ -373,6 +373,11 @@ def pull_register(
     slotted, `fields` RecordFields' own in its order) and the IPv6 host formatter.
     ValueError for other fields, TypeError for a class without those slots."""
 
+def pull_register_lazy(cls: type[Any], names: tuple[str, ...], /) -> None:
+    """The class a pull `into` an owner builds (a group consumer's ConsumedMessage): its
+    slots named for `engine.pull.LAZY_ROLES`. ValueError for a wrong count of names,
+    TypeError for a class without those slots."""
+
 def pull_units(
     units: Buffer,
     start: int,
@@ -386,8 +391,10 @@ def pull_units(
     got_bytes: int,
     zero_copy: bool,
     out: list[Any],
+    into: tuple[object, object] | None = None,
     /,
 ) -> tuple[int, int, int, bool]:
     """A pull's walk over 20-byte consume-queue units from `start`, its messages appended
     to `out` -> (next unit, stop, sizes added, removing): `engine.pull` is its door and
-    says the rules; `engine.pull.pull_units_py` is the reference."""
+    says the rules; `engine.pull.pull_units_py` is the reference. With `into` (owner,
+    tag), lazy messages of pull_register_lazy's class."""
