@@ -537,12 +537,19 @@ class Consumer:
                 and len(q.inflight) < MAX_INFLIGHT_PER_QUEUE
                 and q.deadline > now
             ]
-        got_any = False
+        if not todo:
+            return False
         for q in todo:
             self._resolve(q)
-            offset = q.next_fetch
-            res = self._reads.pull_into(q.topic, q.queue_id, offset, self.pull_batch, (q, q.tag))
-            with self._lock:
+        offsets = [q.next_fetch for q in todo]
+        batch = self.pull_batch
+        pulls = zip(todo, offsets, strict=True)
+        results = self._reads.pull_into(
+            [(q.topic, q.queue_id, off, batch, (q, q.tag)) for q, off in pulls]
+        )
+        got_any = False
+        with self._lock:
+            for q, offset, res in zip(todo, offsets, results, strict=True):
                 if q.state != "active" or q.next_fetch != offset:
                     continue
                 if res.messages:

@@ -40,7 +40,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final, Literal, NamedTuple, Protocol, overload
 
 from mqstore.conf.settings import FlushDiskType, StoreSettings
@@ -229,13 +229,20 @@ class ClientReads:
                 step = min(step * 2, POLL_MAX_STEP_S)
 
     def pull_into(
-        self, topic: str, queue_id: int, offset: int, max_count: int, into: tuple[object, object]
-    ) -> GetResult:
-        """A group consumer's pull (`ipc.consumer`, which checked its names): one
-        `pull` without the argument checks and the long poll, its messages lazy ones
-        for `into` (owner, tag; `engine.pull`), the reader's result as it is."""
+        self, pulls: Sequence[tuple[str, int, int, int, tuple[object, object]]]
+    ) -> list[GetResult]:
+        """A group consumer's pulls (`ipc.consumer`, which checked its names), each
+        (topic, queue id, offset, max count, into): `pull`s without the argument checks
+        and the long poll, their messages lazy ones for `into` (owner, tag;
+        `engine.pull`), the reader's results as they are. One lock and one look at the
+        store's limits for them all (a pull's fixed cost is ~10 us, a quarter of it that
+        look)."""
         with self._lock:
-            return self._open().get_messages(topic, queue_id, offset, max_count, into=into)
+            reader = self._open()
+            return [
+                reader.get_messages(topic, queue_id, offset, max_count, into=into)
+                for topic, queue_id, offset, max_count, into in pulls
+            ]
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         check_types("min_offset", topic=(topic, STR), queue_id=(queue_id, INT))
