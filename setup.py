@@ -28,6 +28,7 @@ SOURCES = [
     "ipc/native/mqs_compress.c",
     "ipc/native/mqs_round.c",
     "ipc/native/mqs_control_py.c",
+    "ipc/native/mqs_group_ack.c",
     "engine/native/mqs_scan.c",
     "engine/native/mqs_scan_py.c",
     "engine/native/mqs_pull.c",

@@ -8,8 +8,10 @@ one producer process puts `--n` messages as fast as it can (`put(..., wait_store
 the async put). Reported: the producer's rate, the group's rate over the same window
 (first put to the last message acked), the lag when the producer finished and how long
 the group took to drain it, and when the dispatcher had put the last message in its
-consume queue (a consumer reads nothing before that). The group keeps up when it is done
-soon after the dispatcher. Prints one JSON line with the load average.
+consume queue (a consumer reads nothing before that), and each member's CPU time per
+message it acked (the rates follow the load of a shared machine; this much less). The
+group keeps up when it is done soon after the dispatcher. Prints one JSON line with the
+load average.
 """
 
 from __future__ import annotations
@@ -66,18 +68,32 @@ with StoreClient.attach(store) as c, c.consumer("bench", "bench-group") as g:
         if got:
             last = time.monotonic_ns()
         if n - said >= 1000 or (not got and n != said):
-            os.write(fd, b"%d %d\n" % (n, last))
+            os.write(fd, b"%d %d %d\n" % (n, last, time.process_time_ns()))
             said = n
 """
 
 
 def _progress(path: Path) -> list[tuple[int, int]]:
+    """A member's marks: (messages acked, when the last was) after each 1000 or so."""
+    return [(n, t) for n, t, _cpu in _marks(path)]
+
+
+def _marks(path: Path) -> list[tuple[int, int, int]]:
+    """A member's marks with its process's CPU time (ns) at each."""
     out = []
     for line in path.read_text().splitlines():
         parts = line.split()
-        if len(parts) == 2:
-            out.append((int(parts[0]), int(parts[1])))
+        if len(parts) == 3:
+            out.append((int(parts[0]), int(parts[1]), int(parts[2])))
     return out
+
+
+def _cpu_per_message(marks: list[tuple[int, int, int]]) -> float | None:
+    """The member's CPU µs per message from its first mark to its last (its idle polls
+    before the producer started left out)."""
+    if len(marks) < 2 or marks[-1][0] == marks[0][0]:
+        return None
+    return (marks[-1][2] - marks[0][2]) / 1e3 / (marks[-1][0] - marks[0][0])
 
 
 def main() -> int:
@@ -159,6 +175,11 @@ def main() -> int:
                 # consumers read only what the dispatcher has put in the consume queues
                 "dispatched_after_producer_s": round(max(0, t_dispatched - t1) / 1e9, 3),
                 "group_done_after_dispatch_s": round((last - t_dispatched) / 1e9, 3),
+                # each member's CPU per message it acked, from its first mark to its last
+                "member_cpu_us_per_msg": [
+                    None if c is None else round(c, 3)
+                    for c in (_cpu_per_message(_marks(log)) for log in logs)
+                ],
                 "uptime": os.getloadavg(),
             }
             print(json.dumps(result))

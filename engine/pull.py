@@ -24,7 +24,12 @@ appends the messages found to `out`:
 5. a filler (`engine.filler.is_filler`) is passed, and so is a record whose `TAGS` is
    not one of `wanted`;
 6. the record becomes a message: `engine.record.decode`'s `DecodedRecord`, or with
-   `zero_copy` a `RecordView` whose body is a slice of `log`.
+   `zero_copy` a `RecordView` whose body is a slice of `log`; or, with `into` an
+   (owner, tag) pair, a *lazy* message of the class `register_lazy` named (a group
+   consumer's `ConsumedMessage`): the record's bytes, its body (None when compressed),
+   its queue offset, the owner and tag given, done False, nothing cached. Nothing else
+   of the record is decoded until asked (its properties, hosts, msg id: ~20 objects a
+   message fewer than a `DecodedRecord`).
 
 `log` is the commit log's bytes from offset `log_base`: one mapped segment, cut at the
 limit. A unit whose record lies below the limit but outside `log` stops the walk
@@ -48,7 +53,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
-from typing import Final
+from typing import Any, Final
 
 from mqstore import _native
 from mqstore.engine.consumequeue_files import CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, UNIT
@@ -60,6 +65,7 @@ from mqstore.engine.record import (
     DecodedRecord,
     RecordFields,
     RecordView,
+    SysFlag,
     check_record,
     decode,
 )
@@ -68,6 +74,9 @@ from mqstore.engine.recordcodes import format_host, tags_code
 MAX_EXT_ADDR: Final = -2_147_483_649  # ConsumeQueueExt addresses are <= this (spec §3.2)
 
 Walk = tuple[int, int, int, bool]  # (next unit, PullStop, sizes added, removing)
+# the roles of a lazy message's slots, in the order `register_lazy` names them
+LAZY_ROLES: Final = ("raw", "body", "queue_offset", "owner", "tag", "done", "cache")
+_lazy: list[tuple[type[Any], tuple[str, ...]]] = []  # what register_lazy set
 
 
 class PullStop(enum.IntEnum):
@@ -136,6 +145,34 @@ def _message(view: memoryview, pos: int, end: int, zero_copy: bool) -> RecordFie
     return RecordView(**fields)
 
 
+def _lazy_message(
+    view: memoryview, pos: int, rec: RecordFields, into: tuple[object, object]
+) -> object:
+    """The lazy message of `rec` (at view[pos:]) for `into`, its slots set by role."""
+    cls, names = _lazy[0]
+    obj = object.__new__(cls)
+    body = None if rec.sys_flag & SysFlag.COMPRESSED else bytes(rec.body)
+    raw = bytes(view[pos : pos + rec.size])
+    for name, value in zip(
+        names, (raw, body, rec.queue_offset, into[0], into[1], False, None), strict=True
+    ):
+        setattr(obj, name, value)
+    return obj
+
+
+def _check_into(into: object, zero_copy: bool) -> tuple[object, object] | None:
+    """`into` as the C door checks it."""
+    if into is None:
+        return None
+    if type(into) is not tuple or len(into) != 2:
+        raise TypeError("into must be None or an (owner, tag) tuple")
+    if zero_copy is True:
+        raise ValueError("a pull into an owner takes zero_copy False")
+    if not _lazy:
+        raise RuntimeError("a pull into an owner before pull_register_lazy")
+    return into[0], into[1]
+
+
 def pull_units_py(
     units: Buffer,
     start: int,
@@ -148,9 +185,11 @@ def pull_units_py(
     max_bytes: int,
     got_bytes: int,
     zero_copy: bool,
-    out: list[RecordFields],
+    out: list[Any],
+    into: tuple[object, object] | None = None,
 ) -> Walk:
     """The reference walk: see the module docstring (its steps are numbered here)."""
+    lazy = _check_into(into, zero_copy)
     n = _check_args(units, start, log_base, max_count)
     view = memoryview(log).cast("B")
     end = min(len(view), limit - log_base)
@@ -183,7 +222,7 @@ def pull_units_py(
             continue
         if wanted is not None and rec.properties.get(PROPERTY_TAGS) not in wanted:
             continue
-        out.append(rec)  # 6
+        out.append(rec if lazy is None else _lazy_message(view, off - log_base, rec, lazy))  # 6
         got_bytes += size
     return n, PullStop.END.value, got_bytes, removing
 
@@ -200,6 +239,13 @@ def _register() -> None:
     if len(set(names)) != 1:
         raise TypeError("DecodedRecord and RecordView must have RecordFields' fields")
     _native.pull_register(DecodedRecord, RecordView, names[0], format_host)
+
+
+def register_lazy(cls: type, names: tuple[str, ...]) -> None:
+    """The class a pull `into` an owner builds: `names` are its slots for `LAZY_ROLES`,
+    in that order (each an object slot)."""
+    _native.pull_register_lazy(cls, names)
+    _lazy[:] = [(cls, names)]
 
 
 _register()

@@ -329,12 +329,14 @@ class StoreReader:
         max_bytes: int = DEFAULT_MAX_BYTES,
         tags: str | None = None,
         zero_copy: bool = False,
+        into: tuple[object, object] | None = None,
     ) -> GetResult:
         """RocketMQ's getMessage (spec §8.17): up to `max_count` messages (and about
         `max_bytes`; at least one) from queue offset `offset`. `tags` ("a || b")
         filters on the unit's tag code, then on the record's TAGS. With `zero_copy` the
         messages are `RecordView`s (bodies are views of the mapped log: see its doc for
-        how long they live), else `DecodedRecord`s. The units are walked in C
+        how long they live), else `DecodedRecord`s; with `into` (owner, tag), lazy
+        messages (`engine.pull`: a group consumer's, bodies not inflated). The units are walked in C
         (`engine.pull`), which decodes no record but those of the messages it takes."""
         cq = self.queues.get(topic, queue_id)
         if cq is None:
@@ -351,10 +353,11 @@ class StoreReader:
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, lo if lo == 0 else hi, lo, hi)
         scan = min(max(MIN_SCAN_UNITS, max_count), hi - offset)
         res = GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, lo, hi)
-        if not self._walk(cq, res, scan, limit, max_count, max_bytes, tags, zero_copy):
+        if not self._walk(cq, res, scan, limit, max_count, max_bytes, tags, zero_copy, into):
             per = cq.file_size_bytes // 20
             return GetResult(GetStatus.OFFSET_FOUND_NULL, offset + per - offset % per, lo, hi)
-        compression.inflate_all(res.messages)  # compressed bodies: their original bytes
+        if into is None:  # compressed bodies: their original bytes (lazy ones on demand)
+            compression.inflate_all(res.messages)
         return res
 
     def _bounds(self, cq: ConsumeQueue, limit: int) -> tuple[int, int]:
@@ -382,6 +385,7 @@ class StoreReader:
         max_bytes: int,
         tags: str | None,
         zero_copy: bool,
+        into: tuple[object, object] | None = None,
     ) -> bool:
         """`engine.pull.pull_units` over up to `scan` units from `res.next_offset`, each
         consume-queue file's units in one call, into `res`; False when no unit could be
@@ -408,7 +412,7 @@ class StoreReader:
                     view, base = (_NO_LOG, 0) if log is None else (log.view, log.physical_offset)
                     i, code, got, rem = pull_units(
                         units, i, view, base, limit, tf.codes, tf.wanted, max_count, max_bytes,
-                        got, zero_copy, msgs,
+                        got, zero_copy, msgs, into,
                     )  # fmt: skip
                     removing |= rem
                     stop = PullStop(code)

@@ -561,7 +561,7 @@ class AsyncStoreClient:
         from_where: Literal["first", "last"] = "first",
         max_reconsume_times: int = 16,
         session_ms: int = 2000,
-        pull_batch: int = 32,
+        pull_batch: int = 128,
         retry: bool = True,
     ) -> _Joining:
         """`StoreClient.consumer` for asyncio: `async with store.consumer(g, topics) as c`

@@ -389,7 +389,7 @@ class StoreClient:
         from_where: Literal["first", "last"] = "first",
         max_reconsume_times: int = 16,
         session_ms: int = 2000,
-        pull_batch: int = 32,
+        pull_batch: int = 128,
         retry: bool = True,
     ) -> Consumer:
         """Join consumer group `group` on `topics` (and its `%RETRY%<group>` topic,

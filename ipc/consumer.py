@@ -34,13 +34,16 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import struct
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final, Literal, Protocol, cast
 
+from mqstore import _native
+from mqstore.engine import compression, pull, record
 from mqstore.engine.names import check_group, check_topic
 from mqstore.engine.record import DecodedRecord, RecordFields
 from mqstore.ipc import channel, group_slots
@@ -51,7 +54,7 @@ from mqstore.ipc.results import PutMessageStatus, PutResult
 RETRY_PREFIX: Final = "%RETRY%"
 DLQ_PREFIX: Final = "%DLQ%"
 DEFAULT_MAX_RECONSUME_TIMES: Final = 16
-PULL_BATCH: Final = 32
+PULL_BATCH: Final = 128  # a pull's fixed cost (~15 us) over 128 messages, not 32
 MAX_INFLIGHT_PER_QUEUE: Final = 1000  # RocketMQ's pullThresholdForQueue
 LOCAL_RETRY_S: Final = 1.0  # a nack whose send-back failed is delivered again after this
 _RECONNECT_S: Final = 0.1
@@ -72,6 +75,10 @@ class MemberClient(LiveAttach, Protocol):
     ) -> PutResult: ...
 
 
+class LockLike(Protocol):
+    def locked(self) -> bool: ...
+
+
 class ConsumerClosed(Exception):
     """The consumer was closed."""
 
@@ -88,17 +95,49 @@ class _Queue:
     deadline: float  # local lease end (monotonic)
     state: Literal["active", "revoking", "dropped"] = "active"
     next_fetch: int = -1
-    buffer: deque[DecodedRecord] = field(default_factory=deque)  # fetched, not delivered
-    inflight: deque[int] = field(default_factory=deque)  # delivered offsets, ascending
-    acked: set[int] = field(default_factory=set)  # acked, still behind an unacked one
+    # fetched, not delivered: buffer[pos:] (an empty list when all were delivered)
+    buffer: list[ConsumedMessage] = field(default_factory=list)
+    pos: int = 0
+    # delivered and not yet known acked, ascending; the acked ones at its left leave at
+    # the next commit (each message's `done` says it was acked or nacked)
+    inflight: deque[ConsumedMessage] = field(default_factory=deque)
+    word: int = 0  # the slot word's tag bits (`group_slots.pack` of offset 0)
+
+    def __post_init__(self) -> None:
+        self.word = (self.tag & group_slots.TAG_MASK) << group_slots.OFFSET_BITS
 
     def commit_point(self) -> int:
         """The lowest offset not yet acked (RocketMQ's ProcessQueue minimum)."""
-        if self.inflight:
-            return self.inflight[0]
+        inflight = self.inflight
+        while inflight and inflight[0].done:
+            inflight.popleft()
+        if inflight:
+            return inflight[0].queue_offset
         if self.buffer:
-            return self.buffer[0].queue_offset
+            return self.buffer[self.pos].queue_offset
         return self.next_fetch
+
+    def unbuffer(self) -> None:
+        """Drop what was fetched and not delivered."""
+        self.buffer = []
+        self.pos = 0
+
+
+_UNIT = struct.Struct(">qiq")  # a consume-queue unit (offset, size, tag code)
+
+
+def _decode(raw: bytes) -> DecodedRecord:
+    """The record `raw` holds, as a pull gives it (the same C builder; its body
+    inflated when compressed)."""
+    phys, size = _PHYS.unpack_from(raw, 28)[0], len(raw)
+    out: list[RecordFields] = []
+    unit = _UNIT.pack(phys, size, 0)
+    pull.pull_units(unit, 0, raw, phys, phys + size, None, None, 1, size, 0, False, out)
+    rec = out[0] if out else record.decode(raw, 0)
+    return cast(DecodedRecord, compression.inflate(rec))
+
+
+_PHYS = struct.Struct(">q")
 
 
 class ConsumedMessage:
@@ -106,28 +145,42 @@ class ConsumedMessage:
 
     `topic` is the topic it was sent to (for a retried message: its `RETRY_TOPIC`
     property); `queue_id` and `queue_offset` say where it was consumed (of
-    `record.topic`, which is `%RETRY%<group>` for a retry)."""
+    `record.topic`, which is `%RETRY%<group>` for a retry).
 
-    __slots__ = ("_q", "_tag", "done", "record", "topic")
+    Made in C by the pull (`engine.pull`'s lazy messages): it holds the record's bytes,
+    its body and queue offset; everything else (`record`, `topic`, `properties`, …) is
+    decoded the first time it is asked for, then kept."""
 
-    def __init__(self, record: DecodedRecord, q: _Queue) -> None:
-        self.record = record
-        self.topic: str = record.properties.get("RETRY_TOPIC", record.topic)
-        self._q = q
-        self._tag = q.tag
-        self.done = False  # acked or nacked
+    __slots__ = ("_body", "_q", "_raw", "_rec", "_tag", "done", "queue_offset")
+    _raw: bytes
+    _body: bytes | None  # None: compressed, inflated by `record`
+    queue_offset: int
+    _q: _Queue
+    _tag: int
+    done: bool  # acked or nacked
+    _rec: DecodedRecord | None
+
+    @property
+    def record(self) -> DecodedRecord:
+        """The record as stored (its body inflated), decoded at the first call."""
+        rec = self._rec
+        if rec is None:
+            rec = self._rec = _decode(self._raw)
+        return rec
+
+    @property
+    def topic(self) -> str:
+        rec = self.record
+        return rec.properties.get("RETRY_TOPIC", rec.topic)
 
     @property
     def body(self) -> bytes:
-        return self.record.body
+        body = self._body
+        return body if body is not None else self.record.body
 
     @property
     def queue_id(self) -> int:
         return self.record.queue_id
-
-    @property
-    def queue_offset(self) -> int:
-        return self.record.queue_offset
 
     @property
     def tags(self) -> str | None:
@@ -154,6 +207,36 @@ class ConsumedMessage:
             f"ConsumedMessage(topic={self.topic!r}, queue_id={self.queue_id}, "
             f"queue_offset={self.queue_offset}, reconsume_times={self.reconsume_times})"
         )
+
+
+def group_ack_py(msg: ConsumedMessage, lock: LockLike, words: Any) -> int:
+    """The reference of `_native.group_ack`, `Consumer.ack`'s fast path (the C twin runs
+    it as one step under the GIL: see ipc/native/mqs_group_ack.c for why that needs no
+    lock when nobody holds it). -1 when the lock is held, or `msg`'s queue is not active,
+    is another grant's or its lease ran out (nothing changed: the caller acks under the
+    lock); 0 when `msg` was acked or nacked before; else 1: `msg` is done, the done ones
+    at the left of the queue's inflight leave, and the commit point (`_Queue.commit_point`)
+    is stored in the queue's slot of `words` when it fits one."""
+    if lock.locked():
+        return -1
+    if msg.done:
+        return 0
+    q = msg._q
+    if q.state != "active" or q.tag != msg._tag or time.monotonic() >= q.deadline:
+        return -1
+    if not 0 <= q.slot < len(words):
+        raise ValueError("slot is not an aligned 8-byte word of words")
+    msg.done = True
+    point = q.commit_point()
+    if 0 <= point <= group_slots.OFFSET_MASK:
+        words[q.slot] = q.word | point
+    return 1
+
+
+group_ack: Final = _native.group_ack  # the C twin, what `Consumer.ack` calls
+
+
+pull.register_lazy(ConsumedMessage, ("_raw", "_body", "queue_offset", "_q", "_tag", "done", "_rec"))
 
 
 class Consumer:
@@ -384,11 +467,11 @@ class Consumer:
     def _revoke(self, q: _Queue) -> None:
         """Fetch no more of `q`; hand it back once what it delivered is settled."""
         if q.buffer:  # fetched, never delivered: the next owner fetches them again
-            q.next_fetch = q.buffer[0].queue_offset
-        q.buffer.clear()
+            q.next_fetch = q.buffer[q.pos].queue_offset
+        q.unbuffer()
         q.state = "revoking"
         self._write_slot(q)
-        if not q.inflight:
+        if not q.inflight:  # `_write_slot` let the acked ones go
             self._queues.pop(q.tag, None)
             q.state = "dropped"
             self._release.append(q.tag)
@@ -408,7 +491,7 @@ class Consumer:
             self._beat_now.set()
             self._changed.set()
         q.state = "dropped"
-        q.buffer.clear()
+        q.unbuffer()
 
     def _drop_all(self) -> None:
         with self._lock:
@@ -462,16 +545,23 @@ class Consumer:
                 and len(q.inflight) < MAX_INFLIGHT_PER_QUEUE
                 and q.deadline > now
             ]
-        got_any = False
+        if not todo:
+            return False
         for q in todo:
             self._resolve(q)
-            offset = q.next_fetch
-            res = self._reads.pull(q.topic, q.queue_id, offset, self.pull_batch)
-            with self._lock:
+        offsets = [q.next_fetch for q in todo]
+        batch = self.pull_batch
+        pulls = zip(todo, offsets, strict=True)
+        results = self._reads.pull_into(
+            [(q.topic, q.queue_id, off, batch, (q, q.tag)) for q, off in pulls]
+        )
+        got_any = False
+        with self._lock:
+            for q, offset, res in zip(todo, offsets, results, strict=True):
                 if q.state != "active" or q.next_fetch != offset:
                     continue
                 if res.messages:
-                    q.buffer.extend(res.messages)
+                    q.buffer.extend(cast(list[ConsumedMessage], res.messages))
                     q.next_fetch = res.next_offset
                     got_any = True
                 elif (
@@ -509,10 +599,15 @@ class Consumer:
                 if q.deadline <= now:  # lease over: deliver no more, hand it back
                     self._lapse(q)
                     continue
-                buf = q.buffer
-                recs = [buf.popleft() for _ in range(min(left, len(buf)))]
-                q.inflight.extend([r.queue_offset for r in recs])
-                out.extend([ConsumedMessage(r, q) for r in recs])
+                buf, pos = q.buffer, q.pos
+                end = min(pos + left, len(buf))
+                got = buf[pos:end]
+                if end == len(buf):
+                    q.unbuffer()
+                else:
+                    q.pos = end
+                q.inflight.extend(got)
+                out.extend(got)
         return out
 
     def poll(self, max_count: int = 32, timeout: float = 1.0) -> list[ConsumedMessage]:
@@ -544,9 +639,20 @@ class Consumer:
         """Done with `msg`: its queue's committed offset may pass it (stored in the
         group's slot before this returns). False when the queue is no longer this
         member's (the next owner delivers it again)."""
+        slots = self._slots
+        if slots is not None:  # in one C call while the lock is free (`group_ack_py`)
+            got = group_ack(msg, self._lock, slots.words)
+            if got >= 0:
+                return got == 1
         with self._lock:
-            q = self._settle(msg, time.monotonic())
-            if q is None:
+            if msg.done:
+                return False
+            msg.done = True
+            q = msg._q
+            if q.state == "dropped" or q.tag != msg._tag:
+                return False
+            if time.monotonic() >= q.deadline:  # the lease ran out: not ours to commit
+                self._lapse(q)
                 return False
             self._commit(q)
             return True
@@ -557,54 +663,42 @@ class Consumer:
         done = 0
         with self._lock:
             now = time.monotonic()
-            touched: dict[int, _Queue] = {}
+            last: _Queue | None = None
+            touched: list[_Queue] = []
             for msg in msgs:
-                q = self._settle(msg, now)
-                if q is not None:
-                    touched[q.tag] = q
-                    done += 1
-            for q in touched.values():
-                if q.deadline > now:
-                    self._commit(q)
+                if msg.done:
+                    continue
+                msg.done = True
+                q = msg._q
+                if q is not last:  # a poll's messages come in runs of one queue
+                    if q.state == "dropped" or q.tag != msg._tag:
+                        continue
+                    if now >= q.deadline:  # the lease ran out: not ours to commit
+                        self._lapse(q)
+                        continue
+                    last = q
+                    touched.append(q)
+                done += 1
+            for q in dict.fromkeys(touched):
+                self._commit(q)
         return done
-
-    def _settle(self, msg: ConsumedMessage, now: float) -> _Queue | None:
-        """Take `msg` out of its queue's unacked ones (lock held): its queue, or None
-        when the ack does not count."""
-        if msg.done:
-            return None
-        msg.done = True
-        q = msg._q
-        if q.state == "dropped" or q.tag != msg._tag:
-            return None
-        if now >= q.deadline:  # the lease ran out: not ours to commit
-            self._lapse(q)
-            return None
-        off = msg.record.queue_offset
-        inflight = q.inflight
-        if inflight and inflight[0] == off:
-            inflight.popleft()
-            acked = q.acked
-            if acked:
-                while inflight and inflight[0] in acked:
-                    acked.remove(inflight.popleft())
-        else:
-            q.acked.add(off)
-        return q
 
     def _commit(self, q: _Queue) -> None:
         """Store `q`'s commit point; hand a revoked queue back once settled (lock held;
         the caller checked the lease an instant ago)."""
-        if q.inflight:
-            point = q.inflight[0]
+        inflight = q.inflight
+        while inflight and inflight[0].done:  # acked (or nacked): passed
+            inflight.popleft()
+        if inflight:
+            point = inflight[0].queue_offset
         elif q.buffer:
-            point = q.buffer[0].queue_offset
+            point = q.buffer[q.pos].queue_offset
         else:
             point = q.next_fetch
         slots = self._slots
         if 0 <= point <= group_slots.OFFSET_MASK and slots is not None:
-            slots.words[q.slot] = (q.tag & group_slots.TAG_MASK) << group_slots.OFFSET_BITS | point
-        if q.state == "revoking" and not q.inflight:
+            slots.words[q.slot] = q.word | point
+        if q.state == "revoking" and not inflight:
             self._queues.pop(q.tag, None)
             q.state = "dropped"
             self._release.append(q.tag)
@@ -636,20 +730,24 @@ class Consumer:
         """Messages one at a time, until the consumer is closed: asking for the next
         acks the one before; an exception that leaves the loop inside `with consumer`
         nacks it (`__exit__`)."""
-        buffered: deque[ConsumedMessage] = deque()
         while not self._closed:
             cur = self._current
             if cur is not None and not cur.done:
                 self.ack(cur)
             self._current = None
-            if not buffered:
-                try:
-                    buffered.extend(self.poll(self.pull_batch, 0.5))
-                except ConsumerClosed:
+            try:
+                batch = self.poll(self.pull_batch, 0.5)
+            except ConsumerClosed:
+                return
+            ack = self.ack
+            for m in batch:
+                self._current = m
+                yield m
+                if self._closed:  # `__exit__` settles the message in hand
                     return
-                continue
-            self._current = buffered.popleft()
-            yield self._current
+                if not m.done:
+                    ack(m)
+            self._current = None
 
     def run(
         self,

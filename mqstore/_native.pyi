@@ -382,6 +382,17 @@ def pull_register(
     slotted, `fields` RecordFields' own in its order) and the IPv6 host formatter.
     ValueError for other fields, TypeError for a class without those slots."""
 
+def group_ack(msg: Any, lock: Any, words: Buffer, /) -> int:
+    """A group consumer's ack of `msg` in one step while `lock` is free (ipc/native/
+    mqs_group_ack.c): 1 acked (its queue's commit point stored in `words`), 0 acked
+    before, -1 not here (the lock is held, or the queue is not active, not this grant's
+    or its lease is over: nothing changed). `ipc.consumer.group_ack_py` is the reference."""
+
+def pull_register_lazy(cls: type[Any], names: tuple[str, ...], /) -> None:
+    """The class a pull `into` an owner builds (a group consumer's ConsumedMessage): its
+    slots named for `engine.pull.LAZY_ROLES`. ValueError for a wrong count of names,
+    TypeError for a class without those slots."""
+
 def pull_units(
     units: Buffer,
     start: int,
@@ -395,8 +406,10 @@ def pull_units(
     got_bytes: int,
     zero_copy: bool,
     out: list[Any],
+    into: tuple[object, object] | None = None,
     /,
 ) -> tuple[int, int, int, bool]:
     """A pull's walk over 20-byte consume-queue units from `start`, its messages appended
     to `out` -> (next unit, stop, sizes added, removing): `engine.pull` is its door and
-    says the rules; `engine.pull.pull_units_py` is the reference."""
+    says the rules; `engine.pull.pull_units_py` is the reference. With `into` (owner,
+    tag), lazy messages of pull_register_lazy's class."""

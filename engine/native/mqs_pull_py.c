@@ -31,26 +31,35 @@ static const char *const COMMON_NAMES[] = {
 };
 #define NCOMMON ((int)(sizeof COMMON_NAMES / sizeof COMMON_NAMES[0]))
 
-/* What pull_register set; touched only with the GIL held. */
+#define MQS_COMPRESSED 0x1 /* sysFlag: the body is compressed (engine.record.SysFlag) */
+
+/* The roles of a lazy message's slots (pull_register_lazy), in the order it names them. */
+enum { L_RAW, L_BODY, L_QUEUE_OFFSET, L_OWNER, L_TAG, L_DONE, L_CACHE, NLAZY };
+
+/* What pull_register and pull_register_lazy set; touched only with the GIL held. */
 static struct {
     PyTypeObject *cls[2]; /* [0] copies the body (DecodedRecord), [1] views it (RecordView) */
     Py_ssize_t off[2][NFIELDS];
     PyObject *format_host;
     PyObject *common[NCOMMON];
+    PyTypeObject *lazy; /* a pull `into` an owner builds these */
+    Py_ssize_t lazy_off[NLAZY];
 } reg;
 
 /* --- registration ------------------------------------------------------------------- */
 
-/* The slot offsets of `cls`'s fields: each must be an object slot of a class `cls` is. */
-static int slot_offsets(PyObject *cls, const char *name, Py_ssize_t *off)
+/* The slot offsets of `cls`'s fields `names[0..n)`: each must be an object slot of a
+ * class `cls` is. */
+static int slot_offsets_of(PyObject *cls, const char *name, const char *const *names, int n,
+                           Py_ssize_t *off)
 {
     if (!PyType_Check(cls)) {
         PyErr_Format(PyExc_TypeError, "%s must be a class, not %.100s", name,
                      Py_TYPE(cls)->tp_name);
         return -1;
     }
-    for (int f = 0; f < NFIELDS; f++) {
-        PyObject *d = PyObject_GetAttrString(cls, FIELD_NAMES[f]);
+    for (int f = 0; f < n; f++) {
+        PyObject *d = PyObject_GetAttrString(cls, names[f]);
         if (d == NULL)
             return -1;
         int ok = Py_IS_TYPE(d, &PyMemberDescr_Type);
@@ -62,11 +71,16 @@ static int slot_offsets(PyObject *cls, const char *name, Py_ssize_t *off)
         }
         Py_DECREF(d);
         if (!ok) {
-            PyErr_Format(PyExc_TypeError, "%s.%s must be a slot", name, FIELD_NAMES[f]);
+            PyErr_Format(PyExc_TypeError, "%s.%s must be a slot", name, names[f]);
             return -1;
         }
     }
     return 0;
+}
+
+static int slot_offsets(PyObject *cls, const char *name, Py_ssize_t *off)
+{
+    return slot_offsets_of(cls, name, FIELD_NAMES, NFIELDS, off);
 }
 
 PyObject *mqs_py_pull_register(PyObject *Py_UNUSED(module), PyObject *const *args,
@@ -110,6 +124,40 @@ PyObject *mqs_py_pull_register(PyObject *Py_UNUSED(module), PyObject *const *arg
     }
     Py_INCREF(args[3]);
     Py_XSETREF(reg.format_host, args[3]);
+    Py_RETURN_NONE;
+}
+
+PyObject *mqs_py_pull_register_lazy(PyObject *Py_UNUSED(module), PyObject *const *args,
+                                    Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "pull_register_lazy takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *names = args[1];
+    if (!PyTuple_Check(names) || PyTuple_GET_SIZE(names) != NLAZY) {
+        PyErr_Format(PyExc_ValueError,
+                     "names must be a tuple of %d slot names (raw, body, queue_offset, owner, "
+                     "tag, done, cache)",
+                     NLAZY);
+        return NULL;
+    }
+    const char *cnames[NLAZY];
+    for (int f = 0; f < NLAZY; f++) {
+        PyObject *got = PyTuple_GET_ITEM(names, f);
+        cnames[f] = PyUnicode_Check(got) ? PyUnicode_AsUTF8(got) : NULL;
+        if (cnames[f] == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_ValueError, "names[%d] must be str", f);
+            return NULL;
+        }
+    }
+    Py_ssize_t off[NLAZY];
+    if (slot_offsets_of(args[0], "lazy", cnames, NLAZY, off) < 0)
+        return NULL;
+    Py_INCREF(args[0]);
+    Py_XSETREF(reg.lazy, (PyTypeObject *)args[0]);
+    memcpy(reg.lazy_off, off, sizeof off);
     Py_RETURN_NONE;
 }
 
@@ -296,9 +344,43 @@ fail:
     return NULL;
 }
 
+/* The lazy message of the record at log[pos] (layout `l`) for `into` = (owner, tag): its
+ * record's bytes, its body (None when compressed: the owner inflates it on demand), its
+ * queue offset, owner, tag, done False, cache None. NULL with an exception set. */
+static PyObject *build_lazy(struct builder *b, int64_t pos, const struct mqs_layout *l,
+                            PyObject *into)
+{
+    const uint8_t *r = b->log + pos;
+    int32_t sys_flag = (int32_t)mqs_rd32(r + 36);
+    PyObject *v[NLAZY] = {0};
+    v[L_RAW] = PyBytes_FromStringAndSize((const char *)r, (Py_ssize_t)l->total);
+    if (sys_flag & MQS_COMPRESSED)
+        v[L_BODY] = Py_NewRef(Py_None);
+    else
+        v[L_BODY] = PyBytes_FromStringAndSize((const char *)r + l->fixed, (Py_ssize_t)l->body_len);
+    v[L_QUEUE_OFFSET] = PyLong_FromLongLong(mqs_rd64(r + 20));
+    v[L_OWNER] = Py_NewRef(PyTuple_GET_ITEM(into, 0));
+    v[L_TAG] = Py_NewRef(PyTuple_GET_ITEM(into, 1));
+    v[L_DONE] = Py_NewRef(Py_False);
+    v[L_CACHE] = Py_NewRef(Py_None);
+    for (int f = 0; f < NLAZY; f++)
+        if (v[f] == NULL)
+            goto fail;
+    PyObject *obj = reg.lazy->tp_alloc(reg.lazy, 0);
+    if (obj == NULL)
+        goto fail;
+    for (int f = 0; f < NLAZY; f++) /* the slots take the references */
+        *(PyObject **)((char *)obj + reg.lazy_off[f]) = v[f];
+    return obj;
+fail:
+    for (int f = 0; f < NLAZY; f++)
+        Py_XDECREF(v[f]);
+    return NULL;
+}
+
 /* --- the call --------------------------------------------------------------------------- */
 
-#define NARGS 12
+#define NARGS 12 /* and `into`, optional */
 
 /* `codes`: None, or a tuple of ints, copied into *held (PyMem_Free it). */
 static int parse_codes(PyObject *o, int64_t **held, struct mqs_pull *p)
@@ -374,7 +456,8 @@ static PyObject *byte_view(PyObject *log)
 }
 
 /* Take records until the walk ends: 0, or -1 with an exception set. */
-static int take(struct mqs_pull *p, struct builder *b, PyObject *wanted, PyObject *out, int *stop)
+static int take(struct mqs_pull *p, struct builder *b, PyObject *wanted, PyObject *out,
+                PyObject *into, int *stop)
 {
     for (;;) {
         *stop = mqs_pull_next(p);
@@ -396,7 +479,13 @@ static int take(struct mqs_pull *p, struct builder *b, PyObject *wanted, PyObjec
                 continue;
             }
         }
-        PyObject *msg = build(b, p->rec_pos, &p->lay, props);
+        PyObject *msg;
+        if (into != NULL) {
+            Py_XDECREF(props);
+            msg = build_lazy(b, p->rec_pos, &p->lay, into);
+        } else {
+            msg = build(b, p->rec_pos, &p->lay, props);
+        }
         if (msg == NULL)
             return -1;
         int rc = PyList_Append(out, msg);
@@ -410,13 +499,29 @@ static int take(struct mqs_pull *p, struct builder *b, PyObject *wanted, PyObjec
 
 PyObject *mqs_py_pull_units(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != NARGS) {
-        PyErr_Format(PyExc_TypeError, "pull_units takes %d arguments (%zd given)", NARGS, nargs);
+    if (nargs != NARGS && nargs != NARGS + 1) {
+        PyErr_Format(PyExc_TypeError, "pull_units takes %d or %d arguments (%zd given)", NARGS,
+                     NARGS + 1, nargs);
         return NULL;
     }
     if (reg.cls[0] == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "pull_units before pull_register");
         return NULL;
+    }
+    PyObject *into = nargs > NARGS && args[NARGS] != Py_None ? args[NARGS] : NULL;
+    if (into != NULL) {
+        if (!PyTuple_Check(into) || PyTuple_GET_SIZE(into) != 2) {
+            PyErr_SetString(PyExc_TypeError, "into must be None or an (owner, tag) tuple");
+            return NULL;
+        }
+        if (args[10] == Py_True) {
+            PyErr_SetString(PyExc_ValueError, "a pull into an owner takes zero_copy False");
+            return NULL;
+        }
+        if (reg.lazy == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "a pull into an owner before pull_register_lazy");
+            return NULL;
+        }
     }
     struct mqs_pull p = {0};
     int64_t *codes = NULL, start;
@@ -453,7 +558,7 @@ PyObject *mqs_py_pull_units(PyObject *Py_UNUSED(module), PyObject *const *args, 
     if (b.zero_copy && (b.view = byte_view(args[2])) == NULL)
         goto done;
     int stop;
-    if (take(&p, &b, args[6], args[11], &stop) == 0)
+    if (take(&p, &b, args[6], args[11], into, &stop) == 0)
         result = Py_BuildValue("LiLO", (long long)p.i, stop, (long long)p.got_bytes,
                                p.removing ? Py_True : Py_False);
 done:

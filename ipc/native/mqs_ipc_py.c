@@ -14,6 +14,7 @@
 #include "mqs_control_py.h"
 #include "mqs_crashpoint.h"
 #include "mqs_futex.h"
+#include "mqs_group_ack.h"
 #include "mqs_ipc_py.h"
 #include "mqs_layout.h"
 #include "mqs_put.h"
@@ -356,6 +357,7 @@ static int add_layout(PyObject *m)
 
 static PyMethodDef ipc_methods[] = {
     MQS_CONTROL_METHODS
+    MQS_GROUP_ACK_METHODS
     {NULL, NULL, 0, NULL},
 };
 

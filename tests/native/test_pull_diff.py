@@ -18,16 +18,25 @@ import dataclasses
 import struct
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from mqstore import _native
-from mqstore.engine import record, recordcodes
+from mqstore.engine import compression, record, recordcodes
 from mqstore.engine.consumequeue_files import PRE_BLANK_SIZE
-from mqstore.engine.pull import MAX_EXT_ADDR, PullStop, Walk, pull_units, pull_units_py
+from mqstore.engine.pull import (
+    LAZY_ROLES,
+    MAX_EXT_ADDR,
+    PullStop,
+    Walk,
+    pull_units,
+    pull_units_py,
+)
 from mqstore.engine.record import CheckStatus, DecodedRecord, Message, RecordFields, RecordView
+from mqstore.ipc.consumer import ConsumedMessage  # registers itself as the lazy class
 from tests.engine.scanlog import lay_out, to_v2
 from tests.native.test_scan_diff import _filler, _hosts, _record
 
@@ -44,10 +53,19 @@ def _sentinel() -> DecodedRecord:
     return record.decode(_PLAIN, 0)
 
 
-def assert_same_messages(c: list[RecordFields], py: list[RecordFields]) -> None:
+_LAZY_SLOTS = ("_raw", "_body", "queue_offset", "_q", "_tag", "done", "_rec")
+_OWNER = object()
+
+
+def assert_same_messages(c: list[Any], py: list[Any]) -> None:
     assert len(c) == len(py)
     for a, b in zip(c, py, strict=True):
         assert type(a) is type(b)
+        if type(a) is ConsumedMessage:
+            for name in _LAZY_SLOTS:
+                x, y = getattr(a, name), getattr(b, name)
+                assert type(x) is type(y) and x == y, name
+            continue
         for f in dataclasses.fields(a):
             x, y = getattr(a, f.name), getattr(b, f.name)
             assert type(x) is type(y), f.name
@@ -98,6 +116,7 @@ class Case:
     already: int  # messages in `out` before the walk
     start: int
     zero_copy: bool
+    lazy: bool  # into (owner, tag): ConsumedMessages
 
 
 @st.composite
@@ -152,7 +171,8 @@ def walks(draw: st.DrawFn) -> Case:
         got_bytes=draw(st.sampled_from([0, 0, 0, 100, 2000])),
         already=draw(st.sampled_from([0, 0, 0, 1, 2])),
         start=min(draw(st.sampled_from([0, 0, 0, 1, 2])), len(units) // 20),
-        zero_copy=draw(st.booleans()),
+        zero_copy=(zero_copy := draw(st.booleans())),
+        lazy=not zero_copy and draw(st.booleans()),
     )
 
 
@@ -163,10 +183,11 @@ def _walk(fn: Fn, w: Case) -> tuple[list[Walk], list[RecordFields]]:
     out: list[RecordFields] = [_sentinel() for _ in range(w.already)]
     start, log, base, got = w.start, memoryview(w.buf)[lo:hi], lo, w.got_bytes
     calls = []
+    into = (_OWNER, 7) if w.lazy else None
     for _ in range(2):
         r = fn(
             w.units, start, log, base, w.limit, w.codes, w.wanted, w.max_count, w.max_bytes,
-            got, w.zero_copy, out,
+            got, w.zero_copy, out, into,
         )  # fmt: skip
         calls.append(r)
         if r[1] != PullStop.NEED_LOG:
@@ -188,6 +209,19 @@ def test_c_walks_as_the_reference(w: Case) -> None:
     event(f"messages {min(len(c_msgs), 3)}{'+' if len(c_msgs) >= 3 else ''}")
     if w.zero_copy:
         assert all(type(m) is RecordView for m in c_msgs)
+    elif w.lazy:
+        assert all(type(m) is ConsumedMessage for m in c_msgs)
+        for m in c_msgs:  # its record, decoded on demand, is the copying pull's
+            assert m._q is _OWNER and m._tag == 7 and m.done is False and m._rec is None
+            plain: list[RecordFields] = []
+            phys = m._raw[28:36]
+            pull_units_py(
+                _UNIT.pack(int.from_bytes(phys, "big", signed=True), len(m._raw), 0), 0,
+                m._raw, int.from_bytes(phys, "big", signed=True), 1 << 62, None, None, 1,
+                1 << 40, 0, False, plain,
+            )  # fmt: skip
+            assert_same_messages([m.record], [compression.inflate(plain[0])])
+            assert m.body == m.record.body
     else:
         assert all(type(m) is DecodedRecord and type(m.body) is bytes for m in c_msgs)
 
@@ -286,7 +320,7 @@ def test_c_refuses_wrong_types_with_the_parameter_name() -> None:
         args[i] = bad
         with pytest.raises(TypeError, match=name):
             pull_units(*args)
-    with pytest.raises(TypeError, match="12 arguments"):
+    with pytest.raises(TypeError, match="12 or 13 arguments"):
         pull_units(*ok[:-1])  # type: ignore[call-arg]
 
 
@@ -341,3 +375,34 @@ def test_the_real_rocketmq_stores_walk_alike(store: str, zero_copy: bool) -> Non
         assert_same_messages(c_msgs, py_msgs)
         found += len(c_msgs)
     assert found > 0
+
+
+@pytest.mark.parametrize("fn", [pull_units, pull_units_py])
+def test_a_pull_into_an_owner_refuses_bad_arguments_alike(fn: Fn) -> None:
+    buf = lay_out([_PLAIN])
+    unit = _UNIT.pack(0, len(_PLAIN), 0)
+    ok = (unit, 0, buf, 0, len(buf), None, None, 1, 100, 0, False, [])
+    out: list[Any] = []
+    assert fn(*ok[:-1], out, (_OWNER, 3))[1] == PullStop.END
+    assert [type(m) for m in out] == [ConsumedMessage]
+    assert (out[0].queue_offset, out[0].body, out[0]._raw) == (0, b"body", bytes(buf))
+    for bad in ((_OWNER,), [_OWNER, 3], "ab"):
+        with pytest.raises(TypeError, match="into"):
+            fn(*ok, bad)
+    with pytest.raises(ValueError, match="zero_copy False"):
+        fn(*ok[:10], True, [], (_OWNER, 3))
+
+
+def test_register_lazy_refuses_classes_it_cannot_fill() -> None:
+    assert len(LAZY_ROLES) == len(_LAZY_SLOTS)
+    with pytest.raises(ValueError, match="names"):
+        _native.pull_register_lazy(ConsumedMessage, _LAZY_SLOTS[:-1])
+
+    class Plain:
+        __slots__ = ("x",)
+
+    with pytest.raises((TypeError, AttributeError)):
+        _native.pull_register_lazy(Plain, _LAZY_SLOTS)
+    with pytest.raises(TypeError, match="must be a class"):
+        _native.pull_register_lazy(1, _LAZY_SLOTS)
+    _native.pull_register_lazy(ConsumedMessage, _LAZY_SLOTS)  # as it was
