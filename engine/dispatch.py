@@ -61,7 +61,7 @@ from typing import Final
 from mqstore.engine import deleted_topics
 from mqstore.engine.checkpoint import CheckpointFields
 from mqstore.engine.commitlog import CommitLog
-from mqstore.engine.consumequeue import PutStatus, QueueKey, Unit
+from mqstore.engine.consumequeue import ConsumeQueue, PutStatus, QueueKey, Unit
 from mqstore.engine.consumequeue_files import CQ_STORE_UNIT_SIZE, UNIT, Group
 from mqstore.engine.consumequeue_files import group_units_c as group_units
 from mqstore.engine.consumequeue_store import ConsumeQueueStore
@@ -184,6 +184,9 @@ class Dispatcher:
         # lag the log, and the producers' offset table must not (recovery merges it).
         self.deferred_next: dict[QueueKey, int] = {}
         self._at = 0  # the log offset being written, for `deferred`
+        # The queues given units since the owner last took this set (the dispatcher
+        # process checks them for a next file to make ahead, `workers.cq_flusher`).
+        self.touched: set[ConsumeQueue] = set()
         self._topic_cache: dict[bytes, str] = {}
         self._topic_problems: dict[str, bool] = {}
 
@@ -250,6 +253,7 @@ class Dispatcher:
         directory is gone) and skip those records from now on; its records at or past
         `end_offset` make a new topic from queue offset 0."""
         self.deleted[topic] = max(end_offset, self.deleted.get(topic, -1))
+        self.touched = {cq for cq in self.touched if cq.key[0] != topic}
         self.queues.forget(topic)
 
     def close(self) -> None:
@@ -493,6 +497,7 @@ class Dispatcher:
             recs = memoryview(records).cast("i")
             self._at = base + sc.pos[recs[0]]
             cq = self.queues.find_or_create(*key)
+            self.touched.add(cq)
             if dense and cq.append_units(first_qo, packed):
                 res.put_statuses[PutStatus.OK] += len(recs)
                 res.units_written += len(recs)
@@ -530,7 +535,9 @@ class Dispatcher:
         refused: list[tuple[QueueKey, int, int]] = []
         for key, todo in units.items():
             self._at = todo[0][1] if todo[0][1] >= 0 else base
-            statuses = self.queues.find_or_create(*key).put_units(todo)
+            cq = self.queues.find_or_create(*key)
+            self.touched.add(cq)
+            statuses = cq.put_units(todo)
             if key not in with_pre_blanks and statuses.count(PutStatus.OK) == len(todo):
                 res.put_statuses[PutStatus.OK] += len(todo)  # the common case
                 res.units_written += len(todo)

@@ -128,6 +128,10 @@ class SegmentQueue:
         # path of a `Segment.prepare`d file, set by that thread, taken by `_add`.
         self.prepared: dict[int, str] = {}
         self.dir_unsynced = False  # a prepared file was renamed in; its fsync_dir is due
+        # Rolls (a file after the last) that `_create_in_place` made itself, allocated and
+        # fsynced in the caller's thread because none was prepared ahead: the
+        # dispatcher's count of rolls that stalled its loop on the disk.
+        self.rolls_in_place = 0
         self._load_findings: list[Finding] = []
         self._skipped_empty_last: str | None = None
         if not self.read_only:
@@ -219,9 +223,10 @@ class SegmentQueue:
                 raise
             self.dir_unsynced = True
             return Segment.install(path, self.segment_size_bytes, **self._options)
-        return Segment.create(
-            self.directory, start_offset, self.segment_size_bytes, **self._options
-        )
+        roll = bool(self._segments)
+        seg = Segment.create(self.directory, start_offset, self.segment_size_bytes, **self._options)
+        self.rolls_in_place += roll
+        return seg
 
     # --- looking up -------------------------------------------------------------------
 

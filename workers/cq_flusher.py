@@ -35,11 +35,12 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from mqstore.engine import fileio
 from mqstore.engine.checkpoint import StoreCheckpoint
+from mqstore.engine.consumequeue import ConsumeQueue
 from mqstore.engine.dispatch import Dispatcher
 from mqstore.engine.filesync import FileSync
 from mqstore.engine.indexservice import IndexService
@@ -91,6 +92,7 @@ def plan_job(
     thorough: bool,
     all_index: bool = False,
     prepare: bool = True,
+    queues: Iterable[ConsumeQueue] | None = None,
 ) -> FlushJob:
     """A job for `disp`'s files, planned in the thread that dispatches, without a
     syscall but `dup`: the queue files `ConsumeQueueStore.flush_plan(cq_pages)` lists
@@ -102,7 +104,10 @@ def plan_job(
     the checkpoint is written), prepared files no roll can use (deleted), and, when
     `prepare`, the next files to make ahead of need (`SegmentQueue.want_prepared`,
     `IndexService.want_prepared`), so that a roll in the dispatch loop is a rename, not
-    an allocation with two fsyncs. Raises StoreIOError (dup)."""
+    an allocation with two fsyncs. `queues`: look only at these for directories to
+    fsync, stale files and files to make ahead (None: every queue; the dispatcher's
+    checks between periodic jobs pass the queues it wrote since). Raises StoreIOError
+    (dup)."""
     job = FlushJob()
     try:
         if cq_pages is not None:
@@ -110,7 +115,7 @@ def plan_job(
                 if pos > seg.flushed_position:
                     job.files.append(seg.sync_handle(pos))
                 job.marks.append((queue, seg, pos))
-        for cq in disp.queues:
+        for cq in disp.queues if queues is None else queues:
             q = cq.queue
             if q.dir_unsynced:
                 job.dirs.append(q.directory)
@@ -141,12 +146,24 @@ def plan_job(
 
 
 def run_job(job: FlushJob, cp: StoreCheckpoint, physic_ms: Callable[[], int]) -> None:
-    """Force the job's files and directories, then write the checkpoint if the job says
-    so, with `physic_ms()` as the physic timestamp when it is newer. The flush thread's
-    work, or the caller's own at the end of a drain. Raises StoreIOError (checkpoint
-    untouched when a sync failed)."""
+    """Make the files the job makes ahead of need, force its files and directories, then
+    write the checkpoint if the job says so, with `physic_ms()` as the physic timestamp
+    when it is newer, and delete stale prepared files. The preparations go first: a
+    roll that finds no file ready makes it in the dispatch loop, while the forcing only
+    makes durable what the loop already wrote (behind a busy disk both wait alike). The
+    flush thread's work, or the caller's own at the end of a drain. Raises StoreIOError
+    (checkpoint untouched when a sync failed)."""
     t0 = time.perf_counter()
     try:
+        for queue, start in job.prepare_queues:
+            if not _no_space_ok(Segment.prepare, queue.directory, start,
+                                queue.segment_size_bytes, PREPARED_SUFFIX):  # fmt: skip
+                break
+            queue.prepared[start] = os.path.join(
+                queue.directory, segment_file_name(start) + PREPARED_SUFFIX
+            )
+        if job.prepare_index is not None:
+            _no_space_ok(job.prepare_index.prepare_next)
         for f in job.files:
             f.run()
         for d in job.dirs:
@@ -162,15 +179,6 @@ def run_job(job: FlushJob, cp: StoreCheckpoint, physic_ms: Callable[[], int]) ->
             cp.flush()
         for path in job.unlink:
             fileio.unlink(path, missing_ok=True)
-        for queue, start in job.prepare_queues:
-            if not _no_space_ok(Segment.prepare, queue.directory, start,
-                                queue.segment_size_bytes, PREPARED_SUFFIX):  # fmt: skip
-                break
-            queue.prepared[start] = os.path.join(
-                queue.directory, segment_file_name(start) + PREPARED_SUFFIX
-            )
-        if job.prepare_index is not None:
-            _no_space_ok(job.prepare_index.prepare_next)
     finally:
         job.close()
         job.seconds = time.perf_counter() - t0

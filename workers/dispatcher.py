@@ -60,6 +60,13 @@ BUSY_WAIT_S: Final = 0.001
 IDLE_WAIT_S: Final = 0.008
 DRAIN_STEP_S: Final = 0.1
 NO_SPACE_WAIT_S: Final = 0.5  # between tries while a full disk holds dispatch up
+# Between periodic jobs, the queues written since the last look and the index are checked
+# this often for a next file to make ahead (`plan_job(queues=...)`): a file is wanted once
+# the current one is half written, and at full rate half an index file (2M keys, two per
+# message since every put carries a UNIQ_KEY) lasts about 0.9 s, less than the 1 s
+# between periodic jobs, so the roll often came first and made the file in the loop
+# (an allocation, 2 MiB of zeros and two fsyncs behind the commit log's writeback).
+PREPARE_CHECK_S: Final = 0.05
 
 
 def _limit(ctx: WorkerContext) -> int:
@@ -160,7 +167,7 @@ class DispatchService(Service):
         disp.lag_sum_ms = self.hist.dispatch_lag_sum_ms
         self.dispatched = 0
         self.idle_wait = BUSY_WAIT_S
-        self.last_flush = self.last_thorough = time.monotonic()
+        self.last_flush = self.last_thorough = self.last_prepare = time.monotonic()
         self.no_space = Condition("dispatcher")
         self.flusher = FlushThread(cp, self._physic_ms, ctx.wake)
         self.deletions = TopicDeletions(ctx)  # `mqstore topic DIR delete T` while running
@@ -205,10 +212,16 @@ class DispatchService(Service):
         thorough = now - self.last_thorough >= s.flush_consume_queue_thorough_interval_ms / 1000
         due = thorough or now - self.last_flush >= s.flush_consume_queue_interval_ms / 1000
         rolled = self.disp.index is not None and bool(self.disp.index.rolled)
-        if not (due or rolled):
+        check = now - self.last_prepare >= PREPARE_CHECK_S
+        if not (due or rolled or check):
             return
         pages = (0 if thorough else s.flush_consume_queue_least_pages) if due else None
-        job = plan_job(self.disp, cq_pages=pages, thorough=thorough)
+        # A periodic job looks at every queue; between them, the queues written since.
+        touched, self.disp.touched = self.disp.touched, set()
+        self.last_prepare = now
+        job = plan_job(
+            self.disp, cq_pages=pages, thorough=thorough, queues=None if due else touched
+        )
         if due:
             self.last_flush = now
             if thorough:
@@ -268,6 +281,16 @@ class DispatchService(Service):
         job = plan_job(self.disp, cq_pages=0, thorough=True, all_index=True, prepare=False)
         run_job(job, self.cp, self._physic_ms)
         job.apply()
+        queues = len(self.disp.queues)
+        made = sum(cq.queue.rolls_in_place for cq in self.disp.queues)
+        made_index = 0 if self.disp.index is None else self.disp.index.rolls_in_place
+        if made or made_index:
+            # Rolls that found no file made ahead: each stalled the loop on the disk.
+            print(
+                f"mqstore dispatcher: rolls made their file in the loop: {made} consume-queue "
+                f"(of {queues} queues), {made_index} index",
+                flush=True,
+            )
 
     def close(self) -> None:
         try:

@@ -212,3 +212,62 @@ def test_prepared_files_do_not_outlive_the_dispatcher(tmp_path: Path) -> None:
     assert sorted(tmp_path.rglob("*.tmp")) == []
     cqs.close()
     index.close()
+
+
+def test_a_check_between_jobs_looks_only_at_the_queues_written_since(parts: Parts) -> None:
+    """The dispatcher keeps the queues it gave units since it last took the set
+    (`Dispatcher.touched`); a plan over those makes ahead only their next files, and
+    the index's as soon as its newest file holds a key (not at half full)."""
+    parts.dispatch(3)  # a unit in each of 3 queues, 6 of 63 index keys
+    touched, parts.disp.touched = parts.disp.touched, set()
+    assert {cq.key for cq in touched} == {cq.key for cq in parts.disp.queues}
+    job = plan_job(parts.disp, cq_pages=None, thorough=False, queues=set())
+    assert job.prepare_queues == [] and job.prepare_index is parts.disp.index
+    run_job(job, parts.cp, lambda: PHYSIC)
+    parts.dispatch(18)  # 6 units per queue in files of 10: each past half
+    written = {cq.key[1]: cq for cq in parts.disp.touched}
+    only = plan_job(parts.disp, cq_pages=None, thorough=False, queues=[written[1]])
+    assert [start for _q, start in only.prepare_queues] == [CQ_FILE]
+    assert only.prepare_queues[0][0] is written[1].queue and only.prepare_index is None
+    only.close()
+
+
+def test_preparations_run_before_the_syncs_of_a_job(parts: Parts) -> None:
+    """A job makes its files ahead of need before it forces anything: a roll waits on
+    them, the forcing does not. With every fdatasync failing, the job fails, yet the
+    next files were made."""
+    parts.dispatch(18)
+    job = plan_job(parts.disp, cq_pages=0, thorough=True)
+    assert job.files and job.prepare_queues and job.prepare_index is not None
+    fileio.set_fault("fdatasync", lambda: OSError(errno.EIO, "injected EIO"))
+    with pytest.raises(fileio.StoreIOError):
+        run_job(job, parts.cp, lambda: PHYSIC)
+    fileio.clear_faults()
+    for queue, start in job.prepare_queues:
+        assert Path(queue.prepared[start]).exists()
+    index = parts.disp.index
+    assert index is not None and index.prepared is not None and Path(index.prepared).exists()
+
+
+def test_rolls_that_make_their_file_in_the_loop_are_counted(parts: Parts) -> None:
+    """A roll that finds no file made ahead makes it itself (`rolls_in_place`, what the
+    dispatcher reports at stop); one into a file made ahead is not counted, and neither
+    is a queue's or the index's first file."""
+    index = parts.disp.index
+    assert index is not None
+
+    def job() -> None:
+        j = plan_job(parts.disp, cq_pages=None, thorough=False)
+        run_job(j, parts.cp, lambda: PHYSIC)
+        j.apply()
+
+    parts.dispatch(33)  # 11 units per queue in files of 10; 99 keys in files of 63
+    assert [cq.queue.rolls_in_place for cq in parts.disp.queues] == [1, 1, 1]
+    assert index.rolls_in_place == 1
+    job()  # the index's next file (its newest holds keys); no queue is half written
+    parts.dispatch(45)  # 135 keys: the index rolls into it; 5 of 10 units per queue
+    assert index.rolls_in_place == 1
+    job()  # now each queue's next file
+    parts.dispatch(63)  # 21 units per queue: each rolls into its file made ahead
+    assert [cq.queue.rolls_in_place for cq in parts.disp.queues] == [1, 1, 1]
+    assert index.rolls_in_place == 1

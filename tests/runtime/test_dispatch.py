@@ -211,3 +211,52 @@ def test_async_puts_with_the_pool_are_committed_as_they_arrive_not_per_interval(
             assert client.put("arrive", body, queue_id=0).status is OK
         wait_for(lambda: client.max_offset("arrive", 0) == len(bodies), 60, "all dispatched")
     assert [m.body for m in _pull_all(st.path, "arrive", 0)] == bodies
+
+
+def test_rolls_find_their_files_made_ahead_between_periodic_jobs(
+    make_store: StoreFactory,
+) -> None:
+    """With the periodic consume-queue flush an hour away, the next queue file (once the
+    current is half written) and the next index file (once the newest holds a key) are
+    still made ahead by the flush thread: the dispatcher looks at the queues it wrote
+    and the index every `PREPARE_CHECK_S`. Every roll is then a rename, and the
+    dispatcher has no roll to report at stop that made its file in the loop."""
+    hour = 3_600_000
+    st = make_store(
+        {
+            "flush_disk_type": "ASYNC_FLUSH",
+            "flush_consume_queue_interval_ms": hour,
+            "flush_consume_queue_thorough_interval_ms": hour,
+            "consume_queue_file_size_bytes": 40 * 20,  # 40 units a file
+            "max_hash_slot_num": 16,
+            "max_index_num": 64,  # 63 keys a file: a message has two (UNIQ_KEY, its key)
+        }
+    )
+    queue_dir = st.path / "consumequeue" / "ahead" / "0"
+    index_next = st.path / "index" / "next.tmp"
+    sent = 0
+
+    def put(n: int) -> None:
+        nonlocal sent
+        with StoreClient.attach(st.path) as client:
+            for i in range(sent, sent + n):
+                r = client.put("ahead", b"m%d" % i, keys=[f"k{i}"], queue_id=0)
+                assert r.status is OK, r
+            wait_for(lambda: client.max_offset("ahead", 0) == sent + n, 60, "dispatched")
+        sent += n
+
+    def queue_ahead() -> bool:
+        return any(p.name.endswith(".next.tmp") for p in queue_dir.iterdir())
+
+    put(1)
+    wait_for(index_next.exists, 30, "the next index file made ahead")
+    put(24)  # 25 units, past half the queue file; 50 keys
+    wait_for(queue_ahead, 30, "the next queue file made ahead")
+    put(10)  # 70 keys: the index rolls into next.tmp
+    wait_for(index_next.exists, 30, "the index file after it made ahead")
+    put(20)  # 55 units: the queue rolls into its file made ahead; 110 keys
+    assert st.stop() == 0
+    names = sorted(p.name for p in queue_dir.iterdir() if not p.name.endswith(".tmp"))
+    assert names == [f"{0:020d}", f"{800:020d}"], names
+    assert len([p for p in (st.path / "index").iterdir() if p.name.isdigit()]) == 2
+    assert "made their file in the loop" not in st.output(), st.output()
