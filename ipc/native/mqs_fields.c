@@ -398,7 +398,8 @@ static inline __attribute__((always_inline)) int add_ascii(struct mqs_arena *a, 
 /* The properties in one pass when every name and value is ASCII (the names exact str) and
  * nothing is to be refused: 1 encoded, 0 when the checked pass must run (a problem to
  * name or other text; what was appended is the caller's to drop), -1 an error. */
-static int properties_ascii(struct mqs_arena *a, PyObject *props, PyObject *tags, PyObject *keys)
+static int properties_ascii(struct mqs_arena *a, PyObject *props, PyObject *tags, PyObject *keys,
+                            int *uniq_named)
 {
     Py_ssize_t pos = 0;
     PyObject *k, *v;
@@ -410,6 +411,7 @@ static int properties_ascii(struct mqs_arena *a, PyObject *props, PyObject *tags
         if (PyUnicode_GET_LENGTH(k) == 4 &&
             ((tags && !memcmp(kd, "TAGS", 4)) || (keys && !memcmp(kd, "KEYS", 4))))
             return 0; /* refused: set twice */
+        *uniq_named |= PyUnicode_GET_LENGTH(k) == 8 && !memcmp(kd, "UNIQ_KEY", 8);
         if ((rc = add_ascii(a, k, v)) != 0)
             return rc < 0 ? -1 : 0;
     }
@@ -457,9 +459,11 @@ static int properties(struct mqs_fields *m, struct mqs_arena *a, struct mqs_refu
     PyObject *k, *v;
     Py_ssize_t pos = 0;
     int rc;
+    int uniq_named = 0;
     m->props_off = a->len;
-    if ((rc = properties_ascii(a, props, tags, keys)) < 0)
+    if ((rc = properties_ascii(a, props, tags, keys, &uniq_named)) < 0)
         return MQS_FIELDS_ERROR;
+    m->no_uniq = rc == 1 && !uniq_named;
     if (rc == 0) {
         a->len = m->props_off;
         rc = MQS_FIELDS_OK;

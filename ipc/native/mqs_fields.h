@@ -62,6 +62,7 @@ struct mqs_fields {
     size_t props_off;
     PyObject *unknown; /* a batch dict with keys besides put's fields */
     int missing; /* a batch dict without topic (1) or body (2) */
+    int no_uniq; /* 1: the properties were encoded knowing none is named UNIQ_KEY */
     /* A delayed message (delay_level > 0, mqs_delay_rewrite): its real topic's lane,
      * whose round robin it took, once `lane` is the schedule topic's; and the highest
      * level (messageDelayLevel's count), set by the caller before step 2. */

@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "mqs_args.h"
+#include "mqs_be.h"
 #include "mqs_fields.h"
 #include "mqs_layout.h"
 #include "mqs_uniq.h"
@@ -182,7 +183,7 @@ void mqs_put_clear(Appender *self)
     PyObject **refs[] = {&c->lock, &c->lanes, &c->new_lane, &c->find_row, &c->map_segment,
                          &c->message_type, &c->message_fields, &c->result_type, &c->statuses,
                          &c->flush_reasons[0], &c->flush_reasons[1], &c->flush_reasons[2],
-                         &c->msg_id_prefix};
+                         &c->msg_id_prefix, &c->ts, &c->size};
     for (size_t i = 0; i < sizeof refs / sizeof refs[0]; i++)
         Py_CLEAR(*refs[i]);
     drop_target(&c->targets[0]);
@@ -292,15 +293,14 @@ PyObject *mqs_put_checked(Appender *self, PyObject *arg)
  * 16 upper-case hex digits, as `f"{prefix}{offset:016X}"`. */
 static PyObject *msg_id(PyObject *prefix, int64_t off)
 {
-    static const char hex[] = "0123456789ABCDEF";
     Py_ssize_t n = PyUnicode_GET_LENGTH(prefix);
     PyObject *s = PyUnicode_New(n + 16, 127);
     if (s == NULL)
         return NULL;
-    Py_UCS1 *d = PyUnicode_1BYTE_DATA(s);
-    memcpy(d, PyUnicode_1BYTE_DATA(prefix), (size_t)n);
-    for (int i = 15; i >= 0; i--, off = (int64_t)((uint64_t)off >> 4))
-        d[n + i] = (Py_UCS1)hex[off & 15];
+    uint8_t be[8];
+    mqs_wr64(be, (uint64_t)off);
+    memcpy(PyUnicode_1BYTE_DATA(s), PyUnicode_1BYTE_DATA(prefix), (size_t)n);
+    mqs_hex(be, 8, (char *)PyUnicode_1BYTE_DATA(s) + n);
     return s;
 }
 
@@ -325,16 +325,26 @@ static PyObject *make_result(struct mqs_client *c, int status, PyObject *reason,
                       PyLong_FromLongLong(qo),
                       Py_NewRef(ts),
                       mqs_uniq_str(it)};
-    int bad = 0;
-    for (int i = 0; i < 9; i++) {
-        bad |= v[i] == NULL;
-        PyTuple_SET_ITEM(r, i, v[i]);
-    }
-    if (bad) {
+    memcpy(((PyTupleObject *)r)->ob_item, v, sizeof v);
+    if (!v[2] || !v[3] || !v[5] || !v[6] || !v[8]) {
         Py_DECREF(r);
         return NULL;
     }
     return r;
+}
+
+/* A new reference to an int of value v, the one of the call before while v repeats (a
+ * put's store time, a record's size): `*obj` holds it, `*was` its value. */
+static PyObject *cached_int(PyObject **obj, int64_t *was, int64_t v)
+{
+    if (*obj == NULL || *was != v) {
+        PyObject *o = PyLong_FromLongLong(v);
+        if (o == NULL)
+            return NULL;
+        Py_XSETREF(*obj, o);
+        *was = v;
+    }
+    return Py_NewRef(*obj);
 }
 
 /* Count one call into the statistics row; a copy into the control block every
@@ -670,14 +680,14 @@ static PyObject *results(struct mqs_client *c, int status, PyObject *reason,
                          struct mqs_item *items, int n, int batch, const int64_t *qoffs,
                          const struct mqs_reservation *r)
 {
-    PyObject *out = batch ? PyList_New(n) : NULL, *ts = PyLong_FromLongLong(r->store_ts);
+    PyObject *out = batch ? PyList_New(n) : NULL, *ts = cached_int(&c->ts, &c->ts_v, r->store_ts);
     PyObject *size = NULL, *one = NULL;
     int64_t at = r->start, last = -1;
     int bad = ts == NULL || (batch && out == NULL);
     for (int i = 0; !bad && i < n; i++) {
         if (items[i].size != last) {
             Py_XDECREF(size);
-            if ((size = PyLong_FromLongLong(items[i].size)) == NULL) {
+            if ((size = cached_int(&c->size, &c->size_v, items[i].size)) == NULL) {
                 bad = 1;
                 break;
             }

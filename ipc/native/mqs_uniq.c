@@ -131,7 +131,7 @@ static void next_id(UniqIds *s, uint8_t out[MQS_UNIQ_BYTES], int64_t now)
 #define H2x64(b) H2x16(b), H2x16((b) + 16), H2x16((b) + 32), H2x16((b) + 48)
 static const char hex2[512] = {H2x64(0), H2x64(64), H2x64(128), H2x64(192)};
 
-static void to_hex(const uint8_t *b, int n, char *out)
+void mqs_hex(const uint8_t *b, int n, char *out)
 {
     for (int i = 0; i < n; i++)
         memcpy(out + 2 * i, hex2 + 2 * b[i], 2);
@@ -207,7 +207,7 @@ static PyObject *uniqids_next(UniqIds *self, PyObject *Py_UNUSED(a))
     next_id(self, b, now_ms(self));
     PyObject *s = PyUnicode_New(MQS_UNIQ_HEX, 127);
     if (s)
-        to_hex(b, MQS_UNIQ_BYTES, (char *)PyUnicode_1BYTE_DATA(s));
+        mqs_hex(b, MQS_UNIQ_BYTES, (char *)PyUnicode_1BYTE_DATA(s));
     return s;
 }
 
@@ -217,7 +217,7 @@ static PyObject *uniqids_producer(UniqIds *self, void *Py_UNUSED(c))
     memcpy(b, producer(self), 10);
     PyObject *s = PyUnicode_New(20, 127);
     if (s)
-        to_hex(b, 10, (char *)PyUnicode_1BYTE_DATA(s));
+        mqs_hex(b, 10, (char *)PyUnicode_1BYTE_DATA(s));
     return s;
 }
 
@@ -270,7 +270,7 @@ int mqs_uniq_stamp(struct mqs_uniq_client *u, struct mqs_fields *m, struct mqs_i
     const uint8_t *p = arena->buf + m->props_off;
     size_t len = it->msg.props_len, pos = 0;
     PyObject *given = m->f[MQS_F_PROPS];
-    if (given == NULL || given == Py_None) /* tags and keys alone: no UNIQ_KEY to find */
+    if (given == NULL || given == Py_None || m->no_uniq) /* no UNIQ_KEY to find */
         pos = len;
     while (pos < len) { /* name \1 value \2, as mqs_fields.c encodes them */
         const uint8_t *one = memchr(p + pos, 1, len - pos);
@@ -304,7 +304,7 @@ int mqs_uniq_stamp(struct mqs_uniq_client *u, struct mqs_fields *m, struct mqs_i
     uint8_t *d = arena->buf + arena->len;
     next_id((UniqIds *)u->ids, it->uniq, now);
     memcpy(d, "UNIQ_KEY\1", 9);
-    to_hex(it->uniq, MQS_UNIQ_BYTES, (char *)d + 9);
+    mqs_hex(it->uniq, MQS_UNIQ_BYTES, (char *)d + 9);
     d[MQS_UNIQ_PROP_LEN - 1] = 2;
     arena->len += MQS_UNIQ_PROP_LEN;
     it->uniq_off = (int32_t)(len + 9);
