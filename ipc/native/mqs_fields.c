@@ -547,7 +547,7 @@ static int queue(struct mqs_fields *m, struct mqs_item *it, struct mqs_refusal *
         if (PyErr_Occurred())
             return MQS_FIELDS_ERROR;
         qid = n > 0 ? rr % n : 0;
-        PyObject *next = PyLong_FromLongLong(rr + 1);
+        PyObject *next = PyLong_FromLongLong(n > 0 ? (qid + 1) % n : 0); /* a small int */
         if (next == NULL)
             return MQS_FIELDS_ERROR;
         m->rr_before = Py_NewRef(l[L_RR]);
