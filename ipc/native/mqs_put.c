@@ -27,7 +27,7 @@
 #define STATS_EVERY 256 /* puts between two copies of the row into the control block */
 #define MIN_PAUSE_NS 50000
 #define MAX_PAUSE_NS 2000000
-#define ERR (-100) /* an exception is set */
+#define ERR MQS_FIELDS_ERROR /* an exception is set */
 
 static unsigned fork_gen; /* bumped in a forked child: its appenders are its parent's */
 
@@ -378,15 +378,6 @@ static PyObject *refused(Appender *self, struct mqs_refusal *why, int n, int bat
     return out;
 }
 
-static int refuse(struct mqs_refusal *why, int status, PyObject *reason)
-{
-    if (reason == NULL)
-        return ERR;
-    why->status = status;
-    why->reason = reason;
-    return MQS_FIELDS_REFUSED;
-}
-
 /* ---- reservation -------------------------------------------------------------------- */
 
 /* The lock, without the GIL when it has to wait. */
@@ -423,7 +414,7 @@ static int find_rows(Appender *self, struct mqs_fields *m, struct mqs_item *item
             if (PyErr_Occurred())
                 return ERR;
             if (row < 0)
-                return refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
+                return mqs_fields_refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
                               PyUnicode_FromString("the queue table of the control block is full"));
         }
         if (row > INT32_MAX) {
@@ -441,48 +432,48 @@ static int reserve_refusal(Appender *self, int rc, int after_wait, struct mqs_re
 {
     long long ms = (long long)(self->c.busy_ns / 1000000);
     if (rc == MQS_LOCK_TIMEOUT)
-        return refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
+        return mqs_fields_refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
                       PyUnicode_FromFormat("the reservation lock was not free within "
                                            "osPageCacheBusyTimeOutMills (%lld ms): another "
                                            "producer holds it",
                                            ms));
     if (rc == MQS_LOCK_BROKEN)
-        return refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
+        return mqs_fields_refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
                       PyUnicode_FromString("the reservation lock is unrecoverable (a producer "
                                            "died while repairing it); restart the store"));
     if (rc == MQS_REFUSED) {
         int64_t flags = __atomic_load_n(mqs_i64(self->a.ctl, MQS_OFF_FLAGS), __ATOMIC_ACQUIRE);
-        return refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
+        return mqs_fields_refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
                       PyUnicode_FromString(flags & MQS_FLAG_READ_ONLY
                                                ? "the store is read-only after a failed fsync"
                                                : "the store is stopping or not running; writes "
                                                  "are refused"));
     }
     if (rc == MQS_IDEM_INFLIGHT)
-        return refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
+        return mqs_fields_refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
                       PyUnicode_FromString("a put with this UNIQ_KEY is still in progress (its "
                                            "producer has not completed it); put it again"));
     if (rc == MQS_BAD_POSITIONS)
-        return refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
+        return mqs_fields_refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
                       PyUnicode_FromString("the control block's positions are out of range"));
     if (rc == MQS_DISK_FULL) {
         int64_t word = __atomic_load_n(mqs_i64(self->a.ctl, MQS_OFF_DISK_STATE), __ATOMIC_ACQUIRE);
         char used[32];
         snprintf(used, sizeof used, "%.1f%%", (double)(word >> 16) / 10.0);
-        return refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
+        return mqs_fields_refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
                       PyUnicode_FromFormat("the disk is full (%s used); writes resume by "
                                            "themselves once the cleaner has freed space",
                                            used));
     }
     if (rc == MQS_WAIT_FILE)
-        return refuse(why, MQS_ST_CREATE_MAPPED_FILE_FAILED,
+        return mqs_fields_refuse(why, MQS_ST_CREATE_MAPPED_FILE_FAILED,
                       PyUnicode_FromFormat("the allocator did not have the next segment file "
                                            "ready in %lld ms",
                                            ms));
     if (rc == MQS_WAIT_POOL && !after_wait)
-        return refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
+        return mqs_fields_refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
                       PyUnicode_FromString("no free write-pool buffer"));
-    return refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
+    return mqs_fields_refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
                   PyUnicode_FromFormat("no free %s within %lld ms",
                                        rc == MQS_WAIT_POOL ? "write-pool buffer"
                                                            : "reservation slot",
@@ -674,40 +665,51 @@ static PyObject *fenced(Appender *self, int n, int batch, int64_t t0)
     return out;
 }
 
-/* One PutResult per message from the reservation on, with `reason` (borrowed): one store
- * timestamp object for all, one size object per run of equal sizes. */
+/* One PutResult per message (a list for a batch) with `reason` (borrowed): at the
+ * reservation `r`, or (r NULL, a retry's duplicates) where the first put stored each. */
 static PyObject *results(struct mqs_client *c, int status, PyObject *reason,
-                         struct mqs_item *items, int n, int batch, const int64_t *qoffs,
+                         const struct mqs_item *items, int n, int batch, const int64_t *qoffs,
                          const struct mqs_reservation *r)
 {
-    PyObject *out = batch ? PyList_New(n) : NULL, *ts = cached_int(&c->ts, &c->ts_v, r->store_ts);
-    PyObject *size = NULL, *one = NULL;
-    int64_t at = r->start, last = -1;
-    int bad = ts == NULL || (batch && out == NULL);
-    for (int i = 0; !bad && i < n; i++) {
-        if (items[i].size != last) {
-            Py_XDECREF(size);
-            if ((size = cached_int(&c->size, &c->size_v, items[i].size)) == NULL) {
-                bad = 1;
-                break;
-            }
-            last = items[i].size;
+    PyObject *out = batch ? PyList_New(n) : NULL, *one = NULL;
+    int64_t at = r ? r->start : 0;
+    for (int i = 0; i < n && (out || !batch); i++) {
+        const struct mqs_item *it = &items[i];
+        PyObject *size = cached_int(&c->size, &c->size_v, r ? it->size : it->dup_size);
+        PyObject *ts = cached_int(&c->ts, &c->ts_v, r ? r->store_ts : it->dup_ts);
+        one = size && ts ? make_result(c, status, reason, r ? at : it->dup_off, size,
+                                       it->msg.queue_id, qoffs[i], ts, it)
+                         : NULL;
+        Py_XDECREF(size);
+        Py_XDECREF(ts);
+        if (one == NULL) {
+            Py_XDECREF(out);
+            return NULL;
         }
-        one = make_result(c, status, reason, at, size, items[i].msg.queue_id, qoffs[i], ts,
-                          &items[i]);
-        if (one == NULL)
-            bad = 1;
-        else if (batch)
+        if (batch)
             PyList_SET_ITEM(out, i, one);
-        at += items[i].size;
-    }
-    Py_XDECREF(size);
-    Py_XDECREF(ts);
-    if (bad) {
-        Py_XDECREF(out);
-        return NULL;
+        at += it->size;
     }
     return batch ? out : one;
+}
+
+/* A sync put's wait until the flush covers `end`: its status and reason (a new
+ * reference, into *reason), or -1 (an error). */
+static int flushed(Appender *self, int64_t end, PyObject **reason)
+{
+    int outcome = mqs_wait_flushed(self, end, self->c.sync_timeout_ns);
+    if (outcome == 3) { /* published, but its generation ended before flushing it */
+        *reason = PyUnicode_FromFormat("the store was stopped or restarted (generation %lld "
+                                       "is over) before the record was known flushed",
+                                       generation(self));
+        return *reason ? MQS_ST_FLUSH_DISK_TIMEOUT : -1;
+    }
+    if (outcome < 0)
+        return -1;
+    *reason = Py_NewRef(self->c.flush_reasons[outcome]);
+    return outcome == 1 ? MQS_ST_FLUSH_DISK_TIMEOUT
+           : outcome == 2 ? MQS_ST_FLUSH_DISK_FAILED
+                          : MQS_ST_PUT_OK;
 }
 
 /* A call whose every message is stored already (the put's retry: mqs_idem_check): the
@@ -715,48 +717,25 @@ static PyObject *results(struct mqs_client *c, int status, PyObject *reason,
 static PyObject *duplicates(Appender *self, struct mqs_item *items, int n, int batch, int sync,
                             const int64_t *qoffs, int64_t t0, int64_t took)
 {
-    struct mqs_client *c = &self->c;
-    int64_t end = 0, t_done;
+    int64_t end = 0;
     for (int i = 0; i < n; i++)
         if (items[i].dup_off + items[i].dup_size > end)
             end = items[i].dup_off + items[i].dup_size;
-    int status = MQS_ST_PUT_OK, outcome = 0;
-    if (sync) {
-        outcome = mqs_wait_flushed(self, end, c->sync_timeout_ns);
-        status = outcome == 1 || outcome == 3 ? MQS_ST_FLUSH_DISK_TIMEOUT
-                 : outcome == 2               ? MQS_ST_FLUSH_DISK_FAILED
-                                              : MQS_ST_PUT_OK;
-        if (outcome < 0)
-            return NULL;
-    }
-    t_done = mqs_mono_ns();
-    int64_t v[9] = {n, 0, status, status == MQS_ST_PUT_OK, sync, t_done - t0, took, 0, 0};
-    count(self, v);
-    PyObject *reason = status == MQS_ST_PUT_OK
-                           ? PyUnicode_FromString("duplicate: a put with this UNIQ_KEY is "
-                                                  "stored already; this is its result")
-                           : Py_NewRef(c->flush_reasons[outcome == 3 ? 1 : outcome]);
-    PyObject *out = batch ? PyList_New(n) : NULL, *one = NULL;
-    int bad = reason == NULL || (batch && out == NULL);
-    for (int i = 0; !bad && i < n; i++) {
-        PyObject *size = PyLong_FromLongLong(items[i].dup_size),
-                 *ts = PyLong_FromLongLong(items[i].dup_ts);
-        one = size && ts ? make_result(c, status, reason, items[i].dup_off, size,
-                                       items[i].msg.queue_id, qoffs[i], ts, &items[i])
-                         : NULL;
-        Py_XDECREF(size);
-        Py_XDECREF(ts);
-        if (one == NULL)
-            bad = 1;
-        else if (batch)
-            PyList_SET_ITEM(out, i, one);
-    }
-    Py_XDECREF(reason);
-    if (bad) {
-        Py_XDECREF(out);
+    PyObject *reason = NULL, *out = NULL;
+    int status = sync ? flushed(self, end, &reason) : MQS_ST_PUT_OK;
+    if (status < 0)
         return NULL;
+    int64_t v[9] = {n, 0, status, status == MQS_ST_PUT_OK, sync, mqs_mono_ns() - t0, took, 0, 0};
+    count(self, v);
+    if (status == MQS_ST_PUT_OK) {
+        Py_XDECREF(reason);
+        reason = PyUnicode_FromString("duplicate: a put with this UNIQ_KEY is stored already; "
+                                      "this is its result");
     }
-    return batch ? out : one;
+    if (reason)
+        out = results(&self->c, status, reason, items, n, batch, qoffs, NULL);
+    Py_XDECREF(reason);
+    return out;
 }
 
 /* Reserve, copy, wait (sync), count and answer the checked messages. */
@@ -792,33 +771,18 @@ static PyObject *append(Appender *self, struct mqs_fields *m, struct mqs_item *i
     } else if (rc == MQS_OK && (rc = copy(self, items, n, qoffs, &r, bytes)) == MQS_FENCED) {
         out = fenced(self, n, batch, t0);
     } else if (rc == MQS_OK) {
-        int64_t t_copied = mqs_mono_ns(), t_done = t_copied;
-        int status = MQS_ST_PUT_OK, outcome = 0;
-        if (sync) {
-            outcome = mqs_wait_flushed(self, r.start + total, c->sync_timeout_ns);
-            t_done = mqs_mono_ns();
-            status = outcome == 1 ? MQS_ST_FLUSH_DISK_TIMEOUT
-                     : outcome == 2 ? MQS_ST_FLUSH_DISK_FAILED
-                                    : MQS_ST_PUT_OK;
-        }
+        int64_t t_copied = mqs_mono_ns();
         PyObject *reason = NULL;
-        if (outcome == 3) { /* published, but its generation ended before flushing it */
-            status = MQS_ST_FLUSH_DISK_TIMEOUT;
-            reason = PyUnicode_FromFormat("the store was stopped or restarted (generation %lld "
-                                          "is over) before the record was known flushed",
-                                          generation(self));
-            if (reason == NULL)
-                outcome = -1;
-        } else if (outcome >= 0) {
-            reason = Py_NewRef(c->flush_reasons[outcome]);
-        }
-        if (outcome >= 0) {
+        int status = sync ? flushed(self, r.start + total, &reason) : MQS_ST_PUT_OK;
+        int64_t t_done = sync ? mqs_mono_ns() : t_copied;
+        if (status >= 0) {
             int64_t v[9] = {n,    total,       status, status == MQS_ST_PUT_OK,
                             sync, t_done - t0, took,   t_copied - t0 - took,
                             t_done - t_copied};
             count(self, v);
-            out = results(c, status, reason, items, n, batch, qoffs, &r);
-            Py_DECREF(reason);
+            out = results(c, status, reason ? reason : c->flush_reasons[0], items, n, batch,
+                          qoffs, &r);
+            Py_XDECREF(reason);
         }
     }
     if (qoffs != &one_qo)
@@ -860,7 +824,7 @@ static PyObject *call(Appender *self, PyObject *list, PyObject *const *args, PyO
     if (rc == MQS_FIELDS_ERROR)
         goto done;
     if (batch && n > self->a.slot_count / 2) {
-        rc = refuse(&why, MQS_ST_MESSAGE_ILLEGAL,
+        rc = mqs_fields_refuse(&why, MQS_ST_MESSAGE_ILLEGAL,
                     PyUnicode_FromFormat("batch of %d messages; at most %lld per batch", n,
                                          (long long)(self->a.slot_count / 2)));
     } else {
@@ -884,9 +848,9 @@ static PyObject *call(Appender *self, PyObject *list, PyObject *const *args, PyO
         if (rc == MQS_FIELDS_REFUSED && batch) {
             PyObject *reason = PyUnicode_FromFormat("message %d of the batch: %U", i - 1, why.reason);
             Py_DECREF(why.reason);
-            rc = refuse(&why, why.status, reason);
+            rc = mqs_fields_refuse(&why, why.status, reason);
         } else if (rc == MQS_FIELDS_OK && batch && total + MQS_END_FILE_MIN_BLANK > self->a.seg_size) {
-            rc = refuse(&why, MQS_ST_MESSAGE_ILLEGAL,
+            rc = mqs_fields_refuse(&why, MQS_ST_MESSAGE_ILLEGAL,
                         PyUnicode_FromFormat("batch of %lld bytes does not fit a %lld-byte segment",
                                              (long long)total, (long long)self->a.seg_size));
         }
