@@ -125,11 +125,7 @@ class StoreClient:
         `PutResult.uniq_key`). `idempotence` (default on): a put whose UNIQ_KEY the store
         holds already (a retry: `put_until_ok`, or `properties={"UNIQ_KEY": r.uniq_key}`)
         answers the first put's result and stores nothing (docs/durability.md)."""
-        check_attach_types("attach", store_dir, topic_queue_nums, timeout_s)
-        if not isinstance(idempotence, bool):
-            raise TypeError(
-                f"attach() argument 'idempotence' must be bool, not {type(idempotence).__name__}"
-            )
+        check_attach_types("attach", store_dir, topic_queue_nums, timeout_s, idempotence)
         self._reads_of_pid: tuple[int, ClientReads] | None = None  # made on first read
         self._puts = PutPath(store_dir, timeout_s, topic_queue_nums, raise_on_status, idempotence)
         self._puts.session.attach()
