@@ -533,6 +533,19 @@ static PyObject *lane_of(PyObject *lanes, PyObject *new_lane, PyObject *topic)
     return lane;
 }
 
+/* The message goes to queue `qid` of `lane`, whose queue-table row is known or found at
+ * its reservation (-1). */
+static int to_queue(struct mqs_item *it, PyObject *lane, long long qid)
+{
+    PyObject *qslots = PyList_GET_ITEM(lane, L_QSLOTS);
+    long qs = qid < PyList_GET_SIZE(qslots) ? PyLong_AsLong(PyList_GET_ITEM(qslots, qid)) : -1;
+    if (PyErr_Occurred())
+        return MQS_FIELDS_ERROR;
+    it->msg.queue_id = (int32_t)qid;
+    it->qslot = qs < 0 || qs > INT32_MAX ? -1 : (int32_t)qs;
+    return MQS_FIELDS_OK;
+}
+
 /* The queue id: given, or the lane's round robin (moving its counter), then checked
  * against the topic's queues (put_reference.queue_id_problem). */
 static int queue(struct mqs_fields *m, struct mqs_item *it, struct mqs_refusal *why)
@@ -570,13 +583,7 @@ static int queue(struct mqs_fields *m, struct mqs_item *it, struct mqs_refusal *
         Py_XDECREF(shown);
         return mqs_fields_refuse(why, MQS_ST_MESSAGE_ILLEGAL, reason);
     }
-    PyObject *qslots = l[L_QSLOTS];
-    long qs = qid < PyList_GET_SIZE(qslots) ? PyLong_AsLong(PyList_GET_ITEM(qslots, qid)) : -1;
-    if (PyErr_Occurred())
-        return MQS_FIELDS_ERROR;
-    it->msg.queue_id = (int32_t)qid;
-    it->qslot = qs < 0 || qs > INT32_MAX ? -1 : (int32_t)qs; /* -1: found at reservation */
-    return MQS_FIELDS_OK;
+    return to_queue(it, m->lane, qid);
 }
 
 /* "unknown fields [...]": the dict's keys that are not put's fields, sorted. */
@@ -637,7 +644,7 @@ static int delay_rewrite(struct mqs_fields *m, struct mqs_item *it, struct mqs_a
 {
     static const char *const owned[3] = {"DELAY", "REAL_TOPIC", "REAL_QID"};
     PyObject *o = m->f[MQS_F_DELAY], *props = m->f[MQS_F_PROPS];
-    int overflow = 0, rc;
+    int overflow = 0;
     long long level = PyLong_AsLongLongAndOverflow(o, &overflow);
     if (level == -1 && PyErr_Occurred())
         return MQS_FIELDS_ERROR;
@@ -665,28 +672,15 @@ static int delay_rewrite(struct mqs_fields *m, struct mqs_item *it, struct mqs_a
                                                "the store sets %s for a delayed message",
                                                owned[i], owned[i]));
     }
-    char num[24];
-    PyObject *names3[3] = {NULL, NULL, NULL}, *values3[3] = {NULL, NULL, NULL};
-    rc = MQS_FIELDS_ERROR;
-    snprintf(num, sizeof num, "%lld", level);
-    values3[0] = PyUnicode_FromString(num);
-    values3[1] = Py_NewRef(m->f[MQS_F_TOPIC]);
-    snprintf(num, sizeof num, "%d", (int)it->msg.queue_id);
-    values3[2] = PyUnicode_FromString(num);
-    for (int i = 0; i < 3; i++)
-        names3[i] = PyUnicode_FromString(owned[i]);
-    int ok = 1;
-    for (int i = 0; i < 3; i++)
-        ok &= names3[i] != NULL && values3[i] != NULL;
-    rc = ok ? MQS_FIELDS_OK : MQS_FIELDS_ERROR;
-    for (int i = 0; i < 3 && rc == MQS_FIELDS_OK; i++)
-        rc = add_property(a, names3[i], values3[i], why);
-    for (int i = 0; i < 3; i++) {
-        Py_XDECREF(names3[i]);
-        Py_XDECREF(values3[i]);
-    }
-    if (rc != MQS_FIELDS_OK)
-        return rc;
+    const char *topic = PyUnicode_AsUTF8(m->f[MQS_F_TOPIC]); /* checked: <= 127 ASCII */
+    char three[192];
+    int n = topic ? snprintf(three, sizeof three, "DELAY\x01%lld\x02REAL_TOPIC\x01%s\x02REAL_QID\x01%d\x02",
+                             level, topic, (int)it->msg.queue_id)
+                  : -1;
+    if (n < 0 || mqs_arena_room(a, (size_t)n) < 0)
+        return MQS_FIELDS_ERROR;
+    memcpy(a->buf + a->len, three, (size_t)n);
+    a->len += (size_t)n;
     if (a->len - m->props_off > MAX_PROPERTIES)
         return mqs_fields_refuse(why, MQS_ST_PROPERTIES_SIZE_EXCEEDED,
                       PyUnicode_FromFormat("properties are %zu UTF-8 bytes with the delay's "
@@ -708,13 +702,7 @@ static int delay_rewrite(struct mqs_fields *m, struct mqs_item *it, struct mqs_a
                       PyUnicode_FromFormat("delay level %lld needs queue %ld of "
                                            "SCHEDULE_TOPIC_XXXX, which has %ld queues",
                                            level, qid, queues));
-    PyObject *qslots = l[L_QSLOTS];
-    long qs = qid < PyList_GET_SIZE(qslots) ? PyLong_AsLong(PyList_GET_ITEM(qslots, qid)) : -1;
-    if (PyErr_Occurred())
-        return MQS_FIELDS_ERROR;
-    it->msg.queue_id = (int32_t)qid;
-    it->qslot = qs < 0 || qs > INT32_MAX ? -1 : (int32_t)qs;
-    return MQS_FIELDS_OK;
+    return to_queue(it, lane, qid);
 }
 
 int mqs_fields_check(struct mqs_fields *m, struct mqs_item *it, struct mqs_arena *arena,
