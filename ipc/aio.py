@@ -576,21 +576,12 @@ class AsyncStoreClient:
         back = send_back_message(
             message, group, delay_level=delay_level, max_reconsume_times=max_reconsume_times
         )
-        fut = self.put_batch([back.message], redelivered=True)
-        out: asyncio.Future[PutResult] = self._new_future()
-
-        def one(done: asyncio.Future[list[PutResult]]) -> None:
-            if out.done():
-                return
-            if done.cancelled():
-                out.cancel()
-            elif done.exception() is not None:
-                out.set_exception(done.exception())  # type: ignore[arg-type]
-            else:
-                out.set_result(done.result()[0])
-
-        fut.add_done_callback(one)
-        return out
+        client = self._on_loop(True)
+        if client is not None:
+            return self._resolved(client.put_batch([back.message], redelivered=True)[0])
+        return self._waited(
+            lambda cl: cl.put_batch([back.message], wait_store=False, redelivered=True)[0]
+        )
 
     # --- reads ----------------------------------------------------------------------------
 
