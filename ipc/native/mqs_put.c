@@ -15,6 +15,7 @@
 #include "mqs_put.h"
 
 #include <pthread.h>
+#include <semaphore.h>
 #include <string.h>
 #include <time.h>
 
@@ -40,8 +41,8 @@ static void after_fork_in_child(void)
 
 typedef struct {
     PyObject_HEAD
-    PyThread_type_lock lock;
-    int locked;
+    sem_t sem; /* 1 free, 0 held: what PyThread's lock is here, without its wrapper */
+    int ready, locked;
 } PutLock;
 
 static int putlock_init(PutLock *self, PyObject *args, PyObject *kw)
@@ -50,26 +51,24 @@ static int putlock_init(PutLock *self, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_TypeError, "PutLock() takes no arguments");
         return -1;
     }
-    if (self->lock == NULL && (self->lock = PyThread_allocate_lock()) == NULL) {
-        PyErr_NoMemory();
+    if (!self->ready && sem_init(&self->sem, 0, 1) != 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
         return -1;
     }
+    self->ready = 1;
     return 0;
 }
 
 static void putlock_dealloc(PutLock *self)
 {
-    if (self->lock) {
-        if (self->locked)
-            PyThread_release_lock(self->lock);
-        PyThread_free_lock(self->lock);
-    }
+    if (self->ready)
+        sem_destroy(&self->sem);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static int putlock_try(PutLock *self)
 {
-    if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK))
+    if (sem_trywait(&self->sem) != 0)
         return 0;
     self->locked = 1;
     return 1;
@@ -78,20 +77,20 @@ static int putlock_try(PutLock *self)
 static void putlock_release_held(PutLock *self)
 {
     self->locked = 0;
-    PyThread_release_lock(self->lock);
+    sem_post(&self->sem);
 }
 
 static PyObject *putlock_acquire(PutLock *self, PyObject *Py_UNUSED(a))
 {
-    if (self->lock == NULL) {
+    if (!self->ready) {
         PyErr_SetString(PyExc_ValueError, "PutLock is not initialised");
         return NULL;
     }
-    while (!putlock_try(self)) {
-        PyLockStatus r;
-        Py_BEGIN_ALLOW_THREADS r = PyThread_acquire_lock_timed(self->lock, -1, 1);
+    while (!putlock_try(self)) { /* a signal ends the wait (EINTR): its handler runs */
+        int rc;
+        Py_BEGIN_ALLOW_THREADS rc = sem_wait(&self->sem);
         Py_END_ALLOW_THREADS
-        if (r == PY_LOCK_ACQUIRED) {
+        if (rc == 0) {
             self->locked = 1;
             break;
         }
