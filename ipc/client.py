@@ -188,14 +188,9 @@ class StoreClient:
         TypeError for an argument of the wrong type, naming it (`ipc.accepts`).
         """
         puts = self._puts
-        if delay_level == 0 and type(delay_level) is int:
-            got: PutResult | None = puts.app.put_message(
-                topic, body, tags, keys, properties, queue_id, wait_store
-            )
-        else:
-            got = puts.app.put_message(
-                topic, body, tags, keys, properties, queue_id, wait_store, False, delay_level
-            )
+        got: PutResult | None = puts.app.put_message(
+            topic, body, tags, keys, properties, queue_id, wait_store, False, delay_level
+        )
         if got is None:
             got = puts.put_held(
                 topic, body, tags, keys, properties, queue_id, wait_store, delay_level

@@ -13,7 +13,7 @@ enum { L_TOPIC, L_QUEUES, L_RR_N, L_RR, L_QSLOTS, LANE_FIELDS };
 #define TOPIC_MAX_CHARS 127
 #define TOPIC_RULE "only letters, digits, '%', '|', '_' and '-' (RocketMQ's ^[%|a-zA-Z0-9_-]+$)"
 
-static PyObject *names[MQS_FIELDS], *name_tags, *name_keys, *space, *empty;
+static PyObject *names[MQS_FIELDS], *name_tags, *name_keys, *space, *empty, *zero;
 static const char *const field_names[MQS_FIELDS] = {
     "topic", "body", "tags", "keys", "properties", "queue_id", "delay_level"};
 static const char *const message_attrs[MQS_FIELDS] = {
@@ -31,6 +31,8 @@ int mqs_fields_ready(void)
     if (space == NULL && (space = PyUnicode_InternFromString(" ")) == NULL)
         return -1;
     if (empty == NULL && (empty = PyUnicode_New(0, 0)) == NULL)
+        return -1;
+    if (zero == NULL && (zero = PyLong_FromLong(0)) == NULL)
         return -1;
     return 0;
 }
@@ -90,7 +92,7 @@ int mqs_fields_of_args(struct mqs_fields *m, PyObject *const *args, PyObject *de
 {
     for (int i = 0; i < MQS_F_DELAY; i++)
         m->f[i] = Py_NewRef(args[i]);
-    m->f[MQS_F_DELAY] = Py_XNewRef(delay);
+    m->f[MQS_F_DELAY] = delay == zero ? NULL : Py_XNewRef(delay); /* 0 (the small int): none */
     return types(m);
 }
 
