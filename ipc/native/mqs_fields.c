@@ -75,9 +75,9 @@ static int types(struct mqs_fields *m)
     if ((o = f[MQS_F_PROPS]) != NULL && o != Py_None) {
         if (!PyDict_CheckExact(o))
             return MQS_FIELDS_TYPES;
-        Py_ssize_t pos = 0;
+        Py_ssize_t pos = 0, left = PyDict_GET_SIZE(o); /* no call past the last item */
         PyObject *k, *v;
-        while (PyDict_Next(o, &pos, &k, &v))
+        while (left-- > 0 && PyDict_Next(o, &pos, &k, &v))
             if (!PyUnicode_Check(k) || !PyUnicode_Check(v))
                 return MQS_FIELDS_TYPES;
     }
@@ -403,10 +403,10 @@ static inline __attribute__((always_inline)) int add_ascii(struct mqs_arena *a, 
 static int properties_ascii(struct mqs_arena *a, PyObject *props, PyObject *tags, PyObject *keys,
                             int *uniq_named)
 {
-    Py_ssize_t pos = 0;
+    Py_ssize_t pos = 0, left = props ? PyDict_GET_SIZE(props) : 0;
     PyObject *k, *v;
     int rc = 0;
-    while (props && PyDict_Next(props, &pos, &k, &v)) {
+    while (left-- > 0 && PyDict_Next(props, &pos, &k, &v)) {
         if (!PyUnicode_CheckExact(k) || !PyUnicode_IS_ASCII(k) || !PyUnicode_IS_ASCII(v))
             return 0;
         const void *kd = PyUnicode_1BYTE_DATA(k);
