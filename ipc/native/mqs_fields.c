@@ -642,7 +642,7 @@ static int message_fields(struct mqs_fields *m, struct mqs_message *msg, int *ta
  * one of those three properties also given in `properties`, is refused. The Python
  * reference is tests/native/put_reference.py (`delay_reference`). */
 static int delay_rewrite(struct mqs_fields *m, struct mqs_item *it, struct mqs_arena *a,
-                         struct mqs_refusal *why, PyObject *lanes, PyObject *new_lane)
+                         struct mqs_refusal *why, const struct mqs_client *c)
 {
     static const char *const owned[3] = {"DELAY", "REAL_TOPIC", "REAL_QID"};
     PyObject *o = m->f[MQS_F_DELAY], *props = m->f[MQS_F_PROPS];
@@ -654,14 +654,14 @@ static int delay_rewrite(struct mqs_fields *m, struct mqs_item *it, struct mqs_a
         return mqs_fields_refuse(why, MQS_ST_MESSAGE_ILLEGAL,
                       PyUnicode_FromFormat("delay_level %R is negative: 0 (no delay) or a "
                                            "level 1..%d of messageDelayLevel",
-                                           o, m->max_delay));
+                                           o, c->max_delay));
     if ((level == 0 && !overflow) || (it->msg.sys_flag & 0xC) == 0x4 || (it->msg.sys_flag & 0xC) == 0xC)
         return MQS_FIELDS_OK; /* RocketMQ delays neither a prepared nor a rolled-back message */
-    if (m->max_delay < 1)
+    if (c->max_delay < 1)
         return mqs_fields_refuse(why, MQS_ST_MESSAGE_ILLEGAL,
                       PyUnicode_FromString("delay_level given but messageDelayLevel has no levels"));
-    if (overflow || level > m->max_delay)
-        level = m->max_delay;
+    if (overflow || level > c->max_delay)
+        level = c->max_delay;
     for (int i = 0; props && props != Py_None && i < 3; i++) {
         PyObject *k = PyUnicode_FromString(owned[i]);
         int twice = k ? PyDict_Contains(props, k) : -1;
@@ -689,7 +689,7 @@ static int delay_rewrite(struct mqs_fields *m, struct mqs_item *it, struct mqs_a
                                            "DELAY, REAL_TOPIC and REAL_QID; at most %d are allowed",
                                            a->len - m->props_off, MAX_PROPERTIES));
     PyObject *name = PyUnicode_FromString("SCHEDULE_TOPIC_XXXX");
-    PyObject *lane = name ? lane_of(lanes, new_lane, name) : NULL;
+    PyObject *lane = name ? lane_of(c->lanes, c->new_lane, name) : NULL;
     Py_XDECREF(name);
     if (lane == NULL)
         return MQS_FIELDS_ERROR;
@@ -708,8 +708,7 @@ static int delay_rewrite(struct mqs_fields *m, struct mqs_item *it, struct mqs_a
 }
 
 int mqs_fields_check(struct mqs_fields *m, struct mqs_item *it, struct mqs_arena *arena,
-                     struct mqs_refusal *why, PyObject *lanes, PyObject *new_lane,
-                     int64_t max_body, int64_t seg_size, const struct mqs_host *store,
+                     struct mqs_refusal *why, const struct mqs_client *c, int64_t seg_size,
                      int64_t born)
 {
     static const uint8_t loopback[4] = {127, 0, 0, 1};
@@ -717,7 +716,7 @@ int mqs_fields_check(struct mqs_fields *m, struct mqs_item *it, struct mqs_arena
     memset(it, 0, sizeof *it);
     msg->born.addr = loopback;
     msg->born.addr_len = 4;
-    msg->store = *store;
+    msg->store = c->store;
     it->takes_offset = 1;
     int rc;
     if (m->missing)
@@ -736,16 +735,16 @@ int mqs_fields_check(struct mqs_fields *m, struct mqs_item *it, struct mqs_arena
         msg->body = (const uint8_t *)PyBytes_AS_STRING(m->f[MQS_F_BODY]);
         msg->body_len = (size_t)PyBytes_GET_SIZE(m->f[MQS_F_BODY]);
     }
-    if ((int64_t)msg->body_len > max_body)
+    if ((int64_t)msg->body_len > c->max_body)
         return mqs_fields_refuse(why, MQS_ST_MESSAGE_ILLEGAL,
                       PyUnicode_FromFormat("body is %zu bytes; maxMessageSize is %lld",
-                                           msg->body_len, (long long)max_body));
-    if ((m->lane = lane_of(lanes, new_lane, topic)) == NULL)
+                                           msg->body_len, (long long)c->max_body));
+    if ((m->lane = lane_of(c->lanes, c->new_lane, topic)) == NULL)
         return MQS_FIELDS_ERROR;
     if ((rc = queue(m, it, why)) != MQS_FIELDS_OK)
         return rc;
     if (m->f[MQS_F_DELAY] && m->f[MQS_F_DELAY] != Py_None &&
-        (rc = delay_rewrite(m, it, arena, why, lanes, new_lane)) != MQS_FIELDS_OK)
+        (rc = delay_rewrite(m, it, arena, why, c)) != MQS_FIELDS_OK)
         return rc;
     PyObject *topic_b = PyList_GET_ITEM(m->lane, L_TOPIC);
     msg->topic = (const uint8_t *)PyBytes_AS_STRING(topic_b);

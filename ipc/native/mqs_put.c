@@ -832,9 +832,7 @@ static PyObject *call(Appender *self, PyObject *list, PyObject *const *args, PyO
         clock_gettime(CLOCK_REALTIME, &now);
         born = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
         for (i = 0; i < n && rc == MQS_FIELDS_OK; i++) {
-            m[i].max_delay = c->max_delay;
-            rc = mqs_fields_check(&m[i], &items[i], &arena, &why, c->lanes, c->new_lane,
-                                  c->max_body, self->a.seg_size, &c->store, born);
+            rc = mqs_fields_check(&m[i], &items[i], &arena, &why, c, self->a.seg_size, born);
             if (rc == MQS_FIELDS_OK)
                 rc = mqs_uniq_stamp(&c->uniq, &m[i], &items[i], &arena, &why, self->a.seg_size,
                                     born);
