@@ -299,8 +299,8 @@ def _off_loop(
     Reads share the thread: a long poll delays the reads behind it."""
 
     async def method(self: AsyncStoreClient, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        loop = self._live()
-        return await loop.run_in_executor(
+        self._loop_client()
+        return await asyncio.get_running_loop().run_in_executor(
             self._reads, lambda: read(self._thread_reads(), *args, **kwargs)
         )
 
@@ -329,11 +329,7 @@ class AsyncStoreClient:
         `idempotence` (default on): a put whose UNIQ_KEY is one of this client's and
         stored already answers the first put's result (`put_until_ok`). Raises
         channel.SupervisorUnavailable when no supervisor runs."""
-        check_attach_types("attach", store_dir, topic_queue_nums, timeout_s)
-        if not isinstance(idempotence, bool):
-            raise TypeError(
-                f"attach() argument 'idempotence' must be bool, not {type(idempotence).__name__}"
-            )
+        check_attach_types("attach", store_dir, topic_queue_nums, timeout_s, idempotence)
         self._idempotence = idempotence
         self.raise_on_status = raise_on_status
         self.store_dir = os.path.realpath(os.fspath(store_dir))
@@ -343,7 +339,6 @@ class AsyncStoreClient:
         self._client: StoreClient | None = None  # the loop's: puts, positions
         self._reader: StoreClient | None = None  # the read thread's, made at its first read
         self._client_reads: ClientReads | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._waits: _FlushWaits | None = None
         self._closed = False
 
@@ -363,7 +358,6 @@ class AsyncStoreClient:
         self._client = await loop.run_in_executor(self._reads, self._new_client)
         self._waits = _FlushWaits(loop, self._client, self._new_client)
         self._new_future = loop.create_future
-        self._loop = loop
 
     async def close(self) -> None:
         """Wait for the puts under way to get their answers, detach, stop the threads."""
@@ -386,17 +380,16 @@ class AsyncStoreClient:
 
     # --- puts -----------------------------------------------------------------------------
 
-    def _live(self) -> asyncio.AbstractEventLoop:
-        if self._closed or self._loop is None:
+    def _loop_client(self) -> StoreClient:
+        client = self._client
+        if self._closed or client is None:
             raise RuntimeError("the AsyncStoreClient is closed")
-        return self._loop
+        return client
 
     def _on_loop(self, wait_store: object) -> StoreClient | None:
         """The loop's client when this put does not wait for its fsync (ASYNC_FLUSH, or
         not `wait_store`: it is done when the C call returns), else None."""
-        client = self._client
-        if self._closed or client is None:
-            raise RuntimeError("the AsyncStoreClient is closed")
+        client = self._loop_client()
         if wait_store is not True or client.settings.flush_disk_type is not _SYNC:
             return client
         return None
@@ -445,26 +438,13 @@ class AsyncStoreClient:
         wrong type (and, with `raise_on_status`, the `PutError` of a status known at
         once) at the call."""
         client = self._on_loop(wait_store)
-        if client is not None:  # StoreClient.put's C call, without its frame (0.2 µs)
-            if delay_level == 0 and type(delay_level) is int:
-                got = client._puts.app.put_message(
-                    topic, body, tags, keys, properties, queue_id, wait_store
-                )
-            else:
-                got = client._puts.app.put_message(
-                    topic, body, tags, keys, properties, queue_id, wait_store, False,
-                    delay_level,
-                )  # fmt: skip
-            if got is None:  # the client acts first: types, staleness, another thread
-                got = client.put(
+        if client is not None:
+            return self._resolved(
+                client.put(
                     topic, body, tags=tags, keys=keys, properties=properties,
                     queue_id=queue_id, wait_store=wait_store, delay_level=delay_level,
-                )  # fmt: skip
-            elif got[0] is not OK and self.raise_on_status:
-                raise error_for(got)
-            fut = self._new_future()
-            fut.set_result(got)
-            return fut
+                )
+            )  # fmt: skip
         return self._waited(
             lambda cl: cl.put(
                 topic, body, tags=tags, keys=keys, properties=properties, queue_id=queue_id,
@@ -547,12 +527,6 @@ class AsyncStoreClient:
         last = list(await retry.retry_async(attempt, timeout_s))
         return raise_if_failed(last) if self.raise_on_status else last
 
-    def _loop_client(self) -> StoreClient:
-        client = self._client
-        if self._closed or client is None:
-            raise RuntimeError("the AsyncStoreClient is closed")
-        return client
-
     def consumer(
         self,
         group: str,
@@ -602,21 +576,12 @@ class AsyncStoreClient:
         back = send_back_message(
             message, group, delay_level=delay_level, max_reconsume_times=max_reconsume_times
         )
-        fut = self.put_batch([back.message], redelivered=True)
-        out: asyncio.Future[PutResult] = self._new_future()
-
-        def one(done: asyncio.Future[list[PutResult]]) -> None:
-            if out.done():
-                return
-            if done.cancelled():
-                out.cancel()
-            elif done.exception() is not None:
-                out.set_exception(done.exception())  # type: ignore[arg-type]
-            else:
-                out.set_result(done.result()[0])
-
-        fut.add_done_callback(one)
-        return out
+        client = self._on_loop(True)
+        if client is not None:
+            return self._resolved(client.put_batch([back.message], redelivered=True)[0])
+        return self._waited(
+            lambda cl: cl.put_batch([back.message], wait_store=False, redelivered=True)[0]
+        )
 
     # --- reads ----------------------------------------------------------------------------
 
@@ -640,9 +605,7 @@ class AsyncStoreClient:
 
     async def positions(self) -> dict[str, int]:
         """The control block's positions (reserved, published, committed, flushed)."""
-        self._live()
-        assert self._client is not None
-        return self._client.positions()
+        return self._loop_client().positions()
 
 
 class AsyncConsumer:

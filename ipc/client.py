@@ -125,11 +125,7 @@ class StoreClient:
         `PutResult.uniq_key`). `idempotence` (default on): a put whose UNIQ_KEY the store
         holds already (a retry: `put_until_ok`, or `properties={"UNIQ_KEY": r.uniq_key}`)
         answers the first put's result and stores nothing (docs/durability.md)."""
-        check_attach_types("attach", store_dir, topic_queue_nums, timeout_s)
-        if not isinstance(idempotence, bool):
-            raise TypeError(
-                f"attach() argument 'idempotence' must be bool, not {type(idempotence).__name__}"
-            )
+        check_attach_types("attach", store_dir, topic_queue_nums, timeout_s, idempotence)
         self._reads_of_pid: tuple[int, ClientReads] | None = None  # made on first read
         self._puts = PutPath(store_dir, timeout_s, topic_queue_nums, raise_on_status, idempotence)
         self._puts.session.attach()
@@ -192,14 +188,9 @@ class StoreClient:
         TypeError for an argument of the wrong type, naming it (`ipc.accepts`).
         """
         puts = self._puts
-        if delay_level == 0 and type(delay_level) is int:
-            got: PutResult | None = puts.app.put_message(
-                topic, body, tags, keys, properties, queue_id, wait_store
-            )
-        else:
-            got = puts.app.put_message(
-                topic, body, tags, keys, properties, queue_id, wait_store, False, delay_level
-            )
+        got: PutResult | None = puts.app.put_message(
+            topic, body, tags, keys, properties, queue_id, wait_store, False, delay_level
+        )
         if got is None:
             got = puts.put_held(
                 topic, body, tags, keys, properties, queue_id, wait_store, delay_level

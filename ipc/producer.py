@@ -75,7 +75,8 @@ _time_ns: Final = time.time_ns
 
 class Lanes:
     """What the C put keeps per topic, in `lanes` (topic -> lane): a lane is
-    [topic bytes, queue count, round-robin modulus, round-robin counter, queue-table row
+    [topic bytes, queue count, round-robin modulus, round-robin counter (the next index,
+    kept below the modulus: a cached small int up to 257 queues), queue-table row
     per queue id (-1: found at the first put to it)]. Made on a topic's first put
     (`new`, called from C with a topic the C put validated), followed at each staleness
     check (`refresh`: `mqstore topic set` changes queue counts)."""

@@ -38,7 +38,7 @@ from mqstore.conf.settings import StoreSettings, settings_from_doc
 from mqstore.engine.reader import Geometry
 from mqstore.ipc import access, channel
 from mqstore.ipc import control as c
-from mqstore.ipc.accepts import NUMBER, PATH, check_types
+from mqstore.ipc.accepts import BOOL, NUMBER, PATH, check_types
 from mqstore.ipc.control_views import Flags, Positions
 from mqstore.ipc.reservation import LiveLock
 
@@ -87,10 +87,15 @@ def _attach_checked(store_dir: str, ctl: str, pool: str) -> c.ControlBlock:
 
 
 def check_attach_types(
-    method: str, store_dir: object, topic_queue_nums: object, timeout_s: object
+    method: str, store_dir: object, topic_queue_nums: object, timeout_s: object, idempotence: object
 ) -> None:
     """TypeError for `attach`'s arguments of the wrong type (shared with AsyncStoreClient)."""
-    check_types(method, store_dir=(store_dir, PATH), timeout_s=(timeout_s, NUMBER))
+    check_types(
+        method,
+        store_dir=(store_dir, PATH),
+        timeout_s=(timeout_s, NUMBER),
+        idempotence=(idempotence, BOOL),
+    )
     if topic_queue_nums is not None:
         if not isinstance(topic_queue_nums, Mapping):
             raise TypeError(

@@ -3,21 +3,19 @@
 
 #include <string.h>
 
+#include "mqs_be.h"
 #include "mqs_crc32.h"
 
 static uint8_t *be32(uint8_t *p, uint32_t v)
 {
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
+    mqs_wr32(p, v);
     return p + 4;
 }
 
 static uint8_t *be64(uint8_t *p, uint64_t v)
 {
-    be32(p, (uint32_t)(v >> 32));
-    return be32(p + 4, (uint32_t)v);
+    mqs_wr64(p, v);
+    return p + 8;
 }
 
 static uint8_t *host(uint8_t *p, const struct mqs_host *h)

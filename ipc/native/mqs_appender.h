@@ -42,6 +42,8 @@ struct mqs_client {
     PyObject *statuses;       /* tuple(PutMessageStatus) */
     PyObject *flush_reasons[3]; /* "", timed out, failed */
     PyObject *msg_id_prefix;
+    PyObject *ts, *size;   /* the last results' store time and size (mqs_put.c: cached_int) */
+    int64_t ts_v, size_v;
     struct mqs_target targets[2];
     struct mqs_uniq_client uniq;
     struct mqs_compress z; /* body compression (mqs_compress.c) */

@@ -13,7 +13,7 @@ enum { L_TOPIC, L_QUEUES, L_RR_N, L_RR, L_QSLOTS, LANE_FIELDS };
 #define TOPIC_MAX_CHARS 127
 #define TOPIC_RULE "only letters, digits, '%', '|', '_' and '-' (RocketMQ's ^[%|a-zA-Z0-9_-]+$)"
 
-static PyObject *names[MQS_FIELDS], *name_tags, *name_keys, *space, *empty;
+static PyObject *names[MQS_FIELDS], *name_tags, *name_keys, *space, *empty, *zero;
 static const char *const field_names[MQS_FIELDS] = {
     "topic", "body", "tags", "keys", "properties", "queue_id", "delay_level"};
 static const char *const message_attrs[MQS_FIELDS] = {
@@ -31,6 +31,8 @@ int mqs_fields_ready(void)
     if (space == NULL && (space = PyUnicode_InternFromString(" ")) == NULL)
         return -1;
     if (empty == NULL && (empty = PyUnicode_New(0, 0)) == NULL)
+        return -1;
+    if (zero == NULL && (zero = PyLong_FromLong(0)) == NULL)
         return -1;
     return 0;
 }
@@ -73,9 +75,9 @@ static int types(struct mqs_fields *m)
     if ((o = f[MQS_F_PROPS]) != NULL && o != Py_None) {
         if (!PyDict_CheckExact(o))
             return MQS_FIELDS_TYPES;
-        Py_ssize_t pos = 0;
+        Py_ssize_t pos = 0, left = PyDict_GET_SIZE(o); /* no call past the last item */
         PyObject *k, *v;
-        while (PyDict_Next(o, &pos, &k, &v))
+        while (left-- > 0 && PyDict_Next(o, &pos, &k, &v))
             if (!PyUnicode_Check(k) || !PyUnicode_Check(v))
                 return MQS_FIELDS_TYPES;
     }
@@ -90,7 +92,7 @@ int mqs_fields_of_args(struct mqs_fields *m, PyObject *const *args, PyObject *de
 {
     for (int i = 0; i < MQS_F_DELAY; i++)
         m->f[i] = Py_NewRef(args[i]);
-    m->f[MQS_F_DELAY] = Py_XNewRef(delay);
+    m->f[MQS_F_DELAY] = delay == zero ? NULL : Py_XNewRef(delay); /* 0 (the small int): none */
     return types(m);
 }
 
@@ -398,18 +400,20 @@ static inline __attribute__((always_inline)) int add_ascii(struct mqs_arena *a, 
 /* The properties in one pass when every name and value is ASCII (the names exact str) and
  * nothing is to be refused: 1 encoded, 0 when the checked pass must run (a problem to
  * name or other text; what was appended is the caller's to drop), -1 an error. */
-static int properties_ascii(struct mqs_arena *a, PyObject *props, PyObject *tags, PyObject *keys)
+static int properties_ascii(struct mqs_arena *a, PyObject *props, PyObject *tags, PyObject *keys,
+                            int *uniq_named)
 {
-    Py_ssize_t pos = 0;
+    Py_ssize_t pos = 0, left = props ? PyDict_GET_SIZE(props) : 0;
     PyObject *k, *v;
     int rc = 0;
-    while (props && PyDict_Next(props, &pos, &k, &v)) {
+    while (left-- > 0 && PyDict_Next(props, &pos, &k, &v)) {
         if (!PyUnicode_CheckExact(k) || !PyUnicode_IS_ASCII(k) || !PyUnicode_IS_ASCII(v))
             return 0;
         const void *kd = PyUnicode_1BYTE_DATA(k);
         if (PyUnicode_GET_LENGTH(k) == 4 &&
             ((tags && !memcmp(kd, "TAGS", 4)) || (keys && !memcmp(kd, "KEYS", 4))))
             return 0; /* refused: set twice */
+        *uniq_named |= PyUnicode_GET_LENGTH(k) == 8 && !memcmp(kd, "UNIQ_KEY", 8);
         if ((rc = add_ascii(a, k, v)) != 0)
             return rc < 0 ? -1 : 0;
     }
@@ -457,9 +461,11 @@ static int properties(struct mqs_fields *m, struct mqs_arena *a, struct mqs_refu
     PyObject *k, *v;
     Py_ssize_t pos = 0;
     int rc;
+    int uniq_named = 0;
     m->props_off = a->len;
-    if ((rc = properties_ascii(a, props, tags, keys)) < 0)
+    if ((rc = properties_ascii(a, props, tags, keys, &uniq_named)) < 0)
         return MQS_FIELDS_ERROR;
+    m->no_uniq = rc == 1 && !uniq_named;
     if (rc == 0) {
         a->len = m->props_off;
         rc = MQS_FIELDS_OK;
@@ -529,6 +535,19 @@ static PyObject *lane_of(PyObject *lanes, PyObject *new_lane, PyObject *topic)
     return lane;
 }
 
+/* The message goes to queue `qid` of `lane`, whose queue-table row is known or found at
+ * its reservation (-1). */
+static int to_queue(struct mqs_item *it, PyObject *lane, long long qid)
+{
+    PyObject *qslots = PyList_GET_ITEM(lane, L_QSLOTS);
+    long qs = qid < PyList_GET_SIZE(qslots) ? PyLong_AsLong(PyList_GET_ITEM(qslots, qid)) : -1;
+    if (PyErr_Occurred())
+        return MQS_FIELDS_ERROR;
+    it->msg.queue_id = (int32_t)qid;
+    it->qslot = qs < 0 || qs > INT32_MAX ? -1 : (int32_t)qs;
+    return MQS_FIELDS_OK;
+}
+
 /* The queue id: given, or the lane's round robin (moving its counter), then checked
  * against the topic's queues (put_reference.queue_id_problem). */
 static int queue(struct mqs_fields *m, struct mqs_item *it, struct mqs_refusal *why)
@@ -543,7 +562,7 @@ static int queue(struct mqs_fields *m, struct mqs_item *it, struct mqs_refusal *
         if (PyErr_Occurred())
             return MQS_FIELDS_ERROR;
         qid = n > 0 ? rr % n : 0;
-        PyObject *next = PyLong_FromLongLong(rr + 1);
+        PyObject *next = PyLong_FromLongLong(n > 0 ? (qid + 1) % n : 0); /* a small int */
         if (next == NULL)
             return MQS_FIELDS_ERROR;
         m->rr_before = Py_NewRef(l[L_RR]);
@@ -566,13 +585,7 @@ static int queue(struct mqs_fields *m, struct mqs_item *it, struct mqs_refusal *
         Py_XDECREF(shown);
         return mqs_fields_refuse(why, MQS_ST_MESSAGE_ILLEGAL, reason);
     }
-    PyObject *qslots = l[L_QSLOTS];
-    long qs = qid < PyList_GET_SIZE(qslots) ? PyLong_AsLong(PyList_GET_ITEM(qslots, qid)) : -1;
-    if (PyErr_Occurred())
-        return MQS_FIELDS_ERROR;
-    it->msg.queue_id = (int32_t)qid;
-    it->qslot = qs < 0 || qs > INT32_MAX ? -1 : (int32_t)qs; /* -1: found at reservation */
-    return MQS_FIELDS_OK;
+    return to_queue(it, m->lane, qid);
 }
 
 /* "unknown fields [...]": the dict's keys that are not put's fields, sorted. */
@@ -629,11 +642,11 @@ static int message_fields(struct mqs_fields *m, struct mqs_message *msg, int *ta
  * one of those three properties also given in `properties`, is refused. The Python
  * reference is tests/native/put_reference.py (`delay_reference`). */
 static int delay_rewrite(struct mqs_fields *m, struct mqs_item *it, struct mqs_arena *a,
-                         struct mqs_refusal *why, PyObject *lanes, PyObject *new_lane)
+                         struct mqs_refusal *why, const struct mqs_client *c)
 {
     static const char *const owned[3] = {"DELAY", "REAL_TOPIC", "REAL_QID"};
     PyObject *o = m->f[MQS_F_DELAY], *props = m->f[MQS_F_PROPS];
-    int overflow = 0, rc;
+    int overflow = 0;
     long long level = PyLong_AsLongLongAndOverflow(o, &overflow);
     if (level == -1 && PyErr_Occurred())
         return MQS_FIELDS_ERROR;
@@ -641,14 +654,14 @@ static int delay_rewrite(struct mqs_fields *m, struct mqs_item *it, struct mqs_a
         return mqs_fields_refuse(why, MQS_ST_MESSAGE_ILLEGAL,
                       PyUnicode_FromFormat("delay_level %R is negative: 0 (no delay) or a "
                                            "level 1..%d of messageDelayLevel",
-                                           o, m->max_delay));
+                                           o, c->max_delay));
     if ((level == 0 && !overflow) || (it->msg.sys_flag & 0xC) == 0x4 || (it->msg.sys_flag & 0xC) == 0xC)
         return MQS_FIELDS_OK; /* RocketMQ delays neither a prepared nor a rolled-back message */
-    if (m->max_delay < 1)
+    if (c->max_delay < 1)
         return mqs_fields_refuse(why, MQS_ST_MESSAGE_ILLEGAL,
                       PyUnicode_FromString("delay_level given but messageDelayLevel has no levels"));
-    if (overflow || level > m->max_delay)
-        level = m->max_delay;
+    if (overflow || level > c->max_delay)
+        level = c->max_delay;
     for (int i = 0; props && props != Py_None && i < 3; i++) {
         PyObject *k = PyUnicode_FromString(owned[i]);
         int twice = k ? PyDict_Contains(props, k) : -1;
@@ -661,35 +674,22 @@ static int delay_rewrite(struct mqs_fields *m, struct mqs_item *it, struct mqs_a
                                                "the store sets %s for a delayed message",
                                                owned[i], owned[i]));
     }
-    char num[24];
-    PyObject *names3[3] = {NULL, NULL, NULL}, *values3[3] = {NULL, NULL, NULL};
-    rc = MQS_FIELDS_ERROR;
-    snprintf(num, sizeof num, "%lld", level);
-    values3[0] = PyUnicode_FromString(num);
-    values3[1] = Py_NewRef(m->f[MQS_F_TOPIC]);
-    snprintf(num, sizeof num, "%d", (int)it->msg.queue_id);
-    values3[2] = PyUnicode_FromString(num);
-    for (int i = 0; i < 3; i++)
-        names3[i] = PyUnicode_FromString(owned[i]);
-    int ok = 1;
-    for (int i = 0; i < 3; i++)
-        ok &= names3[i] != NULL && values3[i] != NULL;
-    rc = ok ? MQS_FIELDS_OK : MQS_FIELDS_ERROR;
-    for (int i = 0; i < 3 && rc == MQS_FIELDS_OK; i++)
-        rc = add_property(a, names3[i], values3[i], why);
-    for (int i = 0; i < 3; i++) {
-        Py_XDECREF(names3[i]);
-        Py_XDECREF(values3[i]);
-    }
-    if (rc != MQS_FIELDS_OK)
-        return rc;
+    const char *topic = PyUnicode_AsUTF8(m->f[MQS_F_TOPIC]); /* checked: <= 127 ASCII */
+    char three[192];
+    int n = topic ? snprintf(three, sizeof three, "DELAY\x01%lld\x02REAL_TOPIC\x01%s\x02REAL_QID\x01%d\x02",
+                             level, topic, (int)it->msg.queue_id)
+                  : -1;
+    if (n < 0 || mqs_arena_room(a, (size_t)n) < 0)
+        return MQS_FIELDS_ERROR;
+    memcpy(a->buf + a->len, three, (size_t)n);
+    a->len += (size_t)n;
     if (a->len - m->props_off > MAX_PROPERTIES)
         return mqs_fields_refuse(why, MQS_ST_PROPERTIES_SIZE_EXCEEDED,
                       PyUnicode_FromFormat("properties are %zu UTF-8 bytes with the delay's "
                                            "DELAY, REAL_TOPIC and REAL_QID; at most %d are allowed",
                                            a->len - m->props_off, MAX_PROPERTIES));
     PyObject *name = PyUnicode_FromString("SCHEDULE_TOPIC_XXXX");
-    PyObject *lane = name ? lane_of(lanes, new_lane, name) : NULL;
+    PyObject *lane = name ? lane_of(c->lanes, c->new_lane, name) : NULL;
     Py_XDECREF(name);
     if (lane == NULL)
         return MQS_FIELDS_ERROR;
@@ -704,18 +704,11 @@ static int delay_rewrite(struct mqs_fields *m, struct mqs_item *it, struct mqs_a
                       PyUnicode_FromFormat("delay level %lld needs queue %ld of "
                                            "SCHEDULE_TOPIC_XXXX, which has %ld queues",
                                            level, qid, queues));
-    PyObject *qslots = l[L_QSLOTS];
-    long qs = qid < PyList_GET_SIZE(qslots) ? PyLong_AsLong(PyList_GET_ITEM(qslots, qid)) : -1;
-    if (PyErr_Occurred())
-        return MQS_FIELDS_ERROR;
-    it->msg.queue_id = (int32_t)qid;
-    it->qslot = qs < 0 || qs > INT32_MAX ? -1 : (int32_t)qs;
-    return MQS_FIELDS_OK;
+    return to_queue(it, lane, qid);
 }
 
 int mqs_fields_check(struct mqs_fields *m, struct mqs_item *it, struct mqs_arena *arena,
-                     struct mqs_refusal *why, PyObject *lanes, PyObject *new_lane,
-                     int64_t max_body, int64_t seg_size, const struct mqs_host *store,
+                     struct mqs_refusal *why, const struct mqs_client *c, int64_t seg_size,
                      int64_t born)
 {
     static const uint8_t loopback[4] = {127, 0, 0, 1};
@@ -723,7 +716,7 @@ int mqs_fields_check(struct mqs_fields *m, struct mqs_item *it, struct mqs_arena
     memset(it, 0, sizeof *it);
     msg->born.addr = loopback;
     msg->born.addr_len = 4;
-    msg->store = *store;
+    msg->store = c->store;
     it->takes_offset = 1;
     int rc;
     if (m->missing)
@@ -742,16 +735,16 @@ int mqs_fields_check(struct mqs_fields *m, struct mqs_item *it, struct mqs_arena
         msg->body = (const uint8_t *)PyBytes_AS_STRING(m->f[MQS_F_BODY]);
         msg->body_len = (size_t)PyBytes_GET_SIZE(m->f[MQS_F_BODY]);
     }
-    if ((int64_t)msg->body_len > max_body)
+    if ((int64_t)msg->body_len > c->max_body)
         return mqs_fields_refuse(why, MQS_ST_MESSAGE_ILLEGAL,
                       PyUnicode_FromFormat("body is %zu bytes; maxMessageSize is %lld",
-                                           msg->body_len, (long long)max_body));
-    if ((m->lane = lane_of(lanes, new_lane, topic)) == NULL)
+                                           msg->body_len, (long long)c->max_body));
+    if ((m->lane = lane_of(c->lanes, c->new_lane, topic)) == NULL)
         return MQS_FIELDS_ERROR;
     if ((rc = queue(m, it, why)) != MQS_FIELDS_OK)
         return rc;
     if (m->f[MQS_F_DELAY] && m->f[MQS_F_DELAY] != Py_None &&
-        (rc = delay_rewrite(m, it, arena, why, lanes, new_lane)) != MQS_FIELDS_OK)
+        (rc = delay_rewrite(m, it, arena, why, c)) != MQS_FIELDS_OK)
         return rc;
     PyObject *topic_b = PyList_GET_ITEM(m->lane, L_TOPIC);
     msg->topic = (const uint8_t *)PyBytes_AS_STRING(topic_b);

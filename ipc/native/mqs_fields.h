@@ -62,11 +62,10 @@ struct mqs_fields {
     size_t props_off;
     PyObject *unknown; /* a batch dict with keys besides put's fields */
     int missing; /* a batch dict without topic (1) or body (2) */
+    int no_uniq; /* 1: the properties were encoded knowing none is named UNIQ_KEY */
     /* A delayed message (delay_level > 0, mqs_delay_rewrite): its real topic's lane,
-     * whose round robin it took, once `lane` is the schedule topic's; and the highest
-     * level (messageDelayLevel's count), set by the caller before step 2. */
+     * whose round robin it took, once `lane` is the schedule topic's. */
     PyObject *real_lane;
-    int max_delay;
 };
 
 /* Module init: the interned names. */
@@ -84,10 +83,9 @@ int mqs_fields_of_item(struct mqs_fields *m, PyObject *item, Py_ssize_t i,
 
 /* Step 2: the content. Fills `it` (its properties at m->props_off in the arena, to be
  * pointed at once the arena stops growing) or says why not in `why`. `born`: now (ms);
- * `lanes`/`new_lane`: the client's lanes and their maker. */
+ * `c`: the client's lanes and their maker, maxMessageSize, store host, highest delay. */
 int mqs_fields_check(struct mqs_fields *m, struct mqs_item *it, struct mqs_arena *arena,
-                     struct mqs_refusal *why, PyObject *lanes, PyObject *new_lane,
-                     int64_t max_body, int64_t seg_size, const struct mqs_host *store,
+                     struct mqs_refusal *why, const struct mqs_client *c, int64_t seg_size,
                      int64_t born);
 
 /* Put the lane's round-robin counter back (a call that did nothing), and drop m's refs. */

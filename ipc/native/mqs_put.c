@@ -15,10 +15,12 @@
 #include "mqs_put.h"
 
 #include <pthread.h>
+#include <semaphore.h>
 #include <string.h>
 #include <time.h>
 
 #include "mqs_args.h"
+#include "mqs_be.h"
 #include "mqs_fields.h"
 #include "mqs_layout.h"
 #include "mqs_uniq.h"
@@ -26,7 +28,7 @@
 #define STATS_EVERY 256 /* puts between two copies of the row into the control block */
 #define MIN_PAUSE_NS 50000
 #define MAX_PAUSE_NS 2000000
-#define ERR (-100) /* an exception is set */
+#define ERR MQS_FIELDS_ERROR /* an exception is set */
 
 static unsigned fork_gen; /* bumped in a forked child: its appenders are its parent's */
 
@@ -39,8 +41,8 @@ static void after_fork_in_child(void)
 
 typedef struct {
     PyObject_HEAD
-    PyThread_type_lock lock;
-    int locked;
+    sem_t sem; /* 1 free, 0 held: what PyThread's lock is here, without its wrapper */
+    int ready, locked;
 } PutLock;
 
 static int putlock_init(PutLock *self, PyObject *args, PyObject *kw)
@@ -49,26 +51,24 @@ static int putlock_init(PutLock *self, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_TypeError, "PutLock() takes no arguments");
         return -1;
     }
-    if (self->lock == NULL && (self->lock = PyThread_allocate_lock()) == NULL) {
-        PyErr_NoMemory();
+    if (!self->ready && sem_init(&self->sem, 0, 1) != 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
         return -1;
     }
+    self->ready = 1;
     return 0;
 }
 
 static void putlock_dealloc(PutLock *self)
 {
-    if (self->lock) {
-        if (self->locked)
-            PyThread_release_lock(self->lock);
-        PyThread_free_lock(self->lock);
-    }
+    if (self->ready)
+        sem_destroy(&self->sem);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static int putlock_try(PutLock *self)
 {
-    if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK))
+    if (sem_trywait(&self->sem) != 0)
         return 0;
     self->locked = 1;
     return 1;
@@ -77,20 +77,20 @@ static int putlock_try(PutLock *self)
 static void putlock_release_held(PutLock *self)
 {
     self->locked = 0;
-    PyThread_release_lock(self->lock);
+    sem_post(&self->sem);
 }
 
 static PyObject *putlock_acquire(PutLock *self, PyObject *Py_UNUSED(a))
 {
-    if (self->lock == NULL) {
+    if (!self->ready) {
         PyErr_SetString(PyExc_ValueError, "PutLock is not initialised");
         return NULL;
     }
-    while (!putlock_try(self)) {
-        PyLockStatus r;
-        Py_BEGIN_ALLOW_THREADS r = PyThread_acquire_lock_timed(self->lock, -1, 1);
+    while (!putlock_try(self)) { /* a signal ends the wait (EINTR): its handler runs */
+        int rc;
+        Py_BEGIN_ALLOW_THREADS rc = sem_wait(&self->sem);
         Py_END_ALLOW_THREADS
-        if (r == PY_LOCK_ACQUIRED) {
+        if (rc == 0) {
             self->locked = 1;
             break;
         }
@@ -182,7 +182,7 @@ void mqs_put_clear(Appender *self)
     PyObject **refs[] = {&c->lock, &c->lanes, &c->new_lane, &c->find_row, &c->map_segment,
                          &c->message_type, &c->message_fields, &c->result_type, &c->statuses,
                          &c->flush_reasons[0], &c->flush_reasons[1], &c->flush_reasons[2],
-                         &c->msg_id_prefix};
+                         &c->msg_id_prefix, &c->ts, &c->size};
     for (size_t i = 0; i < sizeof refs / sizeof refs[0]; i++)
         Py_CLEAR(*refs[i]);
     drop_target(&c->targets[0]);
@@ -292,15 +292,14 @@ PyObject *mqs_put_checked(Appender *self, PyObject *arg)
  * 16 upper-case hex digits, as `f"{prefix}{offset:016X}"`. */
 static PyObject *msg_id(PyObject *prefix, int64_t off)
 {
-    static const char hex[] = "0123456789ABCDEF";
     Py_ssize_t n = PyUnicode_GET_LENGTH(prefix);
     PyObject *s = PyUnicode_New(n + 16, 127);
     if (s == NULL)
         return NULL;
-    Py_UCS1 *d = PyUnicode_1BYTE_DATA(s);
-    memcpy(d, PyUnicode_1BYTE_DATA(prefix), (size_t)n);
-    for (int i = 15; i >= 0; i--, off = (int64_t)((uint64_t)off >> 4))
-        d[n + i] = (Py_UCS1)hex[off & 15];
+    uint8_t be[8];
+    mqs_wr64(be, (uint64_t)off);
+    memcpy(PyUnicode_1BYTE_DATA(s), PyUnicode_1BYTE_DATA(prefix), (size_t)n);
+    mqs_hex(be, 8, (char *)PyUnicode_1BYTE_DATA(s) + n);
     return s;
 }
 
@@ -325,16 +324,26 @@ static PyObject *make_result(struct mqs_client *c, int status, PyObject *reason,
                       PyLong_FromLongLong(qo),
                       Py_NewRef(ts),
                       mqs_uniq_str(it)};
-    int bad = 0;
-    for (int i = 0; i < 9; i++) {
-        bad |= v[i] == NULL;
-        PyTuple_SET_ITEM(r, i, v[i]);
-    }
-    if (bad) {
+    memcpy(((PyTupleObject *)r)->ob_item, v, sizeof v);
+    if (!v[2] || !v[3] || !v[5] || !v[6] || !v[8]) {
         Py_DECREF(r);
         return NULL;
     }
     return r;
+}
+
+/* A new reference to an int of value v, the one of the call before while v repeats (a
+ * put's store time, a record's size): `*obj` holds it, `*was` its value. */
+static PyObject *cached_int(PyObject **obj, int64_t *was, int64_t v)
+{
+    if (*obj == NULL || *was != v) {
+        PyObject *o = PyLong_FromLongLong(v);
+        if (o == NULL)
+            return NULL;
+        Py_XSETREF(*obj, o);
+        *was = v;
+    }
+    return Py_NewRef(*obj);
 }
 
 /* Count one call into the statistics row; a copy into the control block every
@@ -366,15 +375,6 @@ static PyObject *refused(Appender *self, struct mqs_refusal *why, int n, int bat
     Py_XDECREF(one);
     Py_XDECREF(zero);
     return out;
-}
-
-static int refuse(struct mqs_refusal *why, int status, PyObject *reason)
-{
-    if (reason == NULL)
-        return ERR;
-    why->status = status;
-    why->reason = reason;
-    return MQS_FIELDS_REFUSED;
 }
 
 /* ---- reservation -------------------------------------------------------------------- */
@@ -413,7 +413,7 @@ static int find_rows(Appender *self, struct mqs_fields *m, struct mqs_item *item
             if (PyErr_Occurred())
                 return ERR;
             if (row < 0)
-                return refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
+                return mqs_fields_refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
                               PyUnicode_FromString("the queue table of the control block is full"));
         }
         if (row > INT32_MAX) {
@@ -431,48 +431,48 @@ static int reserve_refusal(Appender *self, int rc, int after_wait, struct mqs_re
 {
     long long ms = (long long)(self->c.busy_ns / 1000000);
     if (rc == MQS_LOCK_TIMEOUT)
-        return refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
+        return mqs_fields_refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
                       PyUnicode_FromFormat("the reservation lock was not free within "
                                            "osPageCacheBusyTimeOutMills (%lld ms): another "
                                            "producer holds it",
                                            ms));
     if (rc == MQS_LOCK_BROKEN)
-        return refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
+        return mqs_fields_refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
                       PyUnicode_FromString("the reservation lock is unrecoverable (a producer "
                                            "died while repairing it); restart the store"));
     if (rc == MQS_REFUSED) {
         int64_t flags = __atomic_load_n(mqs_i64(self->a.ctl, MQS_OFF_FLAGS), __ATOMIC_ACQUIRE);
-        return refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
+        return mqs_fields_refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
                       PyUnicode_FromString(flags & MQS_FLAG_READ_ONLY
                                                ? "the store is read-only after a failed fsync"
                                                : "the store is stopping or not running; writes "
                                                  "are refused"));
     }
     if (rc == MQS_IDEM_INFLIGHT)
-        return refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
+        return mqs_fields_refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
                       PyUnicode_FromString("a put with this UNIQ_KEY is still in progress (its "
                                            "producer has not completed it); put it again"));
     if (rc == MQS_BAD_POSITIONS)
-        return refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
+        return mqs_fields_refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
                       PyUnicode_FromString("the control block's positions are out of range"));
     if (rc == MQS_DISK_FULL) {
         int64_t word = __atomic_load_n(mqs_i64(self->a.ctl, MQS_OFF_DISK_STATE), __ATOMIC_ACQUIRE);
         char used[32];
         snprintf(used, sizeof used, "%.1f%%", (double)(word >> 16) / 10.0);
-        return refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
+        return mqs_fields_refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
                       PyUnicode_FromFormat("the disk is full (%s used); writes resume by "
                                            "themselves once the cleaner has freed space",
                                            used));
     }
     if (rc == MQS_WAIT_FILE)
-        return refuse(why, MQS_ST_CREATE_MAPPED_FILE_FAILED,
+        return mqs_fields_refuse(why, MQS_ST_CREATE_MAPPED_FILE_FAILED,
                       PyUnicode_FromFormat("the allocator did not have the next segment file "
                                            "ready in %lld ms",
                                            ms));
     if (rc == MQS_WAIT_POOL && !after_wait)
-        return refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
+        return mqs_fields_refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
                       PyUnicode_FromString("no free write-pool buffer"));
-    return refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
+    return mqs_fields_refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
                   PyUnicode_FromFormat("no free %s within %lld ms",
                                        rc == MQS_WAIT_POOL ? "write-pool buffer"
                                                            : "reservation slot",
@@ -664,40 +664,51 @@ static PyObject *fenced(Appender *self, int n, int batch, int64_t t0)
     return out;
 }
 
-/* One PutResult per message from the reservation on, with `reason` (borrowed): one store
- * timestamp object for all, one size object per run of equal sizes. */
+/* One PutResult per message (a list for a batch) with `reason` (borrowed): at the
+ * reservation `r`, or (r NULL, a retry's duplicates) where the first put stored each. */
 static PyObject *results(struct mqs_client *c, int status, PyObject *reason,
-                         struct mqs_item *items, int n, int batch, const int64_t *qoffs,
+                         const struct mqs_item *items, int n, int batch, const int64_t *qoffs,
                          const struct mqs_reservation *r)
 {
-    PyObject *out = batch ? PyList_New(n) : NULL, *ts = PyLong_FromLongLong(r->store_ts);
-    PyObject *size = NULL, *one = NULL;
-    int64_t at = r->start, last = -1;
-    int bad = ts == NULL || (batch && out == NULL);
-    for (int i = 0; !bad && i < n; i++) {
-        if (items[i].size != last) {
-            Py_XDECREF(size);
-            if ((size = PyLong_FromLongLong(items[i].size)) == NULL) {
-                bad = 1;
-                break;
-            }
-            last = items[i].size;
+    PyObject *out = batch ? PyList_New(n) : NULL, *one = NULL;
+    int64_t at = r ? r->start : 0;
+    for (int i = 0; i < n && (out || !batch); i++) {
+        const struct mqs_item *it = &items[i];
+        PyObject *size = cached_int(&c->size, &c->size_v, r ? it->size : it->dup_size);
+        PyObject *ts = cached_int(&c->ts, &c->ts_v, r ? r->store_ts : it->dup_ts);
+        one = size && ts ? make_result(c, status, reason, r ? at : it->dup_off, size,
+                                       it->msg.queue_id, qoffs[i], ts, it)
+                         : NULL;
+        Py_XDECREF(size);
+        Py_XDECREF(ts);
+        if (one == NULL) {
+            Py_XDECREF(out);
+            return NULL;
         }
-        one = make_result(c, status, reason, at, size, items[i].msg.queue_id, qoffs[i], ts,
-                          &items[i]);
-        if (one == NULL)
-            bad = 1;
-        else if (batch)
+        if (batch)
             PyList_SET_ITEM(out, i, one);
-        at += items[i].size;
-    }
-    Py_XDECREF(size);
-    Py_XDECREF(ts);
-    if (bad) {
-        Py_XDECREF(out);
-        return NULL;
+        at += it->size;
     }
     return batch ? out : one;
+}
+
+/* A sync put's wait until the flush covers `end`: its status and reason (a new
+ * reference, into *reason), or -1 (an error). */
+static int flushed(Appender *self, int64_t end, PyObject **reason)
+{
+    int outcome = mqs_wait_flushed(self, end, self->c.sync_timeout_ns);
+    if (outcome == 3) { /* published, but its generation ended before flushing it */
+        *reason = PyUnicode_FromFormat("the store was stopped or restarted (generation %lld "
+                                       "is over) before the record was known flushed",
+                                       generation(self));
+        return *reason ? MQS_ST_FLUSH_DISK_TIMEOUT : -1;
+    }
+    if (outcome < 0)
+        return -1;
+    *reason = Py_NewRef(self->c.flush_reasons[outcome]);
+    return outcome == 1 ? MQS_ST_FLUSH_DISK_TIMEOUT
+           : outcome == 2 ? MQS_ST_FLUSH_DISK_FAILED
+                          : MQS_ST_PUT_OK;
 }
 
 /* A call whose every message is stored already (the put's retry: mqs_idem_check): the
@@ -705,48 +716,25 @@ static PyObject *results(struct mqs_client *c, int status, PyObject *reason,
 static PyObject *duplicates(Appender *self, struct mqs_item *items, int n, int batch, int sync,
                             const int64_t *qoffs, int64_t t0, int64_t took)
 {
-    struct mqs_client *c = &self->c;
-    int64_t end = 0, t_done;
+    int64_t end = 0;
     for (int i = 0; i < n; i++)
         if (items[i].dup_off + items[i].dup_size > end)
             end = items[i].dup_off + items[i].dup_size;
-    int status = MQS_ST_PUT_OK, outcome = 0;
-    if (sync) {
-        outcome = mqs_wait_flushed(self, end, c->sync_timeout_ns);
-        status = outcome == 1 || outcome == 3 ? MQS_ST_FLUSH_DISK_TIMEOUT
-                 : outcome == 2               ? MQS_ST_FLUSH_DISK_FAILED
-                                              : MQS_ST_PUT_OK;
-        if (outcome < 0)
-            return NULL;
-    }
-    t_done = mqs_mono_ns();
-    int64_t v[9] = {n, 0, status, status == MQS_ST_PUT_OK, sync, t_done - t0, took, 0, 0};
-    count(self, v);
-    PyObject *reason = status == MQS_ST_PUT_OK
-                           ? PyUnicode_FromString("duplicate: a put with this UNIQ_KEY is "
-                                                  "stored already; this is its result")
-                           : Py_NewRef(c->flush_reasons[outcome == 3 ? 1 : outcome]);
-    PyObject *out = batch ? PyList_New(n) : NULL, *one = NULL;
-    int bad = reason == NULL || (batch && out == NULL);
-    for (int i = 0; !bad && i < n; i++) {
-        PyObject *size = PyLong_FromLongLong(items[i].dup_size),
-                 *ts = PyLong_FromLongLong(items[i].dup_ts);
-        one = size && ts ? make_result(c, status, reason, items[i].dup_off, size,
-                                       items[i].msg.queue_id, qoffs[i], ts, &items[i])
-                         : NULL;
-        Py_XDECREF(size);
-        Py_XDECREF(ts);
-        if (one == NULL)
-            bad = 1;
-        else if (batch)
-            PyList_SET_ITEM(out, i, one);
-    }
-    Py_XDECREF(reason);
-    if (bad) {
-        Py_XDECREF(out);
+    PyObject *reason = NULL, *out = NULL;
+    int status = sync ? flushed(self, end, &reason) : MQS_ST_PUT_OK;
+    if (status < 0)
         return NULL;
+    int64_t v[9] = {n, 0, status, status == MQS_ST_PUT_OK, sync, mqs_mono_ns() - t0, took, 0, 0};
+    count(self, v);
+    if (status == MQS_ST_PUT_OK) {
+        Py_XDECREF(reason);
+        reason = PyUnicode_FromString("duplicate: a put with this UNIQ_KEY is stored already; "
+                                      "this is its result");
     }
-    return batch ? out : one;
+    if (reason)
+        out = results(&self->c, status, reason, items, n, batch, qoffs, NULL);
+    Py_XDECREF(reason);
+    return out;
 }
 
 /* Reserve, copy, wait (sync), count and answer the checked messages. */
@@ -782,33 +770,18 @@ static PyObject *append(Appender *self, struct mqs_fields *m, struct mqs_item *i
     } else if (rc == MQS_OK && (rc = copy(self, items, n, qoffs, &r, bytes)) == MQS_FENCED) {
         out = fenced(self, n, batch, t0);
     } else if (rc == MQS_OK) {
-        int64_t t_copied = mqs_mono_ns(), t_done = t_copied;
-        int status = MQS_ST_PUT_OK, outcome = 0;
-        if (sync) {
-            outcome = mqs_wait_flushed(self, r.start + total, c->sync_timeout_ns);
-            t_done = mqs_mono_ns();
-            status = outcome == 1 ? MQS_ST_FLUSH_DISK_TIMEOUT
-                     : outcome == 2 ? MQS_ST_FLUSH_DISK_FAILED
-                                    : MQS_ST_PUT_OK;
-        }
+        int64_t t_copied = mqs_mono_ns();
         PyObject *reason = NULL;
-        if (outcome == 3) { /* published, but its generation ended before flushing it */
-            status = MQS_ST_FLUSH_DISK_TIMEOUT;
-            reason = PyUnicode_FromFormat("the store was stopped or restarted (generation %lld "
-                                          "is over) before the record was known flushed",
-                                          generation(self));
-            if (reason == NULL)
-                outcome = -1;
-        } else if (outcome >= 0) {
-            reason = Py_NewRef(c->flush_reasons[outcome]);
-        }
-        if (outcome >= 0) {
+        int status = sync ? flushed(self, r.start + total, &reason) : MQS_ST_PUT_OK;
+        int64_t t_done = sync ? mqs_mono_ns() : t_copied;
+        if (status >= 0) {
             int64_t v[9] = {n,    total,       status, status == MQS_ST_PUT_OK,
                             sync, t_done - t0, took,   t_copied - t0 - took,
                             t_done - t_copied};
             count(self, v);
-            out = results(c, status, reason, items, n, batch, qoffs, &r);
-            Py_DECREF(reason);
+            out = results(c, status, reason ? reason : c->flush_reasons[0], items, n, batch,
+                          qoffs, &r);
+            Py_XDECREF(reason);
         }
     }
     if (qoffs != &one_qo)
@@ -850,7 +823,7 @@ static PyObject *call(Appender *self, PyObject *list, PyObject *const *args, PyO
     if (rc == MQS_FIELDS_ERROR)
         goto done;
     if (batch && n > self->a.slot_count / 2) {
-        rc = refuse(&why, MQS_ST_MESSAGE_ILLEGAL,
+        rc = mqs_fields_refuse(&why, MQS_ST_MESSAGE_ILLEGAL,
                     PyUnicode_FromFormat("batch of %d messages; at most %lld per batch", n,
                                          (long long)(self->a.slot_count / 2)));
     } else {
@@ -859,9 +832,7 @@ static PyObject *call(Appender *self, PyObject *list, PyObject *const *args, PyO
         clock_gettime(CLOCK_REALTIME, &now);
         born = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
         for (i = 0; i < n && rc == MQS_FIELDS_OK; i++) {
-            m[i].max_delay = c->max_delay;
-            rc = mqs_fields_check(&m[i], &items[i], &arena, &why, c->lanes, c->new_lane,
-                                  c->max_body, self->a.seg_size, &c->store, born);
+            rc = mqs_fields_check(&m[i], &items[i], &arena, &why, c, self->a.seg_size, born);
             if (rc == MQS_FIELDS_OK)
                 rc = mqs_uniq_stamp(&c->uniq, &m[i], &items[i], &arena, &why, self->a.seg_size,
                                     born);
@@ -874,9 +845,9 @@ static PyObject *call(Appender *self, PyObject *list, PyObject *const *args, PyO
         if (rc == MQS_FIELDS_REFUSED && batch) {
             PyObject *reason = PyUnicode_FromFormat("message %d of the batch: %U", i - 1, why.reason);
             Py_DECREF(why.reason);
-            rc = refuse(&why, why.status, reason);
+            rc = mqs_fields_refuse(&why, why.status, reason);
         } else if (rc == MQS_FIELDS_OK && batch && total + MQS_END_FILE_MIN_BLANK > self->a.seg_size) {
-            rc = refuse(&why, MQS_ST_MESSAGE_ILLEGAL,
+            rc = mqs_fields_refuse(&why, MQS_ST_MESSAGE_ILLEGAL,
                         PyUnicode_FromFormat("batch of %lld bytes does not fit a %lld-byte segment",
                                              (long long)total, (long long)self->a.seg_size));
         }

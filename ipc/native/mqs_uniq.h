@@ -64,6 +64,9 @@ int mqs_uniq_stamp(struct mqs_uniq_client *u, struct mqs_fields *m, struct mqs_i
 /* The id of a put's result: its UNIQ_KEY (a new str), "" when it has none. */
 PyObject *mqs_uniq_str(const struct mqs_item *it);
 
+/* The n bytes at b as 2n upper-case hex digits at out. */
+void mqs_hex(const uint8_t *b, int n, char *out);
+
 /* Under the reservation lock, before reserving: MQS_OK (reserve them), MQS_IDEM_DUP
  * (every message's key is stored: its position copied into the item's dup_* fields,
  * queue id and queue offset into msg.queue_id and qoffs) or MQS_IDEM_INFLIGHT. */

@@ -175,7 +175,7 @@ def _put_reference(
         return PutMessageStatus[rec.status.value], rec.reason
     if queue_id is None:
         queue_id = lane.rr % lane.spread if lane.spread > 0 else 0
-        lane.rr += 1
+        lane.rr = (queue_id + 1) % lane.spread if lane.spread > 0 else 0
     if not 0 <= queue_id < lane.queues:
         return ILLEGAL, queue_id_problem(topic, queue_id, lane.queues)
     if message is not None:

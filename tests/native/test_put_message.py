@@ -517,6 +517,26 @@ def test_put_lock_is_a_lock() -> None:
         lock.release()
 
 
+def test_put_lock_makes_another_thread_wait_until_it_is_released() -> None:
+    lock = _native.PutLock()
+    lock.acquire()
+    started, got = threading.Event(), threading.Event()
+
+    def take() -> None:
+        started.set()
+        with lock:
+            got.set()
+
+    t = threading.Thread(target=take)
+    t.start()
+    assert started.wait(10)
+    assert not got.wait(0.2)  # held: the other thread waits in acquire
+    lock.release()
+    assert got.wait(10)
+    t.join()
+    assert not lock.locked()
+
+
 # --- publish: C against the Python twin -------------------------------------------------
 
 SLOTS = 16
