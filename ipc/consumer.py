@@ -129,7 +129,7 @@ _UNIT = struct.Struct(">qiq")  # a consume-queue unit (offset, size, tag code)
 def _decode(raw: bytes) -> DecodedRecord:
     """The record `raw` holds, as a pull gives it (the same C builder; its body
     inflated when compressed)."""
-    phys, size = _PHYS.unpack_from(raw, 28)[0], len(raw)
+    phys, size = _PHYS.unpack_from(raw, record.POS_PHYSICALOFFSET)[0], len(raw)
     out: list[RecordFields] = []
     unit = _UNIT.pack(phys, size, 0)
     pull.pull_units(unit, 0, raw, phys, phys + size, None, None, 1, size, 0, False, out)
