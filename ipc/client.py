@@ -116,8 +116,11 @@ class StoreClient:
         idempotence: bool = True,
     ) -> None:
         """Attach to the supervisor of `store_dir`. Raises channel.SupervisorUnavailable
-        when none runs. `topic_queue_nums` overrides the queue count per topic used to
-        spread puts with `queue_id=None` (default: `default_topic_queue_nums`).
+        when none runs. A store that is still starting answers before its workers run:
+        the attach then returns once those a put waits on (allocator, committer, and the
+        flusher under SYNC_FLUSH) are running, or after `timeout_s`. `topic_queue_nums`
+        overrides the queue count per topic used to spread puts with `queue_id=None`
+        (default: `default_topic_queue_nums`).
         `raise_on_status`: puts raise `ipc.results.PutError` (its status family's
         subclass) for any status but PUT_OK, instead of returning it.
 

@@ -168,6 +168,7 @@ def test_pool_exhausted_returns_os_pagecache_busy(make_store: StoreFactory) -> N
             "os_page_cache_busy_timeout_ms": 200,
         }
     )
+    st.wait_workers_running()  # a committer stopped while booting is killed, not waited on
     committer = next(w for w in st.status()["workers"] if w["name"] == "committer")
     os.kill(committer["pid"], signal.SIGSTOP)
     try:
