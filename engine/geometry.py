@@ -37,8 +37,6 @@ from typing import Final
 
 from mqstore.conf.settings import StoreSettings
 from mqstore.engine import fileio
-from mqstore.engine.consumequeue_files import detect_file_size
-from mqstore.engine.storedir import list_segments
 
 RECORD_FILE: Final = os.path.join("config", "geometry.json")
 # Each Geometry field and the setting it comes from (the record is keyed by setting).
@@ -75,6 +73,8 @@ class Geometry:
         recorded = read_record(d)
         if recorded is not None:
             return recorded
+        from mqstore.engine.consumequeue_files import detect_file_size
+
         return cls(
             _segment_size_in_files(d) or settings.segment_size_bytes,
             detect_file_size(d) or settings.consume_queue_file_size_bytes,
@@ -89,6 +89,8 @@ class Geometry:
 
 def _segment_size_in_files(store_dir: str) -> int | None:
     """The largest commit-log file's size (a torn copy can leave the last one short)."""
+    from mqstore.engine.storedir import list_segments  # the file layer: not for clients
+
     sizes = [seg.size_bytes for seg in list_segments(store_dir) if seg.size_bytes > 0]
     return max(sizes) if sizes else None
 
@@ -147,6 +149,8 @@ def check_settings(
     if recorded is not None:
         have, where = recorded, f"the store records (in {RECORD_FILE})"
     else:
+        from mqstore.engine.consumequeue_files import detect_file_size
+
         d = os.fspath(store_dir)
         have = Geometry(
             _segment_size_in_files(d) or given.segment_size_bytes,

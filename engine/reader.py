@@ -31,11 +31,9 @@ message object per record. Not thread-safe: one reader per thread.
 
 from __future__ import annotations
 
-import enum
 import os
 import struct
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Final
 
 from mqstore.conf.settings import StoreSettings
@@ -45,6 +43,8 @@ from mqstore.engine.consumequeue import ConsumeQueue
 from mqstore.engine.consumequeue_store import ConsumeQueueStore
 from mqstore.engine.filler import is_filler
 from mqstore.engine.geometry import Geometry as Geometry  # its home before engine.geometry
+from mqstore.engine.get_result import GetResult as GetResult  # their home before get_result
+from mqstore.engine.get_result import GetStatus as GetStatus
 from mqstore.engine.indexservice import IndexService
 from mqstore.engine.pull import PullStop, TagFilter, pull_units
 from mqstore.engine.record import (
@@ -67,31 +67,6 @@ _NO_LOG: Final = memoryview(b"")
 _PHYS: Final = struct.Struct(">q")
 
 MaxOffsetFn = Callable[[], int]
-
-
-class GetStatus(enum.Enum):
-    """RocketMQ's GetMessageStatus (spec §7.3)."""
-
-    FOUND = "FOUND"
-    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
-    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
-    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
-    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
-    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
-    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
-    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
-    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
-
-
-@dataclass(slots=True)
-class GetResult:
-    """`messages` are `DecodedRecord`s, or `RecordView`s for a zero-copy read."""
-
-    status: GetStatus
-    next_offset: int
-    min_offset: int
-    max_offset: int
-    messages: list[RecordFields] = field(default_factory=list)
 
 
 def record_has_key(rec: RecordFields, topic: str, key: str) -> bool:

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from mqstore.engine import jsonconfig
-from mqstore.engine.consumequeue_files import topic_queue_ids
 from mqstore.engine.names import check_topic
 
 FILE_NAME = "topics.json"
@@ -121,6 +120,8 @@ def queue_ids(store_dir: str | os.PathLike[str], topic: str) -> set[int]:
     `consumequeue/<topic>/` (empty for a topic with neither)."""
     tc = load_topics(store_dir).get(topic)
     ids = set(range(tc.read_queue_nums)) if tc is not None else set()
+    from mqstore.engine.consumequeue_files import topic_queue_ids  # the file layer
+
     return ids | topic_queue_ids(store_dir, topic)
 
 

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Concatenate, Final, Generic, Literal, ParamSpec, TypeVar, cast
 
 from mqstore.conf.settings import StoreSettings
-from mqstore.engine.reader import Geometry
+from mqstore.engine.geometry import Geometry
 from mqstore.engine.record import Message, RecordFields
 from mqstore.engine.retry import DEFAULT_MAX_RECONSUME_TIMES, send_back_message
 from mqstore.ipc import retry

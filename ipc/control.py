@@ -155,11 +155,13 @@ import os
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from multiprocessing import resource_tracker, shared_memory
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from mqstore import _native
 from mqstore.engine.findings import Finding, Severity
+
+if TYPE_CHECKING:  # the supervisor's (`ControlBlock.create`): clients map with `Mapped`
+    from multiprocessing import shared_memory
 
 MAGIC_VERSION: Final = 0x4D51_4354_4C00_0004  # "MQCTL", layout version 4
 
@@ -334,6 +336,8 @@ def remove_leftovers(store_dir: str | os.PathLike[str]) -> list[str]:
 def _untrack(shm: shared_memory.SharedMemory) -> None:
     # Python 3.11: the resource tracker would unlink the segment when this process
     # exits. Nobody but the supervisor unlinks, and it does so explicitly.
+    from multiprocessing import resource_tracker
+
     with contextlib.suppress(Exception):  # the tracker may not be running
         resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
 
@@ -493,6 +497,8 @@ class ControlBlock:
         """Supervisor only: create the control block and the pool (zeroed by the OS),
         owner-only (0600), or 0660 and the store directory's group with `share_group`.
         Never over an existing name (O_EXCL): a squatted name fails here."""
+        from multiprocessing import shared_memory  # (multiprocessing: not for clients)
+
         ctl_name, pool_name = shm_names(store_dir, generation, token)
         try:
             ctl = shared_memory.SharedMemory(ctl_name, create=True, size=geo.size)

@@ -43,10 +43,9 @@ from typing import Any, Final
 
 from mqstore import _native
 from mqstore.conf.settings import parse_delay_levels
-from mqstore.engine import compression, fileio
+from mqstore.engine import fileio
 from mqstore.engine.record import SCHEDULE_TOPIC, Message
 from mqstore.engine.recordcodes import DELAY_LEVEL_MS, parse_host
-from mqstore.engine.segment import segment_file_name
 from mqstore.engine.topics import QueueCounts
 from mqstore.ipc import control as c
 from mqstore.ipc.accepts import (
@@ -172,6 +171,8 @@ def _configure_compression(app: _native.Appender, a: Attached) -> None:
     if kind == "NONE":
         app.configure_compression(None, 0, 0)
         return
+    from mqstore.engine import compression  # the codecs' libraries: only when configured
+
     codec = compression.Codec[kind]
     app.configure_compression(
         compression.compressor(codec, s.compress_level),
@@ -182,6 +183,8 @@ def _configure_compression(app: _native.Appender, a: Attached) -> None:
 
 def _map_segment(store_dir: str, seg_size: int, index: int) -> mmap.mmap:
     """The writable mapping of commit-log segment `index` (pool off), for the C put."""
+    from mqstore.engine.segment import segment_file_name  # the file layer, once per segment
+
     path = os.path.join(store_dir, "commitlog", segment_file_name(index * seg_size))
     fd = fileio.open_file(path, create=False)
     try:

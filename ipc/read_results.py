@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
-from mqstore.engine.reader import GetResult, GetStatus
+from mqstore.engine.get_result import GetResult, GetStatus
 from mqstore.engine.record import DecodedRecord, RecordFields, RecordView
 
 GetMessageStatus = GetStatus

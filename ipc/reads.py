@@ -41,18 +41,22 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Final, Literal, NamedTuple, Protocol, overload
+from typing import TYPE_CHECKING, Final, Literal, NamedTuple, Protocol, overload
 
 from mqstore.conf.settings import FlushDiskType, StoreSettings
+from mqstore.engine.geometry import Geometry
+from mqstore.engine.get_result import GetResult
 from mqstore.engine.names import check_group, check_topic
-from mqstore.engine.offsets import ConsumerOffsets
-from mqstore.engine.reader import MAX_TIMESTAMP_MS, Geometry, GetResult, StoreReader
 from mqstore.engine.record import DecodedRecord
 from mqstore.ipc import control as c
 from mqstore.ipc.accepts import BOOL, INT, OPT_INT, OPT_STR, STR, check_types
 from mqstore.ipc.control_views import DispatchStats, Positions
 from mqstore.ipc.read_results import GetMessageStatus, PullResult, PullViews
 from mqstore.ipc.session import Attached
+
+if TYPE_CHECKING:  # the reader stack is imported on a process's first read, not at attach
+    from mqstore.engine.offsets import ConsumerOffsets
+    from mqstore.engine.reader import StoreReader
 
 POLL_STEP_S: Final = 0.0005
 POLL_MAX_STEP_S: Final = 0.004
@@ -91,7 +95,9 @@ class ClientReads:
         self._generation = -1
         self._deletions = 0
         self._limit = 0
-        self._offsets = ConsumerOffsets(self.store_dir)
+        from mqstore.engine.offsets import ConsumerOffsets
+
+        self._offsets: ConsumerOffsets = ConsumerOffsets(self.store_dir)
 
     # --- limits -------------------------------------------------------------------------
 
@@ -120,6 +126,8 @@ class ClientReads:
             self._reader.forget_deleted()
         self._deletions = deletions
         if self._reader is None:
+            from mqstore.engine.reader import StoreReader
+
             self._reader = StoreReader(
                 self.store_dir,
                 store.geometry,
@@ -286,6 +294,8 @@ class ClientReads:
             end_ms=(end_ms, OPT_INT), max_count=(max_count, INT),
         )  # fmt: skip
         check_topic(topic)
+        from mqstore.engine.reader import MAX_TIMESTAMP_MS
+
         end = int(time.time() * 1000) if end_ms is None else min(end_ms, MAX_TIMESTAMP_MS)
         with self._lock:
             reader = self._open()

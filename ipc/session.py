@@ -35,7 +35,7 @@ from typing import Final, Protocol
 
 from mqstore import _native
 from mqstore.conf.settings import StoreSettings, settings_from_doc
-from mqstore.engine.reader import Geometry
+from mqstore.engine.geometry import Geometry
 from mqstore.ipc import access, channel
 from mqstore.ipc import control as c
 from mqstore.ipc.accepts import BOOL, NUMBER, PATH, check_types

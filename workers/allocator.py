@@ -8,8 +8,10 @@ It watches `reserved_pos` and makes sure the segment being written and the next
 file. Producers never reserve past it (they wait, then fail with
 CREATE_MAPPED_FILE_FAILED). Before it creates a file it checks that the free space can
 hold it (`engine.diskguard.space_problem`); when it cannot (or the fallocate fails with
-ENOSPC or EDQUOT) it creates nothing, says so once per file, and tries again next tick:
-a full disk passes, it never fails the store.
+ENOSPC or EDQUOT) it creates nothing, says so once per file, and tries again next tick
+(TICK_S): a full disk passes, it never fails the store. Otherwise it sleeps until the
+earliest moment producers could cross into the next segment (at FILL_RATE_MAX, at most
+IDLE_TICK_S): that is when the next file can become due.
 """
 
 from __future__ import annotations
@@ -27,7 +29,12 @@ from mqstore.workers.base import Condition, WorkerContext
 from mqstore.workers.service import Service, run
 
 AHEAD: Final = 2
-TICK_S: Final = 0.005
+TICK_S: Final = 0.005  # the shortest wait, and the wait while a file could not be made
+IDLE_TICK_S: Final = 0.25  # the longest wait (a new file is due at most this late)
+# The fastest producers are assumed to fill a segment at, in bytes per second: the tick
+# waits the time they need to reach the current segment's end, the first moment a new
+# file can be due (and AHEAD files stand ready behind it).
+FILL_RATE_MAX: Final = 4 << 30
 _no_space: dict[str, Condition] = {}  # log dir -> the file it has no room for, said once
 
 
@@ -107,10 +114,18 @@ class Allocator(Service):
         cb = self.ctx.cb
         size = cb.segment_size
         pos = Positions(cb)
-        need = pos.reserved // size + AHEAD + 1
-        if need * size > pos.allocated:
-            ensure_segments(self.ctx.store_dir, cb, self.ctx.settings)
-        return TICK_S
+        reserved = pos.reserved
+        need = (reserved // size + AHEAD + 1) * size
+        if (
+            need > pos.allocated
+            and ensure_segments(self.ctx.store_dir, cb, self.ctx.settings) < need
+        ):
+            return TICK_S  # no room yet: try again soon
+        # Nothing is due before `reserved` crosses into the next segment: sleep until
+        # producers at FILL_RATE_MAX could get there (an idle store wakes 4 times a
+        # second, not 200).
+        left = size - reserved % size
+        return min(max(left / FILL_RATE_MAX, TICK_S), IDLE_TICK_S)
 
 
 def main(ctx: WorkerContext) -> int:

@@ -1,6 +1,7 @@
 """The committer process: RocketMQ's CommitRealTimeService over the shared pool.
 
-Each tick (every POLL_S): publish the finished reservations, then commit. When puts
+Each tick (every POLL_S while puts arrive, backing off to IDLE_POLL_S, IDLE_POLL_SYNC_S
+under SYNC_FLUSH, while none do): publish the finished reservations, then commit. When puts
 arrived since the last tick (RocketMQ's put path wakes CommitRealTimeService after every
 put) with `commit_least_pages`; at the first tick without new puts, whatever is left
 (the stream paused: nothing is coming to batch it with); with 0 once
@@ -27,6 +28,7 @@ import time
 from typing import Final
 
 from mqstore import _native
+from mqstore.conf.settings import FlushDiskType
 from mqstore.ipc.commit import LogFiles
 from mqstore.ipc.control_views import Positions
 from mqstore.ipc.fence import fence
@@ -34,6 +36,14 @@ from mqstore.workers.base import WorkerContext
 from mqstore.workers.service import Service, run
 
 POLL_S: Final = 0.002
+# A tick that found nothing to publish or commit doubles the wait up to these (back to
+# POLL_S at the next arrival): an idle store's committer woke 500 times a second. Under
+# ASYNC_FLUSH the readers' limit follows the commit, so the first put after a pause is
+# readable at most IDLE_POLL_S later (the dispatcher's own idle wait is as long); under
+# SYNC_FLUSH a sync put's round commits it in the flusher, so the committer only bounds
+# what the flush interval also bounds.
+IDLE_POLL_S: Final = 0.008
+IDLE_POLL_SYNC_S: Final = 0.05
 
 
 class Committer(Service):
@@ -46,6 +56,7 @@ class Committer(Service):
         self.last_thorough = self.last_wake = time.monotonic()
         self.seen = self.pos.committed  # the published position the last tick found
         self.fence_seq = -1
+        self.idle_wait = POLL_S
 
     def _pressure(self) -> bool:
         """Producers are about to run out of pool buffers: commit now, whole pages or not."""
@@ -70,7 +81,10 @@ class Committer(Service):
             least = 0  # a quiet tick: the rest
         else:
             self.files.publish_locked()
-            return POLL_S
+            wait, sync = self.idle_wait, s.flush_disk_type is FlushDiskType.SYNC_FLUSH
+            self.idle_wait = min(wait * 2, IDLE_POLL_SYNC_S if sync else IDLE_POLL_S)
+            return wait
+        self.idle_wait = POLL_S
         if self.files.commit(least) and now - self.last_wake >= s.commit_interval_ms / 1000:
             self.last_wake = now
             _native.flusher_wake(self.ctx.cb.buf)

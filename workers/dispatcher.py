@@ -10,9 +10,10 @@ off. Its position goes to the control block (`Positions.dispatched`), where read
 
 Loop, as every worker (`workers.service`): beat, wait, then dispatch what is there (in
 bounded rounds, so the heartbeat stays fresh under load); no wait while records keep
-coming, then 1 ms (RocketMQ's reput sleeps 1 ms), backing off to `IDLE_WAIT_S` when the
-log is quiet. Any other I/O error (EIO anywhere, a failed sync, ENOSPC where no new space
-is needed) fails the store closed, as in every worker.
+coming, 1 ms once a round reached the limit (RocketMQ's reput sleeps 1 ms; not a round
+that finds nothing first), backing off to `IDLE_WAIT_S` when the log is quiet. Any other
+I/O error (EIO anywhere, a failed sync, ENOSPC where no new space is needed) fails the
+store closed, as in every worker.
 
 Consume-queue flush (RocketMQ's FlushConsumeQueueService), in the flush thread
 (`workers.cq_flusher`), never in the dispatch loop: every
@@ -259,7 +260,12 @@ class DispatchService(Service):
         self.schedule_flush(time.monotonic())
         if moved:
             self.idle_wait = BUSY_WAIT_S
-            return 0.0
+            # Caught up with the limit: nothing is there before the next flush (or
+            # commit), so pause BUSY_WAIT_S now rather than spend a whole round finding
+            # nothing first. Under sync puts the limit moves every flusher round (a few
+            # messages); a round per round cost ~10 µs of CPU per put at 16 producers.
+            # RocketMQ's reput also sleeps 1 ms once it has read all there is.
+            return BUSY_WAIT_S if self.offset >= _limit(self.ctx) else 0.0
         wait = NO_SPACE_WAIT_S if self.no_space.key else self.idle_wait
         self.idle_wait = min(self.idle_wait * 2, IDLE_WAIT_S)
         return wait

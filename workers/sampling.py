@@ -3,7 +3,8 @@ once-a-second samples that `mqstore status` turns into rates.
 
 Each attached client counts its puts in its own control-block row (`workers.stats`); when
 its connection closes, the row's counts move into `retired` so the totals never go back.
-`tick` (the main loop, each pass) keeps the two latest samples at least a second apart;
+`tick` (the main loop, each pass) keeps the two latest samples at least a second apart
+(and reads the rows only when a sample is due);
 `scrape_totals` is what the metrics thread (`workers.metrics`) reads.
 
 Not thread-safe except `scrape_totals`, which copies the attached rows first because the
@@ -12,6 +13,7 @@ main loop may attach or drop a client meanwhile.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from mqstore.conf.settings import INFO, StoreSettings
@@ -56,6 +58,9 @@ class PutSampling:
         return stats.live_totals(cb, rows).merged(self.retired)
 
     def tick(self, cb: c.ControlBlock) -> None:
+        last = self.last_sample
+        if last is not None and time.monotonic() - last.t < SAMPLE_EVERY_S:
+            return  # not due: the sample would be dropped (every client row read for it)
         smp = stats.sample(cb, self.totals(cb))
         if self.last_sample is None or smp.t - self.last_sample.t >= SAMPLE_EVERY_S:
             self.prev_sample = self.last_sample or smp
