@@ -27,7 +27,17 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Concatenate, Final, Generic, Literal, ParamSpec, TypeVar, cast
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Final,
+    Generic,
+    Literal,
+    ParamSpec,
+    TypeVar,
+    cast,
+)
 
 from mqstore.conf.settings import StoreSettings
 from mqstore.engine.geometry import Geometry
@@ -35,7 +45,6 @@ from mqstore.engine.record import Message, RecordFields
 from mqstore.engine.retry import DEFAULT_MAX_RECONSUME_TIMES, send_back_message
 from mqstore.ipc import retry
 from mqstore.ipc.accepts import check_send_back
-from mqstore.ipc.consumer import Consumer
 from mqstore.ipc.producer import PutPath
 from mqstore.ipc.reads import ClientReads, for_client
 from mqstore.ipc.results import (
@@ -46,6 +55,9 @@ from mqstore.ipc.results import (
     raise_if_failed,
 )
 from mqstore.ipc.session import Session, check_attach_types
+
+if TYPE_CHECKING:  # a consumer's read stack is imported by its first consumer(), not by a producer
+    from mqstore.ipc.consumer import Consumer
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -393,6 +405,8 @@ class StoreClient:
         (`"last"`). A nacked message goes to `%DLQ%<group>` after
         `max_reconsume_times`. A member whose beats stop for `session_ms` loses its
         queues. Raises SupervisorUnavailable, ValueError."""
+        from mqstore.ipc.consumer import Consumer
+
         return Consumer(
             self,
             group,

@@ -16,7 +16,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PREREQUISITES = (".venv/.installed", "mqstore/.native-built", "pipeline/jvm/mqstore-spark.jar")
+PREREQUISITES = (
+    ".venv/.installed",
+    "mqstore/.native-built",
+    "mqstore/.bytecode-built",
+    "pipeline/jvm/mqstore-spark.jar",
+)
 FAKE_PYTHON = """#!/bin/sh
 echo "$*" >> "$CALLS"
 case "$*" in
