@@ -435,7 +435,6 @@ def test_status_command_json_and_table(store: Store) -> None:
     assert all(w["pid"] > 0 and w["restarts"] == 0 for w in doc["workers"])
     assert doc["clients"] == 1 and doc["puts"]["total"] <= 10
     assert doc["fsync"]["total"] >= 1 and doc["fsync"]["msgs_per_fsync"] > 0
-    assert 0 < doc["latency_us"]["p50"] <= doc["latency_us"]["p99"]
     table = subprocess.run(
         [sys.executable, "-m", "mqstore", "status", str(store.path)],
         capture_output=True, text=True, cwd=str(REPO), timeout=60,
@@ -443,8 +442,12 @@ def test_status_command_json_and_table(store: Store) -> None:
     )  # fmt: skip
     assert table.returncode == 0, table.stderr
     assert "messages per fsync" in table.stdout and "committer" in table.stdout
-    # A detached client's counters are retired into the totals.
+    # A detached client's counters (written to its row at its checks, 10 ms apart, and
+    # at detach: ten quick puts may all fall before the first) are retired into the
+    # totals, its latency histogram with them.
     wait_for(lambda: store.status()["puts"]["total"] == 10, 10, "the put count")
+    lat = store.status()["latency_us"]
+    assert 0 < lat["p50"] <= lat["p99"]
 
 
 def test_exception_mid_copy_abandons_the_reservation(
