@@ -36,10 +36,22 @@ def test_a_crashed_supervisor(tmp_path: Path) -> None:
     left = set(s.shm_leftovers())
     assert left
     assert s.proc is not None
+    workers = [w["pid"] for w in s.status()["workers"] if w["pid"] > 0]
     os.kill(s.proc.pid, signal.SIGKILL)
     s.proc.wait()
     s._log.close()
-    wait_for(lambda: not _mapped_anywhere(left), 30, "the workers to exit")
+
+    def gone(pid: int) -> bool:  # exited (a zombie nobody reaped has no mappings)
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return True
+        return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+    # every worker gone, not only its mappings: an orphaned worker still draining maps
+    # the segments again (or its maps read empty mid-exit) after a first look saw none
+    wait_for(lambda: all(gone(p) for p in workers), 30, "the workers to exit")
+    wait_for(lambda: not _mapped_anywhere(left), 30, "the segments to be mapped nowhere")
     Path(os.environ["LEFT_FILE"]).write_text("\\n".join(sorted(left)))
 """
 
