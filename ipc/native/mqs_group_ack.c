@@ -39,17 +39,24 @@ static int ready(void)
     return 0;
 }
 
+/* Int attribute `name` of `o` (a new reference), or NULL with an exception set
+   (TypeError if not an int). */
+static PyObject *attr_int(PyObject *o, int name)
+{
+    PyObject *x = PyObject_GetAttr(o, names[name]);
+    if (x != NULL && !PyLong_Check(x)) {
+        PyErr_Format(PyExc_TypeError, "%s must be an int", NAMES[name]);
+        Py_CLEAR(x);
+    }
+    return x;
+}
+
 /* An int attribute of `o`: 0, or -1 with an exception set (TypeError if not an int). */
 static int attr_i64(PyObject *o, int name, long long *v)
 {
-    PyObject *x = PyObject_GetAttr(o, names[name]);
+    PyObject *x = attr_int(o, name);
     if (x == NULL)
         return -1;
-    if (!PyLong_Check(x)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int", NAMES[name]);
-        Py_DECREF(x);
-        return -1;
-    }
     *v = PyLong_AsLongLong(x);
     Py_DECREF(x);
     return *v == -1 && PyErr_Occurred() ? -1 : 0;
@@ -58,14 +65,9 @@ static int attr_i64(PyObject *o, int name, long long *v)
 /* An unsigned 64-bit int attribute of `o` (a slot word's tag bits): as attr_i64. */
 static int attr_u64(PyObject *o, int name, unsigned long long *v)
 {
-    PyObject *x = PyObject_GetAttr(o, names[name]);
+    PyObject *x = attr_int(o, name);
     if (x == NULL)
         return -1;
-    if (!PyLong_Check(x)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int", NAMES[name]);
-        Py_DECREF(x);
-        return -1;
-    }
     *v = PyLong_AsUnsignedLongLong(x);
     Py_DECREF(x);
     return *v == (unsigned long long)-1 && PyErr_Occurred() ? -1 : 0;
