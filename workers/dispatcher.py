@@ -306,11 +306,15 @@ class DispatchService(Service):
             return IDLE_SLEEP_S
         if self.no_space.key:
             return NO_SPACE_WAIT_S
-        if not self._sync and self.pos.published > self.offset:
-            wait = self.idle_wait  # the commit of what is published is on its way: poll
+        if self.offset < self._limit() or (not self._sync and self.pos.published > self.offset):
+            # Below the limit but not moving (the next segment not mapped here yet, a
+            # record that does not check out), or published and its commit on its way:
+            # poll, backing off; only a dispatcher caught up with everything sleeps.
+            wait = self.idle_wait
             self.idle_wait = min(self.idle_wait * 2, IDLE_WAIT_S)
             return wait
         self.pause_then_sleep = 0.0
+        self.idle_wait = BUSY_WAIT_S  # woken by a publish: poll for its commit from 1 ms
         return IDLE_SLEEP_S
 
     def drain_step(self) -> bool:
