@@ -65,7 +65,7 @@ class ProcFiles:
     """`/proc/PID/schedstat` and `/proc/PID/stat` of one process, each opened once and
     read again with one pread: the supervisor looks at every worker every loop (about 20
     times a second each), and an open, read and close of a /proc file cost 4-5 times a
-    pread of one held open (37 against 8 µs here). A descriptor names the process, not
+    pread of one held open (9.2 against 2.0 µs of CPU here). A descriptor names the process, not
     the pid: once it exited, reads fail (ESRCH) and answer as a missing file did."""
 
     def __init__(self, pid: int) -> None:
