@@ -193,11 +193,19 @@ class DispatchService(Service):
         self.pause_then_sleep: float | None = None
         self.last_flush = self.last_thorough = self.last_prepare = time.monotonic()
         self.no_space = Condition("dispatcher")
-        self.flusher = FlushThread(cp, self._physic_ms, ctx.wake)
+        self.flusher = FlushThread(cp, self._physic_ms, self._wake_loop)
         self.deletions = TopicDeletions(ctx)  # `mqstore topic DIR delete T` while running
 
     def _physic_ms(self) -> int:
         return self.pos.flushed_ts
+
+    def _wake_loop(self) -> None:
+        """End the loop's wait at once (the flush thread failed): the select's, and a
+        futex sleep's (a failure path: waking the sync waiters too costs nothing)."""
+        self.ctx.wake()
+        _native.idle_wake(self.ctx.cb.buf)
+        if self._sync:
+            _native.flushed_wake_all(self.ctx.cb.buf)
 
     @property
     def _sync(self) -> bool:
