@@ -102,16 +102,17 @@ def puts_for(producers: int) -> int:
     return 2000 if producers <= 16 else 600
 
 
-def _schedstat(pid: int) -> tuple[int, int]:
-    run = wait = 0
+def _schedstat(pid: int) -> tuple[int, int, int]:
+    """(CPU ns, run-queue ns, times scheduled in: about one a wake-up) of every thread."""
+    run = wait = slices = 0
     try:
         for tid in os.listdir(f"/proc/{pid}/task"):
             with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                a, b = f.read().split()[:2]
-            run, wait = run + int(a), wait + int(b)
+                a, b, n = f.read().split()[:3]
+            run, wait, slices = run + int(a), wait + int(b), slices + int(n)
     except OSError:
         pass
-    return run, wait
+    return run, wait, slices
 
 
 def _workers(sup_pid: int) -> dict[str, int]:
@@ -227,8 +228,8 @@ def run_one(root: Path, producers: int, pool: bool, naive: bool, puts: int = 0) 
 
 def _report(
     producers: int, n: int, pool: bool, load0: float, res: list[dict[str, Any]],
-    rows: list[dict[str, int]], before: dict[str, tuple[int, int]],
-    after: dict[str, tuple[int, int]], t_launch: int, t_done: int, peer: float | None,
+    rows: list[dict[str, int]], before: dict[str, tuple[int, int, int]],
+    after: dict[str, tuple[int, int, int]], t_launch: int, t_done: int, peer: float | None,
     left: frozenset[str],
 ) -> str:  # fmt: skip
     total = producers * n
@@ -258,6 +259,7 @@ def _report(
     sw = sum(r["snap"][2] + r["snap"][3] for r in res)
     store_cpu = {k: after[k][0] - before[k][0] for k in before}
     store_runq = {k: after[k][1] - before[k][1] for k in before}
+    store_runs = {k: after[k][2] - before[k][2] for k in before}
     whole = (t_done - t_launch) / 1e9
     lines.append(
         f"  CPU per put (µs): clients' loops {cpu / total / 1e3:.1f} (run-queue delay "
@@ -269,6 +271,7 @@ def _report(
             f"    {k:12} {store_cpu[k] / total / 1e3:6.1f} µs/put  "
             f"CPU {store_cpu[k] / whole / 1e7:5.1f} %"
             f"  run-queue {store_runq[k] / whole / 1e7:5.1f} % of the run"
+            f"  {store_runs[k] / total:5.2f} runs/put"
         )
     t0 = min(r["t0"] for r in res)
     t1 = max(r["t1"] for r in res)

@@ -437,9 +437,10 @@ class ConsumeQueue:
         they do not continue it (the caller then `put_units` them one by one).
         Dispatcher only. Raises StoreIOError (file creation)."""
         q = self.queue
-        current = q.max_wrote_offset()
-        if self.read_only or not units or len(q) == 0:
+        last = q.last()
+        if self.read_only or not units or last is None:
             return False
+        current = last.start_offset + last.wrote_position  # `max_wrote_offset`
         phys, size, _tags = UNIT.unpack_from(units, 0)
         if first_queue_offset * CQ_STORE_UNIT_SIZE != current or phys + size <= (
             self.max_physical_offset
@@ -447,8 +448,10 @@ class ConsumeQueue:
             return False
         done = 0
         while done < len(units):
-            seg = q.get_last(current)
+            # the last segment while it has room (`get_last`'s answer, without its lookup)
+            seg = last if last.wrote_position < last.size_bytes else q.get_last(current)
             assert seg is not None
+            last = seg
             n = min(len(units) - done, seg.size_bytes - seg.wrote_position)
             n -= n % CQ_STORE_UNIT_SIZE
             seg.append_bytes(memoryview(units)[done : done + n])

@@ -231,8 +231,7 @@ def scan_records(
         max_records=max_records,
         delay_ms=None if delay_ms is DELAY_LEVEL_MS else _delay_table(delay_ms),
     )
-    codes: list[ColumnCode] = [code for _name, code in COLUMNS] + ["i", "i"]
-    cols = [memoryview(b).cast(code) for b, code in zip(raw, codes, strict=True)]
+    cols = [memoryview(b).cast(code) for b, code in zip(raw, _CODES, strict=True)]
     if fixups:
         cols[_TAGS] = _fix_tags(buf, memoryview(fixups).cast("q"), cols, check_crc, delay_ms)
     reason = ""
@@ -243,6 +242,7 @@ def scan_records(
 
 
 _TAGS: Final = [name for name, _code in COLUMNS].index("tags_code")
+_CODES: Final[list[ColumnCode]] = [code for _name, code in COLUMNS] + ["i", "i"]
 
 
 def _fix_tags(

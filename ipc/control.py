@@ -105,6 +105,10 @@ mirrors these offsets; `ipc.reservation` and `ipc/native/mqs_futex.h` say how th
 |      |                  | (0: none); a producer wakes it only once that is reached |
 | 2160 | fence_seq        | the fence, once (C `mqs_fence`, `ipc.fence.fence`): 1 +  |
 |      |                  | the first seq never published (0: not fenced)            |
+| 2168 | idle_wake u32    | publishers (C `mqs_publish`): bumped to wake the idle    |
+|      |                  | committer and dispatcher (futex, `_native.idle_sleep`)   |
+| 2172 | idle_sleeps u32  | an idle worker sets it before sleeping on idle_wake; the |
+|      |                  | first publish after takes it back to 0 and wakes them    |
 
 Workers table at 512: 8 rows of 64 bytes (pid, heartbeat_ms, restarts, state, name 32s),
 written by the worker (heartbeat) and the supervisor (pid, restarts, state).
@@ -224,6 +228,8 @@ OFF_LOCK_TIMEOUTS: Final = 2136
 OFF_OWNER_DEAD: Final = 2144
 OFF_GATHER_WANT: Final = 2152
 OFF_FENCE_SEQ: Final = 2160
+OFF_IDLE_WAKE: Final = 2168
+OFF_IDLE_SLEEPS: Final = 2172
 
 
 def bucket_of(value: int, shift: int, buckets: int) -> int:

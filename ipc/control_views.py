@@ -26,6 +26,7 @@ from mqstore.ipc import control as c
 
 _I64_UNPACK: Final = c.I64.unpack_from
 _I64_PACK: Final = c.I64.pack_into
+_LAG_HIST_PACK: Final = struct.Struct(f"<{c.DISPATCH_LAG_BUCKETS}q").pack_into
 
 
 class _Field:
@@ -266,8 +267,7 @@ class Histograms(_View):
     def store_dispatch_lag(self, counts: Sequence[int], sum_ms: int) -> None:
         """The dispatcher only, after a round: its whole lag histogram (it keeps the
         counts, continued from these at its start) and their sum in ms."""
-        for i, n in enumerate(counts):
-            self._set(c.OFF_DISPATCH_LAG_HIST + 8 * i, n)
+        _LAG_HIST_PACK(self._buf, c.OFF_DISPATCH_LAG_HIST, *counts)  # one call, every round
         self._set(c.OFF_DISPATCH_LAG_SUM_MS, sum_ms)
 
 

@@ -240,6 +240,15 @@ def sync_request(ctl: Buffer, /) -> int:
 def flusher_sleep(ctl: Buffer, timeout_ns: int, /) -> bool:
     """Flusher: sleep until a sync request is pending (True) or the timeout passes."""
 
+def idle_sleep(ctl: Buffer, pos: int, timeout_ns: int, /) -> bool:
+    """An idle worker: sleep until published_pos passes pos (True) or the timeout passes."""
+
+def idle_wake(ctl: Buffer, /) -> None:
+    """End the idle workers' sleeps (every publish that moves published_pos does it)."""
+
+def wait_flushed_past(ctl: Buffer, pos: int, timeout_ns: int, /) -> bool:
+    """Sleep until flushed_pos passes pos (True) or the timeout passes; asks no flush."""
+
 def flusher_gather(ctl: Buffer, want_seq: int, timeout_ns: int, /) -> bool:
     """Flusher: sleep until published_seq reaches want_seq (True) or the timeout passes;
     only the producer whose publish completes it wakes the flusher."""

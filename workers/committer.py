@@ -1,7 +1,8 @@
 """The committer process: RocketMQ's CommitRealTimeService over the shared pool.
 
 Each tick (every POLL_S while puts arrive, backing off to IDLE_POLL_S, IDLE_POLL_SYNC_S
-under SYNC_FLUSH, while none do): publish the finished reservations, then commit. When puts
+under SYNC_FLUSH, while none do, then asleep on the idle futex until the next publish, at
+most IDLE_SLEEP_S): publish the finished reservations, then commit. When puts
 arrived since the last tick (RocketMQ's put path wakes CommitRealTimeService after every
 put) with `commit_least_pages`; at the first tick without new puts, whatever is left
 (the stream paused: nothing is coming to batch it with); with 0 once
@@ -44,6 +45,11 @@ POLL_S: Final = 0.002
 # what the flush interval also bounds.
 IDLE_POLL_S: Final = 0.008
 IDLE_POLL_SYNC_S: Final = 0.05
+# Once the back-off has reached its longest wait with nothing new, the committer sleeps
+# on the control block's idle futex until the next publish wakes it (`_native.idle_sleep`;
+# the first publish after it said it sleeps does, so a busy log pays no wake-up per put),
+# at most IDLE_SLEEP_S: an idle store's committer woke 125 times a second polling.
+IDLE_SLEEP_S: Final = 0.1
 
 
 class Committer(Service):
@@ -57,6 +63,7 @@ class Committer(Service):
         self.seen = self.pos.committed  # the published position the last tick found
         self.fence_seq = -1
         self.idle_wait = POLL_S
+        self.sleep_idle = False  # the next wait sleeps until a publish (or its timeout)
 
     def _pressure(self) -> bool:
         """Producers are about to run out of pool buffers: commit now, whole pages or not."""
@@ -66,13 +73,22 @@ class Committer(Service):
             self.pos.reserved // size - self.pos.committed // size >= cb.pool_buffers - 1
         )
 
+    def wait(self, seconds: float) -> None:
+        if self.sleep_idle:
+            self.sleep_idle = False
+            _native.idle_sleep(self.ctx.cb.buf, self.seen, int(seconds * 1e9))
+            return
+        self.ctx.wait(seconds)
+
     def tick(self) -> float:
         s = self.ctx.settings
         now = time.monotonic()
         pressure = self._pressure()
         pub = self.pos.published
         arrived, self.seen = pub > self.seen, pub
-        if now - self.last_thorough >= s.commit_thorough_interval_ms / 1000:
+        # (a thorough commit of nothing is no tick's reason: an idle committer sleeps on)
+        quiet = not (arrived or pressure or pub > self.pos.committed)
+        if not quiet and now - self.last_thorough >= s.commit_thorough_interval_ms / 1000:
             least = 0
             self.last_thorough = now
         elif arrived and not pressure:
@@ -82,7 +98,11 @@ class Committer(Service):
         else:
             self.files.publish_locked()
             wait, sync = self.idle_wait, s.flush_disk_type is FlushDiskType.SYNC_FLUSH
-            self.idle_wait = min(wait * 2, IDLE_POLL_SYNC_S if sync else IDLE_POLL_S)
+            longest = IDLE_POLL_SYNC_S if sync else IDLE_POLL_S
+            if wait >= longest:
+                self.sleep_idle = True  # quiet for a while: sleep until the log grows
+                return IDLE_SLEEP_S
+            self.idle_wait = min(wait * 2, longest)
             return wait
         self.idle_wait = POLL_S
         if self.files.commit(least) and now - self.last_wake >= s.commit_interval_ms / 1000:

@@ -236,7 +236,10 @@ class FlushThread:
 
     def collect(self) -> FlushJob | None:
         """The finished job, if any, with its positions applied; raises the error that
-        ended the thread (a StoreIOError fails the store closed)."""
+        ended the thread (a StoreIOError fails the store closed). Nothing finished (the
+        common tick): no lock taken; a job finishing meanwhile is collected next tick."""
+        if self._done is None and self._error is None:
+            return None
         with self._cv:
             if self._error is not None:
                 raise self._error

@@ -11,7 +11,10 @@ off. Its position goes to the control block (`Positions.dispatched`), where read
 Loop, as every worker (`workers.service`): beat, wait, then dispatch what is there (in
 bounded rounds, so the heartbeat stays fresh under load); no wait while records keep
 coming, 1 ms once a round reached the limit (RocketMQ's reput sleeps 1 ms; not a round
-that finds nothing first), backing off to `IDLE_WAIT_S` when the log is quiet. Any other
+that finds nothing first; 4 ms under SYNC_FLUSH after a round of 8 records or more:
+`SYNC_BATCH_PAUSE_S`), then asleep on a futex until the limit can move (a flush
+under SYNC_FLUSH, a publish under ASYNC_FLUSH; at most `IDLE_SLEEP_S`); records
+published but not yet committed are polled for, backing off to `IDLE_WAIT_S`. Any other
 I/O error (EIO anywhere, a failed sync, ENOSPC where no new space is needed) fails the
 store closed, as in every worker.
 
@@ -44,6 +47,7 @@ import contextlib
 import time
 from typing import Final
 
+from mqstore import _native
 from mqstore.conf.settings import FlushDiskType, parse_delay_levels
 from mqstore.engine import topics
 from mqstore.engine.checkpoint import CheckpointFields, StoreCheckpoint
@@ -58,6 +62,17 @@ from mqstore.workers.topic_delete import TopicDeletions
 
 MAX_RECORDS_PER_ROUND: Final = 4096
 BUSY_WAIT_S: Final = 0.001
+# Under SYNC_FLUSH the limit moves every flusher round, a few records at a time, and
+# a round's fixed cost (~33 µs of Python before its first record, plus the wake-up)
+# was 10-15 µs of CPU per put at 16 sync producers. After a round of at least
+# SYNC_BATCH_RECORDS records (a stream of 8k+ puts a second) the pause is
+# SYNC_BATCH_PAUSE_S: rounds up to four times the size, for records pullable up to 4 ms
+# after their flush instead of 1 ms; a slower stream keeps the 1 ms pause.
+# `python -m bench.profile_sync_check --producers 16`, alternated, load 25-43: the
+# dispatcher ran 0.07-0.15 times a put against 0.12-0.26, 10.2-22.2 µs of CPU a put
+# against 15.7-32.0 with the 1 ms pause (a fixed 4 ms pause: 6.5-7.8 against 13.2-13.9).
+SYNC_BATCH_RECORDS: Final = 8
+SYNC_BATCH_PAUSE_S: Final = 0.004
 IDLE_WAIT_S: Final = 0.008
 DRAIN_STEP_S: Final = 0.1
 NO_SPACE_WAIT_S: Final = 0.5  # between tries while a full disk holds dispatch up
@@ -68,10 +83,14 @@ NO_SPACE_WAIT_S: Final = 0.5  # between tries while a full disk holds dispatch u
 # between periodic jobs, so the roll often came first and made the file in the loop
 # (an allocation, 2 MiB of zeros and two fsyncs behind the commit log's writeback).
 PREPARE_CHECK_S: Final = 0.05
-
-
-def _limit(ctx: WorkerContext) -> int:
-    return Positions(ctx.cb).readable_end(ctx.settings.flush_disk_type is FlushDiskType.SYNC_FLUSH)
+# A dispatcher that has caught up with its limit sleeps until the limit can move, at most
+# this long, instead of polling (1, 2, 4, 8 ms: 125 wake-ups a second on an idle store, and
+# under sync puts a third of its ticks found nothing): on the flusher's futex under
+# SYNC_FLUSH (`_native.wait_flushed_past`, woken by every flush), on the idle futex
+# under ASYNC_FLUSH once every published record is dispatched (`_native.idle_sleep`,
+# woken by the next publish). Published but not yet committed (the pool's commit is on its
+# way) still polls with the back-off.
+IDLE_SLEEP_S: Final = 0.1
 
 
 class _TopicRegistry:
@@ -168,18 +187,53 @@ class DispatchService(Service):
         disp.lag_sum_ms = self.hist.dispatch_lag_sum_ms
         self.dispatched = 0
         self.idle_wait = BUSY_WAIT_S
+        self.round_records = 0  # records the last round dispatched
+        # The next wait is a sleep until the limit can move, after a pause of this many
+        # seconds (None: a plain wait)
+        self.pause_then_sleep: float | None = None
         self.last_flush = self.last_thorough = self.last_prepare = time.monotonic()
         self.no_space = Condition("dispatcher")
-        self.flusher = FlushThread(cp, self._physic_ms, ctx.wake)
+        self.flusher = FlushThread(cp, self._physic_ms, self._wake_loop)
         self.deletions = TopicDeletions(ctx)  # `mqstore topic DIR delete T` while running
 
     def _physic_ms(self) -> int:
         return self.pos.flushed_ts
 
+    def _wake_loop(self) -> None:
+        """End the loop's wait at once (the flush thread failed): the select's, and a
+        futex sleep's (a failure path: waking the sync waiters too costs nothing)."""
+        self.ctx.wake()
+        _native.idle_wake(self.ctx.cb.buf)
+        if self._sync:
+            _native.flushed_wake_all(self.ctx.cb.buf)
+
+    @property
+    def _sync(self) -> bool:
+        return self.ctx.settings.flush_disk_type is FlushDiskType.SYNC_FLUSH
+
+    def _limit(self) -> int:
+        return self.pos.readable_end(self._sync)
+
+    def wait(self, seconds: float) -> None:
+        """A plain wait; or, once caught up (`pause_then_sleep`), the pause, then a sleep
+        until the limit can move, at most `seconds`."""
+        pause, self.pause_then_sleep = self.pause_then_sleep, None
+        if pause is None:
+            self.ctx.wait(seconds)
+            return
+        if pause > 0:
+            self.ctx.wait(pause)
+        if self.ctx.stopping or self._limit() > self.offset:
+            return
+        if self._sync:
+            _native.wait_flushed_past(self.ctx.cb.buf, self.offset, int(seconds * 1e9))
+        elif self.pos.published <= self.offset:
+            _native.idle_sleep(self.ctx.cb.buf, self.offset, int(seconds * 1e9))
+
     def round_once(self) -> bool:
         """Dispatch one bounded round; True if it moved."""
         disp, offset = self.disp, self.offset
-        limit = _limit(self.ctx)
+        limit = self._limit()
         if offset >= limit:
             return False
         res = disp.dispatch(offset, limit, max_records=MAX_RECORDS_PER_ROUND)
@@ -192,6 +246,7 @@ class DispatchService(Service):
             # so the dispatcher's memory does not grow with the log.
             disp.log.queue.release_before(res.next_offset)
         self.offset = res.next_offset
+        self.round_records = res.records
         self.dispatched += res.records
         if res.last_store_timestamp:
             self.stats.set_last_dispatched_ts(res.last_store_timestamp)
@@ -253,7 +308,8 @@ class DispatchService(Service):
     def tick(self) -> float:
         assert self.flusher is not None
         self.flusher.collect()  # raises what failed the flush thread: fails closed
-        served = self.deletions.check(self.disp, self.flusher.busy)
+        now = time.monotonic()
+        served = self.deletions.check(self.disp, self.flusher.busy, now)
         if served:
             self.registry.forget(served)
         moved = self.round_or_wait_for_space()
@@ -264,11 +320,25 @@ class DispatchService(Service):
             # commit), so pause BUSY_WAIT_S now rather than spend a whole round finding
             # nothing first. Under sync puts the limit moves every flusher round (a few
             # messages); a round per round cost ~10 µs of CPU per put at 16 producers.
-            # RocketMQ's reput also sleeps 1 ms once it has read all there is.
-            return BUSY_WAIT_S if self.offset >= _limit(self.ctx) else 0.0
-        wait = NO_SPACE_WAIT_S if self.no_space.key else self.idle_wait
-        self.idle_wait = min(self.idle_wait * 2, IDLE_WAIT_S)
-        return wait
+            # RocketMQ's reput also sleeps 1 ms once it has read all there is. After the
+            # pause, a limit that has not moved is slept on (`wait`), not polled.
+            if self.offset < self._limit():
+                return 0.0
+            batch = self._sync and self.round_records >= SYNC_BATCH_RECORDS
+            self.pause_then_sleep = SYNC_BATCH_PAUSE_S if batch else BUSY_WAIT_S
+            return IDLE_SLEEP_S
+        if self.no_space.key:
+            return NO_SPACE_WAIT_S
+        if self.offset < self._limit() or (not self._sync and self.pos.published > self.offset):
+            # Below the limit but not moving (the next segment not mapped here yet, a
+            # record that does not check out), or published and its commit on its way:
+            # poll, backing off; only a dispatcher caught up with everything sleeps.
+            wait = self.idle_wait
+            self.idle_wait = min(self.idle_wait * 2, IDLE_WAIT_S)
+            return wait
+        self.pause_then_sleep = 0.0
+        self.idle_wait = BUSY_WAIT_S  # woken by a publish: poll for its commit from 1 ms
+        return IDLE_SLEEP_S
 
     def drain_step(self) -> bool:
         """Dispatch up to the limit, rounds back to back for up to DRAIN_STEP_S (the

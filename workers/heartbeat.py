@@ -25,15 +25,29 @@ excused: plain wall time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+import os
+from dataclasses import dataclass, field
+
+
+def _schedstat_wait(raw: bytes) -> int:
+    try:
+        return int(raw.split()[1])
+    except (ValueError, IndexError):
+        return 0
+
+
+def _stat_blocked(stat: bytes) -> bool:
+    end = stat.rfind(b")")  # the command name may hold spaces and parentheses
+    return end >= 0 and stat[end + 2 : end + 3] == b"D"
 
 
 def runqueue_wait_ns(pid: int) -> int:
     """Nanoseconds `pid`'s main thread has spent runnable but waiting for a CPU, or 0."""
     try:
         with open(f"/proc/{pid}/schedstat", "rb") as f:
-            return int(f.read().split()[1])
-    except (OSError, ValueError, IndexError):
+            return _schedstat_wait(f.read())
+    except OSError:
         return 0
 
 
@@ -44,8 +58,44 @@ def blocked_in_io(pid: int) -> bool:
             stat = f.read()
     except OSError:
         return False
-    end = stat.rfind(b")")  # the command name may hold spaces and parentheses
-    return end >= 0 and stat[end + 2 : end + 3] == b"D"
+    return _stat_blocked(stat)
+
+
+class ProcFiles:
+    """`/proc/PID/schedstat` and `/proc/PID/stat` of one process, each opened once and
+    read again with one pread: the supervisor looks at every worker every loop (about 20
+    times a second each), and an open, read and close of a /proc file cost 4-5 times a
+    pread of one held open (9.2 against 2.0 µs of CPU here). A descriptor names the process, not
+    the pid: once it exited, reads fail (ESRCH) and answer as a missing file did."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._fds: dict[str, int] = {}
+
+    def read(self, name: str) -> bytes | None:
+        fd = self._fds.get(name)
+        try:
+            if fd is None:
+                fd = self._fds[name] = os.open(
+                    f"/proc/{self.pid}/{name}", os.O_RDONLY | os.O_CLOEXEC
+                )
+            return os.pread(fd, 1024, 0)
+        except OSError:
+            return None
+
+    def runqueue_wait_ns(self) -> int:
+        raw = self.read("schedstat")
+        return 0 if raw is None else _schedstat_wait(raw)
+
+    def blocked_in_io(self) -> bool:
+        raw = self.read("stat")
+        return raw is not None and _stat_blocked(raw)
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._fds.clear()
 
 
 @dataclass
@@ -60,17 +110,25 @@ class HeartbeatJudge:
     started_ms: int = 0  # wall ms at spawn: a worker that never beat is silent since then
     blocked_ms: int = 0  # time seen blocked on I/O since the last beat
     looked_ms: int = -1  # when the judge last looked
+    proc: ProcFiles = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.proc = ProcFiles(self.pid)
 
     def silence(self, beat_ms: int, now_ms: int) -> tuple[int, int]:
         """`(silent_ms, excused_ms)`: how long the worker has been silent, less the time
         it waited for a CPU or was blocked on I/O since its last beat; and that time."""
-        waited = runqueue_wait_ns(self.pid)
+        waited = self.proc.runqueue_wait_ns()
         if beat_ms != self.beat_ms:
             self.beat_ms, self.wait_at_beat_ns, self.blocked_ms = beat_ms, waited, 0
-        elif self.looked_ms >= 0 and blocked_in_io(self.pid):
+        elif self.looked_ms >= 0 and self.proc.blocked_in_io():
             self.blocked_ms += max(0, now_ms - self.looked_ms)
         self.looked_ms = now_ms
         starved_ms = max(0, waited - self.wait_at_beat_ns) // 1_000_000
         age_ms = max(0, now_ms - max(beat_ms, self.started_ms))
         excused_ms = min(age_ms, starved_ms + self.blocked_ms)
         return age_ms - excused_ms, excused_ms
+
+    def close(self) -> None:
+        """Close the /proc files (the process exited, or the supervisor stops)."""
+        self.proc.close()

@@ -406,6 +406,8 @@ class Supervisor:
         finally:
             os.close(reason_w)
         w.started = time.monotonic()
+        if w.judge is not None:
+            w.judge.close()  # the last process's /proc files
         w.judge = HeartbeatJudge(w.proc.pid, started_ms=time.time_ns() // 1_000_000)
         cb.set_worker(w.index, w.spec.name, w.proc.pid, w.restarts, WORKER_STARTING)
         cb.beat(w.index, time.time_ns() // 1_000_000)
@@ -678,6 +680,8 @@ class Supervisor:
             if w.proc is not None:
                 w.proc.kill()
                 w.proc.wait()
+            if w.judge is not None:
+                w.judge.close()
         self.server.close_listener()
         self._stop_metrics()
         if self.cb is not None:
@@ -745,6 +749,8 @@ class Supervisor:
             w.proc = None
         for w in self.workers:
             self._close_reason(w)
+            if w.judge is not None:
+                w.judge.close()
         code = int(ExitCode.OK)
         files = LogFiles(self.store_dir, cb, s.store_host)
         try:

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "mqs_crashpoint.h"
+#include "mqs_futex.h"
 #include "mqs_layout.h"
 
 static pthread_mutex_t *mutex_of(uint8_t *ctl)
@@ -341,7 +342,17 @@ static void store_max(uint8_t *ctl, int64_t off, int64_t v)
         ;
 }
 
+static int64_t publish_done(uint8_t *ctl, int64_t slot_count);
+
 int64_t mqs_publish(uint8_t *ctl, int64_t slot_count)
+{
+    int64_t advanced = publish_done(ctl, slot_count);
+    if (advanced > 0)
+        mqs_idle_wake(ctl); /* one load, unless an idle committer or dispatcher sleeps */
+    return advanced;
+}
+
+static int64_t publish_done(uint8_t *ctl, int64_t slot_count)
 {
     int64_t advanced = 0;
     if (slot_count <= 0)

@@ -96,6 +96,12 @@ static int wake_flusher(uint8_t *ctl)
     return 0;
 }
 
+static int wake_idle(uint8_t *ctl)
+{
+    mqs_idle_wake(ctl);
+    return 0;
+}
+
 CTL_HELPER(mqs_py_init_control, init_control(v.buf) < 0 ? NULL : none_after(0))
 CTL_HELPER(mqs_py_publish, PyLong_FromLongLong(publish(&v)))
 CTL_HELPER(mqs_py_fence, PyLong_FromLongLong(mqs_fence(v.buf)))
@@ -134,6 +140,7 @@ PyObject *mqs_py_fill_done(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssi
 }
 CTL_HELPER(mqs_py_flushed_wake_all, none_after(wake_all(v.buf)))
 CTL_HELPER(mqs_py_flusher_wake, none_after(wake_flusher(v.buf)))
+CTL_HELPER(mqs_py_idle_wake, none_after(wake_idle(v.buf)))
 CTL_HELPER(mqs_py_sync_request, PyLong_FromLongLong(mqs_sync_request(v.buf)))
 
 PyObject *mqs_py_flushed_wake(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
@@ -215,6 +222,36 @@ PyObject *mqs_py_flusher_gather(PyObject *Py_UNUSED(m), PyObject *const *args, P
 PyObject *mqs_py_reserve_fence(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
 {
     return ctl_wait(args, n, 2);
+}
+
+/* The idle workers' waits (mqs_futex.h), GIL released: idle_sleep (0) while
+ * published_pos <= pos, wait_flushed_past (1) while flushed_pos <= pos. */
+static PyObject *idle_wait(PyObject *const *args, Py_ssize_t n, int flushed)
+{
+    static const char *const names[] = {"pos", "timeout_ns", NULL};
+    int64_t a[2];
+    Py_buffer v;
+    if (ctl_args(args, n, flushed ? "wait_flushed_past(ctl, pos, timeout_ns)"
+                                  : "idle_sleep(ctl, pos, timeout_ns)",
+                 names, &v, a) < 0)
+        return NULL;
+    int64_t timeout = a[1] > 0 ? a[1] : 1;
+    int r;
+    Py_BEGIN_ALLOW_THREADS
+    r = flushed ? mqs_wait_flushed_past(v.buf, a[0], timeout) : mqs_idle_sleep(v.buf, a[0], timeout);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&v);
+    return PyBool_FromLong(r);
+}
+
+PyObject *mqs_py_idle_sleep(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
+{
+    return idle_wait(args, n, 0);
+}
+
+PyObject *mqs_py_wait_flushed_past(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
+{
+    return idle_wait(args, n, 1);
 }
 
 /* The I/O seam of the round (mqs_round.h's struct mqs_io) for the tests' faults and sync

@@ -13,6 +13,7 @@ PyObject *mqs_py_init_control(PyObject *m, PyObject *arg);
 PyObject *mqs_py_publish(PyObject *m, PyObject *arg);
 PyObject *mqs_py_flushed_wake_all(PyObject *m, PyObject *arg);
 PyObject *mqs_py_flusher_wake(PyObject *m, PyObject *arg);
+PyObject *mqs_py_idle_wake(PyObject *m, PyObject *arg);
 PyObject *mqs_py_sync_request(PyObject *m, PyObject *arg);
 PyObject *mqs_py_fence(PyObject *m, PyObject *arg);
 PyObject *mqs_py_fence_seq(PyObject *m, PyObject *arg);
@@ -23,6 +24,8 @@ PyObject *mqs_py_wait_bits(PyObject *m, PyObject *const *args, Py_ssize_t n);
 PyObject *mqs_py_sync_round(PyObject *m, PyObject *const *args, Py_ssize_t n);
 PyObject *mqs_py_flusher_sleep(PyObject *m, PyObject *const *args, Py_ssize_t n);
 PyObject *mqs_py_flusher_gather(PyObject *m, PyObject *const *args, Py_ssize_t n);
+PyObject *mqs_py_idle_sleep(PyObject *m, PyObject *const *args, Py_ssize_t n);
+PyObject *mqs_py_wait_flushed_past(PyObject *m, PyObject *const *args, Py_ssize_t n);
 PyObject *mqs_py_reserve_fence(PyObject *m, PyObject *const *args, Py_ssize_t n);
 PyObject *mqs_py_live_hold(PyObject *m, PyObject *const *args, Py_ssize_t n);
 PyObject *mqs_py_live_check(PyObject *m, PyObject *const *args, Py_ssize_t n);
@@ -61,6 +64,11 @@ PyObject *mqs_py_fill_done(PyObject *m, PyObject *const *args, Py_ssize_t n);
     MQS_FAST(flusher_gather, "flusher_gather(ctl, want_seq, timeout_ns) -> "                     \
         "bool: flusher: sleep until published_seq reaches "                                      \
         "want_seq (True) or the timeout passes."),                                               \
+    MQS_FAST(idle_sleep, "idle_sleep(ctl, pos, timeout_ns) -> bool: an idle "                   \
+        "worker: sleep until published_pos passes pos (True) or the timeout passes."),          \
+    MQS_ONE(idle_wake, "idle_wake(ctl): end the idle workers' sleeps (a publish does it)."),     \
+    MQS_FAST(wait_flushed_past, "wait_flushed_past(ctl, pos, timeout_ns) -> bool: "             \
+        "sleep until flushed_pos passes pos (True) or the timeout passes; asks no flush."),     \
     MQS_FAST(reserve_fence, "reserve_fence(ctl, timeout_ns) -> int: take and "                   \
         "release the reservation lock (0), so that no "                                          \
         "producer is inside the section; or a code (< 0)."),                                     \

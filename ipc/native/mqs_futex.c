@@ -162,3 +162,34 @@ int mqs_flusher_gather(uint8_t *ctl, int64_t want_seq, int64_t timeout_ns)
     __atomic_store_n(mqs_i64(ctl, MQS_OFF_GATHER_WANT), 0, __ATOMIC_SEQ_CST);
     return load(ctl, MQS_OFF_PUBLISHED_SEQ) >= want_seq;
 }
+
+int mqs_idle_sleep(uint8_t *ctl, int64_t seen_pos, int64_t timeout_ns)
+{
+    uint32_t *wake = mqs_u32(ctl, MQS_OFF_IDLE_WAKE);
+    uint32_t seen = __atomic_load_n(wake, __ATOMIC_SEQ_CST);
+    /* Say we sleep, then look (Dekker's order against the publisher, which moves the
+     * position, then looks for sleepers): one of the two sees the other's store. */
+    __atomic_store_n(mqs_u32(ctl, MQS_OFF_IDLE_SLEEPS), 1, __ATOMIC_SEQ_CST);
+    if (load(ctl, MQS_OFF_PUBLISHED) <= seen_pos)
+        futex_wait(wake, seen, timeout_ns); /* EAGAIN: a wake came in between */
+    return load(ctl, MQS_OFF_PUBLISHED) > seen_pos;
+}
+
+void mqs_idle_wake(uint8_t *ctl)
+{
+    uint32_t *sleeps = mqs_u32(ctl, MQS_OFF_IDLE_SLEEPS);
+    if (__atomic_load_n(sleeps, __ATOMIC_SEQ_CST) && __atomic_exchange_n(sleeps, 0, __ATOMIC_SEQ_CST)) {
+        __atomic_add_fetch(mqs_u32(ctl, MQS_OFF_IDLE_WAKE), 1, __ATOMIC_SEQ_CST);
+        futex_wake(mqs_u32(ctl, MQS_OFF_IDLE_WAKE), INT_MAX);
+    }
+}
+
+int mqs_wait_flushed_past(uint8_t *ctl, int64_t pos, int64_t timeout_ns)
+{
+    uint32_t *seq = mqs_u32(ctl, MQS_OFF_FLUSH_SEQ);
+    uint32_t seen = __atomic_load_n(seq, __ATOMIC_SEQ_CST);
+    if (load(ctl, MQS_OFF_FLUSHED) > pos)
+        return 1;
+    futex_wait_bits(seq, seen, timeout_ns, MQS_WAKE_ANY);
+    return load(ctl, MQS_OFF_FLUSHED) > pos;
+}

@@ -62,4 +62,22 @@ int64_t mqs_sync_request(uint8_t *ctl);
 /* Any process: wake a sleeping flusher (the committer after a commit). */
 void mqs_flusher_wake(uint8_t *ctl);
 
+/* Idle workers (the committer, the dispatcher under ASYNC_FLUSH) sleep until the log
+ * grows instead of polling: sleep on IDLE_WAKE while published_pos <= `seen_pos`, at most
+ * `timeout_ns`. IDLE_SLEEPS says someone sleeps; the first publish that finds it set
+ * takes it (exchange to 0), bumps IDLE_WAKE and wakes every sleeper, so a busy log pays
+ * one load per publish and one wake per sleep, never one per put. Returns 1 when
+ * published_pos > seen_pos (the shared word decides, never the wake-up). */
+int mqs_idle_sleep(uint8_t *ctl, int64_t seen_pos, int64_t timeout_ns);
+
+/* After a publish that moved published_pos (mqs_publish), or to end every idle sleep at
+ * once: wake the idle sleepers if any said they sleep. */
+void mqs_idle_wake(uint8_t *ctl);
+
+/* The dispatcher under SYNC_FLUSH, whose limit is flushed_pos: sleep on FLUSH_SEQ (every
+ * bit: any flush wakes it) while flushed_pos <= `pos`, at most `timeout_ns`. Records no
+ * request and wakes nobody: it waits for the flushes sync producers ask for. Returns 1
+ * when flushed_pos > pos. */
+int mqs_wait_flushed_past(uint8_t *ctl, int64_t pos, int64_t timeout_ns);
+
 #endif

@@ -313,6 +313,8 @@ static const struct {
     {"OFF_OWNER_DEAD", (long long)MQS_OFF_OWNER_DEAD},
     {"OFF_GATHER_WANT", (long long)MQS_OFF_GATHER_WANT},
     {"OFF_FENCE_SEQ", (long long)MQS_OFF_FENCE_SEQ},
+    {"OFF_IDLE_WAKE", (long long)MQS_OFF_IDLE_WAKE},
+    {"OFF_IDLE_SLEEPS", (long long)MQS_OFF_IDLE_SLEEPS},
     {"FLAG_FENCED", (long long)MQS_FLAG_FENCED},
     {"STATE_FILLING", (long long)MQS_STATE_FILLING},
     {"STATE_JOINED", (long long)MQS_STATE_JOINED},

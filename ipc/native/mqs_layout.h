@@ -59,6 +59,8 @@
 #define MQS_OFF_OWNER_DEAD 2144    /* i64: repairs after a holder died in the section */
 #define MQS_OFF_GATHER_WANT 2152   /* i64: published_seq a gathering flusher waits for */
 #define MQS_OFF_FENCE_SEQ 2160     /* i64: 1 + `seq` when the block was fenced (0: not yet) */
+#define MQS_OFF_IDLE_WAKE 2168     /* u32 futex: a publish bumps it when IDLE_SLEEPS was set */
+#define MQS_OFF_IDLE_SLEEPS 2172   /* u32: 1 once an idle worker sleeps on IDLE_WAKE */
 #define MQS_NATIVE_END 2304
 
 /* Reservation slots: row `seq % slot_count`. */

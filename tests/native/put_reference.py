@@ -20,6 +20,7 @@ from mqstore.engine.retry import schedule_rewrite
 from mqstore.ipc import control as c
 from mqstore.ipc.control_views import Positions, Reservation
 from mqstore.ipc.results import PutMessageStatus
+from tests.native.idle_reference import idle_wake_reference
 from tests.native.uniq_reference import UNIQ, stamped
 
 ILLEGAL = PutMessageStatus.MESSAGE_ILLEGAL
@@ -220,7 +221,8 @@ def queue_id_problem(topic: str, queue_id: object, queues: int) -> str:
 def publish_reference(buf: bytearray) -> int:
     """The Python twin of `_native.publish` (tests compare the two byte for byte): move
     published_seq over contiguous DONE slots below the fence's seq, published_pos and
-    published_ts to the last one's end and store time (never lower); return the slots
+    published_ts to the last one's end and store time (never lower); when it moved, wake
+    the idle workers that said they sleep (`idle_wake_reference`); return the slots
     advanced. One process."""
     pos = Positions(buf)
     slot_count = Reservation(buf).slot_count
@@ -240,6 +242,8 @@ def publish_reference(buf: bytearray) -> int:
             if c.I64.unpack_from(buf, at)[0] < value:  # never lower
                 c.I64.pack_into(buf, at, value)
         c.I64.pack_into(buf, c.OFF_PUBLISHED_SEQ, ps)
+    if ps > start:
+        idle_wake_reference(buf)
     return int(ps - start)
 
 

@@ -555,14 +555,17 @@ SLOTS = 16
     ),
     sizes=st.lists(st.integers(1, 5000), min_size=SLOTS, max_size=SLOTS),
     fence=st.one_of(st.just(0), st.integers(1, 60)),
+    idle=st.tuples(st.integers(0, 1), st.sampled_from([0, 7, 0xFFFFFFFF])),
 )
 def test_publish_matches_its_python_twin(
-    published: int, states: list[int], sizes: list[int], fence: int
+    published: int, states: list[int], sizes: list[int], fence: int, idle: tuple[int, int]
 ) -> None:
-    """Joined slots publish like any DONE one, and nothing at or past the fence."""
+    """Joined slots publish like any DONE one, and nothing at or past the fence; a
+    publish that moved wakes the idle workers that said they sleep, once."""
     buf = bytearray(c.SLOTS_OFF + SLOTS * c.SLOT_ROW)
     struct.pack_into("<q", buf, c.OFF_SLOT_COUNT, SLOTS)
     struct.pack_into("<q", buf, c.OFF_FENCE_SEQ, fence)
+    struct.pack_into("<II", buf, c.OFF_IDLE_WAKE, idle[1], idle[0])
     at = 1000 * published
     struct.pack_into("<qq", buf, c.OFF_PUBLISHED, at, published)
     struct.pack_into("<q", buf, c.OFF_SEQ, published + len(states))

@@ -38,7 +38,9 @@ def test_layout_regions_do_not_overlap() -> None:
     assert c.OFF_DISPATCH_LAG_HIST + 8 * c.DISPATCH_LAG_BUCKETS <= c.OFF_RESERVE_MUTEX
     assert c.OFF_OWNER_DEAD + 8 <= c.OFF_GATHER_WANT
     assert c.OFF_GATHER_WANT + 8 <= c.OFF_FENCE_SEQ
-    assert c.OFF_FENCE_SEQ + 8 <= c.CLIENTS_OFF
+    assert c.OFF_FENCE_SEQ + 8 <= c.OFF_IDLE_WAKE
+    assert c.OFF_IDLE_WAKE + 4 == c.OFF_IDLE_SLEEPS
+    assert c.OFF_IDLE_SLEEPS + 4 <= c.CLIENTS_OFF
 
 
 def test_the_c_core_uses_the_same_layout() -> None:
@@ -267,3 +269,74 @@ def test_flusher_gather_waits_for_the_group_not_for_each_arrival(cb: c.ControlBl
     assert got == [True]
     assert u32(c.OFF_FLUSHER_WAKE) == wakes + 1
     assert cb.get(c.OFF_GATHER_WANT) == 0 and u32(c.OFF_FLUSHER_SLEEPS) == 0
+
+
+def _u32(cb: c.ControlBlock, off: int) -> int:
+    return int.from_bytes(cb.buf[off : off + 4], "little")
+
+
+def _sleeper(call: object) -> tuple[threading.Thread, list[bool]]:
+    got: list[bool] = []
+    t = threading.Thread(target=lambda: got.append(call()))  # type: ignore[operator]
+    t.start()
+    return t, got
+
+
+def test_an_idle_sleep_ends_at_the_next_publish_and_costs_one_wake(cb: c.ControlBlock) -> None:
+    """The idle committer's and dispatcher's sleep (workers/committer.py,
+    workers/dispatcher.py): at once when published_pos is past what they saw, the whole
+    timeout when nothing comes, and woken by the first publish that moves it, long
+    before its timeout; that publish takes the flag back, so the next ones wake no one."""
+    cb.set(c.OFF_PUBLISHED, 100)
+    assert _native.idle_sleep(cb.buf, 99, 60 * 10**9) is True  # already past: at once
+    t0 = time.monotonic()
+    assert _native.idle_sleep(cb.buf, 100, 20_000_000) is False  # nothing came
+    assert time.monotonic() - t0 >= 0.019
+    _native.idle_wake(cb.buf)  # the flag that sleep left: taken, one bump
+    wakes = _u32(cb, c.OFF_IDLE_WAKE)
+    assert _u32(cb, c.OFF_IDLE_SLEEPS) == 0
+
+    t, got = _sleeper(lambda: _native.idle_sleep(cb.buf, 100, 60 * 10**9))
+    deadline = time.monotonic() + 30
+    while _u32(cb, c.OFF_IDLE_SLEEPS) != 1:
+        assert time.monotonic() < deadline, "the sleep never said so"
+        time.sleep(0.001)
+    t.join(0.2)
+    assert t.is_alive() and not got  # asleep, nothing published
+    # one DONE slot at seq 0, published by the producers' own step
+    cb.set(c.OFF_SEQ, 1)
+    c.SLOT.pack_into(cb.buf, c.SLOTS_OFF, 100, 0, 1, 50, os.getpid(), 0, c.STATE_DONE)
+    t0 = time.monotonic()
+    assert _native.publish(cb.buf) == 1
+    t.join(30)
+    assert got == [True] and time.monotonic() - t0 < 30
+    assert _u32(cb, c.OFF_IDLE_WAKE) == wakes + 1 and _u32(cb, c.OFF_IDLE_SLEEPS) == 0
+    cb.set(c.OFF_SEQ, 2)
+    c.SLOT.pack_into(cb.buf, c.SLOTS_OFF + c.SLOT_ROW, 150, 1, 2, 50, os.getpid(), 0, 2)
+    assert _native.publish(cb.buf) == 1
+    assert _u32(cb, c.OFF_IDLE_WAKE) == wakes + 1  # nobody sleeps: no wake
+
+
+def test_the_dispatcher_sleeps_until_a_flush_and_asks_for_none(cb: c.ControlBlock) -> None:
+    """`wait_flushed_past` (the dispatcher under SYNC_FLUSH): woken by the flusher's
+    wake after a flush, long before its timeout, answering from the flushed position
+    (a wake without progress answers False); it records no sync request and does not
+    wake the flusher."""
+    cb.set(c.OFF_FLUSHED, 100)
+    assert _native.wait_flushed_past(cb.buf, 99, 60 * 10**9) is True
+    assert _native.wait_flushed_past(cb.buf, 100, 10_000_000) is False
+    flusher_wakes = _u32(cb, c.OFF_FLUSHER_WAKE)
+
+    def woken(flushed: int) -> list[bool]:
+        t, got = _sleeper(lambda: _native.wait_flushed_past(cb.buf, 100, 60 * 10**9))
+        while t.is_alive() and not got:  # until it is woken: it may not sleep yet
+            cb.set(c.OFF_FLUSHED, flushed)
+            _native.flushed_wake(cb.buf, 100)  # the round's wake: bits of (100, flushed]
+            t.join(0.01)
+        t.join()
+        return got
+
+    assert woken(100) == [False]  # a wake, nothing flushed: not an answer
+    cb.set(c.OFF_FLUSHED, 100)
+    assert woken(200) == [True]
+    assert _native.sync_request(cb.buf) == 0 and _u32(cb, c.OFF_FLUSHER_WAKE) == flusher_wakes
