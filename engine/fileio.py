@@ -289,6 +289,31 @@ def pread(fd: int, n: int, offset: int, path: StrPath = "?") -> bytes:
         raise _wrap("pread", path, e) from e
 
 
+def read_into_cache(fd: int, offset: int, length: int, buf: bytearray, path: StrPath = "?") -> int:
+    """Read `[offset, offset + length)` of the file once, `len(buf)` bytes at a time into
+    `buf` (its content is thrown away), so that the page cache holds those pages; return
+    the bytes read (fewer at the end of the file). Reading a fallocated (unwritten)
+    extent does no I/O: the kernel puts zeroed pages in the cache. A later pwrite of
+    those bytes then copies into pages that exist instead of allocating them, and on a
+    VM whose free memory goes back to the host (virtio-balloon free page reporting) the
+    first write to a newly allocated page costs 5-9 us per 4 KiB: whoever writes first
+    pays it (`workers.allocator`, `docs/tuning.md`). Raises StoreIOError (op "pread")."""
+    view = memoryview(buf)
+    done = 0
+    try:
+        _check_fault("pread")
+        while done < length:
+            n = os.preadv(fd, [view[: min(len(view), length - done)]], offset + done)
+            if n == 0:
+                break
+            done += n
+    except OSError as e:
+        raise _wrap("pread", path, e) from e
+    finally:
+        view.release()
+    return done
+
+
 def fsync(fd: int, path: StrPath = "?") -> None:
     _sync_file("fsync", os.fsync, fd, path)
 
