@@ -263,14 +263,25 @@ def fallocate(fd: int, size: int, path: StrPath = "?") -> None:
         raise _wrap("fallocate", path, e) from e
 
 
-def pwrite(fd: int, data: bytes | bytearray | memoryview, offset: int, path: StrPath = "?") -> int:
-    """Write all of `data` at `offset` (loops over short writes); return bytes written."""
+def pwrite(
+    fd: int,
+    data: bytes | bytearray | memoryview,
+    offset: int,
+    path: StrPath = "?",
+    *,
+    piece: int = 0,
+) -> int:
+    """Write all of `data` at `offset` (loops over short writes); return bytes written.
+    With `piece` > 0 each write(2) ends at the latest on the next file offset that is a
+    multiple of `piece` (`COMMIT_PIECE`: why). One call, one fault-seam check."""
     view = memoryview(data)
     done = 0
     try:
         _check_fault("pwrite")
         while done < len(view):
-            n = os.pwrite(fd, view[done:], offset + done)
+            at = offset + done
+            upto = len(view) if piece <= 0 else min(len(view), (at // piece + 1) * piece - offset)
+            n = os.pwrite(fd, view[done:upto], at)
             if n == 0:
                 raise OSError(errno.EIO, "pwrite wrote nothing")
             done += n
@@ -287,31 +298,6 @@ def pread(fd: int, n: int, offset: int, path: StrPath = "?") -> bytes:
         return os.pread(fd, n, offset)
     except OSError as e:
         raise _wrap("pread", path, e) from e
-
-
-def read_into_cache(fd: int, offset: int, length: int, buf: bytearray, path: StrPath = "?") -> int:
-    """Read `[offset, offset + length)` of the file once, `len(buf)` bytes at a time into
-    `buf` (its content is thrown away), so that the page cache holds those pages; return
-    the bytes read (fewer at the end of the file). Reading a fallocated (unwritten)
-    extent does no I/O: the kernel puts zeroed pages in the cache. A later pwrite of
-    those bytes then copies into pages that exist instead of allocating them, and on a
-    VM whose free memory goes back to the host (virtio-balloon free page reporting) the
-    first write to a newly allocated page costs 5-9 us per 4 KiB: whoever writes first
-    pays it (`workers.allocator`, `docs/tuning.md`). Raises StoreIOError (op "pread")."""
-    view = memoryview(buf)
-    done = 0
-    try:
-        _check_fault("pread")
-        while done < length:
-            n = os.preadv(fd, [view[: min(len(view), length - done)]], offset + done)
-            if n == 0:
-                break
-            done += n
-    except OSError as e:
-        raise _wrap("pread", path, e) from e
-    finally:
-        view.release()
-    return done
 
 
 def fsync(fd: int, path: StrPath = "?") -> None:
@@ -344,6 +330,14 @@ def msync(mm: mmap.mmap, offset: int, length: int, path: StrPath = "?") -> None:
         raise _wrap("msync", path, e) from e
 
 
+# The committer's pwrite from the pool goes in writes of at most this many bytes (aligned
+# to it in the file). The page cache makes a new folio as large as the write that brings
+# it in (up to 2 MiB), and on a VM whose free memory goes back to its host (virtio-balloon
+# free page reporting, which reports free 2 MiB blocks) the first touch of a large new
+# folio costs a host fault per page: a committer copying 0.8-20 MiB per pwrite paid
+# 0.7-2.0 us per KiB, in 64 KiB writes 0.23-0.37, like a write into pages already cached
+# (bench/commit_first_touch.py, bench/results/commit_cost.md).
+COMMIT_PIECE: Final = 64 << 10
 ZERO_CHUNK: Final = 1 << 20  # preallocate writes its zeros this many bytes at a time
 PAGE_WRITE: Final = 4096  # preallocate's `zero_write` for files written through a mapping
 

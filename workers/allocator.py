@@ -16,7 +16,6 @@ IDLE_TICK_S): that is when the next file can become due.
 
 from __future__ import annotations
 
-import errno
 import os
 from typing import Final
 
@@ -36,7 +35,6 @@ IDLE_TICK_S: Final = 0.25  # the longest wait (a new file is due at most this la
 # waits the time they need to reach the current segment's end, the first moment a new
 # file can be due (and AHEAD files stand ready behind it).
 FILL_RATE_MAX: Final = 4 << 30
-FILL_SLICE: Final = 4 << 20  # bytes of page cache filled per tick (`CacheFill`)
 _no_space: dict[str, Condition] = {}  # log dir -> the file it has no room for, said once
 
 
@@ -109,79 +107,8 @@ def ensure_segments(store_dir: str, cb: c.ControlBlock, settings: StoreSettings)
     return upto
 
 
-def fills_cache(cb: c.ControlBlock, settings: StoreSettings) -> bool:
-    """The allocator reads each new segment once ahead of the committer (`CacheFill`):
-    with the pool on (the committer pwrites into the file) and segments not written
-    with zeros (those zeros already brought the pages into the cache)."""
-    return cb.pool_buffers > 0 and not zero_fill(settings)
-
-
-class CacheFill:
-    """Brings the allocated segments' pages into the page cache ahead of the committer,
-    FILL_SLICE bytes per step (`fileio.read_into_cache`: a fallocated extent reads as
-    zeroed pages, no I/O).
-
-    Why: the committer's pwrite otherwise allocates every page it writes, and on this
-    kind of VM (free memory reported to the host, `page_reporting_order` 9) the first
-    write to such a page cost 1.4-2.0 us per KiB, against 0.1-0.2 us to write a page
-    already in the cache: a committer copying 400 MB/s was CPU-bound on it and the
-    readers' limit trailed the puts by 0.5 s (bench/results/commit_cost.md). Read here,
-    the pages' first touch is the allocator's, ahead of need and beside the committer.
-    Nothing depends on it: a page the committer reaches first it allocates itself, and
-    a read never replaces a page that is already in the cache."""
-
-    def __init__(self, log_dir: str) -> None:
-        self.log_dir = log_dir
-        self.filled = 0  # log offset up to which the cache has been filled
-        self.buf = bytearray(fileio.ZERO_CHUNK)
-        self.fd = (-1, -1)  # (segment index, fd)
-
-    def step(self, cb: c.ControlBlock) -> bool:
-        """Fill the next slice at or after the committed position, below `allocated`;
-        True while more is left. Raises StoreIOError."""
-        pos, size = Positions(cb), cb.segment_size
-        start = max(self.filled, pos.committed)
-        allocated = pos.allocated
-        if start >= allocated:
-            return False
-        index = start // size
-        end = min((index + 1) * size, start + FILL_SLICE, allocated)
-        fd = self._open(index, size)
-        if fd >= 0:
-            path = os.path.join(self.log_dir, segment_file_name(index * size))
-            fileio.read_into_cache(fd, start - index * size, end - start, self.buf, path)
-        self.filled = end
-        return end < allocated
-
-    def _open(self, index: int, size: int) -> int:
-        """The descriptor of segment `index` (-1: no such file, nothing to fill)."""
-        if self.fd[0] == index:
-            return self.fd[1]
-        self.close()
-        path = os.path.join(self.log_dir, segment_file_name(index * size))
-        try:
-            fd = fileio.open_file(path, create=False, read_only=True)
-            # No readahead: each read brings in 4 KiB pages, not large folios (below).
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
-            self.fd = (index, fd)
-        except fileio.StoreIOError as e:
-            if e.errno != errno.ENOENT:
-                raise
-            self.fd = (index, -1)
-        return self.fd[1]
-
-    def close(self) -> None:
-        if self.fd[1] >= 0:
-            fileio.close(self.fd[1])
-        self.fd = (-1, -1)
-
-
 class Allocator(Service):
     name = "allocator"
-
-    def __init__(self, ctx: WorkerContext) -> None:
-        super().__init__(ctx)
-        self.cache = CacheFill(os.path.join(ctx.store_dir, "commitlog"))
 
     def tick(self) -> float:
         cb = self.ctx.cb
@@ -194,16 +121,11 @@ class Allocator(Service):
             and ensure_segments(self.ctx.store_dir, cb, self.ctx.settings) < need
         ):
             return TICK_S  # no room yet: try again soon
-        if fills_cache(cb, self.ctx.settings) and self.cache.step(cb):
-            return 0.0  # more to fill: the next slice after a beat
         # Nothing is due before `reserved` crosses into the next segment: sleep until
         # producers at FILL_RATE_MAX could get there (an idle store wakes 4 times a
         # second, not 200).
         left = size - reserved % size
         return min(max(left / FILL_RATE_MAX, TICK_S), IDLE_TICK_S)
-
-    def close(self) -> None:
-        self.cache.close()
 
 
 def main(ctx: WorkerContext) -> int:

@@ -81,36 +81,3 @@ def mapped_store_dirties(path: Path, offset: int, n: int = 1024) -> int:
     if dirtied == 0:
         pytest.skip("the file system accounts no dirtied page-cache bytes (tmpfs?)")
     return dirtied
-
-
-def resident_bytes(path: Path) -> int:
-    """Bytes of `path` whose pages the page cache holds now (mincore over a read-only
-    shared mapping, which faults nothing in)."""
-    import ctypes
-    import mmap
-
-    size = path.stat().st_size
-    if size == 0:
-        return 0
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = (
-        ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long,
-    )  # fmt: skip
-    libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p)
-    libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-        if addr in (None, ctypes.c_void_p(-1).value):
-            raise OSError(ctypes.get_errno(), f"mmap {path}")
-        try:
-            pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
-            vec = ctypes.create_string_buffer(pages)
-            if libc.mincore(addr, size, vec) != 0:
-                raise OSError(ctypes.get_errno(), f"mincore {path}")
-            return sum(b & 1 for b in vec.raw[:pages]) * mmap.PAGESIZE
-        finally:
-            libc.munmap(addr, size)
-    finally:
-        os.close(fd)
