@@ -333,10 +333,10 @@ def msync(mm: mmap.mmap, offset: int, length: int, path: StrPath = "?") -> None:
 # The committer's pwrite from the pool goes in writes of at most this many bytes (aligned
 # to it in the file). The page cache makes a new folio as large as the write that brings
 # it in (up to 2 MiB), and on a VM whose free memory goes back to its host (virtio-balloon
-# free page reporting, which reports free 2 MiB blocks) the first touch of a large new
-# folio costs a host fault per page: a committer copying 0.8-20 MiB per pwrite paid
-# 0.7-2.0 us per KiB, in 64 KiB writes 0.23-0.37, like a write into pages already cached
-# (bench/commit_first_touch.py, bench/results/commit_cost.md).
+# free page reporting, of free 2 MiB blocks) the first touch of a large new folio is slow,
+# most likely a host fault per page: one pwrite per commit cost 0.18-2.01 us per KiB
+# (median 1.39), 64 KiB writes 0.23-0.60 (bench/commit_first_touch.py,
+# bench/results/commit_cost.md: the figures, and what is not known of a quiet machine).
 COMMIT_PIECE: Final = 64 << 10
 ZERO_CHUNK: Final = 1 << 20  # preallocate writes its zeros this many bytes at a time
 PAGE_WRITE: Final = 4096  # preallocate's `zero_write` for files written through a mapping
