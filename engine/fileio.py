@@ -263,14 +263,25 @@ def fallocate(fd: int, size: int, path: StrPath = "?") -> None:
         raise _wrap("fallocate", path, e) from e
 
 
-def pwrite(fd: int, data: bytes | bytearray | memoryview, offset: int, path: StrPath = "?") -> int:
-    """Write all of `data` at `offset` (loops over short writes); return bytes written."""
+def pwrite(
+    fd: int,
+    data: bytes | bytearray | memoryview,
+    offset: int,
+    path: StrPath = "?",
+    *,
+    piece: int = 0,
+) -> int:
+    """Write all of `data` at `offset` (loops over short writes); return bytes written.
+    With `piece` > 0 each write(2) ends at the latest on the next file offset that is a
+    multiple of `piece` (`COMMIT_PIECE`: why). One call, one fault-seam check."""
     view = memoryview(data)
     done = 0
     try:
         _check_fault("pwrite")
         while done < len(view):
-            n = os.pwrite(fd, view[done:], offset + done)
+            at = offset + done
+            upto = len(view) if piece <= 0 else min(len(view), (at // piece + 1) * piece - offset)
+            n = os.pwrite(fd, view[done:upto], at)
             if n == 0:
                 raise OSError(errno.EIO, "pwrite wrote nothing")
             done += n
@@ -319,6 +330,14 @@ def msync(mm: mmap.mmap, offset: int, length: int, path: StrPath = "?") -> None:
         raise _wrap("msync", path, e) from e
 
 
+# The committer's pwrite from the pool goes in writes of at most this many bytes (aligned
+# to it in the file). The page cache makes a new folio as large as the write that brings
+# it in (up to 2 MiB), and on a VM whose free memory goes back to its host (virtio-balloon
+# free page reporting, of free 2 MiB blocks) the first touch of a large new folio is slow,
+# most likely a host fault per page: one pwrite per commit cost 0.18-2.01 us per KiB
+# (median 1.39), 64 KiB writes 0.23-0.60 (bench/commit_first_touch.py,
+# bench/results/commit_cost.md: the figures, and what is not known of a quiet machine).
+COMMIT_PIECE: Final = 64 << 10
 ZERO_CHUNK: Final = 1 << 20  # preallocate writes its zeros this many bytes at a time
 PAGE_WRITE: Final = 4096  # preallocate's `zero_write` for files written through a mapping
 

@@ -425,7 +425,7 @@ class Segment(ReferenceCounted):
     def _pwrite(self, buf: WritableBuffer, start: int, end: int) -> None:
         view = memoryview(buf)
         try:
-            fileio.pwrite(self._fd, view[start:end], start, self.path)
+            fileio.pwrite(self._fd, view[start:end], start, self.path, piece=fileio.COMMIT_PIECE)
         finally:
             view.release()
         self._wrote_through_pwrite = True

@@ -6,10 +6,14 @@ import errno
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mqstore.engine import fileio
 from tests.engine.extents import mapped_store_dirties, unwritten_bytes
@@ -175,3 +179,54 @@ def test_preallocate_forces_each_chunk_of_zeros_when_asked(tmp_path: Path) -> No
         fileio.preallocate(tmp_path / "z.tmp", size, zeros_from_start=size, sync_chunks=True)
     assert ei.value.op == "fdatasync" and not (tmp_path / "z.tmp").exists()
     assert unwritten_bytes(tmp_path / "y.tmp") == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    offset=st.integers(0, 300_000),
+    length=st.integers(1, 400_000),
+    piece=st.sampled_from([4096, 65536, 10_000, fileio.COMMIT_PIECE]),
+    short=st.booleans(),
+)
+def test_pwrite_in_pieces_writes_everything_and_no_write_crosses_a_piece_boundary(
+    offset: int, length: int, piece: int, short: bool
+) -> None:
+    """`piece`: each write(2) ends at the latest on the next multiple of `piece` in the
+    file (so the page cache makes folios no larger), short writes are resumed, and the
+    file holds the bytes, as one write would leave it."""
+    data = os.urandom(length)
+    calls: list[tuple[int, int, int]] = []  # (offset, bytes asked, bytes written)
+    real = os.pwrite
+
+    def recording(fd: int, buf: memoryview, at: int) -> int:
+        n = real(fd, bytes(buf)[: max(1, len(buf) // 2)] if short else buf, at)
+        calls.append((at, len(buf), n))
+        return n
+
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "f"
+        fd = fileio.open_file(p, create=True)
+        try:
+            with mock.patch.object(fileio.os, "pwrite", recording):
+                assert fileio.pwrite(fd, data, offset, p, piece=piece) == length
+        finally:
+            fileio.close(fd)
+        assert p.read_bytes()[offset:] == data
+    at = offset
+    for start, asked, wrote in calls:
+        assert start == at  # from where the last write got to
+        assert start // piece == (start + asked - 1) // piece  # within one piece
+        at = start + wrote
+    assert at == offset + length
+
+
+def test_pwrite_in_pieces_is_one_call_for_the_fault_seam(tmp_path: Path) -> None:
+    p = tmp_path / "f"
+    fd = fileio.open_file(p, create=True)
+    try:
+        fileio.set_fault("pwrite", lambda: OSError(errno.EIO, "injected"), after=1)
+        assert fileio.pwrite(fd, bytes(300_000), 0, p, piece=4096) == 300_000
+        with pytest.raises(fileio.StoreIOError):
+            fileio.pwrite(fd, b"x", 0, p, piece=4096)
+    finally:
+        fileio.close(fd)

@@ -257,6 +257,33 @@ def test_pwrite_fault_in_commit_raises_and_keeps_position(tmp_path: Path) -> Non
         seg.close()
 
 
+def test_commit_range_writes_in_commit_pieces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool's bytes go to the file in writes that end on COMMIT_PIECE boundaries, so
+    the page cache never makes a larger new folio for them (fileio.COMMIT_PIECE)."""
+    size, piece = 4 * fileio.COMMIT_PIECE, fileio.COMMIT_PIECE
+    buf = bytearray(os.urandom(size))
+    calls: list[tuple[int, int]] = []
+    real = os.pwrite
+
+    def recording(fd: int, data: memoryview, at: int) -> int:
+        calls.append((at, len(data)))
+        return real(fd, data, at)
+
+    seg = Segment.create(tmp_path, 0, size, write_buffer=buf)
+    try:
+        monkeypatch.setattr(fileio.os, "pwrite", recording)
+        assert seg.commit_range(buf, 1000, size - 1000) == size - 2000
+        monkeypatch.undo()
+        assert seg.read_bytes(1000, size - 2000) == bytes(buf[1000 : size - 1000])
+    finally:
+        seg.close()
+    assert calls == [
+        (1000, piece - 1000), (piece, piece), (2 * piece, piece), (3 * piece, piece - 1000),
+    ]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("op", "method"), [("fdatasync", SyncMethod.FDATASYNC), ("msync", SyncMethod.MSYNC)]
 )
