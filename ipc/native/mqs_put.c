@@ -815,7 +815,7 @@ static PyObject *call(Appender *self, PyObject *list, PyObject *const *args, PyO
     for (i = 0; i < n && rc == MQS_FIELDS_OK; i++)
         rc = batch ? mqs_fields_of_item(&m[i], PyList_GET_ITEM(list, i), i, c->message_type,
                                         c->message_fields)
-                   : mqs_fields_of_args(&m[0], args, delay);
+                   : mqs_fields_of_args(&m[0], args, delay, &arena);
     if (rc == MQS_FIELDS_TYPES) {
         out = Py_NewRef(Py_None);
         goto done;
