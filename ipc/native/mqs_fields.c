@@ -103,7 +103,8 @@ static inline __attribute__((always_inline)) int add_ascii(struct mqs_arena *a, 
  * ASCII (the names exact str) and nothing is to be refused, appends them: 1 appended, 0
  * when the checked pass must run (nothing appended), -1 an error. `tags`, `keys`: given
  * (a name TAGS or KEYS is then refused: set twice). */
-static int props_ascii(struct mqs_arena *a, PyObject *props, int tags, int keys, int *uniq_named)
+static inline __attribute__((always_inline)) int props_ascii(struct mqs_arena *a, PyObject *props, int tags, int keys,
+                                                           int *uniq_named)
 {
     Py_ssize_t pos = 0, left = PyDict_GET_SIZE(props); /* no call past the last item */
     size_t start = a->len;
