@@ -11,8 +11,14 @@ puts made, are its cost per put. Callgrind counts instructions, not time, so the
 does not move with the machine's load, where put_shapes.py's rates do. (The client's
 whole process is not counted: its instructions moved by thousands per put from run to
 run with the load, the C put's retries while the committer, starved, held the pool
-buffers.) The Python side of the shapes (building a list or a dict per put) is timed
-by `python -m bench.callgrind_put_shapes --python`.
+buffers.)
+
+`--python`: the caller's side of each shape, also in instructions: the shape's lambda
+against a put of `StoreClient.put`'s signature that does nothing, no store, under
+callgrind for `--n` and 3x`--n` calls; the difference over 2x`--n` calls is what
+building and freeing the shape's arguments (a list, a dict) costs per put. The two
+tables add up to a shape's cost over the str key's; the whole client process's count
+moves by more than that with the load (the client's refresh when its attach is stale).
 """
 
 from __future__ import annotations
@@ -23,8 +29,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from bench.store_run import running_store
@@ -69,46 +73,68 @@ def _count(out: Path, store: Path, shape: str, n: int, client: Path) -> float:
     return total / (n + 200)
 
 
-def _python_side(n: int) -> list[tuple[str, float]]:
-    """ns per call of each shape's lambda against a put that does nothing: what building
-    its arguments costs the caller (best of 5)."""
+PY_CLIENT = r"""
+import sys
+shape, n = sys.argv[1], int(sys.argv[2])
 
-    class Nothing:
-        def put(self, *args: object, **kwargs: object) -> None:
-            return None
 
-    pad = b"x" * 1000
-    bodies = [b"%023d|" % i + pad for i in range(n)]
-    keys = [f"k{i}" for i in range(n)]
-    shapes: dict[str, Callable[[Nothing, int], None]] = {
-        "str_key": lambda c, i: c.put("t", bodies[i], tags="t", keys=keys[i]),
-        "readme": lambda c, i: c.put("t", bodies[i], tags="t", keys=[keys[i]]),
-        "two_keys": lambda c, i: c.put("t", bodies[i], tags="t", keys=[keys[i], "order"]),
-        "properties": lambda c, i: c.put("t", bodies[i], tags="t", keys=keys[i],
-                                         properties={"source": "web", "trace": keys[i]}),
-    }  # fmt: skip
-    best = {k: float("inf") for k in shapes}
-    c = Nothing()
-    for _ in range(5):
-        for k, f in shapes.items():
-            t0 = time.thread_time()
-            for i in range(n):
-                f(c, i)
-            best[k] = min(best[k], (time.thread_time() - t0) / n * 1e9)
-    return list(best.items())
+class Nothing:  # StoreClient.put's parameters, its work left out
+    def put(self, topic, body, *, tags=None, keys=None, properties=None, queue_id=None,
+            wait_store=True, delay_level=0):
+        return None
+
+
+pad = b"x" * 1000
+bodies = [b"%023d|" % i + pad for i in range(1000)]
+keys = ["k%d" % i for i in range(1000)]
+shapes = {
+    "str_key": lambda c, i: c.put("t", bodies[i], tags="t", keys=keys[i]),
+    "readme": lambda c, i: c.put("t", bodies[i], tags="t", keys=[keys[i]]),
+    "two_keys": lambda c, i: c.put("t", bodies[i], tags="t", keys=[keys[i], "order"]),
+    "properties": lambda c, i: c.put("t", bodies[i], tags="t", keys=keys[i],
+                                     properties={"source": "web", "trace": keys[i]}),
+}
+f, c = shapes[shape], Nothing()
+for i in range(n):
+    f(c, i % 1000)
+"""
+
+
+def _python_side(n: int, shapes: list[str], root: Path) -> list[tuple[str, float]]:
+    """Instructions per call of each shape's lambda against a put that does nothing:
+    what building and freeing its arguments costs the caller."""
+    script = root / "py_client.py"
+    script.write_text(PY_CLIENT)
+    rows = []
+    for shape in shapes:
+        counts = []
+        for calls in (n, 3 * n):
+            r = subprocess.run(
+                ["valgrind", "--tool=callgrind", f"--callgrind-out-file={root / 'py.out'}",
+                 sys.executable, str(script), shape, str(calls)],
+                capture_output=True,
+                text=True,
+            )  # fmt: skip
+            if r.returncode != 0:
+                raise SystemExit(f"{shape} --python: {r.stderr[-2000:]}")
+            (root / "py.out").unlink()
+            counts.append(int(re.search(r"Collected : (\d+)", r.stderr).group(1)))  # type: ignore[union-attr]
+        rows.append((shape, (counts[1] - counts[0]) / (2 * n)))
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.callgrind_put_shapes", description=__doc__)
     ap.add_argument("--n", type=int, default=20_000)
     ap.add_argument("--shapes", default=",".join(SHAPES))
-    ap.add_argument("--python", action="store_true", help="time the shapes' Python side only")
+    ap.add_argument("--python", action="store_true", help="count the shapes' Python side only")
     ap.add_argument("--out", default=None, help="also write the table here")
     a = ap.parse_args(argv)
     load = f"load {os.getloadavg()[0]:.1f}"
     if a.python:
-        rows = _python_side(a.n)
-        lines = [f"ns per call of the shape's lambda, put doing nothing ({load})"]
+        with tempfile.TemporaryDirectory(prefix="mqs-cg-shapes-") as tmp:
+            rows = _python_side(a.n, a.shapes.split(","), Path(tmp))
+        lines = [f"instructions per call of the shape's lambda, put doing nothing ({load})"]
         lines += [f"{s:12} {t:6.0f} (+{t - rows[0][1]:.0f})" for s, t in rows]
     else:
         rows = []

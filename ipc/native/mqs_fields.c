@@ -37,6 +37,141 @@ int mqs_fields_ready(void)
     return 0;
 }
 
+/* Bytes below '!' by class: a separator (0x01, 0x02), or ASCII whitespace (Python's,
+ * hence the keys' rule) 0x09-0x0D, 0x1C-0x20. */
+enum { SEPARATOR = 1, SPACE = 2 };
+static const uint8_t low_class[33] = {
+    [1] = SEPARATOR, [2] = SEPARATOR, [9] = SPACE,  [10] = SPACE, [11] = SPACE, [12] = SPACE,
+    [13] = SPACE,    [28] = SPACE,    [29] = SPACE, [30] = SPACE, [31] = SPACE, [32] = SPACE};
+
+#define BYTES(b) (0x0101010101010101ULL * (b))
+/* Nonzero when a byte of w (each below 0x80) is below '!'; LOW32 for a 4-byte word. */
+#define LOW(w) (((w) - BYTES(0x21)) & ~(w) & BYTES(0x80))
+#define LOW32(w) (((w) - 0x21212121U) & ~(w) & 0x80808080U)
+
+/* Copy the n bytes of an ASCII str `s` to `p` and answer the classes of its bytes below
+ * '!', looked at one by one only when a word of them (a short str's two overlapping
+ * 4-byte words, or its first, middle and last bytes) holds one. */
+static inline __attribute__((always_inline)) unsigned copy_ascii(uint8_t *p, PyObject *s, size_t n)
+{
+    const uint8_t *d = PyUnicode_1BYTE_DATA(s);
+    uint64_t low = 0, w;
+    if (n >= 8) {
+        for (size_t i = 0; i < n; i += 8) {
+            size_t at = i + 8 <= n ? i : n - 8; /* the last word overlaps its predecessor */
+            memcpy(&w, d + at, 8);
+            memcpy(p + at, &w, 8);
+            low |= LOW(w);
+        }
+    } else if (n >= 4) {
+        uint32_t head, tail;
+        memcpy(&head, d, 4);
+        memcpy(&tail, d + n - 4, 4);
+        memcpy(p, &head, 4);
+        memcpy(p + n - 4, &tail, 4);
+        low = LOW32(head) | LOW32(tail);
+    } else if (n > 0) {
+        uint8_t first = d[0], mid = d[n / 2], last = d[n - 1];
+        p[0] = first;
+        p[n / 2] = mid;
+        p[n - 1] = last;
+        low = (first < 33) | (mid < 33) | (last < 33);
+    }
+    unsigned found = 0;
+    for (size_t i = 0; low && i < n; i++)
+        found |= d[i] < 33 ? low_class[d[i]] : 0;
+    return found;
+}
+
+/* Append the ASCII strs k 0x01 v 0x02: 0, or 1 when k or v is empty or holds a separator
+ * (what was appended is then the caller's to drop), -1 an error. */
+static inline __attribute__((always_inline)) int add_ascii(struct mqs_arena *a, PyObject *k, PyObject *v)
+{
+    size_t kn = (size_t)PyUnicode_GET_LENGTH(k), vn = (size_t)PyUnicode_GET_LENGTH(v);
+    if (mqs_arena_room(a, kn + vn + 2) < 0)
+        return -1;
+    uint8_t *p = a->buf + a->len;
+    unsigned found = copy_ascii(p, k, kn) | copy_ascii(p + kn + 1, v, vn);
+    p[kn] = 0x01;
+    p[kn + 1 + vn] = 0x02;
+    a->len += kn + vn + 2;
+    return kn == 0 || vn == 0 || (found & SEPARATOR);
+}
+
+/* The caller's properties (an exact dict) in one pass over its items, which checks their
+ * types (MQS_FIELDS_TYPES: a name or value not a str) and, while every name and value is
+ * ASCII (the names exact str) and nothing is to be refused, appends them: 1 appended, 0
+ * when the checked pass must run (nothing appended), -1 an error. `tags`, `keys`: given
+ * (a name TAGS or KEYS is then refused: set twice). */
+static inline __attribute__((always_inline)) int props_ascii(struct mqs_arena *a, PyObject *props, int tags, int keys,
+                                                           int *uniq_named)
+{
+    Py_ssize_t pos = 0, left = PyDict_GET_SIZE(props); /* no call past the last item */
+    size_t start = a->len;
+    PyObject *k, *v;
+    int fast = 1, rc;
+    while (left-- > 0 && PyDict_Next(props, &pos, &k, &v)) {
+        if (!PyUnicode_CheckExact(k)) {
+            if (!PyUnicode_Check(k))
+                return MQS_FIELDS_TYPES;
+            fast = 0;
+        }
+        if (!PyUnicode_CheckExact(v) && !PyUnicode_Check(v))
+            return MQS_FIELDS_TYPES;
+        if (!fast)
+            continue;
+        size_t kn = (size_t)PyUnicode_GET_LENGTH(k);
+        const void *kd = PyUnicode_DATA(k);
+        if (!PyUnicode_IS_ASCII(k) || !PyUnicode_IS_ASCII(v) ||
+            (kn == 4 && ((tags && !memcmp(kd, "TAGS", 4)) || (keys && !memcmp(kd, "KEYS", 4))))) {
+            fast = 0;
+            continue;
+        }
+        *uniq_named |= kn == 8 && !memcmp(kd, "UNIQ_KEY", 8);
+        if ((rc = add_ascii(a, k, v)) < 0)
+            return -1;
+        fast = rc == 0;
+    }
+    if (!fast)
+        a->len = start;
+    return fast;
+}
+
+/* TAGS and KEYS after the caller's properties, as props_ascii writes those: 1 appended,
+ * 0 when the checked pass must run (what was appended is the caller's to drop), -1 an
+ * error. */
+static int tags_keys_ascii(struct mqs_arena *a, PyObject *tags, PyObject *keys)
+{
+    int rc = 0;
+    if (tags && (!PyUnicode_IS_ASCII(tags) || (rc = add_ascii(a, name_tags, tags)) != 0))
+        return rc < 0 ? -1 : 0;
+    if (keys && PyUnicode_Check(keys)) {
+        if (!PyUnicode_IS_ASCII(keys) || (rc = add_ascii(a, name_keys, keys)) != 0)
+            return rc < 0 ? -1 : 0;
+    } else if (keys) { /* a list or tuple of str: joined with spaces */
+        PyObject **kv = PySequence_Fast_ITEMS(keys);
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(keys);
+        if (n == 0)
+            return 0;
+        if (mqs_arena_room(a, 5) < 0)
+            return -1;
+        memcpy(a->buf + a->len, "KEYS\x01", 5);
+        a->len += 5;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            size_t len = (size_t)PyUnicode_GET_LENGTH(kv[i]);
+            if (!PyUnicode_IS_ASCII(kv[i]) || len == 0)
+                return 0;
+            if (mqs_arena_room(a, len + 1) < 0)
+                return -1;
+            if (copy_ascii(a->buf + a->len, kv[i], len))
+                return 0; /* whitespace or a separator in a key */
+            a->buf[a->len + len] = i + 1 < n ? ' ' : 0x02;
+            a->len += len + 1;
+        }
+    }
+    return 1;
+}
+
 /* ---- step 1: types ------------------------------------------------------------------ */
 
 static int is_str_or_none(PyObject *o)
@@ -53,8 +188,10 @@ static int str_items(PyObject *seq)
     return 1;
 }
 
-/* The types the C put reads: the rest is the client's (a TypeError, or plain types). */
-static int types(struct mqs_fields *m)
+/* The types the C put reads: the rest is the client's (a TypeError, or plain types).
+ * `a`: a put's arena, which its properties are written to in the pass that checks them
+ * (props_ascii); NULL (a batch's message) checks them only. */
+static int types(struct mqs_fields *m, struct mqs_arena *a)
 {
     PyObject **f = m->f, *o;
     if (f[MQS_F_TOPIC] && !PyUnicode_Check(f[MQS_F_TOPIC]))
@@ -75,11 +212,20 @@ static int types(struct mqs_fields *m)
     if ((o = f[MQS_F_PROPS]) != NULL && o != Py_None) {
         if (!PyDict_CheckExact(o))
             return MQS_FIELDS_TYPES;
-        Py_ssize_t pos = 0, left = PyDict_GET_SIZE(o); /* no call past the last item */
-        PyObject *k, *v;
-        while (left-- > 0 && PyDict_Next(o, &pos, &k, &v))
-            if (!PyUnicode_Check(k) || !PyUnicode_Check(v))
-                return MQS_FIELDS_TYPES;
+        if (a != NULL) {
+            m->props_off = a->len;
+            int rc = props_ascii(a, o, f[MQS_F_TAGS] && f[MQS_F_TAGS] != Py_None,
+                                 f[MQS_F_KEYS] && f[MQS_F_KEYS] != Py_None, &m->uniq_named);
+            if (rc < 0)
+                return rc == MQS_FIELDS_TYPES ? rc : MQS_FIELDS_ERROR;
+            m->props_done = 1 + rc;
+        } else {
+            Py_ssize_t pos = 0, left = PyDict_GET_SIZE(o); /* no call past the last item */
+            PyObject *k, *v;
+            while (left-- > 0 && PyDict_Next(o, &pos, &k, &v))
+                if (!PyUnicode_Check(k) || !PyUnicode_Check(v))
+                    return MQS_FIELDS_TYPES;
+        }
     }
     if ((o = f[MQS_F_QID]) != NULL && o != Py_None && (!PyLong_Check(o) || PyBool_Check(o)))
         return MQS_FIELDS_TYPES;
@@ -88,12 +234,13 @@ static int types(struct mqs_fields *m)
     return MQS_FIELDS_OK;
 }
 
-int mqs_fields_of_args(struct mqs_fields *m, PyObject *const *args, PyObject *delay)
+int mqs_fields_of_args(struct mqs_fields *m, PyObject *const *args, PyObject *delay,
+                       struct mqs_arena *arena)
 {
     for (int i = 0; i < MQS_F_DELAY; i++)
         m->f[i] = Py_NewRef(args[i]);
     m->f[MQS_F_DELAY] = delay == zero ? NULL : Py_XNewRef(delay); /* 0 (the small int): none */
-    return types(m);
+    return types(m, arena);
 }
 
 /* A dict's fields: in one pass over its items when its keys are the interned names
@@ -125,7 +272,7 @@ static int dict_fields(struct mqs_fields *m, PyObject *d)
             m->unknown = Py_NewRef(d);
     }
     m->missing = m->f[MQS_F_TOPIC] == NULL ? 1 : m->f[MQS_F_BODY] == NULL ? 2 : 0;
-    return types(m);
+    return types(m, NULL);
 }
 
 int mqs_fields_of_item(struct mqs_fields *m, PyObject *item, Py_ssize_t i,
@@ -138,7 +285,7 @@ int mqs_fields_of_item(struct mqs_fields *m, PyObject *item, Py_ssize_t i,
     for (int k = 0; k < MQS_FIELDS; k++)
         if (message_attrs[k] && (m->f[k] = PyObject_GetAttrString(item, message_attrs[k])) == NULL)
             return MQS_FIELDS_ERROR;
-    int rc = types(m);
+    int rc = types(m, NULL);
     if (rc != MQS_FIELDS_OK)
         return rc;
     if (m->f[MQS_F_QID] == Py_None) /* Message.queue_id is an int */
@@ -245,22 +392,20 @@ static int found(PyObject *why_o, struct mqs_refusal *why, int status)
     return mqs_fields_refuse(why, status, why_o);
 }
 
-int mqs_arena_room(struct mqs_arena *a, size_t n)
+int mqs_arena_grow(struct mqs_arena *a, size_t n)
 {
-    if (a->len + n > a->cap) {
-        size_t cap = a->cap * 2;
-        while (cap < a->len + n)
-            cap *= 2;
-        uint8_t *b = a->buf == a->local ? PyMem_Malloc(cap) : PyMem_Realloc(a->buf, cap);
-        if (b == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        if (a->buf == a->local)
-            memcpy(b, a->local, a->len);
-        a->buf = b;
-        a->cap = cap;
+    size_t cap = a->cap * 2;
+    while (cap < a->len + n)
+        cap *= 2;
+    uint8_t *b = a->buf == a->local ? PyMem_Malloc(cap) : PyMem_Realloc(a->buf, cap);
+    if (b == NULL) {
+        PyErr_NoMemory();
+        return -1;
     }
+    if (a->buf == a->local)
+        memcpy(b, a->local, a->len);
+    a->buf = b;
+    a->cap = cap;
     return 0;
 }
 
@@ -336,119 +481,10 @@ static int add_keys(struct mqs_arena *a, PyObject *keys, struct mqs_refusal *why
     return MQS_FIELDS_OK;
 }
 
-/* Bytes below '!' by class: a separator (0x01, 0x02), or ASCII whitespace (Python's,
- * hence the keys' rule) 0x09-0x0D, 0x1C-0x20. */
-enum { SEPARATOR = 1, SPACE = 2 };
-static const uint8_t low_class[33] = {
-    [1] = SEPARATOR, [2] = SEPARATOR, [9] = SPACE,  [10] = SPACE, [11] = SPACE, [12] = SPACE,
-    [13] = SPACE,    [28] = SPACE,    [29] = SPACE, [30] = SPACE, [31] = SPACE, [32] = SPACE};
-
-#define BYTES(b) (0x0101010101010101ULL * (b))
-/* Nonzero when a byte of w (each below 0x80) is below '!'. */
-#define LOW(w) (((w) - BYTES(0x21)) & ~(w) & BYTES(0x80))
-
-/* Copy the n bytes of an ASCII str `s` to `p` and answer the classes of its bytes below
- * '!', looked at one by one only when a word of them (or of a short str's first, middle
- * and last bytes, padded with 'A') holds one. */
-static inline __attribute__((always_inline)) unsigned copy_ascii(uint8_t *p, PyObject *s, size_t n)
-{
-    const uint8_t *d = PyUnicode_1BYTE_DATA(s);
-    uint64_t low = 0, w;
-    if (n >= 8) {
-        for (size_t i = 0; i < n; i += 8) {
-            size_t at = i + 8 <= n ? i : n - 8; /* the last word overlaps its predecessor */
-            memcpy(&w, d + at, 8);
-            memcpy(p + at, &w, 8);
-            low |= LOW(w);
-        }
-    } else if (n >= 4) {
-        uint32_t head, tail;
-        memcpy(&head, d, 4);
-        memcpy(&tail, d + n - 4, 4);
-        memcpy(p, &head, 4);
-        memcpy(p + n - 4, &tail, 4);
-        w = (uint64_t)head << 32 | tail;
-        low = LOW(w);
-    } else if (n > 0) {
-        p[0] = d[0];
-        p[n / 2] = d[n / 2];
-        p[n - 1] = d[n - 1];
-        w = BYTES(0x41) << 24 | (uint64_t)d[0] << 16 | (uint64_t)d[n / 2] << 8 | d[n - 1];
-        low = LOW(w);
-    }
-    unsigned found = 0;
-    for (size_t i = 0; low && i < n; i++)
-        found |= d[i] < 33 ? low_class[d[i]] : 0;
-    return found;
-}
-
-/* Append the ASCII strs k 0x01 v 0x02: 0, or 1 when k or v is empty or holds a separator
- * (what was appended is then the caller's to drop), -1 an error. */
-static inline __attribute__((always_inline)) int add_ascii(struct mqs_arena *a, PyObject *k, PyObject *v)
-{
-    size_t kn = (size_t)PyUnicode_GET_LENGTH(k), vn = (size_t)PyUnicode_GET_LENGTH(v);
-    if (mqs_arena_room(a, kn + vn + 2) < 0)
-        return -1;
-    uint8_t *p = a->buf + a->len;
-    unsigned found = copy_ascii(p, k, kn) | copy_ascii(p + kn + 1, v, vn);
-    p[kn] = 0x01;
-    p[kn + 1 + vn] = 0x02;
-    a->len += kn + vn + 2;
-    return kn == 0 || vn == 0 || (found & SEPARATOR);
-}
-
-/* The properties in one pass when every name and value is ASCII (the names exact str) and
- * nothing is to be refused: 1 encoded, 0 when the checked pass must run (a problem to
- * name or other text; what was appended is the caller's to drop), -1 an error. */
-static int properties_ascii(struct mqs_arena *a, PyObject *props, PyObject *tags, PyObject *keys,
-                            int *uniq_named)
-{
-    Py_ssize_t pos = 0, left = props ? PyDict_GET_SIZE(props) : 0;
-    PyObject *k, *v;
-    int rc = 0;
-    while (left-- > 0 && PyDict_Next(props, &pos, &k, &v)) {
-        if (!PyUnicode_CheckExact(k) || !PyUnicode_IS_ASCII(k) || !PyUnicode_IS_ASCII(v))
-            return 0;
-        const void *kd = PyUnicode_1BYTE_DATA(k);
-        if (PyUnicode_GET_LENGTH(k) == 4 &&
-            ((tags && !memcmp(kd, "TAGS", 4)) || (keys && !memcmp(kd, "KEYS", 4))))
-            return 0; /* refused: set twice */
-        *uniq_named |= PyUnicode_GET_LENGTH(k) == 8 && !memcmp(kd, "UNIQ_KEY", 8);
-        if ((rc = add_ascii(a, k, v)) != 0)
-            return rc < 0 ? -1 : 0;
-    }
-    if (tags && (!PyUnicode_IS_ASCII(tags) || (rc = add_ascii(a, name_tags, tags)) != 0))
-        return rc < 0 ? -1 : 0;
-    if (keys && PyUnicode_Check(keys)) {
-        if (!PyUnicode_IS_ASCII(keys) || (rc = add_ascii(a, name_keys, keys)) != 0)
-            return rc < 0 ? -1 : 0;
-    } else if (keys) { /* a list or tuple of str: joined with spaces */
-        PyObject **kv = PySequence_Fast_ITEMS(keys);
-        Py_ssize_t n = PySequence_Fast_GET_SIZE(keys);
-        if (n == 0)
-            return 0;
-        if (mqs_arena_room(a, 5) < 0)
-            return -1;
-        memcpy(a->buf + a->len, "KEYS\x01", 5);
-        a->len += 5;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            size_t len = (size_t)PyUnicode_GET_LENGTH(kv[i]);
-            if (!PyUnicode_IS_ASCII(kv[i]) || len == 0)
-                return 0;
-            if (mqs_arena_room(a, len + 1) < 0)
-                return -1;
-            if (copy_ascii(a->buf + a->len, kv[i], len))
-                return 0; /* whitespace or a separator in a key */
-            a->buf[a->len + len] = i + 1 < n ? ' ' : 0x02;
-            a->len += len + 1;
-        }
-    }
-    return 1;
-}
-
 /* The properties, checked then encoded in the order the record holds them: the
  * caller's, TAGS, KEYS (a list joined with spaces); in one pass when they are ASCII and
- * fine (properties_ascii), else each problem named as the reference names it. */
+ * fine (props_ascii, which a put ran in step 1, then tags_keys_ascii), else each problem
+ * named as the reference names it. */
 static int properties(struct mqs_fields *m, struct mqs_arena *a, struct mqs_refusal *why)
 {
     PyObject *props = m->f[MQS_F_PROPS], *tags = m->f[MQS_F_TAGS], *keys = m->f[MQS_F_KEYS];
@@ -460,12 +496,21 @@ static int properties(struct mqs_fields *m, struct mqs_arena *a, struct mqs_refu
         keys = NULL;
     PyObject *k, *v;
     Py_ssize_t pos = 0;
-    int rc;
-    int uniq_named = 0;
-    m->props_off = a->len;
-    if ((rc = properties_ascii(a, props, tags, keys, &uniq_named)) < 0)
+    int rc = 1;
+    if (m->props_done) { /* a put's: its step 1 wrote them at props_off */
+        rc = m->props_done - 1;
+    } else {
+        m->props_off = a->len;
+        if (props)
+            rc = props_ascii(a, props, tags != NULL, keys != NULL, &m->uniq_named);
+    }
+    if (rc == 1)
+        rc = tags_keys_ascii(a, tags, keys);
+    if (rc == MQS_FIELDS_TYPES) /* step 1 saw str only: the client's code changed them */
+        PyErr_SetString(PyExc_TypeError, "properties changed during the put");
+    if (rc < 0)
         return MQS_FIELDS_ERROR;
-    m->no_uniq = rc == 1 && !uniq_named;
+    m->no_uniq = rc == 1 && !m->uniq_named;
     if (rc == 0) {
         a->len = m->props_off;
         rc = MQS_FIELDS_OK;

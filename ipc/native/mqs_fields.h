@@ -63,6 +63,11 @@ struct mqs_fields {
     PyObject *unknown; /* a batch dict with keys besides put's fields */
     int missing; /* a batch dict without topic (1) or body (2) */
     int no_uniq; /* 1: the properties were encoded knowing none is named UNIQ_KEY */
+    /* A put's `properties`, encoded in step 1 (its pass over the dict both checks the
+     * types and writes them, mqs_fields_of_args): 0 not yet, else 1 + props_ascii's
+     * answer (ASCII and fine, or the checked pass is to run), and whether a name was
+     * UNIQ_KEY. */
+    int props_done, uniq_named;
     /* A delayed message (delay_level > 0, mqs_delay_rewrite): its real topic's lane,
      * whose round robin it took, once `lane` is the schedule topic's. */
     PyObject *real_lane;
@@ -72,8 +77,10 @@ struct mqs_fields {
 int mqs_fields_ready(void);
 
 /* Step 1 for put's arguments `args` (topic, body, tags, keys, properties, queue_id) and
- * its delay level (NULL: none). */
-int mqs_fields_of_args(struct mqs_fields *m, PyObject *const *args, PyObject *delay);
+ * its delay level (NULL: none). `arena` (empty: the call's only message) receives the
+ * properties when they are ASCII and fine, written in the pass that checks their types. */
+int mqs_fields_of_args(struct mqs_fields *m, PyObject *const *args, PyObject *delay,
+                       struct mqs_arena *arena);
 
 /* Step 1 for messages[i] of a batch: a dict of put's fields or a Message (`message_type`;
  * `message_fields(i, m)` checks its other fields' types and answers the tuple above or
@@ -92,8 +99,13 @@ int mqs_fields_check(struct mqs_fields *m, struct mqs_item *it, struct mqs_arena
 void mqs_fields_undo(struct mqs_fields *m);
 void mqs_fields_release(struct mqs_fields *m);
 
-/* Room for `n` more bytes at a->buf + a->len (0), or -1 with MemoryError. */
-int mqs_arena_room(struct mqs_arena *a, size_t n);
+/* Room for `n` more bytes at a->buf + a->len (0), or -1 with MemoryError. Inline: a put
+ * asks once per property and key, and the room is almost always there. */
+int mqs_arena_grow(struct mqs_arena *a, size_t n);
+static inline int mqs_arena_room(struct mqs_arena *a, size_t n)
+{
+    return a->len + n <= a->cap ? 0 : mqs_arena_grow(a, n);
+}
 void mqs_arena_free(struct mqs_arena *a);
 
 /* Refuse the message: `reason` (NULL: its making failed) and `status` into `why`;

@@ -802,7 +802,8 @@ static PyObject *call(Appender *self, PyObject *list, PyObject *const *args, PyO
     struct mqs_fields one_m;
     struct mqs_item one_it;
     struct mqs_fields *m = n == 1 ? &one_m : PyMem_Calloc((size_t)n, sizeof *m);
-    struct mqs_item *items = n == 1 ? &one_it : PyMem_Calloc((size_t)n, sizeof *items);
+    /* not zeroed: mqs_fields_check fills each item before anything reads it */
+    struct mqs_item *items = n == 1 ? &one_it : PyMem_Malloc((size_t)n * sizeof *items);
     struct mqs_arena arena;
     struct mqs_refusal why = {0, NULL};
     PyObject *out = NULL, *zkeep = NULL; /* zkeep: compressed bodies (mqs_compress.c) */
@@ -811,11 +812,12 @@ static PyObject *call(Appender *self, PyObject *list, PyObject *const *args, PyO
         PyErr_NoMemory();
         goto done;
     }
-    memset(m, 0, sizeof *m * (size_t)n);
+    if (m == &one_m) /* more than one: PyMem_Calloc zeroed them */
+        memset(m, 0, sizeof *m);
     for (i = 0; i < n && rc == MQS_FIELDS_OK; i++)
         rc = batch ? mqs_fields_of_item(&m[i], PyList_GET_ITEM(list, i), i, c->message_type,
                                         c->message_fields)
-                   : mqs_fields_of_args(&m[0], args, delay);
+                   : mqs_fields_of_args(&m[0], args, delay, &arena);
     if (rc == MQS_FIELDS_TYPES) {
         out = Py_NewRef(Py_None);
         goto done;

@@ -128,7 +128,9 @@ keys_ = (
     | st.integers(32000, 33000).map(lambda n: "k" * n)
 )
 props_ = st.none() | st.dictionaries(
-    _text | st.sampled_from(["TAGS", "KEYS", "DELAY", "REAL_QID"]), _text, max_size=3
+    _text | st.sampled_from(["TAGS", "KEYS", "DELAY", "REAL_QID"]) | st.builds(Topic, _ascii),
+    _text | st.builds(Topic, _ascii),
+    max_size=3,
 )
 queue_ids = st.none() | st.integers(-2, QUEUES + 1) | st.just(2**70)
 delays = st.integers(-1, MAX_DELAY + 1) | st.sampled_from([2**70, -(2**70)])
@@ -298,6 +300,14 @@ def test_types_the_c_put_does_not_read_are_left_to_the_client(put: Callable[...,
         ("TopicA", b"x", None, ["k", 1], None, None, False),
         ("TopicA", b"x", None, deque(["k"]), None, None, False),
         ("TopicA", b"x", None, None, {"a": 1}, None, False),
+        # a put's properties are written in the pass that checks their types: a wrong one
+        # after one written, after one the one-pass encoder leaves to the checked pass,
+        # and before a refusal (an empty topic) that a later step would find
+        ("TopicA", b"x", None, None, {"a": "b", "c": 1}, None, False),
+        ("TopicA", b"x", None, None, {"a": "b", 2: "c"}, None, False),
+        ("TopicA", b"x", None, None, {"\u00fc": "b", "c": None}, None, False),
+        ("TopicA", b"x", None, None, {Topic("a"): "b", "c": 1}, None, False),
+        ("", b"x", "t", "k", {"a": "b", "c": b"d"}, None, False),
         ("TopicA", b"x", None, None, {"a": "b"}.items(), None, False),
         ("TopicA", b"x", None, None, None, True, False),
         ("TopicA", b"x", None, None, None, "1", False),
