@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mqstore.engine import fileio
-from tests.engine.extents import mapped_store_dirties, unwritten_bytes
+from tests.engine.extents import dir_flags, mapped_store_dirties, unwritten_bytes
 
 
 @pytest.fixture(autouse=True)
@@ -175,3 +175,21 @@ def test_preallocate_forces_each_chunk_of_zeros_when_asked(tmp_path: Path) -> No
         fileio.preallocate(tmp_path / "z.tmp", size, zeros_from_start=size, sync_chunks=True)
     assert ei.value.op == "fdatasync" and not (tmp_path / "z.tmp").exists()
     assert unwritten_bytes(tmp_path / "y.tmp") == 0
+
+
+def test_spread_subdirectories_sets_the_top_directory_flag_once(tmp_path: Path) -> None:
+    d = tmp_path / "store"
+    d.mkdir()
+    reason = fileio.spread_subdirectories(d)
+    if reason:
+        pytest.skip(f"this file system keeps no top-directory flag: {reason}")
+    assert dir_flags(d) & fileio.FS_TOPDIR_FL
+    assert fileio.spread_subdirectories(d) == ""  # already set: nothing to do, no error
+    assert dir_flags(d) & fileio.FS_TOPDIR_FL
+
+
+def test_spread_subdirectories_says_why_not_and_never_raises(tmp_path: Path) -> None:
+    assert "open" in fileio.spread_subdirectories(tmp_path / "missing")
+    f = tmp_path / "file"
+    f.write_bytes(b"")
+    assert fileio.spread_subdirectories(f)  # not a directory
