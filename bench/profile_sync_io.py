@@ -23,8 +23,13 @@ of `block:block_rq_issue`, `ext4:ext4_mark_inode_dirty`, `ext4:ext4_sync_file_en
 `--layout shared` makes the store's `commitlog/` before the store starts, so it is an
 ordinary subdirectory (the layout before `fileio.spread_subdirectories`): its segments'
 inodes then share inode-table blocks with `flushed_offset`, the index and the consume
-queues. Needs root (perf tracepoints). `--save` writes
-`bench/results/sync_round_io_profile.txt`.
+queues (the report marks the files whose inode shares the first segment's block); but
+whether they do depends on where the inode numbers fall. So the mechanism is also
+measured alone, without a store (`--mechanism`): a "segment" (zeros written) and a
+16-byte "offset" file, each round a 1 KiB pwrite into the segment, its fdatasync, then
+a pwrite of the offset file, as the flusher does; the offset file's inode in the
+segment's inode-table block, or in another block group. Needs root (perf
+tracepoints). `--save` writes `bench/results/sync_round_io_profile.txt`.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from pathlib import Path
 
 from bench.report import command_line, run_meta, text_head
 from bench.store_run import REPO, client_api, running_store
+from mqstore.engine import fileio
 
 RESULT = REPO / "bench" / "results" / "sync_round_io_profile.txt"
 TRACE_ENV = "MQSTORE_FLUSH_TRACE"
@@ -58,6 +64,7 @@ EVENTS = (
 )
 WORKERS = ("flusher", "committer", "dispatcher", "allocator", "scheduler", "cleaner")
 WARM_PUTS = 200
+INODES_PER_BLOCK = 16  # ext4's default 256-byte inodes in a 4 KiB inode-table block
 PAD = b"x" * 1000
 
 
@@ -126,6 +133,7 @@ def profile(root: Path, pool: bool, layout: str, puts: int) -> list[str]:
             rec.send_signal(signal.SIGINT)
             rec.wait()
         inodes = _inodes(run.store_dir)
+        seg0 = os.stat(run.store_dir / "commitlog" / ("0" * 20)).st_ino
     os.environ.pop(TRACE_ENV)
     script = subprocess.run(
         ["perf", "script", "-i", str(data), "-F", "comm,pid,cpu,event,trace"],
@@ -138,7 +146,7 @@ def profile(root: Path, pool: bool, layout: str, puts: int) -> list[str]:
     trace.unlink()
     rows = [r for r in rows if ns0 <= r["served"] <= ns1]  # the loop's rounds
     workers[os.getpid()] = "producer"
-    return _report(name, puts, dt, r0, r1, rows, script, inodes, flusher, workers)
+    return _report(name, puts, dt, r0, r1, rows, script, inodes, seg0, flusher, workers)
 
 
 def _report(
@@ -150,6 +158,7 @@ def _report(
     rows: list[dict[str, int]],
     script: str,
     inodes: dict[int, str],
+    seg0: int,
     flusher: int,
     workers: dict[int, str],
 ) -> list[str]:
@@ -157,7 +166,7 @@ def _report(
     rounds = max(len(rows), 1)
     writes: collections.Counter[str] = collections.Counter()
     wbytes = 0
-    dirtied: collections.Counter[tuple[str, str]] = collections.Counter()
+    dirtied: collections.Counter[tuple[str, str, int]] = collections.Counter()
     sched: collections.Counter[str] = collections.Counter()
     for line in script.splitlines():
         f = line.split()
@@ -173,7 +182,8 @@ def _report(
             m = re.search(r"ino (\d+)", line)
             if m and int(m.group(1)) in inodes:
                 who = workers.get(pid, f"pid {pid}")
-                dirtied[(inodes[int(m.group(1))], who)] += 1
+                ino = int(m.group(1))
+                dirtied[(inodes[ino], who, ino)] += 1
         elif "sched_wakeup" in line:
             m = re.search(r" pid=(\d+) .*target_cpu=(\d+)", line)
             if m and int(m.group(1)) == me and pid == flusher:
@@ -198,14 +208,130 @@ def _report(
         else "  no trace rows",
         f"  producer per put: {(r1.ru_minflt - r0.ru_minflt) / puts:.2f} page faults, "
         f"{cpu_us:.1f} µs CPU",
-        "  inodes dirtied per put (file, by):",
+        "  inodes dirtied per put (file, by; * in the first segment's inode-table block):",
     ]
-    for (file, who), n in dirtied.most_common(6):
-        out.append(f"    {n / puts:6.3f}  {file} ({who})")
+    block0 = (seg0 - 1) // INODES_PER_BLOCK
+    for (file, who, ino), n in dirtied.most_common(6):
+        mark = "*" if (ino - 1) // INODES_PER_BLOCK == block0 else " "
+        out.append(f"    {n / puts:6.3f} {mark} {file} ({who}, inode {ino})")
     out.append("  scheduling per put:")
     for k, n in sorted(sched.items()):
         out.append(f"    {n / puts:6.3f}  {k}")
     return out
+
+
+MECH_SEGMENT = 8 << 20
+MECH_MODES = ("alone", "offset", "queue", "apart")
+QUEUE_WRITER = """
+import os, sys, time
+fd, at = os.open(sys.argv[1], os.O_WRONLY), 0
+while True:
+    os.pwrite(fd, bytes(20), at)
+    at = (at + 20) % (1 << 20)
+    time.sleep(0.001)
+"""
+
+
+def _mechanism_files(d: Path, mode: str) -> tuple[Path, Path, Path]:
+    """(segment, offset file, queue file): the last two in the segment's inode-table
+    block (consecutive inodes in a fresh block group), or in block groups of their own
+    (`apart`)."""
+    d.mkdir()
+    if mode == "apart":
+        fileio.spread_subdirectories(d)
+        paths = []
+        for name in ("segment", "offset", "queue"):
+            (d / name).mkdir()
+            (d / name / name).touch()
+            paths.append(d / name / name)
+        return paths[0], paths[1], paths[2]
+    made = []
+    for i in range(2 * INODES_PER_BLOCK):
+        f = d / f"f{i}"
+        f.touch()
+        made.append((f.stat().st_ino, f))
+    for (a, fa), (_, fb), (c, fc) in zip(made, made[1:], made[2:], strict=False):
+        if c == a + 2 and (a - 1) // INODES_PER_BLOCK == (c - 1) // INODES_PER_BLOCK:
+            return fa, fb, fc
+    raise SystemExit("no three consecutive inodes in one block: a crowded block group")
+
+
+def mechanism(root: Path, mode: str, rounds: int) -> list[str]:
+    """The flusher's round without a store: a 1 KiB pwrite into a zeroed segment, its
+    fdatasync; with `offset` (or `apart`) a 16-byte pwrite of an offset file after it,
+    as the flusher's `flushed_offset`; with `queue` (or `apart`) another process writes
+    20 bytes into a queue file every millisecond, as the dispatcher its consume queues
+    and index. Counts the inode-table writes (`WSM`, from `ext4_write_inode`)."""
+    d = root / f"mech-{mode}"
+    seg, off, queue = _mechanism_files(d, mode)
+    fd = os.open(seg, os.O_RDWR)
+    ofd = os.open(off, os.O_RDWR) if mode in ("offset", "apart") else -1
+    writer = None
+    if mode in ("queue", "apart"):
+        writer = subprocess.Popen([sys.executable, "-c", QUEUE_WRITER, str(queue)])
+    zeros = bytes(1 << 20)
+    for at in range(0, MECH_SEGMENT, len(zeros)):
+        os.pwrite(fd, zeros, at)
+    os.fsync(fd)
+    body = os.urandom(1024)
+    data = root / "mech.data"
+    rec = subprocess.Popen(
+        [
+            "perf",
+            "record",
+            "-q",
+            "-m",
+            "1024",
+            "-e",
+            "block:block_rq_issue",
+            "-o",
+            str(data),
+            "-p",
+            str(os.getpid()),
+        ],
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(0.5)
+    lat = []
+    t0 = time.perf_counter()
+    for i in range(rounds):
+        os.pwrite(fd, body, i * 1024)
+        a = time.perf_counter_ns()
+        os.fdatasync(fd)
+        lat.append((time.perf_counter_ns() - a) / 1e3)
+        if ofd >= 0:
+            os.pwrite(ofd, i.to_bytes(16, "big"), 0)
+    dt = time.perf_counter() - t0
+    rec.send_signal(signal.SIGINT)
+    rec.wait()
+    if writer is not None:
+        writer.kill()
+        writer.wait()
+    os.close(fd)
+    if ofd >= 0:
+        os.close(ofd)
+    shutil.rmtree(d)
+    script = subprocess.run(
+        ["perf", "script", "-i", str(data), "-F", "trace"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    data.unlink()
+    meta = sum(1 for line in script.splitlines() if re.search(r"\d+,\d+ \S*M\S* ", line))
+    what = {
+        "alone": "segment alone",
+        "offset": "offset file (same loop) in the segment's inode-table block",
+        "queue": "queue file (another process, every ms) in the segment's inode-table block",
+        "apart": "offset and queue files in block groups of their own",
+    }[mode]
+    return [
+        f"== mechanism, {what}: {rounds} rounds, {rounds / dt:,.0f}/s, "
+        f"load {os.getloadavg()[0]:.1f}",
+        f"  inode-table writes per fdatasync {meta / rounds:.3f}, per 4 ms tick "
+        f"{meta / (dt * 250):.2f}; fdatasync µs p50 {statistics.median(lat):.1f}, "
+        f"mean {statistics.fmean(lat):.1f}",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -213,14 +339,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pool", default="on,off")
     ap.add_argument("--layout", default="spread,shared")
     ap.add_argument("--puts", type=int, default=3000)
+    ap.add_argument("--mechanism", type=int, default=3000, help="rounds (0: none)")
     ap.add_argument("--save", action="store_true")
     ap.add_argument("--dir", type=Path, default=None)
     a = ap.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="perf-syncio-", dir=a.dir))
+    # Each store's directory in a block group of its own, where its files take inode
+    # numbers one after another as a store made in a fresh place does (in a group that
+    # earlier runs left holes in, `shared` would share a block only by chance).
+    fileio.spread_subdirectories(root)
     lines = text_head(run_meta(command_line("bench.profile_sync_io", argv), root))
     try:
-        for layout in a.layout.split(","):
-            for pool in a.pool.split(","):
+        for _ in range(2 if a.mechanism else 0):
+            for mode in MECH_MODES:
+                got = mechanism(root, mode, a.mechanism)
+                print("\n".join(got), flush=True)
+                lines += got
+        for layout in filter(None, a.layout.split(",")):
+            for pool in filter(None, a.pool.split(",")):
                 got = profile(root, pool == "on", layout, a.puts)
                 print("\n".join(got), flush=True)
                 lines += got

@@ -426,13 +426,13 @@ def spread_subdirectories(path: StrPath) -> str:
     group of its own (ext2/3/4's "top of a directory hierarchy" flag, `chattr +T`: the
     Orlov allocator spreads such a directory's subdirectories). A file's inode is taken
     from its directory's group, so the commit log's segments then share no inode-table
-    block with the consume queues, index files and `flushed_offset`. On ext4 without a
-    journal every fdatasync writes the file's inode-table block whenever any inode in
-    that 4 KiB block changed (a timestamp each 4 ms tick of every file written), so the
-    sync round's fdatasync paid a second write for its neighbours' timestamps
-    (docs/durability.md, "What an fdatasync writes"). A hint: "" when set (or already
-    set), else why not (another file system, not the owner); never raises. One open and
-    two ioctls."""
+    block with the consume queues and index files. On ext4 without a journal every
+    fdatasync writes the file's inode-table block whenever any inode in that 4 KiB block
+    changed (a time stamp at each 4 ms tick of every file written), so the sync round's
+    fdatasync paid a second write for the dispatcher's time stamps (docs/durability.md,
+    "What an fdatasync writes besides the data"). A hint: "" when set (or already set),
+    else why not (another file system, not the owner); never raises. One open and two
+    ioctls."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as e:
