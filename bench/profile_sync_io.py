@@ -210,6 +210,13 @@ def _report(
         f"{cpu_us:.1f} µs CPU",
         "  inodes dirtied per put (file, by; * in the first segment's inode-table block):",
     ]
+    own = sum(n for (file, _, ino), n in dirtied.items() if ino == seg0)
+    if own:
+        out.insert(
+            2,
+            f"  inode-table writes per time stamp of the segment's own: "
+            f"{writes['metadata'] / own:.2f} (1.00: no neighbour adds a write)",
+        )
     block0 = (seg0 - 1) // INODES_PER_BLOCK
     for (file, who, ino), n in dirtied.most_common(6):
         mark = "*" if (ino - 1) // INODES_PER_BLOCK == block0 else " "
