@@ -90,6 +90,39 @@ def _inodes(store_dir: Path) -> dict[int, str]:
     return names
 
 
+def _perf_record(root: Path, data: Path, args: list[str]) -> subprocess.Popen[bytes]:
+    """`perf record` into `data`, returned once its events are enabled (started disabled,
+    then enabled through a control FIFO whose ack says so: a sleep was not enough on a
+    loaded machine). Stop it with SIGINT."""
+    ctl, ack = root / "perf.ctl", root / "perf.ack"
+    for f in (ctl, ack):
+        f.unlink(missing_ok=True)
+        os.mkfifo(f)
+    rec = subprocess.Popen(
+        [
+            "perf",
+            "record",
+            "-q",
+            "-D",
+            "-1",
+            "--control",
+            f"fifo:{ctl},{ack}",
+            "-o",
+            str(data),
+            *args,
+        ],
+        stderr=subprocess.DEVNULL,
+    )
+    with open(ctl, "w") as c, open(ack) as a:
+        c.write("enable\n")
+        c.flush()
+        if a.readline().strip() != "ack":
+            raise SystemExit("perf record did not enable its events")
+    ctl.unlink()
+    ack.unlink()
+    return rec
+
+
 def profile(root: Path, pool: bool, layout: str, puts: int, segment_mib: int = 0) -> list[str]:
     StoreClient, _ = client_api()
     name = f"{'pool-on' if pool else 'pool-off'}-{layout}"
@@ -109,21 +142,7 @@ def profile(root: Path, pool: bool, layout: str, puts: int, segment_mib: int = 0
         with StoreClient.attach(run.store_dir) as c:
             for _ in range(WARM_PUTS):
                 c.put("perf", b"warm" + PAD, keys=["w"], tags="t")
-            rec = subprocess.Popen(
-                [
-                    "perf",
-                    "record",
-                    "-q",
-                    "-a",
-                    "-m",
-                    "4096",
-                    "-o",
-                    str(data),
-                    *(f"-e{e}" for e in EVENTS),
-                ],
-                stderr=subprocess.DEVNULL,
-            )
-            time.sleep(0.5)  # perf is recording
+            rec = _perf_record(root, data, ["-a", "-m", "4096", *(f"-e{e}" for e in EVENTS)])
             r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
             ns0 = time.monotonic_ns()
             for i in range(puts):
@@ -137,7 +156,7 @@ def profile(root: Path, pool: bool, layout: str, puts: int, segment_mib: int = 0
         seg0 = os.stat(run.store_dir / "commitlog" / ("0" * 20)).st_ino
     os.environ.pop(TRACE_ENV)
     script = subprocess.run(
-        ["perf", "script", "-i", str(data), "-F", "comm,pid,cpu,event,trace"],
+        ["perf", "script", "-i", str(data), "-F", "pid,cpu,event,trace"],
         capture_output=True,
         text=True,
         check=True,
@@ -173,7 +192,7 @@ def _report(
         f = line.split()
         if len(f) < 4:
             continue
-        pid, cpu = int(f[1]), int(f[2].strip("[]"))
+        pid, cpu = int(f[0]), int(f[1].strip("[]"))
         if "block_rq_issue" in line and pid == flusher:
             m = re.search(r"\d+,\d+ (\S+) (\d+) \(", line)
             if m:
@@ -289,23 +308,7 @@ def mechanism(root: Path, mode: str, rounds: int) -> list[str]:
     os.fsync(fd)
     body = os.urandom(1024)
     data = root / "mech.data"
-    rec = subprocess.Popen(
-        [
-            "perf",
-            "record",
-            "-q",
-            "-m",
-            "1024",
-            "-e",
-            "block:block_rq_issue",
-            "-o",
-            str(data),
-            "-p",
-            str(os.getpid()),
-        ],
-        stderr=subprocess.DEVNULL,
-    )
-    time.sleep(0.5)
+    rec = _perf_record(root, data, ["-m", "1024", "-eblock:block_rq_issue", "-p", str(os.getpid())])
     lat = []
     t0 = time.perf_counter()
     for i in range(rounds):
