@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,9 +105,16 @@ def precompile() -> None:
 
 @contextlib.contextmanager
 def running_store(
-    root: Path, name: str, *, sync: bool, pool: bool, extra: Mapping[str, Any] | None = None
+    root: Path,
+    name: str,
+    *,
+    sync: bool,
+    pool: bool,
+    extra: Mapping[str, Any] | None = None,
+    before_start: Callable[[Path], None] | None = None,
 ) -> Iterator[StoreRun]:
     """Start a fresh store under `root/name`, yield it, stop it (SIGTERM) and remove it.
+    `before_start(store_dir)` runs on the empty store directory before the start.
 
     Raises BenchError if the store does not come up, or does not stop cleanly; any
     /dev/shm file it left behind is removed and reported.
@@ -118,6 +125,8 @@ def running_store(
     shutil.rmtree(base, ignore_errors=True)
     store_dir = base / "store"
     store_dir.mkdir(parents=True)
+    if before_start is not None:
+        before_start(store_dir)
     cfg = base / "bench.toml"
     write_config(cfg, sync=sync, pool=pool, extra=extra or {})
     log_path = base / "supervisor.log"

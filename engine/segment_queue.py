@@ -135,6 +135,12 @@ class SegmentQueue:
         self._load_findings: list[Finding] = []
         self._skipped_empty_last: str | None = None
         if not self.read_only:
+            if not os.path.isdir(self.directory):
+                # Its files' inodes in a block group (and inode-table blocks) of their
+                # own: a sync of one of them then writes no neighbour's timestamps.
+                parent = os.path.dirname(os.path.abspath(self.directory))
+                fileio.makedirs(parent)
+                fileio.spread_subdirectories(parent)
             fileio.makedirs(self.directory)
 
     # --- loading ----------------------------------------------------------------------

@@ -319,3 +319,38 @@ def test_profile_sync_check_runs_the_checks_shape_and_cleans_up(tmp_path: Path) 
     assert any(ln.startswith("  flusher: ") and " rounds, " in ln for ln in lines)
     assert list(tmp_path.iterdir()) == []
     assert _no_children() == []
+
+
+def _perf_tracepoints() -> bool:
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0 or shutil.which("perf") is None:
+        return False
+    r = subprocess.run(
+        ["perf", "stat", "-e", "block:block_rq_issue", "true"], capture_output=True, check=False
+    )
+    return r.returncode == 0
+
+
+@pytest.mark.skipif(not _perf_tracepoints(), reason="needs root and perf's tracepoints")
+def test_profile_sync_io_counts_a_rounds_writes_and_cleans_up(tmp_path: Path) -> None:
+    """`profile_sync_io`: the mechanism's loop and a store's rounds are counted (every
+    round one data write at least, the producer's faults, whose inodes were dirtied),
+    and nothing is left behind."""
+    from bench import profile_sync_io
+
+    mech = profile_sync_io.mechanism(tmp_path, "apart", 50)
+    assert mech[0].startswith("== mechanism, offset and queue files in block groups")
+    assert "inode-table writes per fdatasync" in mech[1]
+    lines = profile_sync_io.profile(tmp_path, False, "spread", 100)
+    assert lines[0].startswith("== pool-off-spread: 100 puts, 1 producer")
+    rounds = int(lines[1].split("flusher: ")[1].split()[0])
+    assert 0 < rounds <= 100
+    data = float(lines[1].split("data ")[1].split(",")[0])
+    assert data > 0.5
+    faults = next(ln for ln in lines if ln.startswith("  producer per put: "))
+    assert float(faults.split(": ")[1].split()[0]) > 0.5  # pool off: it stores into the map
+    assert any("commitlog/N (producer" in ln for ln in lines)
+    assert list(tmp_path.iterdir()) == []
+    assert _no_children() == []

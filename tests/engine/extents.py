@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from mqstore.engine import fileio
+
 FS_IOC_FIEMAP = 0xC020660B
 FIEMAP_FLAG_SYNC = 0x1
 FIEMAP_EXTENT_LAST = 0x1
@@ -81,3 +83,14 @@ def mapped_store_dirties(path: Path, offset: int, n: int = 1024) -> int:
     if dirtied == 0:
         pytest.skip("the file system accounts no dirtied page-cache bytes (tmpfs?)")
     return dirtied
+
+
+def dir_flags(path: Path) -> int:
+    """A directory's inode flags (FS_IOC_GETFLAGS: `lsattr -d`)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        flags = bytearray(4)
+        fcntl.ioctl(fd, fileio.FS_IOC_GETFLAGS, flags, True)
+        return int.from_bytes(flags, "little")
+    finally:
+        os.close(fd)

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mqstore.engine import fileio
-from tests.engine.extents import mapped_store_dirties, unwritten_bytes
+from tests.engine.extents import dir_flags, mapped_store_dirties, unwritten_bytes
 
 
 @pytest.fixture(autouse=True)
@@ -230,3 +230,21 @@ def test_pwrite_in_pieces_is_one_call_for_the_fault_seam(tmp_path: Path) -> None
             fileio.pwrite(fd, b"x", 0, p, piece=4096)
     finally:
         fileio.close(fd)
+
+
+def test_spread_subdirectories_sets_the_top_directory_flag_once(tmp_path: Path) -> None:
+    d = tmp_path / "store"
+    d.mkdir()
+    reason = fileio.spread_subdirectories(d)
+    if reason:
+        pytest.skip(f"this file system keeps no top-directory flag: {reason}")
+    assert dir_flags(d) & fileio.FS_TOPDIR_FL
+    assert fileio.spread_subdirectories(d) == ""  # already set: nothing to do, no error
+    assert dir_flags(d) & fileio.FS_TOPDIR_FL
+
+
+def test_spread_subdirectories_says_why_not_and_never_raises(tmp_path: Path) -> None:
+    assert "open" in fileio.spread_subdirectories(tmp_path / "missing")
+    f = tmp_path / "file"
+    f.write_bytes(b"")
+    assert fileio.spread_subdirectories(f)  # not a directory

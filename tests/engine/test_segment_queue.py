@@ -14,6 +14,7 @@ from mqstore.engine.findings import Severity, errors
 from mqstore.engine.record import BLANK_MAGIC_CODE
 from mqstore.engine.segment import Segment, SegmentSizeError, segment_file_name
 from mqstore.engine.segment_queue import SegmentAllocationError, SegmentQueue
+from tests.engine.extents import dir_flags
 
 SIZE = 1024
 
@@ -307,3 +308,20 @@ def test_read_only_follower_releases_what_it_walked_past(tmp_path: Path) -> None
         writer.release_before(0)
     ro.close()
     writer.close()
+
+
+def test_a_new_queue_directory_is_made_in_a_parent_that_spreads_its_subdirectories(
+    tmp_path: Path,
+) -> None:
+    """The commit log's directory gets a block group of its own (`fileio.
+    spread_subdirectories`), so its segments' inodes share no inode-table block with the
+    store's other files: the parent carries ext4's top-directory flag before it is made."""
+    store = tmp_path / "store"
+    store.mkdir()
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    if fileio.spread_subdirectories(probe):
+        pytest.skip("this file system keeps no top-directory flag")
+    SegmentQueue(str(store / "commitlog"), SIZE)
+    assert (store / "commitlog").is_dir()
+    assert dir_flags(store) & fileio.FS_TOPDIR_FL
