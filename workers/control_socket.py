@@ -17,7 +17,8 @@ No peer can hurt the supervisor's loop, whatever it sends or fails to read:
   connection: no row, no thread, no blocking call. It is asked again at each tick of the
   loop (`answer_waiting`); meanwhile that connection's further bytes are kept (a peer
   that sends more than `MAX_REQUEST_BYTES` is dropped), its other requests wait their
-  turn, and it counts as a connection without an attach row for the limits below.
+  turn, and it counts as a connection without an attach row for the limits below
+  (closed for a new one only when no idle one is left to close).
 
 Only the store's owner (and root, and with `ipc_allow_group` the store directory's
 group) can reach the socket at all (it lies in the store's directory, `ipc.channel`), and
@@ -360,14 +361,15 @@ class ControlServer:
         return in_use > soft - FD_HEADROOM
 
     def _drop_oldest_unattached(self, sel: selectors.BaseSelector, why: str) -> bool:
-        """Close the longest-held connection that holds no attach row; False if none."""
+        """Close the longest-held connection that holds no attach row, one whose attach
+        waits only when none is merely idle; False if none."""
         idle = [cn for cn in self.conns.values() if cn.row < 0 and cn.member is None]
         if not idle:
             return False
         self.refusals.refused(
             f"{len(idle)} connections hold no attach row; closed the oldest ({why})"
         )
-        self._drop(sel, min(idle, key=lambda cn: cn.accepted))
+        self._drop(sel, min(idle, key=lambda cn: (cn.waiting is not None, cn.accepted)))
         return True
 
     def _refuse_without_descriptor(self, err: OSError) -> None:
