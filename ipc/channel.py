@@ -41,6 +41,8 @@ from mqstore.ipc import access
 
 SOCKET_NAME: Final = ".mqstore-sup.sock"
 _BACKLOG_RETRY_S: Final = 0.002
+# The longest an attach may ask the supervisor to wait for the write path (`wait_ms`).
+MAX_ATTACH_WAIT_MS: Final = 3_600_000
 
 
 class SupervisorUnavailable(ConnectionError):

@@ -177,7 +177,8 @@ class Session:
         sock = channel.connect(self.store_dir, self._timeout_s)
         try:
             left = max(0.0, deadline - time.monotonic())
-            wait_ms = int((left - min(_ANSWER_SLACK_S, left / 4)) * 1000)
+            wait_s = min(left - min(_ANSWER_SLACK_S, left / 4), channel.MAX_ATTACH_WAIT_MS / 1000)
+            wait_ms = int(wait_s * 1000)
             channel.send_json(sock, {"op": "attach", "pid": os.getpid(), "wait_ms": wait_ms})
             sock.settimeout(max(left, 0.001))
             try:

@@ -81,9 +81,8 @@ OP_FIELDS: Final[dict[str, frozenset[str]]] = {
     "group_delete": frozenset({"group"}),
 }
 _SHOWN_CHARS: Final = 60
-# The longest an attach may ask the supervisor to wait for its write path (`wait_ms`),
-# and the wait of one that does not say (StoreClient's default timeout).
-MAX_ATTACH_WAIT_MS: Final = 3_600_000
+# The wait for the write path of an attach that does not say (StoreClient's default
+# timeout); the longest one may ask for is `channel.MAX_ATTACH_WAIT_MS`.
 DEFAULT_ATTACH_WAIT_MS: Final = 10_000
 
 
@@ -113,8 +112,8 @@ def parse_request(line: bytes) -> tuple[dict[str, Any], str]:
             want = f"a process id 1..{PID_MAX}"
             return {}, f"bad request: attach needs 'pid', {want}, not {_shown(pid)}"
         wait_ms = req.setdefault("wait_ms", DEFAULT_ATTACH_WAIT_MS)
-        if type(wait_ms) is not int or not 0 <= wait_ms <= MAX_ATTACH_WAIT_MS:
-            want = f"milliseconds 0..{MAX_ATTACH_WAIT_MS}"
+        if type(wait_ms) is not int or not 0 <= wait_ms <= channel.MAX_ATTACH_WAIT_MS:
+            want = f"milliseconds 0..{channel.MAX_ATTACH_WAIT_MS}"
             return {}, f"bad request: attach's 'wait_ms' is {want}, not {_shown(wait_ms)}"
     return req, ""
 

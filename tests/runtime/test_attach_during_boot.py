@@ -202,3 +202,11 @@ def test_waiting_attaches_stall_nothing(make_store: StoreFactory, tmp_path: Path
     finally:
         for sock in socks:
             sock.close()
+
+
+def test_a_timeout_longer_than_the_supervisor_waits_is_asked_as_its_longest(
+    make_store: StoreFactory,
+) -> None:
+    store = make_store()
+    with StoreClient.attach(store.path, timeout_s=1e9) as client:  # wait_ms 3,600,000
+        assert client.put("long", b"z", queue_id=0).ok
