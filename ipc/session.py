@@ -183,9 +183,9 @@ class Session:
             sock.settimeout(max(left, 0.001))
             try:
                 info = channel.recv_json(sock)
-            except OSError as e:
-                if isinstance(e, channel.SupervisorUnavailable):
-                    raise
+            except channel.SupervisorUnavailable:
+                raise
+            except OSError as e:  # no answer in time (a stopped supervisor), a reset
                 raise channel.SupervisorUnavailable(
                     f"no attach answer from the supervisor of {self.store_dir} in "
                     f"{self._timeout_s:g} s: {e}"

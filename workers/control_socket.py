@@ -200,11 +200,11 @@ class ControlServer:
 
     `handle(request, conn)` answers a valid request (the supervisor's; it may set
     `conn.row` on attach), or returns None to be asked again at the next
-    `answer_waiting` (the loop's tick); `on_close(conn)` is told of each connection closed, so the
-    attach row it held can be freed. Peers that are not the store's owner are refused at
-    accept (`ipc.access.peer_refusal`, with `allow_group()` read at each accept), with one
-    line saying why. `listen` binds the socket file, `close_listener` removes it. Main
-    loop only.
+    `answer_waiting` (the loop's tick); `on_close(conn)` is told of each connection
+    closed, so the attach row it held can be freed. Peers that are not the store's owner
+    are refused at accept (`ipc.access.peer_refusal`, with `allow_group()` read at each
+    accept), with one line saying why. `listen` binds the socket file, `close_listener`
+    removes it. Main loop only.
     """
 
     store_dir: str
