@@ -14,10 +14,12 @@ answering is refused before a byte of its reply is read (`connect`).
 
 One JSON object per line each way:
 
-* `{"op": "attach", "pid": P}` -> names and layout, the store's settings
+* `{"op": "attach", "pid": P, "wait_ms": W}` -> names and layout, the store's settings
   (`conf.settings.settings_doc`) and file geometry (`engine.geometry.Geometry`), which a
   client's reads use instead of guessing (the connection then stays open: the client's
-  row is freed when it closes);
+  row is freed when it closes). The answer comes once the store's write path is up
+  (`workers.supervisor`); one still down after W ms (default 10,000) is answered
+  `{"error": ..., "not_up": {worker: why}}` (`WorkersNotUp`);
 * `{"op": "status"}` -> the status document;
 * `{"op": "stop"}` -> begins a graceful stop.
 
@@ -39,10 +41,22 @@ from mqstore.ipc import access
 
 SOCKET_NAME: Final = ".mqstore-sup.sock"
 _BACKLOG_RETRY_S: Final = 0.002
+# The longest an attach may ask the supervisor to wait for the write path (`wait_ms`).
+MAX_ATTACH_WAIT_MS: Final = 3_600_000
 
 
 class SupervisorUnavailable(ConnectionError):
     """No supervisor answers for this store (or what answers is not its supervisor)."""
+
+
+class WorkersNotUp(SupervisorUnavailable):
+    """The supervisor runs, but workers a put waits on (allocator, committer; the flusher
+    under SYNC_FLUSH) were not up within the attach's timeout: still booting, or
+    crash-looping. `workers` maps each to the supervisor's why."""
+
+    def __init__(self, message: str, workers: dict[str, str]) -> None:
+        super().__init__(message)
+        self.workers = workers
 
 
 class SupervisorRefused(SupervisorUnavailable, access.StoreAccessDenied):

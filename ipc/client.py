@@ -128,9 +128,10 @@ class StoreClient:
         idempotence: bool = True,
     ) -> None:
         """Attach to the supervisor of `store_dir`. Raises channel.SupervisorUnavailable
-        when none runs. A store that is still starting answers before its workers run:
-        the attach then returns once those a put waits on (allocator, committer, and the
-        flusher under SYNC_FLUSH) are running, or after `timeout_s`. `topic_queue_nums`
+        when none runs. The supervisor answers once the workers a put waits on
+        (allocator, committer, and the flusher under SYNC_FLUSH) run, waiting up to
+        `timeout_s`; still down then (booting, crash-looping), channel.WorkersNotUp
+        names them and why. `topic_queue_nums`
         overrides the queue count per topic used to spread puts with `queue_id=None`
         (default: `default_topic_queue_nums`).
         `raise_on_status`: puts raise `ipc.results.PutError` (its status family's

@@ -697,18 +697,6 @@ class ControlBlock:
         pid, hb, restarts, state, name = _WORKER.unpack_from(self.buf, self.worker_off(index))
         return name.rstrip(b"\0").decode(), int(pid), int(hb), int(restarts), int(state)
 
-    def workers_coming_up(self, names: tuple[str, ...]) -> list[str]:
-        """Those of the workers named `names` that are booting or waiting for a restart
-        (state starting or exited): ones that will be running, not a halted one, nor a
-        name no row has."""
-        out = []
-        for i in range(MAX_WORKERS):
-            _pid, _hb, _restarts, state, raw = _WORKER.unpack_from(self.buf, self.worker_off(i))
-            name = raw.rstrip(b"\0").decode(errors="replace")
-            if name in names and WORKER_STATE_NAMES.get(int(state)) in ("starting", "exited"):
-                out.append(name)
-        return out
-
     # --- self-check -------------------------------------------------------------------
 
     def damage(self) -> str:

@@ -65,27 +65,9 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-# The workers that make room for a put: the next segment file (allocator), a free pool
-# buffer (committer); and the flusher, which a SYNC_FLUSH put waits on.
-WRITE_PATH_WORKERS: Final = ("allocator", "committer")
-SYNC_WRITE_PATH_WORKERS: Final = (*WRITE_PATH_WORKERS, "flusher")
-_BOOT_POLL_S: Final = 0.005
-
-
-def _write_path_up(cb: c.ControlBlock, sync: bool, deadline: float) -> bool:
-    """Wait until none of the write path's workers is booting or restarting, or until
-    `deadline` (monotonic): whether they are up. A supervisor answers as soon as its
-    socket listens, before its workers have booted (a second or more on a busy
-    machine); a put that needs the next segment meanwhile waited only
-    osPageCacheBusyTimeOutMills for the allocator and failed with
-    CREATE_MAPPED_FILE_FAILED (a pool buffer: OS_PAGECACHE_BUSY), though the store was
-    only starting. Past the deadline the puts tell what they find."""
-    names = SYNC_WRITE_PATH_WORKERS if sync else WRITE_PATH_WORKERS
-    while cb.workers_coming_up(names):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(_BOOT_POLL_S)
-    return True
+# Of an attach's timeout, the part kept to read the supervisor's answer after the
+# `wait_ms` it is asked to wait for the write path (at most this, at most a quarter).
+_ANSWER_SLACK_S: Final = 0.5
 
 
 def _attach_checked(store_dir: str, ctl: str, pool: str) -> c.ControlBlock:
@@ -188,25 +170,34 @@ class Session:
     def attach(self) -> None:
         """Attach (raises channel.SupervisorUnavailable, access.StoreAccessDenied).
 
-        Returns once the workers a put waits on are running (`_write_path_up`), or the
-        timeout has passed: the supervisor answers before its workers have booted."""
+        The supervisor answers once the workers a put waits on are running, waiting up
+        to this session's timeout (less `_ANSWER_SLACK_S` to read the answer); still
+        down then, it says which and why: channel.WorkersNotUp."""
         deadline = time.monotonic() + self._timeout_s
         sock = channel.connect(self.store_dir, self._timeout_s)
         try:
-            channel.send_json(sock, {"op": "attach", "pid": os.getpid()})
-            info = channel.recv_json(sock)
+            left = max(0.0, deadline - time.monotonic())
+            wait_s = min(left - min(_ANSWER_SLACK_S, left / 4), channel.MAX_ATTACH_WAIT_MS / 1000)
+            wait_ms = int(wait_s * 1000)
+            channel.send_json(sock, {"op": "attach", "pid": os.getpid(), "wait_ms": wait_ms})
+            sock.settimeout(max(left, 0.001))
+            try:
+                info = channel.recv_json(sock)
+            except channel.SupervisorUnavailable:
+                raise
+            except OSError as e:  # no answer in time (a stopped supervisor), a reset
+                raise channel.SupervisorUnavailable(
+                    f"no attach answer from the supervisor of {self.store_dir} in "
+                    f"{self._timeout_s:g} s: {e}"
+                ) from e
             if info.get("denied"):
                 raise access.StoreAccessDenied(str(info["error"]))
+            if "not_up" in info:
+                raise channel.WorkersNotUp(str(info["error"]), dict(info["not_up"]))
             if "error" in info:
                 raise channel.SupervisorUnavailable(str(info["error"]))
             cb = _attach_checked(self.store_dir, info["ctl"], info["pool"])
         except BaseException:
-            sock.close()
-            raise
-        try:
-            _write_path_up(cb, info["flush_disk_type"] == "SYNC_FLUSH", deadline)
-        except BaseException:
-            cb.close()
             sock.close()
             raise
         try:

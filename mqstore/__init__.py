@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from mqstore.engine.storedir import StoreDirError
     from mqstore.ipc.access import StoreAccessDenied
     from mqstore.ipc.aio import AsyncConsumer, AsyncStoreClient
-    from mqstore.ipc.channel import SupervisorUnavailable
+    from mqstore.ipc.channel import SupervisorUnavailable, WorkersNotUp
     from mqstore.ipc.client import StoreClient
     from mqstore.ipc.consumer import ConsumedMessage, Consumer, ConsumerClosed
     from mqstore.ipc.locks import StoreLockHeld
@@ -73,6 +73,7 @@ _WHERE = {
     "StoreIOError": "mqstore.engine.fileio",
     "StoreLockHeld": "mqstore.ipc.locks",
     "SupervisorUnavailable": "mqstore.ipc.channel",
+    "WorkersNotUp": "mqstore.ipc.channel",
 }
 
 __all__ = [
@@ -105,6 +106,7 @@ __all__ = [
     "StoreIOError",
     "StoreLockHeld",
     "SupervisorUnavailable",
+    "WorkersNotUp",
     "__version__",
 ]
 

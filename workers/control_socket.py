@@ -11,7 +11,14 @@ No peer can hurt the supervisor's loop, whatever it sends or fails to read:
   supervisor reads no further requests from that connection, so one connection holds
   at most one reply; a reader that leaves a reply untaken for `REPLY_TIMEOUT_S` is
   dropped;
-* a connection holds at most one attach row, freed when the connection closes.
+* a connection holds at most one attach row, freed when the connection closes;
+* a request the supervisor answers later (an attach waiting, up to the `wait_ms` it
+  asked for, for the store's write path: `Supervisor._handle`) holds nothing but its
+  connection: no row, no thread, no blocking call. It is asked again at each tick of the
+  loop (`answer_waiting`); meanwhile that connection's further bytes are kept (a peer
+  that sends more than `MAX_REQUEST_BYTES` is dropped), its other requests wait their
+  turn, and it counts as a connection without an attach row for the limits below
+  (closed for a new one only when no idle one is left to close).
 
 Only the store's owner (and root, and with `ipc_allow_group` the store directory's
 group) can reach the socket at all (it lies in the store's directory, `ipc.channel`), and
@@ -62,7 +69,7 @@ FD_HEADROOM: Final = 16
 LISTEN_BACKLOG: Final = 128
 # Each op and the fields it takes besides "op".
 OP_FIELDS: Final[dict[str, frozenset[str]]] = {
-    "attach": frozenset({"pid"}),
+    "attach": frozenset({"pid", "wait_ms"}),
     "status": frozenset(),
     "stop": frozenset(),
     # consumer groups (`workers.group_coord` checks the fields' values)
@@ -74,6 +81,9 @@ OP_FIELDS: Final[dict[str, frozenset[str]]] = {
     "group_delete": frozenset({"group"}),
 }
 _SHOWN_CHARS: Final = 60
+# The wait for the write path of an attach that does not say (StoreClient's default
+# timeout); the longest one may ask for is `channel.MAX_ATTACH_WAIT_MS`.
+DEFAULT_ATTACH_WAIT_MS: Final = 10_000
 
 
 def _shown(value: object) -> str:
@@ -101,13 +111,18 @@ def parse_request(line: bytes) -> tuple[dict[str, Any], str]:
         if type(pid) is not int or not 0 < pid <= PID_MAX:
             want = f"a process id 1..{PID_MAX}"
             return {}, f"bad request: attach needs 'pid', {want}, not {_shown(pid)}"
+        wait_ms = req.setdefault("wait_ms", DEFAULT_ATTACH_WAIT_MS)
+        if type(wait_ms) is not int or not 0 <= wait_ms <= channel.MAX_ATTACH_WAIT_MS:
+            want = f"milliseconds 0..{channel.MAX_ATTACH_WAIT_MS}"
+            return {}, f"bad request: attach's 'wait_ms' is {want}, not {_shown(wait_ms)}"
     return req, ""
 
 
 @dataclass(eq=False)
 class Conn:
     """One client connection: bytes received but not yet a whole line, the reply not yet
-    taken by the peer, and the client row its attach holds (-1: none)."""
+    taken by the peer, the request whose answer waits (`waiting`, read at `asked`), and
+    the client row its attach holds (-1: none)."""
 
     sock: socket.socket
     accepted: float = 0.0  # monotonic time of accept
@@ -117,6 +132,8 @@ class Conn:
     reply_since: float = 0.0  # monotonic time the pending reply was queued
     closing: bool = False  # close once the pending reply is sent
     member: object = None  # the consumer-group member this connection is (group_coord)
+    waiting: dict[str, Any] | None = None  # a request the handler answers at a later tick
+    asked: float = 0.0  # monotonic time the request being handled was read
 
     def next_line(self) -> bytes | None:
         """The next whole request line, or None."""
@@ -150,7 +167,8 @@ class Conn:
         return bool(self.outbuf) and now - self.reply_since > REPLY_TIMEOUT_S
 
 
-Handler = Callable[[dict[str, Any], Conn], dict[str, Any]]
+# The reply to a request, or None: not yet (asked again at each `answer_waiting`).
+Handler = Callable[[dict[str, Any], Conn], dict[str, Any] | None]
 
 
 @dataclass(eq=False)
@@ -181,11 +199,12 @@ class ControlServer:
     """The supervisor's listening socket and its connections, on the main loop's selector.
 
     `handle(request, conn)` answers a valid request (the supervisor's; it may set
-    `conn.row` on attach); `on_close(conn)` is told of each connection closed, so the
-    attach row it held can be freed. Peers that are not the store's owner are refused at
-    accept (`ipc.access.peer_refusal`, with `allow_group()` read at each accept), with one
-    line saying why. `listen` binds the socket file, `close_listener` removes it. Main
-    loop only.
+    `conn.row` on attach), or returns None to be asked again at the next
+    `answer_waiting` (the loop's tick); `on_close(conn)` is told of each connection
+    closed, so the attach row it held can be freed. Peers that are not the store's owner
+    are refused at accept (`ipc.access.peer_refusal`, with `allow_group()` read at each
+    accept), with one line saying why. `listen` binds the socket file, `close_listener`
+    removes it. Main loop only.
     """
 
     store_dir: str
@@ -194,6 +213,7 @@ class ControlServer:
     on_close: Callable[[Conn], None]
     say: Callable[[str, str], None]
     conns: dict[socket.socket, Conn] = field(default_factory=dict)
+    waiting: set[Conn] = field(default_factory=set)  # connections whose request waits
     listener: socket.socket | None = None
     refusals: RefusalLog = field(init=False)
     _bound: tuple[int, int] | None = None  # (st_dev, st_ino) of the socket file bound
@@ -273,6 +293,19 @@ class ControlServer:
             )
             self._drop(sel, conn)
 
+    def answer_waiting(self, sel: selectors.BaseSelector) -> None:
+        """Ask the handler again about each request whose answer waits; send the answers
+        it gives now. O(waiting connections)."""
+        for conn in list(self.waiting):
+            assert conn.waiting is not None
+            reply = self.handle(conn.waiting, conn)
+            if reply is None:
+                continue
+            conn.waiting = None
+            self.waiting.discard(conn)
+            conn.queue_reply(reply)
+            self._serve(sel, conn)
+
     def _accept(self, sel: selectors.BaseSelector) -> None:
         """Accept what is waiting (at most ACCEPTS_PER_EVENT): refuse other users, keep
         at most MAX_UNATTACHED connections without a row, and turn every accept error,
@@ -327,14 +360,15 @@ class ControlServer:
         return in_use > soft - FD_HEADROOM
 
     def _drop_oldest_unattached(self, sel: selectors.BaseSelector, why: str) -> bool:
-        """Close the longest-held connection that holds no attach row; False if none."""
+        """Close the longest-held connection that holds no attach row, one whose attach
+        waits only when none is merely idle; False if none."""
         idle = [cn for cn in self.conns.values() if cn.row < 0 and cn.member is None]
         if not idle:
             return False
         self.refusals.refused(
             f"{len(idle)} connections hold no attach row; closed the oldest ({why})"
         )
-        self._drop(sel, min(idle, key=lambda cn: cn.accepted))
+        self._drop(sel, min(idle, key=lambda cn: (cn.waiting is not None, cn.accepted)))
         return True
 
     def _refuse_without_descriptor(self, err: OSError) -> None:
@@ -358,27 +392,49 @@ class ControlServer:
     def _drop(self, sel: selectors.BaseSelector, conn: Conn) -> None:
         """Close a connection; `on_close` frees the client row its attach holds."""
         self.conns.pop(conn.sock)
+        self.waiting.discard(conn)
         sel.unregister(conn.sock)
         conn.sock.close()
         self.on_close(conn)
 
     def _on_conn(self, sel: selectors.BaseSelector, conn: Conn, events: int) -> None:
-        """Read requests and answer them, one at a time: while a reply waits for its
-        reader, the connection is watched for writing only."""
+        """Take what the event brings (the peer's bytes, or room for the pending reply),
+        then serve the connection."""
         try:
             if events & selectors.EVENT_WRITE:
                 conn.send_pending()
             elif not self._receive(conn):
                 self._drop(sel, conn)
                 return
-            while not conn.outbuf and not conn.closing:
+        except OSError:
+            self._drop(sel, conn)
+            return
+        self._serve(sel, conn)
+
+    def _serve(self, sel: selectors.BaseSelector, conn: Conn) -> None:
+        """Answer requests one at a time: while a reply waits for its reader, the
+        connection is watched for writing only; while a request's answer waits
+        (`waiting`), for reading (so a peer that leaves is seen), keeping at most
+        MAX_REQUEST_BYTES of what it sends meanwhile."""
+        try:
+            conn.send_pending()
+            while not conn.outbuf and not conn.closing and conn.waiting is None:
                 line = conn.next_line()
                 if line is None:
                     break
                 req, why = parse_request(line)
-                conn.queue_reply(self.handle(req, conn) if req else {"error": why})
+                conn.asked = time.monotonic()
+                reply = self.handle(req, conn) if req else {"error": why}
+                if reply is None:
+                    conn.waiting = req
+                    self.waiting.add(conn)
+                    break
+                conn.queue_reply(reply)
                 conn.send_pending()
-            if not conn.outbuf and conn.oversized():
+            if conn.waiting is not None and len(conn.inbuf) > MAX_REQUEST_BYTES:
+                self._drop(sel, conn)  # a peer has no business sending while it waits
+                return
+            if not conn.outbuf and conn.waiting is None and conn.oversized():
                 conn.closing = True
                 conn.queue_reply({"error": f"bad request: a line over {MAX_REQUEST_BYTES} bytes"})
                 conn.send_pending()

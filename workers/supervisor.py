@@ -20,6 +20,18 @@ Then it loops: accept attaches and status requests, watch worker exits and heart
 restart a crashed worker with exponential backoff, halt on a worker's CONFIG_ERROR or
 BOOT_ERROR, and never restart into false durability (READ_ONLY stays once set).
 
+An attach is answered once the store's write path is up (`_write_path_down`): the
+allocator and committer, and the flusher under SYNC_FLUSH, are running. Until then it
+waits, up to the `wait_ms` the client asked for (its timeout), and is then answered with
+an error naming each worker not up and why (`ipc.channel.WorkersNotUp` in the client):
+a put needing the next segment or a pool buffer before they run failed
+(CREATE_MAPPED_FILE_FAILED), though the store was only starting. A worker that was
+running and crashed does not hold attaches while it comes back (`COMING_BACK_S`): the
+segments and buffers it made ahead carry the puts meanwhile, and a put that needs more
+waits osPageCacheBusyTimeOutMills like any other. One that stays down longer (a crash
+loop, a restart stuck at boot) holds them as at boot. A halted one (read-only store)
+does not: the attach is answered and puts say why they are refused.
+
 On SIGTERM / SIGINT during recovery: recovery stops within a chunk of records and the
 supervisor exits 0, `abort` left (the next start recovers again); recovery's progress
 is logged about once a second and kept for `mqstore status` (`engine.recovery_progress`).
@@ -111,6 +123,10 @@ class StopBudget:
 
 STOP: Final = StopBudget()
 TICK_S: Final = 0.05  # the main loop's longest wait
+# A write-path worker that was running and crashed: how long its restart may take before
+# attaches wait for it again (a single restart is the backoff's first 100 ms and a boot of
+# 0.2-3 s; a crash loop's backoff grows to restart_backoff_max_ms).
+COMING_BACK_S: Final = 5.0
 # Fault injection for tests: with MQSTORE_FAULTS_FOR="flusher", the MQSTORE_FAULTS of the
 # environment apply to the named workers only (not to the supervisor or the others).
 FAULTS_FOR_ENV: Final = "MQSTORE_FAULTS_FOR"
@@ -147,6 +163,8 @@ class _Worker:
     halted: bool = False
     reason_fd: int = -1  # read end of the pipe the worker explains an IO_FAILED on
     judge: HeartbeatJudge | None = None
+    # When it last stopped running (monotonic); -inf: it has not run yet (boot)
+    down_since: float = float("-inf")
 
 
 class BootError(Exception):
@@ -447,6 +465,8 @@ class Supervisor:
             if code is None:
                 self._judge_heartbeat(w, now, hb_timeout)
                 continue
+            if cb.worker(w.index)[4] == WORKER_RUNNING:  # it was up until now
+                w.down_since = now
             w.proc = None
             w.last_exit = code
             if code in (ExitCode.CONFIG_ERROR, ExitCode.BOOT_ERROR):
@@ -528,8 +548,38 @@ class Supervisor:
             self.puts.retire(self.cb, conn.row)
         self.groups.on_close(conn)
 
-    def _handle(self, req: dict[str, Any], conn: Conn) -> dict[str, Any]:
-        """The reply to a valid request (`control_socket.parse_request`)."""
+    def _write_path_down(self) -> dict[str, str]:
+        """The workers a put waits on (allocator, committer; the flusher under
+        SYNC_FLUSH) that are not up, each with why: booting, or waiting for a restart.
+        Not a halted one (the store is read-only or halting), nor one that was running
+        and crashed less than COMING_BACK_S ago (it is coming back; puts go on)."""
+        cb = self.cb
+        assert cb is not None
+        names: tuple[str, ...] = ("allocator", "committer")
+        if self.settings.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+            names += ("flusher",)
+        now = time.monotonic()
+        down = {}
+        for w in self.workers:
+            if w.spec.name not in names or w.halted or now - w.down_since < COMING_BACK_S:
+                continue
+            _n, pid, _hb, restarts, state = cb.worker(w.index)
+            if state == WORKER_RUNNING and w.proc is not None:
+                continue
+            last = f"; last {describe_exit(w.last_exit)}" if w.last_exit is not None else ""
+            tries = f" (restarted {restarts} times{last})" if restarts else ""
+            if w.proc is not None:
+                why = f"booting for {now - w.started:.1f} s, pid {pid}{tries}"
+            else:
+                why = f"restart {restarts} in {max(0.0, w.restart_at - now):.1f} s{last}"
+            if w.down_since > float("-inf"):
+                why += f"; last running {now - w.down_since:.1f} s ago"
+            down[w.spec.name] = why
+        return down
+
+    def _handle(self, req: dict[str, Any], conn: Conn) -> dict[str, Any] | None:
+        """The reply to a valid request (`control_socket.parse_request`); None for an
+        attach that waits for the write path (asked again at the next tick)."""
         cb = self.cb
         assert cb is not None
         op = req["op"]
@@ -538,6 +588,12 @@ class Supervisor:
                 return {"error": "the supervisor is stopping"}
             if conn.row >= 0:
                 return {"error": f"this connection is already attached as client {conn.row}"}
+            down = self._write_path_down()
+            if down:
+                if time.monotonic() < conn.asked + req["wait_ms"] / 1000:
+                    return None
+                said = "; ".join(f"{name} {why}" for name, why in down.items())
+                return {"error": f"the store's write path is not up: {said}", "not_up": down}
             row = self.puts.free_row()
             if row is None:
                 return {"error": f"too many clients attached (max {c.MAX_CLIENTS})"}
@@ -575,6 +631,7 @@ class Supervisor:
         assert self.cb is not None
         ws = [(w.index, w.spec.name, w.last_exit) for w in self.workers]
         doc = self.puts.status_doc(self.cb, self.store_dir, ws, self.settings)
+        doc["attaches_waiting"] = len(self.server.waiting)  # for the write path
         if self.read_only:
             doc["read_only_reason"] = self.read_only["message"]
             doc["read_only"] = dict(self.read_only)
@@ -642,10 +699,12 @@ class Supervisor:
                     self.reload_requested = False
                     self._reload()
                 self._watch_workers()
+                self.server.answer_waiting(sel)
                 self._notify_ready()
                 assert self.cb is not None
                 self._check_block(self.cb)
                 self.puts.tick(self.cb)
+            self.server.answer_waiting(sel)  # the waiting attaches: "stopping"
             self._notify("STOPPING=1", "STATUS=draining")
             code = self.shutdown()
             self.groups.close()
