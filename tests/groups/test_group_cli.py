@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 from mqstore import StoreClient
 from tests.groups.helpers import info, owners
@@ -153,3 +154,54 @@ def test_a_tail_of_the_group_shares_the_queues_with_the_other_members(
         )
         assert sorted(later) == sorted(f"a{i}" for i in range(40, 48))
         c.close()
+
+
+# `mqstore tail` with its ack held: the gate file is made once the batch is printed and
+# flushed, and the ack waits 2 s after it (a tail descheduled between the two on a busy
+# machine), the window a stop signal must not cut.
+_SLOW_ACK_TAIL = """
+import pathlib, sys, time
+from mqstore.ipc.consumer import Consumer
+from mqstore.workers.cli import main
+gate, ack_many = pathlib.Path(sys.argv[1]), Consumer.ack_many
+def held(self, msgs):
+    gate.touch()
+    time.sleep(2.0)
+    return ack_many(self, msgs)
+Consumer.ack_many = held
+sys.argv = ["mqstore", *sys.argv[2:]]
+sys.exit(main())
+"""
+
+
+def test_a_tail_stopped_between_its_print_and_its_ack_still_acks_what_it_printed(
+    make_store: object, tmp_path: Path
+) -> None:
+    """Ctrl-C right after a tail of the group printed a batch, before its ack: the stop
+    waits for the ack, so what was printed is never delivered to the group again (it
+    was: the KeyboardInterrupt cut the ack, and the next member got the batch again)."""
+    store: Store = make_store({"default_topic_queue_nums": 1})  # type: ignore[operator]
+    d = str(store.path)
+    gate = tmp_path / "printed"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    with StoreClient.attach(store.path) as client:
+        for i in range(3):
+            assert client.put("st", b"s%d" % i, queue_id=0).ok
+        tail = subprocess.Popen(
+            sigint_ignored([sys.executable, "-c", _SLOW_ACK_TAIL, str(gate), "tail", d,
+                            "--topic", "st", "--group", "sg", "--from-beginning"]),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO), env=env,
+        )  # fmt: skip
+        try:
+            wait_for(lambda: gate.exists() or tail.poll() is not None, 60, "the tail to print")
+            tail.send_signal(signal.SIGINT)
+            out, err = tail.communicate(timeout=60)
+        finally:
+            if tail.poll() is None:
+                tail.kill()
+                tail.communicate()
+        assert tail.returncode == 0, err
+        assert sorted(json.loads(line)["body"] for line in out.splitlines()) == ["s0", "s1", "s2"]
+        with client.consumer("sg", "st", retry=False) as c:
+            wait_for(lambda: c.assignment() == [("st", 0)], 30, "the member to own the queue")
+            assert c.poll(8, 1.0) == []  # acked by the tail before it left

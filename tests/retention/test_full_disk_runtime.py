@@ -33,6 +33,9 @@ CONFIG = {
     "consume_queue_file_size_bytes": 20 * 4096,
     "max_hash_slot_num": 1024,
     "max_index_num": 4096,
+    # the guard at RocketMQ's defaults (the harness moves it out of the way for the others)
+    "disk_space_warning_level_ratio": 0.90,
+    "disk_space_clean_forcibly_ratio": 0.85,
 }
 TINY_FS_BYTES = 24 * 1024 * 1024
 
@@ -144,6 +147,8 @@ TINY_CONFIG = {
     "max_index_num": 4096,
     "clean_file_forcibly_enable": False,  # nothing acknowledged may be deleted here
     "clean_resource_interval_ms": 200,
+    "disk_space_warning_level_ratio": 0.90,  # RocketMQ's, as in CONFIG
+    "disk_space_clean_forcibly_ratio": 0.85,
 }
 
 

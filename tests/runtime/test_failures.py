@@ -182,9 +182,12 @@ def test_a_stopped_holder_is_named_and_does_not_hold_the_stop(make_store: StoreF
         named = f"held by producer pid {child.pid} (stopped)"
         assert named in _mqstore("status", str(store.path)).stdout
         t0 = time.monotonic()
-        out = _mqstore("stop", str(store.path), "--timeout", "15", timeout=30)
+        out = _mqstore("stop", str(store.path), "--timeout", "15", timeout=60)
         took = time.monotonic() - t0
-        assert out.returncode == 0 and took < 15, (out, took)
+        # exit 0: the supervisor was gone within the 15 s the command waits after its
+        # SIGTERM (held up by the holder, it says "still running" and exits 1); `took`
+        # adds the command's own start, seconds on a loaded machine (15.7 s at load 25)
+        assert out.returncode == 0, (out, took)
         assert named in out.stdout, out.stdout
         assert store.proc is not None
         store.proc.wait(30)  # the lock goes before the process: stop returns in between

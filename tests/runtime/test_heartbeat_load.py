@@ -24,24 +24,38 @@ from mqstore.conf.settings import StoreSettings
 from mqstore.workers.heartbeat import HeartbeatJudge, runqueue_wait_ns
 from tests.runtime.harness import Store, wait_for
 
-SPIN = "import os, sys\nos.nice(int(sys.argv[1]))\nwhile True:\n    pass\n"
+SPIN = """import os, sys
+os.nice(int(sys.argv[1]))
+print("spinning", flush=True)
+while True:
+    pass
+"""
 
 
 @contextlib.contextmanager
 def _spinners(n: int, nice: int = 0, cpu: int | None = None) -> Iterator[list[int]]:
-    """`n` processes that only burn CPU (pinned to `cpu` when given); killed on exit."""
-    procs = []
+    """`n` processes that only burn CPU (pinned to `cpu` when given), each spinning at
+    its nice value when this yields; killed on exit. (Before, a measurement began while
+    they still started: on a loaded machine the starved one's interpreter start, its
+    imports read from a busy disk, is time neither spent spinning nor waiting for a CPU.)"""
+    procs: list[subprocess.Popen[str]] = []
     try:
         for _ in range(n):
-            p = subprocess.Popen([sys.executable, "-c", SPIN, str(nice)])
+            p = subprocess.Popen(
+                [sys.executable, "-c", SPIN, str(nice)], stdout=subprocess.PIPE, text=True
+            )
+            procs.append(p)
+        for p in procs:  # started where there was room, then pinned
+            assert p.stdout is not None and p.stdout.readline() == "spinning\n"
             if cpu is not None:
                 os.sched_setaffinity(p.pid, {cpu})
-            procs.append(p)
         yield [p.pid for p in procs]
     finally:
         for p in procs:
             p.kill()
             p.wait()
+            if p.stdout is not None:
+                p.stdout.close()
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/schedstat"), reason="no schedstat")
@@ -56,6 +70,11 @@ def test_a_starved_process_is_judged_on_the_time_it_had() -> None:
         t0 = time.monotonic()
         wait_for(lambda: runqueue_wait_ns(starved) > 0, 10, "schedstat to move")
         time.sleep(1.5)  # the starvation being measured: nothing to wait for but time
+        # the kernel adds a wait to schedstat when the task gets the CPU back, so the
+        # wait under way now is not in it yet (most of a second at load 40): look right
+        # after the starved process ran again
+        waited = runqueue_wait_ns(starved)
+        wait_for(lambda: runqueue_wait_ns(starved) != waited, 30, "the starved one to run")
         silent, starved_ms = judge.silence(beat, time.time_ns() // 1_000_000)
         wall_ms = (time.monotonic() - t0) * 1000
     assert starved_ms > 0.8 * wall_ms, (silent, starved_ms, wall_ms)

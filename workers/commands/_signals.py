@@ -48,3 +48,15 @@ def ignored_stop_signals(*also: signal.Signals) -> contextlib.AbstractContextMan
     """SIGINT, SIGTERM (and `also`) ignored inside: a second Ctrl-C must not cut a
     clean-up that has begun (stopping the store it started). Main thread only."""
     return _handled(signal.SIG_IGN, (*STOP_SIGNALS, *also))
+
+
+@contextlib.contextmanager
+def held_stop_signals(*also: signal.Signals) -> Iterator[None]:
+    """SIGINT, SIGTERM (and `also`) held inside: one that arrives there raises
+    KeyboardInterrupt when the block ends, not in the middle of it (a tail's print and the
+    ack of what it printed). Main thread only."""
+    got: list[int] = []
+    with _handled(lambda sig, _frame: got.append(sig), (*STOP_SIGNALS, *also)):
+        yield
+    if got:
+        raise KeyboardInterrupt

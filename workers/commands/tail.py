@@ -23,7 +23,8 @@ is not consumed by a tail.
 
 Ctrl-C or SIGTERM (whatever disposition the process inherited: `_signals`), or N
 messages printed (`--limit N`; `--max-messages` is its deprecated spelling), leaves the
-group (what was delivered and not printed goes to the next owner) and exits 0; exit 1
+group (what was delivered and not printed goes to the next owner; a stop that comes
+while a batch is printed waits for that batch's ack) and exits 0; exit 1
 when the store stops or is not running, 2 on bad arguments.
 """
 
@@ -50,7 +51,7 @@ from mqstore.workers.commands._common import (
     topic_arg,
 )
 from mqstore.workers.commands._records import add_body_argument, print_records
-from mqstore.workers.commands._signals import stop_signals
+from mqstore.workers.commands._signals import held_stop_signals, stop_signals
 
 NAME = "tail"
 HELP = "follow new messages of a running store (with --group: as a member of a consumer group)"
@@ -165,8 +166,11 @@ def _member(consumer: Consumer, args: argparse.Namespace) -> None:
         if not msgs:
             continue
         shown = [m.record for m in msgs if wanted is None or m.tags in wanted]
-        printed += print_records(shown, args.body)
-        consumer.ack_many(msgs)
+        # a stop waits for the ack of what was printed: cut between the two, the next
+        # member of the group was delivered the batch this one had printed
+        with held_stop_signals():
+            printed += print_records(shown, args.body)
+            consumer.ack_many(msgs)
 
 
 def run(args: argparse.Namespace) -> int:
