@@ -33,13 +33,12 @@ from pathlib import Path
 
 from bench.store_run import running_store
 
-CLIENT = r"""
-import sys
-from mqstore import StoreClient
-store, shape, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+# The shapes of ../shared/perf/put_shapes.py, for both clients below: `count` bodies
+# and keys, and the same lambdas.
+SHAPES_SRC = r"""
 pad = b"x" * 1000
-bodies = [b"%023d|" % i + pad for i in range(n)]
-keys = ["k%d" % i for i in range(n)]
+bodies = [b"%023d|" % i + pad for i in range(count)]
+keys = ["k%d" % i for i in range(count)]
 shapes = {
     "str_key": lambda c, i: c.put("t", bodies[i], tags="t", keys=keys[i]),
     "readme": lambda c, i: c.put("t", bodies[i], tags="t", keys=[keys[i]]),
@@ -47,7 +46,17 @@ shapes = {
     "properties": lambda c, i: c.put("t", bodies[i], tags="t", keys=keys[i],
                                      properties={"source": "web", "trace": keys[i]}),
 }
-f = shapes[shape]
+"""
+
+CLIENT = (
+    r"""
+import sys
+from mqstore import StoreClient
+store, shape, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+count = n
+"""
+    + SHAPES_SRC
+    + r"""f = shapes[shape]
 with StoreClient.attach(store) as c:
     for i in range(200):
         f(c, i)
@@ -55,6 +64,7 @@ with StoreClient.attach(store) as c:
         if f(c, i).status.name != "PUT_OK":
             raise SystemExit("not PUT_OK")
 """
+)
 SHAPES = ("str_key", "readme", "two_keys", "properties")
 
 
@@ -73,7 +83,8 @@ def _count(out: Path, store: Path, shape: str, n: int, client: Path) -> float:
     return total / (n + 200)
 
 
-PY_CLIENT = r"""
+PY_CLIENT = (
+    r"""
 import sys
 shape, n = sys.argv[1], int(sys.argv[2])
 
@@ -84,20 +95,14 @@ class Nothing:  # StoreClient.put's parameters, its work left out
         return None
 
 
-pad = b"x" * 1000
-bodies = [b"%023d|" % i + pad for i in range(1000)]
-keys = ["k%d" % i for i in range(1000)]
-shapes = {
-    "str_key": lambda c, i: c.put("t", bodies[i], tags="t", keys=keys[i]),
-    "readme": lambda c, i: c.put("t", bodies[i], tags="t", keys=[keys[i]]),
-    "two_keys": lambda c, i: c.put("t", bodies[i], tags="t", keys=[keys[i], "order"]),
-    "properties": lambda c, i: c.put("t", bodies[i], tags="t", keys=keys[i],
-                                     properties={"source": "web", "trace": keys[i]}),
-}
-f, c = shapes[shape], Nothing()
+count = 1000
+"""
+    + SHAPES_SRC
+    + r"""f, c = shapes[shape], Nothing()
 for i in range(n):
     f(c, i % 1000)
 """
+)
 
 
 def _python_side(n: int, shapes: list[str], root: Path) -> list[tuple[str, float]]:

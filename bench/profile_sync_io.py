@@ -133,6 +133,18 @@ def _perf_record(root: Path, data: Path, args: list[str]) -> subprocess.Popen[by
     return rec
 
 
+def _perf_script(data: Path) -> str:
+    """The recorded events as text (pid, cpu, time, event, fields); the data file goes."""
+    script = subprocess.run(
+        ["perf", "script", "-i", str(data), "-F", "pid,cpu,time,event,trace"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    data.unlink()
+    return script
+
+
 def profile(root: Path, pool: bool, layout: str, puts: int, segment_mib: int = 0) -> list[str]:
     StoreClient, _ = client_api()
     name = f"{'pool-on' if pool else 'pool-off'}-{layout}"
@@ -167,13 +179,7 @@ def profile(root: Path, pool: bool, layout: str, puts: int, segment_mib: int = 0
         inodes = _inodes(run.store_dir)
         seg0 = os.stat(run.store_dir / "commitlog" / ("0" * 20)).st_ino
     os.environ.pop(TRACE_ENV)
-    script = subprocess.run(
-        ["perf", "script", "-i", str(data), "-F", "pid,cpu,time,event,trace"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    data.unlink()
+    script = _perf_script(data)
     rows = [json.loads(line) for line in trace.read_text().splitlines()]
     trace.unlink()
     rows = [r for r in rows if ns0 <= r["served"] <= ns1]  # the loop's rounds
@@ -407,13 +413,7 @@ def mechanism(root: Path, mode: str, rounds: int) -> list[str]:
     if ofd >= 0:
         os.close(ofd)
     shutil.rmtree(d)
-    script = subprocess.run(
-        ["perf", "script", "-i", str(data), "-F", "pid,cpu,time,event,trace"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    data.unlink()
+    script = _perf_script(data)
     me = str(os.getpid())
     meta = sum(
         1
