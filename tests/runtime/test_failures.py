@@ -152,8 +152,10 @@ def test_a_stopped_holder_makes_others_busy_not_hang(make_store: StoreFactory) -
             r = client.put("other", b"x", queue_id=0)
             took = time.monotonic() - t0
             assert r.status is PutMessageStatus.OS_PAGECACHE_BUSY, r
-            assert "reservation lock" in r.reason
+            assert "reservation lock was held by one producer longer than" in r.reason
             assert 0.25 <= took < 5, took
+            doc = store.status()
+            assert (doc["lock_timeouts"], doc["lock_queued"]) == (1, 0), doc
             _kill(child)
             r = client.put("other", b"x", queue_id=0)
             assert r.status is OK, r.reason
