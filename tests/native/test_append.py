@@ -55,7 +55,15 @@ def test_the_wait_is_the_holders_hold_not_the_waiters_queue(cb: c.ControlBlock) 
         since = cb.get(c.OFF_LOCK_SINCE)
         assert 0 < since <= time.monotonic_ns()
         got: list[int] = []
-        t = threading.Thread(target=lambda: got.append(b.lock_held(1_000_000_000, 10**10)))
+        released: list[bool] = []
+
+        def wait() -> None:  # the waiter's own thread takes and releases the mutex
+            got.append(b.lock_held(1_000_000_000, 10**10))
+            if got[-1] == 0:
+                released.append(cb.get(c.OFF_LOCK_SINCE) > 0)
+                b.unlock()
+
+        t = threading.Thread(target=wait)
         t0 = time.monotonic()
         t.start()
 
@@ -74,8 +82,7 @@ def test_the_wait_is_the_holders_hold_not_the_waiters_queue(cb: c.ControlBlock) 
         t.join(30)
         assert got == [0] and time.monotonic() - t0 >= 1.5
         assert cb.get(c.OFF_LOCK_TIMEOUTS) == 0
-        b.unlock()
-        assert cb.get(c.OFF_LOCK_SINCE) == 0
+        assert released == [True] and cb.get(c.OFF_LOCK_SINCE) == 0
         # A holder that has held it for 5 s already: a newcomer with 2 s is busy at once.
         assert a.lock(0) == 0
         cb.set(c.OFF_LOCK_SINCE, time.monotonic_ns() - 5_000_000_000)
