@@ -114,6 +114,8 @@ mirrors these offsets; `ipc.reservation` and `ipc/native/mqs_futex.h` say how th
 |      |                  | one holder held it > osPageCacheBusyTimeOutMills         |
 | 2184 | lock_queued      | producers: lock waits refused at their cap (the sync     |
 |      |                  | flush timeout) with no holder over the busy timeout      |
+| 2192 | room_timeouts    | producers: puts refused after waiting the busy timeout   |
+|      |                  | for room (the next file, a pool buffer, slots)           |
 
 Workers table at 512: 8 rows of 64 bytes (pid, heartbeat_ms, restarts, state, name 32s),
 written by the worker (heartbeat) and the supervisor (pid, restarts, state).
@@ -237,6 +239,7 @@ OFF_IDLE_WAKE: Final = 2168
 OFF_IDLE_SLEEPS: Final = 2172
 OFF_LOCK_SINCE: Final = 2176
 OFF_LOCK_QUEUED: Final = 2184
+OFF_ROOM_TIMEOUTS: Final = 2192
 
 
 def bucket_of(value: int, shift: int, buckets: int) -> int:

@@ -215,6 +215,8 @@ def build(
         "lock_timeouts": resv.lock_timeouts,
         # ... and because the wait behind holders that each held it briefly reached its cap
         "lock_queued": resv.lock_queued,
+        # ... and after waiting the busy timeout for the next file, a pool buffer or slots
+        "room_timeouts": resv.room_timeouts,
     }
 
 

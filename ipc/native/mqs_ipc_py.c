@@ -337,6 +337,7 @@ static const struct {
     {"OFF_IDLE_SLEEPS", (long long)MQS_OFF_IDLE_SLEEPS},
     {"OFF_LOCK_SINCE", (long long)MQS_OFF_LOCK_SINCE},
     {"OFF_LOCK_QUEUED", (long long)MQS_OFF_LOCK_QUEUED},
+    {"OFF_ROOM_TIMEOUTS", (long long)MQS_OFF_ROOM_TIMEOUTS},
     {"FLAG_FENCED", (long long)MQS_FLAG_FENCED},
     {"STATE_FILLING", (long long)MQS_STATE_FILLING},
     {"STATE_JOINED", (long long)MQS_STATE_JOINED},

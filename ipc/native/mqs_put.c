@@ -529,6 +529,7 @@ static int reserve(Appender *self, struct mqs_fields *m, struct mqs_item *items,
             deadline = now + self->c.busy_ns;
             __atomic_add_fetch(mqs_i64(self->a.ctl, MQS_OFF_BUSY), 1, __ATOMIC_RELAXED);
         } else if (now >= deadline) {
+            __atomic_add_fetch(mqs_i64(self->a.ctl, MQS_OFF_ROOM_TIMEOUTS), 1, __ATOMIC_RELAXED);
             *took = mqs_mono_ns() - t0;
             return reserve_refusal(self, rc, 1, why);
         }
