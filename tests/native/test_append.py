@@ -13,12 +13,15 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from mqstore import _native
 from mqstore.ipc import control as c
 from mqstore.ipc.commit import pid_alive
 from mqstore.ipc.control_views import Flags
 from mqstore.ipc.reservation import LIVE_LOCK, LiveLock, LiveTable
+from tests.native.lock_reference import lock_held_reference
 from tests.runtime.harness import wait_for
 
 SEG = 1 << 20
@@ -100,6 +103,36 @@ def test_the_wait_is_the_holders_hold_not_the_waiters_queue(cb: c.ControlBlock) 
         a.unlock()
         assert b.lock_held(10**9, 10**9) == 0
         b.unlock()
+    finally:
+        a.close()
+        b.close()
+
+
+_TICK = 100_000_000  # 0.1 s: the steps apart that a late wake-up cannot blur
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(held=st.integers(0, 4), hold=st.integers(1, 3), cap=st.integers(1, 3))
+def test_the_lock_wait_matches_its_reference(
+    cb: c.ControlBlock, held: int, hold: int, cap: int
+) -> None:
+    """`mqs_lock_held` against `lock_held_reference`: one holder that has held the lock for
+    `held` ticks and keeps it; the waiter's answer, and it comes no sooner than said."""
+    assume(cap != hold - held)  # not both at the same instant
+    a, b = (_native.Appender(cb.buf, cb.pool_buf, os.getpid()) for _ in range(2))
+    try:
+        assert a.lock(0) == 0
+        cb.set(c.OFF_LOCK_SINCE, time.monotonic_ns() - held * _TICK)
+        want, after = lock_held_reference(held * _TICK, hold * _TICK, cap * _TICK)
+        t0 = time.monotonic_ns()
+        assert b.lock_held(hold * _TICK, cap * _TICK) == want
+        took = time.monotonic_ns() - t0
+        assert took >= after - _TICK // 10
+        if after == 0 and hold >= 2:  # at once, not after a wait of its own (the old rule)
+            assert took < hold * _TICK, took
+        a.unlock()
     finally:
         a.close()
         b.close()
