@@ -119,15 +119,17 @@ int mqs_lock(uint8_t *ctl, int64_t ctl_len, int64_t wait_ns)
 
 int mqs_lock_held(uint8_t *ctl, int64_t ctl_len, int64_t hold_ns, int64_t cap_ns)
 {
-    /* The deadline is the current holder's: the time it took the lock plus `hold_ns`. A
-     * new holder (its stamp changed) starts a new one; an unknown stamp (0: between a
-     * release and the next holder's stamp) counts from now. */
-    int64_t cap = mqs_mono_ns() + cap_ns, seen = -1, deadline = 0;
+    /* The deadline is the current holder's: the time it took the lock plus `hold_ns`, but
+     * never before the waiter's own `hold_ns` (a holder found already held that long is
+     * waited for too: it may be about to let go). A new holder (its stamp changed) starts
+     * a new one; an unknown stamp (0: between a release and the next holder's stamp)
+     * counts from now. */
+    int64_t start = mqs_mono_ns(), cap = start + cap_ns, seen = -1, deadline = 0;
     for (;;) {
         int64_t since = load(ctl, MQS_OFF_LOCK_SINCE), now = mqs_mono_ns();
         if (since != seen) {
             seen = since;
-            deadline = (since > 0 && since <= now ? since : now) + hold_ns;
+            deadline = (since > start && since <= now ? since : since > 0 ? start : now) + hold_ns;
         }
         struct timespec ts = mono_ts(deadline < cap ? deadline : cap); /* past: one try */
         int rc = pthread_mutex_clocklock(mutex_of(ctl), CLOCK_MONOTONIC, &ts);

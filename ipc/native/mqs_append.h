@@ -41,10 +41,11 @@ int mqs_mutex_init(uint8_t *ctl);
  * is 0. With `wait_ns` > 0, wait up to that long (call without the GIL). A holder that
  * died is repaired first. Returns MQS_OK, MQS_LOCK_TIMEOUT or MQS_LOCK_BROKEN. */
 int mqs_lock(uint8_t *ctl, int64_t ctl_len, int64_t wait_ns);
-/* The put's wait for the lock (call without the GIL), RocketMQ's isOSPageCacheBusy: busy
- * (MQS_LOCK_TIMEOUT) once one holder has held it longer than `hold_ns`
- * (osPageCacheBusyTimeOutMills), however long the wait; a queue of holders that each
- * hold it briefly is waited out, up to `cap_ns` in all (then MQS_LOCK_QUEUED). The
+/* The put's wait for the lock (call without the GIL), after RocketMQ's isOSPageCacheBusy:
+ * busy (MQS_LOCK_TIMEOUT) once one holder has held it longer than `hold_ns`
+ * (osPageCacheBusyTimeOutMills) and the waiter itself has waited `hold_ns`; a queue of
+ * holders that each hold it briefly is waited out, up to `cap_ns` in all (then
+ * MQS_LOCK_QUEUED). The
  * holder's start is the block's lock_since, stamped by whoever takes the lock. */
 int mqs_lock_held(uint8_t *ctl, int64_t ctl_len, int64_t hold_ns, int64_t cap_ns);
 void mqs_unlock(uint8_t *ctl);

@@ -47,11 +47,11 @@ def test_the_lock_times_out_while_another_thread_holds_it(cb: c.ControlBlock) ->
 
 
 def test_the_wait_is_the_holders_hold_not_the_waiters_queue(cb: c.ControlBlock) -> None:
-    """RocketMQ's isOSPageCacheBusy: busy once the put lock has been held longer than
-    osPageCacheBusyTimeOutMills by one holder. A waiter behind a queue of holders that
-    each hold it briefly waits them out (it used to time out after its own wait of the
-    timeout: 2 of 32,000 sync puts under load 40); a holder that has held it longer
-    than the timeout makes a newcomer busy at once."""
+    """After RocketMQ's isOSPageCacheBusy: busy once the put lock has been held longer
+    than osPageCacheBusyTimeOutMills by one holder. A waiter behind a queue of holders
+    that each hold it briefly waits them out (it used to time out after its own wait of
+    the timeout: 2 of 32,000 sync puts under load 40); one that has held it longer than
+    the timeout makes a newcomer busy after the newcomer's own wait of the timeout."""
     a, b = (_native.Appender(cb.buf, cb.pool_buf, os.getpid()) for _ in range(2))
     try:
         assert a.lock(0) == 0
@@ -86,12 +86,13 @@ def test_the_wait_is_the_holders_hold_not_the_waiters_queue(cb: c.ControlBlock) 
         assert got == [0] and time.monotonic() - t0 >= 1.5
         assert cb.get(c.OFF_LOCK_TIMEOUTS) == 0
         assert released == [True] and cb.get(c.OFF_LOCK_SINCE) == 0
-        # A holder that has held it for 5 s already: a newcomer with 2 s is busy at once.
+        # A holder that has held it for 5 s already: a newcomer with 0.5 s is busy after
+        # its own 0.5 s (the holder may be about to let go).
         assert a.lock(0) == 0
         cb.set(c.OFF_LOCK_SINCE, time.monotonic_ns() - 5_000_000_000)
         t0 = time.monotonic()
-        assert b.lock_held(2_000_000_000, 10**10) == _native.LOCK_TIMEOUT
-        assert time.monotonic() - t0 < 1.5
+        assert b.lock_held(500_000_000, 10**10) == _native.LOCK_TIMEOUT
+        assert time.monotonic() - t0 >= 0.49
         assert cb.get(c.OFF_LOCK_TIMEOUTS) == 1
         # A fresh holder, but the waiter's cap (a sync put's flush timeout) is shorter
         # than the hold it would allow: refused at the cap, counted apart.
@@ -120,7 +121,7 @@ def test_the_lock_wait_matches_its_reference(
 ) -> None:
     """`mqs_lock_held` against `lock_held_reference`: one holder that has held the lock for
     `held` ticks and keeps it; the waiter's answer, and it comes no sooner than said."""
-    assume(cap != hold - held)  # not both at the same instant
+    assume(cap != hold)  # not both at the same instant
     a, b = (_native.Appender(cb.buf, cb.pool_buf, os.getpid()) for _ in range(2))
     try:
         assert a.lock(0) == 0
@@ -128,10 +129,7 @@ def test_the_lock_wait_matches_its_reference(
         want, after = lock_held_reference(held * _TICK, hold * _TICK, cap * _TICK)
         t0 = time.monotonic_ns()
         assert b.lock_held(hold * _TICK, cap * _TICK) == want
-        took = time.monotonic_ns() - t0
-        assert took >= after - _TICK // 10
-        if after == 0 and hold >= 2:  # at once, not after a wait of its own (the old rule)
-            assert took < hold * _TICK, took
+        assert time.monotonic_ns() - t0 >= after - _TICK // 10
         a.unlock()
     finally:
         a.close()
