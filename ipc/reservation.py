@@ -29,10 +29,10 @@ state): it is completed, claimed and filled as one, so a batch is read whole or 
 at all, whenever its producer dies or sleeps.
 
 * **reserve** (C `mqs_reserve`, called from `mqs_put.c`): take the mutex (C
-  `mqs_lock_held`): OS_PAGECACHE_BUSY once one holder has held it longer than
-  `os_page_cache_busy_timeout_ms` (RocketMQ's isOSPageCacheBusy; a holder that is
-  stopped, not dead, makes others busy, never hang), while holders that each hold it
-  briefly are waited out up to `sync_flush_timeout_ms` in all; add the queue rows not
+  `mqs_lock_held`): OS_PAGECACHE_BUSY once one holder has held it, and the put has
+  waited, longer than `os_page_cache_busy_timeout_ms` (RocketMQ's isOSPageCacheBusy;
+  a holder that is stopped, not dead, makes others busy, never hang), while holders
+  that each hold it briefly are waited out up to `sync_flush_timeout_ms` in all; add the queue rows not
   known yet; write the intent (cs_seq, cs_pid), the RESERVED rows (first a BLANK's
   when the records roll to the next segment), then the commit point (reserved_pos and
   seq), then the queue rows' next offsets; clear the intent; unlock. No room (the next

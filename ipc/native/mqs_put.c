@@ -386,8 +386,8 @@ static int64_t lock_cap_ns(const Appender *self)
     return self->c.sync_timeout_ns > self->c.busy_ns ? self->c.sync_timeout_ns : self->c.busy_ns;
 }
 
-/* The lock, without the GIL when it has to wait: busy once one holder has held it longer
- * than osPageCacheBusyTimeOutMills (RocketMQ's rule); holders that each hold it briefly
+/* The lock, without the GIL when it has to wait: busy once one holder has held it, and
+ * this put has waited, longer than osPageCacheBusyTimeOutMills (RocketMQ's rule); holders that each hold it briefly
  * are waited out, up to lock_cap_ns. */
 static int take_lock(Appender *self)
 {
