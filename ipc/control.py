@@ -109,6 +109,13 @@ mirrors these offsets; `ipc.reservation` and `ipc/native/mqs_futex.h` say how th
 |      |                  | committer and dispatcher (futex, `_native.idle_sleep`)   |
 | 2172 | idle_sleeps u32  | an idle worker sets it before sleeping on idle_wake; the |
 |      |                  | first publish after takes it back to 0 and wakes them    |
+| 2176 | lock_since       | the reservation lock's holder: CLOCK_MONOTONIC ns it     |
+|      |                  | took the lock, 0 once released; a waiter is refused once |
+|      |                  | one holder held it > osPageCacheBusyTimeOutMills         |
+| 2184 | lock_queued      | producers: lock waits refused at their cap (the sync     |
+|      |                  | flush timeout) with no holder over the busy timeout      |
+| 2192 | room_timeouts    | producers: puts refused after waiting the busy timeout   |
+|      |                  | for room (the next file, a pool buffer, slots)           |
 
 Workers table at 512: 8 rows of 64 bytes (pid, heartbeat_ms, restarts, state, name 32s),
 written by the worker (heartbeat) and the supervisor (pid, restarts, state).
@@ -230,6 +237,9 @@ OFF_GATHER_WANT: Final = 2152
 OFF_FENCE_SEQ: Final = 2160
 OFF_IDLE_WAKE: Final = 2168
 OFF_IDLE_SLEEPS: Final = 2172
+OFF_LOCK_SINCE: Final = 2176
+OFF_LOCK_QUEUED: Final = 2184
+OFF_ROOM_TIMEOUTS: Final = 2192
 
 
 def bucket_of(value: int, shift: int, buckets: int) -> int:

@@ -145,6 +145,9 @@ class Reservation(_View):
     holder_pid = _Field(c.OFF_CS_PID)
     holder_seq = _Field(c.OFF_CS_SEQ)
     busy_waits = _Field(c.OFF_BUSY)
+    lock_timeouts = _Field(c.OFF_LOCK_TIMEOUTS)  # waits refused: one holder held it too long
+    lock_queued = _Field(c.OFF_LOCK_QUEUED)  # waits refused at their cap, no holder too long
+    room_timeouts = _Field(c.OFF_ROOM_TIMEOUTS)  # refused after waiting for file/buffer/slots
     fillers = _Field(c.OFF_FILLERS)
     _stale = _Field(c.OFF_STALE_FROM)
 

@@ -28,13 +28,16 @@ after it) marks every slot after its first JOINED (`STATE_JOINED`, a bit beside 
 state): it is completed, claimed and filled as one, so a batch is read whole or not
 at all, whenever its producer dies or sleeps.
 
-* **reserve** (C `mqs_reserve`, called from `mqs_put.c`): take the mutex with a deadline
-  of `os_page_cache_busy_timeout_ms` (a holder that is stopped, not dead, makes others
-  return OS_PAGECACHE_BUSY, never hang); add the queue rows not known yet; write the
-  intent (cs_seq, cs_pid), the RESERVED rows (first a BLANK's when the records roll to
-  the next segment), then the commit point (reserved_pos and seq), then the queue rows'
-  next offsets; clear the intent; unlock. No room (the next file, a pool buffer, slots):
-  unlock, sleep and try again until the busy timeout.
+* **reserve** (C `mqs_reserve`, called from `mqs_put.c`): take the mutex (C
+  `mqs_lock_held`): OS_PAGECACHE_BUSY once one holder has held it, and the put has
+  waited, longer than `os_page_cache_busy_timeout_ms` (RocketMQ's isOSPageCacheBusy;
+  a holder that is stopped, not dead, makes others busy, never hang), while holders
+  that each hold it briefly are waited out up to `sync_flush_timeout_ms` in all; add
+  the queue rows not known yet; write the intent (cs_seq, cs_pid), the RESERVED rows
+  (first a BLANK's when the records roll to the next segment), then the commit point
+  (reserved_pos and seq), then the queue rows' next offsets; clear the intent; unlock.
+  No room (the next file, a pool buffer, slots): unlock, sleep and try again until the
+  busy timeout.
 * **repair** (C, inside the lock): a holder that died in the section leaves the mutex
   EOWNERDEAD. The next locker reads the intent: slots in [cs_seq, seq) are committed and
   keep their queue offsets, so each queue row moves past them; rows at or after seq were

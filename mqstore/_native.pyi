@@ -37,6 +37,7 @@ def encode(
 # --- the put (ipc/native/mqs_put.c, mqs_fields.c, mqs_append.c) ------------------------
 
 LOCK_TIMEOUT: int  # the reservation lock was not free within the timeout
+LOCK_QUEUED: int  # lock_held: no holder held it too long, but the wait hit its cap
 LOCK_BROKEN: int  # the reservation mutex is ENOTRECOVERABLE
 FENCED: int  # the put's generation is over (ipc.fence): not stored
 LAYOUT: dict[str, int]  # the control-block offsets C uses (ipc.control must agree)
@@ -160,6 +161,9 @@ class Appender:
     def lock(self, timeout_ns: int, /) -> int:
         """0 once held (a dead holder's section repaired first), or a code < 0."""
 
+    def lock_held(self, hold_ns: int, cap_ns: int, /) -> int:
+        """The put's wait: LOCK_TIMEOUT once one holder held it > `hold_ns`, LOCK_QUEUED
+        after `cap_ns` of waiting behind holders that each held it less."""
     def unlock(self) -> None: ...
     def wait_flushed(self, end: int, timeout_ns: int, /) -> int:
         """0 flushed up to `end`, 1 timed out, 2 the store is read-only, 3 the generation

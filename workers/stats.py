@@ -210,6 +210,13 @@ def build(
         "findings": [str(f) for f in cb.check()],
         "reservation_holder": reservation_holder(cb),
         "busy_waits": resv.busy_waits,
+        # puts refused OS_PAGECACHE_BUSY because one holder kept the reservation lock
+        # longer than osPageCacheBusyTimeOutMills (the reason each such put carries)
+        "lock_timeouts": resv.lock_timeouts,
+        # ... and because the wait behind holders that each held it briefly reached its cap
+        "lock_queued": resv.lock_queued,
+        # ... and after waiting the busy timeout for the next file, a pool buffer or slots
+        "room_timeouts": resv.room_timeouts,
     }
 
 

@@ -78,13 +78,16 @@ static int locked(uint8_t *ctl, int64_t ctl_len, int rc)
     if (rc == 0) {
         if (load(ctl, MQS_OFF_CS_PID) != 0) /* a holder raised inside (Python path) */
             repair(ctl, ctl_len);
+        store(ctl, MQS_OFF_LOCK_SINCE, mqs_mono_ns());
         return MQS_OK;
     }
     if (rc == EOWNERDEAD) {
         repair(ctl, ctl_len);
         __atomic_add_fetch(mqs_i64(ctl, MQS_OFF_OWNER_DEAD), 1, __ATOMIC_RELAXED);
-        if (pthread_mutex_consistent(mutex_of(ctl)) == 0)
+        if (pthread_mutex_consistent(mutex_of(ctl)) == 0) {
+            store(ctl, MQS_OFF_LOCK_SINCE, mqs_mono_ns());
             return MQS_OK;
+        }
         rc = ENOTRECOVERABLE;
     }
     if (rc == ENOTRECOVERABLE) {
@@ -97,26 +100,56 @@ static int locked(uint8_t *ctl, int64_t ctl_len, int rc)
     return MQS_LOCK_BROKEN;
 }
 
+static struct timespec mono_ts(int64_t ns)
+{
+    struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
+    return ts;
+}
+
 int mqs_lock(uint8_t *ctl, int64_t ctl_len, int64_t wait_ns)
 {
     if (wait_ns <= 0)
         return locked(ctl, ctl_len, pthread_mutex_trylock(mutex_of(ctl)));
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += wait_ns / 1000000000;
-    ts.tv_nsec += wait_ns % 1000000000;
-    if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-    }
+    struct timespec ts = mono_ts(mqs_mono_ns() + wait_ns);
     int rc = locked(ctl, ctl_len, pthread_mutex_clocklock(mutex_of(ctl), CLOCK_MONOTONIC, &ts));
     if (rc == MQS_LOCK_TIMEOUT)
         __atomic_add_fetch(mqs_i64(ctl, MQS_OFF_LOCK_TIMEOUTS), 1, __ATOMIC_RELAXED);
     return rc;
 }
 
+int mqs_lock_held(uint8_t *ctl, int64_t ctl_len, int64_t hold_ns, int64_t cap_ns)
+{
+    /* The deadline is the current holder's: the time it took the lock plus `hold_ns`, but
+     * never before the waiter's own `hold_ns` (a holder found already held that long is
+     * waited for too: it may be about to let go). A new holder (its stamp changed) starts
+     * a new one; an unknown stamp (0: between a release and the next holder's stamp)
+     * counts from now. */
+    int64_t start = mqs_mono_ns(), cap = start + cap_ns, seen = -1, deadline = 0;
+    for (;;) {
+        int64_t since = load(ctl, MQS_OFF_LOCK_SINCE), now = mqs_mono_ns();
+        if (since != seen) {
+            seen = since;
+            deadline = (since > start && since <= now ? since : since > 0 ? start : now) + hold_ns;
+        }
+        struct timespec ts = mono_ts(deadline < cap ? deadline : cap); /* past: one try */
+        int rc = pthread_mutex_clocklock(mutex_of(ctl), CLOCK_MONOTONIC, &ts);
+        if (rc != ETIMEDOUT)
+            return locked(ctl, ctl_len, rc);
+        now = mqs_mono_ns();
+        if (load(ctl, MQS_OFF_LOCK_SINCE) == seen && now >= deadline) {
+            __atomic_add_fetch(mqs_i64(ctl, MQS_OFF_LOCK_TIMEOUTS), 1, __ATOMIC_RELAXED);
+            return MQS_LOCK_TIMEOUT; /* one holder held it longer than `hold_ns` */
+        }
+        if (now >= cap) {
+            __atomic_add_fetch(mqs_i64(ctl, MQS_OFF_LOCK_QUEUED), 1, __ATOMIC_RELAXED);
+            return MQS_LOCK_QUEUED;
+        }
+    }
+}
+
 void mqs_unlock(uint8_t *ctl)
 {
+    store(ctl, MQS_OFF_LOCK_SINCE, 0);
     pthread_mutex_unlock(mutex_of(ctl));
 }
 

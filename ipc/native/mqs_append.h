@@ -24,6 +24,7 @@ enum {
     MQS_BAD_POSITIONS = -9, /* reserved or seq is not a position (a scribbled block) */
     /* mqs_complete: the put is not in the log (the filler claimed it, or past the fence) */
     MQS_FENCED = -10,
+    MQS_LOCK_QUEUED = -11, /* mqs_lock_held: no holder too long, but the wait hit its cap */
 };
 
 struct mqs_appender {
@@ -40,6 +41,13 @@ int mqs_mutex_init(uint8_t *ctl);
  * is 0. With `wait_ns` > 0, wait up to that long (call without the GIL). A holder that
  * died is repaired first. Returns MQS_OK, MQS_LOCK_TIMEOUT or MQS_LOCK_BROKEN. */
 int mqs_lock(uint8_t *ctl, int64_t ctl_len, int64_t wait_ns);
+/* The put's wait for the lock (call without the GIL), after RocketMQ's isOSPageCacheBusy:
+ * busy (MQS_LOCK_TIMEOUT) once one holder has held it longer than `hold_ns`
+ * (osPageCacheBusyTimeOutMills) and the waiter itself has waited `hold_ns`; a queue of
+ * holders that each hold it briefly is waited out, up to `cap_ns` in all (then
+ * MQS_LOCK_QUEUED). The
+ * holder's start is the block's lock_since, stamped by whoever takes the lock. */
+int mqs_lock_held(uint8_t *ctl, int64_t ctl_len, int64_t hold_ns, int64_t cap_ns);
 void mqs_unlock(uint8_t *ctl);
 
 struct mqs_item {

@@ -125,6 +125,24 @@ static PyObject *appender_lock(Appender *self, PyObject *arg)
     return PyLong_FromLong(rc);
 }
 
+/* lock_held(hold_ns, cap_ns) -> 0 | LOCK_TIMEOUT | LOCK_QUEUED | LOCK_BROKEN: the put's
+ * wait for the lock (`mqs_lock_held`). */
+static PyObject *appender_lock_held(Appender *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int64_t hold_ns, cap_ns;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "lock_held(hold_ns, cap_ns) takes two arguments");
+        return NULL;
+    }
+    if (appender_ready(self) < 0 || mqs_arg_i64(args[0], "hold_ns", &hold_ns) < 0 ||
+        mqs_arg_i64(args[1], "cap_ns", &cap_ns) < 0)
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS rc = mqs_lock_held(self->a.ctl, self->ctl.len, hold_ns, cap_ns);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(rc);
+}
+
 static PyObject *appender_unlock(Appender *self, PyObject *Py_UNUSED(a))
 {
     if (appender_ready(self) < 0)
@@ -256,6 +274,8 @@ static PyObject *appender_configure_compression(Appender *self, PyObject *const 
 static PyMethodDef appender_methods[] = {
     {"lock", (PyCFunction)appender_lock, METH_O,
      "lock(timeout_ns) -> int: take the reservation lock (0) or a code (< 0)."},
+    FAST("lock_held", appender_lock_held,
+         "lock_held(hold_ns, cap_ns) -> 0 | LOCK_TIMEOUT | LOCK_QUEUED: the put's wait."),
     {"unlock", (PyCFunction)appender_unlock, METH_NOARGS, "unlock(): release it."},
     FAST("complete", appender_complete,
          "complete(first, n) -> 0 | FENCED: a reservation of n slots from first, all written: "
@@ -315,6 +335,9 @@ static const struct {
     {"OFF_FENCE_SEQ", (long long)MQS_OFF_FENCE_SEQ},
     {"OFF_IDLE_WAKE", (long long)MQS_OFF_IDLE_WAKE},
     {"OFF_IDLE_SLEEPS", (long long)MQS_OFF_IDLE_SLEEPS},
+    {"OFF_LOCK_SINCE", (long long)MQS_OFF_LOCK_SINCE},
+    {"OFF_LOCK_QUEUED", (long long)MQS_OFF_LOCK_QUEUED},
+    {"OFF_ROOM_TIMEOUTS", (long long)MQS_OFF_ROOM_TIMEOUTS},
     {"FLAG_FENCED", (long long)MQS_FLAG_FENCED},
     {"STATE_FILLING", (long long)MQS_STATE_FILLING},
     {"STATE_JOINED", (long long)MQS_STATE_JOINED},
@@ -374,6 +397,7 @@ int mqs_ipc_add(PyObject *m)
         PyModule_AddFunctions(m, ipc_methods) < 0 ||
         PyModule_AddObjectRef(m, "Appender", (PyObject *)&AppenderType) < 0 || add_layout(m) < 0 ||
         mqs_put_add(m) < 0 || mqs_uniq_add(m) < 0 || PyModule_AddIntConstant(m, "LOCK_TIMEOUT", MQS_LOCK_TIMEOUT) < 0 ||
+        PyModule_AddIntConstant(m, "LOCK_QUEUED", MQS_LOCK_QUEUED) < 0 ||
         PyModule_AddIntConstant(m, "LOCK_BROKEN", MQS_LOCK_BROKEN) < 0 ||
         PyModule_AddIntConstant(m, "FENCED", MQS_FENCED) < 0)
         return -1;

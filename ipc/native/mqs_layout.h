@@ -61,6 +61,9 @@
 #define MQS_OFF_FENCE_SEQ 2160     /* i64: 1 + `seq` when the block was fenced (0: not yet) */
 #define MQS_OFF_IDLE_WAKE 2168     /* u32 futex: a publish bumps it when IDLE_SLEEPS was set */
 #define MQS_OFF_IDLE_SLEEPS 2172   /* u32: 1 once an idle worker sleeps on IDLE_WAKE */
+#define MQS_OFF_LOCK_SINCE 2176    /* i64: CLOCK_MONOTONIC ns the lock's holder took it (0: free) */
+#define MQS_OFF_LOCK_QUEUED 2184   /* i64: put lock waits refused at their cap, no holder too long */
+#define MQS_OFF_ROOM_TIMEOUTS 2192 /* i64: puts refused after the busy timeout waiting for room */
 #define MQS_NATIVE_END 2304
 
 /* Reservation slots: row `seq % slot_count`. */

@@ -379,12 +379,22 @@ static PyObject *refused(Appender *self, struct mqs_refusal *why, int n, int bat
 
 /* ---- reservation -------------------------------------------------------------------- */
 
-/* The lock, without the GIL when it has to wait. */
+/* How long a put waits for the lock in all: the sync flush timeout (the time a sync put
+ * is given anyway), or the busy timeout if that is longer. */
+static int64_t lock_cap_ns(const Appender *self)
+{
+    return self->c.sync_timeout_ns > self->c.busy_ns ? self->c.sync_timeout_ns : self->c.busy_ns;
+}
+
+/* The lock, without the GIL when it has to wait: busy once one holder has held it, and
+ * this put has waited, longer than osPageCacheBusyTimeOutMills (RocketMQ's rule); holders that each hold it briefly
+ * are waited out, up to lock_cap_ns. */
 static int take_lock(Appender *self)
 {
     int rc = mqs_lock(self->a.ctl, self->ctl.len, 0);
     if (rc == MQS_LOCK_TIMEOUT && self->c.busy_ns > 0) {
-        Py_BEGIN_ALLOW_THREADS rc = mqs_lock(self->a.ctl, self->ctl.len, self->c.busy_ns);
+        int64_t cap = lock_cap_ns(self);
+        Py_BEGIN_ALLOW_THREADS rc = mqs_lock_held(self->a.ctl, self->ctl.len, self->c.busy_ns, cap);
         Py_END_ALLOW_THREADS
     }
     return rc;
@@ -432,10 +442,15 @@ static int reserve_refusal(Appender *self, int rc, int after_wait, struct mqs_re
     long long ms = (long long)(self->c.busy_ns / 1000000);
     if (rc == MQS_LOCK_TIMEOUT)
         return mqs_fields_refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
-                      PyUnicode_FromFormat("the reservation lock was not free within "
-                                           "osPageCacheBusyTimeOutMills (%lld ms): another "
-                                           "producer holds it",
+                      PyUnicode_FromFormat("the reservation lock was held by one producer "
+                                           "longer than osPageCacheBusyTimeOutMills (%lld ms)",
                                            ms));
+    if (rc == MQS_LOCK_QUEUED)
+        return mqs_fields_refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
+                      PyUnicode_FromFormat("the reservation lock was not free within %lld ms "
+                                           "(syncFlushTimeout), though no producer held it "
+                                           "longer than osPageCacheBusyTimeOutMills (%lld ms)",
+                                           (long long)(lock_cap_ns(self) / 1000000), ms));
     if (rc == MQS_LOCK_BROKEN)
         return mqs_fields_refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
                       PyUnicode_FromString("the reservation lock is unrecoverable (a producer "
@@ -514,6 +529,7 @@ static int reserve(Appender *self, struct mqs_fields *m, struct mqs_item *items,
             deadline = now + self->c.busy_ns;
             __atomic_add_fetch(mqs_i64(self->a.ctl, MQS_OFF_BUSY), 1, __ATOMIC_RELAXED);
         } else if (now >= deadline) {
+            __atomic_add_fetch(mqs_i64(self->a.ctl, MQS_OFF_ROOM_TIMEOUTS), 1, __ATOMIC_RELAXED);
             *took = mqs_mono_ns() - t0;
             return reserve_refusal(self, rc, 1, why);
         }

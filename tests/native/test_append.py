@@ -13,12 +13,16 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from mqstore import _native
 from mqstore.ipc import control as c
 from mqstore.ipc.commit import pid_alive
 from mqstore.ipc.control_views import Flags
 from mqstore.ipc.reservation import LIVE_LOCK, LiveLock, LiveTable
+from tests.native.lock_reference import lock_held_reference
+from tests.runtime.harness import wait_for
 
 SEG = 1 << 20
 
@@ -37,6 +41,96 @@ def test_the_lock_times_out_while_another_thread_holds_it(cb: c.ControlBlock) ->
         a.unlock()
         assert b.lock(0) == 0
         b.unlock()
+    finally:
+        a.close()
+        b.close()
+
+
+def test_the_wait_is_the_holders_hold_not_the_waiters_queue(cb: c.ControlBlock) -> None:
+    """After RocketMQ's isOSPageCacheBusy: busy once the put lock has been held longer
+    than osPageCacheBusyTimeOutMills by one holder. A waiter behind a queue of holders
+    that each hold it briefly waits them out (it used to time out after its own wait of
+    the timeout: 2 of 32,000 sync puts under load 40); one that has held it longer than
+    the timeout makes a newcomer busy after the newcomer's own wait of the timeout."""
+    a, b = (_native.Appender(cb.buf, cb.pool_buf, os.getpid()) for _ in range(2))
+    try:
+        assert a.lock(0) == 0
+        since = cb.get(c.OFF_LOCK_SINCE)
+        assert 0 < since <= time.monotonic_ns()
+        got: list[int] = []
+        released: list[bool] = []
+
+        def wait() -> None:  # the waiter's own thread takes and releases the mutex
+            got.append(b.lock_held(1_000_000_000, 10**10))
+            if got[-1] == 0:
+                released.append(cb.get(c.OFF_LOCK_SINCE) > 0)
+                b.unlock()
+
+        t = threading.Thread(target=wait)
+        t0 = time.monotonic()
+        t.start()
+
+        # The holder hands over four times within the timeout: each new holder stamps the
+        # time it took the lock (what a real handover writes), and the waiter waits on.
+        def held(ns: int) -> None:
+            wait_for(lambda: time.monotonic_ns() - cb.get(c.OFF_LOCK_SINCE) > ns, 30, "the hold")
+
+        for _ in range(4):
+            held(300_000_000)
+            assert got == []
+            cb.set(c.OFF_LOCK_SINCE, time.monotonic_ns())
+        held(300_000_000)
+        assert got == []  # 1.5 s of waiting: more than its timeout, no hold over it
+        a.unlock()
+        t.join(30)
+        assert got == [0] and time.monotonic() - t0 >= 1.5
+        assert cb.get(c.OFF_LOCK_TIMEOUTS) == 0
+        assert released == [True] and cb.get(c.OFF_LOCK_SINCE) == 0
+        # A holder that has held it for 5 s already: a newcomer with 0.5 s is busy after
+        # its own 0.5 s (the holder may be about to let go).
+        assert a.lock(0) == 0
+        cb.set(c.OFF_LOCK_SINCE, time.monotonic_ns() - 5_000_000_000)
+        t0 = time.monotonic()
+        assert b.lock_held(500_000_000, 10**10) == _native.LOCK_TIMEOUT
+        assert time.monotonic() - t0 >= 0.49
+        assert cb.get(c.OFF_LOCK_TIMEOUTS) == 1
+        # A fresh holder, but the waiter's cap (a sync put's flush timeout) is shorter
+        # than the hold it would allow: refused at the cap, counted apart.
+        cb.set(c.OFF_LOCK_SINCE, time.monotonic_ns())
+        t0 = time.monotonic()
+        assert b.lock_held(10**10, 300_000_000) == _native.LOCK_QUEUED
+        assert time.monotonic() - t0 >= 0.29
+        assert (cb.get(c.OFF_LOCK_TIMEOUTS), cb.get(c.OFF_LOCK_QUEUED)) == (1, 1)
+        a.unlock()
+        assert b.lock_held(10**9, 10**9) == 0
+        b.unlock()
+    finally:
+        a.close()
+        b.close()
+
+
+_TICK = 100_000_000  # 0.1 s: the steps apart that a late wake-up cannot blur
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(held=st.integers(0, 4), hold=st.integers(1, 3), cap=st.integers(1, 3))
+def test_the_lock_wait_matches_its_reference(
+    cb: c.ControlBlock, held: int, hold: int, cap: int
+) -> None:
+    """`mqs_lock_held` against `lock_held_reference`: one holder that has held the lock for
+    `held` ticks and keeps it; the waiter's answer, and it comes no sooner than said."""
+    assume(cap != hold)  # not both at the same instant
+    a, b = (_native.Appender(cb.buf, cb.pool_buf, os.getpid()) for _ in range(2))
+    try:
+        assert a.lock(0) == 0
+        cb.set(c.OFF_LOCK_SINCE, time.monotonic_ns() - held * _TICK)
+        want, after = lock_held_reference(held * _TICK, hold * _TICK, cap * _TICK)
+        t0 = time.monotonic_ns()
+        assert b.lock_held(hold * _TICK, cap * _TICK) == want
+        assert time.monotonic_ns() - t0 >= after - _TICK // 10
+        a.unlock()
     finally:
         a.close()
         b.close()

@@ -181,6 +181,8 @@ def test_pool_exhausted_returns_os_pagecache_busy(make_store: StoreFactory) -> N
                     break
             assert statuses[-1] is PutMessageStatus.OS_PAGECACHE_BUSY
             assert statuses.count(OK) < 140  # two 64 KiB buffers hold about 120 of these
+            doc = st.status()
+            assert (doc["room_timeouts"], doc["lock_timeouts"]) == (1, 0), doc
     finally:
         os.kill(committer["pid"], signal.SIGCONT)
     with StoreClient.attach(st.path) as client:
