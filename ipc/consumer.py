@@ -450,6 +450,11 @@ class Consumer:
                 if q is not None and q.state == "active":
                     self._revoke(q)
                     changed = True
+                elif q is None and tag not in self._lapsed:
+                    # granted and revoked between two of our beats: never taken up,
+                    # so handed back now (else the next owner waits for its lease)
+                    self._release.append(tag)
+                    self._beat_now.set()
             for tag in reply.get("cancel", []):
                 q = self._queues.pop(tag, None)
                 if q is not None:

@@ -134,3 +134,55 @@ def test_a_member_whose_beat_replies_come_late_hands_its_queues_on(
         for m in (slow, ok):
             if m.proc.poll() is None:
                 m.stop()
+
+
+def test_a_grant_revoked_before_its_member_heard_of_it_is_handed_on_at_its_next_beat(
+    make_store: object, tmp_path: Path
+) -> None:
+    """A grant made between two of its member's beats (here the member is stopped when
+    another dies) and revoked before the next (a newcomer joins) was never taken up: the
+    member hands it back at that beat, and the newcomer gets its share then, not when
+    the grant's lease (10 s) would have run out."""
+    store: Store = make_store(QUEUES)  # type: ignore[operator]
+    session = ("--session-ms", "10000")
+    a = spawn_member(store.path, "g", "orders", tmp_path / "a.log", *session)
+    a.wait_joined()
+    b = spawn_member(store.path, "g", "orders", tmp_path / "b.log", *session)
+    b.wait_joined()
+    c = None
+    try:
+        wait_for(
+            lambda: len(set(owners(store.path, "g", "orders").values()) - {None}) == 2,
+            30,
+            "two owners of two queues each",
+        )
+        os.kill(b.proc.pid, signal.SIGSTOP)
+        try:
+            a.kill()  # a's queues are granted to b while b hears nothing
+            wait_for(
+                lambda: set(owners(store.path, "g", "orders").values()) == {b.member_id},
+                30,
+                "a's queues granted to the stopped b",
+            )
+            c = spawn_member(store.path, "g", "orders", tmp_path / "c.log", *session)
+            c.wait_joined()  # revokes two of b's grants: at least one b never heard of
+            wait_for(
+                lambda: None in owners(store.path, "g", "orders").values(),
+                30,
+                "b's queues being handed over",
+            )
+        finally:
+            os.kill(b.proc.pid, signal.SIGCONT)
+        resumed = time.monotonic()
+        new = c.member_id
+        wait_for(
+            lambda: sum(o == new for o in owners(store.path, "g", "orders").values()) == 2,
+            30,
+            "the newcomer's share",
+        )
+        took = time.monotonic() - resumed
+        assert took < 3.0, f"the newcomer got its share {took:.2f} s after b resumed"
+    finally:
+        for m in (b, c):
+            if m is not None:
+                assert m.stop() == 0
