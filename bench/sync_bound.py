@@ -23,12 +23,25 @@ a process of its own, the parts nothing in the store can remove:
   (user + system) per round, for the group sizes a round may cover; the round's cost is
   shared by its G puts;
 
-The bound for W producers: loop floor + put + pair + fdatasync(G = W)/W, the most
-generous group (every producer in every round: in practice the rounds are about half
-that, `bench.profile_sync_check`). It leaves out everything else the store does per put
-(the dispatcher's consume queue and index, the committer's copy, the flusher's own loop):
-a lower bound on CPU, so the ratio is an upper bound. The peer (W processes, 1 KiB write +
-fdatasync each, the checks' naive script) runs in the same invocation. `--with-check`
+The CPU bound for W producers: ring + put + fdatasync(G)/G, for rounds of G = W/2 (what
+the rounds settle at) and G = W (every producer in every round).
+
+The other bound is time: the flusher forces one round at a time, and a producer woken by
+round N is back with its next put while round N+1 runs, so it joins round N+2: the rounds
+alternate between two halves of the producers (`bench.profile_sync_check`: 7-9 messages a
+round at 16). So at most W/2 puts per fdatasync's wall time (its fastest tenth, measured
+alone), whatever the CPU, while the peer's W processes overlap their fdatasyncs in the
+disk's queue. In the store the half that is not in the round must also make its puts
+while the round's fdatasync runs: the two bounds do not simply take the lower of them.
+
+Both leave out everything else the store does per put (the dispatcher's consume queue
+and index, the committer's copy, the flusher's own loop, the gather, the wake): lower
+bounds on time and CPU, so the ratios are upper bounds. The peer (W processes, 1 KiB
+write + fdatasync each, the checks' naive script) runs in the same invocation.
+
+A third cost is the checks' own: they start every client at once and time each client's
+loop, so the slowest loop can run beside the other clients' interpreter starts (a start's
+CPU is printed; `bench.profile_sync_check` shows how long all W loops overlap). `--with-check`
 adds, for each W, a run in the checks' shape (`bench.profile_sync_check`, pool on): the
 CPU per put the store and its clients take today, beside the bound.
 """
@@ -99,11 +112,13 @@ def loop_floor(n: int) -> float:
 
 
 PUT_NO_WAIT = r"""
-import sys, time
+import resource, sys, time
 from mqstore import StoreClient
 store, n = sys.argv[1], int(sys.argv[2])
 pad = b"x" * 1000
 with StoreClient.attach(store) as c:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    start_us = (ru.ru_utime + ru.ru_stime) * 1e6
     for i in range(200):
         c.put("perf", b"warm" + pad, keys=["k"], tags="t", wait_store=False)
     t0 = time.process_time_ns()
@@ -111,12 +126,13 @@ with StoreClient.attach(store) as c:
         body = b"w%04d-m%08d|" % (1, i) + pad
         r = c.put("perf", body, keys=["k-%d-%d" % (1, i)], tags="t%d" % (i % 3), wait_store=False)
         assert r.status.name == "PUT_OK", r
-    print((time.process_time_ns() - t0) / n / 1e3)
+    print((time.process_time_ns() - t0) / n / 1e3, start_us)
 """
 
 
-def put_no_wait(root: Path, n: int, floor: float) -> float:
-    """CPU µs of the real put beyond the loop floor (SYNC_FLUSH store, pool on, no wait)."""
+def put_no_wait(root: Path, n: int, floor: float) -> tuple[float, float]:
+    """CPU µs of the real put beyond the loop floor (SYNC_FLUSH store, pool on, no wait),
+    and of the client's start: interpreter, `from mqstore import StoreClient`, attach."""
     client_api()
     script = root / "put_no_wait.py"
     script.write_text(PUT_NO_WAIT)
@@ -125,7 +141,8 @@ def put_no_wait(root: Path, n: int, floor: float) -> float:
             [sys.executable, str(script), str(run.store_dir), str(n)],
             capture_output=True, text=True, check=True, cwd=REPO,
         )  # fmt: skip
-    return float(out.stdout.strip()) - floor
+    put, start = (float(x) for x in out.stdout.split())
+    return put - floor, start
 
 
 def _futex(libc: ctypes.CDLL, addr: int, op: int, val: int) -> int:
@@ -243,20 +260,30 @@ def ctypes_calls_us(n: int) -> float:
     return (_cpu_ns() - t0) / n / 1e3
 
 
-def fdatasync_round(root: Path, kib: int, n: int) -> float:
-    """CPU µs (user + system) of one append of `kib` KiB + fdatasync to a fresh file."""
+def fdatasync_round(root: Path, kib: int, n: int) -> tuple[float, float]:
+    """CPU µs (user + system) of one round in the store's shape: `kib` KiB written over
+    a segment made ahead (zeros, already on disk, so no size or extent changes) + one
+    fdatasync; and the wall µs of the fdatasync alone (the fastest tenth's: the disk is
+    shared, its median swings with other tenants' I/O, and a bound takes the best case)."""
     path = root / f"fsync-{kib}.log"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     body = os.urandom(1024 * kib)
+    walls: list[int] = []
     try:
-        for _ in range(20):
-            os.write(fd, body)
+        zeros = bytes(1 << 20)
+        for _ in range(-(-(n + 20) * len(body) // len(zeros))):
+            os.write(fd, zeros)
+        os.fsync(fd)
+        for i in range(20):
+            os.pwrite(fd, body, i * len(body))
             os.fdatasync(fd)
         t0 = _cpu_ns()
-        for _ in range(n):
-            os.write(fd, body)
+        for i in range(20, n + 20):
+            os.pwrite(fd, body, i * len(body))
+            a = time.monotonic_ns()
             os.fdatasync(fd)
-        return (_cpu_ns() - t0) / n / 1e3
+            walls.append(time.monotonic_ns() - a)
+        return (_cpu_ns() - t0) / n / 1e3, sorted(walls)[n // 10] / 1e3
     finally:
         os.close(fd)
         path.unlink()
@@ -278,25 +305,29 @@ def naive(root: Path, workers: int, n: int) -> tuple[float, float]:
 def measure(root: Path, producers: list[int], with_check: bool = False) -> str:
     load0 = os.getloadavg()
     floor = loop_floor(200_000)
-    put = put_no_wait(root, 20_000, floor)
+    put, start = put_no_wait(root, 20_000, floor)
     pair = sleep_wake_pair(20_000)
     shim = ctypes_calls_us(200_000)
     rings = {w: ring(w, 2000 if w <= 16 else 600) - shim for w in producers}
     groups = sorted({1, 8, *producers, *(w // 2 for w in producers)})
-    fs = {g: fdatasync_round(root, g, 1000) for g in groups}
+    fsw = {g: fdatasync_round(root, g, 1000) for g in groups}
+    fs = {g: v[0] for g, v in fsw.items()}
     lines = [
         f"load at start {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}",
         "parts, CPU µs (user + system), each measured alone:",
         f"  loop floor: the check's client loop, a put that does nothing, hot     {floor:6.1f}",
         f"  put beyond the floor: SYNC_FLUSH, pool on, wait_store=False, hot      {put:6.1f}",
         f"  futex sleep/wake pair between 2 processes (both sides), hot           {pair:6.1f}",
+        f"  a client's start: interpreter, import, attach (once per client)     {start:8.0f}",
         *(
             f"  loop floor + one sleep/wake pair per put, {w} processes in a ring on 2 cores "
             f"(2 in flight, caches cold as in the check)  {rings[w]:6.1f}"
             for w in producers
         ),
-        "  append G KiB + fdatasync, per round: "
+        "  G KiB written over a segment made ahead + fdatasync, per round: "
         + ", ".join(f"G={g} {v:.1f}" for g, v in fs.items()),
+        "  its fdatasync's wall time, 10th percentile µs: "
+        + ", ".join(f"G={g} {v[1]:.0f}" for g, v in fsw.items()),
         "bound: least CPU per sync put = ring + put + fdatasync(G) / G, nothing else the "
         "store does counted",
     ]
@@ -308,7 +339,22 @@ def measure(root: Path, producers: list[int], with_check: bool = False) -> str:
             f"  {w} producers: naive peer {rate:,.0f}/s ({ncpu:.1f} µs CPU/message); the goal "
             f"{goal}x = {goal * rate:,.0f}/s needs <= {2e6 / (rate * goal):.1f} µs CPU/put all in"
         )
-        for g in sorted({w // 2, w}):
+        lines.append(
+            f"    the other clients' starts, if they run beside the slowest loop (the check "
+            f"times each client's loop only, but starts them all at once): {w - 1} x "
+            f"{start / 1e3:.0f} ms over {w} x {n} puts = {(w - 1) * start / (w * n):.1f} µs "
+            f"per put more"
+        )
+        half = w // 2
+        wall = fsw[half][1]
+        lines.append(
+            f"    one round in flight at a time (the flusher's design): the puts of a round's "
+            f"waiters come back while the next round runs, so rounds alternate between two "
+            f"halves of the producers: at most {half} puts per fdatasync, {half}/{wall:.0f} µs "
+            f"= {half / wall * 1e6:,.0f}/s, ratio <= {half / wall * 1e6 / rate:.2f} (before any "
+            f"gather, commit or wake time)"
+        )
+        for g in sorted({half, w}):
             g_fs = fs.get(g) or fs[min(fs, key=lambda x: abs(x - g))]
             least = rings[w] + put + g_fs / g
             lines.append(
