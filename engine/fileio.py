@@ -111,7 +111,7 @@ def _install_env_faults() -> None:
 def seams_quiet(*ops: str) -> bool:
     """No fault is set on any of `ops` and no sync watch is installed: a caller that does
     those operations in C (the flusher's round, `ipc.commit`) needs no `native_seam`."""
-    return _watch is NO_WATCH and not any(op in _faults for op in ops)
+    return _watch is NO_WATCH and (not _faults or not any(op in _faults for op in ops))
 
 
 # The I/O calls of C code that the seams see, by the numbers C gives them

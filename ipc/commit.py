@@ -321,6 +321,11 @@ class LogFiles:
             self._flushed_fd = fileio.open_file(path, create=True, mode=0o600)
         return self._flushed_fd, path
 
+    def _offset_fd(self) -> int:
+        """`_offset_file()`'s descriptor: the sync round's, once per round."""
+        fd = self._flushed_fd
+        return fd if fd >= 0 else self._offset_file()[0]
+
     def write_flushed_offset(self, offset: int) -> None:
         """Rewrite `<store>/flushed_offset` in place (the Spark reader's limit)."""
         fd, path = self._offset_file()
@@ -351,12 +356,13 @@ class LogFiles:
         nothing. Raises StoreIOError."""
         cb = self.cb
         index = self.pos.flushed // self.size
-        if (self.pool or self.segment(index).mmap_sync is SyncMethod.FDATASYNC) and (
-            self._round_file(index)
+        pool = self.pool
+        if (pool or self.segment(index).mmap_sync is SyncMethod.FDATASYNC) and (
+            self._round_fd[0] == index or self._round_file(index)
         ):
             code, op, err, *times = _native.sync_round(
-                cb.buf, cb.pool_buf if self.pool else None, index, self._round_fd[1],
-                self._commit_lock.fd, self._offset_file()[0], want_seq, gather_ns,
+                cb.buf, cb.pool_buf if pool else None, index, self._round_fd[1],
+                self._commit_lock.fd, self._offset_fd(), want_seq, gather_ns,
                 self._round_seam(index),
             )  # fmt: skip
             if code == ROUND_FORCED:

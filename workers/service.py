@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gc
 import json
 import os
 import time
@@ -78,6 +79,10 @@ class Service:
 
 def run(ctx: WorkerContext, service: Service) -> int:
     """Drive `service` until stopped, drain, close; return the worker's exit code."""
+    # What start-up made (modules, settings, the service) lives as long as the worker:
+    # out of the collector's generations, a full collection no longer walks it (it did
+    # every few thousand rounds of the flusher: ~4% of its CPU under sync load).
+    gc.freeze()
     try:
         wait_s = 0.0
         while not ctx.stopping:
