@@ -1,6 +1,7 @@
 """A dispatch round's price by its size: what a round costs before its first record.
 
     python -m bench.profile_dispatch_round [--messages 20000] [--rounds 4,8,32,4096]
+                                           [--callgrind]
 
 Puts `--messages` README-shape messages (1 KiB, `keys=[...]`, tags of three values: the
 sync checks' call) into a fresh ASYNC_FLUSH store, then replays its log into fresh
@@ -8,25 +9,91 @@ consume queues and index in this process (`bench.bench_dispatch.replay`) once pe
 size, each round at most that many records: CPU per record and per round. Under sync
 puts the dispatcher's limit is the flushed position, which moves a few records per
 flusher round, so the rounds are that small unless it waits between them
-(`workers.dispatcher`: 1 ms once a round reached the limit).
+(`workers.dispatcher`: 1 ms once a round reached the limit, 4 ms after a round of 8).
+
+`--callgrind`: the same replay in a child process under `valgrind --tool=callgrind`,
+once dispatching the whole log in rounds of each size and once only its first half; the
+difference over the rounds of the second half is a round's instructions (the set-up,
+the queue and index files' creation and the close drop out), which do not move with
+the machine's load as CPU times do (PYTHONHASHSEED=0 in both).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 from bench.bench_dispatch import replay
-from bench.store_run import client_api, running_store
+from bench.store_run import REPO, client_api, running_store
+
+
+def _child(store_dir: Path, work: Path, size: int, part: float, messages: int) -> int:
+    """Open a dispatcher on fresh queues over `store_dir`'s log of `messages` records and
+    dispatch its first `part` in rounds of at most `size` records. Prints the rounds."""
+    from mqstore.conf.settings import StoreSettings
+    from mqstore.engine.dispatch import Dispatcher
+    from mqstore.engine.reader import Geometry
+
+    work.mkdir(parents=True)
+    os.symlink(store_dir / "commitlog", work / "commitlog")
+    disp = Dispatcher.open(work, Geometry.of(store_dir, StoreSettings()))
+    disp.lag_hist = [0] * 18  # as the dispatcher process keeps it
+    rounds = offset = 0
+    try:
+        limit, records, want = disp.log.max_offset(), 0, part * messages
+        while offset < limit and records < want:
+            res = disp.dispatch(offset, limit, max_records=size)
+            if res.next_offset <= offset:
+                break
+            offset, rounds, records = res.next_offset, rounds + 1, records + res.records
+    finally:
+        disp.close()
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"rounds {rounds}")
+    return 0
+
+
+def _instructions(
+    store_dir: Path, work: Path, size: int, part: float, messages: int
+) -> tuple[int, int]:
+    """(instructions, rounds) of one child under callgrind."""
+    out = work.with_suffix(".callgrind")
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(REPO)}
+    r = subprocess.run(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
+         "-m", "bench.profile_dispatch_round", "--child", str(store_dir), str(work), str(size),
+         str(part), str(messages)],
+        capture_output=True, text=True, env=env, cwd=REPO,
+    )  # fmt: skip
+    if r.returncode != 0:
+        raise SystemExit(f"callgrind child (rounds of {size}): {r.stderr[-2000:]}")
+    got = re.search(r"rounds (\d+)", r.stdout)
+    total = re.search(r"^totals: (\d+)", out.read_text(), re.M)
+    out.unlink()
+    if got is None or total is None:
+        raise SystemExit(f"callgrind child (rounds of {size}) said: {r.stdout[-500:]}")
+    return int(total.group(1)), int(got.group(1))
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["--child"]:
+        return _child(Path(argv[1]), Path(argv[2]), int(argv[3]), float(argv[4]), int(argv[5]))
     ap = argparse.ArgumentParser(prog="python -m bench.profile_dispatch_round")
     ap.add_argument("--messages", type=int, default=20000)
     ap.add_argument("--rounds", default="4,8,32,4096", help="records per round, comma-separated")
+    ap.add_argument("--callgrind", action="store_true", help="instructions a round (valgrind)")
     args = ap.parse_args(argv)
     sizes = [int(x) for x in args.rounds.split(",")]
+    if args.callgrind and shutil.which("valgrind") is None:
+        ap.error("--callgrind needs valgrind")
     store_client, _ = client_api()
     with tempfile.TemporaryDirectory(prefix="mqs-dispatch-round-") as tmp:
         root = Path(tmp)
@@ -43,6 +110,16 @@ def main(argv: list[str] | None = None) -> int:
                     f"{got['replay_cpu_us_per_record']} µs CPU a record, "
                     f"{got['replay_cpu_us_per_round']} µs a round"
                 )
+            if args.callgrind:
+                msgs = args.messages
+                for n, size in enumerate(sizes):
+                    whole, rounds = _instructions(run.store_dir, root / f"cg{n}", size, 1.0, msgs)
+                    half, first = _instructions(run.store_dir, root / f"cg{n}h", size, 0.5, msgs)
+                    per = (whole - half) // max(rounds - first, 1)
+                    print(
+                        f"{size:5d} records a round: {per:,} instructions a round "
+                        f"(callgrind, over the {rounds - first} rounds of the log's second half)"
+                    )
     return 0
 
 

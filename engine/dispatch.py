@@ -490,27 +490,38 @@ class Dispatcher:
         """`_dispatch_columns` for a batch `_plain` accepts, grouped per queue in C
         (`consumequeue_files.group_units`): a dense group that continues its queue is one
         `append_units`; any other goes unit by unit (`put_units`). Then every key."""
+        # The statuses are counted here and go into `res` once: a Counter keyed by an
+        # enum hashes in Python (two calls a group), a fixed cost of every round.
         last = -1
+        ok = built = 0
         rest: dict[QueueKey, list[Unit]] = {}
-        for raw, q, first_qo, dense, records, packed in groups:
-            key = (names[raw], q)
-            recs = memoryview(records).cast("i")
-            self._at = base + sc.pos[recs[0]]
-            cq = self.queues.find_or_create(*key)
-            self.touched.add(cq)
-            if dense and cq.append_units(first_qo, packed):
-                res.put_statuses[PutStatus.OK] += len(recs)
-                res.units_written += len(recs)
-                last = max(last, recs[-1])
-            elif _unit_end(packed, len(recs) - 1) <= cq.max_physical_offset:
-                # the queue holds them all (a re-dispatch): `put` says so of each
-                res.put_statuses[PutStatus.ALREADY_BUILT] += len(recs)
-            else:
-                rest[key] = [
-                    (sc.queue_offset[i], base + sc.pos[i], sc.size[i], sc.tags_code[i], i)
-                    for i in recs
-                ]
-        last = max(last, self._write_units(base, rest, set(), res))
+        pos, find_or_create, touched = sc.pos, self.queues.find_or_create, self.touched
+        try:
+            for raw, q, first_qo, dense, records, packed in groups:
+                recs = memoryview(records).cast("i")
+                self._at = base + pos[recs[0]]
+                cq = find_or_create(names[raw], q)
+                touched.add(cq)
+                if dense and cq.append_units(first_qo, packed):
+                    ok += len(recs)
+                    if recs[-1] > last:
+                        last = recs[-1]
+                elif _unit_end(packed, len(recs) - 1) <= cq.max_physical_offset:
+                    # the queue holds them all (a re-dispatch): `put` says so of each
+                    built += len(recs)
+                else:
+                    rest[(names[raw], q)] = [
+                        (sc.queue_offset[i], base + pos[i], sc.size[i], sc.tags_code[i], i)
+                        for i in recs
+                    ]
+        finally:  # a full disk raised: what went in before is counted, as it was
+            if ok:
+                res.put_statuses[PutStatus.OK] += ok
+                res.units_written += ok
+            if built:
+                res.put_statuses[PutStatus.ALREADY_BUILT] += built
+        if rest:
+            last = max(last, self._write_units(base, rest, set(), res))
         self._note_last_unit(last, sc.store_timestamp, res)
         if self.index is not None:
             self._build_index(base, sc, [], res)

@@ -198,7 +198,8 @@ class IndexService:
             base + pos[rec_from] < end_phy or (base + pos[rec_from] == end_phy and has_end)
         ):
             rec_from += 1
-        batch = batch._replace(rec_from=rec_from)
+        if rec_from != batch.rec_from:  # (`_replace` is a fixed cost of every round)
+            batch = batch._replace(rec_from=rec_from)
         k = start = key_first[rec_from]
         while k < end:
             k = f.put_hashes(batch, k)
