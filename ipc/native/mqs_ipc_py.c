@@ -120,7 +120,7 @@ static PyObject *appender_lock(Appender *self, PyObject *arg)
     if (appender_ready(self) < 0 || mqs_arg_i64(arg, "timeout_ns", &timeout_ns) < 0)
         return NULL;
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = mqs_lock(self->a.ctl, self->ctl.len, timeout_ns);
+    Py_BEGIN_ALLOW_THREADS rc = mqs_lock(self->a.ctl, self->ctl.len, timeout_ns, 0);
     Py_END_ALLOW_THREADS
     return PyLong_FromLong(rc);
 }
