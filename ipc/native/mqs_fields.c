@@ -84,8 +84,10 @@ static inline __attribute__((always_inline)) unsigned copy_ascii(uint8_t *p, con
         p[n - 1] = last;
         low = (first < 33) | (mid < 33) | (last < 33);
     }
+    if (__builtin_expect(!low, 1))
+        return 0;
     unsigned found = 0;
-    for (size_t i = 0; low && i < n; i++)
+    for (size_t i = 0; i < n; i++)
         found |= d[i] < 33 ? low_class[d[i]] : 0;
     return found;
 }
@@ -108,7 +110,7 @@ static inline __attribute__((always_inline)) int add_ascii(struct mqs_arena *a, 
 
 /* The caller's properties (an exact dict) in one pass over its items, which checks their
  * types (MQS_FIELDS_TYPES: a name or value not a str) and, while every name and value is
- * ASCII (the names exact str) and nothing is to be refused, appends them: 1 appended, 0
+ * an exact ASCII str and nothing is to be refused, appends them: 1 appended, 0
  * when the checked pass must run (nothing appended), -1 an error. `tags`, `keys`: given
  * (a name TAGS or KEYS is then refused: set twice). */
 static inline __attribute__((always_inline)) int props_ascii(struct mqs_arena *a, PyObject *props, int tags, int keys,
@@ -117,29 +119,26 @@ static inline __attribute__((always_inline)) int props_ascii(struct mqs_arena *a
     Py_ssize_t pos = 0, left = PyDict_GET_SIZE(props); /* no call past the last item */
     size_t start = a->len;
     PyObject *k, *v;
-    int fast = 1, rc;
+    int fast = 1, rc, uniq = 0;
     while (left-- > 0 && PyDict_Next(props, &pos, &k, &v)) {
-        if (!PyUnicode_CheckExact(k)) {
-            if (!PyUnicode_Check(k))
-                return MQS_FIELDS_TYPES;
-            fast = 0;
-        }
-        if (!PyUnicode_CheckExact(v) && !PyUnicode_Check(v))
+        if (!PyUnicode_Check(k) || !PyUnicode_Check(v))
             return MQS_FIELDS_TYPES;
         if (!fast)
             continue;
-        size_t kn = (size_t)PyUnicode_GET_LENGTH(k);
+        /* NULL for a str subclass too (never compact): the checked pass takes those */
         const uint8_t *kd = ascii_data(k), *vd = ascii_data(v);
+        size_t kn = (size_t)PyUnicode_GET_LENGTH(k);
         if (!kd || !vd ||
             (kn == 4 && ((tags && !memcmp(kd, "TAGS", 4)) || (keys && !memcmp(kd, "KEYS", 4))))) {
             fast = 0;
             continue;
         }
-        *uniq_named |= kn == 8 && !memcmp(kd, "UNIQ_KEY", 8);
+        uniq |= kn == 8 && !memcmp(kd, "UNIQ_KEY", 8);
         if ((rc = add_ascii(a, kd, kn, vd, (size_t)PyUnicode_GET_LENGTH(v))) < 0)
             return -1;
         fast = rc == 0;
     }
+    *uniq_named |= uniq;
     if (!fast)
         a->len = start;
     return fast;
