@@ -169,15 +169,16 @@ static int tags_keys_ascii(struct mqs_arena *a, PyObject *tags, PyObject *keys)
         memcpy(a->buf + a->len, "KEYS\x01", 5);
         a->len += 5;
         for (Py_ssize_t i = 0; i < n; i++) {
-            size_t len = (size_t)PyUnicode_GET_LENGTH(kv[i]);
+            size_t len = (size_t)PyUnicode_GET_LENGTH(kv[i]), at = a->len;
             if (!(d = ascii_data(kv[i])) || len == 0)
                 return 0;
             if (mqs_arena_room(a, len + 1) < 0)
                 return -1;
-            if (copy_ascii(a->buf + a->len, d, len))
+            uint8_t *p = a->buf + at;
+            if (copy_ascii(p, d, len))
                 return 0; /* whitespace or a separator in a key */
-            a->buf[a->len + len] = i + 1 < n ? ' ' : 0x02;
-            a->len += len + 1;
+            p[len] = i + 1 < n ? ' ' : 0x02;
+            a->len = at + len + 1;
         }
     }
     return 1;
@@ -193,7 +194,7 @@ static int is_str_or_none(PyObject *o)
 static int str_items(PyObject *seq)
 {
     PyObject **v = PySequence_Fast_ITEMS(seq);
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++)
+    for (Py_ssize_t i = 0, n = PySequence_Fast_GET_SIZE(seq); i < n; i++)
         if (!PyUnicode_Check(v[i]))
             return 0;
     return 1;
