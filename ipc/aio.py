@@ -73,6 +73,7 @@ _RESTARTED: Final = "the store restarted before the record was known flushed"
 _ENDED: Final = c.FLAG_FENCED | c.FLAG_STOPPED  # the generation ended (`ipc.fence`)
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T", "AsyncStoreClient", "AsyncConsumer")
 Outcome = PutResult | list[PutResult]
 Settled = tuple[PutMessageStatus, str]
 # (record end, deadline, control block written into, future, the put's result)
@@ -245,47 +246,50 @@ class _FlushWaits:
             self._sleeper.close()
 
 
-class _Attach:
-    """What `AsyncStoreClient.attach` returns: await it, or use it with `async with`.
-    `make` builds the client (on the loop, when awaited)."""
+class _Opening(Generic[T]):
+    """What `AsyncStoreClient.attach` and `AsyncStoreClient.consumer` return: await it,
+    or use it with `async with`. `start` makes the client or member when awaited."""
 
-    def __init__(self, make: Callable[[], AsyncStoreClient]) -> None:
-        self._make = make
-        self._client: AsyncStoreClient | None = None
+    def __init__(self, start: Callable[[], Coroutine[Any, Any, T]]) -> None:
+        self._begin: Callable[[], Coroutine[Any, Any, T]] = start
+        self._it: T | None = None
 
-    async def _open(self) -> AsyncStoreClient:
-        client = self._make()
-        try:
-            await client._start()
-        except BaseException:
-            await client.close()
-            raise
-        return client
+    def __await__(self) -> Generator[Any, None, T]:
+        return self._begin().__await__()
 
-    def __await__(self) -> Generator[Any, None, AsyncStoreClient]:
-        return self._open().__await__()
+    async def __aenter__(self) -> T:
+        self._it = await self._begin()
+        return self._it
 
-    async def __aenter__(self) -> AsyncStoreClient:
-        self._client = await self._open()
-        return self._client
+    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if self._it is not None:
+            await self._it.__aexit__(exc_type, exc, tb)
 
-    async def __aexit__(self, *exc: object) -> None:
-        if self._client is not None:
-            await self._client.close()
+
+async def _started(make: Callable[[], AsyncStoreClient]) -> AsyncStoreClient:
+    client = make()
+    try:
+        await client._start()
+    except BaseException:
+        await client.close()
+        raise
+    return client
 
 
 class _AttachLater(Generic[P]):
-    """`AsyncStoreClient.attach(...)`: an `_Attach` that builds the client with these
+    """`AsyncStoreClient.attach(...)`: an `_Opening` that builds the client with these
     arguments when awaited; `__init__`'s signature and docstring (one home for both)."""
 
     def __init__(self, init: Callable[Concatenate[Any, P], None]) -> None:
         self.__doc__ = init.__doc__
 
-    def __get__(self, obj: object, owner: type[AsyncStoreClient]) -> Callable[P, _Attach]:
+    def __get__(
+        self, obj: object, owner: type[AsyncStoreClient]
+    ) -> Callable[P, _Opening[AsyncStoreClient]]:
         make = cast("Callable[P, AsyncStoreClient]", owner)
 
-        def attach(*args: P.args, **kwargs: P.kwargs) -> _Attach:
-            return _Attach(lambda: make(*args, **kwargs))
+        def attach(*args: P.args, **kwargs: P.kwargs) -> _Opening[AsyncStoreClient]:
+            return _Opening(lambda: _started(lambda: make(*args, **kwargs)))
 
         attach.__doc__ = self.__doc__
         return attach
@@ -537,7 +541,7 @@ class AsyncStoreClient:
         session_ms: int = 2000,
         pull_batch: int = 128,
         retry: bool = True,
-    ) -> _Joining:
+    ) -> _Opening[AsyncConsumer]:
         """`StoreClient.consumer` for asyncio: `async with store.consumer(g, topics) as c`
         or `c = await store.consumer(...)` (then `await c.close()`). The member has a
         `StoreClient` of its own."""
@@ -561,7 +565,7 @@ class AsyncStoreClient:
             pool = ThreadPoolExecutor(2, thread_name_prefix="mqstore-aio-consumer")
             return AsyncConsumer(consumer, client, pool)
 
-        return _Joining(make)
+        return _Opening(lambda: asyncio.to_thread(make))
 
     def send_back(
         self,
@@ -686,25 +690,3 @@ class AsyncConsumer:
             else:
                 self.ack(cur)
         await self.close()
-
-
-class _Joining:
-    """What `AsyncStoreClient.consumer` returns: await it, or `async with` it."""
-
-    def __init__(self, make: Callable[[], AsyncConsumer]) -> None:
-        self._make = make
-        self._consumer: AsyncConsumer | None = None
-
-    async def _open(self) -> AsyncConsumer:
-        return await asyncio.to_thread(self._make)
-
-    def __await__(self) -> Generator[Any, None, AsyncConsumer]:
-        return self._open().__await__()
-
-    async def __aenter__(self) -> AsyncConsumer:
-        self._consumer = await self._open()
-        return self._consumer
-
-    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if self._consumer is not None:
-            await self._consumer.__aexit__(exc_type, exc, tb)

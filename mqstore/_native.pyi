@@ -12,7 +12,6 @@ def crc32(data: Buffer, value: int = 0, /) -> int:
 def crc32_slice8(data: Buffer, /) -> int:
     """The portable slicing-by-8 CRC alone (tests compare it with zlib)."""
 
-def crc32_uses_pclmul() -> bool: ...
 def encode(
     topic: bytes,
     body: Buffer,

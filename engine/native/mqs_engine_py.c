@@ -49,11 +49,6 @@ static PyObject *py_crc32_slice8(PyObject *Py_UNUSED(m), PyObject *arg)
     return PyLong_FromUnsignedLong(c);
 }
 
-static PyObject *py_crc32_uses_pclmul(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
-{
-    return PyBool_FromLong(mqs_crc32_uses_pclmul());
-}
-
 /* Fill `m` from encode()'s keyword arguments. The body view is left for the caller to
  * release. */
 static const char *encode_kw[] = {
@@ -206,8 +201,6 @@ static PyMethodDef engine_methods[] = {
          "crc32(data, value=0) -> int: zlib.crc32, folded with PCLMULQDQ where the CPU has it."),
     {"crc32_slice8", py_crc32_slice8, METH_O,
      "crc32_slice8(data) -> int: the portable slicing-by-8 CRC alone (for tests)."},
-    {"crc32_uses_pclmul", py_crc32_uses_pclmul, METH_NOARGS,
-     "crc32_uses_pclmul() -> bool: whether crc32 folds with PCLMULQDQ on this CPU."},
     {"scan_records", (PyCFunction)(void (*)(void))mqs_py_scan_records,
      METH_VARARGS | METH_KEYWORDS,
      "scan_records(buf, pos, limit, *, check_crc=True, max_records=-1, delay_ms=None) -> "

@@ -73,12 +73,16 @@ static void repair(uint8_t *ctl, int64_t ctl_len)
     }
 }
 
-static int locked(uint8_t *ctl, int64_t ctl_len, int rc)
+/* `rc`: the mutex call's; `now`: CLOCK_MONOTONIC ns read just before it, when it did not
+ * wait (the put's own clock read, reused for the holder's stamp), else 0. */
+static int locked(uint8_t *ctl, int64_t ctl_len, int rc, int64_t now)
 {
     if (rc == 0) {
-        if (load(ctl, MQS_OFF_CS_PID) != 0) /* a holder raised inside (Python path) */
+        if (load(ctl, MQS_OFF_CS_PID) != 0) { /* a holder raised inside (Python path) */
             repair(ctl, ctl_len);
-        store(ctl, MQS_OFF_LOCK_SINCE, mqs_mono_ns());
+            now = 0;
+        }
+        store(ctl, MQS_OFF_LOCK_SINCE, now ? now : mqs_mono_ns());
         return MQS_OK;
     }
     if (rc == EOWNERDEAD) {
@@ -106,12 +110,12 @@ static struct timespec mono_ts(int64_t ns)
     return ts;
 }
 
-int mqs_lock(uint8_t *ctl, int64_t ctl_len, int64_t wait_ns)
+int mqs_lock(uint8_t *ctl, int64_t ctl_len, int64_t wait_ns, int64_t now)
 {
     if (wait_ns <= 0)
-        return locked(ctl, ctl_len, pthread_mutex_trylock(mutex_of(ctl)));
-    struct timespec ts = mono_ts(mqs_mono_ns() + wait_ns);
-    int rc = locked(ctl, ctl_len, pthread_mutex_clocklock(mutex_of(ctl), CLOCK_MONOTONIC, &ts));
+        return locked(ctl, ctl_len, pthread_mutex_trylock(mutex_of(ctl)), now);
+    struct timespec ts = mono_ts((now ? now : mqs_mono_ns()) + wait_ns);
+    int rc = locked(ctl, ctl_len, pthread_mutex_clocklock(mutex_of(ctl), CLOCK_MONOTONIC, &ts), 0);
     if (rc == MQS_LOCK_TIMEOUT)
         __atomic_add_fetch(mqs_i64(ctl, MQS_OFF_LOCK_TIMEOUTS), 1, __ATOMIC_RELAXED);
     return rc;
@@ -134,7 +138,7 @@ int mqs_lock_held(uint8_t *ctl, int64_t ctl_len, int64_t hold_ns, int64_t cap_ns
         struct timespec ts = mono_ts(deadline < cap ? deadline : cap); /* past: one try */
         int rc = pthread_mutex_clocklock(mutex_of(ctl), CLOCK_MONOTONIC, &ts);
         if (rc != ETIMEDOUT)
-            return locked(ctl, ctl_len, rc);
+            return locked(ctl, ctl_len, rc, 0);
         now = mqs_mono_ns();
         if (load(ctl, MQS_OFF_LOCK_SINCE) == seen && now >= deadline) {
             __atomic_add_fetch(mqs_i64(ctl, MQS_OFF_LOCK_TIMEOUTS), 1, __ATOMIC_RELAXED);

@@ -37,10 +37,12 @@ struct mqs_appender {
 /* Supervisor, once, on a zeroed control block: make the mutex robust and shared. */
 int mqs_mutex_init(uint8_t *ctl);
 
-/* Take the reservation lock (of a block `ctl_len` bytes long): at once if free (0), else MQS_LOCK_TIMEOUT when `wait_ns`
- * is 0. With `wait_ns` > 0, wait up to that long (call without the GIL). A holder that
- * died is repaired first. Returns MQS_OK, MQS_LOCK_TIMEOUT or MQS_LOCK_BROKEN. */
-int mqs_lock(uint8_t *ctl, int64_t ctl_len, int64_t wait_ns);
+/* Take the reservation lock (of a block `ctl_len` bytes long): at once if free (0), else
+ * MQS_LOCK_TIMEOUT when `wait_ns` is 0. With `wait_ns` > 0, wait up to that long (call
+ * without the GIL). A holder that died is repaired first. `now`: CLOCK_MONOTONIC ns the
+ * caller read just before (0: read here); a lock taken without waiting is stamped with it
+ * as its holder's start (lock_since). Returns MQS_OK, MQS_LOCK_TIMEOUT or MQS_LOCK_BROKEN. */
+int mqs_lock(uint8_t *ctl, int64_t ctl_len, int64_t wait_ns, int64_t now);
 /* The put's wait for the lock (call without the GIL), after RocketMQ's isOSPageCacheBusy:
  * busy (MQS_LOCK_TIMEOUT) once one holder has held it longer than `hold_ns`
  * (osPageCacheBusyTimeOutMills) and the waiter itself has waited `hold_ns`; a queue of

@@ -200,7 +200,7 @@ static PyObject *ctl_wait(PyObject *const *args, Py_ssize_t n, int which)
     } else if (which == 1) {
         r = mqs_flusher_gather(v.buf, a[0], a[1] > 0 ? a[1] : 1);
     } else {
-        r = mqs_lock(v.buf, v.len, a[0]);
+        r = mqs_lock(v.buf, v.len, a[0], 0);
         if (r == MQS_OK)
             mqs_unlock(v.buf);
     }

@@ -49,12 +49,19 @@ static const uint8_t low_class[33] = {
 #define LOW(w) (((w) - BYTES(0x21)) & ~(w) & BYTES(0x80))
 #define LOW32(w) (((w) - 0x21212121U) & ~(w) & 0x80808080U)
 
-/* Copy the n bytes of an ASCII str `s` to `p` and answer the classes of its bytes below
+/* The characters of a compact ASCII str (every exact str in practice: only the legacy
+ * API made other ASCII strs), else NULL. One test of the state bits, where
+ * PyUnicode_IS_ASCII and PyUnicode_DATA test them twice and branch. */
+static inline __attribute__((always_inline)) const uint8_t *ascii_data(PyObject *s)
+{
+    return PyUnicode_IS_COMPACT_ASCII(s) ? (const uint8_t *)((PyASCIIObject *)s + 1) : NULL;
+}
+
+/* Copy the n bytes `d` (an ASCII str's) to `p` and answer the classes of its bytes below
  * '!', looked at one by one only when a word of them (a short str's two overlapping
  * 4-byte words, or its first, middle and last bytes) holds one. */
-static inline __attribute__((always_inline)) unsigned copy_ascii(uint8_t *p, PyObject *s, size_t n)
+static inline __attribute__((always_inline)) unsigned copy_ascii(uint8_t *p, const uint8_t *d, size_t n)
 {
-    const uint8_t *d = PyUnicode_1BYTE_DATA(s);
     uint64_t low = 0, w;
     if (n >= 8) {
         for (size_t i = 0; i < n; i += 8) {
@@ -77,21 +84,24 @@ static inline __attribute__((always_inline)) unsigned copy_ascii(uint8_t *p, PyO
         p[n - 1] = last;
         low = (first < 33) | (mid < 33) | (last < 33);
     }
+    if (__builtin_expect(!low, 1))
+        return 0;
     unsigned found = 0;
-    for (size_t i = 0; low && i < n; i++)
+    for (size_t i = 0; i < n; i++)
         found |= d[i] < 33 ? low_class[d[i]] : 0;
     return found;
 }
 
-/* Append the ASCII strs k 0x01 v 0x02: 0, or 1 when k or v is empty or holds a separator
- * (what was appended is then the caller's to drop), -1 an error. */
-static inline __attribute__((always_inline)) int add_ascii(struct mqs_arena *a, PyObject *k, PyObject *v)
+/* Append the ASCII characters kd (kn of them) 0x01 vd (vn) 0x02: 0, or 1 when either is
+ * empty or holds a separator (what was appended is then the caller's to drop), -1 an
+ * error. */
+static inline __attribute__((always_inline)) int add_ascii(struct mqs_arena *a, const uint8_t *kd,
+                                                         size_t kn, const uint8_t *vd, size_t vn)
 {
-    size_t kn = (size_t)PyUnicode_GET_LENGTH(k), vn = (size_t)PyUnicode_GET_LENGTH(v);
     if (mqs_arena_room(a, kn + vn + 2) < 0)
         return -1;
     uint8_t *p = a->buf + a->len;
-    unsigned found = copy_ascii(p, k, kn) | copy_ascii(p + kn + 1, v, vn);
+    unsigned found = copy_ascii(p, kd, kn) | copy_ascii(p + kn + 1, vd, vn);
     p[kn] = 0x01;
     p[kn + 1 + vn] = 0x02;
     a->len += kn + vn + 2;
@@ -100,7 +110,7 @@ static inline __attribute__((always_inline)) int add_ascii(struct mqs_arena *a, 
 
 /* The caller's properties (an exact dict) in one pass over its items, which checks their
  * types (MQS_FIELDS_TYPES: a name or value not a str) and, while every name and value is
- * ASCII (the names exact str) and nothing is to be refused, appends them: 1 appended, 0
+ * an exact ASCII str and nothing is to be refused, appends them: 1 appended, 0
  * when the checked pass must run (nothing appended), -1 an error. `tags`, `keys`: given
  * (a name TAGS or KEYS is then refused: set twice). */
 static inline __attribute__((always_inline)) int props_ascii(struct mqs_arena *a, PyObject *props, int tags, int keys,
@@ -109,29 +119,26 @@ static inline __attribute__((always_inline)) int props_ascii(struct mqs_arena *a
     Py_ssize_t pos = 0, left = PyDict_GET_SIZE(props); /* no call past the last item */
     size_t start = a->len;
     PyObject *k, *v;
-    int fast = 1, rc;
+    int fast = 1, rc, uniq = 0;
     while (left-- > 0 && PyDict_Next(props, &pos, &k, &v)) {
-        if (!PyUnicode_CheckExact(k)) {
-            if (!PyUnicode_Check(k))
-                return MQS_FIELDS_TYPES;
-            fast = 0;
-        }
-        if (!PyUnicode_CheckExact(v) && !PyUnicode_Check(v))
+        if (!PyUnicode_Check(k) || !PyUnicode_Check(v))
             return MQS_FIELDS_TYPES;
         if (!fast)
             continue;
+        /* NULL for a str subclass too (never compact): the checked pass takes those */
+        const uint8_t *kd = ascii_data(k), *vd = ascii_data(v);
         size_t kn = (size_t)PyUnicode_GET_LENGTH(k);
-        const void *kd = PyUnicode_DATA(k);
-        if (!PyUnicode_IS_ASCII(k) || !PyUnicode_IS_ASCII(v) ||
+        if (!kd || !vd ||
             (kn == 4 && ((tags && !memcmp(kd, "TAGS", 4)) || (keys && !memcmp(kd, "KEYS", 4))))) {
             fast = 0;
             continue;
         }
-        *uniq_named |= kn == 8 && !memcmp(kd, "UNIQ_KEY", 8);
-        if ((rc = add_ascii(a, k, v)) < 0)
+        uniq |= kn == 8 && !memcmp(kd, "UNIQ_KEY", 8);
+        if ((rc = add_ascii(a, kd, kn, vd, (size_t)PyUnicode_GET_LENGTH(v))) < 0)
             return -1;
         fast = rc == 0;
     }
+    *uniq_named |= uniq;
     if (!fast)
         a->len = start;
     return fast;
@@ -143,10 +150,14 @@ static inline __attribute__((always_inline)) int props_ascii(struct mqs_arena *a
 static int tags_keys_ascii(struct mqs_arena *a, PyObject *tags, PyObject *keys)
 {
     int rc = 0;
-    if (tags && (!PyUnicode_IS_ASCII(tags) || (rc = add_ascii(a, name_tags, tags)) != 0))
+    const uint8_t *d;
+    if (tags && (!(d = ascii_data(tags)) ||
+                 (rc = add_ascii(a, (const uint8_t *)"TAGS", 4, d,
+                                 (size_t)PyUnicode_GET_LENGTH(tags))) != 0))
         return rc < 0 ? -1 : 0;
     if (keys && PyUnicode_Check(keys)) {
-        if (!PyUnicode_IS_ASCII(keys) || (rc = add_ascii(a, name_keys, keys)) != 0)
+        if (!(d = ascii_data(keys)) ||
+            (rc = add_ascii(a, (const uint8_t *)"KEYS", 4, d, (size_t)PyUnicode_GET_LENGTH(keys))) != 0)
             return rc < 0 ? -1 : 0;
     } else if (keys) { /* a list or tuple of str: joined with spaces */
         PyObject **kv = PySequence_Fast_ITEMS(keys);
@@ -158,15 +169,16 @@ static int tags_keys_ascii(struct mqs_arena *a, PyObject *tags, PyObject *keys)
         memcpy(a->buf + a->len, "KEYS\x01", 5);
         a->len += 5;
         for (Py_ssize_t i = 0; i < n; i++) {
-            size_t len = (size_t)PyUnicode_GET_LENGTH(kv[i]);
-            if (!PyUnicode_IS_ASCII(kv[i]) || len == 0)
+            size_t len = (size_t)PyUnicode_GET_LENGTH(kv[i]), at = a->len;
+            if (!(d = ascii_data(kv[i])) || len == 0)
                 return 0;
             if (mqs_arena_room(a, len + 1) < 0)
                 return -1;
-            if (copy_ascii(a->buf + a->len, kv[i], len))
+            uint8_t *p = a->buf + at;
+            if (copy_ascii(p, d, len))
                 return 0; /* whitespace or a separator in a key */
-            a->buf[a->len + len] = i + 1 < n ? ' ' : 0x02;
-            a->len += len + 1;
+            p[len] = i + 1 < n ? ' ' : 0x02;
+            a->len = at + len + 1;
         }
     }
     return 1;
@@ -182,7 +194,7 @@ static int is_str_or_none(PyObject *o)
 static int str_items(PyObject *seq)
 {
     PyObject **v = PySequence_Fast_ITEMS(seq);
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++)
+    for (Py_ssize_t i = 0, n = PySequence_Fast_GET_SIZE(seq); i < n; i++)
         if (!PyUnicode_Check(v[i]))
             return 0;
     return 1;

@@ -120,9 +120,24 @@ static PyObject *appender_lock(Appender *self, PyObject *arg)
     if (appender_ready(self) < 0 || mqs_arg_i64(arg, "timeout_ns", &timeout_ns) < 0)
         return NULL;
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = mqs_lock(self->a.ctl, self->ctl.len, timeout_ns);
+    Py_BEGIN_ALLOW_THREADS rc = mqs_lock(self->a.ctl, self->ctl.len, timeout_ns, 0);
     Py_END_ALLOW_THREADS
     return PyLong_FromLong(rc);
+}
+
+/* The two int arguments of method `name` (named a and b) of an open appender: 0, or -1
+ * with the TypeError or ValueError set. */
+static int two_i64(Appender *self, PyObject *const *args, Py_ssize_t nargs, const char *name,
+                   const char *a, const char *b, int64_t *va, int64_t *vb)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "%s(%s, %s) takes 2 arguments", name, a, b);
+        return -1;
+    }
+    if (appender_ready(self) < 0 || mqs_arg_i64(args[0], a, va) < 0 ||
+        mqs_arg_i64(args[1], b, vb) < 0)
+        return -1;
+    return 0;
 }
 
 /* lock_held(hold_ns, cap_ns) -> 0 | LOCK_TIMEOUT | LOCK_QUEUED | LOCK_BROKEN: the put's
@@ -130,12 +145,7 @@ static PyObject *appender_lock(Appender *self, PyObject *arg)
 static PyObject *appender_lock_held(Appender *self, PyObject *const *args, Py_ssize_t nargs)
 {
     int64_t hold_ns, cap_ns;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "lock_held(hold_ns, cap_ns) takes two arguments");
-        return NULL;
-    }
-    if (appender_ready(self) < 0 || mqs_arg_i64(args[0], "hold_ns", &hold_ns) < 0 ||
-        mqs_arg_i64(args[1], "cap_ns", &cap_ns) < 0)
+    if (two_i64(self, args, nargs, "lock_held", "hold_ns", "cap_ns", &hold_ns, &cap_ns) < 0)
         return NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS rc = mqs_lock_held(self->a.ctl, self->ctl.len, hold_ns, cap_ns);
@@ -157,12 +167,7 @@ static PyObject *appender_unlock(Appender *self, PyObject *Py_UNUSED(a))
 static PyObject *appender_complete(Appender *self, PyObject *const *args, Py_ssize_t nargs)
 {
     int64_t first, n;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "complete(first, n) takes 2 arguments");
-        return NULL;
-    }
-    if (appender_ready(self) < 0 || mqs_arg_i64(args[0], "first", &first) < 0 ||
-        mqs_arg_i64(args[1], "n", &n) < 0)
+    if (two_i64(self, args, nargs, "complete", "first", "n", &first, &n) < 0)
         return NULL;
     if (first < 0 || n < 1 || n > self->a.slot_count) {
         PyErr_SetString(PyExc_ValueError, "first must be >= 0 and n 1 to slot_count");
@@ -208,12 +213,7 @@ int mqs_wait_flushed(Appender *self, int64_t end, int64_t timeout_ns)
 static PyObject *appender_wait_flushed(Appender *self, PyObject *const *args, Py_ssize_t nargs)
 {
     int64_t end, timeout_ns;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "wait_flushed(end, timeout_ns) takes 2 arguments");
-        return NULL;
-    }
-    if (appender_ready(self) < 0 || mqs_arg_i64(args[0], "end", &end) < 0 ||
-        mqs_arg_i64(args[1], "timeout_ns", &timeout_ns) < 0)
+    if (two_i64(self, args, nargs, "wait_flushed", "end", "timeout_ns", &end, &timeout_ns) < 0)
         return NULL;
     int rc = mqs_wait_flushed(self, end, timeout_ns);
     return rc < 0 ? NULL : PyLong_FromLong(rc);

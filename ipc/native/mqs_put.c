@@ -387,11 +387,12 @@ static int64_t lock_cap_ns(const Appender *self)
 }
 
 /* The lock, without the GIL when it has to wait: busy once one holder has held it, and
- * this put has waited, longer than osPageCacheBusyTimeOutMills (RocketMQ's rule); holders that each hold it briefly
- * are waited out, up to lock_cap_ns. */
-static int take_lock(Appender *self)
+ * this put has waited, longer than osPageCacheBusyTimeOutMills (RocketMQ's rule); holders
+ * that each hold it briefly are waited out, up to lock_cap_ns. `now`: the clock read just
+ * before (0: none), the holder's stamp when the lock is free. */
+static int take_lock(Appender *self, int64_t now)
 {
-    int rc = mqs_lock(self->a.ctl, self->ctl.len, 0);
+    int rc = mqs_lock(self->a.ctl, self->ctl.len, 0, now);
     if (rc == MQS_LOCK_TIMEOUT && self->c.busy_ns > 0) {
         int64_t cap = lock_cap_ns(self);
         Py_BEGIN_ALLOW_THREADS rc = mqs_lock_held(self->a.ctl, self->ctl.len, self->c.busy_ns, cap);
@@ -494,11 +495,13 @@ static int reserve_refusal(Appender *self, int rc, int after_wait, struct mqs_re
                                        ms));
 }
 
-/* One try under the lock: MQS_OK, a code of mqs_reserve or the lock, a refusal, ERR. */
+/* One try under the lock: MQS_OK, a code of mqs_reserve or the lock, a refusal, ERR.
+ * `now`: as take_lock's. */
 static int reserve_once(Appender *self, struct mqs_fields *m, struct mqs_item *items, int n,
-                        int64_t *qoffs, struct mqs_reservation *r, struct mqs_refusal *why)
+                        int64_t *qoffs, struct mqs_reservation *r, struct mqs_refusal *why,
+                        int64_t now)
 {
-    int rc = take_lock(self);
+    int rc = take_lock(self, now);
     if (rc != MQS_OK)
         return rc;
     rc = find_rows(self, m, items, n, why);
@@ -520,7 +523,7 @@ static int reserve(Appender *self, struct mqs_fields *m, struct mqs_item *items,
                    struct mqs_refusal *why)
 {
     int64_t deadline = 0, pause = MIN_PAUSE_NS, t0 = mqs_mono_ns();
-    int rc = reserve_once(self, m, items, n, qoffs, r, why);
+    int rc = reserve_once(self, m, items, n, qoffs, r, why, t0);
     while (rc == MQS_WAIT_FILE || rc == MQS_WAIT_POOL || rc == MQS_WAIT_SLOTS) {
         int64_t now = mqs_mono_ns();
         if (deadline == 0) {
@@ -539,7 +542,7 @@ static int reserve(Appender *self, struct mqs_fields *m, struct mqs_item *items,
         pause = pause * 2 < MAX_PAUSE_NS ? pause * 2 : MAX_PAUSE_NS;
         if (PyErr_CheckSignals() < 0)
             return ERR;
-        rc = reserve_once(self, m, items, n, qoffs, r, why);
+        rc = reserve_once(self, m, items, n, qoffs, r, why, 0);
     }
     *took = mqs_mono_ns() - t0;
     if (rc == MQS_OK || rc == ERR || rc == MQS_FIELDS_REFUSED || rc == MQS_IDEM_DUP)
