@@ -532,7 +532,7 @@ class Supervisor:
             return
         self._say(
             f"{w.spec.name} (pid {w.proc.pid}) sent no heartbeat for {silent + excused} ms, "
-            f"{silent} ms of it neither waiting for a CPU nor blocked on I/O "
+            f"{silent} ms of it watched and neither waiting for a CPU nor blocked on I/O "
             f"(heartbeat_timeout_ms {self.settings.heartbeat_timeout_ms}); killing it with SIGKILL",
             "WARNING",
         )

@@ -28,8 +28,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 @pytest.fixture
 def make_store(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[StoreFactory]:
-    """`make_store(config=None, env=None, start=True, config_outside=False) -> Store`; all
-    stopped at teardown."""
+    """`make_store(config=None, env=None, start=True, config_outside=False,
+    write_path=True) -> Store`; started, it has answered status and (`write_path`) its
+    write path runs (`Store.start`); all stopped at teardown."""
     made: list[Store] = []
 
     def make(
@@ -39,11 +40,12 @@ def make_store(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Store
         start: bool = True,
         name: str = "store",
         config_outside: bool = False,
+        write_path: bool = True,
     ) -> Store:
         s = Store(tmp_path / f"{name}{len(made)}", config, config_outside=config_outside)
         made.append(s)
         if start:
-            s.start(env)
+            s.start(env, write_path=write_path)
         return s
 
     yield make

@@ -107,7 +107,12 @@ class Store:
         else:
             self.config_path.write_text(config_toml(self.config))
 
-    def start(self, env: Mapping[str, str] | None = None, *, wait: bool = True) -> None:
+    def start(
+        self, env: Mapping[str, str] | None = None, *, wait: bool = True, write_path: bool = True
+    ) -> None:
+        """Start the supervisor; with `wait`, until it answers status and (`write_path`)
+        its write path runs (`wait_write_path`). A test of boot itself (a worker held or
+        crashing at start) passes `write_path=False`."""
         full_env = {**os.environ, **(env or {})}
         full_env["PYTHONPATH"] = str(REPO) + os.pathsep + full_env.get("PYTHONPATH", "")
         self._log = open(self.log_path, "ab")  # noqa: SIM115
@@ -121,6 +126,8 @@ class Store:
         )
         if wait:
             wait_for(self._up, 60, "the supervisor to answer")
+            if write_path:
+                self.wait_write_path()
 
     def _up(self) -> bool:
         assert self.proc is not None
@@ -131,6 +138,30 @@ class Store:
         except channel.SupervisorUnavailable:
             return False
         return True
+
+    def wait_write_path(self, timeout_s: float = 120.0) -> None:
+        """Until the workers a put waits on run (allocator, committer; the flusher under
+        SYNC_FLUSH), one of them is halted or restarted (a test of that), or the store
+        is read-only. An attach waits for the same at the supervisor, but only up to its
+        own timeout (10 s): a boot under load took 9.7 s for the flusher once, and a test
+        that is not about boot got WorkersNotUp. So a start waits here, generously."""
+        names = {"allocator", "committer"}
+        if self.config.get("flush_disk_type", "SYNC_FLUSH") == "SYNC_FLUSH":
+            names.add("flusher")
+
+        def up() -> bool:
+            if not self._up():  # raises if the supervisor exited
+                return False
+            try:
+                doc = self.status()
+            except channel.SupervisorUnavailable:
+                return False
+            rows = [w for w in doc["workers"] if w["name"] in names]
+            if doc.get("read_only") or any(w["state"] == "halted" or w["restarts"] for w in rows):
+                return True
+            return all(w["state"] == "running" for w in rows)
+
+        wait_for(up, timeout_s, f"the write path ({', '.join(sorted(names))}) to run")
 
     def wait_workers_running(self, timeout_s: float = 60.0) -> None:
         """Until every worker has booted (settings loaded, control block mapped)."""

@@ -61,7 +61,7 @@ def test_an_attach_during_boot_is_answered_once_the_write_path_runs(
     make_store: StoreFactory, tmp_path: Path
 ) -> None:
     gate = tmp_path / "allocator-may-boot"
-    store = make_store(env=_held(gate))
+    store = make_store(env=_held(gate), write_path=False)
     assert _worker(store, "allocator")["state"] == "starting"  # held at the gate
     _wait_running(store, "committer", "flusher")
 
@@ -106,7 +106,9 @@ def test_an_attach_during_boot_is_answered_once_the_write_path_runs(
 def test_a_crash_looping_committer_fails_the_attach_within_its_timeout(
     make_store: StoreFactory,
 ) -> None:
-    store = make_store(env={"PYTHONPATH": str(GATE_DIR), "MQS_TEST_CRASH_WORKER": "committer"})
+    store = make_store(
+        env={"PYTHONPATH": str(GATE_DIR), "MQS_TEST_CRASH_WORKER": "committer"}, write_path=False
+    )
     wait_for(lambda: _worker(store, "committer")["restarts"] >= 1, 60, "the committer to crash")
     _wait_running(store, "allocator", "flusher")
     t0 = time.monotonic()
@@ -129,7 +131,7 @@ def test_a_write_path_worker_restarting_after_a_crash_holds_no_attach(
     than COMING_BACK_S, it holds attaches as at boot."""
     gate = tmp_path / "allocator-may-boot"
     gate.touch()
-    store = make_store(env=_held(gate))
+    store = make_store(env=_held(gate), write_path=False)
     store.wait_workers_running()
     gate.unlink()  # its restart is held
     os.kill(_worker(store, "allocator")["pid"], signal.SIGKILL)
@@ -165,7 +167,7 @@ def test_waiting_attaches_stall_nothing(make_store: StoreFactory, tmp_path: Path
     is dropped, a flood of idle connections closes idle ones first, and a stop answers
     the others."""
     gate = tmp_path / "allocator-may-boot"
-    store = make_store(env=_held(gate))
+    store = make_store(env=_held(gate), write_path=False)
     _wait_running(store, "committer", "flusher")
     socks: list[socket.socket] = []
     try:
@@ -210,3 +212,26 @@ def test_a_timeout_longer_than_the_supervisor_waits_is_asked_as_its_longest(
     store = make_store()
     with StoreClient.attach(store.path, timeout_s=1e9) as client:  # wait_ms 3,600,000
         assert client.put("long", b"z", queue_id=0).ok
+
+
+def test_the_harness_start_waits_for_the_write_path(
+    make_store: StoreFactory, tmp_path: Path
+) -> None:
+    """The test harness's start (`Store.start`) returns once the write path runs, however
+    long the boot: a boot under load took the flusher 9.7 s once, longer than an attach's
+    10 s timeout leaves, and a test that was not about boot failed with WorkersNotUp. The
+    allocator is held 1.5 s here; an attach that waits 0.2 s right after the start is
+    answered."""
+    gate = tmp_path / "allocator-may-boot"
+    t0 = time.monotonic()
+    opener = threading.Timer(1.5, gate.touch)
+    opener.start()
+    try:
+        store = make_store(env=_held(gate))
+        held_s = time.monotonic() - t0
+    finally:
+        opener.cancel()
+    assert held_s >= 1.5, held_s
+    assert {_worker(store, n)["state"] for n in _WRITE_PATH} == {"running"}
+    with StoreClient.attach(store.path, timeout_s=0.2) as client:
+        assert client.put("ready", b"x", queue_id=0).ok

@@ -21,7 +21,7 @@ import pytest
 
 from mqstore import PutMessageStatus, StoreClient
 from mqstore.conf.settings import StoreSettings
-from mqstore.workers.heartbeat import HeartbeatJudge, runqueue_wait_ns
+from mqstore.workers.heartbeat import WATCH_GAP_MS, HeartbeatJudge, runqueue_wait_ns
 from tests.runtime.harness import Store, wait_for
 
 SPIN = """import os, sys
@@ -171,4 +171,81 @@ def test_a_process_blocked_in_the_kernel_is_not_held_silent(tmp_path: os.PathLik
     silent, excused = got[blocked.pid]
     assert excused > 0.8 * wall and silent < 0.3 * wall, (silent, excused, wall)
     silent, excused = got[stopped.pid]
-    assert excused == 0 and silent > 0.8 * wall, (silent, excused, wall)
+    # nothing excused for its state; only a stall of this loop itself over WATCH_GAP_MS
+    # (judges.unwatched_ms, 0 unless the machine stalled the test) would be
+    unwatched = judges[stopped.pid].unwatched_ms
+    assert excused == unwatched and silent > 0.8 * wall - unwatched, (silent, excused, wall)
+
+
+IDLE_SPIN = """import os, sys
+os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+print("spinning", flush=True)
+while True:
+    pass
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/schedstat"), reason="no schedstat")
+def test_a_wait_for_a_cpu_still_under_way_is_not_held_silent() -> None:
+    """A process that never beats and waits for a CPU in pieces of about a second (it is
+    SCHED_IDLE, pinned to one CPU beside a spinner): the kernel adds each wait to
+    schedstat only when it ends, and the judge, looking every 50 ms as the supervisor's
+    loop does, saw most of each wait as silence (941 ms at worst in 3 s before; a worker
+    behind a vCPU the host took away waits so). Runnable at two looks, its run time
+    still, it waited between them: at no look is much of its silence held against it."""
+    with _spinners(1, cpu=0):
+        starved = subprocess.Popen(
+            [sys.executable, "-c", IDLE_SPIN], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert starved.stdout is not None and starved.stdout.readline() == "spinning\n"
+            os.sched_setaffinity(starved.pid, {0})
+            judge = HeartbeatJudge(starved.pid)
+            beat = time.time_ns() // 1_000_000
+            judge.silence(beat, beat)
+            worst = (0, 0, 0)
+            end = time.monotonic() + 4.0
+            while time.monotonic() < end:  # the supervisor's loop
+                time.sleep(0.05)
+                now = time.time_ns() // 1_000_000
+                silent, excused = judge.silence(beat, now)
+                worst = max(worst, (silent, excused, now - beat))
+        finally:
+            starved.kill()
+            starved.wait()
+            assert starved.stdout is not None
+            starved.stdout.close()
+    wall = time.time_ns() // 1_000_000 - beat
+    assert worst[0] < 0.1 * wall, (worst, wall)
+
+
+def test_the_supervisors_own_gap_is_not_held_against_a_worker() -> None:
+    """The supervisor looks every loop; when it got no CPU itself for seconds (or the
+    machine was paused), the gap between two looks is not the worker's silence past
+    WATCH_GAP_MS: an idle cleaner, asleep between its ticks, was SIGKILLed at load 30
+    for 8.9 s of silence. A sleeping process is still held silent for all the time the
+    judge watches it, so a deadlocked worker is still killed."""
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        wait_for(lambda: _state(sleeper.pid) == "S", 30, "the sleeper to sleep")
+        judge = HeartbeatJudge(sleeper.pid)
+        beat = time.time_ns() // 1_000_000
+        judge.silence(beat, beat)
+        gap_ms = WATCH_GAP_MS + 1500
+        time.sleep(gap_ms / 1000)  # the stalled supervisor: nothing to wait for but time
+        now = time.time_ns() // 1_000_000
+        silent, excused = judge.silence(beat, now)
+        assert (silent, excused) == (WATCH_GAP_MS, now - beat - WATCH_GAP_MS), now - beat
+        t0, before, unwatched = now, silent, judge.unwatched_ms
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:  # then watched, every 50 ms: all of it is held
+            time.sleep(0.05)
+            now = time.time_ns() // 1_000_000
+            silent, _excused = judge.silence(beat, now)
+        # (less only a stall of this loop itself over WATCH_GAP_MS, 0 unless the machine
+        # stalled the test)
+        watched = now - t0 - (judge.unwatched_ms - unwatched)
+        assert silent - before == watched, (silent, before, now - t0, judge.unwatched_ms)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
