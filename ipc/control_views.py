@@ -61,6 +61,28 @@ class _View:
         return [int(v) for v in struct.unpack_from(f"<{buckets}q", self._buf, off)]
 
 
+# The flusher's sync round reads these once or twice a round, back to back under load:
+# plain functions over the buffer, the same single loads as the views' fields without a
+# descriptor call each (`workers.flusher`; 2.4 -> 1.0 µs of Python a round).
+
+
+def flushed_pos(buf: memoryview) -> int:
+    """`Positions.flushed`."""
+    return int(_I64_UNPACK(buf, c.OFF_FLUSHED)[0])
+
+
+def flushed_and_published_seq(buf: memoryview) -> tuple[int, int]:
+    """(`Positions.flushed_seq`, `Positions.published_seq`)."""
+    return int(_I64_UNPACK(buf, c.OFF_FLUSHED_SEQ)[0]), int(
+        _I64_UNPACK(buf, c.OFF_PUBLISHED_SEQ)[0]
+    )
+
+
+def fsync_totals(buf: memoryview) -> tuple[int, int]:
+    """(`FlushStats.fsync_slots`, `FlushStats.fsync_ns`): messages and ns of every force."""
+    return int(_I64_UNPACK(buf, c.OFF_FSYNC_MSGS)[0]), int(_I64_UNPACK(buf, c.OFF_FSYNC_NS)[0])
+
+
 class Positions(_View):
     """Where the log stands: reserved >= published >= committed >= flushed, and the
     dispatcher's position, with the store time and slot sequence each one reached."""

@@ -73,7 +73,14 @@ from mqstore.conf.settings import FlushDiskType
 from mqstore.engine.fileio import StoreIOError
 from mqstore.ipc import control as c
 from mqstore.ipc.commit import LogFiles
-from mqstore.ipc.control_views import Flags, FlushStats, Positions
+from mqstore.ipc.control_views import (
+    Flags,
+    FlushStats,
+    Positions,
+    flushed_and_published_seq,
+    flushed_pos,
+    fsync_totals,
+)
 from mqstore.workers.base import ExitCode, WorkerContext
 from mqstore.workers.service import Service, run
 
@@ -85,7 +92,6 @@ SPIN_MAX_S: Final = 0.005
 IDLE_SYNC_S: Final = 0.05
 TRACE_ENV: Final = "MQSTORE_FLUSH_TRACE"
 TRACE_MAX_ROWS: Final = 1_000_000  # a profiling run's worth; later rounds are not kept
-_I64_AT: Final = c.I64.unpack_from  # a control block word, without a view's descriptor call
 
 
 class Flusher(Service):
@@ -116,7 +122,7 @@ class Flusher(Service):
 
     def requested(self) -> bool:
         buf = self.ctx.cb.buf
-        return bool(_native.sync_request(buf) > _I64_AT(buf, c.OFF_FLUSHED)[0])
+        return bool(_native.sync_request(buf) > flushed_pos(buf))
 
     def wait(self, seconds: float) -> None:
         """Sleep on the flusher's futex (woken by the committer or a sync producer); a
@@ -180,8 +186,8 @@ class Flusher(Service):
         served, a growing spin while a producer ahead is still copying)."""
         t0 = time.monotonic_ns()
         buf = self.ctx.cb.buf
-        before = _I64_AT(buf, c.OFF_FLUSHED)[0]
-        m0, ns0 = _I64_AT(buf, c.OFF_FSYNC_MSGS)[0], _I64_AT(buf, c.OFF_FSYNC_NS)[0]
+        before = flushed_pos(buf)
+        m0, ns0 = fsync_totals(buf)
         times = self.files.sync_round(*self._gather_target())
         self.last_flush = now
         if times is None and self.requested():
@@ -194,14 +200,14 @@ class Flusher(Service):
             spin, self.spinning = self.spin, True
             self.spin = min(spin * 2, SPIN_MAX_S)
             return spin
-        msgs = _I64_AT(buf, c.OFF_FSYNC_MSGS)[0] - m0
-        self.group = msgs
-        fsync_ns = _I64_AT(buf, c.OFF_FSYNC_NS)[0] - ns0
+        m1, ns1 = fsync_totals(buf)
+        msgs = self.group = m1 - m0
+        fsync_ns = ns1 - ns0
         if fsync_ns > 0:
             self.fsync_ns = (self.fsync_ns * 7 + fsync_ns) // 8  # _note_fsync
         if times and self.trace_path and len(self.trace) < TRACE_MAX_ROWS:
             slept, self._slept = self._slept, (0, 0)
-            flushed = _I64_AT(buf, c.OFF_FLUSHED)[0]
+            flushed = flushed_pos(buf)
             row = (*slept, t0, *times, msgs, flushed - before, self.spins, fsync_ns)
             self.trace.append(row)
         self.spins = 0
@@ -231,8 +237,9 @@ class Flusher(Service):
         if want <= 1:
             return 0, 0
         buf = self.ctx.cb.buf
-        target = _I64_AT(buf, c.OFF_FLUSHED_SEQ)[0] + want
-        if _I64_AT(buf, c.OFF_PUBLISHED_SEQ)[0] >= target:
+        flushed_seq, published_seq = flushed_and_published_seq(buf)
+        target = flushed_seq + want
+        if published_seq >= target:
             return 0, 0
         return target, min(int(self.fsync_ns * GATHER_FRACTION), GATHER_MAX_NS)
 
