@@ -35,7 +35,6 @@ import importlib
 import mmap
 import os
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Final, Protocol
 
 StrPath = str | os.PathLike[str]
@@ -472,6 +471,8 @@ def spread_subdirectories(path: StrPath) -> str:
 
 def makedirs(path: StrPath, mode: int = 0o700) -> None:
     """Create a directory (and parents) and fsync the parent of each new one."""
+    from pathlib import Path  # here, not at import: a producer process never needs it
+
     p = Path(path)
     missing = []
     while not p.exists():
@@ -494,6 +495,8 @@ def write_file_atomic(
     path: StrPath, data: bytes, *, mode: int = 0o600, keep_backup: bool = False
 ) -> None:
     """Replace `path` with `data` durably: write X.tmp, fsync, (X -> X.bak), rename, fsync dir."""
+    from pathlib import Path  # here, not at import: a producer process never needs it
+
     p = Path(path)
     tmp = p.with_name(p.name + ".tmp")
     fd = open_file(tmp, create=True, mode=mode)

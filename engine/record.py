@@ -39,7 +39,6 @@ it into place and patches them with one `struct.pack_into` each.
 
 from __future__ import annotations
 
-import base64
 import enum
 import mmap
 import struct
@@ -594,6 +593,8 @@ class RecordFields:
         """This record as JSON, body in base64 (`mqstore dump` re-encodes it per `--body`).
         `properties` is null for a record without properties, as RocketMQ's
         `MessageDecoder` leaves them."""
+        from base64 import b64encode  # here: a producer's import does not need it
+
         return {
             "physical_offset": self.physical_offset,
             "size": self.size,
@@ -611,7 +612,7 @@ class RecordFields:
             "reconsume_times": self.reconsume_times,
             "prepared_transaction_offset": self.prepared_transaction_offset,
             "topic": self.topic,
-            "body": base64.b64encode(self.body).decode("ascii"),
+            "body": b64encode(self.body).decode("ascii"),
             "properties": self.properties or None,
             "tags": self.tags,
             "keys": self.keys,

@@ -160,10 +160,10 @@ from __future__ import annotations
 import _posixshmem  # type: ignore[import-not-found]
 import contextlib
 import errno
-import hashlib
 import mmap
 import os
 import struct
+from _blake2 import blake2b  # hashlib's own blake2b, without hashlib's OpenSSL load
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
@@ -315,6 +315,8 @@ WORKER_STATE_NAMES: Final = {0: "-", 1: "starting", 2: "running", 3: "exited", 4
 
 def store_hash(store_dir: str | os.PathLike[str]) -> str:
     """Ten hex digits of the store's real path: the stem of every runtime name."""
+    import hashlib  # here: OpenSSL's load (~2 ms CPU) is not for a producer's import
+
     real = os.path.realpath(os.fspath(store_dir))
     return hashlib.sha1(real.encode("utf-8", "surrogateescape")).hexdigest()[:10]
 
@@ -646,7 +648,7 @@ class ControlBlock:
         Caller holds the reservation lock (or is the supervisor at boot). O(1) expected.
         """
         key = topic_b + I32.pack(queue_id)
-        h = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
+        h = int.from_bytes(blake2b(key, digest_size=8).digest(), "little") >> 1
         cap = self.qtable_capacity
         buf = self.buf
         for i in range(cap):
