@@ -40,7 +40,7 @@ from typing import Any
 
 import psutil
 
-from bench.report import command_line, run_meta, text_head
+from bench.report import save_text
 from bench.store_run import REPO, precompile, shm_names
 
 TRACE_ENV = "MQSTORE_FLUSH_TRACE"
@@ -83,7 +83,7 @@ with open(out, "w") as f:
 """
 
 NAIVE = r"""
-import os, sys, multiprocessing as mp, time
+import os, sys, multiprocessing as mp, time, resource
 path, n, w = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 def run(i, bar):
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -93,8 +93,24 @@ def run(i, bar):
 if __name__ == "__main__":
     bar = mp.Barrier(w + 1); ps = [mp.Process(target=run, args=(i, bar)) for i in range(w)]
     [p.start() for p in ps]; bar.wait(); t = time.perf_counter(); [p.join() for p in ps]
-    print(n * w / (time.perf_counter() - t))
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(n * w / (time.perf_counter() - t), (ru.ru_utime + ru.ru_stime) / (n * w))
 """
+
+
+def naive_peer(root: Path, workers: int, n: int) -> tuple[float, float]:
+    """The checks' peer (their naive script, which also prints its CPU): W processes
+    appending 1 KiB + fdatasync to one file in `root`; its rate, and its CPU µs per
+    message."""
+    script = root / "naive.py"
+    script.write_text(NAIVE)
+    out = subprocess.run(
+        [sys.executable, str(script), str(root / "naive.log"), str(n), str(workers)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    (root / "naive.log").unlink()
+    rate, cpu = out.stdout.split()
+    return float(rate), float(cpu) * 1e6
 
 
 def puts_for(producers: int) -> int:
@@ -213,13 +229,7 @@ def run_one(root: Path, producers: int, pool: bool, naive: bool, puts: int = 0) 
     rows = [json.loads(x) for x in trace.read_text().splitlines()] if trace.exists() else []
     peer = None
     if naive:
-        script = base / "naive.py"
-        script.write_text(NAIVE)
-        r = subprocess.run(
-            [sys.executable, str(script), str(base / "naive.log"), str(n), str(producers)],
-            capture_output=True, text=True, check=True,
-        )  # fmt: skip
-        peer = float(r.stdout.strip())
+        peer = naive_peer(base, producers, n)[0]
     shutil.rmtree(base, ignore_errors=True)
     return _report(
         producers, n, pool, load0, res, rows, before, after, t_launch, t_done, peer, left
@@ -319,9 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(root, ignore_errors=True)
     text = "\n".join(parts)
     if args.save:
-        meta = run_meta(command_line("bench.profile_sync_check", argv))
-        with RESULT.open("a") as f:
-            f.write("\n".join([*text_head(meta), text, "", ""]))
+        save_text(RESULT, "bench.profile_sync_check", argv, text)
     print(text)
     return 0
 

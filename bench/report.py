@@ -215,6 +215,14 @@ def text_head(meta: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def save_text(result: Path, module: str, argv: Sequence[str] | None, text: str) -> None:
+    """Append a plain text result to `result` under its `text_head` (the profiles'
+    files keep every run, newest last)."""
+    meta = run_meta(command_line(module, argv))
+    with result.open("a") as f:
+        f.write("\n".join([*text_head(meta), text, "", ""]))
+
+
 _ALIGN = {"l": "---", "r": "---:", "c": ":---:"}
 
 

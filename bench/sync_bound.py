@@ -61,27 +61,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.report import command_line, run_meta, text_head
+from bench.profile_sync_check import naive_peer
+from bench.report import save_text
 from bench.store_run import REPO, client_api, running_store
 
 RESULT = REPO / "bench" / "results" / "sync_bound.txt"
 SYS_FUTEX = 202  # x86_64
 FUTEX_WAIT, FUTEX_WAKE = 0, 1
-
-NAIVE = r"""
-import os, sys, multiprocessing as mp, time, resource
-path, n, w = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-def run(i, bar):
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    body = os.urandom(1024); bar.wait()
-    for _ in range(n):
-        os.write(fd, body); os.fdatasync(fd)
-if __name__ == "__main__":
-    bar = mp.Barrier(w + 1); ps = [mp.Process(target=run, args=(i, bar)) for i in range(w)]
-    [p.start() for p in ps]; bar.wait(); t = time.perf_counter(); [p.join() for p in ps]
-    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    print(n * w / (time.perf_counter() - t), (ru.ru_utime + ru.ru_stime) / (n * w))
-"""
 
 
 def _cpu_ns() -> int:
@@ -289,19 +275,6 @@ def fdatasync_round(root: Path, kib: int, n: int) -> tuple[float, float]:
         path.unlink()
 
 
-def naive(root: Path, workers: int, n: int) -> tuple[float, float]:
-    """The checks' peer: its rate, and its CPU µs per message."""
-    script = root / "naive.py"
-    script.write_text(NAIVE)
-    out = subprocess.run(
-        [sys.executable, str(script), str(root / "naive.log"), str(n), str(workers)],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    (root / "naive.log").unlink()
-    rate, cpu = out.stdout.split()
-    return float(rate), float(cpu) * 1e6
-
-
 def measure(root: Path, producers: list[int], with_check: bool = False) -> str:
     load0 = os.getloadavg()
     floor = loop_floor(200_000)
@@ -333,7 +306,7 @@ def measure(root: Path, producers: list[int], with_check: bool = False) -> str:
     ]
     for w in producers:
         n = 2000 if w <= 16 else 600
-        rate, ncpu = naive(root, w, n)
+        rate, ncpu = naive_peer(root, w, n)
         goal = 2.5 if w <= 16 else 5.0
         lines.append(
             f"  {w} producers: naive peer {rate:,.0f}/s ({ncpu:.1f} µs CPU/message); the goal "
@@ -383,9 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     if args.save:
-        meta = run_meta(command_line("bench.sync_bound", argv))
-        with RESULT.open("a") as f:
-            f.write("\n".join([*text_head(meta), text, "", ""]))
+        save_text(RESULT, "bench.sync_bound", argv, text)
     print(text)
     return 0
 
