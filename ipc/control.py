@@ -110,7 +110,8 @@ mirrors these offsets; `ipc.reservation` and `ipc/native/mqs_futex.h` say how th
 | 2172 | idle_sleeps u32  | an idle worker sets it before sleeping on idle_wake; the |
 |      |                  | first publish after takes it back to 0 and wakes them    |
 | 2176 | lock_since       | the reservation lock's holder: CLOCK_MONOTONIC ns it     |
-|      |                  | took the lock, 0 once released; a waiter is refused once |
+|      |                  | took the lock (a put's: read just before its uncontended |
+|      |                  | try), 0 once released; a waiter is refused once          |
 |      |                  | one holder held it > osPageCacheBusyTimeOutMills         |
 | 2184 | lock_queued      | producers: lock waits refused at their cap (the sync     |
 |      |                  | flush timeout) with no holder over the busy timeout      |

@@ -63,8 +63,9 @@ from mqstore.workers.topic_delete import TopicDeletions
 MAX_RECORDS_PER_ROUND: Final = 4096
 BUSY_WAIT_S: Final = 0.001
 # Under SYNC_FLUSH the limit moves every flusher round, a few records at a time, and
-# a round's fixed cost (~33 µs of Python before its first record, plus the wake-up)
-# was 10-15 µs of CPU per put at 16 sync producers. After a round of at least
+# a round's fixed cost (the Python glue around the C scan and grouping, and the
+# wake-up: `bench/results/dispatch_round_profile.md`) was 10-15 µs of CPU per put at 16
+# sync producers. After a round of at least
 # SYNC_BATCH_RECORDS records (a stream of 8k+ puts a second) the pause is
 # SYNC_BATCH_PAUSE_S: rounds up to four times the size, for records pullable up to 4 ms
 # after their flush instead of 1 ms; a slower stream keeps the 1 ms pause.
