@@ -116,6 +116,7 @@ class LogFiles:
         self._commit_lock = FileLock(os.path.join(store_dir, COMMIT_LOCK))
         self._stuck: tuple[int, float] = (-1, 0.0)
         self._flushed_fd = -1
+        self._flushed_path = os.path.join(store_dir, storedir.FLUSHED_OFFSET_FILE)
         self._round_fd = (-1, -1)  # (segment index, fd) the C round forces
         self._live = LiveTable(store_dir)
 
@@ -316,15 +317,9 @@ class LogFiles:
         return com - fl
 
     def _offset_file(self) -> tuple[int, str]:
-        path = os.path.join(self.store_dir, storedir.FLUSHED_OFFSET_FILE)
         if self._flushed_fd < 0:
-            self._flushed_fd = fileio.open_file(path, create=True, mode=0o600)
-        return self._flushed_fd, path
-
-    def _offset_fd(self) -> int:
-        """`_offset_file()`'s descriptor: the sync round's, once per round."""
-        fd = self._flushed_fd
-        return fd if fd >= 0 else self._offset_file()[0]
+            self._flushed_fd = fileio.open_file(self._flushed_path, create=True, mode=0o600)
+        return self._flushed_fd, self._flushed_path
 
     def write_flushed_offset(self, offset: int) -> None:
         """Rewrite `<store>/flushed_offset` in place (the Spark reader's limit)."""
@@ -358,11 +353,11 @@ class LogFiles:
         index = self.pos.flushed // self.size
         pool = self.pool
         if (pool or self.segment(index).mmap_sync is SyncMethod.FDATASYNC) and (
-            self._round_fd[0] == index or self._round_file(index)
+            self._round_file(index)
         ):
             code, op, err, *times = _native.sync_round(
                 cb.buf, cb.pool_buf if pool else None, index, self._round_fd[1],
-                self._commit_lock.fd, self._offset_fd(), want_seq, gather_ns,
+                self._commit_lock.fd, self._offset_file()[0], want_seq, gather_ns,
                 self._round_seam(index),
             )  # fmt: skip
             if code == ROUND_FORCED:
