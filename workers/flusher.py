@@ -203,8 +203,7 @@ class Flusher(Service):
         m1, ns1 = fsync_totals(buf)
         msgs = self.group = m1 - m0
         fsync_ns = ns1 - ns0
-        if fsync_ns > 0:
-            self.fsync_ns = (self.fsync_ns * 7 + fsync_ns) // 8  # _note_fsync
+        self._note_fsync(fsync_ns)
         if times and self.trace_path and len(self.trace) < TRACE_MAX_ROWS:
             slept, self._slept = self._slept, (0, 0)
             flushed = flushed_pos(buf)
