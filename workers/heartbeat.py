@@ -46,13 +46,6 @@ from typing import Final
 WATCH_GAP_MS: Final = 1000  # a longer gap between two looks is the supervisor's, not the worker's
 
 
-def _schedstat_wait(raw: bytes) -> int:
-    try:
-        return int(raw.split()[1])
-    except (ValueError, IndexError):
-        return 0
-
-
 def _schedstat_run_wait(raw: bytes) -> tuple[int, int]:
     """(run time, run-queue wait), ns, from `/proc/PID/schedstat`; (-1, 0) unreadable."""
     try:
@@ -67,27 +60,13 @@ def _stat_state(stat: bytes) -> bytes:
     return stat[end + 2 : end + 3] if end >= 0 else b""
 
 
-def _stat_blocked(stat: bytes) -> bool:
-    return _stat_state(stat) == b"D"
-
-
 def runqueue_wait_ns(pid: int) -> int:
     """Nanoseconds `pid`'s main thread has spent runnable but waiting for a CPU, or 0."""
     try:
         with open(f"/proc/{pid}/schedstat", "rb") as f:
-            return _schedstat_wait(f.read())
+            return _schedstat_run_wait(f.read())[1]
     except OSError:
         return 0
-
-
-def blocked_in_io(pid: int) -> bool:
-    """Whether `pid` is now in uninterruptible sleep (`D`, `/proc/PID/stat`'s state)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    return _stat_blocked(stat)
 
 
 class ProcFiles:
@@ -111,14 +90,6 @@ class ProcFiles:
             return os.pread(fd, 1024, 0)
         except OSError:
             return None
-
-    def runqueue_wait_ns(self) -> int:
-        raw = self.read("schedstat")
-        return 0 if raw is None else _schedstat_wait(raw)
-
-    def blocked_in_io(self) -> bool:
-        raw = self.read("stat")
-        return raw is not None and _stat_blocked(raw)
 
     def sched(self) -> tuple[int, int, bytes]:
         """(run time ns, run-queue wait ns, state letter) now; (-1, 0, b"") unreadable."""
