@@ -47,8 +47,8 @@ int mqs_lock(uint8_t *ctl, int64_t ctl_len, int64_t wait_ns, int64_t now);
  * busy (MQS_LOCK_TIMEOUT) once one holder has held it longer than `hold_ns`
  * (osPageCacheBusyTimeOutMills) and the waiter itself has waited `hold_ns`; a queue of
  * holders that each hold it briefly is waited out, up to `cap_ns` in all (then
- * MQS_LOCK_QUEUED). The
- * holder's start is the block's lock_since, stamped by whoever takes the lock. */
+ * MQS_LOCK_QUEUED). The holder's start is the block's lock_since, stamped by whoever
+ * takes the lock. */
 int mqs_lock_held(uint8_t *ctl, int64_t ctl_len, int64_t hold_ns, int64_t cap_ns);
 void mqs_unlock(uint8_t *ctl);
 

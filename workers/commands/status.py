@@ -152,8 +152,7 @@ def _summary_rows(doc: dict[str, Any]) -> _Rows:
     t1.add_row("fillers / busy waits", f"{doc['fillers']} / {doc['busy_waits']}")
     t1.add_row(
         "puts refused: lock held too long / lock queue too long / no room",
-        f"{doc.get('lock_timeouts', 0)} / {doc.get('lock_queued', 0)}"
-        f" / {doc.get('room_timeouts', 0)}",
+        f"{doc['lock_timeouts']} / {doc['lock_queued']} / {doc['room_timeouts']}",
     )
     t1.add_row("clients attached", str(doc["clients"]))
     _cleaner_rows(t1, doc.get("cleaner") or {})
