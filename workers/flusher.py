@@ -41,7 +41,8 @@ the gather's futex sleep ~5%, the yields of the polls ~2%, and the Python around
 round 12-22%. A plain append + fdatasync costs 40-105 µs of CPU here (`bench.sync_bound`),
 so the round is amortized only by its group: at ~8 messages a round, 12-17 µs per put.
 The Python of a served round stays small on purpose: tick's first branch, control words
-read with `struct` rather than through the views (2.4 -> 1.0 µs a round, hot).
+read by `control_views`' plain readers rather than the views' descriptors (2.4 -> 1.0 µs
+a round, hot).
 
 **ASYNC_FLUSH** (FlushRealTimeService): every `flush_interval_ms` (sleep when
 `flush_timed`, else also woken by the committer), flush with `flush_least_pages`, or 0
