@@ -167,7 +167,7 @@ import struct
 from _blake2 import blake2b  # hashlib's own blake2b, without hashlib's OpenSSL load
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Literal
 
 from mqstore import _native
 from mqstore.engine.findings import Finding, Severity
@@ -310,6 +310,23 @@ QTOPIC_MAX: Final = 128
 I64 = struct.Struct("<q")
 I32 = struct.Struct("<i")
 PAIR = struct.Struct("<qq")
+
+
+def words(buf: memoryview | bytearray, fmt: Literal["q", "i"] = "q") -> memoryview:
+    """`buf` as native int64 (or, with fmt "i", int32) words: `words(buf)[off >> 3] = v`
+    is one aligned store of the whole field (x86-64 only, as the rest of the block:
+    native order is the layout's little-endian). The block's shared fields are stored
+    this way, never with `struct.pack_into`: CPython's packer clears the field before
+    it writes it (the memset at the top of `_struct.c`'s `s_pack_internal`), so a
+    process reading at that moment loads a 0 nobody stored: a position that went back
+    to 0 (the supervisor's `damage()` saw "flushed 132632318, committed 0"), a flags
+    word without READ_ONLY or FENCED, a heartbeat from 1970. Release the view before
+    the mapping closes."""
+    view = memoryview(buf)
+    if fmt == "q":
+        return view[: len(view) // 8 * 8].cast("q")
+    return view[: len(view) // 4 * 4].cast("i")
+
 
 WORKER_STATE_NAMES: Final = {0: "-", 1: "starting", 2: "running", 3: "exited", 4: "halted"}
 
@@ -479,6 +496,8 @@ class ControlBlock:
         self._closed = False
         assert ctl.buf is not None
         self.buf: memoryview = ctl.buf
+        self.words = words(self.buf)  # every int64 store into the block (`words`)
+        self._i32 = words(self.buf, "i")  # the slots' int32 states
         self.pool_buf: memoryview | None = pool.buf if pool is not None else None
         if I64.unpack_from(self.buf, OFF_MAGIC_VERSION)[0] != MAGIC_VERSION:
             raise ValueError(f"{ctl.name}: not an mqstore control block (layout version 4)")
@@ -583,6 +602,8 @@ class ControlBlock:
         """Unmap (and, for the owner, unlink). Idempotent."""
         if self._closed:
             return
+        self.words.release()
+        self._i32.release()
         self.buf.release()
         if self.pool_buf is not None:
             self.pool_buf.release()
@@ -608,7 +629,7 @@ class ControlBlock:
     def set(self, off: int, value: int) -> None:
         """A raw header store: for tests that inject a state; the store's own writers
         go through `ipc.control_views`."""
-        I64.pack_into(self.buf, off, value)
+        self.words[off >> 3] = value
 
     def pool_view(self, segment_index: int) -> memoryview:
         """The pool buffer of a segment (segment i uses buffer i % pool_buffers)."""
@@ -629,7 +650,7 @@ class ControlBlock:
 
     def set_slot_state(self, seq: int, state: int) -> None:
         off = SLOTS_OFF + (seq % self.slot_count) * SLOT_ROW + SLOT_STATE_OFF
-        I32.pack_into(self.buf, off, state)
+        self._i32[off >> 2] = state
 
     # --- queue table ------------------------------------------------------------------
 
@@ -674,10 +695,10 @@ class ControlBlock:
         n = 0
         for slot in range(self.qtable_capacity):
             off = self.qtable_off + slot * QROW
-            h, _nxt, qid, tlen = QROW_HEAD.unpack_from(self.buf, off)
+            _h, _nxt, _qid, tlen = QROW_HEAD.unpack_from(self.buf, off)
             t0 = off + QROW_HEAD.size
             if tlen == len(topic_b) and bytes(self.buf[t0 : t0 + tlen]) == topic_b:
-                QROW_HEAD.pack_into(self.buf, off, h, 0, qid, tlen)  # next_offset 0
+                self.words[(off + 8) >> 3] = 0  # next_offset, one store (`words`)
                 n += 1
         return n
 
@@ -695,15 +716,19 @@ class ControlBlock:
         return WORKERS_OFF + index * WORKER_ROW
 
     def set_worker(self, index: int, name: str, pid: int, restarts: int, state: int) -> None:
-        _WORKER.pack_into(
-            self.buf, self.worker_off(index), pid, 0, restarts, state, name.encode()[:32]
-        )
+        """The supervisor: a row's pid, restarts, state and name, its heartbeat to 0
+        (each field one store, `words`; the name is the supervisor's alone)."""
+        off = self.worker_off(index)
+        w = off >> 3
+        self.words[w], self.words[w + 1] = pid, 0
+        self.words[w + 2], self.words[w + 3] = restarts, state
+        self.buf[off + 32 : off + WORKER_ROW] = name.encode()[:32].ljust(32, b"\0")
 
     def set_worker_state(self, index: int, state: int) -> None:
-        I64.pack_into(self.buf, self.worker_off(index) + 24, state)
+        self.words[(self.worker_off(index) + 24) >> 3] = state
 
     def beat(self, index: int, now_ms: int) -> None:
-        I64.pack_into(self.buf, self.worker_off(index) + 8, now_ms)
+        self.words[(self.worker_off(index) + 8) >> 3] = now_ms
 
     def worker(self, index: int) -> tuple[str, int, int, int, int]:
         """(name, pid, heartbeat_ms, restarts, state)."""
@@ -780,4 +805,5 @@ class ControlBlock:
         self.buf[off : off + CLIENT_ROW] = bytes(CLIENT_ROW)
 
     def write_client(self, index: int, values: Sequence[int]) -> None:
-        _CLIENT.pack_into(self.buf, self.client_off(index), *values)
+        off = self.client_off(index)  # a copy, not pack_into's clear-then-write (`words`)
+        self.buf[off : off + CLIENT_ROW] = _CLIENT.pack(*values)
