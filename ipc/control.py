@@ -119,7 +119,9 @@ mirrors these offsets; `ipc.reservation` and `ipc/native/mqs_futex.h` say how th
 |      |                  | for room (the next file, a pool buffer, slots)           |
 
 Workers table at 512: 8 rows of 64 bytes (pid, heartbeat_ms, restarts, state, name 32s),
-written by the worker (heartbeat) and the supervisor (pid, restarts, state).
+written by the worker (heartbeat) and the supervisor (pid, restarts, state). heartbeat_ms
+is CLOCK_MONOTONIC ms (`heartbeat_clock_ms`), never the wall clock: a step of it (NTP,
+`date -s`) would look like a silence or a beat from the future.
 
 Dispatch lag at 1024: 18 int64, records dispatched by lag (dispatch time minus store time),
 bucket i for lags under 2^i ms, the last one unbounded; written by the dispatcher only
@@ -164,6 +166,7 @@ import errno
 import mmap
 import os
 import struct
+import time
 from _blake2 import blake2b  # hashlib's own blake2b, without hashlib's OpenSSL load
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -268,6 +271,13 @@ WORKERS_OFF: Final = 512
 WORKER_ROW: Final = 64
 MAX_WORKERS: Final = 8
 _WORKER = struct.Struct("<qqqq32s")
+# The row's fields by offset (stored one word each, `words`; pinned to the table above by
+# tests/engine/test_layout_pins.py).
+WORKER_PID_OFF: Final = 0
+WORKER_HB_OFF: Final = 8
+WORKER_RESTARTS_OFF: Final = 16
+WORKER_STATE_OFF: Final = 24
+WORKER_NAME_OFF: Final = 32
 
 CLIENTS_OFF: Final = 4096
 MAX_CLIENTS: Final = 256
@@ -305,11 +315,21 @@ STATE_JOINED: Final = 0x100  # of the same reservation as the slot before it
 
 QROW: Final = 160
 QROW_HEAD = struct.Struct("<qqii")  # hash, next_offset, queue_id, topic_len
+QROW_NEXT_OFF: Final = 8  # next_offset in a row (pinned as WORKER_HB_OFF is)
 QTOPIC_MAX: Final = 128
 
 I64 = struct.Struct("<q")
 I32 = struct.Struct("<i")
 PAIR = struct.Struct("<qq")
+
+
+def heartbeat_clock_ms() -> int:
+    """The clock of the workers table's heartbeats, in ms: CLOCK_MONOTONIC, which is
+    one clock for every process of the host and never steps. Not the wall clock (a step
+    back makes every beat one from the future, a step forward a silence that gets
+    workers killed), nor CLOCK_BOOTTIME: a suspended machine runs no worker and no
+    judge, so its sleep is nobody's silence (`workers.heartbeat`)."""
+    return time.monotonic_ns() // 1_000_000
 
 
 def words(buf: memoryview | bytearray, fmt: Literal["q", "i"] = "q") -> memoryview:
@@ -698,7 +718,7 @@ class ControlBlock:
             _h, _nxt, _qid, tlen = QROW_HEAD.unpack_from(self.buf, off)
             t0 = off + QROW_HEAD.size
             if tlen == len(topic_b) and bytes(self.buf[t0 : t0 + tlen]) == topic_b:
-                self.words[(off + 8) >> 3] = 0  # next_offset, one store (`words`)
+                self.words[(off + QROW_NEXT_OFF) >> 3] = 0  # one store (`words`)
                 n += 1
         return n
 
@@ -718,17 +738,20 @@ class ControlBlock:
     def set_worker(self, index: int, name: str, pid: int, restarts: int, state: int) -> None:
         """The supervisor: a row's pid, restarts, state and name, its heartbeat to 0
         (each field one store, `words`; the name is the supervisor's alone)."""
-        off = self.worker_off(index)
-        w = off >> 3
-        self.words[w], self.words[w + 1] = pid, 0
-        self.words[w + 2], self.words[w + 3] = restarts, state
-        self.buf[off + 32 : off + WORKER_ROW] = name.encode()[:32].ljust(32, b"\0")
+        off, w = self.worker_off(index), self.words
+        w[(off + WORKER_PID_OFF) >> 3], w[(off + WORKER_HB_OFF) >> 3] = pid, 0
+        w[(off + WORKER_RESTARTS_OFF) >> 3] = restarts
+        w[(off + WORKER_STATE_OFF) >> 3] = state
+        name_b = name.encode()[:32].ljust(32, b"\0")
+        self.buf[off + WORKER_NAME_OFF : off + WORKER_ROW] = name_b
 
     def set_worker_state(self, index: int, state: int) -> None:
-        self.words[(self.worker_off(index) + 24) >> 3] = state
+        self.words[(self.worker_off(index) + WORKER_STATE_OFF) >> 3] = state
 
-    def beat(self, index: int, now_ms: int) -> None:
-        self.words[(self.worker_off(index) + 8) >> 3] = now_ms
+    def beat(self, index: int) -> None:
+        """Worker `index`'s heartbeat, now on `heartbeat_clock_ms` (the worker; the
+        supervisor when it spawns one)."""
+        self.words[(self.worker_off(index) + WORKER_HB_OFF) >> 3] = heartbeat_clock_ms()
 
     def worker(self, index: int) -> tuple[str, int, int, int, int]:
         """(name, pid, heartbeat_ms, restarts, state)."""

@@ -27,7 +27,7 @@ WRITER = textwrap.dedent(
     sys.stdout.flush()
     for v in range(1, int(sys.argv[3]) + 1):
         pos.advance_committed(v)  # the commit step's store
-        cb.beat(0, v)  # a worker's heartbeat
+        cb.beat(0)  # a worker's heartbeat (a clock in ms: moves every ms or so)
         stats.count_topic_deleted()  # a counter's +=
     cb.close()
     """
@@ -43,7 +43,7 @@ def cb(tmp_path: Path) -> Iterator[c.ControlBlock]:
 
 
 def test_a_reader_in_another_process_never_sees_a_field_go_back(cb: c.ControlBlock) -> None:
-    """A writer process moves committed_pos, its heartbeat and a counter up from 1 as fast
+    """A writer process moves committed_pos and a counter up from 1 and beats, as fast
     as Python can; this process reads them as fast as it can while it runs. Every value
     read is at least the one read before it (before the fix: 0, thousands of times a
     second on this machine's 2 cores)."""
@@ -76,7 +76,7 @@ def test_a_reader_in_another_process_never_sees_a_field_go_back(cb: c.ControlBlo
         assert proc.stdout is not None
         proc.stdout.close()
     assert back == [], f"(offset, value read, then read) in {reads} reads: {back}"
-    assert last == [writes, writes, writes]
+    assert last[0] == last[2] == writes and last[1] > 0
     # The reads overlapped the writes (else this test could not have failed).
     assert seen_moving > 1000, seen_moving
 
