@@ -153,9 +153,10 @@ store time, slot seq, size, queue id, state: 1 pending, 2 stored). Written under
 reservation lock by the C put (its DONE mark after the reservation completed), and by
 the supervisor from the log before the block serves (`ipc/idem.py`).
 
-Positions are plain aligned int64 stores; each has one writer, readers tolerate reading
-an older value. On x86-64 (TSO) a reader that sees a slot DONE sees the bytes copied
-before it.
+Positions are plain aligned int64 stores (Python's through `words`: one store of the
+whole field, never `struct.pack_into`, which clears it first); each has one writer,
+readers tolerate reading an older value, never one nobody stored. On x86-64 (TSO) a
+reader that sees a slot DONE sees the bytes copied before it.
 """
 
 from __future__ import annotations

@@ -9,11 +9,13 @@ field" is an API, not a convention. C writes some of the same fields
 (`ipc/native/mqs_layout.h`: the reservation, the publisher); the native area at 2048 is
 touched through `_native`'s helpers only.
 
-Every read is one aligned int64 load and every write one aligned store, as a reader that
-tolerates an older value needs (the module docstring of `ipc.control`); the counters'
-`+=` are not atomic: each has one writer, or is a statistic that may lose a count. A view
-holds the block's buffer, not a copy: build one where the block is mapped (a worker's
-`__init__`, or per call: it costs one object) and drop it with the block.
+Every read is one aligned int64 load and every write one aligned store (through
+`ipc.control.words`: `struct.pack_into` clears the field first, and another process saw
+that 0), as a reader that tolerates an older value needs (the module docstring of
+`ipc.control`); the counters' `+=` are not atomic: each has one writer, or is a
+statistic that may lose a count. A view holds the block's buffer, not a copy: build one
+where the block is mapped (a worker's `__init__`, or per call: it costs one object) and
+drop it with the block.
 """
 
 from __future__ import annotations
