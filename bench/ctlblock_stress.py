@@ -153,14 +153,14 @@ def _cycle(i: int, root: Path, store: Path, args: argparse.Namespace) -> dict[st
     }  # fmt: skip
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=20)
     ap.add_argument("--segment-mib", type=int, default=1024)
     ap.add_argument("--producers", type=int, default=4)
     ap.add_argument("--seconds", type=float, default=6)
     ap.add_argument("--root", type=Path, default=None)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="ctlblock-stress-", dir=args.root))
     store = root / "store"
     bad = 0
