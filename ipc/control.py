@@ -119,7 +119,9 @@ mirrors these offsets; `ipc.reservation` and `ipc/native/mqs_futex.h` say how th
 |      |                  | for room (the next file, a pool buffer, slots)           |
 
 Workers table at 512: 8 rows of 64 bytes (pid, heartbeat_ms, restarts, state, name 32s),
-written by the worker (heartbeat) and the supervisor (pid, restarts, state).
+written by the worker (heartbeat) and the supervisor (pid, restarts, state). heartbeat_ms
+is CLOCK_MONOTONIC ms (`heartbeat_clock_ms`), never the wall clock: a step of it (NTP,
+`date -s`) would look like a silence or a beat from the future.
 
 Dispatch lag at 1024: 18 int64, records dispatched by lag (dispatch time minus store time),
 bucket i for lags under 2^i ms, the last one unbounded; written by the dispatcher only
@@ -151,9 +153,10 @@ store time, slot seq, size, queue id, state: 1 pending, 2 stored). Written under
 reservation lock by the C put (its DONE mark after the reservation completed), and by
 the supervisor from the log before the block serves (`ipc/idem.py`).
 
-Positions are plain aligned int64 stores; each has one writer, readers tolerate reading
-an older value. On x86-64 (TSO) a reader that sees a slot DONE sees the bytes copied
-before it.
+Positions are plain aligned int64 stores (Python's through `words`: one store of the
+whole field, never `struct.pack_into`, which clears it first); each has one writer,
+readers tolerate reading an older value, never one nobody stored. On x86-64 (TSO) a
+reader that sees a slot DONE sees the bytes copied before it.
 """
 
 from __future__ import annotations
@@ -164,10 +167,11 @@ import errno
 import mmap
 import os
 import struct
+import time
 from _blake2 import blake2b  # hashlib's own blake2b, without hashlib's OpenSSL load
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Literal
 
 from mqstore import _native
 from mqstore.engine.findings import Finding, Severity
@@ -268,6 +272,13 @@ WORKERS_OFF: Final = 512
 WORKER_ROW: Final = 64
 MAX_WORKERS: Final = 8
 _WORKER = struct.Struct("<qqqq32s")
+# The row's fields by offset (stored one word each, `words`; pinned to the table above by
+# tests/engine/test_layout_pins.py).
+WORKER_PID_OFF: Final = 0
+WORKER_HB_OFF: Final = 8
+WORKER_RESTARTS_OFF: Final = 16
+WORKER_STATE_OFF: Final = 24
+WORKER_NAME_OFF: Final = 32
 
 CLIENTS_OFF: Final = 4096
 MAX_CLIENTS: Final = 256
@@ -305,11 +316,38 @@ STATE_JOINED: Final = 0x100  # of the same reservation as the slot before it
 
 QROW: Final = 160
 QROW_HEAD = struct.Struct("<qqii")  # hash, next_offset, queue_id, topic_len
+QROW_NEXT_OFF: Final = 8  # next_offset in a row (pinned as WORKER_HB_OFF is)
 QTOPIC_MAX: Final = 128
 
 I64 = struct.Struct("<q")
 I32 = struct.Struct("<i")
 PAIR = struct.Struct("<qq")
+
+
+def heartbeat_clock_ms() -> int:
+    """The clock of the workers table's heartbeats, in ms: CLOCK_MONOTONIC, which is
+    one clock for every process of the host and never steps. Not the wall clock (a step
+    back makes every beat one from the future, a step forward a silence that gets
+    workers killed), nor CLOCK_BOOTTIME: a suspended machine runs no worker and no
+    judge, so its sleep is nobody's silence (`workers.heartbeat`)."""
+    return time.monotonic_ns() // 1_000_000
+
+
+def words(buf: memoryview | bytearray, fmt: Literal["q", "i"] = "q") -> memoryview:
+    """`buf` as native int64 (or, with fmt "i", int32) words: `words(buf)[off >> 3] = v`
+    is one aligned store of the whole field (x86-64 only, as the rest of the block:
+    native order is the layout's little-endian). The block's shared fields are stored
+    this way, never with `struct.pack_into`: CPython's packer clears the field before
+    it writes it (the memset at the top of `_struct.c`'s `s_pack_internal`), so a
+    process reading at that moment loads a 0 nobody stored: a position that went back
+    to 0 (the supervisor's `damage()` saw "flushed 132632318, committed 0"), a flags
+    word without READ_ONLY or FENCED, a heartbeat from 1970. Release the view before
+    the mapping closes."""
+    view = memoryview(buf)
+    if fmt == "q":
+        return view[: len(view) // 8 * 8].cast("q")
+    return view[: len(view) // 4 * 4].cast("i")
+
 
 WORKER_STATE_NAMES: Final = {0: "-", 1: "starting", 2: "running", 3: "exited", 4: "halted"}
 
@@ -479,6 +517,8 @@ class ControlBlock:
         self._closed = False
         assert ctl.buf is not None
         self.buf: memoryview = ctl.buf
+        self.words = words(self.buf)  # every int64 store into the block (`words`)
+        self._i32 = words(self.buf, "i")  # the slots' int32 states
         self.pool_buf: memoryview | None = pool.buf if pool is not None else None
         if I64.unpack_from(self.buf, OFF_MAGIC_VERSION)[0] != MAGIC_VERSION:
             raise ValueError(f"{ctl.name}: not an mqstore control block (layout version 4)")
@@ -583,6 +623,8 @@ class ControlBlock:
         """Unmap (and, for the owner, unlink). Idempotent."""
         if self._closed:
             return
+        self.words.release()
+        self._i32.release()
         self.buf.release()
         if self.pool_buf is not None:
             self.pool_buf.release()
@@ -608,7 +650,7 @@ class ControlBlock:
     def set(self, off: int, value: int) -> None:
         """A raw header store: for tests that inject a state; the store's own writers
         go through `ipc.control_views`."""
-        I64.pack_into(self.buf, off, value)
+        self.words[off >> 3] = value
 
     def pool_view(self, segment_index: int) -> memoryview:
         """The pool buffer of a segment (segment i uses buffer i % pool_buffers)."""
@@ -629,7 +671,7 @@ class ControlBlock:
 
     def set_slot_state(self, seq: int, state: int) -> None:
         off = SLOTS_OFF + (seq % self.slot_count) * SLOT_ROW + SLOT_STATE_OFF
-        I32.pack_into(self.buf, off, state)
+        self._i32[off >> 2] = state
 
     # --- queue table ------------------------------------------------------------------
 
@@ -674,10 +716,10 @@ class ControlBlock:
         n = 0
         for slot in range(self.qtable_capacity):
             off = self.qtable_off + slot * QROW
-            h, _nxt, qid, tlen = QROW_HEAD.unpack_from(self.buf, off)
+            _h, _nxt, _qid, tlen = QROW_HEAD.unpack_from(self.buf, off)
             t0 = off + QROW_HEAD.size
             if tlen == len(topic_b) and bytes(self.buf[t0 : t0 + tlen]) == topic_b:
-                QROW_HEAD.pack_into(self.buf, off, h, 0, qid, tlen)  # next_offset 0
+                self.words[(off + QROW_NEXT_OFF) >> 3] = 0  # one store (`words`)
                 n += 1
         return n
 
@@ -695,15 +737,22 @@ class ControlBlock:
         return WORKERS_OFF + index * WORKER_ROW
 
     def set_worker(self, index: int, name: str, pid: int, restarts: int, state: int) -> None:
-        _WORKER.pack_into(
-            self.buf, self.worker_off(index), pid, 0, restarts, state, name.encode()[:32]
-        )
+        """The supervisor: a row's pid, restarts, state and name, its heartbeat to 0
+        (each field one store, `words`; the name is the supervisor's alone)."""
+        off, w = self.worker_off(index), self.words
+        w[(off + WORKER_PID_OFF) >> 3], w[(off + WORKER_HB_OFF) >> 3] = pid, 0
+        w[(off + WORKER_RESTARTS_OFF) >> 3] = restarts
+        w[(off + WORKER_STATE_OFF) >> 3] = state
+        name_b = name.encode()[:32].ljust(32, b"\0")
+        self.buf[off + WORKER_NAME_OFF : off + WORKER_ROW] = name_b
 
     def set_worker_state(self, index: int, state: int) -> None:
-        I64.pack_into(self.buf, self.worker_off(index) + 24, state)
+        self.words[(self.worker_off(index) + WORKER_STATE_OFF) >> 3] = state
 
-    def beat(self, index: int, now_ms: int) -> None:
-        I64.pack_into(self.buf, self.worker_off(index) + 8, now_ms)
+    def beat(self, index: int) -> None:
+        """Worker `index`'s heartbeat, now on `heartbeat_clock_ms` (the worker; the
+        supervisor when it spawns one)."""
+        self.words[(self.worker_off(index) + WORKER_HB_OFF) >> 3] = heartbeat_clock_ms()
 
     def worker(self, index: int) -> tuple[str, int, int, int, int]:
         """(name, pid, heartbeat_ms, restarts, state)."""
@@ -780,4 +829,5 @@ class ControlBlock:
         self.buf[off : off + CLIENT_ROW] = bytes(CLIENT_ROW)
 
     def write_client(self, index: int, values: Sequence[int]) -> None:
-        _CLIENT.pack_into(self.buf, self.client_off(index), *values)
+        off = self.client_off(index)  # a copy, not pack_into's clear-then-write (`words`)
+        self.buf[off : off + CLIENT_ROW] = _CLIENT.pack(*values)

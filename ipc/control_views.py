@@ -9,11 +9,13 @@ field" is an API, not a convention. C writes some of the same fields
 (`ipc/native/mqs_layout.h`: the reservation, the publisher); the native area at 2048 is
 touched through `_native`'s helpers only.
 
-Every read is one aligned int64 load and every write one aligned store, as a reader that
-tolerates an older value needs (the module docstring of `ipc.control`); the counters'
-`+=` are not atomic: each has one writer, or is a statistic that may lose a count. A view
-holds the block's buffer, not a copy: build one where the block is mapped (a worker's
-`__init__`, or per call: it costs one object) and drop it with the block.
+Every read is one aligned int64 load and every write one aligned store (through
+`ipc.control.words`: `struct.pack_into` clears the field first, and another process saw
+that 0), as a reader that tolerates an older value needs (the module docstring of
+`ipc.control`); the counters' `+=` are not atomic: each has one writer, or is a
+statistic that may lose a count. A view holds the block's buffer, not a copy: build one
+where the block is mapped (a worker's `__init__`, or per call: it costs one object) and
+drop it with the block.
 """
 
 from __future__ import annotations
@@ -25,8 +27,7 @@ from typing import Final
 from mqstore.ipc import control as c
 
 _I64_UNPACK: Final = c.I64.unpack_from
-_I64_PACK: Final = c.I64.pack_into
-_LAG_HIST_PACK: Final = struct.Struct(f"<{c.DISPATCH_LAG_BUCKETS}q").pack_into
+_LAG_HIST_PACK: Final = struct.Struct(f"<{c.DISPATCH_LAG_BUCKETS}q").pack
 
 
 class _Field:
@@ -46,16 +47,23 @@ def _fields(*offs: int) -> tuple[_Field, ...]:
 
 
 class _View:
-    __slots__ = ("_buf",)
+    __slots__ = ("_buf", "_words")
+    _buf: bytearray | memoryview
+    _words: memoryview
 
     def __init__(self, cb: c.ControlBlock | bytearray | memoryview) -> None:
-        self._buf = cb.buf if isinstance(cb, c.ControlBlock) else cb
+        if isinstance(cb, c.ControlBlock):
+            self._buf, self._words = cb.buf, cb.words
+        else:  # a block mapped for one call (`ipc.fence`), or a test's buffer
+            self._buf, self._words = cb, c.words(cb)
 
     def _set(self, off: int, value: int) -> None:
-        _I64_PACK(self._buf, off, value)
+        # One store of the whole word: not struct's pack_into, which clears it first
+        # and lets another process read a 0 (`ipc.control.words`).
+        self._words[off >> 3] = value
 
     def _add(self, off: int, delta: int) -> None:
-        _I64_PACK(self._buf, off, _I64_UNPACK(self._buf, off)[0] + delta)
+        self._words[off >> 3] += delta
 
     def _counts(self, off: int, buckets: int) -> list[int]:
         return [int(v) for v in struct.unpack_from(f"<{buckets}q", self._buf, off)]
@@ -182,7 +190,7 @@ class Reservation(_View):
     def commit_reservation(self, end: int, seq: int) -> None:
         """The lock holder only (C `mqs_reserve`; the sync-round profile stands in for
         it): the commit point, `reserved_pos` and `seq` in one store."""
-        c.PAIR.pack_into(self._buf, c.OFF_RESERVED, end, seq)
+        self._buf[c.OFF_RESERVED : c.OFF_RESERVED + 16] = c.PAIR.pack(end, seq)
 
     def mark_stale(self, offset: int) -> None:
         """The commit step's publisher only (`ipc.commit.LogFiles.publish` with `force`):
@@ -292,7 +300,8 @@ class Histograms(_View):
     def store_dispatch_lag(self, counts: Sequence[int], sum_ms: int) -> None:
         """The dispatcher only, after a round: its whole lag histogram (it keeps the
         counts, continued from these at its start) and their sum in ms."""
-        _LAG_HIST_PACK(self._buf, c.OFF_DISPATCH_LAG_HIST, *counts)  # one call, every round
+        at = c.OFF_DISPATCH_LAG_HIST  # one copy a round, not pack_into (`ipc.control.words`)
+        self._buf[at : at + 8 * c.DISPATCH_LAG_BUCKETS] = _LAG_HIST_PACK(*counts)
         self._set(c.OFF_DISPATCH_LAG_SUM_MS, sum_ms)
 
 

@@ -30,7 +30,6 @@ import os
 import select
 import signal
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -177,10 +176,6 @@ def say_reload(component: str, applied: list[str], ignored: list[str]) -> None:
         )
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class SignalFlags(Protocol):
     """What the signal handlers set (they only record; the loop acts)."""
 
@@ -228,7 +223,7 @@ class WorkerContext:
     def beat(self) -> None:
         """Heartbeat; a worker whose supervisor died (re-parented) stops and drains. A
         SIGHUP since the last beat re-loads the reloadable settings into `settings`."""
-        self.cb.beat(self.index, now_ms())
+        self.cb.beat(self.index)
         if os.getppid() != self.parent_pid:
             self.stopping = True
         if self.reload_requested:

@@ -114,7 +114,7 @@ class HeartbeatJudge:
     beat_ms: int = -1  # the last beat seen
     wait_at_beat_ns: int = 0  # the worker's run-queue wait when that beat was seen
     killed: bool = False  # the supervisor sent SIGKILL (and said so)
-    started_ms: int = 0  # wall ms at spawn: a worker that never beat is silent since then
+    started_ms: int = 0  # at spawn: a worker that never beat is silent since then
     blocked_ms: int = 0  # time seen blocked on I/O since the last beat
     queued_ms: int = 0  # a run-queue wait still under way, not yet in schedstat
     unwatched_ms: int = 0  # the supervisor's own gaps since the last beat, past WATCH_GAP_MS
@@ -128,7 +128,9 @@ class HeartbeatJudge:
     def silence(self, beat_ms: int, now_ms: int) -> tuple[int, int]:
         """`(silent_ms, excused_ms)`: how long the worker has been silent, less the time
         it waited for a CPU or was blocked on I/O since its last beat, or the supervisor
-        did not look (past `WATCH_GAP_MS`); and that time."""
+        did not look (past `WATCH_GAP_MS`); and that time. Every ms here (`beat_ms`,
+        `now_ms`, `started_ms`) is on `ipc.control.heartbeat_clock_ms`, CLOCK_MONOTONIC,
+        which a step of the wall clock does not move."""
         run, waited, state = now = self.proc.sched()
         if beat_ms != self.beat_ms:
             self.beat_ms, self.wait_at_beat_ns = beat_ms, waited

@@ -125,7 +125,7 @@ def worker_docs(
                 "pid": pid,
                 "restarts": restarts,
                 "state": c.WORKER_STATE_NAMES.get(state, str(state)),
-                "heartbeat_age_ms": max(0, time.time_ns() // 1_000_000 - hb) if pid else None,
+                "heartbeat_age_ms": max(0, c.heartbeat_clock_ms() - hb) if pid else None,
                 "last_exit": last_exit,
             }
         )

@@ -426,9 +426,9 @@ class Supervisor:
         w.started = time.monotonic()
         if w.judge is not None:
             w.judge.close()  # the last process's /proc files
-        w.judge = HeartbeatJudge(w.proc.pid, started_ms=time.time_ns() // 1_000_000)
+        w.judge = HeartbeatJudge(w.proc.pid, started_ms=c.heartbeat_clock_ms())
         cb.set_worker(w.index, w.spec.name, w.proc.pid, w.restarts, WORKER_STARTING)
-        cb.beat(w.index, time.time_ns() // 1_000_000)
+        cb.beat(w.index)
 
     @staticmethod
     def _close_reason(w: _Worker) -> None:
@@ -527,7 +527,7 @@ class Supervisor:
         _name, _pid, hb, _r, _st = cb.worker(w.index)
         if w.judge.killed:  # said once; its exit is seen by a later loop
             return
-        silent, excused = w.judge.silence(hb, time.time_ns() // 1_000_000)
+        silent, excused = w.judge.silence(hb, c.heartbeat_clock_ms())
         if now - w.started <= hb_timeout or silent <= hb_timeout * 1000:
             return
         self._say(

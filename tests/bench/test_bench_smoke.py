@@ -354,3 +354,17 @@ def test_profile_sync_io_counts_a_rounds_writes_and_cleans_up(tmp_path: Path) ->
     assert any("commitlog/N (producer" in ln for ln in lines)
     assert list(tmp_path.iterdir()) == []
     assert _no_children() == []
+
+
+def test_ctlblock_stress_runs_a_cycle_and_cleans_up(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench import ctlblock_stress
+
+    argv = ["--minutes", "0.001", "--seconds", "1", "--segment-mib", "64", "--producers", "2"]
+    assert ctlblock_stress.main([*argv, "--root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("cycle 0 pool=True sync=False killed=False exit=0 puts={'PUT_OK': "), out
+    assert out.endswith("1 cycles, 0 with damage, 'overwritten' or read-only\n"), out
+    assert list(tmp_path.iterdir()) == []
+    assert _no_children() == []

@@ -61,9 +61,19 @@ QUEUE_ROW = _row_offsets(control.QROW_HEAD.format, _doc_row_names("Queue table")
 # (file, enclosing function, number in the offset) -> the offset it must equal.
 PINS: dict[tuple[str, str, int], int] = {
     ("ipc/control.py", "queue_rows", 20): QUEUE_ROW["topic_len"],
-    ("ipc/control.py", "set_worker_state", 24): WORKER_ROW["state"],
-    ("ipc/control.py", "beat", 8): WORKER_ROW["heartbeat_ms"],
 }
+
+
+def test_the_named_row_offsets_match_the_tables() -> None:
+    """The worker row's and queue row's fields stored one word each (`control.words`)."""
+    assert WORKER_ROW == {
+        "pid": control.WORKER_PID_OFF,
+        "heartbeat_ms": control.WORKER_HB_OFF,
+        "restarts": control.WORKER_RESTARTS_OFF,
+        "state": control.WORKER_STATE_OFF,
+        "name": control.WORKER_NAME_OFF,
+    }
+    assert QUEUE_ROW["next_offset"] == control.QROW_NEXT_OFF
 
 
 def _literal_offsets() -> set[tuple[str, str, int]]:

@@ -21,6 +21,7 @@ import pytest
 
 from mqstore import PutMessageStatus, StoreClient
 from mqstore.conf.settings import StoreSettings
+from mqstore.ipc.control import heartbeat_clock_ms
 from mqstore.workers.heartbeat import WATCH_GAP_MS, HeartbeatJudge, runqueue_wait_ns
 from tests.runtime.harness import Store, wait_for
 
@@ -65,7 +66,7 @@ def test_a_starved_process_is_judged_on_the_time_it_had() -> None:
     against it."""
     with _spinners(2, nice=-10, cpu=0), _spinners(1, cpu=0) as (starved,):
         judge = HeartbeatJudge(starved)
-        beat = time.time_ns() // 1_000_000
+        beat = heartbeat_clock_ms()
         judge.silence(beat, beat)
         t0 = time.monotonic()
         wait_for(lambda: runqueue_wait_ns(starved) > 0, 10, "schedstat to move")
@@ -75,7 +76,7 @@ def test_a_starved_process_is_judged_on_the_time_it_had() -> None:
         # after the starved process ran again
         waited = runqueue_wait_ns(starved)
         wait_for(lambda: runqueue_wait_ns(starved) != waited, 30, "the starved one to run")
-        silent, starved_ms = judge.silence(beat, time.time_ns() // 1_000_000)
+        silent, starved_ms = judge.silence(beat, heartbeat_clock_ms())
         wall_ms = (time.monotonic() - t0) * 1000
     assert starved_ms > 0.8 * wall_ms, (silent, starved_ms, wall_ms)
     assert silent < 0.3 * wall_ms, (silent, starved_ms, wall_ms)
@@ -109,7 +110,7 @@ def test_busy_cores_do_not_get_workers_killed(tmp_path: os.PathLike[str]) -> Non
 
 
 def test_a_worker_that_never_beat_is_silent_since_it_was_spawned() -> None:
-    now = time.time_ns() // 1_000_000
+    now = heartbeat_clock_ms()
     judge = HeartbeatJudge(os.getpid(), started_ms=now - 250)
     silent, starved = judge.silence(0, now)  # no beat yet: the control block holds 0
     assert 0 <= silent + starved <= 250
@@ -151,16 +152,16 @@ def test_a_process_blocked_in_the_kernel_is_not_held_silent(tmp_path: os.PathLik
         wait_for(lambda: _state(blocked.pid) == "D", 30, "the vfork parent to block")
         os.kill(stopped.pid, signal.SIGSTOP)
         wait_for(lambda: _state(stopped.pid) == "T", 30, "the stop")
-        beat = time.time_ns() // 1_000_000
+        beat = heartbeat_clock_ms()
         judges = {p.pid: HeartbeatJudge(p.pid) for p in (blocked, stopped)}
         for j in judges.values():
             j.silence(beat, beat)
         end = time.monotonic() + 1.5
         while time.monotonic() < end:  # the supervisor's loop
-            now = time.time_ns() // 1_000_000
+            now = heartbeat_clock_ms()
             got = {pid: j.silence(beat, now) for pid, j in judges.items()}
             time.sleep(0.05)
-        wall = time.time_ns() // 1_000_000 - beat
+        wall = heartbeat_clock_ms() - beat
     finally:
         children = Path(f"/proc/{blocked.pid}/task/{blocked.pid}/children").read_text().split()
         for child in children:  # the vfork child, asleep: not left behind
@@ -201,13 +202,13 @@ def test_a_wait_for_a_cpu_still_under_way_is_not_held_silent() -> None:
             assert starved.stdout is not None and starved.stdout.readline() == "spinning\n"
             os.sched_setaffinity(starved.pid, {0})
             judge = HeartbeatJudge(starved.pid)
-            beat = time.time_ns() // 1_000_000
+            beat = heartbeat_clock_ms()
             judge.silence(beat, beat)
             worst = (0, 0, 0)
             end = time.monotonic() + 4.0
             while time.monotonic() < end:  # the supervisor's loop
                 time.sleep(0.05)
-                now = time.time_ns() // 1_000_000
+                now = heartbeat_clock_ms()
                 silent, excused = judge.silence(beat, now)
                 worst = max(worst, (silent, excused, now - beat))
         finally:
@@ -215,7 +216,7 @@ def test_a_wait_for_a_cpu_still_under_way_is_not_held_silent() -> None:
             starved.wait()
             assert starved.stdout is not None
             starved.stdout.close()
-    wall = time.time_ns() // 1_000_000 - beat
+    wall = heartbeat_clock_ms() - beat
     assert worst[0] < 0.1 * wall, (worst, wall)
 
 
@@ -229,18 +230,18 @@ def test_the_supervisors_own_gap_is_not_held_against_a_worker() -> None:
     try:
         wait_for(lambda: _state(sleeper.pid) == "S", 30, "the sleeper to sleep")
         judge = HeartbeatJudge(sleeper.pid)
-        beat = time.time_ns() // 1_000_000
+        beat = heartbeat_clock_ms()
         judge.silence(beat, beat)
         gap_ms = WATCH_GAP_MS + 1500
         time.sleep(gap_ms / 1000)  # the stalled supervisor: nothing to wait for but time
-        now = time.time_ns() // 1_000_000
+        now = heartbeat_clock_ms()
         silent, excused = judge.silence(beat, now)
         assert (silent, excused) == (WATCH_GAP_MS, now - beat - WATCH_GAP_MS), now - beat
         t0, before, unwatched = now, silent, judge.unwatched_ms
         end = time.monotonic() + 1.0
         while time.monotonic() < end:  # then watched, every 50 ms: all of it is held
             time.sleep(0.05)
-            now = time.time_ns() // 1_000_000
+            now = heartbeat_clock_ms()
             silent, _excused = judge.silence(beat, now)
         # (less only a stall of this loop itself over WATCH_GAP_MS, 0 unless the machine
         # stalled the test)
