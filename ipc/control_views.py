@@ -12,10 +12,11 @@ touched through `_native`'s helpers only.
 Every read is one aligned int64 load and every write one aligned store (through
 `ipc.control.words`: `struct.pack_into` clears the field first, and another process saw
 that 0), as a reader that tolerates an older value needs (the module docstring of
-`ipc.control`); the counters' `+=` are not atomic: each has one writer, or is a
-statistic that may lose a count. A view holds the block's buffer, not a copy: build one
-where the block is mapped (a worker's `__init__`, or per call: it costs one object) and
-drop it with the block.
+`ipc.control`). The flags word, which several processes change at once, changes only
+by one atomic read-modify-write (`Flags`); the counters' `+=` are not atomic: each has
+one writer at a time, or is a statistic that may lose a count. A view holds the
+block's buffer, not a copy: build one where the block is mapped (a worker's `__init__`,
+or per call: it costs one object) and drop it with the block.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import struct
 from collections.abc import Sequence
 from typing import Final
 
+from mqstore import _native
 from mqstore.ipc import control as c
 
 _I64_UNPACK: Final = c.I64.unpack_from
@@ -63,6 +65,10 @@ class _View:
         self._words[off >> 3] = value
 
     def _add(self, off: int, delta: int) -> None:
+        # A load, then a store: for the counters only, each written by one step at a
+        # time (the flusher's or the supervisor's drain flush, after the flusher has
+        # stopped; the publisher under the commit lock; the dispatcher), never for a
+        # word several processes change at once (`Flags._change`).
         self._words[off >> 3] += delta
 
     def _counts(self, off: int, buckets: int) -> list[int]:
@@ -205,7 +211,13 @@ class Reservation(_View):
 
 
 class Flags(_View):
-    """The store's state bits (`FLAG_NAMES`); C reads them in every put."""
+    """The store's state bits (`FLAG_NAMES`); C reads them in every put.
+
+    Several processes change the word at once: the supervisor, any worker marking
+    READ_ONLY, the fence's C `fetch_or` of FENCED | REFUSE_WRITES (`ipc/native/
+    mqs_append.c`). Each change is one atomic read-modify-write (`_native.fetch_or`,
+    `fetch_and_not`): a load then a store here lost a bit set in between, and a store
+    without READ_ONLY or FENCED goes on acknowledging writes it must refuse."""
 
     word = _Field(c.OFF_FLAGS)
 
@@ -214,8 +226,10 @@ class Flags(_View):
         return [n for bit, n in c.FLAG_NAMES.items() if word & bit]
 
     def _change(self, flag: int, on: bool) -> None:
-        word = self.word
-        self._set(c.OFF_FLAGS, (word | flag) if on else (word & ~flag))
+        if on:
+            _native.fetch_or(self._buf, c.OFF_FLAGS, flag)
+        else:
+            _native.fetch_and_not(self._buf, c.OFF_FLAGS, flag)
 
     def mark_running(self) -> None:
         """The supervisor only, once boot is done (and the profiling harnesses that

@@ -272,6 +272,13 @@ def claim(ctl: Buffer, seq: int, /) -> int:
 def fill_done(ctl: Buffer, seq: int, n: int, /) -> None:
     """The filler's `n` claimed slots from `seq` DONE, the first one last."""
 
+def fetch_or(buf: Buffer, offset: int, bits: int, /) -> int:
+    """Set `bits` in the int64 word at `offset` (8-byte aligned) of `buf` in one atomic
+    read-modify-write; the word before (the reference: `tests/native/bits_reference.py`)."""
+
+def fetch_and_not(buf: Buffer, offset: int, bits: int, /) -> int:
+    """Clear `bits` in the int64 word at `offset` of `buf` atomically; the word before."""
+
 def live_hold(fd: int, pid: int, /) -> None:
     """Hold the liveness byte of `pid` through `fd` (OFD read lock)."""
 

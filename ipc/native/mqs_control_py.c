@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stdint.h>
 
 #include "mqs_append.h"
 #include "mqs_args.h"
@@ -396,4 +397,56 @@ PyObject *mqs_py_live_hold(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssi
 PyObject *mqs_py_live_check(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
 {
     return live(args, n, 1);
+}
+
+/* fetch_or(buf, offset, bits) and fetch_and_not(buf, offset, bits): one atomic
+ * read-modify-write of the int64 word at `offset` of `buf`, the word before it returned.
+ * The store's flags word is changed by several processes at once (the fence's
+ * fetch_or in mqs_append.c, the supervisor, any worker marking READ_ONLY): a Python
+ * load then store lost a bit another process set in between. SEQ_CST, as the fence's
+ * fetch_or: every change of the word falls in one total order with the fence and the
+ * put's SEQ_CST load of it (mqs_append.c), and it is a full barrier, so nothing this
+ * process loads after it (the supervisor's look at the reservation after REFUSE_WRITES)
+ * can be read before it. On x86-64 ACQ_REL would be the same lock-prefixed
+ * instruction: the stronger order costs nothing. */
+static PyObject *word_bits(PyObject *const *args, Py_ssize_t n, int on)
+{
+    const char *usage = on ? "fetch_or(buf, offset, bits)" : "fetch_and_not(buf, offset, bits)";
+    int64_t off, bits;
+    if (n != 3) {
+        PyErr_Format(PyExc_TypeError, "%s takes 3 arguments", usage);
+        return NULL;
+    }
+    if (mqs_arg_i64(args[1], "offset", &off) < 0 || mqs_arg_i64(args[2], "bits", &bits) < 0)
+        return NULL;
+    Py_buffer v;
+    if (mqs_arg_wbuffer(args[0], "buf", &v) < 0)
+        return NULL;
+    if (off < 0 || off > (int64_t)v.len - 8) {
+        PyErr_Format(PyExc_ValueError, "%s: the 8 bytes at offset %lld are not inside buf (%zd bytes)", usage,
+                     (long long)off, v.len);
+        PyBuffer_Release(&v);
+        return NULL;
+    }
+    if (((uintptr_t)v.buf + (uintptr_t)off) % 8 != 0) {
+        PyErr_Format(PyExc_ValueError, "%s: buf + offset %lld is not 8-byte aligned", usage,
+                     (long long)off);
+        PyBuffer_Release(&v);
+        return NULL;
+    }
+    int64_t *word = (int64_t *)(void *)((uint8_t *)v.buf + off);
+    int64_t was = on ? __atomic_fetch_or(word, bits, __ATOMIC_SEQ_CST)
+                     : __atomic_fetch_and(word, ~bits, __ATOMIC_SEQ_CST);
+    PyBuffer_Release(&v);
+    return PyLong_FromLongLong(was);
+}
+
+PyObject *mqs_py_fetch_or(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
+{
+    return word_bits(args, n, 1);
+}
+
+PyObject *mqs_py_fetch_and_not(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
+{
+    return word_bits(args, n, 0);
 }

@@ -1,7 +1,7 @@
 /* The Python doors of the control block's helpers for the supervisor, the flusher and
  * the committer (mqs_control_py.c): publish, the sync acknowledgements' futexes
  * (mqs_futex.c), the flusher's round (mqs_round.c), the reservation fence and the
- * liveness bytes (mqs_live.c). Arguments checked here; waits run without the GIL. */
+ * liveness bytes (mqs_live.c), the atomic bit changes of a shared word. Arguments checked here; waits run without the GIL. */
 #ifndef MQS_CONTROL_PY_H
 #define MQS_CONTROL_PY_H
 
@@ -31,6 +31,8 @@ PyObject *mqs_py_live_hold(PyObject *m, PyObject *const *args, Py_ssize_t n);
 PyObject *mqs_py_live_check(PyObject *m, PyObject *const *args, Py_ssize_t n);
 PyObject *mqs_py_claim(PyObject *m, PyObject *const *args, Py_ssize_t n);
 PyObject *mqs_py_fill_done(PyObject *m, PyObject *const *args, Py_ssize_t n);
+PyObject *mqs_py_fetch_or(PyObject *m, PyObject *const *args, Py_ssize_t n);
+PyObject *mqs_py_fetch_and_not(PyObject *m, PyObject *const *args, Py_ssize_t n);
 
 /* The table entries: a METH_O door and a METH_FASTCALL door named `name`. */
 #define MQS_ONE(name, doc) {#name, mqs_py_##name, METH_O, doc}
@@ -82,6 +84,10 @@ PyObject *mqs_py_fill_done(PyObject *m, PyObject *const *args, Py_ssize_t n);
     MQS_FAST(claim, "claim(ctl, seq) -> int: the filler's claim of the reservation at "         \
         "seq: slots claimed, 0 when it completed first, -1 when seq is not reserved."),          \
     MQS_FAST(fill_done, "fill_done(ctl, seq, n): the filler's claimed slots DONE, the "          \
-        "head last."),
+        "head last."),                                                                          \
+    MQS_FAST(fetch_or, "fetch_or(buf, offset, bits) -> int: set `bits` in the int64 word at "    \
+        "offset, atomically; the word before."),                                                \
+    MQS_FAST(fetch_and_not, "fetch_and_not(buf, offset, bits) -> int: clear `bits` in the "     \
+        "int64 word at offset, atomically; the word before."),
 
 #endif
