@@ -164,9 +164,10 @@ class Flusher(Service):
         timeout = s.flush_interval_ms / 1000
         if self.sync:
             timeout = min(IDLE_SYNC_S, timeout)
+        # A request that lands after the first check is not looked for again here:
+        # `wait` looks before it sleeps, and `flusher_sleep` after it says it sleeps
+        # (test_flusher_tick.py).
         now = time.monotonic()
-        if self.sync and self.requested():
-            return self._serve_sync_request(now)
         interval_due = now - self.last_flush >= s.flush_interval_ms / 1000
         if not (interval_due or (woken and not s.flush_timed)):
             return timeout
