@@ -1,10 +1,10 @@
 """A sync request the flusher's tick does not see is still served at once (issue 23).
 
-`Flusher.tick` looks for a sync request once, first; a request that lands after that
+`Flusher.tick` looks for a sync request once, first. A request that lands after that
 look is found by `wait` before it sleeps, or by `flusher_sleep` (C), which says it sleeps
 and then looks (Dekker's order against the producer, which records its request and then
-wakes a sleeper). Here the request lands after one look, then after two: the flusher,
-told to wait 30 s, must serve it without sleeping, on a real control block and real
+wakes a sleeper). Here the request lands after tick's look, then after wait's too: the
+flusher, told to wait 30 s, must serve it without sleeping, on a real control block and real
 segment files (the flusher's own C round, fdatasync included)."""
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def test_a_request_landing_after_ticks_look_is_served_without_a_sleep(
             assert flushed_pos(cb.buf) < want
             flusher.misses = misses
             t0 = time.monotonic()
-            wait_s = flusher.tick()  # its one look misses the request
+            wait_s = flusher.tick()  # its look misses the request
             assert wait_s > 0 and flushed_pos(cb.buf) < want
             flusher.wait(WAIT_S)
             assert flusher.tick() == 0.0  # served
