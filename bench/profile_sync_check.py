@@ -2,7 +2,7 @@
 `sync64_vs_naive.py` (the shared perf folder) goes.
 
     python -m bench.profile_sync_check [--producers 16,64] [--pool on|off] [--naive]
-                                       [--save] [--dir DIR]
+                                       [--save] [--dir DIR] [--conf KEY=VALUE ...]
 
 As the checks do: a SYNC_FLUSH store started by `mqstore start` in a session of its own,
 then W client processes started one after another (`python client.py`), each importing
@@ -157,12 +157,17 @@ def _stat(name: str, xs: list[float]) -> str:
     )
 
 
-def _start_store(base: Path, pool: bool, trace: Path) -> tuple[subprocess.Popen[bytes], Path]:
+def _start_store(
+    base: Path, pool: bool, trace: Path, conf_lines: tuple[str, ...] = ()
+) -> tuple[subprocess.Popen[bytes], Path]:
     """`mqstore start` as the checks' harness starts it: its own session, a broker.conf."""
     store = base / "store"
     store.mkdir(parents=True)
     conf = base / "broker.conf"
-    conf.write_text(f"flushDiskType=SYNC_FLUSH\ntransientStorePoolEnable={str(pool).lower()}\n")
+    conf.write_text(
+        f"flushDiskType=SYNC_FLUSH\ntransientStorePoolEnable={str(pool).lower()}\n"
+        + "".join(f"{line}\n" for line in conf_lines)
+    )
     mq = [sys.executable, "-m", "mqstore"]
     with (base / "supervisor.log").open("ab") as log:
         proc = subprocess.Popen(
@@ -189,7 +194,10 @@ def _stop_store(proc: subprocess.Popen[bytes], store: Path) -> None:
         raise RuntimeError("the store did not stop within 60 s") from None
 
 
-def run_one(root: Path, producers: int, pool: bool, naive: bool, puts: int = 0) -> str:
+def run_one(
+    root: Path, producers: int, pool: bool, naive: bool, puts: int = 0,
+    conf_lines: tuple[str, ...] = (),
+) -> str:  # fmt: skip
     """One check-shaped run (`puts` per client, 0: the check's); its profile as text."""
     n = puts or puts_for(producers)
     base = root / f"w{producers}-{'on' if pool else 'off'}"
@@ -198,7 +206,7 @@ def run_one(root: Path, producers: int, pool: bool, naive: bool, puts: int = 0) 
     trace = base / "flush-trace.jsonl"
     client = base / "client.py"
     client.write_text(CLIENT)
-    proc, store = _start_store(base, pool, trace)
+    proc, store = _start_store(base, pool, trace, conf_lines)
     shm_before = shm_names(store)
     try:
         procs = _workers(proc.pid)
@@ -316,13 +324,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--naive", action="store_true", help="run the checks' peer after each")
     ap.add_argument("--puts", type=int, default=0, help="per client (default: the check's)")
     ap.add_argument("--save", action="store_true")
+    ap.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE",
+        help="a line added to the store's broker.conf (repeatable)",
+    )  # fmt: skip
     ap.add_argument("--dir", type=Path, default=None, help="scratch directory (default /tmp)")
     args = ap.parse_args(argv)
     precompile()
     root = Path(tempfile.mkdtemp(prefix="profile-sync-check-", dir=args.dir))
     try:
         parts = [
-            run_one(root, int(w), args.pool == "on", args.naive, args.puts)
+            run_one(root, int(w), args.pool == "on", args.naive, args.puts, tuple(args.conf))
             for w in args.producers.split(",")
         ]
     finally:

@@ -59,6 +59,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "compress_level": (-7, 22),
     "store_nice": (-20, 19),
     "store_slice_us": (0, 100_000),
+    "flusher_rt_priority": (0, 99),
 }
 # RocketMQ 5.x also reads the two disk ratios as plain config keys, in percent (90, 85).
 RMQ_TO_FIELD.update(

@@ -106,6 +106,7 @@ class StoreSettings:
     restart_backoff_max_ms: int = 10_000
     store_nice: int = -10
     store_slice_us: int = 100
+    flusher_rt_priority: int = 0
 
     def replace(self, **changes: Any) -> StoreSettings:
         return dataclasses.replace(self, **changes)
@@ -255,6 +256,11 @@ _TABLE: tuple[tuple[str, str | None, str, bool, str], ...] = (
               "EEVDF custom slice): a shorter slice than the producers' lets a woken flusher "
               "run at once instead of after the running producer's slice. 0: the kernel's "
               "default; an older kernel ignores it (workers/priority.py)"),
+    ("flusher_rt_priority", None, "priority",
+     RESTART, "Under SYNC_FLUSH, the flusher runs SCHED_FIFO at this real-time priority "
+              "(1-99), so a woken round never waits for a CPU behind producers; it sleeps "
+              "instead of yielding between rounds. 0: off. Needs CAP_SYS_NICE; refused, it "
+              "runs as the other workers (workers/priority.py)"),
 )
 # fmt: on
 

@@ -33,6 +33,11 @@ Three measured choices keep the rounds full (`bench/results/profile_sync.txt`):
   and the flusher's trip through the run queue.
 * **Yield to a producer still copying** rather than sleep at once (above).
 
+**Real-time, on request** (`flusher_rt_priority`, off by default): SCHED_FIFO, so a woken
+round never waits for a CPU behind producers (as SCHED_OTHER it did in 40-52 % of a
+16-producer run, nice -10 and a 100 µs slice notwithstanding). A real-time task's yield
+gives no CPU to them, so it then skips both polls and sleeps (`bench/results/sync16_cpu.md`).
+
 **What a round costs** (16 producers in the sync checks' shape, `perf record -g` of this
 process, `bench/results/profile_sync_flusher.txt`): about 90-140 µs of CPU, of which the
 fdatasync's own kernel work is ~40% (ext4 write-back, two virtio kicks that exit to the
@@ -82,7 +87,8 @@ from mqstore.ipc.control_views import (
     flushed_pos,
     fsync_totals,
 )
-from mqstore.workers.base import ExitCode, WorkerContext
+from mqstore.workers import priority
+from mqstore.workers.base import ExitCode, WorkerContext, say
 from mqstore.workers.service import Service, run
 
 SPIN_S: Final = 0.0001
@@ -116,6 +122,12 @@ class Flusher(Service):
         self.poll_next = False  # the last tick served a sync round: poll before sleeping
         self._slept = (0, 0)  # (went to sleep, woke) of the last futex sleep, ns
         self.serving = self.sync and not self.idle  # sync rounds take tick's first path
+        # Real-time (`flusher_rt_priority`): woken, it runs at once; a yield would keep
+        # the CPU from the producers it polls for, so it sleeps instead.
+        if self.serving:
+            for line in priority.apply_rt(ctx.settings.flusher_rt_priority):
+                say(ctx.name, line)
+        self.rt = os.sched_getscheduler(0) in (os.SCHED_FIFO, os.SCHED_RR)
 
     @property
     def sync(self) -> bool:
@@ -134,7 +146,7 @@ class Flusher(Service):
         if self.sync and self.requested():
             self.woken = True
             return
-        if self.sync and self.poll_next:
+        if self.sync and self.poll_next and not self.rt:
             # A producer just served is likely back within microseconds: see its next
             # request without a futex sleep and wake-up (two context switches).
             self.poll_next = False
@@ -164,9 +176,10 @@ class Flusher(Service):
         timeout = s.flush_interval_ms / 1000
         if self.sync:
             timeout = min(IDLE_SYNC_S, timeout)
+        # A request that lands after the first look is not looked for again here:
+        # `wait` looks before it sleeps, and `flusher_sleep` after it says it sleeps
+        # (test_flusher_tick.py).
         now = time.monotonic()
-        if self.sync and self.requested():
-            return self._serve_sync_request(now)
         interval_due = now - self.last_flush >= s.flush_interval_ms / 1000
         if not (interval_due or (woken and not s.flush_timed)):
             return timeout
@@ -196,7 +209,7 @@ class Flusher(Service):
             # it copies): yield the CPU to it for a moment, then poll, backing off while
             # nothing moves.
             self.spins += 1
-            if self.spin == SPIN_S and self._yield_until_published(before):
+            if self.spin == SPIN_S and not self.rt and self._yield_until_published(before):
                 return 0.0
             spin, self.spinning = self.spin, True
             self.spin = min(spin * 2, SPIN_MAX_S)

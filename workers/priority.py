@@ -83,3 +83,22 @@ def apply_slice(us: int) -> list[str]:
     if err:
         return [f"time slice {us} us not applied ({os.strerror(err)}): the kernel's default"]
     return [f"time slice {us} us"]
+
+
+def apply_rt(priority: int) -> list[str]:
+    """Run this process SCHED_FIFO at real-time `priority` (0: leave it as it is); what was
+    done or refused, one line, for the log. The flusher's, under SYNC_FLUSH
+    (`flusher_rt_priority`): with SCHED_OTHER, even at nice -10 with a 100 µs slice, a
+    woken flusher waited for a CPU behind the producers in 44-52 % of a 16-producer sync
+    run, and those waits, not the CPU per put, bounded the rate
+    (`bench/results/sync16_cpu.md`). A SCHED_FIFO task runs the moment it is woken and
+    keeps the CPU until it blocks: the flusher blocks in every round (fdatasync, futex),
+    and never yields to poll while real-time (`workers.flusher`); the kernel's real-time
+    throttling (`sched_rt_runtime_us`) bounds it all the same."""
+    if priority <= 0:
+        return []
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+    except OSError as e:
+        return [f"real-time priority {priority} not applied ({e.strerror}): SCHED_OTHER"]
+    return [f"real-time priority {priority} (SCHED_FIFO)"]

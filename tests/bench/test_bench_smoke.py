@@ -321,6 +321,34 @@ def test_profile_sync_check_runs_the_checks_shape_and_cleans_up(tmp_path: Path) 
     assert _no_children() == []
 
 
+def test_profile_sync_check_adds_conf_lines(tmp_path: Path) -> None:
+    """`--conf` lines reach the store's broker.conf: a known key runs, a key nobody
+    knows stops the store from starting."""
+    from bench import profile_sync_check
+
+    text = profile_sync_check.run_one(
+        tmp_path, 2, False, False, puts=20, conf_lines=("flusher_rt_priority=1",)
+    )
+    assert "not PUT_OK 0; shm left 0" in text.splitlines()[1]
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(RuntimeError, match="no_such_setting"):
+        profile_sync_check.run_one(
+            tmp_path, 2, False, False, puts=20, conf_lines=("no_such_setting=1",)
+        )
+    assert _no_children() == []
+
+
+def test_futex_wake_cost_wakes_every_waiter_both_ways() -> None:
+    """`futex_wake_cost`: every waiter asleep before each wake, one cost per round, the
+    waiters gone afterwards."""
+    from bench import futex_wake_cost
+
+    for per_task in (False, True):
+        costs = futex_wake_cost.run(3, 4, per_task)
+        assert len(costs) == 4 and all(c > 0 for c in costs)
+    assert _no_children() == []
+
+
 def _perf_tracepoints() -> bool:
     import shutil
     import subprocess

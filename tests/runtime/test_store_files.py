@@ -164,3 +164,38 @@ def test_the_supervisor_and_its_workers_ask_for_store_slice_us(
     want = us * 1000 if us else _slice_ns(os.getpid())
     assert {_slice_ns(pid) for pid in pids} == {want}
     assert (f"time slice {us} us" in store.output()) == bool(us)
+
+
+def _may_run_real_time() -> bool:
+    """Whether this process may ask for SCHED_FIFO (CAP_SYS_NICE or RLIMIT_RTPRIO)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+        except OSError:
+            os._exit(1)
+        os._exit(0)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+
+
+@pytest.mark.parametrize("flush", ["SYNC_FLUSH", "ASYNC_FLUSH"])
+def test_the_flusher_runs_at_flusher_rt_priority_under_sync_flush(
+    make_store: StoreFactory, flush: str
+) -> None:
+    """`flusher_rt_priority` makes the flusher alone SCHED_FIFO at that priority, under
+    SYNC_FLUSH only; refused (no CAP_SYS_NICE), the log says so and the store runs. Sync
+    puts stay PUT_OK: the real-time flusher sleeps between rounds rather than yield."""
+    store = make_store({"flush_disk_type": flush, "flusher_rt_priority": 2})
+    store.wait_workers_running()
+    workers = {w["name"]: w["pid"] for w in store.status()["workers"]}
+    with StoreClient.attach(store.path) as client:
+        for i in range(50):
+            assert client.put("t", b"m%d" % i).ok
+    allowed, sync = _may_run_real_time(), flush == "SYNC_FLUSH"
+    for name, pid in workers.items():
+        rt = sync and allowed and name == "flusher"
+        assert os.sched_getscheduler(pid) == (os.SCHED_FIFO if rt else os.SCHED_OTHER), name
+        assert os.sched_getparam(pid).sched_priority == (2 if rt else 0), name
+    said = store.output()
+    assert ("real-time priority 2 (SCHED_FIFO)" in said) == (sync and allowed)
+    assert ("real-time priority 2 not applied" in said) == (sync and not allowed)
