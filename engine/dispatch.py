@@ -16,6 +16,17 @@ slot arithmetic in C). Batching changes no byte on disk: each queue and the inde
 receive their entries in log order. Recovery's re-dispatch (`engine.redispatch`) drives
 the same batches over its own walk.
 
+The common batch does not go through those steps one by one: a batch of plain messages
+(NOT or COMMIT types, no filler, queue ids >= 0) whose queues the Python path has
+written before (`_cursors`: good, live topics), whose units continue each
+queue within its last file and whose keys fit the index's last file is scanned and
+written by one C call (`_native.plain_round`, engine/native/mqs_dispatch_round.c), the
+same bytes in log order. Whatever else a batch holds -- a new queue, a file roll, a full
+index file, a filler, a transaction part, a bad, negative or deleted queue, a
+re-dispatch -- the call declines before writing, and the batch takes the path above.
+`Dispatcher(plain_c=False)` keeps every batch on it: the reference that
+tests/native/test_dispatch_round_diff.py compares the C round with.
+
 For every record:
 
 * BLANK (end of segment): hop to the next segment (the walk does it);

@@ -51,7 +51,7 @@ static int intern_names(void)
 struct rq {
     int64_t first;     /* the first record of the queue in the batch */
     int64_t count, last;
-    PyObject *cq;  /* borrowed from the cursors */
+    PyObject *cq;  /* from the cursors, owned */
     PyObject *seg; /* cq.queue.last(), owned */
     Py_buffer target;
     int held;
@@ -147,7 +147,7 @@ static int take_cursor(const struct batch *b, PyObject *cursors, struct rq *q)
     Py_DECREF(key);
     if (cur == NULL)
         return PyErr_Occurred() ? -1 : 0;
-    q->cq = cur;
+    q->cq = Py_NewRef(cur); /* the lookups below run Python code */
     PyObject *queue = PyObject_GetAttr(cur, s_queue);
     if (queue == NULL)
         return -1;
@@ -306,8 +306,9 @@ PyObject *mqs_py_plain_round(PyObject *Py_UNUSED(m), PyObject *const *args, Py_s
         PyErr_SetString(PyExc_TypeError, "touched must be a set or None");
         return NULL;
     }
-    if (pos < 0 || base < 0) {
-        PyErr_SetString(PyExc_ValueError, "pos and base must not be negative");
+    if (pos < 0 || base < 0 || base > INT64_MAX / 2) {
+        /* (a log offset; half the range leaves base + pos + size no way to overflow) */
+        PyErr_SetString(PyExc_ValueError, "pos must not be negative, base must be in [0, 2^62]");
         return NULL;
     }
     if (buckets < 0 || buckets > MAX_BUCKETS) {
@@ -428,8 +429,10 @@ done:
     for (int64_t g = 0; qs != NULL && g < ng; g++)
         if (qs[g].held)
             PyBuffer_Release(&qs[g].target);
-    for (int64_t g = 0; qs != NULL && g < ng; g++)
+    for (int64_t g = 0; qs != NULL && g < ng; g++) {
         Py_XDECREF(qs[g].seg);
+        Py_XDECREF(qs[g].cq);
+    }
     PyMem_Free(qs);
     PyMem_Free(gid);
     mqs_scan_free(&s);
