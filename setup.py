@@ -35,6 +35,7 @@ SOURCES = [
     "engine/native/mqs_pull_py.c",
     "engine/native/mqs_index.c",
     "engine/native/mqs_cq.c",
+    "engine/native/mqs_dispatch_round.c",
     "engine/native/mqs_verify.c",
     "engine/native/mqs_verify_py.c",
 ]

@@ -316,10 +316,13 @@ def summarize_profile(raw: Path, top: int = 25) -> str:
 # --- the dispatcher alone -----------------------------------------------------------------
 
 
-def replay(store_dir: Path, work: Path, mib: int, max_records: int = 4096) -> dict[str, Any]:
+def replay(
+    store_dir: Path, work: Path, mib: int, max_records: int = 4096, *, plain_c: bool = True
+) -> dict[str, Any]:
     """Dispatch the first `mib` MiB of a store's log into fresh consume queues and
     index, in this process, in rounds of at most `max_records`: the dispatcher's own
-    rate with nothing else running."""
+    rate with nothing else running. `plain_c=False`: every batch through the Python path
+    (`Dispatcher.plain_c`), for A/B."""
     from mqstore.conf.settings import StoreSettings
     from mqstore.engine.dispatch import Dispatcher
     from mqstore.engine.reader import Geometry
@@ -328,6 +331,7 @@ def replay(store_dir: Path, work: Path, mib: int, max_records: int = 4096) -> di
     os.symlink(store_dir / "commitlog", work / "commitlog")
     geometry = Geometry.of(store_dir, StoreSettings())
     disp = Dispatcher.open(work, geometry)
+    disp.plain_c = plain_c
     try:
         limit = min(mib * 1024 * 1024, disp.log.max_offset())
         offset, records, keys, rounds = 0, 0, 0, 0

@@ -16,6 +16,17 @@ slot arithmetic in C). Batching changes no byte on disk: each queue and the inde
 receive their entries in log order. Recovery's re-dispatch (`engine.redispatch`) drives
 the same batches over its own walk.
 
+The common batch does not go through those steps one by one: a batch of plain messages
+(NOT or COMMIT types, no filler, queue ids >= 0) whose queues the Python path has
+written before (`_cursors`: good, live topics), whose units continue each
+queue within its last file and whose keys fit the index's last file is scanned and
+written by one C call (`_native.plain_round`, engine/native/mqs_dispatch_round.c), the
+same bytes in log order. Whatever else a batch holds -- a new queue, a file roll, a full
+index file, a filler, a transaction part, a bad, negative or deleted queue, a
+re-dispatch -- the call declines before writing, and the batch takes the path above.
+`Dispatcher(plain_c=False)` keeps every batch on it: the reference that
+tests/native/test_dispatch_round_diff.py compares the C round with.
+
 For every record:
 
 * BLANK (end of segment): hop to the next segment (the walk does it);
@@ -49,6 +60,7 @@ Not thread-safe.
 from __future__ import annotations
 
 import enum
+import mmap
 import os
 import time
 from array import array
@@ -58,6 +70,7 @@ from dataclasses import dataclass, field
 from operator import add
 from typing import Final
 
+from mqstore import _native
 from mqstore.engine import deleted_topics
 from mqstore.engine.checkpoint import CheckpointFields
 from mqstore.engine.commitlog import CommitLog
@@ -66,7 +79,7 @@ from mqstore.engine.consumequeue_files import CQ_STORE_UNIT_SIZE, UNIT, Group
 from mqstore.engine.consumequeue_files import group_units_c as group_units
 from mqstore.engine.consumequeue_store import ConsumeQueueStore
 from mqstore.engine.fileio import StoreIOError, is_no_space
-from mqstore.engine.indexfile import KeyBatch
+from mqstore.engine.indexfile import IndexFile, KeyBatch
 from mqstore.engine.indexservice import IndexService
 from mqstore.engine.names import topic_problem
 from mqstore.engine.reader import Geometry
@@ -78,13 +91,22 @@ from mqstore.engine.record import (
     takes_queue_offset,
 )
 from mqstore.engine.recordcodes import DELAY_LEVEL_MS
-from mqstore.engine.scan import BIT_FILLER, RecordScan, ScanStop, scan_records, scan_summary
+from mqstore.engine.scan import (
+    BIT_FILLER,
+    RecordScan,
+    ScanStop,
+    delay_table,
+    scan_records,
+    scan_summary,
+)
 from mqstore.engine.segment import ReadStatus
 from mqstore.engine.segment_queue import SegmentQueue
 
 _TX_MASK: Final = TRANSACTION_MASK
 _TX_COMMIT: Final = 0x8
 _TX_ROLLBACK: Final = 0xC
+_plain_round: Final = _native.plain_round
+_OK_ONLY: Final = (PutStatus.OK,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +181,7 @@ class Dispatcher:
         *,
         checkpoint: CheckpointFields | None = None,
         delay_ms: tuple[int, ...] = DELAY_LEVEL_MS,
+        plain_c: bool = True,
     ) -> None:
         self.log = log
         # The store's delay table (`message_delay_level`): a schedule-topic record's
@@ -189,6 +212,17 @@ class Dispatcher:
         self.touched: set[ConsumeQueue] = set()
         self._topic_cache: dict[bytes, str] = {}
         self._topic_problems: dict[str, bool] = {}
+        # The plain round in C (`_native.plain_round`, engine/native/mqs_dispatch_round.c):
+        # a batch of plain messages whose queues all have a cursor here goes through one C
+        # call that writes the bytes `dispatch_scan` would; any other batch is declined
+        # before a byte is written and goes through `dispatch_scan`, which then hands
+        # over the cursors of the queues it wrote (`_learn_cursors`). `plain_c=False`
+        # keeps every batch in Python: the reference the differential test compares with.
+        self.plain_c = plain_c
+        self.plain_rounds = 0  # batches the C round took
+        self._cursors: dict[tuple[bytes, int], ConsumeQueue] = {}
+        self._index_target: tuple[IndexFile, tuple[mmap.mmap, int, int]] | None = None
+        self._delays = None if delay_ms is DELAY_LEVEL_MS else delay_table(delay_ms)
 
     @classmethod
     def open(
@@ -253,6 +287,7 @@ class Dispatcher:
         directory is gone) and skip those records from now on; its records at or past
         `end_offset` make a new topic from queue offset 0."""
         self.deleted[topic] = max(end_offset, self.deleted.get(topic, -1))
+        self._cursors.clear()
         self.touched = {cq for cq in self.touched if cq.key[0] != topic}
         self.queues.forget(topic)
 
@@ -310,13 +345,19 @@ class Dispatcher:
                 if sl.status is not ReadStatus.OK:
                     res.stop, res.reason = DispatchStop.CORRUPT, f"segment {sl.status}"
                     return res
-                sc = scan_records(sl.view, pos, min(read, limit - base), check_crc=False,
-                                  max_records=left, delay_ms=self.delay_ms)  # fmt: skip
-                self.dispatch_scan(sl.view, base, sc, res)
-                res.next_offset = base + sc.stop_pos
-                left -= sc.count if left > 0 else 0
-                if sc.stop is ScanStop.CORRUPT:
-                    res.stop, res.reason = _why_stopped(sl.view, sc.stop_pos, read)
+                end = min(read, limit - base)
+                got = self._plain_batch(sl.view, base, pos, end, left, res)
+                if got is None:
+                    sc = scan_records(sl.view, pos, end, check_crc=False, max_records=left,
+                                      delay_ms=self.delay_ms)  # fmt: skip
+                    self.dispatch_scan(sl.view, base, sc, res)
+                    count, stop, stop_pos = sc.count, sc.stop, sc.stop_pos
+                else:
+                    count, stop, stop_pos = got
+                res.next_offset = base + stop_pos
+                left -= count if left > 0 else 0
+                if stop is ScanStop.CORRUPT:
+                    res.stop, res.reason = _why_stopped(sl.view, stop_pos, read)
                     return res
             if left == 0:
                 res.stop = DispatchStop.MAX_RECORDS
@@ -325,12 +366,70 @@ class Dispatcher:
                 res.stop = DispatchStop.LIMIT
                 return res
             nxt = queue.find(base + seg.size_bytes)
-            if sc.stop is ScanStop.BLANK and nxt is None:
+            if stop is ScanStop.BLANK and nxt is None:
                 res.stop = DispatchStop.WAIT_NEXT_SEGMENT
                 return res
-            if nxt is None or (sc.stop is ScanStop.LIMIT and sc.stop_pos < seg.size_bytes):
+            if nxt is None or (stop is ScanStop.LIMIT and stop_pos < seg.size_bytes):
                 return res  # END_OF_DATA: the readable end of the last segment
             seg, pos = nxt, 0
+
+    def _plain_batch(
+        self, buf: memoryview, base: int, pos: int, end: int, left: int, res: DispatchResult
+    ) -> tuple[int, ScanStop, int] | None:
+        """The batch at buf[pos:end] through the C plain round, when it takes it: (count,
+        stop, stop_pos), with `res`, the lag histogram and the checkpoint updated as
+        `dispatch_scan` updates them. None: declined, nothing written."""
+        if not self.plain_c or self.deferred or not self._cursors:
+            return None
+        index = self.index
+        target: tuple[mmap.mmap, int, int] | None = None
+        if index is not None:
+            if not index.files:
+                return None  # the first key makes the first file: `build_index_batch`
+            last = index.files[-1]
+            known = self._index_target
+            if known is None or known[0] is not last:
+                known = self._index_target = (last, (last.mm, last.hash_slot_num, last.index_num))
+            target = known[1]
+        lag = self.lag_hist
+        buckets = 0 if lag is None else len(lag)
+        now_ms = time.time_ns() // 1_000_000 if buckets else 0
+        got = _plain_round(buf, base, pos, end, left, self._delays, self._cursors, target,
+                           now_ms, buckets, self.touched)  # fmt: skip
+        if got is None:
+            return None
+        self.plain_rounds += 1
+        count, stop, stop_pos, keys, last_ts, lag_sum, lag_counts = got
+        if count:
+            res.records += count
+            res.units_written += count
+            res.put_statuses[PutStatus.OK] += count
+            res.index_keys += keys
+            res.last_store_timestamp = last_ts
+            if self.checkpoint is not None:
+                self.checkpoint.logics_msg_timestamp = last_ts
+            if lag is not None:
+                self.lag_sum_ms += lag_sum
+                for b, n in enumerate(lag_counts):
+                    if n:
+                        lag[b] += n
+        return count, ScanStop(stop), stop_pos
+
+    def _learn_cursors(self, buf: memoryview, sc: RecordScan) -> None:
+        """A cursor for each queue of the batch that the C round may write: a good topic,
+        not deleted, a queue id >= 0, a queue that exists."""
+        cursors, deleted = self._cursors, self.deleted
+        tp, tl = sc.topic_pos, sc.topic_len
+        rows = zip(tp, tl, sc.queue_id, strict=True)
+        for raw, q in {(bytes(buf[p : p + n]), q) for p, n, q in rows}:
+            if (raw, q) in cursors or q < 0:
+                continue
+            name = self._topic_name(raw)
+            if name in deleted or self._bad_topic(name):
+                continue
+            cq = self.queues.get(name, q)
+            if cq is not None:
+                cursors[(raw, q)] = cq
 
     def dispatch_scan(
         self, buf: memoryview, base: int, sc: RecordScan, res: DispatchResult
@@ -346,8 +445,11 @@ class Dispatcher:
         if not self.deferred:
             try:
                 self._dispatch_columns(buf, base, sc, res, flags)
+                if self.plain_c:
+                    self._learn_cursors(buf, sc)
                 return
             except StoreIOError as e:
+                self._cursors.clear()
                 self._cut_back(buf, base, sc)
                 if not (self.defer_on_no_space and is_no_space(e)):
                     raise

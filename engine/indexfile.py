@@ -365,6 +365,11 @@ class IndexFile:
         vals.update(fields)
         _HEADER.pack_into(self._mm, 0, *vals.values())
 
+    @property
+    def mm(self) -> mmap.mmap:
+        """The file's mapping (the dispatcher's C round writes keys into it)."""
+        return self._mm
+
     def is_write_full(self) -> bool:
         return self.index_count >= self.index_num
 

@@ -284,6 +284,9 @@ def _delay_table(delay_ms: tuple[int, ...]) -> bytes:
     return got
 
 
+delay_table: Final = _delay_table  # for the dispatcher's C round (`_native.plain_round`)
+
+
 @dataclass(frozen=True, slots=True)
 class ScanSummary:
     """What the dispatcher asks of every record of a batch (`scan_summary`)."""

@@ -349,6 +349,27 @@ def group_units(
 ) -> list[tuple[bytes, int, int, bool, bytes, bytes]]:
     """A scanned batch's units per (topic, queue id): engine.consumequeue.group_units."""
 
+# engine/native/mqs_dispatch_round.c: the dispatcher's plain round; engine.dispatch's
+# Python path (`Dispatcher(plain_c=False)`) is the reference.
+def plain_round(
+    buf: Buffer,
+    base: int,
+    pos: int,
+    limit: int,
+    max_records: int,
+    delay_ms: Buffer | None,
+    cursors: dict[tuple[bytes, int], Any],
+    index: tuple[Buffer, int, int] | None,
+    now_ms: int,
+    buckets: int,
+    touched: set[Any] | None,
+    /,
+) -> tuple[int, int, int, int, int, int, tuple[int, ...]] | None:
+    """Scan buf[pos:limit] and, when every record is a plain message continuing a queue
+    of `cursors` within its last file and its keys fit the index's last file, write their
+    units and keys: (count, stop, stop_pos, index_keys, last_store_timestamp, lag_sum_ms,
+    lag_counts). None, with nothing written, for any other batch."""
+
 # engine/native/mqs_cq.c: recovery's walks; engine.consumequeue.valid_units_py and
 # zero_tail_py are the references.
 def valid_units(units: Buffer, /) -> tuple[int, int]:

@@ -7,6 +7,7 @@
 #include "mqs_args.h"
 #include "mqs_cq.h"
 #include "mqs_crc32.h"
+#include "mqs_dispatch_round.h"
 #include "mqs_index.h"
 #include "mqs_pull_py.h"
 #include "mqs_record.h"
@@ -196,6 +197,7 @@ static PyObject *py_write_record(PyObject *Py_UNUSED(m), PyObject *const *args, 
 static PyMethodDef engine_methods[] = {
     MQS_INDEX_METHODS
     MQS_CQ_METHODS
+    MQS_DISPATCH_ROUND_METHODS
     MQS_PULL_METHODS
     FAST("crc32", py_crc32,
          "crc32(data, value=0) -> int: zlib.crc32, folded with PCLMULQDQ where the CPU has it."),

@@ -16,16 +16,8 @@
 #define HEADER_SIZE 40
 #define ENTRY_SIZE 20
 
-struct index_batch {
-    uint8_t *file;
-    int64_t slots, entries;
-    const int32_t *key_first, *key_hash;
-    const int64_t *pos, *ts;
-    int64_t base;
-};
-
 /* One key; 0 put, 1 the file is full, -1 bad input (message in *err). */
-static int put_one(const struct index_batch *b, int32_t h, int64_t phy, int64_t ts,
+static int put_one(const struct mqs_index_batch *b, int32_t h, int64_t phy, int64_t ts,
                    const char **err)
 {
     uint8_t *f = b->file;
@@ -80,8 +72,8 @@ static int put_one(const struct index_batch *b, int32_t h, int64_t phy, int64_t 
 /* Keys [key_from, key_first[rec_to]); returns the next key not put, or -1 (*err set).
  * key_first rises and key_first[rec_from] <= key_from (checked at the door), so record r
  * below holds key k. */
-static int64_t put_keys(const struct index_batch *b, int64_t rec_from, int64_t rec_to,
-                        int64_t key_from, const char **err)
+int64_t mqs_index_put_keys(const struct mqs_index_batch *b, int64_t rec_from, int64_t rec_to,
+                           int64_t key_from, const char **err)
 {
     int64_t k = key_from, r = rec_from;
     int64_t end = b->key_first[rec_to];
@@ -174,9 +166,9 @@ PyObject *mqs_py_index_put(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssi
         goto out_kh;
     if (column(args[6], "store_timestamp", 8, rec_to, &ts) < 0)
         goto out_pos;
-    struct index_batch b = {buf.buf, slots, entries, first, kh.buf, pos.buf, ts.buf, base};
+    struct mqs_index_batch b = {buf.buf, slots, entries, first, kh.buf, pos.buf, ts.buf, base};
     const char *err = NULL;
-    int64_t next = put_keys(&b, rec_from, rec_to, key_from, &err);
+    int64_t next = mqs_index_put_keys(&b, rec_from, rec_to, key_from, &err);
     if (next < 0)
         PyErr_SetString(PyExc_ValueError, err);
     else

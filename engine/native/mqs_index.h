@@ -6,6 +6,23 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
+
+/* A batch of keys over a mapped index file (the scanner's columns, native endian). */
+struct mqs_index_batch {
+    uint8_t *file;
+    int64_t slots, entries;
+    const int32_t *key_first, *key_hash;
+    const int64_t *pos, *ts;
+    int64_t base;
+};
+
+/* Keys [key_from, key_first[rec_to]) of records [rec_from, rec_to), RocketMQ's putKey
+ * each, until the file is full; key_first must rise and key_first[rec_from] <= key_from
+ * (the caller checks). Returns the next key not put, or -1 with *err set (bad input: a
+ * negative hash or header field). Pure C. */
+int64_t mqs_index_put_keys(const struct mqs_index_batch *b, int64_t rec_from, int64_t rec_to,
+                           int64_t key_from, const char **err);
 
 PyObject *mqs_py_index_put(PyObject *m, PyObject *const *args, Py_ssize_t nargs);
 

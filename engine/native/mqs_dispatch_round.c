@@ -1,0 +1,441 @@
+/* The dispatcher's plain round in one call (issue 23): scan a segment's records, and when
+ * every one of them is a plain message that continues a queue the caller has handed over
+ * (a "cursor") and whose keys fit the index's last file, write their consume-queue units
+ * and index entries, the same bytes engine.dispatch's Python path writes
+ * (tests/native/test_dispatch_round_diff.py compares the two, store directory against
+ * store directory). Anything else -- a filler, a PREPARED / ROLLBACK part, a negative
+ * queue id, a queue without a cursor (new, rolled, bad or deleted topic), units that do
+ * not continue their queue exactly or do not fit its last file, keys that do not fit the
+ * index file or were indexed already, a scan fix-up -- is declined before any byte is
+ * written: the call answers None and the caller dispatches the batch its own way.
+ *
+ * `cursors` maps (topic bytes, queue id) to the ConsumeQueue the caller lets this call
+ * write (a good, live topic's queue). Per queue the call reads seg = cq.queue.last(),
+ * seg.wrote_position, seg.size_bytes, seg.start_offset, seg.target and
+ * cq.max_physical_offset, and after writing sets seg.wrote_position and
+ * cq.max_physical_offset as Segment.append_bytes and ConsumeQueue.append_units do. */
+#include "mqs_dispatch_round.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#include "mqs_args.h"
+#include "mqs_be.h"
+#include "mqs_index.h"
+#include "mqs_scan.h"
+
+#define MAX_BUCKETS 64
+#define INDEX_HEADER 40
+
+static PyObject *s_wrote, *s_size, *s_start, *s_target, *s_maxphys, *s_queue, *s_last;
+
+static int intern_names(void)
+{
+    if (s_wrote != NULL)
+        return 0;
+    s_wrote = PyUnicode_InternFromString("wrote_position");
+    s_size = PyUnicode_InternFromString("size_bytes");
+    s_start = PyUnicode_InternFromString("start_offset");
+    s_target = PyUnicode_InternFromString("target");
+    s_maxphys = PyUnicode_InternFromString("max_physical_offset");
+    s_queue = PyUnicode_InternFromString("queue");
+    s_last = PyUnicode_InternFromString("last");
+    if (!s_wrote || !s_size || !s_start || !s_target || !s_maxphys || !s_queue || !s_last) {
+        Py_CLEAR(s_wrote);
+        return -1;
+    }
+    return 0;
+}
+
+/* A queue of the batch: its records in log order and its cursor's state. */
+struct rq {
+    int64_t first;     /* the first record of the queue in the batch */
+    int64_t count, last;
+    PyObject *cq;  /* from the cursors, owned */
+    PyObject *seg; /* cq.queue.last(), owned */
+    Py_buffer target;
+    int held;
+    int64_t wrote, size_bytes, start, maxphys;
+};
+
+static int64_t attr_i64(PyObject *o, PyObject *name, int *err)
+{
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL) {
+        *err = 1;
+        return 0;
+    }
+    long long x = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    if (x == -1 && PyErr_Occurred())
+        *err = 1;
+    return (int64_t)x;
+}
+
+static int set_i64(PyObject *o, PyObject *name, int64_t x)
+{
+    PyObject *v = PyLong_FromLongLong((long long)x);
+    if (v == NULL)
+        return -1;
+    int rc = PyObject_SetAttr(o, name, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+struct batch {
+    const uint8_t *buf;
+    const int64_t *pos, *qo, *tpos, *tags, *ts;
+    const int32_t *size, *qid, *tlen;
+    int64_t base, n;
+};
+
+static uint64_t rec_hash(const struct batch *b, int64_t r)
+{
+    uint64_t h = 1469598103934665603ULL ^ (uint32_t)b->qid[r];
+    const uint8_t *p = b->buf + b->tpos[r];
+    for (int32_t i = 0; i < b->tlen[r]; i++)
+        h = (h ^ p[i]) * 1099511628211ULL;
+    return h;
+}
+
+static int same_queue(const struct batch *b, int64_t x, int64_t y)
+{
+    return b->qid[x] == b->qid[y] && b->tlen[x] == b->tlen[y] &&
+           memcmp(b->buf + b->tpos[x], b->buf + b->tpos[y], (size_t)b->tlen[x]) == 0;
+}
+
+/* Group ids per record; returns the number of queues or -1 (MemoryError set). */
+static int64_t group(const struct batch *b, int64_t *gid, struct rq *qs)
+{
+    int64_t cap = 16;
+    while (cap < 2 * b->n)
+        cap *= 2;
+    int64_t *table = PyMem_Malloc((size_t)cap * sizeof *table);
+    if (table == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int64_t i = 0; i < cap; i++)
+        table[i] = -1;
+    int64_t ng = 0;
+    for (int64_t r = 0; r < b->n; r++) {
+        uint64_t slot = rec_hash(b, r) & (uint64_t)(cap - 1);
+        while (table[slot] >= 0 && !same_queue(b, qs[table[slot]].first, r))
+            slot = (slot + 1) & (uint64_t)(cap - 1);
+        if (table[slot] < 0) {
+            table[slot] = ng;
+            qs[ng].first = r;
+            ng++;
+        }
+        gid[r] = table[slot];
+        qs[gid[r]].count++;
+    }
+    PyMem_Free(table);
+    return ng;
+}
+
+/* Look up queue q's cursor and check its units fit its last file.
+ * 1: they do (target held); 0: decline; -1: error set. */
+static int take_cursor(const struct batch *b, PyObject *cursors, struct rq *q)
+{
+    int64_t f = q->first;
+    PyObject *key = Py_BuildValue("(y#i)", (const char *)b->buf + b->tpos[f],
+                                  (Py_ssize_t)b->tlen[f], b->qid[f]);
+    if (key == NULL)
+        return -1;
+    PyObject *cur = PyDict_GetItemWithError(cursors, key);
+    Py_DECREF(key);
+    if (cur == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    q->cq = Py_NewRef(cur); /* the lookups below run Python code */
+    PyObject *queue = PyObject_GetAttr(cur, s_queue);
+    if (queue == NULL)
+        return -1;
+    q->seg = PyObject_CallMethodNoArgs(queue, s_last);
+    Py_DECREF(queue);
+    if (q->seg == NULL)
+        return -1;
+    if (q->seg == Py_None)
+        return 0; /* no file yet: the first unit makes it (`ConsumeQueue.put`) */
+    int err = 0;
+    q->wrote = attr_i64(q->seg, s_wrote, &err);
+    q->size_bytes = attr_i64(q->seg, s_size, &err);
+    q->start = attr_i64(q->seg, s_start, &err);
+    q->maxphys = attr_i64(q->cq, s_maxphys, &err);
+    if (err)
+        return -1;
+    if (q->wrote < 0 || q->start < 0 || q->wrote > q->size_bytes ||
+        q->size_bytes - q->wrote < q->count * MQS_CQ_UNIT || (q->start + q->wrote) % MQS_CQ_UNIT)
+        return 0;
+    PyObject *t = PyObject_GetAttr(q->seg, s_target);
+    if (t == NULL)
+        return -1;
+    int rc = mqs_arg_wbuffer(t, "target", &q->target);
+    Py_DECREF(t);
+    if (rc < 0)
+        return -1;
+    q->held = 1;
+    if (q->target.len < q->size_bytes) {
+        PyErr_SetString(PyExc_ValueError, "a segment's target is smaller than its size");
+        return -1;
+    }
+    return 1;
+}
+
+/* Whether every queue's units continue it exactly, as ConsumeQueue.append_units takes
+ * them: the queue's next offset first, then one more each, commit-log ends rising past
+ * the queue's own end. Uses each queue's wrote / maxphys as scratch, restored after. */
+static int continues(const struct batch *b, const int64_t *gid, struct rq *qs, int64_t ng)
+{
+    int ok = 1;
+    for (int64_t g = 0; g < ng; g++)
+        qs[g].count = 0; /* records seen so far */
+    for (int64_t r = 0; r < b->n && ok; r++) {
+        struct rq *q = &qs[gid[r]];
+        int64_t e = b->base + b->pos[r] + b->size[r];
+        int64_t next = (q->start + q->wrote) / MQS_CQ_UNIT + q->count;
+        int64_t end = q->count ? b->base + b->pos[q->last] + b->size[q->last] : q->maxphys;
+        if (b->qo[r] != next || e <= end)
+            ok = 0;
+        q->count++;
+        q->last = r;
+    }
+    return ok;
+}
+
+/* Whether the index's last file takes all `nkeys` keys of the batch without a roll and
+ * none of its records was indexed already (IndexService.build_index_batch's skip).
+ * 1 yes (buffer held in *v), 0 decline, -1 error. */
+static int take_index(const struct batch *b, PyObject *index, int64_t nkeys, Py_buffer *v,
+                      int64_t *slots, int64_t *entries)
+{
+    PyObject *mm;
+    long long sl, en;
+    if (!PyArg_ParseTuple(index, "OLL:index", &mm, &sl, &en))
+        return -1;
+    if (sl <= 0 || sl > INT32_MAX || en <= 0 || en > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "hash_slot_num and index_num must be in [1, 2^31)");
+        return -1;
+    }
+    if (mqs_arg_wbuffer(mm, "index", v) < 0)
+        return -1;
+    if (v->len < INDEX_HEADER + sl * 4 + en * 20) {
+        PyBuffer_Release(v);
+        PyErr_SetString(PyExc_ValueError, "index is smaller than the index file's geometry");
+        return -1;
+    }
+    const uint8_t *f = v->buf;
+    int64_t end_ts = mqs_rd64(f + 8), end_phy = mqs_rd64(f + 24);
+    int32_t count = (int32_t)mqs_rd32(f + 36);
+    int64_t first = b->base + b->pos[0];
+    if (count < 0 || (int64_t)count + nkeys > en || first < end_phy ||
+        (first == end_phy && end_ts > 0)) {
+        PyBuffer_Release(v);
+        return 0;
+    }
+    *slots = sl;
+    *entries = en;
+    return 1;
+}
+
+static PyObject *lag_counts(const int64_t *hist, int nbuckets)
+{
+    PyObject *t = PyTuple_New(nbuckets);
+    for (int i = 0; t != NULL && i < nbuckets; i++) {
+        PyObject *c = PyLong_FromLongLong((long long)hist[i]);
+        if (c == NULL)
+            Py_CLEAR(t);
+        else
+            PyTuple_SET_ITEM(t, i, c);
+    }
+    return t;
+}
+
+/* Write the batch: units record by record in log order (so that a kill leaves them a
+ * prefix of the log), then the keys; then the cursors' objects. -1: error set. */
+static int write_batch(const struct batch *b, const int64_t *gid, struct rq *qs, int64_t ng,
+                       PyObject *touched)
+{
+    for (int64_t r = 0; r < b->n; r++) {
+        struct rq *q = &qs[gid[r]];
+        uint8_t *u = (uint8_t *)q->target.buf + q->wrote;
+        int64_t phys = b->base + b->pos[r];
+        mqs_wr64(u, (uint64_t)phys);
+        mqs_wr32(u + 8, (uint32_t)b->size[r]);
+        mqs_wr64(u + 12, (uint64_t)b->tags[r]);
+        q->wrote += MQS_CQ_UNIT;
+        q->maxphys = phys + b->size[r];
+    }
+    for (int64_t g = 0; g < ng; g++) {
+        if (set_i64(qs[g].seg, s_wrote, qs[g].wrote) < 0 ||
+            set_i64(qs[g].cq, s_maxphys, qs[g].maxphys) < 0)
+            return -1;
+        if (touched != Py_None && PySet_Add(touched, qs[g].cq) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+PyObject *mqs_py_plain_round(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 11) {
+        PyErr_SetString(PyExc_TypeError,
+                        "plain_round(buf, base, pos, limit, max_records, delay_ms, cursors, "
+                        "index, now_ms, buckets, touched) takes 11 arguments");
+        return NULL;
+    }
+    if (intern_names() < 0)
+        return NULL;
+    int64_t base, pos, limit, max_records, now_ms, buckets;
+    if (mqs_arg_i64(args[1], "base", &base) < 0 || mqs_arg_i64(args[2], "pos", &pos) < 0 ||
+        mqs_arg_i64(args[3], "limit", &limit) < 0 ||
+        mqs_arg_i64(args[4], "max_records", &max_records) < 0 ||
+        mqs_arg_i64(args[8], "now_ms", &now_ms) < 0 ||
+        mqs_arg_i64(args[9], "buckets", &buckets) < 0)
+        return NULL;
+    PyObject *cursors = args[6], *index = args[7], *touched = args[10];
+    if (!PyDict_Check(cursors)) {
+        PyErr_SetString(PyExc_TypeError, "cursors must be a dict");
+        return NULL;
+    }
+    if (index != Py_None && !PyTuple_Check(index)) {
+        PyErr_SetString(PyExc_TypeError, "index must be None or (buffer, slots, entries)");
+        return NULL;
+    }
+    if (touched != Py_None && !PySet_Check(touched)) {
+        PyErr_SetString(PyExc_TypeError, "touched must be a set or None");
+        return NULL;
+    }
+    if (pos < 0 || base < 0 || base > INT64_MAX / 2) {
+        /* (a log offset; half the range leaves base + pos + size no way to overflow) */
+        PyErr_SetString(PyExc_ValueError, "pos must not be negative, base must be in [0, 2^62]");
+        return NULL;
+    }
+    if (buckets < 0 || buckets > MAX_BUCKETS) {
+        PyErr_Format(PyExc_ValueError, "buckets must be from 0 to %d", MAX_BUCKETS);
+        return NULL;
+    }
+    int64_t delays[64];
+    int32_t ndelay = 0;
+    if (args[5] != Py_None) {
+        Py_buffer d;
+        if (mqs_arg_buffer(args[5], "delay_ms", &d) < 0)
+            return NULL;
+        if (d.len % 8 != 0 || d.len < 8 || d.len > (Py_ssize_t)sizeof(delays)) {
+            PyBuffer_Release(&d);
+            PyErr_SetString(PyExc_ValueError, "delay_ms must hold 1 to 64 int64 values");
+            return NULL;
+        }
+        memcpy(delays, d.buf, (size_t)d.len);
+        ndelay = (int32_t)(d.len / 8);
+        PyBuffer_Release(&d);
+    }
+    Py_buffer v;
+    if (mqs_arg_buffer(args[0], "buf", &v) < 0)
+        return NULL;
+    int64_t end = limit < 0 || limit > v.len ? (int64_t)v.len : limit;
+    struct mqs_scan s = {0};
+    if (ndelay > 0) {
+        s.delay_ms = delays;
+        s.ndelay = ndelay;
+    }
+    PyObject *out = NULL;
+    int64_t *gid = NULL;
+    struct rq *qs = NULL;
+    int64_t ng = 0;
+    Py_buffer iv;
+    int index_held = 0;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS rc = mqs_scan_run(&s, v.buf, pos, end, 0, max_records);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t n = s.count;
+    int64_t hist[MAX_BUCKETS] = {0};
+    struct mqs_summary sm = {0};
+    if (n > 0)
+        mqs_scan_summary(s.col[MQS_COL_STORE_TIMESTAMP], s.col[MQS_COL_BITS],
+                         s.col[MQS_COL_SYS_FLAG], s.col[MQS_COL_QUEUE_ID], n, now_ms, hist,
+                         (int)buckets, &sm);
+    if (s.nfixup > 0 || sm.flags || sm.sum_hi) {
+        out = Py_NewRef(Py_None);
+        goto done;
+    }
+    struct batch b = {
+        v.buf, s.col[MQS_COL_POS], s.col[MQS_COL_QUEUE_OFFSET], s.col[MQS_COL_TOPIC_POS],
+        s.col[MQS_COL_TAGS_CODE], s.col[MQS_COL_STORE_TIMESTAMP], s.col[MQS_COL_SIZE],
+        s.col[MQS_COL_QUEUE_ID], s.col[MQS_COL_TOPIC_LEN], base, n,
+    };
+    int64_t nkeys = n > 0 ? s.key_first[n] : 0;
+    int64_t slots = 0, entries = 0;
+    if (n > 0) {
+        gid = PyMem_Malloc((size_t)n * sizeof *gid);
+        qs = PyMem_Calloc((size_t)n, sizeof *qs);
+        if (gid == NULL || qs == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        ng = group(&b, gid, qs);
+        if (ng < 0)
+            goto done;
+        for (int64_t g = 0; g < ng; g++) {
+            int got = take_cursor(&b, cursors, &qs[g]);
+            if (got < 0)
+                goto done;
+            if (got == 0) {
+                out = Py_NewRef(Py_None);
+                goto done;
+            }
+        }
+        if (!continues(&b, gid, qs, ng)) {
+            out = Py_NewRef(Py_None);
+            goto done;
+        }
+        if (index != Py_None && nkeys > 0) {
+            int got = take_index(&b, index, nkeys, &iv, &slots, &entries);
+            if (got < 0)
+                goto done;
+            if (got == 0) {
+                out = Py_NewRef(Py_None);
+                goto done;
+            }
+            index_held = 1;
+        }
+        if (write_batch(&b, gid, qs, ng, touched) < 0)
+            goto done;
+        if (index_held) {
+            struct mqs_index_batch ib = {iv.buf, slots, entries, s.key_first, s.key_hash,
+                                         b.pos, b.ts, base};
+            const char *err = NULL;
+            int64_t next = mqs_index_put_keys(&ib, 0, n, 0, &err);
+            if (next < 0) {
+                PyErr_SetString(PyExc_ValueError, err);
+                goto done;
+            }
+        }
+    }
+    PyObject *counts = lag_counts(hist, (int)buckets);
+    if (counts == NULL)
+        goto done;
+    int64_t last_ts = n > 0 ? b.ts[n - 1] : 0;
+    out = Py_BuildValue("(LiLLLKN)", (long long)n, s.stop, (long long)s.stop_pos,
+                        (long long)(index == Py_None ? 0 : nkeys), (long long)last_ts,
+                        (unsigned long long)sm.sum_lo, counts);
+done:
+    if (index_held)
+        PyBuffer_Release(&iv);
+    for (int64_t g = 0; qs != NULL && g < ng; g++)
+        if (qs[g].held)
+            PyBuffer_Release(&qs[g].target);
+    for (int64_t g = 0; qs != NULL && g < ng; g++) {
+        Py_XDECREF(qs[g].seg);
+        Py_XDECREF(qs[g].cq);
+    }
+    PyMem_Free(qs);
+    PyMem_Free(gid);
+    mqs_scan_free(&s);
+    PyBuffer_Release(&v);
+    return out;
+}
