@@ -92,6 +92,48 @@ def test_the_install_adds_no_import_hook_and_no_bare_top_level_names(tmp_path: P
     assert bare == []
 
 
+# The dataclasses a producer's import decorates: each one's __init__, __repr__, __eq__, ...
+# are compiled with exec at import (0.4-2 ms of CPU each). These stay dataclasses because
+# they are public (`mqstore.__all__`) or `dataclasses.fields`/`replace` is called on them;
+# an internal record on this path is a NamedTuple (ipc.session.Attached, ipc.control.Geometry,
+# engine.findings.Finding, engine.topics.TopicConfig, engine.retry.SendBack,
+# conf.settings.SettingInfo were dataclasses).
+_PRODUCER_DATACLASSES = {
+    "mqstore.conf.settings.StoreSettings",
+    "mqstore.engine.geometry.Geometry",
+    "mqstore.engine.record.Message",
+    "mqstore.engine.record.RecordFields",
+    "mqstore.engine.record.DecodedRecord",
+    "mqstore.engine.record.RecordView",
+    "mqstore.engine.get_result.GetResult",
+    "mqstore.ipc.read_results._Pulled",
+    "mqstore.ipc.read_results.PullResult",
+    "mqstore.ipc.read_results.PullViews",
+}
+
+_DATACLASS_PROBE = """
+import json, sys
+from mqstore import StoreClient
+print(json.dumps(sorted(
+    f"{name}.{c.__qualname__}"
+    for name, m in list(sys.modules.items()) if name.startswith("mqstore")
+    for c in vars(m).values()
+    if isinstance(c, type) and c.__module__ == name and "__dataclass_fields__" in vars(c)
+)))
+"""
+
+
+def test_a_producer_import_decorates_only_the_public_dataclasses() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", _DATACLASS_PROBE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert set(json.loads(out.stdout)) == _PRODUCER_DATACLASSES
+
+
 def test_a_producer_import_without_site_loads_no_pathlib() -> None:
     # the folder holding the package: the checkout (editable) or site-packages (a wheel)
     where = os.path.dirname(os.path.dirname(os.path.abspath(mqstore.__file__)))
