@@ -46,6 +46,7 @@ _NOT_FOR_A_PRODUCER = (
     "urllib.parse",
     "fnmatch",
     "importlib.util",
+    "ipaddress",  # the store's host, parsed at attach: inet_pton reads its spelling
 )
 
 # With the interpreter's `site` off (-S), so that nothing else has loaded them first (the
