@@ -8,6 +8,10 @@ time, for: a bare interpreter, the import, and import + attach + close against a
 store (SYNC_FLUSH, started here under a temporary directory and stopped at the end).
 Then, in one process, the attach's parts (CPU µs, median of N attaches).
 
+`--callgrind` adds each start's instruction count (valgrind's callgrind, one run each,
+PYTHONHASHSEED=0): unlike CPU time it does not move with the machine's load, so a
+before/after pair on a shared machine compares.
+
 Run from the checkout's root after `make setup`; prints markdown.
 """
 
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -76,9 +81,22 @@ def _cpu_ms(argv: list[str]) -> float:
     return (ru.ru_utime + ru.ru_stime) * 1000
 
 
+def _instructions(argv: list[str]) -> int:
+    """User-space instructions of one run of `argv` (callgrind's "Collected")."""
+    out = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv],
+        capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "0"},
+    ).stderr  # fmt: skip
+    found = re.search(r"Collected : (\d+)", out)
+    if found is None:
+        raise SystemExit(f"no instruction count from callgrind for {argv}")
+    return int(found.group(1))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--callgrind", action="store_true", help="also count instructions")
     args = ap.parse_args()
     root = tempfile.mkdtemp(prefix="client-start-")
     store = os.path.join(root, "store")
@@ -101,11 +119,13 @@ def main() -> None:
             time.sleep(0.3)
         print("load before:", " ".join(f"{x:.2f}" for x in os.getloadavg()))
         print()
-        print("| start | CPU ms, median | min | max |")
-        print("| --- | ---: | ---: | ---: |")
+        ir_head = " instructions (M) |" if args.callgrind else ""
+        print("| start | CPU ms, median | min | max |" + ir_head)
+        print("| --- | ---: | ---: | ---: |" + (" ---: |" if args.callgrind else ""))
         for name, code in CASES.items():
             ms = [_cpu_ms([PY, "-c", code, store]) for _ in range(args.runs)]
-            print(f"| {name} | {statistics.median(ms):.1f} | {min(ms):.1f} | {max(ms):.1f} |")
+            ir = f" {_instructions([PY, '-c', code, store]) / 1e6:.1f} |" if args.callgrind else ""
+            print(f"| {name} | {statistics.median(ms):.1f} | {min(ms):.1f} | {max(ms):.1f} |{ir}")
         print()
         out = subprocess.run(
             [PY, "-c", PARTS, store, str(args.runs)], capture_output=True, text=True, check=True

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 
 class FlushDiskType(Enum):
@@ -112,9 +112,9 @@ class StoreSettings:
         return dataclasses.replace(self, **changes)
 
 
-@dataclass(frozen=True)
-class SettingInfo:
-    """What the table says of a setting besides its type and default (`StoreSettings`)."""
+class SettingInfo(NamedTuple):
+    """What the table says of a setting besides its type and default (`StoreSettings`).
+    A `NamedTuple`: a dataclass's decoration is compiled at every producer's import."""
 
     rocketmq_key: str | None  # None: mqstore's own
     unit: str

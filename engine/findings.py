@@ -10,7 +10,7 @@ trailing pre-allocation, say); INFO is context.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
 class Severity(enum.IntEnum):
@@ -19,8 +19,11 @@ class Severity(enum.IntEnum):
     ERROR = 2
 
 
-@dataclass(frozen=True, slots=True)
-class Finding:
+class Finding(NamedTuple):
+    """One finding. A `NamedTuple`, not a dataclass: the control block's check imports
+    this module into every producer, where a dataclass's decoration is compiled at import
+    (bench/results/client_start.md)."""
+
     severity: Severity
     what: str
     file: str | None = None

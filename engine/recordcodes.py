@@ -13,8 +13,8 @@ The record layout itself is `engine.record`'s; what is here needs nothing of it:
 
 from __future__ import annotations
 
-import ipaddress
 import operator
+import socket
 import struct
 from typing import Final
 
@@ -93,17 +93,43 @@ def parse_host(host: str) -> tuple[bytes, int, bool]:
         if not sep:
             raise ValueError(f"bad host {host!r}: expected ip:port")
     try:
-        addr = ipaddress.ip_address(addr_s)
+        packed, v6 = _ip_packed(addr_s)
         port = int(port_s)
     except ValueError as e:
         raise ValueError(f"bad host {host!r}: {e}") from None
     if not -(2**31) <= port < 2**31:
         raise ValueError(f"bad host {host!r}: port out of range")
-    return addr.packed, port, addr.version == 6
+    return packed, port, v6
+
+
+def _ip_packed(addr_s: str) -> tuple[bytes, bool]:
+    """(address bytes, is_v6) of `addr_s`, as `ipaddress.ip_address(addr_s)` gives them.
+
+    An address written as `inet_ntop` writes it back is read by `inet_pton`: that spelling
+    is one `ipaddress` reads to the same bytes. Any other (a zone, leading zeros, an
+    error to word) goes to `ipaddress`, imported only then: its import was ~7M
+    instructions of every producer's start, which parses the store's own host at attach
+    (bench/results/client_start.md)."""
+    family = socket.AF_INET6 if ":" in addr_s else socket.AF_INET
+    try:
+        packed = socket.inet_pton(family, addr_s)
+    except (OSError, ValueError):  # ValueError: an embedded NUL
+        packed = b""
+    if packed and socket.inet_ntop(family, packed) == addr_s:
+        return packed, family == socket.AF_INET6
+    import ipaddress
+
+    addr = ipaddress.ip_address(addr_s)
+    return addr.packed, addr.version == 6
 
 
 def format_host(addr: bytes, port: int) -> str:
-    """Inverse of `parse_host`: `ip:port`, IPv6 as `[ip]:port`."""
+    """Inverse of `parse_host`: `ip:port`, IPv6 as `[ip]:port` (`ipaddress`'s spelling;
+    an IPv4 address's is `inet_ntop`'s)."""
+    if len(addr) == 4:
+        return f"{socket.inet_ntop(socket.AF_INET, bytes(addr))}:{port}"
+    import ipaddress
+
     ip = ipaddress.ip_address(bytes(addr))
     return f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"
 

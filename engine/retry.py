@@ -26,8 +26,7 @@ from a stored record to the `Message` the store puts next (no processes, no file
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final, NamedTuple, Protocol
 
 from mqstore.engine.record import COMPRESSION_TYPE_MASK, SCHEDULE_TOPIC, Message, SysFlag
 
@@ -77,10 +76,10 @@ class StoredMessage(Protocol):
     def msg_id(self) -> str: ...
 
 
-@dataclass(frozen=True)
-class SendBack:
+class SendBack(NamedTuple):
     """Where a message given back goes: `message` (its `delay_level` > 0 for a retry, 0
-    for the DLQ) and whether it is dead (`%DLQ%<group>`)."""
+    for the DLQ) and whether it is dead (`%DLQ%<group>`). A `NamedTuple`: a dataclass's
+    decoration is compiled at every producer's import (bench/results/client_start.md)."""
 
     message: Message
     dead: bool

@@ -16,8 +16,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from mqstore.engine import jsonconfig
 from mqstore.engine.names import check_topic
@@ -35,8 +34,10 @@ _JSON_KEYS: Final = {
 _JSON_FIXED: Final = {"topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False}
 
 
-@dataclass(frozen=True, slots=True)
-class TopicConfig:
+class TopicConfig(NamedTuple):
+    """One topic's entry. A `NamedTuple`, not a dataclass: the put path imports this
+    module (`QueueCounts`), where a dataclass's decoration is compiled at import."""
+
     topic: str
     read_queue_nums: int
     write_queue_nums: int

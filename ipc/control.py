@@ -170,8 +170,7 @@ import struct
 import time
 from _blake2 import blake2b  # hashlib's own blake2b, without hashlib's OpenSSL load
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Final, Literal, NamedTuple
 
 from mqstore import _native
 from mqstore.engine.findings import Finding, Severity
@@ -449,8 +448,10 @@ def _warm_pool(fd: int, size: int) -> None:
         off += n
 
 
-@dataclass(frozen=True)
-class Geometry:
+class Geometry(NamedTuple):
+    """The control block's sizes. A `NamedTuple`: a dataclass's decoration is compiled
+    at every producer's import (bench/results/client_start.md)."""
+
     segment_size: int
     pool_buffers: int
     slot_count: int = 8192

@@ -30,8 +30,7 @@ import socket
 import time
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final, NamedTuple, Protocol
 
 from mqstore import _native
 from mqstore.conf.settings import StoreSettings, settings_from_doc
@@ -115,9 +114,11 @@ def check_attach_types(
                 )
 
 
-@dataclass(frozen=True, slots=True)
-class Attached:
-    """One attach: the supervisor's answer and this process's handles on it."""
+class Attached(NamedTuple):
+    """One attach: the supervisor's answer and this process's handles on it. A
+    `NamedTuple`, not a dataclass: built once per attach, and a frozen dataclass's
+    decoration cost every producer's import ~0.5 ms of CPU (its generated methods are
+    compiled at import; bench/results/client_start.md)."""
 
     sock: socket.socket  # the supervisor's end closing means it is gone
     cb: c.ControlBlock  # the mapped control block (and pool)

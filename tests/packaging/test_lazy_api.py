@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -38,6 +39,14 @@ _NOT_FOR_A_PRODUCER = (
     "hashlib",  # and OpenSSL's _hashlib: the supervisor's store_hash (sha1), not a put's
     "_hashlib",
     "base64",  # a record's JSON (`mqstore dump`)
+    # what setuptools' editable import hook (`__editable___mqstore_*_finder`, run by `site`
+    # from its `.pth`) imported in every interpreter of the venv, about 10 ms of CPU per
+    # start; the editable install is a plain path entry now (pyproject.toml, src/)
+    "pathlib",
+    "urllib.parse",
+    "fnmatch",
+    "importlib.util",
+    "ipaddress",  # the store's host, parsed at attach: inet_pton reads its spelling
 )
 
 # With the interpreter's `site` off (-S), so that nothing else has loaded them first (the
@@ -61,6 +70,69 @@ def test_a_producer_importing_store_client_loads_neither_asyncio_nor_package_met
         "mqstore.ipc.aio": False,
         **dict.fromkeys(_NOT_FOR_A_PRODUCER, False),
     }
+
+
+def test_the_install_adds_no_import_hook_and_no_bare_top_level_names(tmp_path: Path) -> None:
+    """However `mqstore` is installed (editable by `make setup`, or a wheel), starting an
+    interpreter runs no finder of its install, and from a directory outside the checkout
+    only `mqstore` resolves, never the checkout's `engine` or `bench` under a bare name."""
+    probe = (
+        "import importlib.util, json, sys\n"
+        "hooks = [m for m in sys.modules if m.startswith('__editable__')]\n"
+        "finders = [type(f).__module__ for f in sys.meta_path]\n"
+        "bare = [n for n in ('engine', 'conf', 'ipc', 'bench') if importlib.util.find_spec(n)]\n"
+        "print(json.dumps([hooks, finders, bare]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
+        timeout=120, check=True,
+    )  # fmt: skip
+    hooks, finders, bare = json.loads(out.stdout)
+    assert hooks == []
+    assert [f for f in finders if "editable" in f] == []
+    assert bare == []
+
+
+# The dataclasses a producer's import decorates: each one's __init__, __repr__, __eq__, ...
+# are compiled with exec at import (0.4-2 ms of CPU each). These stay dataclasses because
+# they are public (`mqstore.__all__`) or `dataclasses.fields`/`replace` is called on them;
+# an internal record on this path is a NamedTuple (ipc.session.Attached, ipc.control.Geometry,
+# engine.findings.Finding, engine.topics.TopicConfig, engine.retry.SendBack,
+# conf.settings.SettingInfo were dataclasses).
+_PRODUCER_DATACLASSES = {
+    "mqstore.conf.settings.StoreSettings",
+    "mqstore.engine.geometry.Geometry",
+    "mqstore.engine.record.Message",
+    "mqstore.engine.record.RecordFields",
+    "mqstore.engine.record.DecodedRecord",
+    "mqstore.engine.record.RecordView",
+    "mqstore.engine.get_result.GetResult",
+    "mqstore.ipc.read_results._Pulled",
+    "mqstore.ipc.read_results.PullResult",
+    "mqstore.ipc.read_results.PullViews",
+}
+
+_DATACLASS_PROBE = """
+import json, sys
+from mqstore import StoreClient
+print(json.dumps(sorted(
+    f"{name}.{c.__qualname__}"
+    for name, m in list(sys.modules.items()) if name.startswith("mqstore")
+    for c in vars(m).values()
+    if isinstance(c, type) and c.__module__ == name and "__dataclass_fields__" in vars(c)
+)))
+"""
+
+
+def test_a_producer_import_decorates_only_the_public_dataclasses() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", _DATACLASS_PROBE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert set(json.loads(out.stdout)) == _PRODUCER_DATACLASSES
 
 
 def test_a_producer_import_without_site_loads_no_pathlib() -> None:
