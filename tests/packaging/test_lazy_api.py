@@ -41,7 +41,7 @@ _NOT_FOR_A_PRODUCER = (
     "base64",  # a record's JSON (`mqstore dump`)
     # what setuptools' editable import hook (`__editable___mqstore_*_finder`, run by `site`
     # from its `.pth`) imported in every interpreter of the venv, about 10 ms of CPU per
-    # start; the editable install is a plain path entry now (pyproject.toml, src/)
+    # start; the editable install is a plain path entry now (Makefile: plain-path)
     "pathlib",
     "urllib.parse",
     "fnmatch",
