@@ -486,8 +486,8 @@ def test_a_put_waits_for_the_commit_backlog_then_says_why(put: Callable[..., Put
     waited = time.monotonic() - t0
     assert (r.status, r.reason) == (
         PutMessageStatus.OS_PAGECACHE_BUSY,
-        "the commit backlog stayed at its bound (commit_backlog_max_bytes, 65536 bytes) for "
-        "50 ms: the committer is not keeping up",
+        "the commit backlog stayed at its bound (commit_backlog_max_bytes, 65536 bytes) and "
+        "the committer did not move for 50 ms",
     )
     assert waited >= 0.045 and p.cb.get(c.OFF_BUSY) == busy + 1
     assert (p.cb.get(c.OFF_RESERVED), p.cb.get(c.OFF_SEQ)) == (65536, 0)
@@ -509,6 +509,55 @@ def test_a_put_waiting_on_the_backlog_goes_on_when_the_commit_moves(
     committer.join()
     assert r.status is OK and r.physical_offset == 8192, r
     assert 0.09 <= time.monotonic() - t0 < 20
+
+
+def test_a_backlog_wait_goes_on_while_the_committer_moves_up_to_the_cap(
+    put: Callable[..., Put],
+) -> None:
+    """Flow control is not a fault: a committer that moves, however slowly, keeps the put
+    waiting past the busy timeout (50 ms) until the backlog is under the bound (here,
+    0.3 s); one that never brings it under is refused at the sync flush timeout's cap
+    (1 s here), saying it moved."""
+    p = put(backlog_bytes=4096, backlog_grace_ns=0)
+    p.cb.set(c.OFF_RESERVED, 1 << 20)
+    stop = threading.Event()
+
+    def committer(until: float, upto: int) -> None:
+        com = 0
+        while not stop.is_set() and time.monotonic() < until:
+            com += 1  # a step every 20 ms: never under the bound before `until`
+            p.cb.set(c.OFF_COMMITTED, com)
+            time.sleep(0.02)
+        if not stop.is_set():
+            p.cb.set(c.OFF_COMMITTED, upto)
+
+    t = threading.Thread(target=committer, args=(time.monotonic() + 0.3, 1 << 20))
+    t0 = time.monotonic()
+    t.start()
+    try:
+        r = p.app.put_message("TopicA", b"x", None, None, None, 0, False)
+    finally:
+        stop.set()
+        t.join()
+    assert r.status is OK and r.physical_offset == 1 << 20, r
+    assert time.monotonic() - t0 >= 0.25
+    stop.clear()
+    p.cb.set(c.OFF_COMMITTED, 0)
+    t = threading.Thread(target=committer, args=(time.monotonic() + 60, 0))
+    t0 = time.monotonic()
+    t.start()
+    try:
+        r = p.app.put_message("TopicA", b"x", None, None, None, 0, False)
+    finally:
+        stop.set()
+        t.join()
+    took = time.monotonic() - t0
+    assert (r.status, r.reason) == (
+        PutMessageStatus.OS_PAGECACHE_BUSY,
+        "the commit backlog did not come under its bound (commit_backlog_max_bytes, 4096 "
+        "bytes) within 1000 ms (syncFlushTimeout), though the committer moved",
+    )
+    assert 0.95 <= took < 30, took
 
 
 def test_a_backlog_burst_within_the_grace_is_not_held_back(put: Callable[..., Put]) -> None:

@@ -385,8 +385,9 @@ def test_a_stopped_committer_holds_producers_at_the_backlog_bound(
                 oks.append(r)
             took = time.monotonic() - t0
             assert r.status is PutMessageStatus.OS_PAGECACHE_BUSY, r
-            assert f"commit backlog stayed at its bound (commit_backlog_max_bytes, {bound} " in (
-                r.reason
+            assert r.reason == (
+                f"the commit backlog stayed at its bound (commit_backlog_max_bytes, {bound} "
+                "bytes) and the committer did not move for 300 ms"
             )
             assert 0.25 <= took < 30, took
             pos = client.positions()
