@@ -59,6 +59,8 @@ class StoreSettings:
     warm_mapped_file_enable: bool = False
     flush_least_pages_when_warm: int = 4096
     sync_flush_zero_segments: bool = True
+    commit_backlog_max_bytes: int = 32 * MIB
+    commit_backlog_grace_ms: int = 1000
     max_message_size_bytes: int = 4 * MIB
     check_crc_on_recover: bool = True
     compress_type: str = "NONE"
@@ -166,6 +168,17 @@ _TABLE: tuple[tuple[str, str | None, str, bool, str], ...] = (
     ("sync_flush_zero_segments", None, "bool",
      RESTART, "SYNC_FLUSH: the allocator writes each new commit-log segment with zeros, so "
               "a sync fdatasync converts no unwritten extent (docs/durability.md)"),
+    ("commit_backlog_max_bytes", None, "bytes",
+     RESTART, "Pool on: once the log reserved ahead of the committed position has been this "
+              "many bytes or more for commit_backlog_grace_ms, a put waits (up to "
+              "os_page_cache_busy_timeout_ms, then OS_PAGECACHE_BUSY) until it is under this "
+              "again, so readers, who follow the commit, trail producers that outrun the "
+              "committer by about this much, not by a pool (docs/tuning.md). 0: no bound"),
+    ("commit_backlog_grace_ms", None, "ms",
+     RESTART, "How long a commit backlog may stay at commit_backlog_max_bytes before puts "
+              "wait for it: a burst shorter than this fills the pool at the producer's speed "
+              "(each producer counts from when it saw the bound; the count starts again once "
+              "the backlog is under half the bound)"),
     ("max_message_size_bytes", "maxMessageSize", "bytes",
      SIGHUP, "Max message"),
     ("check_crc_on_recover", "checkCRCOnRecover", "bool",

@@ -301,6 +301,8 @@ class PutPath:
             store_addr=addr,
             store_port=port,
             max_delay_level=len(self.delay_levels),
+            backlog_bytes=a.settings.commit_backlog_max_bytes if cb.pool_buffers else 0,
+            backlog_grace_ns=a.settings.commit_backlog_grace_ms * 1_000_000,
         )
         self.app.use_ids(self.ids, self.idempotence)
         _configure_compression(self.app, a)

@@ -36,8 +36,18 @@ at all, whenever its producer dies or sleeps.
   the queue rows not known yet; write the intent (cs_seq, cs_pid), the RESERVED rows
   (first a BLANK's when the records roll to the next segment), then the commit point
   (reserved_pos and seq), then the queue rows' next offsets; clear the intent; unlock.
-  No room (the next file, a pool buffer, slots): unlock, sleep and try again until the
-  busy timeout.
+  No room (the next file, a pool buffer, slots, a commit backlog at its bound): unlock,
+  sleep and try again until the busy timeout.
+* **commit backlog** (C `mqs_backlog_full`, inside `mqs_reserve`; twin:
+  tests/native/put_reference.py's `backlog_reference`): with the pool on, readers see
+  only what the committer has copied into the files, so a producer may not start a
+  reservation while `reserved - committed` is `commit_backlog_max_bytes` or more and has
+  been at that bound (as this producer saw it) for `commit_backlog_grace_ms`; a producer
+  that once waited waits at the bound again without a new grace, until it sees the
+  backlog under half the bound. The bound is checked against the reservation's start,
+  so one call larger than it still goes through. Each producer keeps its own note of
+  since when (nothing shared is written); a stopped committer turns the wait into
+  OS_PAGECACHE_BUSY at the busy timeout, never a hang. Pool off: no bound.
 * **repair** (C, inside the lock): a holder that died in the section leaves the mutex
   EOWNERDEAD. The next locker reads the intent: slots in [cs_seq, seq) are committed and
   keep their queue offsets, so each queue row moves past them; rows at or after seq were

@@ -86,6 +86,12 @@ def idem_note(
 def idem_find(ctl: Buffer, uniq_key: str, /) -> tuple[int, int, int, int, int, int] | None:
     """(state 1 pending / 2 stored, offset, size, queue id, queue offset, store time)."""
 
+def backlog_full(
+    since: int, backlog: int, bound: int, grace_ns: int, now: int, /
+) -> tuple[bool, int]:
+    """(wait, since): the put's commit-backlog rule (C mqs_backlog_full) for one producer
+    whose state is `since`; `now` CLOCK_MONOTONIC ns (read only when backlog >= bound)."""
+
 class Appender:
     """One producer's put path over a control block (and its pool, or None)."""
 
@@ -114,11 +120,16 @@ class Appender:
         store_addr: bytes,
         store_port: int,
         max_delay_level: int = 18,
+        backlog_bytes: int = 0,
+        backlog_grace_ns: int = 0,
     ) -> None:
         """What put_message needs from the client (ipc.producer): its lock, lanes (topic ->
         [topic bytes, queues, round-robin modulus, counter, queue rows]) and their maker,
         the queue-row finder, the segment mapper (pool off), a Message's other fields,
-        statistics row, result type and statuses, and the store's settings."""
+        statistics row, result type and statuses, and the store's settings.
+        `backlog_bytes` (commit_backlog_max_bytes; pool on only, 0: none) and
+        `backlog_grace_ns` (commit_backlog_grace_ms): the flow control of `backlog_full`;
+        ValueError when negative."""
 
     def put_message(
         self,

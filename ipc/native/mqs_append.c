@@ -164,6 +164,22 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int mqs_backlog_full(int64_t *since, int64_t backlog, int64_t bound, int64_t grace_ns,
+                     int64_t now)
+{
+    if (bound <= 0)
+        return 0;
+    if (backlog < bound - bound / 2) { /* caught up (half the bound): a new burst may come */
+        *since = 0;
+        return 0;
+    }
+    if (backlog < bound)
+        return 0;
+    if (*since == 0)
+        *since = now > 0 ? now : 1;
+    return now - *since >= grace_ns;
+}
+
 int mqs_reserve(struct mqs_appender *a, const struct mqs_item *items, int n, int64_t *qoffs,
                 struct mqs_reservation *r)
 {
@@ -192,8 +208,18 @@ int mqs_reserve(struct mqs_appender *a, const struct mqs_item *items, int n, int
     int64_t end = start + total;
     if (end > load(ctl, MQS_OFF_ALLOCATED))
         return MQS_WAIT_FILE;
-    if (a->pool_n && load(ctl, MQS_OFF_COMMITTED) < (index - a->pool_n + 1) * a->seg_size)
-        return MQS_WAIT_POOL;
+    if (a->pool_n) {
+        int64_t committed = load(ctl, MQS_OFF_COMMITTED);
+        if (committed < (index - a->pool_n + 1) * a->seg_size)
+            return MQS_WAIT_POOL;
+        /* Flow control: the committer's copy is what readers wait for, so producers that
+         * outrun it wait here (outside the lock) rather than leave readers a pool behind. */
+        int64_t backlog = reserved - committed;
+        if (a->backlog_max > 0 &&
+            mqs_backlog_full(&a->backlog_since, backlog, a->backlog_max, a->backlog_grace_ns,
+                             backlog >= a->backlog_max ? mqs_mono_ns() : 0))
+            return MQS_WAIT_BACKLOG;
+    }
     if (seq + n + b - load(ctl, MQS_OFF_PUBLISHED_SEQ) > a->slot_count)
         return MQS_WAIT_SLOTS;
     /* The intent record first: a holder that dies from here on is repaired. */

@@ -25,14 +25,28 @@ enum {
     /* mqs_complete: the put is not in the log (the filler claimed it, or past the fence) */
     MQS_FENCED = -10,
     MQS_LOCK_QUEUED = -11, /* mqs_lock_held: no holder too long, but the wait hit its cap */
+    MQS_WAIT_BACKLOG = -12, /* mqs_reserve: the commit backlog is at its bound (backlog_max) */
 };
 
 struct mqs_appender {
     uint8_t *ctl;
     uint8_t *pool; /* NULL: pool off, records go into the segment's mapping */
     int64_t seg_size, pool_n, slot_count, qtable_off;
+    /* Pool on, flow control (mqs_backlog_full): backlog_max bytes (0: no bound), its grace
+     * and this producer's note of since when the backlog has been at the bound. */
+    int64_t backlog_max, backlog_grace_ns, backlog_since;
     int32_t pid;
 };
+
+/* The commit backlog's rule, for one producer (`*since`: its state, 0 at first): 1 when
+ * the reservation must wait. A backlog (reserved - committed) at or over `bound` has to
+ * have been seen there for `grace_ns` (a burst the pool absorbs is not held back), and a
+ * producer that once waited keeps waiting at the bound until the backlog has fallen
+ * under half of it (then `*since` is 0 again). `now`: CLOCK_MONOTONIC ns, read by the
+ * caller only when backlog >= bound. Twin: tests/native/put_reference.py's
+ * `backlog_reference`. */
+int mqs_backlog_full(int64_t *since, int64_t backlog, int64_t bound, int64_t grace_ns,
+                     int64_t now);
 
 /* Supervisor, once, on a zeroed control block: make the mutex robust and shared. */
 int mqs_mutex_init(uint8_t *ctl);
@@ -76,8 +90,10 @@ struct mqs_reservation {
 /* Under the lock: reserve `n` records (queue rows known) at the current end, rolling to
  * the next segment with a BLANK when they do not fit this one. Writes the RESERVED slots
  * and queue offsets (qoffs); every slot after the first JOINED (one reservation, completed
- * all or nothing: `mqs_complete`). Else a code (MQS_REFUSED .. MQS_BAD_POSITIONS), nothing
- * written: the caller waits and tries again, or refuses the put. */
+ * all or nothing: `mqs_complete`). Else a code (MQS_REFUSED .. MQS_BAD_POSITIONS,
+ * MQS_WAIT_BACKLOG), nothing written: the caller waits and tries again, or refuses the put.
+ * The backlog bound is checked against the reservation's start, not its end, so a call
+ * larger than the bound still goes through once the committer has caught up. */
 int mqs_reserve(struct mqs_appender *a, const struct mqs_item *items, int n, int64_t *qoffs,
                 struct mqs_reservation *r);
 

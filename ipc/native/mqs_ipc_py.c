@@ -58,6 +58,7 @@ static int appender_init(Appender *self, PyObject *args, PyObject *kw)
     self->a.pool_n = *mqs_i64(c, MQS_OFF_POOL_BUFFERS);
     self->a.slot_count = *mqs_i64(c, MQS_OFF_SLOT_COUNT);
     self->a.qtable_off = MQS_SLOTS_OFF + self->a.slot_count * MQS_SLOT_ROW;
+    self->a.backlog_max = 0; /* configure sets it */
     int64_t need = self->a.qtable_off + *mqs_i64(c, MQS_OFF_QCAP) * MQS_QROW;
     if (self->ctl.len < need || self->a.seg_size <= 0 || self->a.slot_count <= 0) {
         PyBuffer_Release(&self->ctl);
@@ -380,7 +381,28 @@ static int add_layout(PyObject *m)
     return rc;
 }
 
+/* backlog_full(since, backlog, bound, grace_ns, now) -> (wait, since): mqs_backlog_full
+ * for the differential test against its Python twin. */
+static PyObject *backlog_full(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs)
+{
+    static const char *names[] = {"since", "backlog", "bound", "grace_ns", "now"};
+    int64_t v[5];
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError,
+                        "backlog_full(since, backlog, bound, grace_ns, now) takes 5 arguments");
+        return NULL;
+    }
+    for (int i = 0; i < 5; i++)
+        if (mqs_arg_i64(args[i], names[i], &v[i]) < 0)
+            return NULL;
+    int wait = mqs_backlog_full(&v[0], v[1], v[2], v[3], v[4]);
+    return Py_BuildValue("(OL)", wait ? Py_True : Py_False, (long long)v[0]);
+}
+
 static PyMethodDef ipc_methods[] = {
+    {"backlog_full", (PyCFunction)(void (*)(void))backlog_full, METH_FASTCALL,
+     "backlog_full(since, backlog, bound, grace_ns, now) -> (wait, since): the put's commit "
+     "backlog rule (mqs_append.h: mqs_backlog_full), for tests."},
     MQS_CONTROL_METHODS
     MQS_GROUP_ACK_METHODS
     {NULL, NULL, 0, NULL},

@@ -198,17 +198,18 @@ PyObject *mqs_put_configure(Appender *self, PyObject *args, PyObject *kw)
                              "message_type", "message_fields", "stats", "stats_off",
                              "result_type", "statuses", "flush_reasons", "msg_id_prefix",
                              "sync", "sync_timeout_ns", "busy_ns", "fast_fail", "max_body",
-                             "store_addr", "store_port", "max_delay_level", NULL};
+                             "store_addr", "store_port", "max_delay_level", "backlog_bytes",
+                             "backlog_grace_ns", NULL};
     PyObject *lock, *lanes, *new_lane, *find_row, *map_segment, *mtype, *mfields, *stats,
         *rtype, *statuses, *reasons, *prefix, *store_addr, *store_port;
-    int64_t stats_off, sync_timeout_ns, busy_ns, max_body;
+    int64_t stats_off, sync_timeout_ns, busy_ns, max_body, backlog = 0, grace = 0;
     int sync, fast_fail, max_delay = 18;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O!O!OOOO!OOLO!O!O!UpLLpLOO|i:configure", kwlist, &PutLockType, &lock,
+            args, kw, "O!O!OOOO!OOLO!O!O!UpLLpLOO|iLL:configure", kwlist, &PutLockType, &lock,
             &PyDict_Type, &lanes, &new_lane, &find_row, &map_segment, &PyType_Type, &mtype,
             &mfields, &stats, &stats_off, &PyType_Type, &rtype, &PyTuple_Type, &statuses,
             &PyTuple_Type, &reasons, &prefix, &sync, &sync_timeout_ns, &busy_ns, &fast_fail,
-            &max_body, &store_addr, &store_port, &max_delay))
+            &max_body, &store_addr, &store_port, &max_delay, &backlog, &grace))
         return NULL;
     if (!self->open) {
         PyErr_SetString(PyExc_ValueError, "the appender is closed");
@@ -224,6 +225,11 @@ PyObject *mqs_put_configure(Appender *self, PyObject *args, PyObject *kw)
                         "result_type must be a tuple type, msg_id_prefix ASCII, statuses "
                         "PutMessageStatus's members, flush_reasons two str, the hooks "
                         "callables (map_segment None with a pool)");
+        return NULL;
+    }
+    if (backlog < 0 || grace < 0) {
+        PyErr_SetString(PyExc_ValueError,
+                        "backlog_bytes (0: no bound) and backlog_grace_ns must be >= 0");
         return NULL;
     }
     if (stats_off < MQS_CLIENTS_OFF || stats_off + MQS_CLIENT_FIELDS * 8 > MQS_SLOTS_OFF) {
@@ -267,6 +273,9 @@ PyObject *mqs_put_configure(Appender *self, PyObject *args, PyObject *kw)
     c->busy_ns = busy_ns;
     c->max_body = max_body;
     c->max_delay = max_delay;
+    self->a.backlog_max = self->has_pool ? backlog : 0; /* pool off: nothing to commit */
+    self->a.backlog_grace_ns = grace;
+    self->a.backlog_since = 0;
     c->stale_at_ns = 0;
     c->since_stats = 0;
     c->fork_gen = fork_gen;
@@ -437,7 +446,8 @@ static int find_rows(Appender *self, struct mqs_fields *m, struct mqs_item *item
 }
 
 /* Why a reservation that could not be made is refused (`rc`: mqs_reserve's or the
- * lock's code; `after_wait`: it waited the busy timeout for room). */
+ * lock's code; `after_wait`: it waited the busy timeout for room, 2: a backlog wait that
+ * reached lock_cap_ns while the committer moved). */
 static int reserve_refusal(Appender *self, int rc, int after_wait, struct mqs_refusal *why)
 {
     long long ms = (long long)(self->c.busy_ns / 1000000);
@@ -485,6 +495,19 @@ static int reserve_refusal(Appender *self, int rc, int after_wait, struct mqs_re
                       PyUnicode_FromFormat("the allocator did not have the next segment file "
                                            "ready in %lld ms",
                                            ms));
+    if (rc == MQS_WAIT_BACKLOG && after_wait == 2)
+        return mqs_fields_refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
+                      PyUnicode_FromFormat("the commit backlog did not come under its bound "
+                                           "(commit_backlog_max_bytes, %lld bytes) within %lld ms "
+                                           "(syncFlushTimeout), though the committer moved",
+                                           (long long)self->a.backlog_max,
+                                           (long long)(lock_cap_ns(self) / 1000000)));
+    if (rc == MQS_WAIT_BACKLOG)
+        return mqs_fields_refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
+                      PyUnicode_FromFormat("the commit backlog stayed at its bound "
+                                           "(commit_backlog_max_bytes, %lld bytes) and the "
+                                           "committer did not move for %lld ms",
+                                           (long long)self->a.backlog_max, ms));
     if (rc == MQS_WAIT_POOL && !after_wait)
         return mqs_fields_refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
                       PyUnicode_FromString("no free write-pool buffer"));
@@ -514,27 +537,44 @@ static int reserve_once(Appender *self, struct mqs_fields *m, struct mqs_item *i
 }
 
 /* Reserve the call's records: MQS_OK, a refusal, or ERR. Waits for room (the next file,
- * a pool buffer, slots) by sleeping without the GIL and the lock, 50 µs doubling to
- * 2 ms, up to the busy timeout; a wait for a pool buffer fails at once with
+ * a pool buffer, slots, a commit backlog under its bound) by sleeping without the GIL and
+ * the lock, 50 µs doubling to 2 ms, up to the busy timeout (a backlog wait: while the
+ * committer moves, up to lock_cap_ns); a wait for a pool buffer fails at once with
  * fastFailIfNoBufferInStorePool. `took`: the whole step (lock, rows, waits), the
  * statistics' lock_wait phase. */
 static int reserve(Appender *self, struct mqs_fields *m, struct mqs_item *items, int n,
                    int64_t *qoffs, struct mqs_reservation *r, int64_t *took,
                    struct mqs_refusal *why)
 {
-    int64_t deadline = 0, pause = MIN_PAUSE_NS, t0 = mqs_mono_ns();
+    int64_t deadline = 0, cap = 0, seen = -1, pause = MIN_PAUSE_NS, t0 = mqs_mono_ns();
+    int moved = 0; /* a backlog wait's deadline was moved on by the committer */
     int rc = reserve_once(self, m, items, n, qoffs, r, why, t0);
-    while (rc == MQS_WAIT_FILE || rc == MQS_WAIT_POOL || rc == MQS_WAIT_SLOTS) {
+    while (rc == MQS_WAIT_FILE || rc == MQS_WAIT_POOL || rc == MQS_WAIT_SLOTS ||
+           rc == MQS_WAIT_BACKLOG) {
         int64_t now = mqs_mono_ns();
+        if (rc == MQS_WAIT_BACKLOG) {
+            /* Flow control, not a fault: while the committer moves, the wait goes on (its
+             * busy timeout starts again), up to lock_cap_ns in all; busy once it stood
+             * still for the busy timeout (stopped, stuck). */
+            int64_t com = __atomic_load_n(mqs_i64(self->a.ctl, MQS_OFF_COMMITTED), __ATOMIC_ACQUIRE);
+            if (com != seen) {
+                seen = com;
+                if (deadline != 0) {
+                    deadline = now + self->c.busy_ns < cap ? now + self->c.busy_ns : cap;
+                    moved = 1;
+                }
+            }
+        }
         if (deadline == 0) {
             if (rc == MQS_WAIT_POOL && self->c.fast_fail)
                 break;
             deadline = now + self->c.busy_ns;
+            cap = now + lock_cap_ns(self);
             __atomic_add_fetch(mqs_i64(self->a.ctl, MQS_OFF_BUSY), 1, __ATOMIC_RELAXED);
         } else if (now >= deadline) {
             __atomic_add_fetch(mqs_i64(self->a.ctl, MQS_OFF_ROOM_TIMEOUTS), 1, __ATOMIC_RELAXED);
             *took = mqs_mono_ns() - t0;
-            return reserve_refusal(self, rc, 1, why);
+            return reserve_refusal(self, rc, rc == MQS_WAIT_BACKLOG && moved && deadline == cap ? 2 : 1, why);
         }
         struct timespec ts = {0, (long)pause};
         Py_BEGIN_ALLOW_THREADS nanosleep(&ts, NULL);

@@ -203,3 +203,34 @@ def test_an_unknown_mqstore_environment_variable_is_refused_with_a_suggestion() 
     # The fault and test switches are not settings, and are not refused.
     loaded = load_settings(env={"MQSTORE_CRASHPOINT": "copy-half:kill", "OTHER_X": "1"})
     assert loaded.settings == load_settings(env={}).settings
+
+
+def test_the_commit_backlog_bound_is_validated_and_read_from_every_source(tmp_path: Path) -> None:
+    """`commit_backlog_max_bytes` and `commit_backlog_grace_ms` (the put's flow control
+    with the pool on): defaults, values from a TOML file and the environment, negative or
+    out-of-range values refused naming the key, a misspelling refused with the name."""
+    s = load_settings(env={}).settings
+    assert (s.commit_backlog_max_bytes, s.commit_backlog_grace_ms) == (32 << 20, 1000)
+    conf = tmp_path / "mqstore.toml"
+    conf.write_text("[store]\ncommit_backlog_max_bytes = 0\ncommit_backlog_grace_ms = 0\n")
+    loaded = load_settings(config_path=conf)
+    assert (loaded.settings.commit_backlog_max_bytes, loaded.settings.commit_backlog_grace_ms) == (
+        0,
+        0,
+    )
+    env = load_settings(env={"MQSTORE_COMMIT_BACKLOG_MAX_BYTES": "1048576"}).settings
+    assert env.commit_backlog_max_bytes == 1 << 20
+    for var, raw, allowed in (
+        ("MQSTORE_COMMIT_BACKLOG_MAX_BYTES", "-1", "0 to 2199023255552"),
+        ("MQSTORE_COMMIT_BACKLOG_MAX_BYTES", str(2**41 + 1), "0 to 2199023255552"),
+        ("MQSTORE_COMMIT_BACKLOG_GRACE_MS", "-5", "0 to 2147483647"),
+        ("MQSTORE_COMMIT_BACKLOG_GRACE_MS", "soon", "int"),
+    ):
+        with pytest.raises(ConfigError) as e:
+            load_settings(env={var: raw})
+        msg = str(e.value)
+        assert msg.startswith(f"{var.removeprefix('MQSTORE_').lower()}: bad value"), msg
+        assert raw in msg and f"env {var}" in msg and allowed in msg, msg
+    conf.write_text("[store]\ncommit_backlog_max_byte = 1\n")
+    with pytest.raises(ConfigError, match=r"did you mean 'commit_backlog_max_bytes'"):
+        load_settings(config_path=conf)

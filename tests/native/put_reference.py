@@ -284,3 +284,23 @@ def delay_reference(
             f"which has {schedule_lane.queues} queues"
         )
     return out
+
+
+def backlog_reference(
+    since: int, backlog: int, bound: int, grace_ns: int, now: int
+) -> tuple[bool, int]:
+    """The Python twin of `_native.backlog_full` (C `mqs_backlog_full`, the put's flow
+    control with the pool on): (whether the reservation waits, the producer's new
+    `since`). No bound (0): never. Under half the bound: caught up, `since` forgotten.
+    Under the bound: go on, `since` kept. At or over it: `since` noted at the first such
+    look (`now`, or 1 when the clock says 0), and the put waits once `grace_ns` has passed
+    since then, and at every later look at the bound until the backlog falls under half."""
+    if bound <= 0:
+        return False, since
+    if backlog < bound - bound // 2:
+        return False, 0
+    if backlog < bound:
+        return False, since
+    if since == 0:
+        since = now if now > 0 else 1
+    return now - since >= grace_ns, since

@@ -35,7 +35,13 @@ from mqstore.ipc.fence import fence
 from mqstore.ipc.producer import _MessageFields
 from mqstore.ipc.results import PutMessageStatus, PutResult
 from tests.native.conftest import SEG
-from tests.native.put_reference import Lane, publish_reference, put_reference, record_bytes
+from tests.native.put_reference import (
+    Lane,
+    backlog_reference,
+    publish_reference,
+    put_reference,
+    record_bytes,
+)
 
 QUEUES = 4
 SPREAD = 3
@@ -62,7 +68,7 @@ class Put:
         self.ref: dict[str, Lane] = {}
         self.rows = kw.pop("find_row", cb.find_or_add_queue)
         self.app = _native.Appender(cb.buf, cb.pool_buf, os.getpid())
-        self.app.configure(**{
+        self.config = {
             "lock": _native.PutLock(), "lanes": self.lanes, "new_lane": self.new_lane,
             "find_row": self.rows, "map_segment": None, "message_type": Message,
             "message_fields": _MessageFields(STORE_HOST),
@@ -73,7 +79,8 @@ class Put:
             "busy_ns": BUSY_NS, "fast_fail": False, "max_body": MAX_BODY,
             "store_addr": b"\x7f\x00\x00\x01", "store_port": 10911,
             "max_delay_level": MAX_DELAY, **kw,
-        })  # fmt: skip
+        }  # fmt: skip
+        self.app.configure(**self.config)
         self.app.checked(10**12)
 
     def new_lane(self, topic: str) -> list[Any]:
@@ -426,6 +433,150 @@ def test_a_sync_put_whose_generation_ends_before_its_flush_is_never_ok(
     assert time.monotonic() - t0 < 30  # at the fence, not at the 60 s timeout
 
 
+_NS = st.integers(0, 2**62)
+
+
+@SETTINGS
+@given(
+    bound=st.integers(-2, 1 << 30),
+    grace=st.integers(0, 2**40),
+    looks=st.lists(st.tuples(st.integers(0, 1 << 31), st.integers(0, 2**36)), max_size=40),
+    since=st.one_of(st.just(0), _NS),
+)
+def test_the_backlog_rule_matches_its_reference(
+    bound: int, grace: int, looks: list[tuple[int, int]], since: int
+) -> None:
+    """C `mqs_backlog_full` against `backlog_reference`, look after look of one producer
+    (backlog, time moving on), the state carried from each look to the next."""
+    c_since, ref_since, now = since, since, since
+    for backlog, step in looks:
+        now += step
+        at = now if backlog >= bound else 0  # the C reserve reads the clock only then
+        got = _native.backlog_full(c_since, backlog, bound, grace, at)
+        want = backlog_reference(ref_since, backlog, bound, grace, at)
+        assert got == want, (backlog, bound, grace, at, c_since)
+        c_since, ref_since = got[1], want[1]
+
+
+def test_the_backlog_rule_waits_after_the_grace_until_under_half() -> None:
+    """The rule's story: a burst under the grace goes on; once the grace has passed it
+    waits at the bound, goes on under it, and forgets the grace only under half."""
+    full, bound, grace = _native.backlog_full, 1000, 50
+    assert full(0, 999, bound, grace, 0) == (False, 0)
+    assert full(0, 1000, bound, grace, 100) == (False, 100)  # seen at the bound: noted
+    assert full(100, 2000, bound, grace, 149) == (False, 100)  # still within the grace
+    assert full(100, 2000, bound, grace, 150) == (True, 100)  # the grace is over: wait
+    assert full(100, 700, bound, grace, 0) == (False, 100)  # under the bound: go on
+    assert full(100, 1000, bound, grace, 151) == (True, 100)  # at it again: no new grace
+    assert full(100, 499, bound, grace, 0) == (False, 0)  # under half: caught up
+    assert full(0, 10**9, 0, 0, 5) == (False, 0)  # no bound
+    assert full(0, 1, 1, 0, 7) == (True, 7)  # a 1-byte bound, no grace: waits at once
+
+
+def test_a_put_waits_for_the_commit_backlog_then_says_why(put: Callable[..., Put]) -> None:
+    """Pool on, bound 64 KiB, no grace: a put whose start is 64 KiB or more past the
+    committed position waits the busy timeout, counted, and is OS_PAGECACHE_BUSY naming the
+    bound, with nothing reserved; once the committer's position comes within the bound
+    the same put goes through, even one larger than the bound."""
+    p = put(backlog_bytes=65536, backlog_grace_ns=0)
+    p.cb.set(c.OFF_RESERVED, 65536)
+    busy = p.cb.get(c.OFF_BUSY)
+    t0 = time.monotonic()
+    r = p.app.put_message("TopicA", b"x", None, None, None, 0, False)
+    waited = time.monotonic() - t0
+    assert (r.status, r.reason) == (
+        PutMessageStatus.OS_PAGECACHE_BUSY,
+        "the commit backlog stayed at its bound (commit_backlog_max_bytes, 65536 bytes) and "
+        "the committer did not move for 50 ms",
+    )
+    assert waited >= 0.045 and p.cb.get(c.OFF_BUSY) == busy + 1
+    assert (p.cb.get(c.OFF_RESERVED), p.cb.get(c.OFF_SEQ)) == (65536, 0)
+    p.cb.set(c.OFF_COMMITTED, 1)  # 65535 behind: under the bound
+    r = p.app.put_message("TopicA", b"y" * MAX_BODY, None, None, None, 0, False)
+    assert r.status is OK and r.physical_offset == 65536, r
+    assert p.cb.get(c.OFF_RESERVED) - p.cb.get(c.OFF_COMMITTED) > 65536  # a put may pass it
+
+
+def test_a_put_waiting_on_the_backlog_goes_on_when_the_commit_moves(
+    put: Callable[..., Put],
+) -> None:
+    p = put(backlog_bytes=4096, backlog_grace_ns=0, busy_ns=30 * 10**9)
+    p.cb.set(c.OFF_RESERVED, 8192)
+    committer = threading.Timer(0.1, lambda: p.cb.set(c.OFF_COMMITTED, 8192))
+    committer.start()
+    t0 = time.monotonic()
+    r = p.app.put_message("TopicA", b"x", None, None, None, 0, False)
+    committer.join()
+    assert r.status is OK and r.physical_offset == 8192, r
+    assert 0.09 <= time.monotonic() - t0 < 20
+
+
+def test_a_backlog_wait_goes_on_while_the_committer_moves_up_to_the_cap(
+    put: Callable[..., Put],
+) -> None:
+    """Flow control is not a fault: a committer that moves, however slowly, keeps the put
+    waiting past the busy timeout (50 ms) until the backlog is under the bound (here,
+    0.3 s); one that never brings it under is refused at the sync flush timeout's cap
+    (1 s here), saying it moved."""
+    p = put(backlog_bytes=4096, backlog_grace_ns=0)
+    p.cb.set(c.OFF_RESERVED, 1 << 20)
+    stop = threading.Event()
+
+    def committer(until: float, upto: int) -> None:
+        com = 0
+        while not stop.is_set() and time.monotonic() < until:
+            com += 1  # a step every 20 ms: never under the bound before `until`
+            p.cb.set(c.OFF_COMMITTED, com)
+            time.sleep(0.02)
+        if not stop.is_set():
+            p.cb.set(c.OFF_COMMITTED, upto)
+
+    t = threading.Thread(target=committer, args=(time.monotonic() + 0.3, 1 << 20))
+    t0 = time.monotonic()
+    t.start()
+    try:
+        r = p.app.put_message("TopicA", b"x", None, None, None, 0, False)
+    finally:
+        stop.set()
+        t.join()
+    assert r.status is OK and r.physical_offset == 1 << 20, r
+    assert time.monotonic() - t0 >= 0.25
+    stop.clear()
+    p.cb.set(c.OFF_COMMITTED, 0)
+    t = threading.Thread(target=committer, args=(time.monotonic() + 60, 0))
+    t0 = time.monotonic()
+    t.start()
+    try:
+        r = p.app.put_message("TopicA", b"x", None, None, None, 0, False)
+    finally:
+        stop.set()
+        t.join()
+    took = time.monotonic() - t0
+    assert (r.status, r.reason) == (
+        PutMessageStatus.OS_PAGECACHE_BUSY,
+        "the commit backlog did not come under its bound (commit_backlog_max_bytes, 4096 "
+        "bytes) within 1000 ms (syncFlushTimeout), though the committer moved",
+    )
+    assert 0.95 <= took < 30, took
+
+
+def test_a_backlog_burst_within_the_grace_is_not_held_back(put: Callable[..., Put]) -> None:
+    p = put(backlog_bytes=4096, backlog_grace_ns=3600 * 10**9)
+    p.cb.set(c.OFF_RESERVED, 8192)
+    rs = [p.app.put_message("TopicA", b"x" * 100, None, None, None, 0, False) for _ in range(50)]
+    assert all(r.status is OK for r in rs)
+    assert p.cb.get(c.OFF_COMMITTED) == 0
+
+
+def test_the_backlog_bound_is_refused_negative(put: Callable[..., Put]) -> None:
+    p = put()
+    why = "backlog_bytes (0: no bound) and backlog_grace_ns must be >= 0"
+    for kw in ({"backlog_bytes": -1}, {"backlog_grace_ns": -1}):
+        with pytest.raises(ValueError) as e:
+            p.app.configure(**{**p.config, **kw})
+        assert str(e.value) == why
+
+
 def test_fast_fail_refuses_at_once_without_a_pool_buffer(put: Callable[..., Put]) -> None:
     p = put(fast_fail=True)
     p.cb.set(c.OFF_RESERVED, 2 * SEG)
@@ -494,6 +645,24 @@ def test_pool_off_writes_into_the_segments_mapping(cb_no_pool: c.ControlBlock) -
         with pytest.raises(KeyboardInterrupt):
             p.app.put_message("TopicA", b"z", None, None, None, 0, False)
         assert cb_no_pool.slot_state(seq) == c.STATE_ABANDONED
+    finally:
+        p.app.close()
+        for m in segments.values():
+            m.close()
+
+
+def test_pool_off_has_no_backlog_to_bound(cb_no_pool: c.ControlBlock) -> None:
+    """Without a pool producers write the files: nothing trails them, so a bound given to
+    a pool-off appender is not applied (committed stays 0 here, far behind)."""
+    segments: dict[int, mmap.mmap] = {}
+    p = Put(
+        cb_no_pool, map_segment=lambda i: segments.setdefault(i, mmap.mmap(-1, SEG)),
+        backlog_bytes=1, backlog_grace_ns=0,
+    )  # fmt: skip
+    try:
+        cb_no_pool.set(c.OFF_RESERVED, 4096)
+        r = p.app.put_message("TopicA", b"x", None, None, None, 0, False)
+        assert r.status is OK and r.physical_offset == 4096, r
     finally:
         p.app.close()
         for m in segments.values():

@@ -346,3 +346,81 @@ def test_clients_in_threads_of_one_process_never_share_an_offset(
     assert store.stop() == 0
     bodies = [r.body for r in store.read_log() if r.topic == "threads"]
     assert sorted(bodies) == sorted(f"t{k}-{i}".encode() for k in range(4) for i in range(1500))
+
+
+def test_a_stopped_committer_holds_producers_at_the_backlog_bound(
+    make_store: StoreFactory,
+) -> None:
+    """Flow control with the pool on (`commit_backlog_max_bytes`, no grace here): with the
+    committer SIGSTOPped, async puts go on only until the log reserved past the committed
+    position reaches the bound (far less than the pool of 3 MiB holds), then a put waits
+    the busy timeout and is OS_PAGECACHE_BUSY naming the bound; once the committer goes on,
+    puts are PUT_OK again, and the log holds every acknowledged put, in one chain."""
+    import signal
+    import time
+
+    bound = 128 * 1024
+    st = make_store(
+        {
+            "flush_disk_type": "ASYNC_FLUSH",
+            "os_page_cache_busy_timeout_ms": 300,
+            "commit_backlog_max_bytes": bound,
+            "commit_backlog_grace_ms": 0,
+        }
+    )
+    st.wait_workers_running()  # a committer stopped while booting is killed, not waited on
+    committer = next(w for w in st.status()["workers"] if w["name"] == "committer")
+    with StoreClient.attach(st.path) as client:
+        first = client.put("flow", b"w" * 1000, wait_store=False)
+        assert first.status is OK, first
+        wait_for(lambda: client.positions()["committed"] >= first.physical_offset + first.size)
+        os.kill(committer["pid"], signal.SIGSTOP)
+        try:
+            oks = [first]
+            for _ in range(3000):  # the pool holds ~2,800 of these
+                t0 = time.monotonic()
+                r = client.put("flow", b"z" * 1000, wait_store=False)
+                if r.status is not OK:
+                    break
+                oks.append(r)
+            took = time.monotonic() - t0
+            assert r.status is PutMessageStatus.OS_PAGECACHE_BUSY, r
+            assert r.reason == (
+                f"the commit backlog stayed at its bound (commit_backlog_max_bytes, {bound} "
+                "bytes) and the committer did not move for 300 ms"
+            )
+            assert 0.25 <= took < 30, took
+            pos = client.positions()
+            assert bound <= pos["reserved"] - pos["committed"] < bound + oks[-1].size
+            assert len(oks) < 2 * bound // 1000
+            doc = st.status()
+            assert (doc["room_timeouts"], doc["lock_timeouts"]) == (1, 0), doc
+        finally:
+            os.kill(committer["pid"], signal.SIGCONT)
+        after = wait_for(
+            lambda: (x := client.put("flow", b"again", wait_store=False)).status is OK and x,
+            30,
+            "the committer to bring the backlog under the bound",
+        )
+        oks.append(after)
+    assert st.stop() == 0
+    recs = st.read_log(keep_fillers=True)
+    assert len(recs) == len(oks)
+    check_chain(recs, 1 << 20)
+
+
+def test_sync_puts_and_a_one_byte_backlog_bound_do_not_wait_on_each_other(
+    make_store: StoreFactory,
+) -> None:
+    """Under SYNC_FLUSH a sync put's round commits what it waits for, so even a bound of
+    one byte with no grace (every put waits until all before it is committed) holds no
+    sync put back, and async puts between them wait only for the committer's next tick."""
+    st = make_store({"commit_backlog_max_bytes": 1, "commit_backlog_grace_ms": 0})
+    with StoreClient.attach(st.path) as client:
+        rs = [client.put("sync", b"s" * 1000, queue_id=0) for _ in range(200)]
+        rs += [client.put("sync", b"a" * 1000, queue_id=0, wait_store=False) for _ in range(50)]
+        rs += [client.put("sync", b"s" * 1000, queue_id=0) for _ in range(20)]
+        assert [r.status for r in rs] == [OK] * len(rs), {r.reason for r in rs}
+        assert client.positions()["flushed"] >= rs[-1].physical_offset + rs[-1].size
+    assert st.stop() == 0
+    check_chain(st.read_log(keep_fillers=True), 1 << 20)
