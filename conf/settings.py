@@ -170,9 +170,10 @@ _TABLE: tuple[tuple[str, str | None, str, bool, str], ...] = (
               "a sync fdatasync converts no unwritten extent (docs/durability.md)"),
     ("commit_backlog_max_bytes", None, "bytes",
      RESTART, "Pool on: once the log reserved ahead of the committed position has been this "
-              "many bytes or more for commit_backlog_grace_ms, a put waits (up to "
-              "os_page_cache_busy_timeout_ms, then OS_PAGECACHE_BUSY) until it is under this "
-              "again, so readers, who follow the commit, trail producers that outrun the "
+              "many bytes or more for commit_backlog_grace_ms, a put waits until it is under this "
+              "again: while the committer moves, up to the longer of sync_flush_timeout_ms and "
+              "os_page_cache_busy_timeout_ms; OS_PAGECACHE_BUSY once the committed position "
+              "stood still for os_page_cache_busy_timeout_ms. So readers, who follow the commit, trail producers that outrun the "
               "committer by about this much, not by a pool (docs/tuning.md). 0: no bound"),
     ("commit_backlog_grace_ms", None, "ms",
      RESTART, "How long a commit backlog may stay at commit_backlog_max_bytes before puts "
