@@ -173,8 +173,9 @@ _TABLE: tuple[tuple[str, str | None, str, bool, str], ...] = (
               "many bytes or more for commit_backlog_grace_ms, a put waits until it is under this "
               "again: while the committer moves, up to the longer of sync_flush_timeout_ms and "
               "os_page_cache_busy_timeout_ms; OS_PAGECACHE_BUSY once the committed position "
-              "stood still for os_page_cache_busy_timeout_ms. So readers, who follow the commit, trail producers that outrun the "
-              "committer by about this much, not by a pool (docs/tuning.md). 0: no bound"),
+              "stood still for os_page_cache_busy_timeout_ms. So readers, who follow the "
+              "commit, trail producers that outrun the committer by about this much, not by a "
+              "pool (docs/tuning.md). 0: no bound"),
     ("commit_backlog_grace_ms", None, "ms",
      RESTART, "How long a commit backlog may stay at commit_backlog_max_bytes before puts "
               "wait for it: a burst shorter than this fills the pool at the producer's speed "
