@@ -585,14 +585,25 @@ class Consumer:
         return got_any
 
     def _take(self, max_count: int) -> list[ConsumedMessage]:
+        """Hand over up to `max_count` messages of queues whose lease covers the hand-over.
+
+        The lease is checked twice on the monotonic clock, under the lock: per queue as
+        its messages are taken, and once more for the whole batch as the last step
+        before it is returned, so that a stop (SIGSTOP, a long deschedule) inside this
+        method cannot hand over messages of a lease that ended meanwhile: those are
+        dropped (not delivered, not acked; the queue's next owner delivers them). What
+        remains is the return itself: a stop between the last check and the caller's
+        use of the batch hands it over late (docs/consumers.md, "At least once")."""
         out: list[ConsumedMessage] = []
         with self._lock:
             now = time.monotonic()
+            earliest = float("inf")  # the first lease end among the queues taken from
             while self._redo and self._redo[0][0] <= now and len(out) < max_count:
                 _due, m = self._redo.popleft()
                 q = m._q
                 if q.state != "dropped" and q.tag == m._tag and q.deadline > now:
                     out.append(m)
+                    earliest = min(earliest, q.deadline)
             qs = [q for q in self._queues.values() if q.state == "active" and q.buffer]
             if len(qs) > 1:  # round robin: start at the next queue each time
                 self._rr = (self._rr + 1) % len(qs)
@@ -613,7 +624,23 @@ class Consumer:
                     q.pos = end
                 q.inflight.extend(got)
                 out.extend(got)
+                earliest = min(earliest, q.deadline)
+            if out and time.monotonic() >= earliest:  # a lease ended while taking
+                out = self._drop_lapsed(out)
         return out
+
+    def _drop_lapsed(self, out: list[ConsumedMessage]) -> list[ConsumedMessage]:
+        """`out` without the messages of queues whose lease ended by now, those queues
+        dropped for good (`_lapse`; lock held)."""
+        now = time.monotonic()
+        keep: list[ConsumedMessage] = []
+        for m in out:
+            q = m._q
+            if q.deadline > now:
+                keep.append(m)
+            elif q.state != "dropped":
+                self._lapse(q)
+        return keep
 
     def poll(self, max_count: int = 32, timeout: float = 1.0) -> list[ConsumedMessage]:
         """Up to `max_count` messages of the queues this member owns, waiting up to

@@ -134,3 +134,29 @@ def wait_processed(logs: list[Path], want: set[str], timeout_s: float) -> Proces
                 f"never processed, e.g. {sorted(missing)[:5]}"
             )
         time.sleep(0.2)
+
+
+def first_membership(log: Path) -> list[str]:
+    """Bodies a member processed before it first joined again (its `R` line): what it
+    delivered under its first membership."""
+    out: list[str] = []
+    for line in log.read_text().splitlines():
+        if line.startswith("R "):
+            break
+        parts = line.split(" ")
+        if parts[0] == "P" and len(parts) == 7:
+            out.append(parts[4])
+    return out
+
+
+def refused(log: Path) -> set[str]:
+    """Bodies whose ack the member was refused (`X`: its lease was over)."""
+    return {line[2:] for line in log.read_text().splitlines() if line.startswith("X ")}
+
+
+def acked_twice(p: Processed) -> list[str]:
+    """Bodies acked by two members: the duplicates the group promises never to make (a
+    member's ack is accepted only while its lease holds, and the next owner starts past
+    it). Any other duplicate is at-least-once: a delivery whose ack was refused or never
+    made, redelivered by the queue's next owner."""
+    return sorted(b for b in p.by_body if sum(b in acked for acked in p.acked) > 1)

@@ -14,6 +14,15 @@ reply): `--reply-delay-ms N` makes every beat reply reach the member N ms late;
 `--late-beat` arms, at SIGUSR1, one beat whose thread is held 500 ms after it read the
 clock and whose reply is held until the member's lease has run out: the member acks the
 batch it holds in that window (`W` once it did), then the reply renews the grant.
+
+Stops, at the consumer's delivery path: `--stop-at filled` arms, at SIGUSR2, a SIGSTOP of
+the whole member the next time `Consumer._fill` pulled messages (fetched with the lease
+held, not yet taken: the lease checks are still ahead); `--stop-at taking` arms one inside
+`Consumer._take`, with messages buffered, just after it read the clock it checks the
+leases against (the clock `ipc.consumer` reads is wrapped, in the main thread only);
+`--stop-at taken` arms one the next time `Consumer._take` returns a batch (every check
+done, the batch not yet in the caller's hands: the narrow window the docs name). It
+writes `S <monotonic ns>` just before.
 """
 
 from __future__ import annotations
@@ -24,9 +33,11 @@ import signal
 import sys
 import threading
 import time
+import types
 from typing import Any
 
 from mqstore import StoreClient
+from mqstore.ipc import consumer as consumer_mod
 from mqstore.ipc.consumer import Consumer
 
 
@@ -41,6 +52,7 @@ def main() -> int:
     p.add_argument("--max-reconsume", type=int, default=16)
     p.add_argument("--reply-delay-ms", type=int, default=0)
     p.add_argument("--late-beat", action="store_true")
+    p.add_argument("--stop-at", choices=("filled", "taking", "taken"))
     a = p.parse_args()
     stop = [False]
     armed = threading.Event()  # SIGUSR1: the next beat is late
@@ -73,6 +85,59 @@ def main() -> int:
     def on_term(_sig: int, _frame: object) -> None:
         stop[0] = True
 
+    stop_armed = threading.Event()  # SIGUSR2: stop at `--stop-at`
+    fill, take = Consumer._fill, Consumer._take
+
+    def stop_here() -> None:
+        stop_armed.clear()
+        os.write(fd, f"S {time.monotonic_ns()}\n".encode())
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+    def stopping_fill(self: Consumer) -> bool:
+        got = fill(self)
+        if got and stop_armed.is_set():
+            stop_here()
+        return got
+
+    def stopping_take(self: Consumer, max_count: int) -> list[Any]:
+        got = take(self, max_count)
+        if got and stop_armed.is_set():
+            stop_here()
+        return got
+
+    in_take = [False]
+
+    def stopping_monotonic() -> float:
+        t = time.monotonic()
+        if in_take[0] and threading.current_thread() is threading.main_thread():
+            in_take[0] = False
+            stop_here()  # the clock was read before the stop: `t` is stale after it
+        return t
+
+    def taking(self: Consumer, max_count: int) -> list[Any]:
+        in_take[0] = stop_armed.is_set() and any(
+            q.state == "active" and q.buffer for q in list(self._queues.values())
+        )
+        try:
+            return take(self, max_count)
+        finally:
+            in_take[0] = False
+
+    if a.stop_at == "taking":
+        consumer_mod.time = types.SimpleNamespace(  # type: ignore[assignment]
+            monotonic=stopping_monotonic, sleep=time.sleep
+        )
+        Consumer._take = taking  # type: ignore[method-assign]
+    elif a.stop_at == "filled":
+        Consumer._fill = stopping_fill  # type: ignore[method-assign]
+    elif a.stop_at == "taken":
+        Consumer._take = stopping_take  # type: ignore[method-assign]
+
+    def on_usr2(_sig: int, _frame: object) -> None:
+        stop_armed.set()
+        os.write(fd, b"U\n")
+
+    signal.signal(signal.SIGUSR2, on_usr2)
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGUSR1, lambda _s, _f: armed.set())
     if a.reply_delay_ms or a.late_beat:
@@ -91,10 +156,17 @@ def main() -> int:
                 me = consumer.member_id
                 os.write(fd, f"R {me} {time.monotonic_ns()}\n".encode())
             batch = consumer.poll(64, 0.2)
+            if consumer.member_id != me:
+                # joined again during the poll: what it handed out of the membership it
+                # lost (queues `_drop_all` dropped) is logged before `R`, the rest after
+                batch.sort(key=lambda m: m._q.state != "dropped")
             if armed.is_set() and batch:  # hold this batch until the late beat's lapse
                 batch_held.set()
                 lapsed.wait(10)
             for m in batch:
+                if consumer.member_id != me and m._q.state != "dropped":
+                    me = consumer.member_id
+                    os.write(fd, f"R {me} {time.monotonic_ns()}\n".encode())
                 body = m.body.decode()
                 os.write(
                     fd,
