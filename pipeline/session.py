@@ -7,10 +7,13 @@ What a first run would otherwise trip on, and what is done about it:
 - Spark binds the machine's external address: `SPARK_LOCAL_IP` defaults to 127.0.0.1 when
   the master is local or on the loopback (a real cluster must reach the driver, so it is
   left alone then).
-- Executors must import `engine` and `pipeline`: a zip of both packages, built from the
-  modules this process imported, is added with `addPyFile`. An executor that runs the
-  same installed environment would find them anyway; the zip makes a bare one work too
-  (it still needs pyarrow and numpy, as any PySpark executor running Arrow does).
+- Executors import `mqstore` as the driver does, from the environment `PYSPARK_PYTHON`
+  names: its readers need the native extension (`mqstore._native`, the record scan), which
+  no zip of modules can carry, so every machine of a cluster needs mqstore installed (the
+  same version, with the `[spark]` extra). A zip of the `.py` files added with
+  `addPyFile` used to be shipped; it came first on an executor's path and hid the installed
+  package, so `from mqstore import _native` failed wherever mqstore was not found through
+  an import hook (a wheel, or a plain path entry).
 - A master set in code overrides `spark-submit --master`: under spark-submit (its
   gateway is already running) no master is set here unless one is given.
 - Spark's own output (log4j's WARN lines, the JVM's warnings, the `[Stage 0:>` progress
@@ -24,23 +27,17 @@ Who may call: the CLI jobs and tests. Cost: starting a JVM (~5 s, ~640 MiB).
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
 import sys
-import tempfile
-import zipfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import mqstore
 from mqstore.pipeline.java import JAVA_VERSIONS, missing_java
 from mqstore.pipeline.source import register
 
 DEFAULT_MASTER = "local[*]"
-SHIPPED_CONF = "spark.mqstore.modulesShipped"  # set once the zip is added to a context
 BASE_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
 }
@@ -70,23 +67,6 @@ def prepare_environment(master: str | None) -> None:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if _is_loopback(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-
-
-def build_module_zip(dest_dir: Path) -> Path:
-    """A zip holding the `mqstore` package (its .py files), for executors.
-
-    The walk follows links: in a checkout, `mqstore/engine` and its siblings are links
-    to the top-level folders."""
-    out = dest_dir / "mqstore-pipeline-modules.zip"
-    root = Path(mqstore.__file__ or "").parent
-    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as z:
-        for folder, dirs, files in os.walk(root, followlinks=True):
-            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-            for name in sorted(files):
-                if name.endswith(".py"):
-                    src = Path(folder) / name
-                    z.write(src, Path("mqstore") / src.relative_to(root))
-    return out
 
 
 def launched_by_spark_submit() -> bool:
@@ -130,7 +110,6 @@ def start_session(
     master: str | None = None,
     conf: Mapping[str, str] | None = None,
     *,
-    ship_modules: bool = True,
     spark_log: Path | None = None,
 ) -> Any:
     """Start (or join) a SparkSession ready for `format("mqstore")`.
@@ -172,11 +151,5 @@ def start_session(
             f"see {where}"
         ) from None
     spark.sparkContext.setLogLevel("WARN")
-    if ship_modules and spark.conf.get(SHIPPED_CONF, "false") != "true":
-        # once per context: Spark refuses a second file of the same name
-        tmp = Path(tempfile.mkdtemp(prefix="mqstore-pipeline-"))
-        atexit.register(shutil.rmtree, tmp, True)  # executors fetch it until the job ends
-        spark.sparkContext.addPyFile(str(build_module_zip(tmp)))
-        spark.conf.set(SHIPPED_CONF, "true")
     register(spark)
     return spark
