@@ -55,8 +55,10 @@ from mqstore.ipc.reservation import LiveTable
 # 550 MB/s). A step ends on a record boundary, the first at or past COMMIT_STEP bytes
 # (`_native.record_step` follows the published records' TOTALSIZEs, a load per record):
 # everything that reads up to `committed` (the dispatcher's scan, the flushed position
-# and `flushed_offset` after it) needs it to lie between records. A step costs that walk,
-# a loop turn and a control-block store, a few µs.
+# and `flushed_offset` after it) needs it to lie between records. A step's loop turn and
+# control-block store cost nothing measurable; the walk, a dependent load per record,
+# ~20 ns per 1 KiB record (+8 % on the copy's 0.25 ms/MB CPU): so a range of up to twice
+# the step (a busy committer's tick, the steady state) goes in one step without a walk.
 COMMIT_STEP: Final = 1 << 20
 DEAD_CHECK_AFTER_S: Final = 0.02  # a slot must be stuck this long before its pid is checked
 ROUND_FORCED: Final = 0  # _native.sync_round's codes (ipc/native/mqs_round.h)
@@ -290,11 +292,13 @@ class LogFiles:
                 seg, view = self.segment(index), cb.pool_view(index)
                 try:
                     while com < seg_end:  # COMMIT_STEP: why steps, and where they end
-                        end = base + _native.record_step(
-                            view, com - base, seg_end - base, com - base + COMMIT_STEP
-                        )
-                        if end <= com:  # no size to follow (never for published bytes)
-                            end = seg_end
+                        end = seg_end
+                        if seg_end - com > 2 * COMMIT_STEP:
+                            end = base + _native.record_step(
+                                view, com - base, seg_end - base, com - base + COMMIT_STEP
+                            )
+                            if end <= com:  # no size to follow (never for published bytes)
+                                end = seg_end
                         seg.commit_range(view, com - base, end - base)
                         com = end
                         pos.advance_committed(com)
