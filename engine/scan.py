@@ -161,6 +161,27 @@ def _end(buf: Buffer, pos: int, limit: int) -> int:
     return len(buf) if limit < 0 else min(limit, len(buf))
 
 
+def record_step_py(buf: Buffer, pos: int, limit: int, want: int) -> int:
+    """From the record boundary `pos`, follow each record's TOTALSIZE (its first 4 bytes,
+    big-endian) to the first record boundary at or past `want`; the last boundary reached
+    when a size is not positive or the record runs past `limit` (`pos` itself if the
+    first does). Only sizes are read, nothing checked: for bytes known to be whole
+    records (the committer's published range, `ipc.commit`). `_native.record_step` is
+    its C twin (tests/native/test_record_step_diff.py). ValueError unless
+    0 <= pos <= limit <= len(buf)."""
+    if not 0 <= pos <= limit <= len(memoryview(buf)):
+        raise ValueError("record_step: need 0 <= pos <= limit <= len(buf)")
+    while pos < want and limit - pos >= 4:
+        size = int(_I32_BE.unpack_from(buf, pos)[0])
+        if size <= 0 or size > limit - pos:
+            break
+        pos += size
+    return pos
+
+
+_I32_BE: Final = struct.Struct(">i")
+
+
 def scan_records_py(
     buf: Buffer,
     pos: int,

@@ -12,6 +12,11 @@ def crc32(data: Buffer, value: int = 0, /) -> int:
 def crc32_slice8(data: Buffer, /) -> int:
     """The portable slicing-by-8 CRC alone (tests compare it with zlib)."""
 
+def record_step(buf: Buffer, pos: int, limit: int, want: int, /) -> int:
+    """`engine.scan.record_step_py` in C: the first record boundary at or past `want`
+    following TOTALSIZEs from `pos`, or the last one reached before a size that is not
+    positive or runs past `limit`. ValueError unless 0 <= pos <= limit <= len(buf)."""
+
 def encode(
     topic: bytes,
     body: Buffer,
