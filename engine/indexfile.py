@@ -41,7 +41,15 @@ This module is one file: its layout, the key hash, the put (`put_hashes` is the 
 twin of the C put), lookups and truncation. A store's set of index files (load, rolls,
 files made ahead, queries over files) is `engine.indexservice.IndexService`.
 
-One writer (the dispatcher); readers open files read-only in their own process.
+One writer (the dispatcher); readers open files read-only in their own process and
+look keys up while it writes. So every store of a field a reader may be loading (a slot
+head, a header field) is one store of the whole field: a slice assignment of its packed
+bytes, one memcpy (glibc copies 4-7 bytes with 4-byte moves, 8-15 with 8-byte moves; the
+fields are aligned), never `struct.pack_into`, which clears the field first (a reader
+loads a 0 nobody stored). A reader loads each such field with one memcpy too (a slice, a
+private copy), not `unpack_from(">i")`, which loads it byte by byte (a mix of old and new
+bytes). A new entry is written before its slot's head points at it, so its own stores are
+plain. The C put stores the same fields with released atomic stores (`mqs_publish32`).
 """
 
 from __future__ import annotations
@@ -69,8 +77,10 @@ _I64: Final = struct.Struct(">q")  # a header timestamp or offset
 INDEX_HEADER_SIZE: Final = _HEADER.size
 HASH_SLOT_SIZE: Final = _I32.size
 INDEX_ENTRY_SIZE: Final = _ENTRY.size
-_I64_PACK: Final = _I64.pack_into
-_TAIL_PACK: Final = struct.Struct(">qii").pack_into  # end phy offset, slot count, count
+_I32_PACK: Final = _I32.pack
+_I64_PACK: Final = _I64.pack
+_I32_UNPACK: Final = _I32.unpack
+_I64_UNPACK: Final = _I64.unpack
 _INT_MAX: Final = 2_147_483_647
 _ONE_KEY: Final = array("i", [0, 1])  # key_first of a single record with one key
 IntColumn: TypeAlias = "memoryview | array[int]"  # a scan column (engine.scan), or an array
@@ -174,15 +184,21 @@ def _put_hash(
     diff = 0
     if begin_ts > 0:
         diff = min(max((ts - begin_ts) // 1000, 0), _INT_MAX)
+    # The new entry is seen by no lookup before the slot's head points at it, stored
+    # after it: pack_into's clear-then-write is harmless here.
     _ENTRY.pack_into(mm, entries_at + count * INDEX_ENTRY_SIZE, h, phy, diff, slot_value)
-    _I32.pack_into(mm, slot_pos, count)
+    # The visible fields: each one whole store (module doc), the count last (a lookup
+    # loads the head, then the count: `IndexFile.select_phy_offsets`).
+    mm[slot_pos : slot_pos + 4] = _I32_PACK(count)
     if count <= 1:
-        _I64_PACK(mm, 0, ts)
-        _I64_PACK(mm, 16, phy)
+        mm[0:8] = _I64_PACK(ts)
+        mm[16:24] = _I64_PACK(phy)
     if slot_value == 0:
         slot_count += 1
-    _I64_PACK(mm, 8, ts)
-    _TAIL_PACK(mm, 24, phy, slot_count, count + 1)
+    mm[8:16] = _I64_PACK(ts)
+    mm[24:32] = _I64_PACK(phy)
+    mm[32:36] = _I32_PACK(slot_count)
+    mm[36:40] = _I32_PACK(count + 1)
     return True
 
 
@@ -214,16 +230,18 @@ class IndexHeader:
 
 
 class _HeaderField:
-    """A header field of an `IndexFile`, read from its mapping at each access."""
+    """A header field of an `IndexFile`, read from its mapping at each access: one
+    memcpy of the field (module doc)."""
 
-    __slots__ = ("_fmt", "_off")
+    __slots__ = ("_end", "_fmt", "_off")
 
     def __init__(self, fmt: struct.Struct, off: int) -> None:
         self._fmt = fmt
         self._off = off
+        self._end = off + fmt.size
 
     def __get__(self, f: IndexFile, owner: type | None = None) -> int:
-        return int(self._fmt.unpack_from(f._mm, self._off)[0])
+        return int(self._fmt.unpack(f._mm[self._off : self._end])[0])
 
 
 class IndexFile:
@@ -343,27 +361,24 @@ class IndexFile:
     # --- header -----------------------------------------------------------------------
 
     def header(self) -> IndexHeader:
-        return IndexHeader(*_HEADER.unpack_from(self._mm, 0))
+        """The header, copied at once (one memcpy; while the writer writes, its fields
+        may be of different puts: a lookup loads the fields it trusts one by one)."""
+        return IndexHeader(*_HEADER.unpack(self._mm[0:INDEX_HEADER_SIZE]))
 
     # Header fields read through the mapping, at their offsets in the module doc's table.
     begin_timestamp = _HeaderField(_I64, 0)
     end_timestamp = _HeaderField(_I64, 8)
     begin_phy_offset = _HeaderField(_I64, 16)
     end_phy_offset = _HeaderField(_I64, 24)
+    hash_slot_count = _HeaderField(_I32, 32)
     index_count = _HeaderField(_I32, 36)
 
     def _set_header(self, **fields: int) -> None:
-        h = self.header()
-        vals = {
-            "begin_timestamp": h.begin_timestamp,
-            "end_timestamp": h.end_timestamp,
-            "begin_phy_offset": h.begin_phy_offset,
-            "end_phy_offset": h.end_phy_offset,
-            "hash_slot_count": h.hash_slot_count,
-            "index_count": h.index_count,
-        }
-        vals.update(fields)
-        _HEADER.pack_into(self._mm, 0, *vals.values())
+        """Store the given header fields, in the order given (the count last, where it
+        is given), each one whole store (module doc); the others are left as they are."""
+        for name, v in fields.items():
+            f: _HeaderField = IndexFile.__dict__[name]
+            self._mm[f._off : f._end] = f._fmt.pack(v)
 
     @property
     def mm(self) -> mmap.mmap:
@@ -397,9 +412,15 @@ class IndexFile:
         """RocketMQ's selectPhyOffset (spec §4.4): newest first, hash compared only."""
         out: list[int] = []
         mm = self._mm
-        begin_ts, _e, _bp, _ep, _sc, count = _HEADER.unpack_from(mm, 0)
         h = key_hash(key)
-        slot_value = _I32.unpack_from(mm, INDEX_HEADER_SIZE + (h % self.hash_slot_num) * 4)[0]
+        at = INDEX_HEADER_SIZE + (h % self.hash_slot_num) * HASH_SLOT_SIZE
+        # Each field one load (module doc); the slot's head before the count: the writer
+        # stores the head, then the count, so a head loaded first is below the count
+        # loaded after it. A count loaded first can be passed by two puts into the slot,
+        # whose head then looks past it, as an empty slot (x86-64 keeps loads in order).
+        slot_value = _I32_UNPACK(mm[at : at + 4])[0]
+        count = _I32_UNPACK(mm[36:40])[0]
+        begin_ts = _I64_UNPACK(mm[0:8])[0]
         if slot_value <= 0 or slot_value > count or count <= 1:
             return out
         nxt = slot_value
@@ -447,7 +468,7 @@ class IndexFile:
             v = _I32.unpack_from(mm, pos)[0]
             while v >= k:
                 v = _ENTRY.unpack_from(mm, self._entries_at + v * 20)[3]
-            _I32.pack_into(mm, pos, v)
+            mm[pos : pos + 4] = _I32_PACK(v)  # a head a lookup may load: one store
             if v == 0:
                 slot_count -= 1
         start = self._entries_at + k * 20
@@ -484,10 +505,12 @@ class IndexFile:
         chained = [0] * self.hash_slot_num
         for j in range(1, count):
             at = self._entries_at + j * INDEX_ENTRY_SIZE
-            h, phy, diff, _prev = _ENTRY.unpack_from(mm, at)
+            h = _ENTRY.unpack_from(mm, at)[0]
             s = h % self.hash_slot_num
-            _ENTRY.pack_into(mm, at, h, phy, diff, chained[s])
+            mm[at + 16 : at + 20] = _I32_PACK(chained[s])  # its prev only, one store
             chained[s] = j
+        # The slot table at once (a large memcpy promises no whole field): recovery runs
+        # before the store serves lookups.
         slots = array("i", chained)
         if sys.byteorder == "little":
             slots.byteswap()

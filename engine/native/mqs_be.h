@@ -50,6 +50,22 @@ static inline void mqs_wr64(uint8_t *p, uint64_t v)
     memcpy(p, &v, sizeof v);
 }
 
+/* A store of a field another process may be loading meanwhile (an index file's slot head
+ * and header fields): one store of the whole byte-swapped value, released, so that the
+ * stores before it (the entry a slot head points at) are seen first. mqs_wr32's memcpy is
+ * one store at -O2 on x86-64, but nothing promises it: split, a reader could load a mix
+ * of old and new bytes (a head pointing into garbage), and the compiler may move plain
+ * stores after it. `p` must be aligned to the field's size (a mapping is page-aligned). */
+static inline void mqs_publish32(uint8_t *p, uint32_t v)
+{
+    __atomic_store_n((uint32_t *)(void *)p, MQS_BSWAP32(v), __ATOMIC_RELEASE);
+}
+
+static inline void mqs_publish64(uint8_t *p, uint64_t v)
+{
+    __atomic_store_n((uint64_t *)(void *)p, MQS_BSWAP64(v), __ATOMIC_RELEASE);
+}
+
 /* A consume-queue unit (spec §4): commit-log offset, size, tags code. A pre-blank has
  * size MQS_PRE_BLANK_SIZE; no unit (zeros, damage) has a negative offset or size <= 0. */
 #define MQS_CQ_UNIT 20

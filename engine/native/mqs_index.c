@@ -16,6 +16,25 @@
 #define HEADER_SIZE 40
 #define ENTRY_SIZE 20
 
+/* A store of a field a lookup in another process may be loading (a slot head, a header
+ * field): mqs_publish, one whole released store. A buffer that is not 8-aligned is no
+ * mapping (those are page-aligned), nobody else loads it: a plain store. */
+static inline void pub32(int shared, uint8_t *p, uint32_t v)
+{
+    if (shared)
+        mqs_publish32(p, v);
+    else
+        mqs_wr32(p, v);
+}
+
+static inline void pub64(int shared, uint8_t *p, uint64_t v)
+{
+    if (shared)
+        mqs_publish64(p, v);
+    else
+        mqs_wr64(p, v);
+}
+
 /* One key; 0 put, 1 the file is full, -1 bad input (message in *err). */
 static int put_one(const struct mqs_index_batch *b, int32_t h, int64_t phy, int64_t ts,
                    const char **err)
@@ -50,22 +69,27 @@ static int put_one(const struct mqs_index_batch *b, int32_t h, int64_t phy, int6
                                                                 : d64 / 1000;
         diff = d < 0 ? 0 : d > INT32_MAX ? INT32_MAX : (int32_t)d;
     }
+    /* The new entry first, plainly: no lookup reaches it before its slot's head points
+     * at it (and the count counts it), both stored after it, released. */
     uint8_t *e = f + HEADER_SIZE + b->slots * 4 + (int64_t)count * ENTRY_SIZE;
     mqs_wr32(e, (uint32_t)h);
     mqs_wr64(e + 4, (uint64_t)phy);
     mqs_wr32(e + 12, (uint32_t)diff);
     mqs_wr32(e + 16, (uint32_t)slot_value);
-    mqs_wr32(slot, (uint32_t)count);
+    /* Then the visible fields, each one whole store, the count last: a lookup loads the
+     * head before the count (engine.indexfile.IndexFile.select_phy_offsets). */
+    int shared = ((uintptr_t)f & 7) == 0;
+    pub32(shared, slot, (uint32_t)count);
     if (count <= 1) {
-        mqs_wr64(f, (uint64_t)ts);
-        mqs_wr64(f + 16, (uint64_t)phy);
+        pub64(shared, f, (uint64_t)ts);
+        pub64(shared, f + 16, (uint64_t)phy);
     }
     if (slot_value == 0)
         slot_count++;
-    mqs_wr64(f + 8, (uint64_t)ts);
-    mqs_wr64(f + 24, (uint64_t)phy);
-    mqs_wr32(f + 32, (uint32_t)slot_count);
-    mqs_wr32(f + 36, (uint32_t)count + 1);
+    pub64(shared, f + 8, (uint64_t)ts);
+    pub64(shared, f + 24, (uint64_t)phy);
+    pub32(shared, f + 32, (uint32_t)slot_count);
+    pub32(shared, f + 36, (uint32_t)count + 1);
     return 0;
 }
 
