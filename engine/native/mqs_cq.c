@@ -32,18 +32,13 @@ struct group {
 
 static uint64_t key_hash(const struct cols *c, int64_t r)
 {
-    uint64_t h = 1469598103934665603ULL ^ (uint32_t)c->queue_id[r];
-    const uint8_t *p = c->buf + c->topic_pos[r];
-    for (int32_t i = 0; i < c->topic_len[r]; i++)
-        h = (h ^ p[i]) * 1099511628211ULL;
-    return h;
+    return mqs_queue_key_hash(c->queue_id[r], c->buf + c->topic_pos[r], c->topic_len[r]);
 }
 
 static int same_key(const struct cols *c, int64_t a, int64_t b)
 {
-    return c->queue_id[a] == c->queue_id[b] && c->topic_len[a] == c->topic_len[b] &&
-           memcmp(c->buf + c->topic_pos[a], c->buf + c->topic_pos[b],
-                  (size_t)c->topic_len[a]) == 0;
+    return mqs_same_queue_key(c->queue_id[a], c->buf + c->topic_pos[a], c->topic_len[a],
+                              c->queue_id[b], c->buf + c->topic_pos[b], c->topic_len[b]);
 }
 
 /* Group ids per record (first pass); returns the number of groups or -1 (MemoryError). */

@@ -10,6 +10,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 PyObject *mqs_py_group_units(PyObject *m, PyObject *const *args, Py_ssize_t nargs);
 PyObject *mqs_py_valid_units(PyObject *m, PyObject *units);
@@ -24,6 +25,23 @@ int64_t mqs_cq_valid_units(const uint8_t *units, int64_t n, int64_t *last_real);
 /* Where the trailing zero bytes of buf[start, len) begin: one past its last non-zero
  * byte, `start` when all are zero. Pure C, no GIL needed. */
 int64_t mqs_zero_tail(const uint8_t *buf, int64_t start, int64_t len);
+
+/* A (topic, queue id) key as a grouping of records per queue hashes and compares it (the
+ * dispatcher's units here, its plain round in mqs_dispatch_round.c): FNV-1a over the
+ * topic's bytes, seeded with the queue id. */
+static inline uint64_t mqs_queue_key_hash(int32_t queue_id, const uint8_t *topic, int32_t len)
+{
+    uint64_t h = 1469598103934665603ULL ^ (uint32_t)queue_id;
+    for (int32_t i = 0; i < len; i++)
+        h = (h ^ topic[i]) * 1099511628211ULL;
+    return h;
+}
+
+static inline int mqs_same_queue_key(int32_t qa, const uint8_t *ta, int32_t la, int32_t qb,
+                                     const uint8_t *tb, int32_t lb)
+{
+    return qa == qb && la == lb && memcmp(ta, tb, (size_t)la) == 0;
+}
 
 #define MQS_CQ_METHODS                                                                        \
     {"group_units", (PyCFunction)(void (*)(void))mqs_py_group_units, METH_FASTCALL,           \

@@ -21,6 +21,7 @@
 
 #include "mqs_args.h"
 #include "mqs_be.h"
+#include "mqs_cq.h"
 #include "mqs_index.h"
 #include "mqs_scan.h"
 
@@ -91,17 +92,13 @@ struct batch {
 
 static uint64_t rec_hash(const struct batch *b, int64_t r)
 {
-    uint64_t h = 1469598103934665603ULL ^ (uint32_t)b->qid[r];
-    const uint8_t *p = b->buf + b->tpos[r];
-    for (int32_t i = 0; i < b->tlen[r]; i++)
-        h = (h ^ p[i]) * 1099511628211ULL;
-    return h;
+    return mqs_queue_key_hash(b->qid[r], b->buf + b->tpos[r], b->tlen[r]);
 }
 
 static int same_queue(const struct batch *b, int64_t x, int64_t y)
 {
-    return b->qid[x] == b->qid[y] && b->tlen[x] == b->tlen[y] &&
-           memcmp(b->buf + b->tpos[x], b->buf + b->tpos[y], (size_t)b->tlen[x]) == 0;
+    return mqs_same_queue_key(b->qid[x], b->buf + b->tpos[x], b->tlen[x], b->qid[y],
+                              b->buf + b->tpos[y], b->tlen[y]);
 }
 
 /* Group ids per record; returns the number of queues or -1 (MemoryError set). */
