@@ -8,15 +8,15 @@ indexed key's slot as empty)."""
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 import textwrap
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 
 from mqstore.engine import indexfile
 from mqstore.engine.indexfile import IndexFile, key_hash
+from tests.runtime.harness import racing_writer
 
 KEY = "T#k"
 SLOTS = 1  # every key collides into one slot: its head moves at every put
@@ -59,16 +59,12 @@ def test_a_lookup_in_another_process_never_loses_an_indexed_key(tmp_path: Path, 
     path = f.path
     f.close()
     batches = (ENTRIES - 2) // 64
-    proc = subprocess.Popen(
-        [sys.executable, "-c", WRITER, path, how, str(batches), str(SLOTS), str(ENTRIES)],
-        stdout=subprocess.PIPE,
-    )
+    last_phy = last_count = 0
+    bad: list[str] = []
+    reads = moving = 0
     r = IndexFile.open(path, SLOTS, ENTRIES, read_only=True)
-    try:
-        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
-        last_phy = last_count = 0
-        bad: list[str] = []
-        reads = moving = 0
+    args = (path, how, str(batches), str(SLOTS), str(ENTRIES))
+    with closing(r), racing_writer(WRITER, *args, timeout_s=300) as proc:
         while proc.poll() is None and len(bad) < 10:
             for _ in range(200):
                 got = r.select_phy_offsets(KEY, 1, 0, 2**62)
@@ -81,14 +77,6 @@ def test_a_lookup_in_another_process_never_loses_an_indexed_key(tmp_path: Path, 
                     moving += got[0] > 0 and count < ENTRIES - 64
                     last_phy, last_count = got[0], count
                 reads += 1
-        assert proc.wait(timeout=300) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        assert proc.stdout is not None
-        proc.stdout.close()
-        r.close()
     assert bad == [], f"in {reads} lookups: {bad}"
     # The lookups overlapped the writes (else this test could not have failed).
     assert moving > 1000, (moving, reads)

@@ -13,7 +13,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,27 @@ _IGNORE_SIGINT_THEN_EXEC = (
     "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
     "os.execv(sys.argv[1], sys.argv[1:])"
 )
+
+
+@contextmanager
+def racing_writer(
+    code: str, *args: str, timeout_s: float = 120
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A process running `python -c code args` that prints "ready" once set up and then
+    writes shared memory or a shared file, for a test that reads it meanwhile. Yields it
+    running; at the end of the block it must have exited 0 within `timeout_s`. Killed if
+    the block fails."""
+    proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        yield proc
+        assert proc.wait(timeout=timeout_s) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
 
 
 def sigint_ignored(argv: list[str]) -> list[str]:

@@ -6,8 +6,6 @@ it; `ipc.control.words`)."""
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from mqstore.ipc import control as c
+from tests.runtime.harness import racing_writer
 
 WRITER = textwrap.dedent(
     """
@@ -49,15 +48,10 @@ def test_a_reader_in_another_process_never_sees_a_field_go_back(cb: c.ControlBlo
     second on this machine's 2 cores)."""
     writes = 400_000
     offs = (c.OFF_COMMITTED, c.WORKERS_OFF + 8, c.OFF_TOPICS_DELETED)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", WRITER, cb.ctl_name, cb.pool_name, str(writes)],
-        stdout=subprocess.PIPE,
-    )
-    try:
-        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
-        last = [0, 0, 0]
-        back: list[tuple[int, int, int]] = []
-        reads = seen_moving = 0
+    last = [0, 0, 0]
+    back: list[tuple[int, int, int]] = []
+    reads = seen_moving = 0
+    with racing_writer(WRITER, cb.ctl_name, cb.pool_name, str(writes)) as proc:
         while proc.poll() is None:
             for _ in range(1000):
                 for i, off in enumerate(offs):
@@ -68,13 +62,6 @@ def test_a_reader_in_another_process_never_sees_a_field_go_back(cb: c.ControlBlo
                         seen_moving += i == 0
                     last[i] = now
                 reads += 1
-        assert proc.wait(timeout=120) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        assert proc.stdout is not None
-        proc.stdout.close()
     assert back == [], f"(offset, value read, then read) in {reads} reads: {back}"
     assert last[0] == last[2] == writes and last[1] > 0
     # The reads overlapped the writes (else this test could not have failed).

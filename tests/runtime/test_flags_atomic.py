@@ -7,8 +7,6 @@ the store went on acknowledging writes it must refuse."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +16,7 @@ import pytest
 from mqstore import _native
 from mqstore.ipc import control as c
 from mqstore.ipc.control_views import Flags
+from tests.runtime.harness import racing_writer
 
 # The supervisor's changes, as fast as Python goes: RUNNING on, then STOPPED on and
 # RUNNING off (`mark_stopped`'s order), `argv[3]` times.
@@ -67,14 +66,9 @@ def test_a_bit_set_while_another_process_changes_the_word_stays_set(
     missing is a lost update (on the parent commit's `Flags._change`: hundreds per run
     on this 2-core machine). At the end, every bit the last changes set is set."""
     flips = 300_000
-    proc = subprocess.Popen(
-        [sys.executable, "-c", FLIPPER, cb.ctl_name, cb.pool_name, str(flips)],
-        stdout=subprocess.PIPE,
-    )
     lost = rounds = 0
     seen = {True: 0, False: 0}  # RUNNING in the word at a clear: the two overlapped
-    try:
-        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    with racing_writer(FLIPPER, cb.ctl_name, cb.pool_name, str(flips)) as proc:
         while proc.poll() is None:
             for _ in range(200):
                 bits = mark(cb)
@@ -82,13 +76,6 @@ def test_a_bit_set_while_another_process_changes_the_word_stays_set(
                 lost += was & bits != bits
                 seen[bool(was & c.FLAG_RUNNING)] += 1
                 rounds += 1
-        assert proc.wait(timeout=120) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        assert proc.stdout is not None
-        proc.stdout.close()
     assert lost == 0, f"{lost} of {rounds} changes lost"
     assert seen[True] > 100 and seen[False] > 100, seen
     bits = mark(cb)
