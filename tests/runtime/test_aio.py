@@ -57,17 +57,17 @@ def _children(store: Store, count: int, n: int) -> list[subprocess.Popen[str]]:
 def test_concurrent_awaits_beside_blocking_producers_exactly_once(store: Store) -> None:
     procs = _children(store, 2, 300)  # blocking producers in other processes
     in_flight = 0
-    ticks_while_waiting = 0
+    most_in_flight = [0, 0, 0, 0]  # per wave: the most puts the ticker saw waiting at once
+    wave = 0
     not_covered: list[int] = []
 
     async def main() -> list[tuple[str, PutMessageStatus]]:
+        nonlocal wave
         stop = asyncio.Event()
 
         async def ticker() -> None:
-            nonlocal ticks_while_waiting
             while not stop.is_set():
-                if in_flight:
-                    ticks_while_waiting += 1
+                most_in_flight[wave] = max(most_in_flight[wave], in_flight)
                 await asyncio.sleep(0)
 
         async with AsyncStoreClient.attach(store.path) as aio:
@@ -98,9 +98,11 @@ def test_concurrent_awaits_beside_blocking_producers_exactly_once(store: Store) 
     assert [s for _b, s in results if s is not OK] == []
     assert all(d["bad"] == [] for d in child_docs), child_docs
     assert not_covered == [], "acknowledged before the flushed offset covered the record"
-    # The loop ran while puts waited: a put that blocked the loop could never be seen
-    # in flight by the ticker.
-    assert ticks_while_waiting >= len(results)
+    # The loop ran while puts of every wave waited: a put that blocked the loop would be
+    # done before the ticker ran again, so it would never see two in flight. (It used to
+    # count the ticker's turns with any put in flight against one per put: a wave whose
+    # puts all landed in a few rounds gave it fewer turns, 565 of 600 in one CI run.)
+    assert min(most_in_flight) >= 2, most_in_flight
     acked = [b for b, _s in results] + [b for d in child_docs for b in d["acked"]]
     assert store.stop() == 0
     in_log = Counter(r.body.decode() for r in store.read_log() if r.topic == "mixed")
