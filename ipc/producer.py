@@ -37,7 +37,6 @@ import mmap
 import os
 import socket
 import struct
-import time
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -69,7 +68,6 @@ _LANES_MAX: Final = 4096
 _FIELDS: Final = ("topic", "body", "tags", "keys", "properties", "queue_id")
 _BORN_V6: Final = 0x10
 _STORE_V6: Final = 0x20
-_time_ns: Final = time.time_ns
 
 
 class Lanes:
