@@ -175,13 +175,7 @@ def test_sigkill_hands_unacked_messages_to_the_next_owner(
     logs = [tmp_path / "m0.log", tmp_path / "m1.log"]
     members = [spawn_member(store.path, "g", "orders", log) for log in logs]
     try:
-        for m in members:
-            m.wait_joined()
-        wait_for(
-            lambda: len(set(owners(store.path, "g", "orders").values()) - {None}) == 2,
-            20,
-            "both members to own queues",
-        )
+        _both_own_queues(store, members)
         with StoreClient.attach(store.path) as client:
             for i in range(3000):
                 client.put("orders", f"k-{i}".encode(), wait_store=False)
@@ -216,13 +210,7 @@ def test_sigstop_past_the_session_loses_the_queues(make_store: object, tmp_path:
     logs = [tmp_path / "m0.log", tmp_path / "m1.log"]
     members = [spawn_member(store.path, "g", "orders", log, "--session-ms", "1000") for log in logs]
     try:
-        for m in members:
-            m.wait_joined()
-        wait_for(
-            lambda: len(set(owners(store.path, "g", "orders").values()) - {None}) == 2,
-            20,
-            "both members to own queues",
-        )
+        _both_own_queues(store, members)
         stopped = members[0]
         held = {q for q, o in owners(store.path, "g", "orders").items() if o == stopped.member_id}
         os.kill(stopped.proc.pid, signal.SIGSTOP)
@@ -283,13 +271,7 @@ def _stop_in_delivery(make_store: object, tmp_path: Path, point: str) -> tuple[P
         spawn_member(store.path, "g", "orders", logs[1], "--session-ms", "1000"),
     ]  # fmt: skip
     try:
-        for m in members:
-            m.wait_joined()
-        wait_for(
-            lambda: len(set(owners(store.path, "g", "orders").values()) - {None}) == 2,
-            20,
-            "both members to own queues",
-        )
+        _both_own_queues(store, members)
         stopped = members[0]
         os.kill(stopped.proc.pid, signal.SIGUSR2)
         wait_for(lambda: "\nU\n" in logs[0].read_text(), 20, "the stop to be armed")
@@ -357,6 +339,16 @@ def test_a_batch_handed_over_just_before_a_stop_is_the_one_duplicate_window(
     done = wait_processed([m0, m1], {f"w-{i}" for i in range(200)}, 1)
     assert set(stale) <= set(done.duplicates())
     assert not acked_twice(done)
+
+
+def _both_own_queues(store: Store, members: list[Member]) -> None:
+    for m in members:
+        m.wait_joined()
+    wait_for(
+        lambda: len(set(owners(store.path, "g", "orders").values()) - {None}) == 2,
+        20,
+        "both members to own queues",
+    )
 
 
 class _null:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from mqstore.ipc import control as c
 from tests.conftest import note_store_dirs
 from tests.runtime.harness import Store
 
@@ -78,3 +79,13 @@ def shared_dir() -> Iterator[Path]:
     yield d
     note_store_dirs(d)
     shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def cb(tmp_path: Path) -> Iterator[c.ControlBlock]:
+    """A small control block of its own (no store): for tests of the block's fields that
+    race a writer process against this one. Its shared memory is gone afterwards."""
+    block = c.ControlBlock.create(tmp_path, 1, c.Geometry(65536, 2, slot_count=64))
+    yield block
+    block.close()
+    assert c.leftover_shm(tmp_path) == []

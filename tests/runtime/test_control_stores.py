@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import ast
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from mqstore.ipc import control as c
 from tests.runtime.harness import racing_writer
@@ -31,14 +28,6 @@ WRITER = textwrap.dedent(
     cb.close()
     """
 )
-
-
-@pytest.fixture
-def cb(tmp_path: Path) -> Iterator[c.ControlBlock]:
-    block = c.ControlBlock.create(tmp_path, 1, c.Geometry(65536, 2, slot_count=64))
-    yield block
-    block.close()
-    assert c.leftover_shm(tmp_path) == []
 
 
 def test_a_reader_in_another_process_never_sees_a_field_go_back(cb: c.ControlBlock) -> None:

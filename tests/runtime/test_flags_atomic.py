@@ -8,8 +8,7 @@ the store went on acknowledging writes it must refuse."""
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
@@ -36,14 +35,6 @@ FLIPPER = textwrap.dedent(
     cb.close()
     """
 )
-
-
-@pytest.fixture
-def cb(tmp_path: Path) -> Iterator[c.ControlBlock]:
-    block = c.ControlBlock.create(tmp_path, 1, c.Geometry(65536, 2, slot_count=64))
-    yield block
-    block.close()
-    assert c.leftover_shm(tmp_path) == []
 
 
 def _fence(cb: c.ControlBlock) -> int:

@@ -13,8 +13,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -34,14 +32,6 @@ WORKER = textwrap.dedent(
         time.sleep(0.02)
     """
 )
-
-
-@pytest.fixture
-def cb(tmp_path: Path) -> Iterator[c.ControlBlock]:
-    block = c.ControlBlock.create(tmp_path, 1, c.Geometry(65536, 2, slot_count=64))
-    yield block
-    block.close()
-    assert c.leftover_shm(tmp_path) == []
 
 
 @pytest.mark.parametrize("step_s", [3600, -3600], ids=["forward", "back"])
