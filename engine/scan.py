@@ -196,7 +196,7 @@ def scan_records_py(
     record check_record rejects. `delay_ms` is the store's delay table (check_record's).
     Never raises on bad bytes; ValueError if `pos` < 0 or `delay_ms` is not 1 to 64
     levels."""
-    _delay_table(delay_ms)
+    delay_table(delay_ms)
     end = _end(buf, pos, limit)
     cols = {name: array(code) for name, code in COLUMNS}
     key_first, key_hash = array("i", [0]), array("i")
@@ -252,7 +252,7 @@ def scan_records(
         limit,
         check_crc=check_crc,
         max_records=max_records,
-        delay_ms=None if delay_ms is DELAY_LEVEL_MS else _delay_table(delay_ms),
+        delay_ms=None if delay_ms is DELAY_LEVEL_MS else delay_table(delay_ms),
     )
     # (map over C callables: no Python frame per column, a fixed cost of every scan)
     cols = list(map(_cast, map(_view, raw), _CODES))
@@ -290,8 +290,9 @@ def _fix_tags(
 _DELAY_TABLES: dict[tuple[int, ...], bytes] = {}
 
 
-def _delay_table(delay_ms: tuple[int, ...]) -> bytes:
-    """`delay_ms` as the C scanner takes it (native int64s), checked and cached."""
+def delay_table(delay_ms: tuple[int, ...]) -> bytes:
+    """`delay_ms` as the C scanner and the dispatcher's C round take it (native int64s),
+    checked and cached."""
     got = _DELAY_TABLES.get(delay_ms)
     if got is None:
         if not 1 <= len(delay_ms) <= 64 or not all(
@@ -303,9 +304,6 @@ def _delay_table(delay_ms: tuple[int, ...]) -> bytes:
             _DELAY_TABLES.clear()
         _DELAY_TABLES[delay_ms] = got
     return got
-
-
-delay_table: Final = _delay_table  # for the dispatcher's C round (`_native.plain_round`)
 
 
 @dataclass(frozen=True, slots=True)
