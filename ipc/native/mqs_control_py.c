@@ -423,7 +423,8 @@ static PyObject *word_bits(PyObject *const *args, Py_ssize_t n, int on)
     if (mqs_arg_wbuffer(args[0], "buf", &v) < 0)
         return NULL;
     if (off < 0 || off > (int64_t)v.len - 8) {
-        PyErr_Format(PyExc_ValueError, "%s: the 8 bytes at offset %lld are not inside buf (%zd bytes)", usage,
+        PyErr_Format(PyExc_ValueError,
+                     "%s: the 8 bytes at offset %lld are not inside buf (%zd bytes)", usage,
                      (long long)off, v.len);
         PyBuffer_Release(&v);
         return NULL;
