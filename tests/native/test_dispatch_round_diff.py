@@ -130,7 +130,7 @@ def _cut_back(a: Dispatcher, b: Dispatcher, units: int) -> int:
     start = None
     for d in (a, b):
         cq = d.queues.get("T", 0)
-        if cq is None or cq.max_offset() == 0:
+        if cq is None or cq.max_offset() <= cq.min_offset():  # nothing readable to cut
             return a.resume_offset()
         qo = max(cq.max_offset() - units, cq.min_offset())
         unit = cq.get(qo)
