@@ -16,15 +16,32 @@ slot arithmetic in C). Batching changes no byte on disk: each queue and the inde
 receive their entries in log order. Recovery's re-dispatch (`engine.redispatch`) drives
 the same batches over its own walk.
 
-The common batch does not go through those steps one by one: a batch of plain messages
-(NOT or COMMIT types, no filler, queue ids >= 0) whose queues the Python path has
-written before (`_cursors`: good, live topics), whose units continue each
-queue within its last file and whose keys fit the index's last file is scanned and
-written by one C call (`_native.plain_round`, engine/native/mqs_dispatch_round.c), the
-same bytes in log order. Whatever else a batch holds -- a new queue, a file roll, a full
-index file, a filler, a transaction part, a bad, negative or deleted queue, a
-re-dispatch -- the call declines before writing, and the batch takes the path above.
-`Dispatcher(plain_c=False)` keeps every batch on it: the reference that
+The batches of a running store do not go through those steps one by one: a batch of
+messages (NOT or COMMIT types, queue ids >= 0) and fillers without keys, whose queues the
+store holds or the Python path has written (`_cursors`: good, live topics with a file),
+whose units continue each queue (the next queue offset, past its commit-log end) and
+whose first record the index does not hold yet, is scanned and written by the C round
+(`_native.plain_round`, engine/native/mqs_dispatch_round.c), the same bytes in log order.
+A file roll splits the batch into C calls: the round takes the records up to the first
+whose queue's last file is full, or through the one whose keys fill the index's last
+file, and says which; the Dispatcher makes that next file as the Python path does
+(`SegmentQueue.get_last`: the file made ahead by the flush thread, renamed in;
+`IndexService.file_for_keys`, with the keys that did not fit) and calls it again from
+there (`_plain_batch`, `_roll`).
+
+What the round declines, before writing a byte, goes through the path above
+(`python_batches` counts those batches). Two cases make something the round cannot: a
+new queue (its directory and first file, maybe past offset 0, and the cursor hand-over,
+`_learn_cursors`) and the store's first index file. The others are rare
+cases kept on the Python path, which has the per-status rules for them: a PREPARED /
+ROLLBACK part (no unit; no keys for ROLLBACK), a refused record (a bad topic name, a
+negative queue id: a `refused` entry), a record of a deleted topic, a filler with keys,
+and units that do not continue their queue or records the index holds already (a
+re-dispatch: ALREADY_BUILT / DUPLICATE / gap statuses; recovery calls `dispatch_scan`
+itself). In the perf checks (`dispatch_lag.py`, put_shapes.py, small queue and index
+files, killed producers, delayed messages) the only Python batches left are the first
+of each new queue; file rolls and fillers were the rest before the round took them.
+`Dispatcher(plain_c=False)` keeps every batch on the Python path: the reference that
 tests/native/test_dispatch_round_diff.py compares the C round with.
 
 For every record:
@@ -68,7 +85,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import add
-from typing import Final, Literal
+from typing import Final
 
 from mqstore import _native
 from mqstore.engine import deleted_topics
@@ -383,10 +400,10 @@ class Dispatcher:
         from stop_pos on (count taken before them), nothing of them written. Between
         calls it makes the next file the round asks for (`_roll`)."""
         total = 0
+        if self.plain_c and not self._cursors:
+            self._learn_known_queues()
         while self.plain_c and not self.deferred and self._cursors:
             target = self._index_mapping()
-            if target is False:
-                break
             lag = self.lag_hist
             buckets = 0 if lag is None else len(lag)
             now_ms = time.time_ns() // 1_000_000 if buckets else 0
@@ -421,25 +438,26 @@ class Dispatcher:
                 return total, ScanStop(stop), stop_pos
         return total, None, pos
 
-    def _index_mapping(self) -> tuple[mmap.mmap, int, int] | Literal[False] | None:
-        """The index's last file as the C round takes it; None: no index; False: no
-        file yet (the first key makes it: `build_index_batch`)."""
+    def _index_mapping(self) -> tuple[mmap.mmap, int, int] | tuple[()] | None:
+        """The index's last file as the C round takes it; None: no index; (): no file
+        yet (the first key makes it, as in `build_index_batch`: `_roll`)."""
         index = self.index
         if index is None:
             return None
         if not index.files:
-            return False
+            return ()
         last = index.files[-1]
         known = self._index_target
         if known is None or known[0] is not last:
             known = self._index_target = (last, (last.mm, last.hash_slot_num, last.index_num))
         return known[1]
 
-    def _roll(self, more: ConsumeQueue | tuple[bytes, int, int]) -> bool:
+    def _roll(self, more: ConsumeQueue | tuple[bytes, int, int] | bool) -> bool:
         """What the C round asked for before its next call, as the Python path does it:
         the next file of a queue whose last file is full (`SegmentQueue.get_last`: a
-        prepared file renamed in, or a new one), or the next index file with the keys of
-        the last record taken that did not fit in the full one. False: the queue's file
+        prepared file renamed in, or a new one), the next index file with the keys of
+        the last record taken that did not fit in the full one, or (True) the first
+        index file. False: the queue's file
         could not be made; the Python path takes the rest (and says why, or defers).
         Raises StoreIOError (the index roll)."""
         if isinstance(more, ConsumeQueue):
@@ -452,6 +470,10 @@ class Dispatcher:
                 return False
             return True
         assert self.index is not None
+        if more is True:
+            self.index.file_for_keys()
+            return True
+        assert isinstance(more, tuple)
         hashes, phys, ts = more
         pending = array("i")
         pending.frombytes(hashes)
@@ -465,6 +487,20 @@ class Dispatcher:
             self._cursors.clear()
             raise
         return True
+
+    def _learn_known_queues(self) -> None:
+        """A cursor for each queue the store holds (opened and recovered with the
+        dispatcher, or kept after `forget_topic`), by `_learn_cursors`' rules, so that
+        the first batches after a start go through the C round too."""
+        cursors, deleted = self._cursors, self.deleted
+        for cq in self.queues:
+            topic, q = cq.key
+            if q < 0 or topic in deleted or self._bad_topic(topic):
+                continue
+            try:
+                cursors[(topic.encode("utf-8"), q)] = cq
+            except UnicodeEncodeError:  # not the bytes of any record: no cursor
+                continue
 
     def _learn_cursors(self, buf: memoryview, sc: RecordScan) -> None:
         """A cursor for each queue of the batch that the C round may write: a good topic,

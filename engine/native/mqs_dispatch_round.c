@@ -1,13 +1,17 @@
 /* The dispatcher's plain round in one call (issue 23): scan a segment's records, and when
- * every one of them is a plain message that continues a queue the caller has handed over
- * (a "cursor") and whose keys fit the index's last file, write their consume-queue units
- * and index entries, the same bytes engine.dispatch's Python path writes
+ * every one of them is a message (or a filler without keys) that continues a queue the
+ * caller has handed over (a "cursor") and the index does not hold its first record yet,
+ * write the consume-queue units (a pre-blank for a filler) and index entries of a prefix
+ * of them, the same bytes engine.dispatch's Python path writes
  * (tests/native/test_dispatch_round_diff.py compares the two, store directory against
- * store directory). Anything else -- a filler, a PREPARED / ROLLBACK part, a negative
- * queue id, a queue without a cursor (new, rolled, bad or deleted topic), units that do
- * not continue their queue exactly or do not fit its last file, keys that do not fit the
- * index file or were indexed already, a scan fix-up -- is declined before any byte is
- * written: the call answers None and the caller dispatches the batch its own way.
+ * store directory). The prefix is every record, or ends before the first record whose
+ * queue's last file is full, or with the record whose keys fill the index's last file:
+ * the call then says which (the cursor, or the keys that did not fit) and the caller
+ * makes the next file and calls again from the next record. Anything else -- a PREPARED /
+ * ROLLBACK part, a negative queue id, a filler with keys, a queue without a cursor (new,
+ * bad or deleted topic), units that do not continue their queue exactly, a first record
+ * indexed already, a scan fix-up -- is declined before any byte is written: the call
+ * answers None and the caller dispatches the batch its own way.
  *
  * `cursors` maps (topic bytes, queue id) to the ConsumeQueue the caller lets this call
  * write (a good, live topic's queue). Per queue the call reads seg = cq.queue.last(),
@@ -334,7 +338,8 @@ PyObject *mqs_py_plain_round(PyObject *Py_UNUSED(m), PyObject *const *args, Py_s
         return NULL;
     }
     if (index != Py_None && !PyTuple_Check(index)) {
-        PyErr_SetString(PyExc_TypeError, "index must be None or (buffer, slots, entries)");
+        PyErr_SetString(PyExc_TypeError,
+                        "index must be None, () or (buffer, slots, entries)");
         return NULL;
     }
     if (touched != Py_None && !PySet_Check(touched)) {
@@ -432,7 +437,9 @@ PyObject *mqs_py_plain_round(PyObject *Py_UNUSED(m), PyObject *const *args, Py_s
             out = Py_NewRef(Py_None);
             goto done;
         }
-        if (index != Py_None && nkeys > 0) {
+        /* (): the index has no file yet; the first key makes it (the caller) */
+        int no_file = index != Py_None && PyTuple_GET_SIZE(index) == 0;
+        if (index != Py_None && !no_file && nkeys > 0) {
             int got = take_index(&b, index, &iv, &slots, &entries, &key_room);
             if (got < 0)
                 goto done;
@@ -445,13 +452,21 @@ PyObject *mqs_py_plain_round(PyObject *Py_UNUSED(m), PyObject *const *args, Py_s
         /* The prefix to take: up to the first record whose unit needs the next file of
          * its queue (taken by the next call, after the caller's roll), or through the
          * first record whose keys fill the index file (the caller rolls it and puts the
-         * keys that did not fit). Whichever comes first. */
+         * keys that did not fit), or, with no index file yet, up to the first record
+         * with keys (the caller makes the file). Whichever comes first. */
         int64_t kq = first_without_room(&b, gid, qs);
-        int64_t ki = n;
+        int64_t ki = n, kf = n;
         if (index_held)
             for (ki = 0; ki < n && s.key_first[ki + 1] <= key_room; ki++)
                 ;
+        if (no_file)
+            for (kf = 0; kf < n && s.key_first[kf + 1] == 0; kf++)
+                ;
         k = kq <= ki ? kq : ki + 1;
+        if (kf < k) {
+            k = kf;
+            more = Py_NewRef(Py_True);
+        }
         if (write_units(&b, gid, qs, ng, k, touched) < 0)
             goto done;
         if (index_held && k > 0) {
@@ -464,7 +479,8 @@ PyObject *mqs_py_plain_round(PyObject *Py_UNUSED(m), PyObject *const *args, Py_s
                 goto done;
             }
         }
-        if (kq <= ki) {
+        if (more != NULL) { /* the first index file */
+        } else if (kq <= ki) {
             if (kq < n)
                 more = Py_NewRef(qs[gid[kq]].cq);
             key_next = s.key_first[k];
