@@ -9,7 +9,11 @@ fillers -- written into 4 KiB segments (BLANKs), dispatched in rounds of drawn s
 limits (some inside a record) into consume-queue files of 10 units (rolls) and index
 files of 64 entries (full files). Both dispatchers must return equal results round by
 round (positions, counters, statuses, refusals), keep the same checkpoint time, lag
-histogram and touched queues, and leave identical consume-queue and index files.
+histogram and touched queues, and leave identical consume-queue and index files. A
+second Hypothesis test draws what a running store writes (messages and fillers of good
+topics) and asserts that the C round took every batch but those with a new queue (and
+re-dispatched fillers): its rolls of queue and index files, the first index file, the
+fillers; the cases pin rolls at every round size and a restarted dispatcher.
 """
 
 from __future__ import annotations
