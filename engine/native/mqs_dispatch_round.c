@@ -510,7 +510,7 @@ PyObject *mqs_py_plain_round(PyObject *Py_UNUSED(m), PyObject *const *args, Py_s
     int stop = k == n ? s.stop : -1;
     int64_t stop_pos = k == n ? s.stop_pos : b.pos[k];
     out = Py_BuildValue("(LiLLLKNOL)", (long long)k, stop, (long long)stop_pos,
-                        (long long)(index == Py_None ? 0 : s.key_first[k]),
+                        (long long)(index == Py_None || n == 0 ? 0 : s.key_first[k]),
                         (long long)(last >= 0 ? b.ts[last] : -1), (unsigned long long)sm.sum_lo,
                         counts, more ? more : Py_None, (long long)fillers);
 done:
