@@ -16,15 +16,32 @@ slot arithmetic in C). Batching changes no byte on disk: each queue and the inde
 receive their entries in log order. Recovery's re-dispatch (`engine.redispatch`) drives
 the same batches over its own walk.
 
-The common batch does not go through those steps one by one: a batch of plain messages
-(NOT or COMMIT types, no filler, queue ids >= 0) whose queues the Python path has
-written before (`_cursors`: good, live topics), whose units continue each
-queue within its last file and whose keys fit the index's last file is scanned and
-written by one C call (`_native.plain_round`, engine/native/mqs_dispatch_round.c), the
-same bytes in log order. Whatever else a batch holds -- a new queue, a file roll, a full
-index file, a filler, a transaction part, a bad, negative or deleted queue, a
-re-dispatch -- the call declines before writing, and the batch takes the path above.
-`Dispatcher(plain_c=False)` keeps every batch on it: the reference that
+The batches of a running store do not go through those steps one by one: a batch of
+messages (NOT or COMMIT types, queue ids >= 0) and fillers without keys, whose queues the
+store holds or the Python path has written (`_cursors`: good, live topics with a file),
+whose units continue each queue (the next queue offset, past its commit-log end) and
+whose first record the index does not hold yet, is scanned and written by the C round
+(`_native.plain_round`, engine/native/mqs_dispatch_round.c), the same bytes in log order.
+A file roll splits the batch into C calls: the round takes the records up to the first
+whose queue's last file is full, or through the one whose keys fill the index's last
+file, and says which; the Dispatcher makes that next file as the Python path does
+(`SegmentQueue.get_last`: the file made ahead by the flush thread, renamed in;
+`IndexService.file_for_keys`, with the keys that did not fit) and calls it again from
+there (`_plain_batch`, `_roll`).
+
+What the round declines, before writing a byte, goes through the path above
+(`python_batches` counts those batches). Two cases make something the round cannot: a
+new queue (its directory and first file, maybe past offset 0, and the cursor hand-over,
+`_learn_cursors`) and the store's first index file. The others are rare
+cases kept on the Python path, which has the per-status rules for them: a PREPARED /
+ROLLBACK part (no unit; no keys for ROLLBACK), a refused record (a bad topic name, a
+negative queue id: a `refused` entry), a record of a deleted topic, a filler with keys,
+and units that do not continue their queue or records the index holds already (a
+re-dispatch: ALREADY_BUILT / DUPLICATE / gap statuses; recovery calls `dispatch_scan`
+itself). In the perf checks (`dispatch_lag.py`, put_shapes.py, small queue and index
+files, killed producers, delayed messages) the only Python batches left are the first
+of each new queue; file rolls and fillers were the rest before the round took them.
+`Dispatcher(plain_c=False)` keeps every batch on the Python path: the reference that
 tests/native/test_dispatch_round_diff.py compares the C round with.
 
 For every record:
@@ -219,7 +236,8 @@ class Dispatcher:
         # over the cursors of the queues it wrote (`_learn_cursors`). `plain_c=False`
         # keeps every batch in Python: the reference the differential test compares with.
         self.plain_c = plain_c
-        self.plain_rounds = 0  # batches the C round took
+        self.plain_rounds = 0  # calls of the C round that wrote (a roll splits a batch)
+        self.python_batches = 0  # batches (or their rest) the C round declined
         self._cursors: dict[tuple[bytes, int], ConsumeQueue] = {}
         self._index_target: tuple[IndexFile, tuple[mmap.mmap, int, int]] | None = None
         self._delays = None if delay_ms is DELAY_LEVEL_MS else delay_table(delay_ms)
@@ -346,14 +364,14 @@ class Dispatcher:
                     res.stop, res.reason = DispatchStop.CORRUPT, f"segment {sl.status}"
                     return res
                 end = min(read, limit - base)
-                got = self._plain_batch(sl.view, base, pos, end, left, res)
-                if got is None:
-                    sc = scan_records(sl.view, pos, end, check_crc=False, max_records=left,
-                                      delay_ms=self.delay_ms)  # fmt: skip
+                count, stop, stop_pos = self._plain_batch(sl.view, base, pos, end, left, res)
+                if stop is None:  # declined (from stop_pos on): the Python path takes it
+                    more = left - count if left > 0 else left
+                    sc = scan_records(sl.view, stop_pos, end, check_crc=False,
+                                      max_records=more, delay_ms=self.delay_ms)  # fmt: skip
                     self.dispatch_scan(sl.view, base, sc, res)
-                    count, stop, stop_pos = sc.count, sc.stop, sc.stop_pos
-                else:
-                    count, stop, stop_pos = got
+                    self.python_batches += sc.count > 0
+                    count, stop, stop_pos = count + sc.count, sc.stop, sc.stop_pos
                 res.next_offset = base + stop_pos
                 left -= count if left > 0 else 0
                 if stop is ScanStop.CORRUPT:
@@ -375,45 +393,114 @@ class Dispatcher:
 
     def _plain_batch(
         self, buf: memoryview, base: int, pos: int, end: int, left: int, res: DispatchResult
-    ) -> tuple[int, ScanStop, int] | None:
-        """The batch at buf[pos:end] through the C plain round, when it takes it: (count,
-        stop, stop_pos), with `res`, the lag histogram and the checkpoint updated as
-        `dispatch_scan` updates them. None: declined, nothing written."""
-        if not self.plain_c or self.deferred or not self._cursors:
-            return None
+    ) -> tuple[int, ScanStop | None, int]:
+        """The batch at buf[pos:end] through the C plain round, as far as it takes it:
+        (count, stop, stop_pos), with `res`, the lag histogram and the checkpoint updated
+        as `dispatch_scan` updates them. A stop of None: the round declined the records
+        from stop_pos on (count taken before them), nothing of them written. Between
+        calls it makes the next file the round asks for (`_roll`)."""
+        total = 0
+        if self.plain_c and not self._cursors:
+            self._learn_known_queues()
+        while self.plain_c and not self.deferred and self._cursors:
+            target = self._index_mapping()
+            lag = self.lag_hist
+            buckets = 0 if lag is None else len(lag)
+            now_ms = time.time_ns() // 1_000_000 if buckets else 0
+            got = _plain_round(buf, base, pos, end, left, self._delays, self._cursors, target,
+                               now_ms, buckets, self.touched)  # fmt: skip
+            if got is None:
+                break
+            self.plain_rounds += 1
+            count, stop, stop_pos, keys, last_ts, lag_sum, lag_counts, more, fillers = got
+            if count:
+                res.records += count
+                res.units_written += count - fillers
+                res.skipped += fillers  # (each a pre-blank unit, status OK)
+                res.put_statuses[PutStatus.OK] += count
+                res.index_keys += keys
+                if last_ts >= 0:  # a message's unit, not only pre-blanks
+                    res.last_store_timestamp = last_ts
+                    if self.checkpoint is not None:
+                        self.checkpoint.logics_msg_timestamp = last_ts
+                if lag is not None:
+                    self.lag_sum_ms += lag_sum
+                    for b, n in enumerate(lag_counts):
+                        if n:
+                            lag[b] += n
+            total += count
+            pos = stop_pos
+            if left > 0:
+                left -= count
+            if more is not None and not self._roll(more):
+                break
+            if stop >= 0:
+                return total, ScanStop(stop), stop_pos
+        return total, None, pos
+
+    def _index_mapping(self) -> tuple[mmap.mmap, int, int] | tuple[()] | None:
+        """The index's last file as the C round takes it; None: no index; (): no file
+        yet (the first key makes it, as in `build_index_batch`: `_roll`)."""
         index = self.index
-        target: tuple[mmap.mmap, int, int] | None = None
-        if index is not None:
-            if not index.files:
-                return None  # the first key makes the first file: `build_index_batch`
-            last = index.files[-1]
-            known = self._index_target
-            if known is None or known[0] is not last:
-                known = self._index_target = (last, (last.mm, last.hash_slot_num, last.index_num))
-            target = known[1]
-        lag = self.lag_hist
-        buckets = 0 if lag is None else len(lag)
-        now_ms = time.time_ns() // 1_000_000 if buckets else 0
-        got = _plain_round(buf, base, pos, end, left, self._delays, self._cursors, target,
-                           now_ms, buckets, self.touched)  # fmt: skip
-        if got is None:
+        if index is None:
             return None
-        self.plain_rounds += 1
-        count, stop, stop_pos, keys, last_ts, lag_sum, lag_counts = got
-        if count:
-            res.records += count
-            res.units_written += count
-            res.put_statuses[PutStatus.OK] += count
-            res.index_keys += keys
-            res.last_store_timestamp = last_ts
-            if self.checkpoint is not None:
-                self.checkpoint.logics_msg_timestamp = last_ts
-            if lag is not None:
-                self.lag_sum_ms += lag_sum
-                for b, n in enumerate(lag_counts):
-                    if n:
-                        lag[b] += n
-        return count, ScanStop(stop), stop_pos
+        if not index.files:
+            return ()
+        last = index.files[-1]
+        known = self._index_target
+        if known is None or known[0] is not last:
+            known = self._index_target = (last, (last.mm, last.hash_slot_num, last.index_num))
+        return known[1]
+
+    def _roll(self, more: ConsumeQueue | tuple[bytes, int, int] | bool) -> bool:
+        """What the C round asked for before its next call, as the Python path does it:
+        the next file of a queue whose last file is full (`SegmentQueue.get_last`: a
+        prepared file renamed in, or a new one), the next index file with the keys of
+        the last record taken that did not fit in the full one, or (True) the first
+        index file. False: the queue's file
+        could not be made; the Python path takes the rest (and says why, or defers).
+        Raises StoreIOError (the index roll)."""
+        if isinstance(more, ConsumeQueue):
+            q = more.queue
+            last = q.last()
+            assert last is not None
+            try:
+                q.get_last(last.start_offset + last.wrote_position)
+            except StoreIOError:
+                return False
+            return True
+        assert self.index is not None
+        if more is True:
+            self.index.file_for_keys()
+            return True
+        assert isinstance(more, tuple)
+        hashes, phys, ts = more
+        pending = array("i")
+        pending.frombytes(hashes)
+        one = KeyBatch(array("i", [0, len(pending)]), pending, array("q", [0]),
+                       array("q", [ts]), phys, 0, 1)  # fmt: skip
+        k = 0
+        try:
+            while k < len(pending):
+                k = self.index.file_for_keys().put_hashes(one, k)
+        except StoreIOError:
+            self._cursors.clear()
+            raise
+        return True
+
+    def _learn_known_queues(self) -> None:
+        """A cursor for each queue the store holds (opened and recovered with the
+        dispatcher, or kept after `forget_topic`), by `_learn_cursors`' rules, so that
+        the first batches after a start go through the C round too."""
+        cursors, deleted = self._cursors, self.deleted
+        for cq in self.queues:
+            topic, q = cq.key
+            if q < 0 or topic in deleted or self._bad_topic(topic):
+                continue
+            try:
+                cursors[(topic.encode("utf-8"), q)] = cq
+            except UnicodeEncodeError:  # not the bytes of any record: no cursor
+                continue
 
     def _learn_cursors(self, buf: memoryview, sc: RecordScan) -> None:
         """A cursor for each queue of the batch that the C round may write: a good topic,

@@ -160,6 +160,12 @@ class IndexService:
                 self.on_roll(last.end_timestamp)
         return f
 
+    def file_for_keys(self) -> IndexFile:
+        """The file the next key goes into: the last one, or a new one when it is full
+        (the roll `build_index_batch` makes). Dispatcher only (its C round's roll).
+        Raises StoreIOError."""
+        return self._last_file()
+
     def build_index(
         self,
         topic: str,

@@ -375,16 +375,23 @@ def plain_round(
     max_records: int,
     delay_ms: Buffer | None,
     cursors: dict[tuple[bytes, int], Any],
-    index: tuple[Buffer, int, int] | None,
+    index: tuple[Buffer, int, int] | tuple[()] | None,
     now_ms: int,
     buckets: int,
     touched: set[Any] | None,
     /,
-) -> tuple[int, int, int, int, int, int, tuple[int, ...]] | None:
-    """Scan buf[pos:limit] and, when every record is a plain message continuing a queue
-    of `cursors` within its last file and its keys fit the index's last file, write their
-    units and keys: (count, stop, stop_pos, index_keys, last_store_timestamp, lag_sum_ms,
-    lag_counts). None, with nothing written, for any other batch."""
+) -> tuple[int, int, int, int, int, int, tuple[int, ...], Any, int] | None:
+    """Scan buf[pos:limit] and, when every record is a message (or a filler without
+    keys) continuing a queue of `cursors` and the index does not hold the first yet,
+    write the units and keys of a prefix of them: (count, stop, stop_pos, index_keys,
+    last_store_timestamp (-1: fillers only), lag_sum_ms, lag_counts, more, fillers). The
+    prefix ends before the first record whose queue's last file is full (more: that
+    cursor, whose next file the caller makes), or with the record whose keys filled the
+    index file (more: (the keys that did not fit as int32 bytes, its log offset, its
+    store time), for the caller's next file), or, when `index` is () (no file yet),
+    before the first record with keys (more: True); otherwise it is every record and
+    more is None. stop is -1 when the prefix is not every record scanned (stop_pos: the
+    next record). None, with nothing written, for any other batch."""
 
 # engine/native/mqs_cq.c: recovery's walks; engine.consumequeue.valid_units_py and
 # zero_tail_py are the references.

@@ -1,13 +1,17 @@
 /* The dispatcher's plain round in one call (issue 23): scan a segment's records, and when
- * every one of them is a plain message that continues a queue the caller has handed over
- * (a "cursor") and whose keys fit the index's last file, write their consume-queue units
- * and index entries, the same bytes engine.dispatch's Python path writes
+ * every one of them is a message (or a filler without keys) that continues a queue the
+ * caller has handed over (a "cursor") and the index does not hold its first record yet,
+ * write the consume-queue units (a pre-blank for a filler) and index entries of a prefix
+ * of them, the same bytes engine.dispatch's Python path writes
  * (tests/native/test_dispatch_round_diff.py compares the two, store directory against
- * store directory). Anything else -- a filler, a PREPARED / ROLLBACK part, a negative
- * queue id, a queue without a cursor (new, rolled, bad or deleted topic), units that do
- * not continue their queue exactly or do not fit its last file, keys that do not fit the
- * index file or were indexed already, a scan fix-up -- is declined before any byte is
- * written: the call answers None and the caller dispatches the batch its own way.
+ * store directory). The prefix is every record, or ends before the first record whose
+ * queue's last file is full, or with the record whose keys fill the index's last file:
+ * the call then says which (the cursor, or the keys that did not fit) and the caller
+ * makes the next file and calls again from the next record. Anything else -- a PREPARED /
+ * ROLLBACK part, a negative queue id, a filler with keys, a queue without a cursor (new,
+ * bad or deleted topic), units that do not continue their queue exactly, a first record
+ * indexed already, a scan fix-up -- is declined before any byte is written: the call
+ * answers None and the caller dispatches the batch its own way.
  *
  * `cursors` maps (topic bytes, queue id) to the ConsumeQueue the caller lets this call
  * write (a good, live topic's queue). Per queue the call reads seg = cq.queue.last(),
@@ -57,6 +61,8 @@ struct rq {
     Py_buffer target;
     int held;
     int64_t wrote, size_bytes, start, maxphys;
+    int64_t room;    /* units its last file still takes */
+    int64_t written; /* units of the batch written */
 };
 
 static int64_t attr_i64(PyObject *o, PyObject *name, int *err)
@@ -88,6 +94,8 @@ struct batch {
     const int64_t *pos, *qo, *tpos, *tags, *ts;
     const int32_t *size, *qid, *tlen;
     int64_t base, n;
+    const uint8_t *bits;
+    const int32_t *key_first;
 };
 
 static uint64_t rec_hash(const struct batch *b, int64_t r)
@@ -162,8 +170,9 @@ static int take_cursor(const struct batch *b, PyObject *cursors, struct rq *q)
     if (err)
         return -1;
     if (q->wrote < 0 || q->start < 0 || q->wrote > q->size_bytes ||
-        q->size_bytes - q->wrote < q->count * MQS_CQ_UNIT || (q->start + q->wrote) % MQS_CQ_UNIT)
+        (q->start + q->wrote) % MQS_CQ_UNIT)
         return 0;
+    q->room = (q->size_bytes - q->wrote) / MQS_CQ_UNIT;
     PyObject *t = PyObject_GetAttr(q->seg, s_target);
     if (t == NULL)
         return -1;
@@ -179,32 +188,43 @@ static int take_cursor(const struct batch *b, PyObject *cursors, struct rq *q)
     return 1;
 }
 
-/* Whether every queue's units continue it exactly, as ConsumeQueue.append_units takes
- * them: the queue's next offset first, then one more each, commit-log ends rising past
- * the queue's own end. Uses each queue's wrote / maxphys as scratch, restored after. */
+/* Whether every queue's units continue it exactly, as ConsumeQueue.put_units writes
+ * them with a status OK each: the queue's next offset first, then one more each; a
+ * message's commit-log end past the queue's own end (that of its last message: a filler's
+ * pre-blank leaves it), a filler without keys (`put_pre_blank`; the index skips it).
+ * Uses each queue's count / last as scratch. */
 static int continues(const struct batch *b, const int64_t *gid, struct rq *qs, int64_t ng)
 {
     int ok = 1;
-    for (int64_t g = 0; g < ng; g++)
+    for (int64_t g = 0; g < ng; g++) {
         qs[g].count = 0; /* records seen so far */
+        qs[g].last = -1; /* the last message (not filler) seen */
+    }
     for (int64_t r = 0; r < b->n && ok; r++) {
         struct rq *q = &qs[gid[r]];
-        int64_t e = b->base + b->pos[r] + b->size[r];
         int64_t next = (q->start + q->wrote) / MQS_CQ_UNIT + q->count;
-        int64_t end = q->count ? b->base + b->pos[q->last] + b->size[q->last] : q->maxphys;
-        if (b->qo[r] != next || e <= end)
+        if (b->qo[r] != next)
             ok = 0;
+        else if (b->bits[r] & MQS_BIT_FILLER) {
+            if (b->key_first[r + 1] > b->key_first[r])
+                ok = 0;
+        } else {
+            int64_t end = q->last >= 0 ? b->base + b->pos[q->last] + b->size[q->last] : q->maxphys;
+            if (b->base + b->pos[r] + b->size[r] <= end)
+                ok = 0;
+            q->last = r;
+        }
         q->count++;
-        q->last = r;
     }
     return ok;
 }
 
-/* Whether the index's last file takes all `nkeys` keys of the batch without a roll and
- * none of its records was indexed already (IndexService.build_index_batch's skip).
- * 1 yes (buffer held in *v), 0 decline, -1 error. */
-static int take_index(const struct batch *b, PyObject *index, int64_t nkeys, Py_buffer *v,
-                      int64_t *slots, int64_t *entries)
+/* Whether the index's last file may take keys of the batch: none of its records was
+ * indexed already (IndexService.build_index_batch's skip). *room: the entries it still
+ * takes (the keys past them wait for the caller's roll). 1 yes (buffer held in *v),
+ * 0 decline, -1 error. */
+static int take_index(const struct batch *b, PyObject *index, Py_buffer *v, int64_t *slots,
+                      int64_t *entries, int64_t *room)
 {
     PyObject *mm;
     long long sl, en;
@@ -225,11 +245,11 @@ static int take_index(const struct batch *b, PyObject *index, int64_t nkeys, Py_
     int64_t end_ts = mqs_rd64(f + 8), end_phy = mqs_rd64(f + 24);
     int32_t count = (int32_t)mqs_rd32(f + 36);
     int64_t first = b->base + b->pos[0];
-    if (count < 0 || (int64_t)count + nkeys > en || first < end_phy ||
-        (first == end_phy && end_ts > 0)) {
+    if (count < 0 || count > en || first < end_phy || (first == end_phy && end_ts > 0)) {
         PyBuffer_Release(v);
         return 0;
     }
+    *room = en - count;
     *slots = sl;
     *entries = en;
     return 1;
@@ -248,22 +268,32 @@ static PyObject *lag_counts(const int64_t *hist, int nbuckets)
     return t;
 }
 
-/* Write the batch: units record by record in log order (so that a kill leaves them a
- * prefix of the log), then the keys; then the cursors' objects. -1: error set. */
-static int write_batch(const struct batch *b, const int64_t *gid, struct rq *qs, int64_t ng,
-                       PyObject *touched)
+/* Write the units of the batch's first k records, record by record in log order (so that
+ * a kill leaves them a prefix of the log); then the cursors' objects of the queues written.
+ * -1: error set. */
+static int write_units(const struct batch *b, const int64_t *gid, struct rq *qs, int64_t ng,
+                       int64_t k, PyObject *touched)
 {
-    for (int64_t r = 0; r < b->n; r++) {
+    for (int64_t r = 0; r < k; r++) {
         struct rq *q = &qs[gid[r]];
         uint8_t *u = (uint8_t *)q->target.buf + q->wrote;
         int64_t phys = b->base + b->pos[r];
-        mqs_wr64(u, (uint64_t)phys);
-        mqs_wr32(u + 8, (uint32_t)b->size[r]);
-        mqs_wr64(u + 12, (uint64_t)b->tags[r]);
+        if (b->bits[r] & MQS_BIT_FILLER) { /* a pre-blank: (0, Integer.MAX_VALUE, 0) */
+            mqs_wr64(u, 0);
+            mqs_wr32(u + 8, (uint32_t)MQS_PRE_BLANK_SIZE);
+            mqs_wr64(u + 12, 0);
+        } else {
+            mqs_wr64(u, (uint64_t)phys);
+            mqs_wr32(u + 8, (uint32_t)b->size[r]);
+            mqs_wr64(u + 12, (uint64_t)b->tags[r]);
+            q->maxphys = phys + b->size[r];
+        }
         q->wrote += MQS_CQ_UNIT;
-        q->maxphys = phys + b->size[r];
+        q->written++;
     }
     for (int64_t g = 0; g < ng; g++) {
+        if (!qs[g].written)
+            continue;
         if (set_i64(qs[g].seg, s_wrote, qs[g].wrote) < 0 ||
             set_i64(qs[g].cq, s_maxphys, qs[g].maxphys) < 0)
             return -1;
@@ -271,6 +301,18 @@ static int write_batch(const struct batch *b, const int64_t *gid, struct rq *qs,
             return -1;
     }
     return 0;
+}
+
+/* The first record whose unit its queue's last file has no room for (n: none). */
+static int64_t first_without_room(const struct batch *b, const int64_t *gid, struct rq *qs)
+{
+    for (int64_t r = 0; r < b->n; r++) {
+        struct rq *q = &qs[gid[r]];
+        if (q->room == 0)
+            return r;
+        q->room--;
+    }
+    return b->n;
 }
 
 PyObject *mqs_py_plain_round(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs)
@@ -296,7 +338,8 @@ PyObject *mqs_py_plain_round(PyObject *Py_UNUSED(m), PyObject *const *args, Py_s
         return NULL;
     }
     if (index != Py_None && !PyTuple_Check(index)) {
-        PyErr_SetString(PyExc_TypeError, "index must be None or (buffer, slots, entries)");
+        PyErr_SetString(PyExc_TypeError,
+                        "index must be None, () or (buffer, slots, entries)");
         return NULL;
     }
     if (touched != Py_None && !PySet_Check(touched)) {
@@ -340,6 +383,7 @@ PyObject *mqs_py_plain_round(PyObject *Py_UNUSED(m), PyObject *const *args, Py_s
     int64_t *gid = NULL;
     struct rq *qs = NULL;
     int64_t ng = 0;
+    PyObject *more = NULL; /* what the caller does before the next call (owned) */
     Py_buffer iv;
     int index_held = 0;
     int rc;
@@ -356,17 +400,20 @@ PyObject *mqs_py_plain_round(PyObject *Py_UNUSED(m), PyObject *const *args, Py_s
         mqs_scan_summary(s.col[MQS_COL_STORE_TIMESTAMP], s.col[MQS_COL_BITS],
                          s.col[MQS_COL_SYS_FLAG], s.col[MQS_COL_QUEUE_ID], n, now_ms, hist,
                          (int)buckets, &sm);
-    if (s.nfixup > 0 || sm.flags || sm.sum_hi) {
+    if (s.nfixup > 0 || (sm.flags & ~MQS_SUMMARY_FILLER) || sm.sum_hi) {
         out = Py_NewRef(Py_None);
         goto done;
     }
     struct batch b = {
         v.buf, s.col[MQS_COL_POS], s.col[MQS_COL_QUEUE_OFFSET], s.col[MQS_COL_TOPIC_POS],
         s.col[MQS_COL_TAGS_CODE], s.col[MQS_COL_STORE_TIMESTAMP], s.col[MQS_COL_SIZE],
-        s.col[MQS_COL_QUEUE_ID], s.col[MQS_COL_TOPIC_LEN], base, n,
+        s.col[MQS_COL_QUEUE_ID], s.col[MQS_COL_TOPIC_LEN], base, n, s.col[MQS_COL_BITS],
+        s.key_first,
     };
     int64_t nkeys = n > 0 ? s.key_first[n] : 0;
-    int64_t slots = 0, entries = 0;
+    int64_t slots = 0, entries = 0, key_room = 0;
+    int64_t k = n;              /* records taken: a prefix of the batch */
+    int64_t key_next = nkeys;   /* the first key not put (k's record's keys wait past it) */
     if (n > 0) {
         gid = PyMem_Malloc((size_t)n * sizeof *gid);
         qs = PyMem_Calloc((size_t)n, sizeof *qs);
@@ -390,8 +437,10 @@ PyObject *mqs_py_plain_round(PyObject *Py_UNUSED(m), PyObject *const *args, Py_s
             out = Py_NewRef(Py_None);
             goto done;
         }
-        if (index != Py_None && nkeys > 0) {
-            int got = take_index(&b, index, nkeys, &iv, &slots, &entries);
+        /* (): the index has no file yet; the first key makes it (the caller) */
+        int no_file = index != Py_None && PyTuple_GET_SIZE(index) == 0;
+        if (index != Py_None && !no_file && nkeys > 0) {
+            int got = take_index(&b, index, &iv, &slots, &entries, &key_room);
             if (got < 0)
                 goto done;
             if (got == 0) {
@@ -400,27 +449,72 @@ PyObject *mqs_py_plain_round(PyObject *Py_UNUSED(m), PyObject *const *args, Py_s
             }
             index_held = 1;
         }
-        if (write_batch(&b, gid, qs, ng, touched) < 0)
+        /* The prefix to take: up to the first record whose unit needs the next file of
+         * its queue (taken by the next call, after the caller's roll), or through the
+         * first record whose keys fill the index file (the caller rolls it and puts the
+         * keys that did not fit), or, with no index file yet, up to the first record
+         * with keys (the caller makes the file). Whichever comes first. */
+        int64_t kq = first_without_room(&b, gid, qs);
+        int64_t ki = n, kf = n;
+        if (index_held)
+            for (ki = 0; ki < n && s.key_first[ki + 1] <= key_room; ki++)
+                ;
+        if (no_file)
+            for (kf = 0; kf < n && s.key_first[kf + 1] == 0; kf++)
+                ;
+        k = kq <= ki ? kq : ki + 1;
+        if (kf < k) {
+            k = kf;
+            more = Py_NewRef(Py_True);
+        }
+        if (write_units(&b, gid, qs, ng, k, touched) < 0)
             goto done;
-        if (index_held) {
+        if (index_held && k > 0) {
             struct mqs_index_batch ib = {iv.buf, slots, entries, s.key_first, s.key_hash,
                                          b.pos, b.ts, base};
             const char *err = NULL;
-            int64_t next = mqs_index_put_keys(&ib, 0, n, 0, &err);
-            if (next < 0) {
+            key_next = mqs_index_put_keys(&ib, 0, k, 0, &err);
+            if (key_next < 0) {
                 PyErr_SetString(PyExc_ValueError, err);
                 goto done;
             }
+        }
+        if (more != NULL) { /* the first index file */
+        } else if (kq <= ki) {
+            if (kq < n)
+                more = Py_NewRef(qs[gid[kq]].cq);
+            key_next = s.key_first[k];
+        } else if (key_next < s.key_first[k]) {
+            int64_t r = k - 1;
+            more = Py_BuildValue("(y#LL)", (const char *)(s.key_hash + key_next),
+                                 (Py_ssize_t)((s.key_first[k] - key_next) * 4),
+                                 (long long)(base + b.pos[r]), (long long)b.ts[r]);
+            if (more == NULL)
+                goto done;
+        }
+        if (k < n) { /* the lag of the records taken only (no overflow: ages are >= 0) */
+            memset(hist, 0, sizeof hist);
+            mqs_scan_summary(s.col[MQS_COL_STORE_TIMESTAMP], s.col[MQS_COL_BITS],
+                             s.col[MQS_COL_SYS_FLAG], s.col[MQS_COL_QUEUE_ID], k, now_ms, hist,
+                             (int)buckets, &sm);
         }
     }
     PyObject *counts = lag_counts(hist, (int)buckets);
     if (counts == NULL)
         goto done;
-    int64_t last_ts = n > 0 ? b.ts[n - 1] : 0;
-    out = Py_BuildValue("(LiLLLKN)", (long long)n, s.stop, (long long)s.stop_pos,
-                        (long long)(index == Py_None ? 0 : nkeys), (long long)last_ts,
-                        (unsigned long long)sm.sum_lo, counts);
+    int64_t last = k - 1, fillers = 0; /* the last message taken (not a filler) */
+    for (int64_t r = 0; r < k; r++)
+        fillers += (b.bits[r] & MQS_BIT_FILLER) != 0;
+    while (last >= 0 && (b.bits[last] & MQS_BIT_FILLER))
+        last--;
+    int stop = k == n ? s.stop : -1;
+    int64_t stop_pos = k == n ? s.stop_pos : b.pos[k];
+    out = Py_BuildValue("(LiLLLKNOL)", (long long)k, stop, (long long)stop_pos,
+                        (long long)(index == Py_None || n == 0 ? 0 : s.key_first[k]),
+                        (long long)(last >= 0 ? b.ts[last] : -1), (unsigned long long)sm.sum_lo,
+                        counts, more ? more : Py_None, (long long)fillers);
 done:
+    Py_XDECREF(more);
     if (index_held)
         PyBuffer_Release(&iv);
     for (int64_t g = 0; qs != NULL && g < ng; g++)

@@ -9,7 +9,11 @@ fillers -- written into 4 KiB segments (BLANKs), dispatched in rounds of drawn s
 limits (some inside a record) into consume-queue files of 10 units (rolls) and index
 files of 64 entries (full files). Both dispatchers must return equal results round by
 round (positions, counters, statuses, refusals), keep the same checkpoint time, lag
-histogram and touched queues, and leave identical consume-queue and index files.
+histogram and touched queues, and leave identical consume-queue and index files. A
+second Hypothesis test draws what a running store writes (messages and fillers of good
+topics) and asserts that the C round took every batch but those with a new queue (and
+re-dispatched fillers): its rolls of queue and index files, the first index file, the
+fillers; the cases pin rolls at every round size and a restarted dispatcher.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from hypothesis import strategies as st
 
 from mqstore.engine.checkpoint import CheckpointFields
 from mqstore.engine.commitlog import CommitLog
+from mqstore.engine.consumequeue import ConsumeQueue
 from mqstore.engine.consumequeue_store import ConsumeQueueStore
 from mqstore.engine.dispatch import Dispatcher, DispatchResult
 from mqstore.engine.filler import filler_record
@@ -151,12 +156,23 @@ def _run(
     cuts: list[int],
     deleted_at: int,
     redo: int = 0,
+    python: list[int] | None = None,
 ) -> int:
     """Dispatch `records` (the first `split` before the rest are written) with both
     dispatchers, after the first part cutting back `redo` units of queue T/0 and
-    dispatching again from there; returns the batches the C round took."""
+    dispatching again from there; returns the calls of the C round that wrote. `python`,
+    when given, gets the C dispatcher's Python batches and the rolls its C round asked
+    for (queue files, index files)."""
     log = CommitLog.open(tmp / "log", SEGMENT, clock_ms=_Clock())
     a, cp_a = _open(tmp / "a", log, True)
+    rolls = {"queue": 0, "index": 0}
+    roll = a._roll
+
+    def counted(more: object) -> bool:
+        rolls["queue" if isinstance(more, ConsumeQueue) else "index"] += 1
+        return roll(more)  # type: ignore[arg-type]
+
+    a._roll = counted  # type: ignore[method-assign]
     b, cp_b = _open(tmp / "b", log, False)
     ends = [0]
     taken = 0
@@ -198,6 +214,8 @@ def _run(
             assert a.lag_hist == b.lag_hist
             assert {cq.key for cq in a.touched} == {cq.key for cq in b.touched}
             assert a.resume_offset() == b.resume_offset()
+        if python is not None:
+            python[:] = [a.python_batches, rolls["queue"], rolls["index"]]
     finally:
         for d in (a, b):
             d.queues.close()
@@ -239,8 +257,12 @@ def test_plain_streams_go_through_c(tmp_path: Path) -> None:
     recs: list[tuple[object, ...]] = [
         ("T", i % 3, f"k{i}", "t", True, {}, 100, "plain") for i in range(200)
     ]
-    taken = _run(tmp_path, recs, 200, [5], [0], 10**6)
-    assert taken >= 20, taken
+    python: list[int] = []
+    taken = _run(tmp_path, recs, 200, [5], [0], 10**6, python=python)
+    assert taken >= 40, taken
+    # only the first batch (three new queues, no index file yet) is Python's; every
+    # queue-file roll (20 of them) and index-file roll (6) is taken by the C round
+    assert python == [1, 18, 6], python
 
 
 @pytest.mark.parametrize("size", [1, 3, 4, 7, 9, 11, 23])
@@ -250,7 +272,10 @@ def test_rounds_that_meet_a_queue_file_end(tmp_path: Path, size: int) -> None:
     recs: list[tuple[object, ...]] = [
         ("T", 0, f"k{i} j", "t", True, {}, 60, "plain") for i in range(70)
     ]
-    assert _run(tmp_path, recs, 70, [size], [0], 10**6) > 0
+    python: list[int] = []
+    assert _run(tmp_path, recs, 70, [size], [0], 10**6, python=python) > 0
+    # the first batch only (a roll inside it is Python's); every later roll is C's
+    assert python[0] == 1 and python[1] >= 70 // 10 - 1 - size // 10, python
 
 
 @pytest.mark.parametrize("redo", [1, 2, 5])
@@ -263,3 +288,105 @@ def test_a_queue_cut_back_is_dispatched_again_without_indexing_twice(
         ("T", 0, f"k{i}", "t", True, {}, 60, "plain") for i in range(36)
     ]
     assert _run(tmp_path, recs, 36, [4], [0], 10**6, redo) > 0
+
+
+_plain_record = st.tuples(
+    st.sampled_from(["T"] * 4 + ["U"]),
+    st.sampled_from([0, 0, 1]),
+    _KEYS,
+    st.one_of(st.none(), st.sampled_from(["x", "y"])),
+    st.just(True),  # UNIQ_KEY: what the client gives every message
+    st.just({}),
+    st.integers(0, 400),
+    st.sampled_from(["plain"] * 12 + ["filler"]),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    records=st.lists(_plain_record, min_size=30, max_size=200),
+    split=st.integers(0, 200),
+    rounds=st.lists(st.integers(1, 50), min_size=1, max_size=5),
+    cuts=st.lists(st.sampled_from([0, 0, 1, 50]), min_size=1, max_size=3),
+)
+def test_a_running_store_s_rolls_are_the_c_round_s(
+    records: list[tuple[object, ...]], split: int, rounds: list[int], cuts: list[int]
+) -> None:
+    """Messages and fillers of good topics (a running store's steady state): the Python
+    path takes only batches with a queue it has not seen (the first batch among them),
+    so at most one batch per queue, and re-dispatched fillers; every queue-file and
+    index-file roll, the first index file and every filler after them are the C round's,
+    and the stores match."""
+    tmp = Path(tempfile.mkdtemp(prefix="mqs-round-diff-"))
+    try:
+        python: list[int] = []
+        _run(tmp, records, split, rounds, cuts, 10**6, python=python)
+        queues = {(r[0], r[1]) for r in records}
+        # and, after the split, the fillers that `resume_offset` (the queues' end of
+        # messages) dispatches again: a re-dispatch, which is the Python path's
+        again = sum(r[7] == "filler" for r in records[:split])
+        assert python[0] <= len(queues) + again, (python, len(queues), again)
+        event(f"C rolled queue files: {python[1] > 0}, index files: {python[2] > 0}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.mark.parametrize("size", [1, 4, 9, 30])
+def test_fillers_go_through_c(tmp_path: Path, size: int) -> None:
+    """Fillers (a killed producer's reservations) between messages, one a queue's last
+    unit of a file, some in a row: pre-blank units written by the C round, the queue's
+    commit-log end and the checkpoint time those of its messages; only batches with a
+    queue not seen before are Python's."""
+    recs: list[tuple[object, ...]] = [
+        (
+            "T",
+            i % 2,
+            f"k{i}",
+            "t",
+            True,
+            {},
+            60,
+            "filler" if i % 7 in (3, 4) or i % 19 == 0 else "plain",
+        )
+        for i in range(90)
+    ]
+    python: list[int] = []
+    assert _run(tmp_path, recs, 90, [size], [0], 10**6, python=python) > 0
+    assert python[0] <= 2, python  # a batch with a queue not seen before: two queues
+
+
+def test_a_restarted_dispatcher_takes_the_queues_it_finds_in_c(tmp_path: Path) -> None:
+    """A dispatcher opened over queues and index files an earlier one wrote (a restart)
+    dispatches the rest through the C round from its first batch: the queues it finds
+    get their cursors without a Python batch; the stores still match."""
+    log = CommitLog.open(tmp_path / "log", SEGMENT, clock_ms=_Clock())
+    recs: list[tuple[object, ...]] = [
+        ("T", i % 2, f"k{i}", "t", True, {}, 60, "plain") for i in range(80)
+    ]
+    for i, rec in enumerate(recs[:30]):
+        _append(log, i, rec)
+    try:
+        for stage in (0, 1):
+            a, cp_a = _open(tmp_path / "a", log, True)
+            b, cp_b = _open(tmp_path / "b", log, False)
+            for d in (a, b):
+                d.queues.recover()
+            off = a.resume_offset()
+            assert off == b.resume_offset()
+            while off < log.max_offset():
+                ra = a.dispatch(off, log.max_offset(), max_records=7)
+                rb = b.dispatch(off, log.max_offset(), max_records=7)
+                _same(ra, rb)
+                off = ra.next_offset
+            assert cp_a.logics_msg_timestamp == cp_b.logics_msg_timestamp
+            assert a.python_batches == (1 if stage == 0 else 0), a.python_batches
+            for d in (a, b):
+                d.queues.close()
+                assert d.index is not None
+                d.index.close()
+            for i, rec in enumerate(recs[30:] if stage == 0 else [], 30):
+                _append(log, i, rec)
+    finally:
+        log.close()
+    got_a, got_b = _files(tmp_path / "a"), _files(tmp_path / "b")
+    assert got_a == got_b
