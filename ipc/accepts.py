@@ -26,7 +26,7 @@ from typing import Final, NoReturn
 
 from mqstore.engine import record
 from mqstore.engine.names import topic_problem
-from mqstore.engine.record import Message, RecordFields
+from mqstore.engine.record import Message
 from mqstore.engine.recordcodes import format_host
 
 Host = tuple[bytes, int, bool]  # engine.recordcodes.parse_host: address bytes, port, is IPv6
@@ -203,6 +203,8 @@ def check_batch(messages: object) -> list[object]:
 def check_send_back(message: object, group: object, delay_level: object, max_times: object) -> None:
     """TypeError for `send_back`'s arguments of the wrong type; ValueError for a group
     name that cannot be a topic's suffix or a negative `max_reconsume_times`."""
+    from mqstore.engine.record_decode import RecordFields  # the decoded side: loaded at first use
+
     if not isinstance(message, RecordFields):
         _wrong("send_back() argument 'message'", "a message as pull() returns it", message)
     check_types(

@@ -45,7 +45,7 @@ from typing import Any, Final, Literal, Protocol, cast
 from mqstore import _native
 from mqstore.engine import compression, pull, record
 from mqstore.engine.names import check_group, check_topic
-from mqstore.engine.record import DecodedRecord, RecordFields
+from mqstore.engine.record_decode import DecodedRecord, RecordFields
 from mqstore.ipc import channel, group_slots
 from mqstore.ipc.read_results import GetMessageStatus
 from mqstore.ipc.reads import POLL_MAX_STEP_S, POLL_STEP_S, ClientReads, LiveAttach, for_client
