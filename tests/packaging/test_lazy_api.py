@@ -54,6 +54,15 @@ _NOT_FOR_A_PRODUCER = (
     "mqstore.ipc.read_results",
     "mqstore.engine.get_result",
     "mqstore.engine.record_decode",
+    # dataclasses and what it imports (inspect: ast, dis, tokenize, linecache): ~38M
+    # instructions; a producer's three frozen dataclasses (StoreSettings, Message,
+    # Geometry) are engine.frozen's, which needs none of them until asked for fields
+    "dataclasses",
+    "inspect",
+    "ast",
+    "dis",
+    "tokenize",
+    "linecache",
 )
 
 # With the interpreter's `site` off (-S), so that nothing else has loaded them first (the
@@ -100,9 +109,11 @@ def test_the_install_adds_no_import_hook_and_no_bare_top_level_names(tmp_path: P
     assert bare == []
 
 
-# The dataclasses a producer's import decorates: each one's __init__, __repr__, __eq__, ...
-# are compiled with exec at import (0.4-2 ms of CPU each). These stay dataclasses because
-# they are public (`mqstore.__all__`) or `dataclasses.fields`/`replace` is called on them;
+# The dataclasses a producer's import makes. With `dataclasses.dataclass` each one's
+# __init__, __repr__, __eq__, ... were compiled with exec at import (0.4-2 ms of CPU each);
+# these three are `engine.frozen.dataclass`'s (no code compiled, tests/engine/test_frozen.py
+# holds them to their dataclasses twins). They stay dataclasses because they are public
+# (`mqstore.__all__`) or `dataclasses.fields`/`replace` is called on them;
 # an internal record on this path is a NamedTuple (ipc.session.Attached, ipc.control.Geometry,
 # engine.findings.Finding, engine.topics.TopicConfig, engine.retry.SendBack,
 # conf.settings.SettingInfo were dataclasses); the read side's (RecordFields, DecodedRecord,
