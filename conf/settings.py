@@ -13,12 +13,15 @@ Pure data: no I/O. Loading lives in `conf.load`. Anyone may import this.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
 from enum import Enum
 from types import MappingProxyType
-from typing import Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
+
+if TYPE_CHECKING:  # the type checker sees the dataclass that engine.frozen's behaves as
+    from dataclasses import dataclass
+else:  # no `dataclasses` (and its `inspect`) at a producer's import
+    from mqstore.engine.frozen import dataclass
 
 
 class FlushDiskType(Enum):
@@ -111,6 +114,8 @@ class StoreSettings:
     flusher_rt_priority: int = 0
 
     def replace(self, **changes: Any) -> StoreSettings:
+        import dataclasses
+
         return dataclasses.replace(self, **changes)
 
 
@@ -282,7 +287,10 @@ _TABLE: tuple[tuple[str, str | None, str, bool, str], ...] = (
 INFO: Final[Mapping[str, SettingInfo]] = MappingProxyType(
     {name: SettingInfo(key, unit, reload, desc) for name, key, unit, reload, desc in _TABLE}
 )
-if list(INFO) != [f.name for f in dataclasses.fields(StoreSettings)]:
+# The settings' names in field order, each one's default a class attribute (as a dataclass
+# keeps it): what `dataclasses.fields(StoreSettings)` says, without importing dataclasses.
+_NAMES: Final[tuple[str, ...]] = tuple(StoreSettings.__annotations__)
+if list(INFO) != list(_NAMES):
     raise RuntimeError("conf.settings: the table and StoreSettings name other settings")
 
 
@@ -312,9 +320,9 @@ def settings_doc(s: StoreSettings) -> dict[str, Any]:
     """The settings as plain JSON values (enums by value, tuples as lists), named as the
     fields: what `config show --json` prints and what the supervisor sends at attach."""
     out: dict[str, Any] = {}
-    for f in dataclasses.fields(s):
-        v = getattr(s, f.name)
-        out[f.name] = v.value if isinstance(v, Enum) else list(v) if isinstance(v, tuple) else v
+    for name in _NAMES:
+        v = getattr(s, name)
+        out[name] = v.value if isinstance(v, Enum) else list(v) if isinstance(v, tuple) else v
     return out
 
 
@@ -323,13 +331,14 @@ def settings_from_doc(doc: dict[str, Any]) -> StoreSettings:
     Raises KeyError or ValueError for a document that is not one (a newer supervisor's
     extra fields are skipped, so an older client still attaches)."""
     values: dict[str, Any] = {}
-    for f in dataclasses.fields(StoreSettings):
-        v = doc[f.name]
-        if isinstance(f.default, Enum):
-            v = type(f.default)(v)
-        elif isinstance(f.default, tuple):
+    for name in _NAMES:
+        v = doc[name]
+        default = getattr(StoreSettings, name)
+        if isinstance(default, Enum):
+            v = type(default)(v)
+        elif isinstance(default, tuple):
             v = tuple(v)
-        values[f.name] = v
+        values[name] = v
     return StoreSettings(**values)
 
 
@@ -339,11 +348,12 @@ def settings_reference_markdown() -> str:
         "| setting | RocketMQ key | default | unit | reloadable | description |",
         "|---|---|---|---|---|---|",
     ]
-    for f in dataclasses.fields(StoreSettings):
-        m = INFO[f.name]
-        d = f.default.value if isinstance(f.default, Enum) else f.default
+    for name in _NAMES:
+        m = INFO[name]
+        default = getattr(StoreSettings, name)
+        d = default.value if isinstance(default, Enum) else default
         lines.append(
-            f"| `{f.name}` | {m.rocketmq_key or '-'} | `{d}` | {m.unit} | "
+            f"| `{name}` | {m.rocketmq_key or '-'} | `{d}` | {m.unit} | "
             f"{'yes' if m.reloadable else 'no'} | {m.description} |"
         )
     return "\n".join(lines) + "\n"

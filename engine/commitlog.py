@@ -67,14 +67,13 @@ from mqstore.engine.logwalk import (
 )
 from mqstore.engine.record import (
     END_FILE_MIN_BLANK_LENGTH,
-    DecodedRecord,
     EncodedRecord,
     EncodeStatus,
     Message,
     RecordError,
-    decode,
     encode,
 )
+from mqstore.engine.record_decode import DecodedRecord, decode
 from mqstore.engine.recordcodes import make_msg_id
 from mqstore.engine.segment import ClockMs, ReadStatus, Segment, now_ms
 from mqstore.engine.segment_queue import QueueOptions, SegmentAllocationError, SegmentQueue

@@ -49,10 +49,9 @@ from mqstore.engine.record import (
     COMPRESSION_TYPE_MASK,
     COMPRESSION_ZLIB,
     COMPRESSION_ZSTD,
-    RecordFields,
-    RecordView,
     SysFlag,
 )
+from mqstore.engine.record_decode import RecordFields, RecordView
 
 _R = TypeVar("_R", bound=RecordFields)
 

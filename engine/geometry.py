@@ -28,15 +28,18 @@ The record is written once and never changed; nothing in mqstore rewrites it.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from mqstore.conf.settings import StoreSettings
 from mqstore.engine import fileio
+
+if TYPE_CHECKING:  # the type checker sees the dataclass that engine.frozen's behaves as
+    from dataclasses import dataclass
+else:  # no `dataclasses` (and its `inspect`) at a producer's import
+    from mqstore.engine.frozen import dataclass
 
 RECORD_FILE: Final = os.path.join("config", "geometry.json")
 # Each Geometry field and the setting it comes from (the record is keyed by setting).
@@ -177,6 +180,4 @@ def with_record(store_dir: str | os.PathLike[str], settings: StoreSettings) -> S
     recorded = read_record(store_dir)
     if recorded is None:
         return settings
-    return dataclasses.replace(
-        settings, **{setting: getattr(recorded, f) for f, setting in SETTING_OF.items()}
-    )
+    return settings.replace(**{setting: getattr(recorded, f) for f, setting in SETTING_OF.items()})

@@ -7,7 +7,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from mqstore.engine.record import RecordFields
+from mqstore.engine.record_decode import RecordFields
 
 
 class GetStatus(enum.Enum):

@@ -21,7 +21,8 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import Final, NamedTuple
 
 from mqstore.engine.findings import Finding, Severity
-from mqstore.engine.record import CheckStatus, DecodedRecord, RecordHeader, check_record, decode
+from mqstore.engine.record import CheckStatus, RecordHeader, check_record
+from mqstore.engine.record_decode import DecodedRecord, decode
 from mqstore.engine.recordcodes import DELAY_LEVEL_MS
 from mqstore.engine.scan import RecordScan as ScannedColumns
 from mqstore.engine.scan import ScanStop as RecordStop

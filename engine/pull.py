@@ -58,17 +58,8 @@ from typing import Any, Final
 from mqstore import _native
 from mqstore.engine.consumequeue_files import CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, UNIT
 from mqstore.engine.filler import is_filler
-from mqstore.engine.record import (
-    PROPERTY_TAGS,
-    Buffer,
-    CheckStatus,
-    DecodedRecord,
-    RecordFields,
-    RecordView,
-    SysFlag,
-    check_record,
-    decode,
-)
+from mqstore.engine.record import PROPERTY_TAGS, Buffer, CheckStatus, SysFlag, check_record
+from mqstore.engine.record_decode import DecodedRecord, RecordFields, RecordView, decode
 from mqstore.engine.recordcodes import format_host, tags_code
 
 MAX_EXT_ADDR: Final = -2_147_483_649  # ConsumeQueueExt addresses are <= this (spec §3.2)

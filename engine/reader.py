@@ -47,13 +47,8 @@ from mqstore.engine.get_result import GetResult as GetResult  # their home befor
 from mqstore.engine.get_result import GetStatus as GetStatus
 from mqstore.engine.indexservice import IndexService
 from mqstore.engine.pull import PullStop, TagFilter, pull_units
-from mqstore.engine.record import (
-    PROPERTY_KEYS,
-    PROPERTY_UNIQ_KEY,
-    DecodedRecord,
-    RecordFields,
-    SysFlag,
-)
+from mqstore.engine.record import PROPERTY_KEYS, PROPERTY_UNIQ_KEY, SysFlag
+from mqstore.engine.record_decode import DecodedRecord, RecordFields
 from mqstore.engine.recordcodes import parse_msg_id
 from mqstore.engine.scan_decode import read_records, segment_of
 from mqstore.engine.segment import ReadStatus, SegmentSlice

@@ -44,17 +44,19 @@ import mmap
 import struct
 import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from mqstore.engine.recordcodes import (
     DELAY_LEVEL_MS,
     delivery_time_ms,
-    format_host,
-    make_msg_id,
     parse_host,
     tags_code,
 )
+
+if TYPE_CHECKING:  # the type checker sees the dataclass that engine.frozen's behaves as
+    from dataclasses import dataclass, field
+else:  # no `dataclasses` (and its `inspect`) at a producer's import
+    from mqstore.engine.frozen import dataclass, field
 
 Buffer = bytes | bytearray | memoryview | mmap.mmap  # anything records are read from
 WritableBuffer = bytearray | memoryview | mmap.mmap  # anything records are written into
@@ -227,13 +229,16 @@ def properties_problem(props: Mapping[str, str]) -> str | None:
 # --- encoding ------------------------------------------------------------------------------
 
 
+_NEW_DICT: Any = field(default_factory=dict)  # `properties`' default: a new dict each
+
+
 @dataclass(frozen=True, slots=True)
 class Message:
     """What a producer supplies. Hosts are `ip:port` strings (IPv6 as `[ip]:port`)."""
 
     topic: str
     body: bytes
-    properties: Mapping[str, str] = field(default_factory=dict)
+    properties: Mapping[str, str] = _NEW_DICT
     queue_id: int = 0
     flag: int = 0
     sys_flag: int = 0
@@ -246,6 +251,38 @@ class Message:
     # SCHEDULE_TOPIC_XXXX until due (docs/delays.md). Not part of the record's encoding:
     # the put rewrites the message, then encodes that.
     delay_level: int = 0
+
+    # Written out (the fields above, in their order, with their defaults; the class's
+    # twin test holds it to what `dataclasses` would make): engine.frozen's shared
+    # `__init__` takes ~4x as long, and a batch of Messages makes one per message.
+    def __init__(
+        self,
+        topic: str,
+        body: bytes,
+        properties: Mapping[str, str] = _NEW_DICT,
+        queue_id: int = 0,
+        flag: int = 0,
+        sys_flag: int = 0,
+        born_timestamp: int = 0,
+        born_host: str = "127.0.0.1:0",
+        store_host: str = "127.0.0.1:10911",
+        reconsume_times: int = 0,
+        prepared_transaction_offset: int = 0,
+        delay_level: int = 0,
+    ) -> None:
+        set_field = object.__setattr__
+        set_field(self, "topic", topic)
+        set_field(self, "body", body)
+        set_field(self, "properties", {} if properties is _NEW_DICT else properties)
+        set_field(self, "queue_id", queue_id)
+        set_field(self, "flag", flag)
+        set_field(self, "sys_flag", sys_flag)
+        set_field(self, "born_timestamp", born_timestamp)
+        set_field(self, "born_host", born_host)
+        set_field(self, "store_host", store_host)
+        set_field(self, "reconsume_times", reconsume_times)
+        set_field(self, "prepared_transaction_offset", prepared_transaction_offset)
+        set_field(self, "delay_level", delay_level)
 
 
 class EncodeStatus(enum.Enum):
@@ -552,160 +589,22 @@ class RecordError(ValueError):
         self.reason = reason
 
 
-@dataclass(frozen=True, slots=True)
-class RecordFields:
-    """Every field of one message record, as RocketMQ's `MessageDecoder` reads it; the
-    body is a copy (`DecodedRecord`) or a view of the mapped log (`RecordView`)."""
-
-    physical_offset: int
-    size: int
-    magic: int
-    body_crc: int
-    crc_ok: bool
-    queue_id: int
-    flag: int
-    queue_offset: int
-    sys_flag: int
-    born_timestamp: int
-    born_host: str
-    store_timestamp: int
-    store_host: str
-    reconsume_times: int
-    prepared_transaction_offset: int
-    topic: str
-    body: bytes | memoryview
-    properties: dict[str, str]
-    tags: str | None
-    keys: str | None
-    msg_id: str
-
-    @property
-    def compression(self) -> str | None:
-        """The codec its producer compressed the body with, from the sysFlag ("zlib",
-        "lz4", "zstd"; "unknown" for type bits RocketMQ does not know), None for a body
-        stored as given. Every read gives the original bytes (`engine.compression`);
-        `size` and `body_crc` are the stored record's."""
-        if not self.sys_flag & SysFlag.COMPRESSED:
-            return None
-        return _COMPRESSION_NAMES.get(self.sys_flag & COMPRESSION_TYPE_MASK, "unknown")
-
-    def to_json_dict(self) -> dict[str, Any]:
-        """This record as JSON, body in base64 (`mqstore dump` re-encodes it per `--body`).
-        `properties` is null for a record without properties, as RocketMQ's
-        `MessageDecoder` leaves them."""
-        from base64 import b64encode  # here: a producer's import does not need it
-
-        return {
-            "physical_offset": self.physical_offset,
-            "size": self.size,
-            "magic": f"0x{self.magic:08x}",
-            "body_crc": self.body_crc,
-            "crc_ok": self.crc_ok,
-            "queue_id": self.queue_id,
-            "flag": self.flag,
-            "queue_offset": self.queue_offset,
-            "sys_flag": self.sys_flag,
-            "born_timestamp": self.born_timestamp,
-            "born_host": self.born_host,
-            "store_timestamp": self.store_timestamp,
-            "store_host": self.store_host,
-            "reconsume_times": self.reconsume_times,
-            "prepared_transaction_offset": self.prepared_transaction_offset,
-            "topic": self.topic,
-            "body": b64encode(self.body).decode("ascii"),
-            "properties": self.properties or None,
-            "tags": self.tags,
-            "keys": self.keys,
-            "msg_id": self.msg_id,
-        }
+# The decoded side (`RecordFields`, `DecodedRecord`, `RecordView`, `decode`,
+# `decompress_body`) lives in `engine.record_decode` and is this module's on first use:
+# a producer's import encodes, and its three dataclasses' decoration cost ~20M
+# instructions per process start (bench/results/client_start.md). The package imports
+# them from `engine.record_decode` (their types; no import cycle); `mqstore.RecordView`
+# and the rest, and older code's `from mqstore.engine.record import ...`, come here.
+_DECODE_SIDE: Final = frozenset(
+    ("RecordFields", "DecodedRecord", "RecordView", "decode", "decompress_body")
+)
 
 
-@dataclass(frozen=True, slots=True)
-class DecodedRecord(RecordFields):
-    """A message record whose body is its own copy (what every read returns by default)."""
+def __getattr__(name: str) -> Any:
+    if name not in _DECODE_SIDE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from mqstore.engine import record_decode
 
-    body: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class RecordView(RecordFields):
-    """A message record whose body is a read-only memoryview of the mapped commit log
-    (a zero-copy read: `StoreReader.get_messages(..., zero_copy=True)`).
-
-    The view keeps its segment's mapping alive for as long as it (or any slice of it)
-    exists: the reader never unmaps a mapping with views (closing it leaves the unmap
-    to the last view's release), and a segment that retention deletes meanwhile stays
-    readable, since an unlinked file's pages live on while mapped. Holding views holds
-    memory and the deleted file's disk space: `body.release()` them, or drop them, once
-    read. Appends never write over bytes already written, so the view shows the record
-    as it was read.
-    """
-
-    body: memoryview
-
-
-def decompress_body(body: bytes, sys_flag: int) -> bytes:
-    """Undo the client's body compression (sysflag bit 0x1; 5.x type bits 0x700).
-
-    All three of RocketMQ 5.x's codecs (`engine.compression.decompress`). Raises
-    `engine.compression.CompressedBodyError` (a ValueError) if the body does not inflate.
-    """
-    if not sys_flag & SysFlag.COMPRESSED:
-        return body
-    from mqstore.engine.compression import decompress  # imports this module
-
-    return bytes(decompress(body, sys_flag))
-
-
-def decode(buf: Buffer, pos: int, *, decompress: bool = False, limit: int = -1) -> DecodedRecord:
-    """Decode the message record at `buf[pos:]`.
-
-    A body CRC mismatch does not raise: it is reported as `crc_ok=False` (audits want
-    to see such records). Raises RecordError for a BLANK, a bad magic or a record whose
-    fields do not add up. With `decompress`, a compressed body is inflated as
-    `MessageDecoder.decode(..., deCompressBody=true)` does.
-    """
-    h = check_record(buf, pos, check_crc=False, read_body=False, limit=limit)
-    if h.status is not CheckStatus.OK:
-        reason = "BLANK end-of-file record" if h.status is CheckStatus.BLANK else h.reason
-        raise RecordError(pos, reason)
-    bh = 20 if h.sys_flag & SysFlag.BORNHOST_V6 else 8
-    sh = 20 if h.sys_flag & SysFlag.STOREHOST_V6 else 8
-    crc = _I32.unpack_from(buf, pos + POS_BODYCRC)[0]
-    body = bytes(buf[h.body_pos : h.body_pos + h.body_len])
-    crc_ok = body_crc(body) == crc if body else True
-    born_p = pos + POS_BORNHOST
-    born_addr = bytes(buf[born_p : born_p + bh - 4])
-    born_port = _I32.unpack_from(buf, born_p + bh - 4)[0]
-    store_p = born_p + bh + 8
-    store_addr = bytes(buf[store_p : store_p + sh - 4])
-    store_port = _I32.unpack_from(buf, store_p + sh - 4)[0]
-    reconsume = _I32.unpack_from(buf, store_p + sh)[0]
-    if decompress and crc_ok:
-        try:
-            body = decompress_body(body, h.sys_flag)
-        except ValueError as e:
-            raise RecordError(pos, f"compressed body does not inflate: {e}") from None
-    return DecodedRecord(
-        physical_offset=h.physical_offset,
-        size=h.size,
-        magic=h.magic,
-        body_crc=crc,
-        crc_ok=crc_ok,
-        queue_id=h.queue_id,
-        flag=h.flag,
-        queue_offset=h.queue_offset,
-        sys_flag=h.sys_flag,
-        born_timestamp=h.born_timestamp,
-        born_host=format_host(born_addr, born_port),
-        store_timestamp=h.store_timestamp,
-        store_host=format_host(store_addr, store_port),
-        reconsume_times=reconsume,
-        prepared_transaction_offset=h.prepared_transaction_offset,
-        topic=h.topic,
-        body=body,
-        properties=h.properties,
-        tags=h.properties.get(PROPERTY_TAGS),
-        keys=h.properties.get(PROPERTY_KEYS),
-        msg_id=make_msg_id(store_addr, store_port, h.physical_offset),
-    )
+    value = getattr(record_decode, name)
+    globals()[name] = value  # once: later lookups do not come here
+    return value

@@ -25,7 +25,6 @@ from a stored record to the `Message` the store puts next (no processes, no file
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Final, NamedTuple, Protocol
 
 from mqstore.engine.record import COMPRESSION_TYPE_MASK, SCHEDULE_TOPIC, Message, SysFlag
@@ -127,6 +126,8 @@ def schedule_rewrite(msg: Message, max_level: int) -> Message:
     the level clamped to `max_level`, DELAY, REAL_TOPIC, REAL_QID appended to its
     properties, SCHEDULE_TOPIC_XXXX queue level - 1. `delay_level` stays on the result
     (the encoder does not read it)."""
+    import dataclasses  # here: a producer's import does not load it
+
     level = min(msg.delay_level, max_level)
     props = {
         **msg.properties,

@@ -29,12 +29,10 @@ from mqstore.engine.record import (
     POS_BORNHOST,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
-    DecodedRecord,
-    RecordFields,
-    RecordView,
     SysFlag,
     decode_properties,
 )
+from mqstore.engine.record_decode import DecodedRecord, RecordFields, RecordView
 from mqstore.engine.recordcodes import format_host
 from mqstore.engine.scan import BIT_BODY_CRC_OK, RecordScan, scan_records
 from mqstore.engine.segment import ReadStatus, Segment

@@ -19,27 +19,26 @@ native put path calls or mirrors them rule for rule. Names are checked by
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final, NoReturn
 
 from mqstore.engine import record
 from mqstore.engine.names import topic_problem
-from mqstore.engine.record import Message, RecordFields
+from mqstore.engine.record import Message
 from mqstore.engine.recordcodes import format_host
 
 Host = tuple[bytes, int, bool]  # engine.recordcodes.parse_host: address bytes, port, is IPv6
 _BORN_V6: Final = int(record.SysFlag.BORNHOST_V6)
 _STORE_V6: Final = int(record.SysFlag.STOREHOST_V6)
-_MESSAGE_DEFAULTS: Final = {f.name: f.default for f in dataclasses.fields(Message)}
+_DEFAULT_MESSAGE: Final = Message(topic="", body=b"")  # every other field at its default
 
 
 # A field of `engine.record.Message` left at its default is "unset": the client fills it
 # in (born time: now; store host: the store's). Any other value is written as given or
 # the put is refused.
-UNSET_BORN_TIMESTAMP: Final = _MESSAGE_DEFAULTS["born_timestamp"]
-UNSET_STORE_HOST: Final = _MESSAGE_DEFAULTS["store_host"]
+UNSET_BORN_TIMESTAMP: Final = _DEFAULT_MESSAGE.born_timestamp
+UNSET_STORE_HOST: Final = _DEFAULT_MESSAGE.store_host
 _I32: Final = (-(2**31), 2**31 - 1)
 _I64: Final = (-(2**63), 2**63 - 1)
 _INT_FIELDS: Final = (
@@ -203,6 +202,8 @@ def check_batch(messages: object) -> list[object]:
 def check_send_back(message: object, group: object, delay_level: object, max_times: object) -> None:
     """TypeError for `send_back`'s arguments of the wrong type; ValueError for a group
     name that cannot be a topic's suffix or a negative `max_reconsume_times`."""
+    from mqstore.engine.record_decode import RecordFields  # the decoded side: loaded at first use
+
     if not isinstance(message, RecordFields):
         _wrong("send_back() argument 'message'", "a message as pull() returns it", message)
     check_types(

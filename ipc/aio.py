@@ -52,7 +52,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Concatenate, Final, Generic, Literal, ParamSpec, TypeVar, cast
 
 from mqstore.conf.settings import FlushDiskType
-from mqstore.engine.record import Message, RecordFields
+from mqstore.engine.record import Message
+from mqstore.engine.record_decode import RecordFields
 from mqstore.engine.retry import DEFAULT_MAX_RECONSUME_TIMES, send_back_message
 from mqstore.ipc import channel, retry
 from mqstore.ipc import control as c

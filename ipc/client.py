@@ -41,12 +41,11 @@ from typing import (
 
 from mqstore.conf.settings import StoreSettings
 from mqstore.engine.geometry import Geometry
-from mqstore.engine.record import Message, RecordFields
+from mqstore.engine.record import Message
 from mqstore.engine.retry import DEFAULT_MAX_RECONSUME_TIMES, send_back_message
 from mqstore.ipc import retry
 from mqstore.ipc.accepts import check_send_back
 from mqstore.ipc.producer import PutPath
-from mqstore.ipc.reads import ClientReads, for_client
 from mqstore.ipc.results import (
     PutError,
     PutMessageStatus,
@@ -56,8 +55,10 @@ from mqstore.ipc.results import (
 )
 from mqstore.ipc.session import Session, check_attach_types
 
-if TYPE_CHECKING:  # a consumer's read stack is imported by its first consumer(), not by a producer
+if TYPE_CHECKING:  # the read side is imported by a client's first read, not by a producer
+    from mqstore.engine.record_decode import RecordFields
     from mqstore.ipc.consumer import Consumer
+    from mqstore.ipc.reads import ClientReads
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -87,6 +88,23 @@ def _in_process(
         return read(self._read_side(), *args, **kwargs)
 
     return _named(method, read)
+
+
+class _Read:
+    """`StoreClient.<name>` before its first use: on the first lookup, on the class or an
+    instance, it imports the read side (`ipc.reads` and its result types, ~13M
+    instructions a producer's import does not pay), puts `_in_process(ClientReads.<name>)`
+    in its place on `StoreClient` and answers as that does from then on."""
+
+    def __set_name__(self, owner: type[StoreClient], name: str) -> None:
+        self._name = name
+
+    def __get__(self, obj: StoreClient | None, owner: type[StoreClient]) -> Any:
+        from mqstore.ipc.reads import ClientReads
+
+        method = _in_process(getattr(ClientReads, self._name))
+        setattr(StoreClient, self._name, method)
+        return method.__get__(obj, owner)
 
 
 def _on(
@@ -375,18 +393,32 @@ class StoreClient:
         """This process's `ClientReads` (made on first use, again after a fork)."""
         got = self._reads_of_pid
         if got is None or got[0] != os.getpid():
+            from mqstore.ipc.reads import for_client
+
             got = (os.getpid(), for_client(self))
             self._reads_of_pid = got
         return got[1]
 
-    pull = _in_process(ClientReads.pull)
-    get = _in_process(ClientReads.get)
-    get_by_msg_id = _in_process(ClientReads.get_by_msg_id)
-    query = _in_process(ClientReads.query)
-    offset_for_time = _in_process(ClientReads.offset_for_time)
-    min_offset = _in_process(ClientReads.min_offset)
-    max_offset = _in_process(ClientReads.max_offset)
-    commit_offset = _in_process(ClientReads.commit_offset)
+    if TYPE_CHECKING:
+        pull = _in_process(ClientReads.pull)
+        get = _in_process(ClientReads.get)
+        get_by_msg_id = _in_process(ClientReads.get_by_msg_id)
+        query = _in_process(ClientReads.query)
+        offset_for_time = _in_process(ClientReads.offset_for_time)
+        min_offset = _in_process(ClientReads.min_offset)
+        max_offset = _in_process(ClientReads.max_offset)
+        commit_offset = _in_process(ClientReads.commit_offset)
+        committed_offset = _in_process(ClientReads.committed_offset)
+    else:  # the same, made on first use (`_Read`)
+        pull = _Read()
+        get = _Read()
+        get_by_msg_id = _Read()
+        query = _Read()
+        offset_for_time = _Read()
+        min_offset = _Read()
+        max_offset = _Read()
+        commit_offset = _Read()
+        committed_offset = _Read()
 
     def consumer(
         self,
@@ -418,5 +450,3 @@ class StoreClient:
             pull_batch=pull_batch,
             retry=retry,
         )
-
-    committed_offset = _in_process(ClientReads.committed_offset)

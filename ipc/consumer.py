@@ -43,9 +43,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol, cast
 
 from mqstore import _native
-from mqstore.engine import compression, pull, record
+from mqstore.engine import compression, pull, record, record_decode
 from mqstore.engine.names import check_group, check_topic
-from mqstore.engine.record import DecodedRecord, RecordFields
+from mqstore.engine.record_decode import DecodedRecord, RecordFields
 from mqstore.ipc import channel, group_slots
 from mqstore.ipc.read_results import GetMessageStatus
 from mqstore.ipc.reads import POLL_MAX_STEP_S, POLL_STEP_S, ClientReads, LiveAttach, for_client
@@ -133,7 +133,7 @@ def _decode(raw: bytes) -> DecodedRecord:
     out: list[RecordFields] = []
     unit = _UNIT.pack(phys, size, 0)
     pull.pull_units(unit, 0, raw, phys, phys + size, None, None, 1, size, 0, False, out)
-    rec = out[0] if out else record.decode(raw, 0)
+    rec = out[0] if out else record_decode.decode(raw, 0)
     return cast(DecodedRecord, compression.inflate(rec))
 
 

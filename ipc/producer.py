@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import array
 import contextlib
-import dataclasses
 import functools
 import mmap
 import os
@@ -211,6 +210,8 @@ def _plain_item(m: Any) -> Any:
         _t, body, _g, _k, props, _q = _plain(None, m.body, None, None, m.properties, None)
         if body is m.body and props is m.properties:
             return m
+        import dataclasses  # here: a producer's import does not load it
+
         return dataclasses.replace(m, body=body, properties=props)
     d = dict(m)
     plain = _plain(*(d.get(k) for k in _FIELDS))

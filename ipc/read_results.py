@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from mqstore.engine.get_result import GetResult, GetStatus
-from mqstore.engine.record import DecodedRecord, RecordFields, RecordView
+from mqstore.engine.record_decode import DecodedRecord, RecordFields, RecordView
 
 GetMessageStatus = GetStatus
 

@@ -47,7 +47,7 @@ from mqstore.conf.settings import FlushDiskType, StoreSettings
 from mqstore.engine.geometry import Geometry
 from mqstore.engine.get_result import GetResult
 from mqstore.engine.names import check_group, check_topic
-from mqstore.engine.record import DecodedRecord
+from mqstore.engine.record_decode import DecodedRecord
 from mqstore.ipc import control as c
 from mqstore.ipc.accepts import BOOL, INT, OPT_INT, OPT_STR, STR, check_types
 from mqstore.ipc.control_views import DispatchStats, Positions

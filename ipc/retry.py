@@ -15,7 +15,6 @@ is returned at once, as is the last answer when `timeout_s` has passed.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
@@ -47,6 +46,8 @@ def keyed_batch(
     messages: Iterable[Mapping[str, Any] | Message], new_key: Callable[[], str]
 ) -> list[Any]:
     """A batch whose every message has its UNIQ_KEY (a dict's `properties`, a Message's)."""
+    import dataclasses  # here: a producer's import does not load it
+
     out: list[Any] = []
     for m in messages:
         if isinstance(m, Message):

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from mqstore.conf.load import ConfigError
     from mqstore.engine.checkpoint import CheckpointError
     from mqstore.engine.fileio import StoreIOError
-    from mqstore.engine.record import DecodedRecord, Message, RecordError, RecordView
+    from mqstore.engine.record import Message, RecordError
+    from mqstore.engine.record_decode import DecodedRecord, RecordView
     from mqstore.engine.segment import SegmentNameError, SegmentSizeError
     from mqstore.engine.storedir import StoreDirError
     from mqstore.ipc.access import StoreAccessDenied

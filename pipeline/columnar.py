@@ -33,7 +33,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mqstore.engine import compression
+from mqstore.engine import compression, record_decode
 from mqstore.engine import record as rec
 from mqstore.engine.filler import is_filler
 from mqstore.engine.recordcodes import format_host
@@ -349,7 +349,7 @@ def build_slow(
     """The same rows through the engine's own `decode()`, one record at a time."""
     rows = []
     for pos in starts:
-        d = compression.inflate(rec.decode(buf, pos))
+        d = compression.inflate(record_decode.decode(buf, pos))
         if is_filler(d) or not flt.matches(d.topic, d.store_timestamp):
             continue
         if not d.crc_ok and not include_corrupt:
@@ -359,7 +359,7 @@ def build_slow(
     return rows_to_batch(rows, columns)
 
 
-def record_row(d: rec.DecodedRecord) -> dict[str, Any]:
+def record_row(d: record_decode.DecodedRecord) -> dict[str, Any]:
     """One output row of a decoded record (the engine's fields plus `problem`)."""
     row = {name: getattr(d, name) for name in COLUMN_NAMES[:-1]}
     row["problem"] = None if d.crc_ok else CRC_MISMATCH

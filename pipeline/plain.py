@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from mqstore.engine import compression, fileio, storedir
+from mqstore.engine import compression, fileio, record_decode, storedir
 from mqstore.engine import record as rec
 from mqstore.engine.filler import is_filler
 
@@ -33,7 +33,7 @@ def read_file(path: str) -> bytes:
 
 def iter_records(
     store_dir: str | os.PathLike[str], *, include_corrupt: bool = False
-) -> Iterator[rec.DecodedRecord]:
+) -> Iterator[record_decode.DecodedRecord]:
     """Every message record of a local store, in commit-log order; a compressed body
     (sysFlag 0x1) inflated to its original bytes, as the data source gives it."""
     flushed = storedir.read_flushed_offset(store_dir)
@@ -45,7 +45,7 @@ def iter_records(
         pos = 0
         while pos < limit:
             try:
-                d = rec.decode(buf, pos, limit=limit)
+                d = record_decode.decode(buf, pos, limit=limit)
             except rec.RecordError:
                 break
             if d.physical_offset != seg.start_offset + pos:

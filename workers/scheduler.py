@@ -43,7 +43,8 @@ from mqstore.conf.settings import parse_delay_levels
 from mqstore.engine import jsonconfig
 from mqstore.engine.geometry import Geometry
 from mqstore.engine.reader import GetStatus
-from mqstore.engine.record import SCHEDULE_TOPIC, DecodedRecord, Message
+from mqstore.engine.record import SCHEDULE_TOPIC, Message
+from mqstore.engine.record_decode import DecodedRecord
 from mqstore.engine.retry import timeup_message
 from mqstore.ipc.channel import SupervisorUnavailable
 from mqstore.ipc.client import StoreClient

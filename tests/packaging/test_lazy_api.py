@@ -47,6 +47,22 @@ _NOT_FOR_A_PRODUCER = (
     "fnmatch",
     "importlib.util",
     "ipaddress",  # the store's host, parsed at attach: inet_pton reads its spelling
+    # the read side, imported by a client's first read (`StoreClient._Read`) and the decoded
+    # records by their first use (`engine.record.__getattr__`): ~38M instructions and 7
+    # dataclass decorations of every producer's start (bench/results/client_start.md)
+    "mqstore.ipc.reads",
+    "mqstore.ipc.read_results",
+    "mqstore.engine.get_result",
+    "mqstore.engine.record_decode",
+    # dataclasses and what it imports (inspect: ast, dis, tokenize, linecache): ~38M
+    # instructions; a producer's three frozen dataclasses (StoreSettings, Message,
+    # Geometry) are engine.frozen's, which needs none of them until asked for fields
+    "dataclasses",
+    "inspect",
+    "ast",
+    "dis",
+    "tokenize",
+    "linecache",
 )
 
 # With the interpreter's `site` off (-S), so that nothing else has loaded them first (the
@@ -93,23 +109,19 @@ def test_the_install_adds_no_import_hook_and_no_bare_top_level_names(tmp_path: P
     assert bare == []
 
 
-# The dataclasses a producer's import decorates: each one's __init__, __repr__, __eq__, ...
-# are compiled with exec at import (0.4-2 ms of CPU each). These stay dataclasses because
-# they are public (`mqstore.__all__`) or `dataclasses.fields`/`replace` is called on them;
+# The dataclasses a producer's import makes. With `dataclasses.dataclass` each one's
+# __init__, __repr__, __eq__, ... were compiled with exec at import (0.4-2 ms of CPU each);
+# these three are `engine.frozen.dataclass`'s (no code compiled, tests/engine/test_frozen.py
+# holds them to their dataclasses twins). They stay dataclasses because they are public
+# (`mqstore.__all__`) or `dataclasses.fields`/`replace` is called on them;
 # an internal record on this path is a NamedTuple (ipc.session.Attached, ipc.control.Geometry,
 # engine.findings.Finding, engine.topics.TopicConfig, engine.retry.SendBack,
-# conf.settings.SettingInfo were dataclasses).
+# conf.settings.SettingInfo were dataclasses); the read side's (RecordFields, DecodedRecord,
+# RecordView, GetResult, PullResult, PullViews, _Pulled) load with a client's first read.
 _PRODUCER_DATACLASSES = {
     "mqstore.conf.settings.StoreSettings",
     "mqstore.engine.geometry.Geometry",
     "mqstore.engine.record.Message",
-    "mqstore.engine.record.RecordFields",
-    "mqstore.engine.record.DecodedRecord",
-    "mqstore.engine.record.RecordView",
-    "mqstore.engine.get_result.GetResult",
-    "mqstore.ipc.read_results._Pulled",
-    "mqstore.ipc.read_results.PullResult",
-    "mqstore.ipc.read_results.PullViews",
 }
 
 _DATACLASS_PROBE = """
@@ -148,6 +160,65 @@ def test_a_producer_import_without_site_loads_no_pathlib() -> None:
     )
     loaded = json.loads(out.stdout)
     assert [m for m in _NOT_FOR_A_PRODUCER_WITHOUT_SITE if loaded[m]] == []
+
+
+_READS = (
+    "pull", "get", "get_by_msg_id", "query", "offset_for_time", "min_offset", "max_offset",
+    "commit_offset", "committed_offset",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("via", ["class", "instance"])
+def test_a_read_method_first_looked_up_is_client_reads_own(via: str) -> None:
+    """`StoreClient.pull` and its siblings, first looked up on the class or on an instance
+    in a fresh interpreter, are `ClientReads`' methods run in-process: its name and
+    docstring, bound to the client, and the class holds the method from then on."""
+    probe = """
+import json, sys
+from mqstore import StoreClient
+loaded = "mqstore.ipc.reads" in sys.modules
+c = object.__new__(StoreClient)  # no attach: only the lookups are probed
+out = {}
+for name in sys.argv[2:]:
+    m = getattr(StoreClient if sys.argv[1] == "class" else c, name)
+    from mqstore.ipc.reads import ClientReads
+    want = getattr(ClientReads, name)
+    out[name] = [m.__name__ == name, m.__doc__ == want.__doc__,
+                 m.__qualname__ == "StoreClient." + name,
+                 getattr(m, "__self__", c) is c,
+                 vars(StoreClient)[name] is getattr(StoreClient, name),
+                 getattr(StoreClient, name) is getattr(StoreClient, name)]
+print(json.dumps([loaded, out]))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", probe, via, *_READS],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    loaded, got = json.loads(out.stdout)
+    assert loaded is False
+    assert got == {name: [True] * 6 for name in _READS}
+
+
+def test_the_decoded_records_are_engine_records_own() -> None:
+    """`RecordFields`, `DecodedRecord`, `RecordView`, `decode` and `decompress_body` are
+    `engine.record`'s names (defined in `engine.record_decode`), and a decoded record
+    pickles under `mqstore.engine.record`, as it did."""
+    import pickle
+
+    from mqstore.engine import record, record_decode
+
+    for name in record._DECODE_SIDE:
+        assert getattr(record, name) is getattr(record_decode, name)
+    for cls in (record.RecordFields, record.DecodedRecord, record.RecordView):
+        assert cls.__module__ == "mqstore.engine.record"
+    msg = record.Message(topic="t", body=b"hello", properties={"TAGS": "a"})
+    enc = record.encode(msg)
+    got = record.decode(enc.data, 0)
+    assert type(got) is record.DecodedRecord and got.body == b"hello" and got.tags == "a"
+    assert pickle.loads(pickle.dumps(got)) == got
+    assert b"mqstore.engine.record\n" in pickle.dumps(got, protocol=0)
+    with pytest.raises(AttributeError, match="has no attribute 'RecordFieldz'"):
+        _ = record.RecordFieldz
 
 
 @pytest.mark.parametrize("name", sorted(set(mqstore.__all__) - {"__version__"}))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from mqstore.conf.load import ConfigError, load_settings
 from mqstore.engine.reader import StoreReader
-from mqstore.engine.record import DecodedRecord
+from mqstore.engine.record_decode import DecodedRecord
 from mqstore.ipc.channel import SupervisorUnavailable
 from mqstore.ipc.client import StoreClient
 from mqstore.ipc.locks import store_lock_holder

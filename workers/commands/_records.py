@@ -19,7 +19,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from mqstore.engine.record import RecordFields
+from mqstore.engine.record_decode import RecordFields
 
 BODY_FORMATS = ("text", "base64", "hex")
 

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 from mqstore.engine.compression import inflate
 from mqstore.engine.logwalk import ScanStop
-from mqstore.engine.record import DecodedRecord, decode
+from mqstore.engine.record_decode import DecodedRecord, decode
 from mqstore.engine.storedir import StoreDirError
 from mqstore.workers.commands._common import (
     add_store_arguments,

@@ -31,7 +31,8 @@ from mqstore.conf.load import ConfigError, load_settings
 from mqstore.engine import fileio
 from mqstore.engine.indexfile import IndexGeometryError
 from mqstore.engine.reader import MAX_TIMESTAMP_MS, MaxOffsetFn, StoreReader
-from mqstore.engine.record import PROPERTY_UNIQ_KEY, RecordFields
+from mqstore.engine.record import PROPERTY_UNIQ_KEY
+from mqstore.engine.record_decode import RecordFields
 from mqstore.engine.segment import SegmentNameError, SegmentSizeError
 from mqstore.engine.storedir import read_flushed_offset
 from mqstore.ipc.locks import store_lock_holder
