@@ -19,12 +19,21 @@ touched, opened lazily). Three steps, each with one owner of the position it mov
   `flush_and_wake` also wakes the sync waiters the flush covered (`wake_mask`) and
   counts it in the control block's fsync histograms.
 
-Under SYNC_FLUSH the flusher's round (gather, commit, flush, wake) is one C call without
-the GIL, `sync_round` (`ipc/native/mqs_round.c`), when every byte of it lies in one
-segment; while a fault or a sync watch is set its I/O calls go through `engine.fileio`'s
-seams (`fileio.native_seam`), so the fault and power-loss suites test the round that
-runs. `sync_round_py` is its Python twin and does the rest (a segment boundary, fills
-for dead producers).
+The flush step is C, without the GIL (`ipc/native/mqs_round.c`), and only C in
+production: `flush`/`flush_and_wake` (ASYNC_FLUSH's interval flush, the SYNC_FLUSH
+flusher's timed flush, the supervisor's drain) are `_native.flush_step`, and the
+flusher's SYNC_FLUSH round (gather, commit, flush, wake) is `_native.sync_round`. Either
+call is given the files of the segment holding `flushed_pos` and the ones after it
+(opened once here and kept, up to ROUND_SEGS): a range across segment boundaries is
+forced file by file, in order, and `flushed_pos` moves once, after the last fdatasync
+returned; a range past the files given (more than ROUND_SEGS) takes another call. While a
+fault or a sync watch is set their I/O calls go through `engine.fileio`'s seams
+(`fileio.native_seam`), so the fault and power-loss suites test the step that runs.
+`flush_py`, `flush_and_wake_py` and `sync_round_py` are their Python references, run by
+the differential tests only (`tests/native/test_sync_round_diff.py`). What stays Python
+is the commit step of the committer (`commit()`, with its fills of dead producers'
+reservations, `publish()`): the C round commits what is published and leaves the fills
+to it.
 
 Least-pages rules are RocketMQ's: whole 4 KiB pages between the two positions, or a
 segment boundary crossed, or `least_pages <= 0` for anything new.
