@@ -52,7 +52,13 @@ from mqstore.engine import fileio, storedir
 from mqstore.engine.filler import INTERNAL_TOPIC, write_filler
 from mqstore.engine.segment import OS_PAGE_SIZE, Segment, segment_file_name
 from mqstore.ipc import control as c
-from mqstore.ipc.control_views import FlushStats, Histograms, Positions, Reservation
+from mqstore.ipc.control_views import (
+    FlushStats,
+    Histograms,
+    Positions,
+    Reservation,
+    flushed_pos,
+)
 from mqstore.ipc.locks import COMMIT_LOCK, FileLock
 from mqstore.ipc.reservation import LiveTable
 
@@ -70,8 +76,9 @@ from mqstore.ipc.reservation import LiveTable
 COMMIT_STEP: Final = 1 << 20
 DEAD_CHECK_AFTER_S: Final = 0.02  # a slot must be stuck this long before its pid is checked
 ROUND_FORCED: Final = 0  # _native.sync_round's and flush_step's codes (mqs_round.h)
-ROUND_MORE: Final = 2  # ran past the files given: again, with the next ones
+ROUND_MORE: Final = 2  # forced up to the end of the files given: again, with the next ones
 ROUND_FAILED: Final = 3
+ROUND_NO_FILE: Final = 4  # nothing forced: a segment to write or force had no file given
 ROUND_OPS: Final = ("", "flock", "pwrite", "fdatasync", "pwrite")  # by the op it returns
 ROUND_OP_CHECK: Final = 5  # published past reserved (EUCLEAN): the commit's own check
 ROUND_SEGS: Final = 8  # segment files one C call takes (MQS_ROUND_SEGS)
@@ -142,6 +149,8 @@ class LogFiles:
         self._flushed_fd = -1
         self._flushed_path = os.path.join(store_dir, storedir.FLUSHED_OFFSET_FILE)
         self._fds: dict[int, tuple[int, str]] = {}  # segment index: (fd, path), the C step's
+        self._fds_at = -1  # the `first` of the last `_seg_fds`, and its answer
+        self._fds_tuple: tuple[int, ...] = ()
         self._live = LiveTable(store_dir)
 
     def segment(self, index: int) -> Segment:
@@ -174,6 +183,7 @@ class LogFiles:
         for fd, _path in self._fds.values():
             fileio.close(fd)
         self._fds.clear()
+        self._fds_at, self._fds_tuple = -1, ()
 
     # --- publish ----------------------------------------------------------------------
 
@@ -336,40 +346,33 @@ class LogFiles:
     def flush_and_wake(self, least_pages: int = 0) -> tuple[int, int] | None:
         """`flush`, and its (t_forced, t_waked), or None when it forced nothing. Its
         Python reference is `flush_and_wake_py`. Raises StoreIOError."""
-        times, n = None, 0
+        buf, times, n = self.cb.buf, None, 0
         while True:
-            fl, com = self.pos.flushed, self.pos.committed
-            index = fl // self.size
-            fds = self._seg_fds(index, n or self._files_made(index))
+            index = flushed_pos(buf) // self.size
+            fds = self._seg_fds(index, n)
             code, op, err, t_forced, t_waked, _ns, fd = _native.flush_step(
-                self.cb.buf, index, fds, self._offset_file()[0], least_pages,
-                self._step_seam(fds),
-            )  # fmt: skip
-            if code == ROUND_FAILED:
-                self._step_failed(op, err, fd)
-            if code in (ROUND_FORCED, ROUND_MORE) and self.pos.flushed > fl:
+                buf, index, fds, self._offset_file()[0], least_pages, self._step_seam(fds)
+            )
+            if code == ROUND_FORCED:
+                return t_forced, t_waked
+            if code == ROUND_MORE:
                 times = t_forced, t_waked
-            if code != ROUND_MORE:
+            elif code != ROUND_NO_FILE or n == ROUND_SEGS:
+                self._step_ended(code, op, err, fd, index)
                 return times
-            self._check_moved(fl, com, n, index, fds)
-            n = ROUND_SEGS
+            n = ROUND_SEGS  # the next files, or a fresh look for a missing one
 
-    def _check_moved(self, fl: int, com: int, n: int, index: int, fds: tuple[int, ...]) -> None:
-        """After a C step that ran past the files given: it moved a position, or it was
-        given ROUND_SEGS files already and still had none for the bytes it must write or
-        force (a file that is not there: StoreIOError ENOENT, as opening it would)."""
-        if n < ROUND_SEGS or (fl, com) != (self.pos.flushed, self.pos.committed):
-            return
-        missing = index + (fds.index(-1) if -1 in fds else len(fds))
-        path = os.path.join(self.log_dir, segment_file_name(missing * self.size))
-        raise fileio.StoreIOError("open", path, OSError(errno.ENOENT, os.strerror(errno.ENOENT)))
-
-    def _files_made(self, index: int) -> int:
-        """How many files from segment `index` on the C step is given: those the
-        allocator made (`allocated`), at most ROUND_SEGS, at least 2 (one may be
-        missing: -1)."""
-        made = (self.pos.allocated - 1) // self.size - index + 1
-        return min(max(made, 2), ROUND_SEGS)
+    def _step_ended(self, code: int, op: int, err: int, fd: int, index: int) -> None:
+        """After a C step that forced nothing more: nothing (ROUND_IDLE), or raise its
+        StoreIOError: a call failed (ROUND_FAILED: call `op` on descriptor `fd` with
+        errno `err`), or segment `index + fd` holds bytes to commit or force and has no
+        file, looked for just now (ROUND_NO_FILE: ENOENT, as opening it would)."""
+        if code == ROUND_FAILED:
+            self._step_failed(op, err, fd)
+        if code == ROUND_NO_FILE:
+            path = os.path.join(self.log_dir, segment_file_name((index + fd) * self.size))
+            gone = OSError(errno.ENOENT, os.strerror(errno.ENOENT))
+            raise fileio.StoreIOError("open", path, gone)
 
     def _offset_file(self) -> tuple[int, str]:
         if self._flushed_fd < 0:
@@ -382,9 +385,16 @@ class LogFiles:
         storedir.write_flushed_offset(fd, offset, path)
 
     def _seg_fds(self, first: int, n: int) -> tuple[int, ...]:
-        """The descriptors of segments `first` .. `first + n - 1` for the C step, opened
-        once and kept while the flushed position has not passed them; -1 for a file
-        that is not there yet (and for every one after it). Raises StoreIOError."""
+        """The descriptors of segments `first`, `first + 1`, ... for the C step: as many
+        as the allocator made (`allocated`, at least 2), or `n`; at most ROUND_SEGS; -1
+        for a file that is not there (and every one after it). Opened once and kept
+        while the flushed position has not passed them; the tuple itself is kept while
+        `first` stays (n 0). Raises StoreIOError."""
+        if n == 0 and first == self._fds_at:
+            return self._fds_tuple
+        if n == 0:
+            made = (self.pos.allocated - 1) // self.size - first + 1
+            n = min(max(made, 2), ROUND_SEGS)
         fds = self._fds
         for old in [i for i in fds if i < first]:
             fileio.close(fds.pop(old)[0])
@@ -400,7 +410,8 @@ class LogFiles:
                         raise
                     break
             out.append(got[0])
-        return tuple(out) + (-1,) * (n - len(out))
+        self._fds_at, self._fds_tuple = first, tuple(out) + (-1,) * (n - len(out))
+        return self._fds_tuple
 
     def _step_seam(self, fds: tuple[int, ...]) -> Callable[[int, int], int] | None:
         """The C step's I/O seam while a fault or a sync watch is set (its calls then
@@ -481,27 +492,27 @@ class LogFiles:
         """Gather (until published_seq reaches `want_seq`, at most `gather_ns`), commit up
         to the sync request, flush and wake: one C call without the GIL
         (`_native.sync_round`), again with more files when the range runs past the ones
-        given (a segment boundary). Its times, or None when it forced nothing. Raises
+        given (segment boundaries). Its times, or None when it forced nothing. Raises
         StoreIOError."""
         cb, pool = self.cb, self.cb.pool_buf if self.pool else None
-        times, gathered, n = None, 0, 0
+        buf, times, n = cb.buf, None, 0
         while True:
-            fl, com = self.pos.flushed, self.pos.committed
-            index = fl // self.size
-            fds = self._seg_fds(index, n or self._files_made(index))
+            index = flushed_pos(buf) // self.size
+            fds = self._seg_fds(index, n)
             code, op, err, *t = _native.sync_round(
-                cb.buf, pool, index, fds, self._commit_lock.fd, self._offset_file()[0],
+                buf, pool, index, fds, self._commit_lock.fd, self._offset_file()[0],
                 want_seq, gather_ns, self._step_seam(fds),
             )  # fmt: skip
-            if code == ROUND_FAILED:
-                self._step_failed(op, err, t[5])
-            gathered = gathered or t[0]
-            if code in (ROUND_FORCED, ROUND_MORE) and self.pos.flushed > fl:
-                times = gathered, t[1], t[2], t[3]
-            if code != ROUND_MORE:
+            if times is not None:
+                t[0] = times[0]  # the first call's gather
+            if code == ROUND_FORCED:
+                return t[0], t[1], t[2], t[3]
+            if code == ROUND_MORE:
+                times = t[0], t[1], t[2], t[3]
+            elif code != ROUND_NO_FILE or n == ROUND_SEGS:
+                self._step_ended(code, op, err, t[5], index)
                 return times
-            self._check_moved(fl, com, n, index, fds)
-            n, want_seq = ROUND_SEGS, 0
+            n, want_seq = ROUND_SEGS, 0  # the next files, or a fresh look for a missing one
 
     def sync_round_py(self, want_seq: int, gather_ns: int) -> RoundTimes | None:
         """`sync_round` in Python (`_native.sync_round`'s reference, never run in

@@ -406,6 +406,8 @@ static PyObject *flush_step(PyObject *const *args, Py_ssize_t n, int round)
     if (has_pool)
         PyBuffer_Release(&pool);
     PyBuffer_Release(&v);
+    if (rc == MQS_ROUND_NO_FILE)
+        out.fd = out.missing; /* the last item: the failed call's fd, or this */
     if (!round)
         return Py_BuildValue("(iiiLLLi)", rc, out.op, out.err, (long long)out.t_forced,
                              (long long)out.t_waked, (long long)out.fsync_ns, out.fd);

@@ -88,7 +88,7 @@ static int seg_fd(const struct mqs_round_in *in, int64_t index)
 /* LogFiles.commit(0) without the fills: publish (the producers' lock-free step), then
  * under the commit lock the pool's [committed, published) into the files, segment by
  * segment, `committed` moved after each. It stops at the first segment whose file it was
- * not given (MQS_ROUND_MORE): `committed` then ends at a segment's end, a record
+ * not given (MQS_ROUND_MORE, out->missing): `committed` then ends at a segment's end, a record
  * boundary, and COMMITTED_TS/SEQ stay as they were (they are stamped only when the
  * commit reaches `published`, as the Python commit does). COMMITTED_SEQ is read before
  * the position: every seq below it is committed. */
@@ -111,6 +111,7 @@ static int commit(const struct mqs_round_in *in, struct mqs_round_out *out, int6
             int64_t end = pub < base + size ? pub : base + size;
             int fd = seg_fd(in, index);
             if (fd < 0) {
+                out->missing = index - in->seg_index;
                 rc = MQS_ROUND_MORE;
                 break;
             }
@@ -143,7 +144,8 @@ static int commit(const struct mqs_round_in *in, struct mqs_round_out *out, int6
  * flushed_pos ends at the last one's end (a segment's end, a record boundary, as
  * RocketMQ's flush of one file leaves flushedWhere); FLUSHED_SEQ/TS then stay as they
  * were (the slots up to there are not known here: a lower bound stays true) and the
- * force counts no messages; MQS_ROUND_MORE says to call again. */
+ * force counts no messages; MQS_ROUND_MORE says to call again. No file for flushed_pos
+ * itself: MQS_ROUND_NO_FILE, nothing done. */
 static int force(const struct mqs_round_in *in, struct mqs_round_out *out, int64_t size)
 {
     uint8_t *ctl = in->ctl;
@@ -161,6 +163,7 @@ static int force(const struct mqs_round_in *in, struct mqs_round_out *out, int64
         int64_t index = at / size, end = (index + 1) * size;
         int fd = seg_fd(in, index);
         if (fd < 0) {
+            out->missing = index - in->seg_index;
             upto = at;
             break;
         }
@@ -169,7 +172,7 @@ static int force(const struct mqs_round_in *in, struct mqs_round_out *out, int64
         at = end < upto ? end : upto;
     }
     if (upto == fl)
-        return MQS_ROUND_MORE; /* not even the first file: nothing forced */
+        return MQS_ROUND_NO_FILE; /* not even the first file: nothing forced */
     int whole = upto == com;
     int64_t ns = mqs_mono_ns() - t0, fseq = get(ctl, MQS_OFF_FLUSHED_SEQ);
     int64_t msgs = whole && cseq > fseq ? cseq - fseq : 0;
@@ -192,6 +195,7 @@ static int force(const struct mqs_round_in *in, struct mqs_round_out *out, int64
     mqs_flushed_wake(ctl, mqs_wake_mask(fl, upto));
     out->t_waked = mqs_mono_ns();
     out->fsync_ns = ns;
+    out->forced = 1;
     int64_t b = MQS_OFF_FSYNC_HIST +
                 8 * mqs_hist_bucket(ns / 1000, MQS_FSYNC_HIST_SHIFT, MQS_FSYNC_HIST_BUCKETS);
     put(ctl, b, get(ctl, b) + 1);
@@ -228,7 +232,10 @@ int mqs_sync_round(const struct mqs_round_in *given, struct mqs_round_out *out)
         more = rc == MQS_ROUND_MORE;
     }
     int rc = force(in, out, size);
-    return more && rc != MQS_ROUND_FAILED ? MQS_ROUND_MORE : rc;
+    if (rc == MQS_ROUND_FAILED || rc == MQS_ROUND_NO_FILE || !more)
+        return rc;
+    /* the commit stopped before a file it was not given: again, if this forced */
+    return out->forced ? MQS_ROUND_MORE : MQS_ROUND_NO_FILE;
 }
 
 int mqs_flush(const struct mqs_round_in *given, struct mqs_round_out *out)

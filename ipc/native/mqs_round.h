@@ -19,8 +19,10 @@
 enum {
     MQS_ROUND_FORCED = 0,   /* forced, flushed_pos moved, waiters woken */
     MQS_ROUND_IDLE = 1,     /* nothing committed beyond flushed_pos: nothing forced */
-    MQS_ROUND_MORE = 2,     /* ran past the files given: call again with the next ones */
+    MQS_ROUND_MORE = 2,     /* forced up to the files' end: call again with the next ones */
     MQS_ROUND_FAILED = 3,   /* an I/O call failed (out.op, out.err): fail the store */
+    MQS_ROUND_NO_FILE = 4,  /* nothing forced: no file given for segment seg_index +
+                             * out.missing, which holds bytes to commit or force */
 };
 
 /* Which call failed. */
@@ -67,6 +69,8 @@ struct mqs_round_in {
 struct mqs_round_out {
     int64_t t_gathered, t_committed, t_forced, t_waked, fsync_ns; /* CLOCK_MONOTONIC ns */
     int op, err, fd; /* the call that failed, its errno and descriptor */
+    int missing;     /* MQS_ROUND_NO_FILE: the segment (from seg_index) with no file */
+    int forced;      /* this call forced (flushed_pos moved) */
 };
 
 /* The SYNC_FLUSH round: gather, commit when the sync request is beyond committed, force

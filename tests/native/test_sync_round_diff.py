@@ -184,7 +184,7 @@ def test_a_range_over_more_files_than_one_call_takes(
     watch = _Watch()
     with store(False, n) as (da, a, fa), store(False, n) as (db, b, fb):
         sizes = [6000] * (11 * SEG // 6000)
-        for d, cb, files in ((da, a, fa), (db, b, fb)):
+        for d, cb in ((da, a), (db, b)):
             publish(d, cb, sizes, fill=5)
         fb.commit(0)
         fb.flush_and_wake_py(0)
@@ -221,6 +221,25 @@ def test_a_missing_file_under_committed_bytes_fails_the_step() -> None:
         assert (ei.value.op, ei.value.errno) == ("open", errno.ENOENT)
         assert ei.value.path.endswith(segment_file_name(SEG))
         assert cb.get(c.OFF_FLUSHED) == SEG  # the first file's end: a record boundary
+
+
+@pytest.mark.usefixtures("no_python")
+@pytest.mark.parametrize("pool", [True, False])
+def test_a_file_made_after_the_step_looked_is_found(pool: bool) -> None:
+    """The C step's files are opened once and kept; one that was not there yet (the
+    allocator behind) is looked for again when a round needs it."""
+    with store(pool) as (d, cb, files):
+        nxt = d / "commitlog" / segment_file_name(SEG)
+        nxt.rename(d / "aside")
+        cb.set(c.OFF_ALLOCATED, SEG)
+        publish(d, cb, [1000], fill=1)
+        assert files.sync_round(0, 0) is not None  # segment 1: looked for, not there
+        (d / "aside").rename(nxt)
+        cb.set(c.OFF_ALLOCATED, 2 * SEG)
+        publish(d, cb, [9000] * 8, fill=2)  # into segment 1
+        assert files.sync_round(0, 0) is not None
+        assert cb.get(c.OFF_FLUSHED) == cb.get(c.OFF_COMMITTED) == cb.get(c.OFF_PUBLISHED)
+        assert cb.get(c.OFF_FLUSHED) > SEG
 
 
 @settings(max_examples=500, deadline=None)
