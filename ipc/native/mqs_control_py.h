@@ -56,10 +56,10 @@ PyObject *mqs_py_fetch_and_not(PyObject *m, PyObject *const *args, Py_ssize_t n)
     MQS_FAST(sync_round, "sync_round(ctl, pool, seg_index, seg_fds, lock_fd, "                   \
         "offset_fd, want_seq, gather_ns[, io_hook]) -> (code, op, errno, "                       \
         "t_gathered, t_committed, t_forced, t_waked, "                                           \
-        "fsync_ns, fd): the flusher's SYNC_FLUSH round, GIL "                                        \
+        "fsync_ns, fd): the flusher's SYNC_FLUSH round, GIL "                                    \
         "released (ipc/native/mqs_round.h)."),                                                   \
-    MQS_FAST(flush_step, "flush_step(ctl, seg_index, seg_fds, offset_fd, least_pages"           \
-        "[, io_hook]) -> (code, op, errno, t_forced, t_waked, fsync_ns, fd): the "                   \
+    MQS_FAST(flush_step, "flush_step(ctl, seg_index, seg_fds, offset_fd, least_pages"            \
+        "[, io_hook]) -> (code, op, errno, t_forced, t_waked, fsync_ns, fd): the "               \
         "flusher's timed flush, GIL released (ipc/native/mqs_round.h)."),                        \
     MQS_ONE(flusher_wake, "flusher_wake(ctl): wake the flusher if it sleeps."),                  \
     MQS_ONE(sync_request, "sync_request(ctl) -> int: the furthest end a sync "                   \

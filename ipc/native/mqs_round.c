@@ -87,11 +87,11 @@ static int seg_fd(const struct mqs_round_in *in, int64_t index)
 
 /* LogFiles.commit(0) without the fills: publish (the producers' lock-free step), then
  * under the commit lock the pool's [committed, published) into the files, segment by
- * segment, `committed` moved after each. It stops at the first segment whose file it was
- * not given (MQS_ROUND_MORE, out->missing): `committed` then ends at a segment's end, a record
- * boundary, and COMMITTED_TS/SEQ stay as they were (they are stamped only when the
- * commit reaches `published`, as the Python commit does). COMMITTED_SEQ is read before
- * the position: every seq below it is committed. */
+ * segment, `committed` moved after each. It stops at the first segment whose file it
+ * was not given (MQS_ROUND_MORE, out->missing): `committed` then ends at a segment's
+ * end, a record boundary, and COMMITTED_TS/SEQ stay as they were (they are stamped
+ * only when the commit reaches `published`, as the Python commit does). COMMITTED_SEQ
+ * is read before the position: every seq below it is committed. */
 static int commit(const struct mqs_round_in *in, struct mqs_round_out *out, int64_t size)
 {
     uint8_t *ctl = in->ctl;
