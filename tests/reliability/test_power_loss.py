@@ -25,13 +25,22 @@ from pathlib import Path
 import pytest
 
 from mqstore import StoreClient
+from mqstore.engine import fileio
 from mqstore.engine.checkpoint import CheckpointFields
 from mqstore.engine.consumequeue_store import ConsumeQueueStore
 from mqstore.engine.indexservice import IndexService
+from mqstore.engine.segment import segment_file_name
 from mqstore.ipc import control as c
 from mqstore.ipc.commit import pid_alive
+from tests.native.test_sync_round_diff import SEG, publish, store
 from tests.reliability.conftest import FIGURES, sized
-from tests.reliability.powerloss import build_image, log_sync_counts, seed_shadow, shadow_env
+from tests.reliability.powerloss import (
+    ShadowRecorder,
+    build_image,
+    log_sync_counts,
+    seed_shadow,
+    shadow_env,
+)
 from tests.reliability.test_crash import GroupStore, Producer
 from tests.reliability.verify import verify, verify_queues
 from tests.reliability.workload import Acks
@@ -45,7 +54,8 @@ def test_power_loss_cycles(tmp_path: Path, variant: str, seed: int) -> None:
     rng = random.Random(f"{seed}-{variant}")
     store_dir = tmp_path / "disk0"
     acks: dict[str, Acks] = {}
-    stats: Counter[str] = Counter()
+    # the summary shows this one even at 0, what it must be
+    stats: Counter[str] = Counter({"commit-log syncs by the Python flush step": 0})
     for cycle in range(cycles):
         why = f"(variant {variant}, cycle {cycle}, seed {seed})"
         tag = f"pl{cycle}"
@@ -191,3 +201,30 @@ def test_checkpoint_is_never_ahead_of_the_durable_queues(tmp_path: Path) -> None
     finally:
         index.close()
     FIGURES["checkpoint checked after a power cut: covered units"] += len(covered)
+
+
+def test_the_recorder_tells_the_c_flush_step_from_the_python_one(tmp_path: Path) -> None:
+    """`log_sync_counts`' keys, on real files: a sync by the C flush step, by its Python
+    reference (`ipc/commit.py`: what production must never run) and by other Python code
+    are told apart, so the suite's "Python flush step: 0" can fail."""
+    with store(pool=True) as (d, cb, files):
+        shadow = tmp_path / "shadow"
+        shadow.mkdir()
+        fileio.set_sync_watch(ShadowRecorder(str(shadow), str(d)))
+        try:
+            publish(d, cb, [1000], fill=1)
+            files.commit(0)
+            assert files.flush_and_wake(0) is not None  # C
+            publish(d, cb, [1000, 2000], fill=2)
+            files.commit(0)
+            assert files.flush_and_wake_py(0) is not None  # Python, ipc/commit.py
+            first = str(d / "commitlog" / segment_file_name(0))
+            fd = fileio.open_file(first, create=False)
+            fileio.fdatasync(fd, first)  # other Python code
+            fileio.close(fd)
+        finally:
+            fileio.set_sync_watch(None)
+        assert cb.get(c.OFF_FLUSHED) == 4000 < SEG
+    assert log_sync_counts(shadow) == Counter(
+        {"C flush step": 1, "Python flush step": 1, "allocator and recovery": 1}
+    )
