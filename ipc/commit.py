@@ -19,12 +19,21 @@ touched, opened lazily). Three steps, each with one owner of the position it mov
   `flush_and_wake` also wakes the sync waiters the flush covered (`wake_mask`) and
   counts it in the control block's fsync histograms.
 
-Under SYNC_FLUSH the flusher's round (gather, commit, flush, wake) is one C call without
-the GIL, `sync_round` (`ipc/native/mqs_round.c`), when every byte of it lies in one
-segment; while a fault or a sync watch is set its I/O calls go through `engine.fileio`'s
-seams (`fileio.native_seam`), so the fault and power-loss suites test the round that
-runs. `sync_round_py` is its Python twin and does the rest (a segment boundary, fills
-for dead producers).
+The flush step is C, without the GIL (`ipc/native/mqs_round.c`), and only C in
+production: `flush`/`flush_and_wake` (ASYNC_FLUSH's interval flush, the SYNC_FLUSH
+flusher's timed flush, the supervisor's drain) are `_native.flush_step`, and the
+flusher's SYNC_FLUSH round (gather, commit, flush, wake) is `_native.sync_round`. Either
+call is given the files of the segment holding `flushed_pos` and the ones after it
+(opened once here and kept, up to ROUND_SEGS): a range across segment boundaries is
+forced file by file, in order, and `flushed_pos` moves once, after the last fdatasync
+returned; a range past the files given (more than ROUND_SEGS) takes another call. While a
+fault or a sync watch is set their I/O calls go through `engine.fileio`'s seams
+(`fileio.native_seam`), so the fault and power-loss suites test the step that runs.
+`flush_py`, `flush_and_wake_py` and `sync_round_py` are their Python references, run by
+the differential tests only (`tests/native/test_sync_round_diff.py`). What stays Python
+is the commit step of the committer (`commit()`, with its fills of dead producers'
+reservations, `publish()`): the C round commits what is published and leaves the fills
+to it.
 
 Least-pages rules are RocketMQ's: whole 4 KiB pages between the two positions, or a
 segment boundary crossed, or `least_pages <= 0` for anything new.
@@ -40,11 +49,16 @@ from typing import Final
 
 from mqstore import _native
 from mqstore.engine import fileio, storedir
-from mqstore.engine.filesync import SyncMethod
 from mqstore.engine.filler import INTERNAL_TOPIC, write_filler
 from mqstore.engine.segment import OS_PAGE_SIZE, Segment, segment_file_name
 from mqstore.ipc import control as c
-from mqstore.ipc.control_views import FlushStats, Histograms, Positions, Reservation
+from mqstore.ipc.control_views import (
+    FlushStats,
+    Histograms,
+    Positions,
+    Reservation,
+    flushed_pos,
+)
 from mqstore.ipc.locks import COMMIT_LOCK, FileLock
 from mqstore.ipc.reservation import LiveTable
 
@@ -61,9 +75,13 @@ from mqstore.ipc.reservation import LiveTable
 # the step (a busy committer's tick, the steady state) goes in one step without a walk.
 COMMIT_STEP: Final = 1 << 20
 DEAD_CHECK_AFTER_S: Final = 0.02  # a slot must be stuck this long before its pid is checked
-ROUND_FORCED: Final = 0  # _native.sync_round's codes (ipc/native/mqs_round.h)
+ROUND_FORCED: Final = 0  # _native.sync_round's and flush_step's codes (mqs_round.h)
+ROUND_MORE: Final = 2  # forced up to the end of the files given: again, with the next ones
 ROUND_FAILED: Final = 3
+ROUND_NO_FILE: Final = 4  # nothing forced: a segment to write or force had no file given
 ROUND_OPS: Final = ("", "flock", "pwrite", "fdatasync", "pwrite")  # by the op it returns
+ROUND_OP_CHECK: Final = 5  # published past reserved (EUCLEAN): the commit's own check
+ROUND_SEGS: Final = 8  # segment files one C call takes (MQS_ROUND_SEGS)
 WAKE_ANY: Final = 0xFFFF_FFFF
 WAKE_SHIFT: Final = 12  # futex wake buckets of 4 KiB of log (ipc/native/mqs_futex.h)
 
@@ -130,7 +148,9 @@ class LogFiles:
         self._stuck: tuple[int, float] = (-1, 0.0)
         self._flushed_fd = -1
         self._flushed_path = os.path.join(store_dir, storedir.FLUSHED_OFFSET_FILE)
-        self._round_fd = (-1, -1)  # (segment index, fd) the C round forces
+        self._fds: dict[int, tuple[int, str]] = {}  # segment index: (fd, path), the C step's
+        self._fds_at = -1  # the `first` of the last `_seg_fds`, and its answer
+        self._fds_tuple: tuple[int, ...] = ()
         self._live = LiveTable(store_dir)
 
     def segment(self, index: int) -> Segment:
@@ -160,9 +180,10 @@ class LogFiles:
         if self._flushed_fd >= 0:
             fileio.close(self._flushed_fd)
             self._flushed_fd = -1
-        if self._round_fd[1] >= 0:
-            fileio.close(self._round_fd[1])
-            self._round_fd = (-1, -1)
+        for fd, _path in self._fds.values():
+            fileio.close(fd)
+        self._fds.clear()
+        self._fds_at, self._fds_tuple = -1, ()
 
     # --- publish ----------------------------------------------------------------------
 
@@ -310,10 +331,122 @@ class LogFiles:
         pos.stamp_committed(ts, pseq)
         return com - start
 
-    # --- flush --------------------------------------------------------------------------
+    # --- flush: the C step (production) ------------------------------------------------
 
     def flush(self, least_pages: int = 0) -> int:
-        """Force `[flushed, committed)`; return bytes flushed. Raises StoreIOError."""
+        """Force `[flushed, committed)` under the least-pages rule; return bytes flushed.
+        Flusher only (supervisor at drain). In C without the GIL (`_native.flush_step`):
+        fdatasync of each file in order, then the fsync statistics and histograms,
+        `flushed_pos`, `<store>/flushed_offset` and the wake of the waiters it covered
+        (`flush_and_wake`). Raises StoreIOError."""
+        before = self.pos.flushed
+        self.flush_and_wake(least_pages)
+        return self.pos.flushed - before
+
+    def flush_and_wake(self, least_pages: int = 0) -> tuple[int, int] | None:
+        """`flush`, and its (t_forced, t_waked), or None when it forced nothing. Its
+        Python reference is `flush_and_wake_py`. Raises StoreIOError."""
+        buf, times, n = self.cb.buf, None, 0
+        while True:
+            index = flushed_pos(buf) // self.size
+            fds = self._seg_fds(index, n)
+            code, op, err, t_forced, t_waked, _ns, fd = _native.flush_step(
+                buf, index, fds, self._offset_file()[0], least_pages, self._step_seam(fds)
+            )
+            if code == ROUND_FORCED:
+                return t_forced, t_waked
+            if code == ROUND_MORE:
+                times = t_forced, t_waked
+            elif code != ROUND_NO_FILE or n == ROUND_SEGS:
+                self._step_ended(code, op, err, fd, index)
+                return times
+            n = ROUND_SEGS  # the next files, or a fresh look for a missing one
+
+    def _step_ended(self, code: int, op: int, err: int, fd: int, index: int) -> None:
+        """After a C step that forced nothing more: nothing (ROUND_IDLE), or raise its
+        StoreIOError: a call failed (ROUND_FAILED: call `op` on descriptor `fd` with
+        errno `err`), or segment `index + fd` holds bytes to commit or force and has no
+        file, looked for just now (ROUND_NO_FILE: ENOENT, as opening it would)."""
+        if code == ROUND_FAILED:
+            self._step_failed(op, err, fd)
+        if code == ROUND_NO_FILE:
+            path = os.path.join(self.log_dir, segment_file_name((index + fd) * self.size))
+            gone = OSError(errno.ENOENT, os.strerror(errno.ENOENT))
+            raise fileio.StoreIOError("open", path, gone)
+
+    def _offset_file(self) -> tuple[int, str]:
+        if self._flushed_fd < 0:
+            self._flushed_fd = fileio.open_file(self._flushed_path, create=True, mode=0o600)
+        return self._flushed_fd, self._flushed_path
+
+    def write_flushed_offset(self, offset: int) -> None:
+        """Rewrite `<store>/flushed_offset` in place (the Spark reader's limit)."""
+        fd, path = self._offset_file()
+        storedir.write_flushed_offset(fd, offset, path)
+
+    def _seg_fds(self, first: int, n: int) -> tuple[int, ...]:
+        """The descriptors of segments `first`, `first + 1`, ... for the C step: as many
+        as the allocator made (`allocated`, at least 2), or `n`; at most ROUND_SEGS; -1
+        for a file that is not there (and every one after it). Opened once and kept
+        while the flushed position has not passed them; the tuple itself is kept while
+        `first` stays (n 0). Raises StoreIOError."""
+        if n == 0 and first == self._fds_at:
+            return self._fds_tuple
+        if n == 0:
+            made = (self.pos.allocated - 1) // self.size - first + 1
+            n = min(max(made, 2), ROUND_SEGS)
+        fds = self._fds
+        for old in [i for i in fds if i < first]:
+            fileio.close(fds.pop(old)[0])
+        out = []
+        for index in range(first, first + n):
+            got = fds.get(index)
+            if got is None:
+                path = os.path.join(self.log_dir, segment_file_name(index * self.size))
+                try:
+                    got = fds[index] = (fileio.open_file(path, create=False), path)
+                except fileio.StoreIOError as e:
+                    if e.errno != errno.ENOENT:
+                        raise
+                    break
+            out.append(got[0])
+        self._fds_at, self._fds_tuple = first, tuple(out) + (-1,) * (n - len(out))
+        return self._fds_tuple
+
+    def _step_seam(self, fds: tuple[int, ...]) -> Callable[[int, int], int] | None:
+        """The C step's I/O seam while a fault or a sync watch is set (its calls then
+        see them as this module's do, `fileio.native_seam`), else None: system calls."""
+        if fileio.seams_quiet("pwrite", "fdatasync"):
+            return None
+        offset_fd, offset_path = self._offset_file()
+        paths = {fd: path for fd, path in self._fds.values() if fd in fds}
+        return fileio.native_seam({**paths, offset_fd: offset_path})
+
+    def _step_failed(self, op: int, err: int, fd: int) -> None:
+        """Raise the StoreIOError of a C step whose call `op` on `fd` failed with `err`."""
+        if op == ROUND_OP_CHECK:
+            pos = self.pos
+            raise fileio.StoreIOError(
+                "commit",
+                self.cb.ctl_name,
+                OSError(
+                    errno.EUCLEAN,
+                    f"the control block was overwritten: published {pos.published} is past "
+                    f"reserved {pos.reserved}",
+                ),
+            )
+        paths = {f: path for f, path in self._fds.values()}
+        paths[self._offset_file()[0]] = self._offset_file()[1]
+        paths[self._commit_lock.fd] = self._commit_lock.path
+        path = paths.get(fd, self.log_dir)
+        raise fileio.StoreIOError(ROUND_OPS[op], path, OSError(err, os.strerror(err)))
+
+    # --- flush: the Python reference (tests only) ---------------------------------------
+
+    def flush_py(self, least_pages: int = 0) -> int:
+        """`flush` in Python, the reference the C step is tested against (never run in
+        production): force `[flushed, committed)`; return bytes flushed. Raises
+        StoreIOError."""
         pos = self.pos
         ts = pos.committed_ts
         cseq = pos.committed_seq
@@ -337,24 +470,14 @@ class LogFiles:
         self.write_flushed_offset(com)
         return com - fl
 
-    def _offset_file(self) -> tuple[int, str]:
-        if self._flushed_fd < 0:
-            self._flushed_fd = fileio.open_file(self._flushed_path, create=True, mode=0o600)
-        return self._flushed_fd, self._flushed_path
-
-    def write_flushed_offset(self, offset: int) -> None:
-        """Rewrite `<store>/flushed_offset` in place (the Spark reader's limit)."""
-        fd, path = self._offset_file()
-        storedir.write_flushed_offset(fd, offset, path)
-
-    def flush_and_wake(self, least_pages: int = 0) -> tuple[int, int] | None:
-        """`flush`, then, when it forced, wake the sync waiters it may cover and count the
-        fsync's duration and messages in the control block's histograms (the metrics'
-        fsync latency and group commits). (forced, waiters woken) times, or None."""
+    def flush_and_wake_py(self, least_pages: int = 0) -> tuple[int, int] | None:
+        """`flush_and_wake` in Python (the reference): `flush_py`, then, when it forced,
+        wake the sync waiters it may cover and count the fsync's duration and messages
+        in the control block's histograms. (forced, waiters woken) times, or None."""
         cb, stats = self.cb, FlushStats(self.cb)
         n0, ns0 = stats.fsyncs, stats.fsync_ns
         m0, fl0 = stats.fsync_slots, self.pos.flushed
-        self.flush(least_pages)
+        self.flush_py(least_pages)
         if stats.fsyncs == n0:
             return None
         t_forced = time.monotonic_ns()
@@ -367,56 +490,34 @@ class LogFiles:
 
     def sync_round(self, want_seq: int, gather_ns: int) -> RoundTimes | None:
         """Gather (until published_seq reaches `want_seq`, at most `gather_ns`), commit up
-        to the sync request, flush and wake: in C without the GIL when it can
-        (`_native.sync_round`), else `sync_round_py`. Its times, or None when it forced
-        nothing. Raises StoreIOError."""
-        cb = self.cb
-        index = self.pos.flushed // self.size
-        pool = self.pool
-        if (pool or self.segment(index).mmap_sync is SyncMethod.FDATASYNC) and (
-            self._round_file(index)
-        ):
-            code, op, err, *times = _native.sync_round(
-                cb.buf, cb.pool_buf if pool else None, index, self._round_fd[1],
-                self._commit_lock.fd, self._offset_file()[0], want_seq, gather_ns,
-                self._round_seam(index),
+        to the sync request, flush and wake: one C call without the GIL
+        (`_native.sync_round`), again with more files when the range runs past the ones
+        given (segment boundaries). Its times, or None when it forced nothing. Raises
+        StoreIOError."""
+        cb, pool = self.cb, self.cb.pool_buf if self.pool else None
+        buf, times, n = cb.buf, None, 0
+        while True:
+            index = flushed_pos(buf) // self.size
+            fds = self._seg_fds(index, n)
+            code, op, err, *t = _native.sync_round(
+                buf, pool, index, fds, self._commit_lock.fd, self._offset_file()[0],
+                want_seq, gather_ns, self._step_seam(fds),
             )  # fmt: skip
+            if times is not None:
+                t[0] = times[0]  # the first call's gather
             if code == ROUND_FORCED:
-                return times[0], times[1], times[2], times[3]
-            if code == ROUND_FAILED:
-                path = self._offset_file()[1] if op == 4 else self.segment(index).path
-                raise fileio.StoreIOError(ROUND_OPS[op], path, OSError(err, os.strerror(err)))
-            want_seq = 0  # gathered: the rest (a boundary, a fill) in Python
-        return self.sync_round_py(want_seq, gather_ns)
-
-    def _round_seam(self, index: int) -> Callable[[int, int], int] | None:
-        """The C round's I/O seam while a fault or a sync watch is set (its calls then
-        see them as this module's do, `fileio.native_seam`), else None: system calls."""
-        if fileio.seams_quiet("pwrite", "fdatasync"):
-            return None
-        seg, (offset_fd, offset_path) = self.segment(index), self._offset_file()
-        return fileio.native_seam({self._round_fd[1]: seg.path, offset_fd: offset_path})
-
-    def _round_file(self, index: int) -> bool:
-        """The C round's descriptor of segment `index` is open (False: no such file yet,
-        which the Python round handles, as it did before)."""
-        if self._round_fd[0] == index:
-            return True
-        if self._round_fd[1] >= 0:
-            fileio.close(self._round_fd[1])
-            self._round_fd = (-1, -1)
-        path = os.path.join(self.log_dir, segment_file_name(index * self.size))
-        try:
-            self._round_fd = (index, fileio.open_file(path, create=False))
-        except fileio.StoreIOError as e:
-            if e.errno != errno.ENOENT:
-                raise
-            return False
-        return True
+                return t[0], t[1], t[2], t[3]
+            if code == ROUND_MORE:
+                times = t[0], t[1], t[2], t[3]
+            elif code != ROUND_NO_FILE or n == ROUND_SEGS:
+                self._step_ended(code, op, err, t[5], index)
+                return times
+            n, want_seq = ROUND_SEGS, 0  # the next files, or a fresh look for a missing one
 
     def sync_round_py(self, want_seq: int, gather_ns: int) -> RoundTimes | None:
-        """`sync_round` in Python (`_native.sync_round`'s twin): the gather, `commit(0)`
-        when the request is beyond the committed position, `flush_and_wake(0)`."""
+        """`sync_round` in Python (`_native.sync_round`'s reference, never run in
+        production): the gather, `commit(0)` when the request is beyond the committed
+        position, `flush_and_wake_py(0)`."""
         cb = self.cb
         if want_seq > 0 and self.pos.published_seq < want_seq:
             _native.flusher_gather(cb.buf, want_seq, gather_ns)
@@ -424,5 +525,5 @@ class LogFiles:
         if self.pos.committed < _native.sync_request(cb.buf):
             self.commit(0)
         t_committed = time.monotonic_ns()
-        woke = self.flush_and_wake(0)
+        woke = self.flush_and_wake_py(0)
         return None if woke is None else (t_gathered, t_committed, *woke)

@@ -9,8 +9,9 @@ Header, layout version 4 (`MAGIC_VERSION`; little-endian int64 unless said). Pyt
 outside this module reads and writes it only through the typed views of
 `ipc.control_views`; each field's one writer, as the view method it calls. C runs the
 same steps: the reservation and the publisher in `ipc/native/mqs_append.c`, and the
-flusher's SYNC_FLUSH round (commit, flush, its statistics and histograms, as
-`ipc.commit`'s `sync_round_py`) in `ipc/native/mqs_round.c`:
+flusher's flush step (the SYNC_FLUSH round's commit, the flush, its statistics and
+histograms, as `ipc.commit`'s references `sync_round_py` and `flush_and_wake_py`) in
+`ipc/native/mqs_round.c`:
 
 | off | field            | written only by                                          |
 | --- | ---------------- | -------------------------------------------------------- |

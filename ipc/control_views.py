@@ -147,9 +147,10 @@ class Positions(_View):
         self._set(c.OFF_COMMITTED_SEQ, seq)
 
     def advance_flushed(self, pos: int, ts: int, seq: int) -> None:
-        """The flush step only (`ipc.commit.LogFiles.flush`: the flusher, the supervisor
-        at drain): the slot sequence and store time first, the position last, so a
-        reader that sees the position sees what it covers."""
+        """The flush step only (`ipc.commit.LogFiles.flush_py`, the reference of the C
+        step the flusher and the supervisor's drain run): the slot sequence and store
+        time first, the position last, so a reader that sees the position sees what it
+        covers."""
         self._set(c.OFF_FLUSHED_SEQ, seq)
         self._set(c.OFF_FLUSHED_TS, ts)
         self._set(c.OFF_FLUSHED, pos)
@@ -273,8 +274,9 @@ class FlushStats(_View):
     failures = _Field(c.OFF_FLUSH_FAILURES)
 
     def record_fsync(self, ns: int, slots: int) -> None:
-        """The flush step only (`ipc.commit.LogFiles.flush`), before it moves the
-        flushed position: one force, its duration and the reservation slots it covered."""
+        """The flush step only (`ipc.commit.LogFiles.flush_py`, the C step's reference),
+        before it moves the flushed position: one force, its duration and the
+        reservation slots it covered."""
         self._add(c.OFF_FSYNC_NS, ns)
         self._add(c.OFF_FSYNC_COUNT, 1)
         self._add(c.OFF_FSYNC_MSGS, slots)
@@ -303,9 +305,9 @@ class Histograms(_View):
         return self._counts(c.OFF_DISPATCH_LAG_HIST, c.DISPATCH_LAG_BUCKETS)
 
     def count_fsync(self, us: int, slots: int) -> None:
-        """The flush step only (`ipc.commit.LogFiles.flush_and_wake`; C: the flusher's
-        round, `_native.sync_round`), after a flush that forced: its duration and slots
-        covered."""
+        """The flush step only (`ipc.commit.LogFiles.flush_and_wake_py`, the reference of
+        the C step, `_native.sync_round` and `flush_step`), after a flush that forced:
+        its duration and slots covered."""
         b = c.bucket_of(us, c.FSYNC_HIST_SHIFT, c.FSYNC_HIST_BUCKETS)
         self._add(c.OFF_FSYNC_HIST + 8 * b, 1)
         b = c.bucket_of(slots, 0, c.GROUP_HIST_BUCKETS)

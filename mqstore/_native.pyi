@@ -235,20 +235,37 @@ def sync_round(
     ctl: Buffer,
     pool: Buffer | None,
     seg_index: int,
-    seg_fd: int,
+    seg_fds: tuple[int, ...],
     lock_fd: int,
     offset_fd: int,
     want_seq: int,
     gather_ns: int,
     io_hook: Callable[[int, int], int] | None = None,
     /,
-) -> tuple[int, int, int, int, int, int, int, int]:
-    """The flusher's SYNC_FLUSH round without the GIL (ipc/native/mqs_round.h): (code 0
-    forced / 1 nothing to force / 2 left to the Python twin / 3 failed, the failed call
-    1 flock 2 pwrite 3 fdatasync 4 flushed_offset's pwrite, its errno, t_gathered,
-    t_committed, t_forced, t_waked, fsync_ns). `io_hook(op, fd) -> errno` (the tests'
-    seam, `engine.fileio.native_seam`): asked before each I/O call (op 1 flock, 2 pwrite,
+) -> tuple[int, int, int, int, int, int, int, int, int]:
+    """The flusher's SYNC_FLUSH round without the GIL (ipc/native/mqs_round.h) over the
+    files `seg_fds` of segments seg_index, seg_index + 1, ... (at most 8; -1: no file
+    yet): (code 0 forced / 1 nothing to force / 2 ran past the files given, call again /
+    3 failed, the failed call 1 flock 2 pwrite 3 fdatasync 4 flushed_offset's pwrite
+    5 published past reserved, its errno, t_gathered, t_committed, t_forced, t_waked,
+    fsync_ns, the failed call's descriptor). `io_hook(op, fd) -> errno` (the tests' seam,
+    `engine.fileio.native_seam`): asked before each I/O call (op 1 flock, 2 pwrite,
     3 fdatasync), with the GIL; non-zero fails that call with the errno."""
+
+def flush_step(
+    ctl: Buffer,
+    seg_index: int,
+    seg_fds: tuple[int, ...],
+    offset_fd: int,
+    least_pages: int,
+    io_hook: Callable[[int, int], int] | None = None,
+    /,
+) -> tuple[int, int, int, int, int, int, int]:
+    """The flusher's timed flush without the GIL (ipc/native/mqs_round.h's mqs_flush,
+    `ipc.commit.LogFiles.flush_and_wake_py`'s C): force [flushed, committed) under the
+    least-pages rule, the statistics, flushed_pos, flushed_offset, the wake. (code, op,
+    errno, t_forced, t_waked, fsync_ns, the failed call's descriptor), codes and
+    `io_hook` as `sync_round`'s."""
 
 def flusher_wake(ctl: Buffer, /) -> None:
     """Wake the flusher if it sleeps."""

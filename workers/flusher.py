@@ -9,8 +9,8 @@ one FUTEX_WAKE_BITSET (a waiter sleeps on the bit of its end's 4 KiB bucket of l
 `ipc.commit.wake_mask`). Each waiter decides from `flushed_pos` alone: nothing another process sends
 can acknowledge a put. The whole round (gather, commit, force, publish, statistics,
 wake) is one C call without the GIL, `LogFiles.sync_round` (`ipc/native/mqs_round.c`),
-which leaves to its Python twin what it cannot do (a segment boundary, a fill for a dead
-producer); a fault or sync watch set reaches its I/O calls too (`fileio.native_seam`).
+a segment boundary included (a fill for a dead producer is the committer's); a fault or
+sync watch set reaches its I/O calls too (`fileio.native_seam`).
 Whoever arrives during an fsync is served by the next one (group commit). A request not
 yet covered after a flush (another producer is still copying before it) keeps the
 flusher polling: first yielding the CPU to it
@@ -51,7 +51,9 @@ a round, hot).
 
 **ASYNC_FLUSH** (FlushRealTimeService): every `flush_interval_ms` (sleep when
 `flush_timed`, else also woken by the committer), flush with `flush_least_pages`, or 0
-once `flush_thorough_interval_ms` has passed.
+once `flush_thorough_interval_ms` has passed. That timed flush (and the SYNC_FLUSH
+flusher's) is C too, `LogFiles.flush_and_wake` (`_native.flush_step`): no Python code
+forces the log in production.
 
 **A failed fsync** (or the commit it does under SYNC_FLUSH) fails the store closed
 (`workers.service`): READ_ONLY in the control block, every waiter woken (they answer

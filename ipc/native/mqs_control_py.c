@@ -305,44 +305,104 @@ static int seam_flock(const struct mqs_io *io, int fd, int how)
     return mqs_io_direct.flock(io, fd, how);
 }
 
-/* sync_round(ctl, pool, seg_index, seg_fd, lock_fd, offset_fd, want_seq, gather_ns
- * [, io_hook]) -> (code, op, errno, t_gathered, t_committed, t_forced, t_waked, fsync_ns).
- * io_hook: None (the system calls) or the seam's hook (seam_ask). */
-PyObject *mqs_py_sync_round(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
+/* The segment files of a flush step: a tuple of at most MQS_ROUND_SEGS descriptors, each
+ * open (>= 0) or -1 (no such file yet); 0 and an exception set on bad input. */
+static int seg_fds_arg(PyObject *o, struct mqs_round_in *in)
 {
-    static const char *const names[] = {"seg_index", "seg_fd", "lock_fd", "offset_fd",
-                                        "want_seq", "gather_ns", NULL};
-    int64_t a[6];
-    Py_buffer v, pool = {0};
-    if (n != 8 && n != 9) {
-        PyErr_SetString(PyExc_TypeError, "sync_round(ctl, pool, seg_index, seg_fd, lock_fd, "
-                                         "offset_fd, want_seq, gather_ns[, io_hook]) takes 8 "
-                                         "or 9 arguments");
+    if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) > MQS_ROUND_SEGS) {
+        PyErr_Format(PyExc_TypeError, "seg_fds must be a tuple of at most %d descriptors",
+                     MQS_ROUND_SEGS);
+        return 0;
+    }
+    in->nsegs = (int)PyTuple_GET_SIZE(o);
+    for (int i = 0; i < in->nsegs; i++) {
+        PyObject *item = PyTuple_GET_ITEM(o, i);
+        if (!PyLong_Check(item)) {
+            PyErr_SetString(PyExc_TypeError, "seg_fds must hold ints");
+            return 0;
+        }
+        long fd = PyLong_AsLong(item);
+        if (fd == -1 && PyErr_Occurred())
+            return 0;
+        if (fd < -1 || fd > INT_MAX) {
+            PyErr_SetString(PyExc_ValueError, "seg_fds must be open descriptors or -1");
+            return 0;
+        }
+        in->seg_fds[i] = (int)fd;
+    }
+    return 1;
+}
+
+/* A tuple of `n` ints: built directly, a third of what Py_BuildValue's format costs, once
+ * a round (callgrind: ~1,500 instructions of the round's ~3,700 in this door). */
+static PyObject *int_tuple(const int64_t *v, Py_ssize_t n)
+{
+    PyObject *t = PyTuple_New(n);
+    for (Py_ssize_t i = 0; t && i < n; i++) {
+        PyObject *x = PyLong_FromLongLong(v[i]);
+        if (!x) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, x);
+    }
+    return t;
+}
+
+/* The flush step's door: sync_round (round 1) or flush_step (round 0), their arguments
+ * checked, the step run without the GIL through the system calls or the seam. */
+static PyObject *flush_step(PyObject *const *args, Py_ssize_t n, int round)
+{
+    static const char *const round_names[] = {"seg_index", "lock_fd", "offset_fd",
+                                              "want_seq", "gather_ns", NULL};
+    static const char *const flush_names[] = {"seg_index", "offset_fd", "least_pages", NULL};
+    const char *usage = round ? "sync_round(ctl, pool, seg_index, seg_fds, lock_fd, offset_fd, "
+                                "want_seq, gather_ns[, io_hook])"
+                              : "flush_step(ctl, seg_index, seg_fds, offset_fd, least_pages"
+                                "[, io_hook])";
+    Py_ssize_t k = round ? 8 : 5; /* without the hook */
+    if (n != k && n != k + 1) {
+        PyErr_Format(PyExc_TypeError, "%s takes %zd or %zd arguments", usage, k, k + 1);
         return NULL;
     }
-    PyObject *hook = n == 9 && args[8] != Py_None ? args[8] : NULL;
+    PyObject *hook = n == k + 1 && args[k] != Py_None ? args[k] : NULL;
     if (hook && !PyCallable_Check(hook)) {
         PyErr_SetString(PyExc_TypeError, "io_hook must be None or callable(op, fd) -> errno");
         return NULL;
     }
-    PyObject *const rest[7] = {args[0], args[2], args[3], args[4], args[5], args[6], args[7]};
-    if (ctl_args(rest, 7, "sync_round", names, &v, a) < 0)
+    struct mqs_round_in in = {0};
+    int64_t a[5] = {0};
+    Py_buffer v, pool = {0};
+    int fds_at = round ? 3 : 2;
+    if (round) {
+        PyObject *const rest[6] = {args[0], args[2], args[4], args[5], args[6], args[7]};
+        if (ctl_args(rest, 6, usage, round_names, &v, a) < 0)
+            return NULL;
+    } else {
+        PyObject *const rest[4] = {args[0], args[1], args[3], args[4]};
+        if (ctl_args(rest, 4, usage, flush_names, &v, a) < 0)
+            return NULL;
+    }
+    if (!seg_fds_arg(args[fds_at], &in)) {
+        PyBuffer_Release(&v);
         return NULL;
+    }
     int64_t size = *mqs_i64(v.buf, MQS_OFF_SEGMENT_SIZE);
     int64_t pool_n = *mqs_i64(v.buf, MQS_OFF_POOL_BUFFERS);
-    int has_pool = args[1] != Py_None;
+    int has_pool = round && args[1] != Py_None;
     if (has_pool && mqs_arg_wbuffer(args[1], "pool", &pool) < 0) {
         PyBuffer_Release(&v);
         return NULL;
     }
+    int64_t lock_fd = round ? a[1] : 0, offset_fd = round ? a[2] : a[1];
     const char *bad = NULL;
     if (size <= 0 || a[0] < 0)
         bad = "seg_index must be >= 0 of a control block with a segment size";
-    else if (has_pool != (pool_n > 0) || (has_pool && pool.len < pool_n * size))
+    else if (round && (has_pool != (pool_n > 0) || (has_pool && pool.len < pool_n * size)))
         bad = "pool must be the control block's pool (None when it has none)";
-    else if (a[1] < 0 || a[1] > INT_MAX || a[2] < 0 || a[2] > INT_MAX || a[3] < 0 ||
-             a[3] > INT_MAX)
-        bad = "seg_fd, lock_fd and offset_fd must be open descriptors";
+    else if (lock_fd < 0 || lock_fd > INT_MAX || offset_fd < 0 || offset_fd > INT_MAX)
+        bad = round ? "lock_fd and offset_fd must be open descriptors"
+                    : "offset_fd must be an open descriptor";
     if (bad) {
         if (has_pool)
             PyBuffer_Release(&pool);
@@ -351,21 +411,45 @@ PyObject *mqs_py_sync_round(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ss
         return NULL;
     }
     struct mqs_io seam = {seam_pwrite, seam_fdatasync, seam_flock, hook};
-    struct mqs_round_in in = {v.buf,     has_pool ? pool.buf : NULL,
-                              a[0],      (int)a[1],
-                              (int)a[2], (int)a[3],
-                              a[4],      a[5],
-                              hook ? &seam : &mqs_io_direct};
+    in.ctl = v.buf;
+    in.pool = has_pool ? pool.buf : NULL;
+    in.seg_index = a[0];
+    in.lock_fd = (int)lock_fd;
+    in.offset_fd = (int)offset_fd;
+    in.want_seq = round ? a[3] : 0;
+    in.gather_ns = round ? a[4] : 0;
+    in.least_pages = round ? 0 : a[2];
+    in.io = hook ? &seam : &mqs_io_direct;
     struct mqs_round_out out;
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = mqs_sync_round(&in, &out);
+    Py_BEGIN_ALLOW_THREADS rc = round ? mqs_sync_round(&in, &out) : mqs_flush(&in, &out);
     Py_END_ALLOW_THREADS
     if (has_pool)
         PyBuffer_Release(&pool);
     PyBuffer_Release(&v);
-    return Py_BuildValue("(iiiLLLLL)", rc, out.op, out.err, (long long)out.t_gathered,
-                         (long long)out.t_committed, (long long)out.t_forced,
-                         (long long)out.t_waked, (long long)out.fsync_ns);
+    if (rc == MQS_ROUND_NO_FILE)
+        out.fd = out.missing; /* the last item: the failed call's fd, or this */
+    int64_t all[9] = {rc, out.op, out.err, out.t_gathered, out.t_committed, out.t_forced,
+                      out.t_waked, out.fsync_ns, out.fd};
+    int64_t timed[7] = {rc, out.op, out.err, out.t_forced, out.t_waked, out.fsync_ns, out.fd};
+    return int_tuple(round ? all : timed, round ? 9 : 7);
+}
+
+/* sync_round(ctl, pool, seg_index, seg_fds, lock_fd, offset_fd, want_seq, gather_ns
+ * [, io_hook]) -> (code, op, errno, t_gathered, t_committed, t_forced, t_waked, fsync_ns,
+ * fd of the failed call).
+ * io_hook: None (the system calls) or the seam's hook (seam_ask). */
+PyObject *mqs_py_sync_round(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
+{
+    return flush_step(args, n, 1);
+}
+
+/* flush_step(ctl, seg_index, seg_fds, offset_fd, least_pages[, io_hook])
+ * -> (code, op, errno, t_forced, t_waked, fsync_ns, fd of the failed call): the timed
+ * flush (mqs_flush). */
+PyObject *mqs_py_flush_step(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
+{
+    return flush_step(args, n, 0);
 }
 
 /* live_hold(fd, pid) (check 0) and live_check(fd, pid) (check 1): mqs_live.c. */

@@ -22,6 +22,7 @@ PyObject *mqs_py_flushed_wake(PyObject *m, PyObject *const *args, Py_ssize_t n);
 PyObject *mqs_py_wake_mask(PyObject *m, PyObject *const *args, Py_ssize_t n);
 PyObject *mqs_py_wait_bits(PyObject *m, PyObject *const *args, Py_ssize_t n);
 PyObject *mqs_py_sync_round(PyObject *m, PyObject *const *args, Py_ssize_t n);
+PyObject *mqs_py_flush_step(PyObject *m, PyObject *const *args, Py_ssize_t n);
 PyObject *mqs_py_flusher_sleep(PyObject *m, PyObject *const *args, Py_ssize_t n);
 PyObject *mqs_py_flusher_gather(PyObject *m, PyObject *const *args, Py_ssize_t n);
 PyObject *mqs_py_idle_sleep(PyObject *m, PyObject *const *args, Py_ssize_t n);
@@ -52,11 +53,14 @@ PyObject *mqs_py_fetch_and_not(PyObject *m, PyObject *const *args, Py_ssize_t n)
         "waiters for ends in (from_pos, to_pos]."),                                              \
     MQS_FAST(wait_bits, "wait_bits(end) -> int: the futex bit a waiter for "                     \
         "`end` sleeps with."),                                                                   \
-    MQS_FAST(sync_round, "sync_round(ctl, pool, seg_index, seg_fd, lock_fd, "                    \
+    MQS_FAST(sync_round, "sync_round(ctl, pool, seg_index, seg_fds, lock_fd, "                   \
         "offset_fd, want_seq, gather_ns[, io_hook]) -> (code, op, errno, "                       \
         "t_gathered, t_committed, t_forced, t_waked, "                                           \
-        "fsync_ns): the flusher's SYNC_FLUSH round, GIL "                                        \
+        "fsync_ns, fd): the flusher's SYNC_FLUSH round, GIL "                                    \
         "released (ipc/native/mqs_round.h)."),                                                   \
+    MQS_FAST(flush_step, "flush_step(ctl, seg_index, seg_fds, offset_fd, least_pages"            \
+        "[, io_hook]) -> (code, op, errno, t_forced, t_waked, fsync_ns, fd): the "               \
+        "flusher's timed flush, GIL released (ipc/native/mqs_round.h)."),                        \
     MQS_ONE(flusher_wake, "flusher_wake(ctl): wake the flusher if it sleeps."),                  \
     MQS_ONE(sync_request, "sync_request(ctl) -> int: the furthest end a sync "                   \
         "producer waits for."),                                                                  \

@@ -1,11 +1,15 @@
-"""The flusher's SYNC_FLUSH round in C (`_native.sync_round`, `ipc/native/mqs_round.c`,
-called by `LogFiles.sync_round`) against its Python twin (`LogFiles.sync_round_py`), and
-the futex wake mask (`_native.wake_mask`) against `ipc.commit.wake_mask`.
+"""The flusher's flush step in C (`ipc/native/mqs_round.c`): its SYNC_FLUSH round
+(`_native.sync_round`, called by `LogFiles.sync_round`) against its Python reference
+(`LogFiles.sync_round_py`), its timed flush (`_native.flush_step`, called by
+`LogFiles.flush_and_wake` and `flush`) against `flush_and_wake_py`, and the futex wake
+mask (`_native.wake_mask`) against `ipc.commit.wake_mask`.
 
 Two stores on real shared memory and real files take the same published records, round
 after round (the committer sometimes committing ahead, records crossing into the next
-segment, where the C round hands over to the twin): the control blocks (but the fsync's
-duration), the commit-log files and `flushed_offset` must stay equal byte for byte."""
+segment, which the C step forces too): the control blocks (but the fsync's duration),
+the commit-log files and `flushed_offset` must stay equal byte for byte. The Python
+references run only here: `no_python` makes any call of them in `LogFiles`' production
+methods fail."""
 
 from __future__ import annotations
 
@@ -34,19 +38,19 @@ TIME_FIELDS = {c.OFF_FSYNC_NS} | {c.OFF_FSYNC_HIST + 8 * i for i in range(c.FSYN
 
 
 @contextmanager
-def store(pool: bool) -> Iterator[tuple[Path, c.ControlBlock, LogFiles]]:
-    """A store directory with SEGMENTS zeroed segment files and a running control block
+def store(pool: bool, segments: int = SEGMENTS) -> Iterator[tuple[Path, c.ControlBlock, LogFiles]]:
+    """A store directory with `segments` zeroed segment files and a running control block
     (no supervisor, no workers)."""
     with tempfile.TemporaryDirectory(prefix="mqs-round-") as tmp:
         d = Path(tmp)
         (d / "commitlog").mkdir()
-        for i in range(SEGMENTS):
+        for i in range(segments):
             (d / "commitlog" / segment_file_name(i * SEG)).write_bytes(bytes(SEG))
         geo = c.Geometry(segment_size=SEG, pool_buffers=2 if pool else 0, slot_count=256,
                          qtable_capacity=16)  # fmt: skip
         cb = c.ControlBlock.create(d, 1, geo, token=secrets.token_hex(4))
         cb.set(c.OFF_FLAGS, c.FLAG_RUNNING)
-        cb.set(c.OFF_ALLOCATED, SEGMENTS * SEG)
+        cb.set(c.OFF_ALLOCATED, segments * SEG)
         files = LogFiles(str(d), cb, "127.0.0.1:10911")
         try:
             yield d, cb, files
@@ -65,7 +69,7 @@ def publish(d: Path, cb: c.ControlBlock, sizes: list[int], fill: int) -> None:
         if size + 8 > room:
             write_slot(d, cb, seq, at, room, fill)  # the BLANK that ends the segment
             at, seq = at + room, seq + 1
-        if at + size > SEGMENTS * SEG - 8:
+        if at + size > cb.get(c.OFF_ALLOCATED) - 8:
             break
         write_slot(d, cb, seq, at, size, fill + seq)
         at, seq = at + size, seq + 1
@@ -132,6 +136,112 @@ def test_the_c_round_matches_its_python_twin(
             assert a.get(c.OFF_FLUSHED) == a.get(c.OFF_COMMITTED) >= a.get(c.OFF_SYNC_REQUEST)
 
 
+timed = st.lists(
+    st.tuples(
+        st.lists(st.integers(60, 9000), min_size=0, max_size=12),  # records before the flush
+        st.sampled_from([0, 0, 1, 2, 4, 16]),  # least pages
+        st.booleans(),  # flush() (bytes) rather than flush_and_wake() (times)
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(
+    max_examples=60, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)  # fmt: skip
+@given(pool=st.booleans(), plan=timed)
+def test_the_c_timed_flush_matches_its_python_reference(
+    pool: bool, plan: list[tuple[list[int], int, bool]]
+) -> None:
+    """The timed flush (ASYNC_FLUSH's interval flush, the SYNC_FLUSH flusher's timed one,
+    the supervisor's drain): the least-pages rule, segment boundaries, the statistics,
+    the positions, flushed_offset and the wake, in C as in Python."""
+    with store(pool) as (da, a, fa), store(pool) as (db, b, fb):
+        for i, (sizes, least, as_bytes) in enumerate(plan):
+            for d, cb, files in ((da, a, fa), (db, b, fb)):
+                publish(d, cb, sizes, fill=i)
+                files.commit(0)  # the committer's step
+            if as_bytes:  # flush() is flush_and_wake() returning the bytes it forced
+                before = b.get(c.OFF_FLUSHED)
+                fb.flush_and_wake_py(least)
+                assert fa.flush(least) == b.get(c.OFF_FLUSHED) - before
+            else:
+                got, ref = fa.flush_and_wake(least), fb.flush_and_wake_py(least)
+                assert (got is None) == (ref is None)
+            assert state(da, a) == state(db, b)
+
+
+@pytest.mark.parametrize("step", ["flush", "sync_round"])
+def test_a_range_over_more_files_than_one_call_takes(
+    step: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """[flushed, committed) over 11-12 files, more than one C call takes (ROUND_SEGS): every
+    file is forced, in order, and the step ends where the reference does (positions,
+    flushed_offset); it counts a force per call."""
+    n = 12
+    watch = _Watch()
+    with store(False, n) as (da, a, fa), store(False, n) as (db, b, fb):
+        sizes = [6000] * (11 * SEG // 6000)
+        for d, cb in ((da, a), (db, b)):
+            publish(d, cb, sizes, fill=5)
+        fb.commit(0)
+        fb.flush_and_wake_py(0)
+        forbid_python(monkeypatch)
+        fileio.set_sync_watch(watch)
+        try:
+            if step == "flush":
+                fa.commit(0)
+                assert fa.flush(0) == a.get(c.OFF_COMMITTED) > 10 * SEG
+            else:
+                assert fa.sync_round(0, 0) is not None
+        finally:
+            fileio.set_sync_watch(None)
+        forced = [name for name, _data in watch.synced if name.isdigit()]
+        last = (a.get(c.OFF_COMMITTED) - 1) // SEG
+        assert last > 8 and forced == [segment_file_name(i * SEG) for i in range(last + 1)]
+        fields = (c.OFF_FLUSHED, c.OFF_FLUSHED_SEQ, c.OFF_FLUSHED_TS, c.OFF_FSYNC_MSGS)
+        assert [a.get(f) for f in fields] == [b.get(f) for f in fields]
+        assert a.get(c.OFF_FLUSHED) == a.get(c.OFF_COMMITTED)
+        assert a.get(c.OFF_FSYNC_COUNT) == 2 and b.get(c.OFF_FSYNC_COUNT) == 1
+        assert state(da, a)[1:] == state(db, b)[1:]  # the files, flushed_offset
+
+
+@pytest.mark.usefixtures("no_python")
+def test_a_missing_file_under_committed_bytes_fails_the_step() -> None:
+    """Committed bytes in a file that is not there (deleted under the store): the C step
+    forces what it can and then fails as opening the file would, ENOENT."""
+    with store(False) as (d, cb, files):
+        publish(d, cb, [9000] * 10, fill=2)  # into the second segment
+        files.commit(0)
+        (d / "commitlog" / segment_file_name(SEG)).unlink()
+        with pytest.raises(fileio.StoreIOError) as ei:
+            files.flush(0)
+        assert (ei.value.op, ei.value.errno) == ("open", errno.ENOENT)
+        assert ei.value.path.endswith(segment_file_name(SEG))
+        assert cb.get(c.OFF_FLUSHED) == SEG  # the first file's end: a record boundary
+
+
+@pytest.mark.usefixtures("no_python")
+@pytest.mark.parametrize("pool", [True, False])
+def test_a_file_made_after_the_step_looked_is_found(pool: bool) -> None:
+    """The C step's files are opened once and kept; one that was not there yet (the
+    allocator behind) is looked for again when a round needs it."""
+    with store(pool) as (d, cb, files):
+        nxt = d / "commitlog" / segment_file_name(SEG)
+        nxt.rename(d / "aside")
+        cb.set(c.OFF_ALLOCATED, SEG)
+        publish(d, cb, [1000], fill=1)
+        assert files.sync_round(0, 0) is not None  # segment 1: looked for, not there
+        (d / "aside").rename(nxt)
+        cb.set(c.OFF_ALLOCATED, 2 * SEG)
+        publish(d, cb, [9000] * 8, fill=2)  # into segment 1
+        assert files.sync_round(0, 0) is not None
+        assert cb.get(c.OFF_FLUSHED) == cb.get(c.OFF_COMMITTED) == cb.get(c.OFF_PUBLISHED)
+        assert cb.get(c.OFF_FLUSHED) > SEG
+
+
 @settings(max_examples=500, deadline=None)
 @given(st.integers(-5, 1 << 40), st.integers(-(1 << 18), 1 << 18))
 def test_the_wake_bits_match_their_python_twins(start: int, n: int) -> None:
@@ -164,7 +274,7 @@ def test_a_failed_write_moves_nothing_and_says_which_call() -> None:
         lock = os.open(d / "lock-for-test", os.O_RDWR | os.O_CREAT, 0o600)
         off = os.open(d / storedir.FLUSHED_OFFSET_FILE, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            code, op, err, *_ = _native.sync_round(cb.buf, cb.pool_buf, 0, ro, lock, off, 0, 0)
+            code, op, err, *_ = _native.sync_round(cb.buf, cb.pool_buf, 0, (ro,), lock, off, 0, 0)
         finally:
             for fd in (ro, lock, off):
                 os.close(fd)
@@ -173,17 +283,23 @@ def test_a_failed_write_moves_nothing_and_says_which_call() -> None:
         assert cb.get(c.OFF_FSYNC_COUNT) == 0
 
 
+def forbid_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From here on, `LogFiles`' production flush step (`sync_round`, `flush`,
+    `flush_and_wake`) must never run the Python references."""
+
+    def reference(*_args: object) -> None:
+        raise AssertionError("the Python reference ran instead of the C flush step")
+
+    for name in ("sync_round_py", "flush_py", "flush_and_wake_py"):
+        monkeypatch.setattr(LogFiles, name, reference)
+
+
 @pytest.fixture
-def no_twin(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`LogFiles.sync_round` must not hand the round to its Python twin."""
-
-    def twin(self: LogFiles, want_seq: int, gather_ns: int) -> None:
-        raise AssertionError("the Python twin ran instead of the C round")
-
-    monkeypatch.setattr(LogFiles, "sync_round_py", twin)
+def no_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    forbid_python(monkeypatch)
 
 
-@pytest.mark.usefixtures("no_twin")
+@pytest.mark.usefixtures("no_python")
 @pytest.mark.parametrize("pool", [True, False])
 def test_a_fault_set_on_fdatasync_fails_the_c_round(pool: bool) -> None:
     """The fault seam reaches the C round's own calls (issue 24: a fault used to switch
@@ -218,7 +334,7 @@ class _Watch:
         pass
 
 
-@pytest.mark.usefixtures("no_twin")
+@pytest.mark.usefixtures("no_python")
 @pytest.mark.parametrize("pool", [True, False])
 def test_the_c_round_tells_the_sync_watch_what_it_forces(pool: bool) -> None:
     """The power-loss suite's recorder sees the C round's fdatasync, with the segment's
@@ -260,7 +376,7 @@ def test_the_io_hook_is_asked_before_each_call(fail_at: int | None) -> None:
 
         try:
             code, op, err, *_ = _native.sync_round(
-                cb.buf, cb.pool_buf, 0, seg, lock, off, 0, 0, hook
+                cb.buf, cb.pool_buf, 0, (seg,), lock, off, 0, 0, hook
             )
         finally:
             for fd in (seg, lock, off):
@@ -282,7 +398,7 @@ def test_the_io_hook_is_asked_before_each_call(fail_at: int | None) -> None:
 
 def test_the_io_hook_must_be_callable() -> None:
     with store(pool=True) as (_d, cb, _files), pytest.raises(TypeError, match="io_hook"):
-        _native.sync_round(cb.buf, cb.pool_buf, 0, 0, 0, 0, 0, 0, 42)  # type: ignore[arg-type]
+        _native.sync_round(cb.buf, cb.pool_buf, 0, (0,), 0, 0, 0, 0, 42)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -319,8 +435,8 @@ def test_a_fault_fails_the_c_round_as_it_fails_the_twin(pool: bool, op: str, aft
     "args",
     [
         (),
-        (bytearray(16), None, 0, 0, 0, 0, 0, 0),  # not a control block
-        ("ctl", None, 0, 0, 0, 0, 0, 0),
+        (bytearray(16), None, 0, (), 0, 0, 0, 0),  # not a control block
+        ("ctl", None, 0, (), 0, 0, 0, 0),
     ],
 )
 def test_bad_arguments_raise(args: tuple[object, ...]) -> None:
@@ -331,6 +447,14 @@ def test_bad_arguments_raise(args: tuple[object, ...]) -> None:
 def test_a_pool_that_is_not_the_blocks_is_refused() -> None:
     with store(pool=True) as (_d, cb, _files):
         with pytest.raises(ValueError, match="pool"):
-            _native.sync_round(cb.buf, None, 0, 0, 0, 0, 0, 0)
+            _native.sync_round(cb.buf, None, 0, (0,), 0, 0, 0, 0)
         with pytest.raises(ValueError, match="descriptors"):
-            _native.sync_round(cb.buf, cb.pool_buf, 0, -1, 0, 0, 0, 0)
+            _native.sync_round(cb.buf, cb.pool_buf, 0, (0,), -1, 0, 0, 0)
+        with pytest.raises(ValueError, match="seg_fds"):
+            _native.sync_round(cb.buf, cb.pool_buf, 0, (-2,), 0, 0, 0, 0)
+        with pytest.raises(TypeError, match="seg_fds"):
+            _native.sync_round(cb.buf, cb.pool_buf, 0, (0,) * 9, 0, 0, 0, 0)
+        with pytest.raises(TypeError, match="seg_fds"):
+            _native.flush_step(cb.buf, 0, [0], 0, 0)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="offset_fd"):
+            _native.flush_step(cb.buf, 0, (0,), -1, 0)

@@ -73,13 +73,24 @@ class ShadowRecorder:
         self.log_syncs: Counter[str] = Counter()
 
     def _count_log_sync(self, rel: str) -> None:
-        """Count a commit-log sync by who forced it: the flusher's C round (its I/O seam
-        calls `fileio.native_seam`'s hook, which calls this) or Python (`fileio`'s own
-        calls); kept per process in `<shadow>/syncs/<pid>.json` (`log_sync_counts`)."""
+        """Count a commit-log sync by who forced it: the flusher's C flush step (its I/O
+        seam calls `fileio.native_seam`'s hook, which calls this), the Python flush step
+        (`ipc/commit.py` on the stack: its references, which production must never run),
+        or other Python code (`fileio`'s own calls: the allocator's new files, recovery);
+        kept per process in `<shadow>/syncs/<pid>.json` (`log_sync_counts`)."""
         if not rel.startswith("commitlog" + os.sep):
             return
-        caller = sys._getframe(2).f_code  # data_synced <- the seam that called it
-        self.log_syncs["C round" if caller.co_name == "before" else "Python code"] += 1
+        frame = sys._getframe(2)  # data_synced <- the seam that called it
+        if frame.f_code.co_name == "before":
+            who = "C flush step"
+        else:
+            who = "allocator and recovery"
+            while frame is not None:
+                if frame.f_code.co_filename.endswith(os.path.join("ipc", "commit.py")):
+                    who = "Python flush step"
+                    break
+                frame = frame.f_back  # type: ignore[assignment]
+        self.log_syncs[who] += 1
         path = os.path.join(self.shadow, "syncs", f"{os.getpid()}.json")
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path + ".tmp", "w") as f:

@@ -70,11 +70,15 @@ CELLS: list[Cell] = [
     *_both("committer", "open", READ_ONLY, **ASYNC),
     *_both("committer", "mmap", READ_ONLY, **ASYNC),
     # flusher: its fdatasync (of what the committer wrote, or of the mapping the producers
-    # wrote with the pool off), its on-demand commit
+    # wrote with the pool off), its on-demand commit; ASYNC: its timed flush (fdatasync,
+    # flushed_offset's pwrite), C as the sync round is
     *_both("flusher", "fdatasync", READ_ONLY),
     *_both("flusher", "fdatasync", READ_ONLY, pool=False),
     *_both("flusher", "pwrite", READ_ONLY),
     *_both("flusher", "open", READ_ONLY),
+    *_both("flusher", "fdatasync", READ_ONLY, **ASYNC),
+    *_both("flusher", "fdatasync", READ_ONLY, pool=False, **ASYNC),
+    *_both("flusher", "pwrite", READ_ONLY, **ASYNC),
     # allocator: building the next segment file (open .tmp, ftruncate, fallocate, under
     # SYNC_FLUSH its zeros written and forced a chunk at a time, fsync, rename, fsync of
     # the directory)
@@ -114,11 +118,11 @@ PARAMS = [
     pytest.param(cell, id=cell.id, marks=() if cell.id in _FAST else pytest.mark.slow)
     for cell in CELLS
 ]
-# The flusher's cells under SYNC_FLUSH fail in its sync round. Its timed flush (Python:
-# the injected message) must not force first: a producer preempted between its publish
-# and its request left published bytes that an interval's or a wake's flush forced, a
-# flake at load 30+. A timed flush (flushCommitLogTimed) with intervals longer than any
-# cell leaves the forcing to the rounds.
+# The flusher's cells under SYNC_FLUSH fail in its sync round. Its timed flush commits
+# first with the committer's step (Python: the injected message) and must not run: a
+# producer preempted between its publish and its request left published bytes that an
+# interval's or a wake's flush committed, a flake at load 30+. A timed flush
+# (flushCommitLogTimed) with intervals longer than any cell leaves it to the rounds.
 _ROUND_ONLY: dict[str, Any] = {
     "flush_timed": True,
     "flush_interval_ms": 600_000,
@@ -187,11 +191,12 @@ def _check_read_only(st: Store, prod: Producer, cell: Cell, doc: dict[str, Any])
     assert all(w["restarts"] == 0 for w in rows.values()), rows
     assert f"{cell.op}" in st.output() and "not restarting" in st.output()
     if cell.worker == "flusher" and cell.op in ("pwrite", "fdatasync"):
-        # the flusher's C round failed, through its I/O seam (`fileio.native_seam`): it
-        # says the errno's own text, where the Python twin says the injected message
+        # the flusher's C flush step (its sync round, its timed flush under ASYNC_FLUSH)
+        # failed, through its I/O seam (`fileio.native_seam`): it says the errno's own
+        # text, where Python code says the injected message
         strerror = os.strerror(getattr(errno, cell.err))
         assert strerror in ro["message"] and "injected" not in ro["message"], ro
-        FIGURES["fault matrix: flusher cells failed in the C round"] += 1
+        FIGURES["fault matrix: flusher cells failed in the C flush step"] += 1
 
 
 def _check_waits(st: Store, prod: Producer, cell: Cell) -> dict[str, Any]:

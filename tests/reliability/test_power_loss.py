@@ -4,8 +4,10 @@ made durable (`powerloss.ShadowRecorder` on `engine.fileio`'s sync seam, and
 `powerloss.build_image`: synced file content, and only the directory entries a directory
 fsync covered), recover on it and check every invariant. Variant `unsynced-pages` also
 keeps a random half of the pages that were written but never synced, as a real disk may
-have. The flusher's C round (`ipc/native/mqs_round.c`) forces the log through the
-same seam (`fileio.native_seam`): the recorder counts the commit-log syncs it made.
+have. The flusher's C flush step (`ipc/native/mqs_round.c`: the SYNC_FLUSH round and
+the timed flush) forces the log through the same seam (`fileio.native_seam`): the
+recorder counts the commit-log syncs it made, and those of the Python flush step, which
+must be none.
 
 Sizes: one cycle per variant by default, 25 per variant (50 in all) under
 MQSTORE_RELIABILITY_FULL=1. Each cycle's disk is the next cycle's store, so acknowledged
@@ -23,13 +25,22 @@ from pathlib import Path
 import pytest
 
 from mqstore import StoreClient
+from mqstore.engine import fileio
 from mqstore.engine.checkpoint import CheckpointFields
 from mqstore.engine.consumequeue_store import ConsumeQueueStore
 from mqstore.engine.indexservice import IndexService
+from mqstore.engine.segment import segment_file_name
 from mqstore.ipc import control as c
 from mqstore.ipc.commit import pid_alive
+from tests.native.test_sync_round_diff import SEG, publish, store
 from tests.reliability.conftest import FIGURES, sized
-from tests.reliability.powerloss import build_image, log_sync_counts, seed_shadow, shadow_env
+from tests.reliability.powerloss import (
+    ShadowRecorder,
+    build_image,
+    log_sync_counts,
+    seed_shadow,
+    shadow_env,
+)
 from tests.reliability.test_crash import GroupStore, Producer
 from tests.reliability.verify import verify, verify_queues
 from tests.reliability.workload import Acks
@@ -43,7 +54,8 @@ def test_power_loss_cycles(tmp_path: Path, variant: str, seed: int) -> None:
     rng = random.Random(f"{seed}-{variant}")
     store_dir = tmp_path / "disk0"
     acks: dict[str, Acks] = {}
-    stats: Counter[str] = Counter()
+    # the summary shows this one even at 0, what it must be
+    stats: Counter[str] = Counter({"commit-log syncs by the Python flush step": 0})
     for cycle in range(cycles):
         why = f"(variant {variant}, cycle {cycle}, seed {seed})"
         tag = f"pl{cycle}"
@@ -68,9 +80,9 @@ def test_power_loss_cycles(tmp_path: Path, variant: str, seed: int) -> None:
         )
         c.remove_leftovers(store_dir)  # the machine's memory went with the power
         acks[tag] = prod.acks
-        # who forced the log: the flusher's C round (the twin only across a segment's
-        # end), the allocator and recovery (Python); a cycle cut before its first sync
-        # put has none
+        # who forced the log: the flusher's C flush step (its round and its timed
+        # flush), the allocator and recovery (Python), never the Python flush step; a
+        # cycle cut before its first sync put has none
         synced = log_sync_counts(shadow)
         stats.update({f"commit-log syncs by the {k}": v for k, v in synced.items()})
         disk = tmp_path / f"disk{cycle + 1}"
@@ -103,7 +115,9 @@ def test_power_loss_cycles(tmp_path: Path, variant: str, seed: int) -> None:
     for k, v in stats.items():
         FIGURES[f"power loss: {k}"] += v
     synced_acks = sum(len(a.sync) for a in acks.values())
-    assert stats["commit-log syncs by the C round"] > 0 or not synced_acks, stats
+    assert stats["commit-log syncs by the C flush step"] > 0 or not synced_acks, stats
+    # production never runs the Python flush step: the suite tests the C that runs
+    assert stats["commit-log syncs by the Python flush step"] == 0, stats
 
 
 CQ_FILE_BYTES = 20 * 256  # a new queue file every 256 messages
@@ -187,3 +201,30 @@ def test_checkpoint_is_never_ahead_of_the_durable_queues(tmp_path: Path) -> None
     finally:
         index.close()
     FIGURES["checkpoint checked after a power cut: covered units"] += len(covered)
+
+
+def test_the_recorder_tells_the_c_flush_step_from_the_python_one(tmp_path: Path) -> None:
+    """`log_sync_counts`' keys, on real files: a sync by the C flush step, by its Python
+    reference (`ipc/commit.py`: what production must never run) and by other Python code
+    are told apart, so the suite's "Python flush step: 0" can fail."""
+    with store(pool=True) as (d, cb, files):
+        shadow = tmp_path / "shadow"
+        shadow.mkdir()
+        fileio.set_sync_watch(ShadowRecorder(str(shadow), str(d)))
+        try:
+            publish(d, cb, [1000], fill=1)
+            files.commit(0)
+            assert files.flush_and_wake(0) is not None  # C
+            publish(d, cb, [1000, 2000], fill=2)
+            files.commit(0)
+            assert files.flush_and_wake_py(0) is not None  # Python, ipc/commit.py
+            first = str(d / "commitlog" / segment_file_name(0))
+            fd = fileio.open_file(first, create=False)
+            fileio.fdatasync(fd, first)  # other Python code
+            fileio.close(fd)
+        finally:
+            fileio.set_sync_watch(None)
+        assert cb.get(c.OFF_FLUSHED) == 4000 < SEG
+    assert log_sync_counts(shadow) == Counter(
+        {"C flush step": 1, "Python flush step": 1, "allocator and recovery": 1}
+    )
