@@ -1,0 +1,225 @@
+"""The sync round's own fdatasync against a plain one on the same disk, in the same run
+(issue 23's goal: within 1.1x, from the flusher's trace).
+
+    python -m bench.fsync_vs_plain [--reps 3] [--puts 6000] [--plain 3000] [--pool on,off]
+                                   [--save] [--dir DIR]
+
+Per repetition, one after another and in an order that alternates (ABBA) so that a
+change of the machine's load falls on both sides:
+
+* the store in `sync1_vs_naive.py`'s shape (the shared perf checks): a fresh SYNC_FLUSH
+  store, pool on or off, and one client process timing its loop of N README-shape puts
+  (1 KiB body, a key, a tag); the flusher's trace (`MQSTORE_FLUSH_TRACE`) gives every
+  round's fdatasync (`fsync_ns`: the syscall alone, timed in the C round), kept for the
+  rounds inside the client's loop;
+* plain loops of a 1 KiB `pwrite` + `fdatasync` at consecutive offsets of an 8 MiB file
+  in a directory of its own block group (as the store's `commitlog/`), of two kinds:
+  `fallocated` (unwritten extents: each fdatasync converts the block it covers) and
+  `zeroed` (written with zeros and forced first, as the allocator makes a SYNC_FLUSH
+  segment), each at the store's nice and time slice (as the flusher runs) and at the
+  default ones (the issue's "tight loop"); and `append`, the checks' own peer (O_APPEND,
+  1 KiB write + fdatasync, default nice).
+
+Prints per run the p50/p90 of the fdatasync in µs and the 1-minute load, then per kind
+the median of the runs' p50s and p90s, and the ratios of the round's to each plain kind.
+`--save` appends the text to `bench/results/fsync_vs_plain.txt`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.report import save_text
+from bench.store_run import REPO, running_store
+from mqstore.conf.settings import StoreSettings
+from mqstore.engine import fileio
+
+RESULT = REPO / "bench" / "results" / "fsync_vs_plain.txt"
+TRACE_ENV = "MQSTORE_FLUSH_TRACE"
+PLAIN_FILE_BYTES = 8 << 20
+
+CLIENT = r"""
+import json, sys, time
+from mqstore import StoreClient
+store_dir, n, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+pad = b"x" * 1000
+bad = 0
+with StoreClient.attach(store_dir) as c:
+    t0 = time.monotonic_ns()
+    for i in range(n):
+        body = b"w%04d-m%08d|" % (0, i) + pad
+        r = c.put("perf", body, keys=["k-0-%d" % i], tags="t%d" % (i % 3))
+        bad += r.status.name != "PUT_OK"
+    t1 = time.monotonic_ns()
+with open(out, "w") as f:
+    json.dump({"t0": t0, "t1": t1, "bad": bad}, f)
+"""
+
+PLAIN = r"""
+import json, os, sys, time
+kind, path, n, nice, slice_us = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+size = int(sys.argv[6])
+if nice or slice_us:
+    from mqstore.workers import priority
+    priority.apply(nice)
+    priority.apply_slice(slice_us)
+if kind == "append":
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+else:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    os.posix_fallocate(fd, 0, size)
+    if kind == "zeroed":
+        zeros = bytes(1 << 20)
+        for at in range(0, size, len(zeros)):
+            os.pwrite(fd, zeros, at)
+    os.fsync(fd)
+body = os.urandom(1024)
+lat = []
+t0 = time.perf_counter()
+for i in range(n):
+    if kind == "append":
+        os.write(fd, body)
+    else:
+        os.pwrite(fd, body, (i * 1024) % size)
+    a = time.perf_counter_ns()
+    os.fdatasync(fd)
+    lat.append(time.perf_counter_ns() - a)
+dt = time.perf_counter() - t0
+os.close(fd)
+print(json.dumps({"lat": lat, "rate": n / dt}))
+"""
+
+
+def _q(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p * len(xs)))]
+
+
+def _load() -> float:
+    return os.getloadavg()[0]
+
+
+def store_run(root: Path, pool: bool, puts: int) -> dict[str, float]:
+    """One sync1-shaped run; the round's fdatasync p50/p90 (µs) over the client's loop."""
+    trace = root / "flush.trace"
+    client = root / "client.py"
+    client.write_text(CLIENT)
+    out = root / "client.json"
+    os.environ[TRACE_ENV] = str(trace)
+    try:
+        with running_store(root, "store", sync=True, pool=pool) as run:
+            subprocess.run(
+                [sys.executable, str(client), str(run.store_dir), str(puts), str(out)],
+                check=True, cwd=REPO,
+            )  # fmt: skip
+    finally:
+        os.environ.pop(TRACE_ENV)
+    got = json.loads(out.read_text())
+    out.unlink()
+    if got["bad"]:
+        raise SystemExit(f"{got['bad']} sync puts not PUT_OK")
+    rows = [json.loads(line) for line in trace.read_text().splitlines()]
+    trace.unlink()
+    fs = [r["fsync_ns"] / 1e3 for r in rows if got["t0"] <= r["served"] <= got["t1"]]
+    fs = [f for f in fs if f > 0]
+    rounds = len(fs)
+    return {
+        "p50": statistics.median(fs),
+        "p90": _q(fs, 0.9),
+        "rate": puts / ((got["t1"] - got["t0"]) / 1e9),
+        "per_round": puts / max(rounds, 1),
+        "n": rounds,
+    }
+
+
+def plain_run(root: Path, kind: str, n: int, flusher_prio: bool) -> dict[str, float]:
+    d = root / "plain"
+    d.mkdir(exist_ok=True)
+    path = d / f"{kind}.dat"
+    s = StoreSettings()
+    nice, slice_us = (s.store_nice, s.store_slice_us) if flusher_prio else (0, 0)
+    out = subprocess.run(
+        [sys.executable, "-c", PLAIN, kind, str(path), str(n), str(nice), str(slice_us),
+         str(PLAIN_FILE_BYTES)],
+        capture_output=True, text=True, check=True, cwd=REPO,
+    ).stdout  # fmt: skip
+    path.unlink()
+    got = json.loads(out)
+    lat = [x / 1e3 for x in got["lat"]]
+    return {"p50": statistics.median(lat), "p90": _q(lat, 0.9), "rate": got["rate"], "n": n}
+
+
+PLAIN_KINDS = (
+    ("fallocated, flusher's nice", "fallocated", True),
+    ("zeroed, flusher's nice", "zeroed", True),
+    ("fallocated, nice 0", "fallocated", False),
+    ("zeroed, nice 0", "zeroed", False),
+    ("append (the checks' peer)", "append", False),
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.fsync_vs_plain", description=__doc__)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--puts", type=int, default=6000, help="sync puts per store run")
+    ap.add_argument("--plain", type=int, default=3000, help="fdatasyncs per plain loop")
+    ap.add_argument("--pool", default="on,off")
+    ap.add_argument("--save", action="store_true")
+    ap.add_argument("--dir", type=Path, default=None)
+    a = ap.parse_args(argv)
+    root = Path(tempfile.mkdtemp(prefix="perf-fsyncplain-", dir=a.dir))
+    fileio.spread_subdirectories(root)  # the plain files' and the store's own block groups
+    pools = [p == "on" for p in a.pool.split(",") if p]
+    runs: dict[str, list[dict[str, float]]] = {}
+    lines: list[str] = []
+
+    def note(name: str, r: dict[str, float]) -> None:
+        runs.setdefault(name, []).append(r)
+        extra = f", {r['per_round']:.2f} puts/round" if "per_round" in r else ""
+        line = (
+            f"{time.strftime('%H:%M:%S', time.gmtime())} load {_load():5.1f}  {name:34s} "
+            f"p50 {r['p50']:7.1f}  p90 {r['p90']:7.1f} µs  {r['rate']:7,.0f}/s  "
+            f"n {r['n']:.0f}{extra}"
+        )
+        print(line, flush=True)
+        lines.append(line)
+
+    try:
+        for rep in range(a.reps):
+            kinds = PLAIN_KINDS if rep % 2 == 0 else PLAIN_KINDS[::-1]
+            for pool in pools if rep % 2 == 0 else pools[::-1]:
+                for label, kind, prio in kinds:
+                    note(label, plain_run(root, kind, a.plain, prio))
+                note(f"round, pool {'on' if pool else 'off'}", store_run(root, pool, a.puts))
+                kinds = kinds[::-1]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    lines.append("")
+    lines.append("median over runs of each run's p50 / p90 (µs); ratio = round / plain:")
+    med = {k: (statistics.median(r["p50"] for r in v), statistics.median(r["p90"] for r in v))
+           for k, v in runs.items()}  # fmt: skip
+    for k, (p50, p90) in med.items():
+        lines.append(f"  {k:34s} p50 {p50:7.1f}  p90 {p90:7.1f}  ({len(runs[k])} runs)")
+    for rk in [k for k in med if k.startswith("round")]:
+        for pk in [k for k in med if not k.startswith("round")]:
+            lines.append(
+                f"  {rk} / {pk}: p50 {med[rk][0] / med[pk][0]:.2f}x, "
+                f"p90 {med[rk][1] / med[pk][1]:.2f}x"
+            )
+    print("\n".join(lines[-(len(med) + 2 + len(med) * 5) :]))
+    if a.save:
+        save_text(RESULT, "bench.fsync_vs_plain", argv, "\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
