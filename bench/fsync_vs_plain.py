@@ -66,8 +66,8 @@ with open(out, "w") as f:
 
 PLAIN = r"""
 import json, os, sys, time
-kind, path, n, nice, slice_us = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-size = int(sys.argv[6])
+kind, path = sys.argv[1], sys.argv[2]
+n, nice, slice_us, size = (int(x) for x in sys.argv[3:7])
 if nice or slice_us:
     from mqstore.workers import priority
     priority.apply(nice)
