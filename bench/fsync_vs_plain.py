@@ -31,13 +31,16 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
+from bench import profile_sync_io as sio
 from bench.report import save_text
 from bench.store_run import REPO, running_store
 from mqstore.conf.settings import StoreSettings
@@ -67,7 +70,7 @@ with open(out, "w") as f:
 PLAIN = r"""
 import json, os, sys, time
 kind, path = sys.argv[1], sys.argv[2]
-n, nice, slice_us, size = (int(x) for x in sys.argv[3:7])
+n, nice, slice_us, size, wsize = (int(x) for x in sys.argv[3:8])
 if nice or slice_us:
     from mqstore.workers import priority
     priority.apply(nice)
@@ -82,14 +85,14 @@ else:
         for at in range(0, size, len(zeros)):
             os.pwrite(fd, zeros, at)
     os.fsync(fd)
-body = os.urandom(1024)
+body = os.urandom(wsize)
 lat = []
 t0 = time.perf_counter()
 for i in range(n):
     if kind == "append":
         os.write(fd, body)
     else:
-        os.pwrite(fd, body, (i * 1024) % size)
+        os.pwrite(fd, body, (i * wsize) % (size - wsize))
     a = time.perf_counter_ns()
     os.fdatasync(fd)
     lat.append(time.perf_counter_ns() - a)
@@ -108,7 +111,23 @@ def _load() -> float:
     return os.getloadavg()[0]
 
 
-def store_run(root: Path, pool: bool, puts: int) -> dict[str, float]:
+def _recorded(root: Path, perf: bool) -> subprocess.Popen[bytes] | None:
+    """`perf record -a` of the fdatasync syscalls and the block requests (`--perf`)."""
+    if not perf:
+        return None
+    args = ["-a", "-m", "1024", "-eblock:block_rq_issue", *sio.LATENCY_EVENTS]
+    return sio._perf_record(root, root / "perf.data", args)
+
+
+def _breakdown(root: Path, rec: subprocess.Popen[bytes] | None, pid: int) -> str:
+    if rec is None:
+        return ""
+    rec.send_signal(signal.SIGINT)
+    rec.wait()
+    return sio._breakdown(sio._perf_script(root / "perf.data"), pid).strip()
+
+
+def store_run(root: Path, pool: bool, puts: int, perf: bool = False) -> dict[str, Any]:
     """One sync1-shaped run; the round's fdatasync p50/p90 (µs) over the client's loop."""
     trace = root / "flush.trace"
     client = root / "client.py"
@@ -117,10 +136,13 @@ def store_run(root: Path, pool: bool, puts: int) -> dict[str, float]:
     os.environ[TRACE_ENV] = str(trace)
     try:
         with running_store(root, "store", sync=True, pool=pool) as run:
+            flusher = sio._pid_of(run.store_dir, "flusher")
+            rec = _recorded(root, perf)
             subprocess.run(
                 [sys.executable, str(client), str(run.store_dir), str(puts), str(out)],
                 check=True, cwd=REPO,
             )  # fmt: skip
+            why = _breakdown(root, rec, flusher)
     finally:
         os.environ.pop(TRACE_ENV)
     got = json.loads(out.read_text())
@@ -131,39 +153,57 @@ def store_run(root: Path, pool: bool, puts: int) -> dict[str, float]:
     trace.unlink()
     fs = [r["fsync_ns"] / 1e3 for r in rows if got["t0"] <= r["served"] <= got["t1"]]
     fs = [f for f in fs if f > 0]
+    bs = [r["bytes"] for r in rows if got["t0"] <= r["served"] <= got["t1"] and r["msgs"]]
     rounds = len(fs)
     return {
+        "bytes": statistics.fmean(bs) if bs else 0.0,
         "p50": statistics.median(fs),
         "p90": _q(fs, 0.9),
         "rate": puts / ((got["t1"] - got["t0"]) / 1e9),
         "per_round": puts / max(rounds, 1),
         "n": rounds,
+        "why": why,
     }
 
 
-def plain_run(root: Path, kind: str, n: int, flusher_prio: bool) -> dict[str, float]:
+def plain_run(
+    root: Path, kind: str, n: int, flusher_prio: bool, wsize: int = 1024, perf: bool = False
+) -> dict[str, Any]:
     d = root / "plain"
     d.mkdir(exist_ok=True)
     path = d / f"{kind}.dat"
     s = StoreSettings()
     nice, slice_us = (s.store_nice, s.store_slice_us) if flusher_prio else (0, 0)
-    out = subprocess.run(
+    rec = _recorded(root, perf)
+    proc = subprocess.Popen(
         [sys.executable, "-c", PLAIN, kind, str(path), str(n), str(nice), str(slice_us),
-         str(PLAIN_FILE_BYTES)],
-        capture_output=True, text=True, check=True, cwd=REPO,
-    ).stdout  # fmt: skip
+         str(PLAIN_FILE_BYTES), str(wsize)],
+        stdout=subprocess.PIPE, text=True, cwd=REPO,
+    )  # fmt: skip
+    out, _ = proc.communicate()
+    if proc.returncode:
+        raise SystemExit(f"plain loop {kind} exited with {proc.returncode}")
+    why = _breakdown(root, rec, proc.pid)
     path.unlink()
     got = json.loads(out)
     lat = [x / 1e3 for x in got["lat"]]
-    return {"p50": statistics.median(lat), "p90": _q(lat, 0.9), "rate": got["rate"], "n": n}
+    return {
+        "p50": statistics.median(lat),
+        "p90": _q(lat, 0.9),
+        "rate": got["rate"],
+        "n": n,
+        "why": why,
+    }
 
 
+# (label, file, at the flusher's nice and slice, writes of a round's bytes instead of 1 KiB)
 PLAIN_KINDS = (
-    ("fallocated, flusher's nice", "fallocated", True),
-    ("zeroed, flusher's nice", "zeroed", True),
-    ("fallocated, nice 0", "fallocated", False),
-    ("zeroed, nice 0", "zeroed", False),
-    ("append (the checks' peer)", "append", False),
+    ("fallocated, flusher's nice", "fallocated", True, False),
+    ("zeroed, flusher's nice", "zeroed", True, False),
+    ("zeroed, record-sized, flusher's nice", "zeroed", True, True),
+    ("fallocated, nice 0", "fallocated", False, False),
+    ("zeroed, nice 0", "zeroed", False, False),
+    ("append (the checks' peer)", "append", False, False),
 )
 
 
@@ -173,18 +213,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--puts", type=int, default=6000, help="sync puts per store run")
     ap.add_argument("--plain", type=int, default=3000, help="fdatasyncs per plain loop")
     ap.add_argument("--pool", default="on,off")
+    ap.add_argument(
+        "--perf", action="store_true",
+        help="then one more round per pool and plain record-sized loop under perf record: "
+        "where each fdatasync's time goes (profile_sync_io's breakdown)",
+    )  # fmt: skip
     ap.add_argument("--save", action="store_true")
     ap.add_argument("--dir", type=Path, default=None)
     a = ap.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="perf-fsyncplain-", dir=a.dir))
     fileio.spread_subdirectories(root)  # the plain files' and the store's own block groups
     pools = [p == "on" for p in a.pool.split(",") if p]
-    runs: dict[str, list[dict[str, float]]] = {}
+    runs: dict[str, list[dict[str, Any]]] = {}
+    record = [1024]  # a round's bytes (the last store run's mean): the record-sized loops' writes
     lines: list[str] = []
 
-    def note(name: str, r: dict[str, float]) -> None:
-        runs.setdefault(name, []).append(r)
-        extra = f", {r['per_round']:.2f} puts/round" if "per_round" in r else ""
+    def note(name: str, r: dict[str, Any], keep: bool = True) -> None:
+        if keep:
+            runs.setdefault(name, []).append(r)
+        extra = ""
+        if "per_round" in r:
+            extra = f", {r['per_round']:.2f} puts/round, {r['bytes']:,.0f} bytes/round"
+            record[0] = round(r["bytes"]) or record[0]
+        elif r.get("wsize", 1024) != 1024:
+            extra = f", {r['wsize']} B writes"
         line = (
             f"{time.strftime('%H:%M:%S', time.gmtime())} load {_load():5.1f}  {name:34s} "
             f"p50 {r['p50']:7.1f}  p90 {r['p90']:7.1f} µs  {r['rate']:7,.0f}/s  "
@@ -192,30 +244,48 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(line, flush=True)
         lines.append(line)
+        if r["why"]:
+            print(r["why"], flush=True)
+            lines.append("  " + r["why"])
+
+    def plain(label: str, kind: str, prio: bool, sized: bool, perf: bool = False) -> None:
+        wsize = record[0] if sized else 1024
+        got = plain_run(root, kind, a.plain, prio, wsize, perf)
+        got["wsize"] = wsize
+        note(label, got, keep=not perf)
 
     try:
+        note("round, pool on (warm-up, a round's bytes)", store_run(root, True, 500), False)
         for rep in range(a.reps):
             kinds = PLAIN_KINDS if rep % 2 == 0 else PLAIN_KINDS[::-1]
             for pool in pools if rep % 2 == 0 else pools[::-1]:
-                for label, kind, prio in kinds:
-                    note(label, plain_run(root, kind, a.plain, prio))
+                for kind in kinds:
+                    plain(*kind)
                 note(f"round, pool {'on' if pool else 'off'}", store_run(root, pool, a.puts))
                 kinds = kinds[::-1]
+        if a.perf:
+            lines.append("under perf record (not in the medians):")
+            for pool in pools:
+                plain(*PLAIN_KINDS[2], perf=True)
+                got = store_run(root, pool, a.puts, perf=True)
+                note(f"round, pool {'on' if pool else 'off'}", got, keep=False)
+            plain(*PLAIN_KINDS[2], perf=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    summary = len(lines)
     lines.append("")
     lines.append("median over runs of each run's p50 / p90 (µs); ratio = round / plain:")
     med = {k: (statistics.median(r["p50"] for r in v), statistics.median(r["p90"] for r in v))
            for k, v in runs.items()}  # fmt: skip
     for k, (p50, p90) in med.items():
-        lines.append(f"  {k:34s} p50 {p50:7.1f}  p90 {p90:7.1f}  ({len(runs[k])} runs)")
+        lines.append(f"  {k:42s} p50 {p50:7.1f}  p90 {p90:7.1f}  ({len(runs[k])} runs)")
     for rk in [k for k in med if k.startswith("round")]:
         for pk in [k for k in med if not k.startswith("round")]:
             lines.append(
                 f"  {rk} / {pk}: p50 {med[rk][0] / med[pk][0]:.2f}x, "
                 f"p90 {med[rk][1] / med[pk][1]:.2f}x"
             )
-    print("\n".join(lines[-(len(med) + 2 + len(med) * 5) :]))
+    print("\n".join(lines[summary:]))
     if a.save:
         save_text(RESULT, "bench.fsync_vs_plain", argv, "\n".join(lines))
     return 0
