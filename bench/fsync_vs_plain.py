@@ -102,6 +102,158 @@ print(json.dumps({"lat": lat, "rate": n / dt}))
 """
 
 
+STEP_CLIENT = r"""
+import json, sys, time
+from mqstore import StoreClient
+pad = b"x" * 1000
+i = 0
+with StoreClient.attach(sys.argv[1]) as c:
+    print("ready", flush=True)
+    for line in sys.stdin:
+        n, bad, t0 = int(line), 0, time.monotonic_ns()
+        for _ in range(n):
+            body = b"w%04d-m%08d|" % (0, i) + pad
+            r = c.put("perf", body, keys=["k-0-%d" % i], tags="t%d" % (i % 3))
+            bad += r.status.name != "PUT_OK"
+            i += 1
+        print(json.dumps({"t0": t0, "t1": time.monotonic_ns(), "bad": bad}), flush=True)
+"""
+
+STEP_PLAIN = r"""
+import json, os, sys, time
+kind, path = sys.argv[1], sys.argv[2]
+nice, slice_us, size, wsize = (int(x) for x in sys.argv[3:7])
+from mqstore.workers import priority
+priority.apply(nice)
+priority.apply_slice(slice_us)
+fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+os.posix_fallocate(fd, 0, size)
+if kind == "zeroed":
+    zeros = bytes(1 << 20)
+    for at in range(0, size, len(zeros)):
+        os.pwrite(fd, zeros, at)
+os.fsync(fd)
+body, at = os.urandom(wsize), 0
+print("ready", flush=True)
+for line in sys.stdin:
+    lat = []
+    for _ in range(int(line)):
+        os.pwrite(fd, body, at)
+        at = (at + wsize) % (size - wsize)
+        a = time.perf_counter_ns()
+        os.fdatasync(fd)
+        lat.append(time.perf_counter_ns() - a)
+    print(json.dumps(lat), flush=True)
+"""
+
+
+def _step(proc: subprocess.Popen[str], n: int) -> Any:
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(f"{n}\n")
+    proc.stdin.flush()
+    return json.loads(proc.stdout.readline())
+
+
+def _started(args: list[str]) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO
+    )
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != "ready":
+        raise SystemExit(f"{args[:3]} did not start")
+    return proc
+
+
+def _stopped(proc: subprocess.Popen[str]) -> None:
+    assert proc.stdin is not None
+    proc.stdin.close()
+    if proc.wait(timeout=60):
+        raise SystemExit(f"a step process exited with {proc.returncode}")
+
+
+PAIRED_KINDS = (
+    ("zeroed, record-sized", "zeroed", True),
+    ("zeroed, 1 KiB", "zeroed", False),
+    ("fallocated, 1 KiB", "fallocated", False),
+)
+
+
+def paired(root: Path, pool: bool, blocks: int, per_block: int, record: int) -> list[str]:
+    """One store (sync1's shape, pool on or off) and, beside it, plain loops at the
+    flusher's nice and slice, all left running; blocks of `per_block` sync puts and of
+    `per_block` plain fdatasyncs of each kind take turns (the order rotating), so the
+    round and the plain loops see the same minutes of the machine's load within a
+    second or two. Per block the ratio of the round's fdatasync p50 to each plain
+    kind's; the median of those ratios is the figure."""
+    trace = root / "flush.trace"
+    client = root / "step_client.py"
+    client.write_text(STEP_CLIENT)
+    d = root / "plain"
+    d.mkdir(exist_ok=True)
+    s = StoreSettings()
+    lat: dict[str, list[list[float]]] = {k[0]: [] for k in PAIRED_KINDS}
+    windows: list[tuple[int, int]] = []
+    loads = [_load()]
+    os.environ[TRACE_ENV] = str(trace)
+    try:
+        with running_store(root, "store", sync=True, pool=pool) as run:
+            procs = {}
+            for label, kind, sized in PAIRED_KINDS:
+                wsize = record if sized else 1024
+                size = (((blocks * per_block + 1) * wsize >> 20) + 2) << 20
+                procs[label] = _started(
+                    [sys.executable, "-c", STEP_PLAIN, kind, str(d / f"{label[:6]}{wsize}.dat"),
+                     str(s.store_nice), str(s.store_slice_us), str(size), str(wsize)]
+                )  # fmt: skip
+            cl = _started([sys.executable, str(client), str(run.store_dir)])
+            _step(cl, 200)  # warm: the client's first puts, the dispatcher's first round
+            turn = ["round", *lat]
+            for b in range(blocks):
+                for who in turn[b % len(turn) :] + turn[: b % len(turn)]:
+                    if who == "round":
+                        got = _step(cl, per_block)
+                        if got["bad"]:
+                            raise SystemExit(f"{got['bad']} sync puts not PUT_OK")
+                        windows.append((got["t0"], got["t1"]))
+                    else:
+                        lat[who].append([x / 1e3 for x in _step(procs[who], per_block)])
+                loads.append(_load())
+            _stopped(cl)
+            for proc in procs.values():
+                _stopped(proc)
+    finally:
+        os.environ.pop(TRACE_ENV)
+        shutil.rmtree(d, ignore_errors=True)
+    rows = [json.loads(line) for line in trace.read_text().splitlines()]
+    trace.unlink()
+    rounds: list[list[float]] = [[] for _ in windows]
+    for r in rows:
+        for i, (t0, t1) in enumerate(windows):
+            if t0 <= r["served"] <= t1 and r["fsync_ns"]:
+                rounds[i].append(r["fsync_ns"] / 1e3)
+    allr = [x for xs in rounds for x in xs]
+    name = f"round, pool {'on' if pool else 'off'}"
+    out = [
+        f"{time.strftime('%H:%M:%S', time.gmtime())} paired, {blocks} blocks of {per_block}, "
+        f"load {min(loads):.1f}-{max(loads):.1f}, record {record} B; "
+        f"{name}: {len(allr)} rounds ({blocks * per_block / max(len(allr), 1):.2f} puts each) "
+        f"p50 {statistics.median(allr):.1f} p90 {_q(allr, 0.9):.1f} µs"
+    ]
+    for label, blocks_lat in lat.items():
+        allp = [x for xs in blocks_lat for x in xs]
+        pairs = [(r, p) for r, p in zip(rounds, blocks_lat, strict=True) if r]
+        ratios = [statistics.median(r) / statistics.median(p) for r, p in pairs]
+        ratios90 = [_q(r, 0.9) / _q(p, 0.9) for r, p in pairs]
+        out.append(
+            f"  plain {label:22s} p50 {statistics.median(allp):7.1f} p90 {_q(allp, 0.9):7.1f} µs;"
+            f" round / plain per block: p50 median {statistics.median(ratios):.2f}x "
+            f"(quartiles {_q(ratios, 0.25):.2f}-{_q(ratios, 0.75):.2f}), "
+            f"p90 median {statistics.median(ratios90):.2f}x"
+        )
+    print("\n".join(out), flush=True)
+    return out
+
+
 def _q(xs: list[float], p: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(p * len(xs)))]
@@ -218,6 +370,12 @@ def main(argv: list[str] | None = None) -> int:
         help="then one more round per pool and plain record-sized loop under perf record: "
         "where each fdatasync's time goes (profile_sync_io's breakdown)",
     )  # fmt: skip
+    ap.add_argument(
+        "--blocks", type=int, default=0,
+        help="instead: per pool one store and plain loops side by side, this many blocks "
+        "taking turns (paired ratios)",
+    )  # fmt: skip
+    ap.add_argument("--per-block", type=int, default=300)
     ap.add_argument("--save", action="store_true")
     ap.add_argument("--dir", type=Path, default=None)
     a = ap.parse_args(argv)
@@ -254,6 +412,17 @@ def main(argv: list[str] | None = None) -> int:
         got["wsize"] = wsize
         note(label, got, keep=not perf)
 
+    if a.blocks:
+        try:
+            warm = store_run(root, True, 500)
+            lines.append(f"a round's bytes: {warm['bytes']:,.0f} (500 puts, pool on)")
+            for pool in pools:
+                lines += paired(root, pool, a.blocks, a.per_block, round(warm["bytes"]))
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        if a.save:
+            save_text(RESULT, "bench.fsync_vs_plain", argv, "\n".join(lines))
+        return 0
     try:
         note("round, pool on (warm-up, a round's bytes)", store_run(root, True, 500), False)
         for rep in range(a.reps):
