@@ -178,13 +178,16 @@ PAIRED_KINDS = (
 )
 
 
-def paired(root: Path, pool: bool, blocks: int, per_block: int, record: int) -> list[str]:
+def paired(
+    root: Path, pool: bool, blocks: int, per_block: int, record: int, perf: bool = False
+) -> list[str]:
     """One store (sync1's shape, pool on or off) and, beside it, plain loops at the
     flusher's nice and slice, all left running; blocks of `per_block` sync puts and of
     `per_block` plain fdatasyncs of each kind take turns (the order rotating), so the
     round and the plain loops see the same minutes of the machine's load within a
     second or two. Per block the ratio of the round's fdatasync p50 to each plain
-    kind's; the median of those ratios is the figure."""
+    kind's; the median of those ratios is the figure. With `perf`, over all blocks,
+    profile_sync_io's breakdown of the flusher's and each plain loop's fdatasyncs."""
     trace = root / "flush.trace"
     client = root / "step_client.py"
     client.write_text(STEP_CLIENT)
@@ -207,6 +210,8 @@ def paired(root: Path, pool: bool, blocks: int, per_block: int, record: int) -> 
                 )  # fmt: skip
             cl = _started([sys.executable, str(client), str(run.store_dir)])
             _step(cl, 200)  # warm: the client's first puts, the dispatcher's first round
+            flusher = sio._pid_of(run.store_dir, "flusher")
+            rec = _recorded(root, perf)
             turn = ["round", *lat]
             for b in range(blocks):
                 for who in turn[b % len(turn) :] + turn[: b % len(turn)]:
@@ -218,6 +223,14 @@ def paired(root: Path, pool: bool, blocks: int, per_block: int, record: int) -> 
                     else:
                         lat[who].append([x / 1e3 for x in _step(procs[who], per_block)])
                 loads.append(_load())
+            why: dict[str, str] = {}
+            if rec is not None:
+                rec.send_signal(signal.SIGINT)
+                rec.wait()
+                script = sio._perf_script(root / "perf.data")
+                why["round"] = sio._breakdown(script, flusher).strip()
+                for label, proc in procs.items():
+                    why[label] = sio._breakdown(script, proc.pid).strip()
             _stopped(cl)
             for proc in procs.values():
                 _stopped(proc)
@@ -250,6 +263,7 @@ def paired(root: Path, pool: bool, blocks: int, per_block: int, record: int) -> 
             f"(quartiles {_q(ratios, 0.25):.2f}-{_q(ratios, 0.75):.2f}), "
             f"p90 median {statistics.median(ratios90):.2f}x"
         )
+    out += [f"  breakdown, {k}: {v}" for k, v in why.items()]
     print("\n".join(out), flush=True)
     return out
 
@@ -367,8 +381,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pool", default="on,off")
     ap.add_argument(
         "--perf", action="store_true",
-        help="then one more round per pool and plain record-sized loop under perf record: "
-        "where each fdatasync's time goes (profile_sync_io's breakdown)",
+        help="then one more round per pool and plain record-sized loop under perf record "
+        "(with --blocks: the whole paired run): where each fdatasync's time goes "
+        "(profile_sync_io's breakdown)",
     )  # fmt: skip
     ap.add_argument(
         "--blocks", type=int, default=0,
@@ -417,7 +432,8 @@ def main(argv: list[str] | None = None) -> int:
             warm = store_run(root, True, 500)
             lines.append(f"a round's bytes: {warm['bytes']:,.0f} (500 puts, pool on)")
             for pool in pools:
-                lines += paired(root, pool, a.blocks, a.per_block, round(warm["bytes"]))
+                rec_bytes = round(warm["bytes"])
+                lines += paired(root, pool, a.blocks, a.per_block, rec_bytes, a.perf)
         finally:
             shutil.rmtree(root, ignore_errors=True)
         if a.save:
