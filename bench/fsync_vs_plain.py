@@ -228,9 +228,9 @@ def paired(
                 rec.send_signal(signal.SIGINT)
                 rec.wait()
                 script = sio._perf_script(root / "perf.data")
-                why["round"] = sio._breakdown(script, flusher).strip()
+                why["round"] = _why(script, flusher)
                 for label, proc in procs.items():
-                    why[label] = sio._breakdown(script, proc.pid).strip()
+                    why[label] = _why(script, proc.pid)
             _stopped(cl)
             for proc in procs.values():
                 _stopped(proc)
@@ -283,6 +283,23 @@ def _recorded(root: Path, perf: bool) -> subprocess.Popen[bytes] | None:
         return None
     args = ["-a", "-m", "1024", "-eblock:block_rq_issue", *sio.LATENCY_EVENTS]
     return sio._perf_record(root, root / "perf.data", args)
+
+
+def _why(script: str, pid: int) -> str:
+    """profile_sync_io's breakdown of `pid`'s fdatasyncs, and the block requests it
+    issued per fdatasync: data, and inode-table (metadata, `M`) writes."""
+    syncs = data = meta = 0
+    for line in script.splitlines():
+        f = line.split()
+        if len(f) < 5 or f[0] != str(pid):
+            continue
+        if f[3].startswith("raw_syscalls:sys_enter"):
+            syncs += 1
+        elif f[3].startswith("block:block_rq_issue") and len(f) > 5 and f[5].startswith("W"):
+            meta += "M" in f[5]
+            data += "M" not in f[5]
+    per = f"; per fdatasync {data / max(syncs, 1):.2f} data and {meta / max(syncs, 1):.3f} "
+    return sio._breakdown(script, pid).strip() + per + "inode-table writes"
 
 
 def _breakdown(root: Path, rec: subprocess.Popen[bytes] | None, pid: int) -> str:
