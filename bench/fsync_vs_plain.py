@@ -165,10 +165,19 @@ def _started(args: list[str]) -> subprocess.Popen[str]:
 
 
 def _stopped(proc: subprocess.Popen[str]) -> None:
-    assert proc.stdin is not None
+    """End a step process (EOF on its stdin) and close its pipes; killed (by its pid) if
+    it does not end within a minute or is still running after an error."""
+    assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.close()
-    if proc.wait(timeout=60):
-        raise SystemExit(f"a step process exited with {proc.returncode}")
+    try:
+        code = proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        code = proc.wait()
+    finally:
+        proc.stdout.close()
+    if code:
+        raise SystemExit(f"a step process exited with {code}")
 
 
 PAIRED_KINDS = (
@@ -199,9 +208,9 @@ def paired(
     windows: list[tuple[int, int]] = []
     loads = [_load()]
     os.environ[TRACE_ENV] = str(trace)
+    procs: dict[str, subprocess.Popen[str]] = {}
     try:
         with running_store(root, "store", sync=True, pool=pool) as run:
-            procs = {}
             for i, (label, kind, sized) in enumerate(PAIRED_KINDS):
                 wsize = record if sized else 1024
                 # Each file in a directory of its own block group, as the store's
@@ -212,7 +221,7 @@ def paired(
                     [sys.executable, "-c", STEP_PLAIN, kind, str(d / str(i) / "plain.dat"),
                      str(s.store_nice), str(s.store_slice_us), str(size), str(wsize)]
                 )  # fmt: skip
-            cl = _started([sys.executable, str(client), str(run.store_dir)])
+            cl = procs["round"] = _started([sys.executable, str(client), str(run.store_dir)])
             _step(cl, 200)  # warm: the client's first puts, the dispatcher's first round
             flusher = sio._pid_of(run.store_dir, "flusher")
             rec = _recorded(root, perf)
@@ -233,14 +242,21 @@ def paired(
                 rec.wait()
                 script = sio._perf_script(root / "perf.data")
                 why["round"] = _why(script, flusher)
-                for label, proc in procs.items():
-                    why[label] = _why(script, proc.pid)
-            _stopped(cl)
+                for label in lat:
+                    why[label] = _why(script, procs[label].pid)
             for proc in procs.values():
-                _stopped(proc)
+                _stopped(proc)  # inside the block: the client detaches before the store stops
+            procs.clear()
     finally:
+        for proc in procs.values():  # after an error: killed by pid, pipes closed
+            proc.kill()
+            proc.wait()
+            for pipe in (proc.stdin, proc.stdout):
+                if pipe is not None:
+                    pipe.close()
         os.environ.pop(TRACE_ENV)
         shutil.rmtree(d, ignore_errors=True)
+        client.unlink(missing_ok=True)
     rows = [json.loads(line) for line in trace.read_text().splitlines()]
     trace.unlink()
     rounds: list[list[float]] = [[] for _ in windows]

@@ -79,6 +79,8 @@ def one(d: Path, mode: str, writes: int) -> str:
     finally:
         os.close(fd)
         os.close(ofd)
+        seg.unlink()
+        other.unlink()
     script_out = subprocess.run(
         ["perf", "script", "-i", str(data), "-F", "pid,trace"],
         capture_output=True, text=True, check=True,
