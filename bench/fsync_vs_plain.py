@@ -136,8 +136,11 @@ os.fsync(fd)
 body, at = os.urandom(wsize), 0
 print("ready", flush=True)
 for line in sys.stdin:
-    lat = []
-    for _ in range(int(line)):
+    n, pace = (int(x) for x in line.split())
+    lat, start = [], time.perf_counter_ns()
+    for i in range(n):
+        if pace:  # a write every `pace` ns, asleep between (as the flusher is)
+            time.sleep(max(0, start + i * pace - time.perf_counter_ns()) / 1e9)
         os.pwrite(fd, body, at)
         at = (at + wsize) % (size - wsize)
         a = time.perf_counter_ns()
@@ -147,9 +150,11 @@ for line in sys.stdin:
 """
 
 
-def _step(proc: subprocess.Popen[str], n: int) -> Any:
+def _step(proc: subprocess.Popen[str], n: int, pace_ns: int | None = None) -> Any:
+    """One block of a step process: `n` puts (the client) or `n` fdatasyncs (a plain
+    loop, one every `pace_ns` if not 0); its reply."""
     assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(f"{n}\n")
+    proc.stdin.write(f"{n}\n" if pace_ns is None else f"{n} {pace_ns}\n")
     proc.stdin.flush()
     return json.loads(proc.stdout.readline())
 
@@ -180,10 +185,12 @@ def _stopped(proc: subprocess.Popen[str]) -> None:
         raise SystemExit(f"a step process exited with {code}")
 
 
+# (label, file, writes of a round's bytes instead of 1 KiB, paced at the round's rate)
 PAIRED_KINDS = (
-    ("zeroed, record-sized", "zeroed", True),
-    ("zeroed, 1 KiB", "zeroed", False),
-    ("fallocated, 1 KiB", "fallocated", False),
+    ("zeroed, record-sized", "zeroed", True, False),
+    ("zeroed, record-sized, round's pace", "zeroed", True, True),
+    ("zeroed, 1 KiB", "zeroed", False, False),
+    ("fallocated, 1 KiB", "fallocated", False, False),
 )
 
 
@@ -195,7 +202,9 @@ def paired(
     `per_block` plain fdatasyncs of each kind take turns (the order rotating), so the
     round and the plain loops see the same minutes of the machine's load within a
     second or two. Per block the ratio of the round's fdatasync p50 to each plain
-    kind's; the median of those ratios is the figure. With `perf`, over all blocks,
+    kind's; the median of those ratios is the figure. The paced kind writes at the rate
+    of the round block before it (one fdatasync per put's time, asleep between): a
+    sync-1 round is such a loop, not a tight one. With `perf`, over all blocks,
     profile_sync_io's breakdown of the flusher's and each plain loop's fdatasyncs."""
     trace = root / "flush.trace"
     client = root / "step_client.py"
@@ -211,7 +220,7 @@ def paired(
     procs: dict[str, subprocess.Popen[str]] = {}
     try:
         with running_store(root, "store", sync=True, pool=pool) as run:
-            for i, (label, kind, sized) in enumerate(PAIRED_KINDS):
+            for i, (label, kind, sized, _) in enumerate(PAIRED_KINDS):
                 wsize = record if sized else 1024
                 # Each file in a directory of its own block group, as the store's
                 # `commitlog/`: no other file's time stamps in its inode-table block.
@@ -222,7 +231,9 @@ def paired(
                      str(s.store_nice), str(s.store_slice_us), str(size), str(wsize)]
                 )  # fmt: skip
             cl = procs["round"] = _started([sys.executable, str(client), str(run.store_dir)])
-            _step(cl, 200)  # warm: the client's first puts, the dispatcher's first round
+            got = _step(cl, 200)  # warm: the client's first puts, the dispatcher's first round
+            pace = (got["t1"] - got["t0"]) // 200  # the last round block's ns per put
+            paced = {k[0] for k in PAIRED_KINDS if k[3]}
             flusher = sio._pid_of(run.store_dir, "flusher")
             rec = _recorded(root, perf)
             turn = ["round", *lat]
@@ -233,8 +244,10 @@ def paired(
                         if got["bad"]:
                             raise SystemExit(f"{got['bad']} sync puts not PUT_OK")
                         windows.append((got["t0"], got["t1"]))
+                        pace = (got["t1"] - got["t0"]) // per_block
                     else:
-                        lat[who].append([x / 1e3 for x in _step(procs[who], per_block)])
+                        step = _step(procs[who], per_block, pace if who in paced else 0)
+                        lat[who].append([x / 1e3 for x in step])
                 loads.append(_load())
             why: dict[str, str] = {}
             if rec is not None:
@@ -278,7 +291,7 @@ def paired(
         ratios = [statistics.median(r) / statistics.median(p) for r, p in pairs]
         ratios90 = [_q(r, 0.9) / _q(p, 0.9) for r, p in pairs]
         out.append(
-            f"  plain {label:22s} p50 {statistics.median(allp):7.1f} p90 {_q(allp, 0.9):7.1f} µs;"
+            f"  plain {label:36s} p50 {statistics.median(allp):7.1f} p90 {_q(allp, 0.9):7.1f} µs;"
             f" round / plain per block: p50 median {statistics.median(ratios):.2f}x "
             f"(quartiles {_q(ratios, 0.25):.2f}-{_q(ratios, 0.75):.2f}), "
             f"p90 median {statistics.median(ratios90):.2f}x"
