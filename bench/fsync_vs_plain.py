@@ -2,9 +2,15 @@
 (issue 23's goal: within 1.1x, from the flusher's trace).
 
     python -m bench.fsync_vs_plain [--reps 3] [--puts 6000] [--plain 3000] [--pool on,off]
-                                   [--save] [--dir DIR]
+                                   [--blocks N --per-block 300] [--perf] [--save] [--dir DIR]
 
-Per repetition, one after another and in an order that alternates (ABBA) so that a
+With `--blocks` (the design that held up beside other jobs' disk load): per pool one
+store and four plain loops left running side by side, taking turns in blocks (`paired`):
+zero-written record-sized, the same paced at the round's own rate, zero-written 1 KiB and
+fallocated 1 KiB; the figure is the median over blocks of the round's p50 / the plain
+loop's, and `--perf` adds where each loop's fdatasyncs spend their time.
+
+Without it, per repetition, one after another and in an order that alternates (ABBA) so that a
 change of the machine's load falls on both sides:
 
 * the store in `sync1_vs_naive.py`'s shape (the shared perf checks): a fresh SYNC_FLUSH
