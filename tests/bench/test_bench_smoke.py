@@ -396,3 +396,64 @@ def test_ctlblock_stress_runs_a_cycle_and_cleans_up(
     assert out.endswith("1 cycles, 0 with damage, 'overwritten' or read-only\n"), out
     assert list(tmp_path.iterdir()) == []
     assert _no_children() == []
+
+
+def test_fsync_vs_plain_runs_both_ways_and_cleans_up(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`fsync_vs_plain`: run-level (every plain kind and the round, ratios) and paired
+    blocks (every block's rounds found in the flusher's trace, a ratio per plain kind);
+    every sync put PUT_OK (it exits otherwise), nothing left behind."""
+    from bench import fsync_vs_plain
+
+    argv = ["--reps", "1", "--puts", "60", "--plain", "40", "--pool", "off"]
+    assert fsync_vs_plain.main([*argv, "--dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    for label, *_ in fsync_vs_plain.PLAIN_KINDS:
+        assert f"round, pool off / {label}: p50 " in out, out
+    warm = next(ln for ln in out.splitlines() if "(warm-up" in ln)
+    assert int(warm.split("bytes/round")[0].split()[-1].replace(",", "")) > 1024
+    argv = ["--blocks", "2", "--per-block", "30", "--pool", "on"]
+    assert fsync_vs_plain.main([*argv, "--dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    head = next(ln for ln in out.splitlines() if " paired, 2 blocks of 30" in ln)
+    rounds = int(head.split("round, pool on: ")[1].split()[0])
+    assert 0 < rounds <= 60, head
+    for label, *_ in fsync_vs_plain.PAIRED_KINDS:
+        assert f"  plain {label}" in out and "round / plain per block: p50 median" in out
+    assert list(tmp_path.iterdir()) == []
+    assert _no_children() == []
+
+
+@pytest.mark.skipif(not _perf_tracepoints(), reason="needs root and perf's tracepoints")
+def test_fsync_vs_plain_perf_splits_every_loops_fdatasyncs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--blocks --perf`: a breakdown for the round and each plain loop, each with a data
+    write in most fdatasyncs (not all: a paced loop once showed 0.98 data writes per
+    fdatasync over 60, not traced further)."""
+    from bench import fsync_vs_plain
+
+    argv = ["--blocks", "2", "--per-block", "30", "--pool", "on", "--perf"]
+    assert fsync_vs_plain.main([*argv, "--dir", str(tmp_path)]) == 0
+    why = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("  breakdown, ")]
+    assert len(why) == 1 + len(fsync_vs_plain.PAIRED_KINDS), why
+    for ln in why:
+        assert "device p50" in ln, ln
+        assert float(ln.split("per fdatasync ")[1].split()[0]) > 0.5, ln
+    assert list(tmp_path.iterdir()) == []
+    assert _no_children() == []
+
+
+@pytest.mark.skipif(not _perf_tracepoints(), reason="needs root and perf's tracepoints")
+def test_mgtime_dirtyings_counts_the_loops_inode(tmp_path: Path) -> None:
+    """`mgtime_dirtyings`: the loop's file is dirtied at least once in every case (its
+    first write lands in a later tick than the file was made), the helper is gone."""
+    from bench import mgtime_dirtyings
+
+    for mode in mgtime_dirtyings.HELPERS:
+        line = mgtime_dirtyings.one(tmp_path, mode, 50)
+        assert line.startswith(mode), line
+        assert float(line.split("dirtied ")[1].split()[0]) > 0, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    assert _no_children() == []
