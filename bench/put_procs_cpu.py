@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", default="readme,properties")
     ap.add_argument("--settle", type=float, default=0.3)
     ap.add_argument("--json", help="also write the per-round figures here")
+    ap.add_argument("--dir", help="where the store goes (default: a new temporary directory)")
     ap.add_argument(
         "--perf-record",
         help="also `perf record -g` every process of the run during the rounds, to this file",
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     shapes = a.shapes.split(",")
     load0 = os.getloadavg()
     rows: dict[str, list[dict[str, float]]] = {s: [] for s in shapes}
-    with tempfile.TemporaryDirectory(prefix="mqs-procs-cpu-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="mqs-procs-cpu-", dir=a.dir) as tmp:
         root = Path(tmp)
         client = root / "client.py"
         client.write_text(CLIENT)
@@ -164,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 cp.stdin.close()
                 cp.wait(timeout=60)
+                cp.stdout.close()
     load1 = os.getloadavg()
     print(
         f"CPU ns per put by process, median of {a.rounds} rounds of {a.n:,} puts "
