@@ -641,19 +641,28 @@ static uint8_t *dest(Appender *self, int64_t off, int64_t size)
     return (uint8_t *)t->view.buf + pos;
 }
 
-/* Ask for the cache lines where this client's next record likely goes (right after its
- * last one, if no other producer reserves in between), for writing, as many as the last
- * record had (at most 4 KiB): the pool was last written a lap ago, so its lines are in
- * no cache, and the copy's stores missed in every one; the barrier of mqs_complete's
- * compare-and-swap then waited for them all. Prefetched here, they arrive while the
- * caller's Python runs. A prefetch never faults: a line of a page not mapped yet (or
- * past the buffer) is not fetched. */
-static void prefetch_next(const uint8_t *at, int64_t size)
+/* Ask for the cache lines at `p`, where this client's next record likely goes (right
+ * after its last one, if no other producer reserves in between), for writing, as many
+ * as the last record had (at most 4 KiB, and not past the pool's mapping): the pool was
+ * last written a lap ago, so its lines are in no cache, and the copy's stores missed in
+ * every one; the barrier of mqs_complete's compare-and-swap then waited for them all.
+ * Prefetched here, they arrive while the caller's Python runs. A prefetch never faults:
+ * a line of a page not mapped yet is not fetched. (No division here: three of them, to
+ * stay inside the segment's buffer, cost more than the prefetch saved.) */
+static void prefetch_next(const struct mqs_appender *a, const uint8_t *p, int64_t size)
 {
+    int64_t left = (int64_t)(a->pool + a->pool_n * a->seg_size - p);
+    if (size > left)
+        size = left;
     if (size > 4096)
         size = 4096;
-    for (int64_t i = 0; i < size; i += 64)
-        __builtin_prefetch(at + i, 1, 3);
+    for (int64_t i = 0; i < size; i += 64) {
+        __builtin_prefetch(p + i, 1, 3);
+        /* A loop of prefetches alone has no effect GCC must keep: with the bound above,
+         * GCC 12 -O2 deleted it (no prefetch left in copy_all). An empty asm it may
+         * not delete keeps the loop. */
+        __asm__ volatile("");
+    }
 }
 
 /* Write every record (and the BLANK), then complete the reservation, all or nothing
@@ -684,7 +693,7 @@ static int copy_all(Appender *self, uint8_t *blank_dst, uint8_t *const *dst,
         mqs_publish(self->a.ctl, self->a.slot_count);
     }
     if (self->has_pool)
-        prefetch_next(dst[n - 1] + items[n - 1].size, items[n - 1].size);
+        prefetch_next(&self->a, dst[n - 1] + items[n - 1].size, items[n - 1].size);
     return rc;
 }
 
