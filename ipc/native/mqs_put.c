@@ -397,12 +397,15 @@ static int64_t lock_cap_ns(const Appender *self)
 
 /* The lock, without the GIL when it has to wait: busy once one holder has held it, and
  * this put has waited, longer than osPageCacheBusyTimeOutMills (RocketMQ's rule); holders
- * that each hold it briefly are waited out, up to lock_cap_ns. `now`: the clock read just
- * before (0: none), the holder's stamp when the lock is free. */
-static int take_lock(Appender *self, int64_t now)
+ * that each hold it briefly are waited out, up to lock_cap_ns. `now`: the put's clock read
+ * (0: none), the holder's stamp when the lock is free; `*waited_from`, if 0, becomes the
+ * clock when the lock was found held. */
+static int take_lock(Appender *self, int64_t now, int64_t *waited_from)
 {
     int rc = mqs_lock(self->a.ctl, self->ctl.len, 0, now);
     if (rc == MQS_LOCK_TIMEOUT && self->c.busy_ns > 0) {
+        if (*waited_from == 0)
+            *waited_from = mqs_mono_ns();
         int64_t cap = lock_cap_ns(self);
         Py_BEGIN_ALLOW_THREADS rc = mqs_lock_held(self->a.ctl, self->ctl.len, self->c.busy_ns, cap);
         Py_END_ALLOW_THREADS
@@ -519,12 +522,12 @@ static int reserve_refusal(Appender *self, int rc, int after_wait, struct mqs_re
 }
 
 /* One try under the lock: MQS_OK, a code of mqs_reserve or the lock, a refusal, ERR.
- * `now`: as take_lock's. */
+ * `now`, `waited_from`: as take_lock's. */
 static int reserve_once(Appender *self, struct mqs_fields *m, struct mqs_item *items, int n,
                         int64_t *qoffs, struct mqs_reservation *r, struct mqs_refusal *why,
-                        int64_t now)
+                        int64_t now, int64_t *waited_from)
 {
-    int rc = take_lock(self, now);
+    int rc = take_lock(self, now, waited_from);
     if (rc != MQS_OK)
         return rc;
     rc = find_rows(self, m, items, n, why);
@@ -540,18 +543,24 @@ static int reserve_once(Appender *self, struct mqs_fields *m, struct mqs_item *i
  * a pool buffer, slots, a commit backlog under its bound) by sleeping without the GIL and
  * the lock, 50 µs doubling to 2 ms, up to the busy timeout (a backlog wait: while the
  * committer moves, up to lock_cap_ns); a wait for a pool buffer fails at once with
- * fastFailIfNoBufferInStorePool. `took`: the whole step (lock, rows, waits), the
- * statistics' lock_wait phase. */
+ * fastFailIfNoBufferInStorePool. `took`, the statistics' lock_wait phase: from the first
+ * wait (the lock found held, or no room) to the end of the step; 0 when nothing was
+ * waited for, without reading the clock (43-50 ns a read on this VM; the two reads per
+ * put it took: bench/results/put_procs_cpu.md). `t0`: the put's own clock read, the
+ * holder's stamp of a lock taken at once. */
 static int reserve(Appender *self, struct mqs_fields *m, struct mqs_item *items, int n,
                    int64_t *qoffs, struct mqs_reservation *r, int64_t *took,
-                   struct mqs_refusal *why)
+                   struct mqs_refusal *why, int64_t t0)
 {
-    int64_t deadline = 0, cap = 0, seen = -1, pause = MIN_PAUSE_NS, t0 = mqs_mono_ns();
+    int64_t deadline = 0, cap = 0, seen = -1, pause = MIN_PAUSE_NS, waited_from = 0;
     int moved = 0; /* a backlog wait's deadline was moved on by the committer */
-    int rc = reserve_once(self, m, items, n, qoffs, r, why, t0);
+    /* a batch's fields and CRCs may have taken a while since t0: its stamp is read anew */
+    int rc = reserve_once(self, m, items, n, qoffs, r, why, n == 1 ? t0 : 0, &waited_from);
     while (rc == MQS_WAIT_FILE || rc == MQS_WAIT_POOL || rc == MQS_WAIT_SLOTS ||
            rc == MQS_WAIT_BACKLOG) {
         int64_t now = mqs_mono_ns();
+        if (waited_from == 0)
+            waited_from = now;
         if (rc == MQS_WAIT_BACKLOG) {
             /* Flow control, not a fault: while the committer moves, the wait goes on (its
              * busy timeout starts again), up to lock_cap_ns in all; busy once it stood
@@ -573,7 +582,7 @@ static int reserve(Appender *self, struct mqs_fields *m, struct mqs_item *items,
             __atomic_add_fetch(mqs_i64(self->a.ctl, MQS_OFF_BUSY), 1, __ATOMIC_RELAXED);
         } else if (now >= deadline) {
             __atomic_add_fetch(mqs_i64(self->a.ctl, MQS_OFF_ROOM_TIMEOUTS), 1, __ATOMIC_RELAXED);
-            *took = mqs_mono_ns() - t0;
+            *took = mqs_mono_ns() - waited_from;
             return reserve_refusal(self, rc, rc == MQS_WAIT_BACKLOG && moved && deadline == cap ? 2 : 1, why);
         }
         struct timespec ts = {0, (long)pause};
@@ -582,9 +591,9 @@ static int reserve(Appender *self, struct mqs_fields *m, struct mqs_item *items,
         pause = pause * 2 < MAX_PAUSE_NS ? pause * 2 : MAX_PAUSE_NS;
         if (PyErr_CheckSignals() < 0)
             return ERR;
-        rc = reserve_once(self, m, items, n, qoffs, r, why, 0);
+        rc = reserve_once(self, m, items, n, qoffs, r, why, 0, &waited_from);
     }
-    *took = mqs_mono_ns() - t0;
+    *took = waited_from ? mqs_mono_ns() - waited_from : 0;
     if (rc == MQS_OK || rc == ERR || rc == MQS_FIELDS_REFUSED || rc == MQS_IDEM_DUP)
         return rc;
     return reserve_refusal(self, rc, 0, why);
@@ -632,6 +641,30 @@ static uint8_t *dest(Appender *self, int64_t off, int64_t size)
     return (uint8_t *)t->view.buf + pos;
 }
 
+/* Ask for the cache lines at `p`, where this client's next record likely goes (right
+ * after its last one, if no other producer reserves in between), for writing, as many
+ * as the last record had (at most 4 KiB, and not past the pool's mapping): the pool was
+ * last written a lap ago, so its lines are in no cache, and the copy's stores missed in
+ * every one; the barrier of mqs_complete's compare-and-swap then waited for them all.
+ * Prefetched here, they arrive while the caller's Python runs. A prefetch never faults:
+ * a line of a page not mapped yet is not fetched. (No division here: three of them, to
+ * stay inside the segment's buffer, cost more than the prefetch saved.) */
+static void prefetch_next(const struct mqs_appender *a, const uint8_t *p, int64_t size)
+{
+    int64_t left = (int64_t)(a->pool + a->pool_n * a->seg_size - p);
+    if (size > left)
+        size = left;
+    if (size > 4096)
+        size = 4096;
+    for (int64_t i = 0; i < size; i += 64) {
+        __builtin_prefetch(p + i, 1, 3);
+        /* A loop of prefetches alone has no effect GCC must keep: with the bound above,
+         * GCC 12 -O2 deleted it (no prefetch left in copy_all). An empty asm it may
+         * not delete keeps the loop. */
+        __asm__ volatile("");
+    }
+}
+
 /* Write every record (and the BLANK), then complete the reservation, all or nothing
  * (`mqs_complete`: the joined slots DONE from the last back, the first by a
  * compare-and-swap against the filler's claim) and publish: MQS_OK, or MQS_FENCED
@@ -659,6 +692,8 @@ static int copy_all(Appender *self, uint8_t *blank_dst, uint8_t *const *dst,
         mqs_idem_done(&self->c.uniq, &self->a, self->ctl.len, items, n, r);
         mqs_publish(self->a.ctl, self->a.slot_count);
     }
+    if (self->has_pool)
+        prefetch_next(&self->a, dst[n - 1] + items[n - 1].size, items[n - 1].size);
     return rc;
 }
 
@@ -820,7 +855,7 @@ static PyObject *append(Appender *self, struct mqs_fields *m, struct mqs_item *i
         for (int i = 0; i < n; i++)
             items[i].msg.body_crc = mqs_body_crc(items[i].msg.body, items[i].msg.body_len);
     }
-    int rc = reserve(self, m, items, n, qoffs, &r, &took, &why);
+    int rc = reserve(self, m, items, n, qoffs, &r, &took, &why, t0);
     if (rc == MQS_IDEM_DUP) {
         out = duplicates(self, items, n, batch, sync, qoffs, t0, took);
     } else if (rc == MQS_FIELDS_REFUSED) {

@@ -457,3 +457,26 @@ def test_mgtime_dirtyings_counts_the_loops_inode(tmp_path: Path) -> None:
         assert float(line.split("dirtied ")[1].split()[0]) > 0, line
     assert sorted(p.name for p in tmp_path.iterdir()) == []
     assert _no_children() == []
+
+
+def test_put_procs_cpu_counts_every_process_and_cleans_up(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`bench.put_procs_cpu`: a figure per process of the store and the producer for each
+    shape, every round's row in the JSON, and nothing left behind."""
+    from bench import put_procs_cpu
+
+    out_json = tmp_path / "rows.json"
+    argv = ["--rounds", "2", "--n", "500", "--shapes", "readme,properties", "--settle", "0"]
+    assert put_procs_cpu.main([*argv, "--dir", str(tmp_path), "--json", str(out_json)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split(":")[0] for ln in lines[1:]] == ["readme", "properties"]
+    rows = json.loads(out_json.read_text())
+    for shape in ("readme", "properties"):
+        assert len(rows[shape]) == 2
+        for row in rows[shape]:
+            for name in ("producer", "supervisor", "committer", "dispatcher", "flusher"):
+                assert row[name] >= 0 and name + ".cs" in row and name + ".flt" in row
+            assert row["producer"] > 0 and row["rate"] > 0
+    assert [p.name for p in tmp_path.iterdir()] == ["rows.json"]
+    assert _no_children() == []

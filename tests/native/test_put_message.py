@@ -689,6 +689,51 @@ def test_put_message_counts_into_the_statistics_row(put: Callable[..., Put]) -> 
     assert row[c.CF_BYTES] == 256 * p.cb.slot(0)[3]
 
 
+def _phase(p: Put, name: str) -> tuple[int, int]:
+    """(puts counted, ns summed) of a phase in the client's own statistics row."""
+    base = c.CF_PHASES + c.PHASES.index(name) * c.PHASE_FIELDS
+    row = p.config["stats"]
+    return sum(row[base : base + c.PHASE_BUCKETS]), row[base + c.PHASE_BUCKETS]
+
+
+def test_lock_wait_is_the_time_waited_for_the_lock_or_room(put: Callable[..., Put]) -> None:
+    """The lock_wait phase counts every put; it sums only what a put waited: 0 for a lock
+    taken at once (no clock read for it), the wait for a held lock or for room (how long
+    exactly depends on when the waiter ran: only more than nothing is asserted)."""
+    p = put(busy_ns=5 * 10**9)
+    assert p.app.put_message("TopicA", b"x", None, None, None, 0, False).status is OK
+    assert _phase(p, "lock_wait") == (1, 0)
+    assert _phase(p, "append")[0] == 1 and _phase(p, "append")[1] > 0
+    holder = _native.Appender(p.cb.buf, p.cb.pool_buf, os.getpid())
+    taken = threading.Event()
+
+    def hold() -> None:  # in its own thread: the mutex is the holder thread's to unlock
+        assert holder.lock(0) == 0
+        taken.set()
+        time.sleep(0.05)
+        holder.unlock()
+
+    t = threading.Thread(target=hold)
+    try:
+        t.start()
+        assert taken.wait(30)
+        t0 = time.monotonic_ns()
+        assert p.app.put_message("TopicA", b"x", None, None, None, 0, False).status is OK
+        took = time.monotonic_ns() - t0
+    finally:
+        t.join()
+        holder.close()
+    count, waited = _phase(p, "lock_wait")
+    assert count == 2 and 0 < waited <= took
+    p.cb.set(c.OFF_ALLOCATED, p.cb.get(c.OFF_RESERVED))  # no room until the next file
+    allocator = threading.Timer(0.05, lambda: p.cb.set(c.OFF_ALLOCATED, 64 * SEG))
+    allocator.start()
+    assert p.app.put_message("TopicA", b"x", None, None, None, 0, False).status is OK
+    allocator.join()
+    count, waited_too = _phase(p, "lock_wait")
+    assert count == 3 and waited_too > waited
+
+
 def test_put_lock_is_a_lock() -> None:
     lock = _native.PutLock()
     with lock:
