@@ -24,6 +24,7 @@ from mqstore import _native
 from mqstore.engine.segment import segment_file_name
 from mqstore.ipc import control as c
 from mqstore.ipc.commit import LogFiles
+from mqstore.ipc.control_views import Flags, Positions, Reservation
 
 SEG = 8 << 20
 BODY = 1024
@@ -39,8 +40,9 @@ def main(mode: str, n: int, pool: bool) -> str:
         geo = c.Geometry(segment_size=SEG, pool_buffers=2 if pool else 0, slot_count=4096,
                          qtable_capacity=16)  # fmt: skip
         cb = c.ControlBlock.create(d, 1, geo, token=secrets.token_hex(4))
-        cb.set(c.OFF_FLAGS, c.FLAG_RUNNING)
-        cb.set(c.OFF_ALLOCATED, 2 * SEG)
+        Flags(cb).mark_running()
+        pos, resv = Positions(cb), Reservation(cb)
+        pos.raise_allocated(2 * SEG)
         files = LogFiles(str(d), cb, "127.0.0.1:10911")
         fd = os.open(d / "commitlog" / segment_file_name(0), os.O_WRONLY)
         data, at, seq = b"x" * BODY, 0, 0
@@ -55,8 +57,7 @@ def main(mode: str, n: int, pool: bool) -> str:
             row = c.SLOTS_OFF + (seq % cb.slot_count) * c.SLOT_ROW
             c.SLOT.pack_into(cb.buf, row, at, seq, 1000 + seq, BODY, os.getpid(), 0, c.STATE_DONE)
             at, seq = at + BODY, seq + 1
-            cb.set(c.OFF_RESERVED, at)
-            cb.set(c.OFF_SEQ, seq)
+            resv.commit_reservation(at, seq)
             _native.publish(cb.buf)
             cb.set(c.OFF_SYNC_REQUEST, at)
             if mode == "round":
@@ -66,7 +67,7 @@ def main(mode: str, n: int, pool: bool) -> str:
                 forced = files.flush_and_wake(0) is not None
             assert forced
         r1, w1 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-        assert cb.get(c.OFF_FLUSHED) == at
+        assert pos.flushed == at
         os.close(fd)
         files.close()
         cb.close()
