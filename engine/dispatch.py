@@ -44,6 +44,21 @@ of each new queue; file rolls and fillers were the rest before the round took th
 `Dispatcher(plain_c=False)` keeps every batch on the Python path: the reference that
 tests/native/test_dispatch_round_diff.py compares the C round with.
 
+A roll that fails (the next consume-queue or index file cannot be made: ENOSPC, EIO)
+raises StoreIOError out of `dispatch`, and the two paths leave different files by
+design. The Python path writes a batch queue by queue, then its keys, and cuts the
+units back to the record being written (`_cut_back`: to the batch's start when the index
+failed). The C round writes record by record: a queue roll that fails is handed to the
+Python path (which fails the same way and cuts back what it wrote); an index roll that
+fails leaves the units through the record whose keys did not fit. Either path then drops
+that record's keys from the full index file (`_drop_split_keys`), so the index holds whole
+records: left there, the record would count as indexed and its other keys would never be
+put. From there both go on the same way -- the dispatcher process waits for space and
+dispatches again from the round's start (units it finds come back ALREADY_BUILT, the
+index skips what it holds); after an EIO the store is read-only and the next start's
+recovery re-dispatches what the queues or the index lack -- and both end with the bytes
+a run without the fault writes (tests/native/test_dispatch_round_faults.py).
+
 For every record:
 
 * BLANK (end of segment): hop to the next segment (the walk does it);
@@ -485,8 +500,29 @@ class Dispatcher:
                 k = self.index.file_for_keys().put_hashes(one, k)
         except StoreIOError:
             self._cursors.clear()
+            self._drop_split_keys(phys)
             raise
         return True
+
+    def _drop_split_keys(self, first: int) -> None:
+        """An index roll failed (the next file could not be made) while the record at the
+        full last file's end, at or past log offset `first`, had keys left to put: drop
+        the keys of that record the full file took (`IndexFile.truncate`), so that the
+        index holds whole records only. Otherwise the record, at the file's end, would
+        count as indexed (`build_index_batch` and recovery's `Holdings` skip it) and the
+        keys that did not fit would never be put: lost to `query`. Dispatched again
+        (the dispatcher waits for space and starts over from the round's start; a
+        restart's recovery re-dispatches what the index lacks), it goes in whole, the
+        bytes a run without the fault writes. A record whose keys all fit is dropped
+        too (harmless: it is dispatched again as well); one before `first` is never
+        touched (it was indexed whole before this batch: nothing dispatches it again)."""
+        index = self.index
+        if index is None or not index.files:
+            return
+        last = index.files[-1]
+        end = last.end_phy_offset
+        if last.is_write_full() and end >= first:
+            last.truncate(end)
 
     def _learn_known_queues(self) -> None:
         """A cursor for each queue the store holds (opened and recovered with the
@@ -773,7 +809,11 @@ class Dispatcher:
                 self._at = base + sc.pos[start]
                 batch = KeyBatch(sc.key_first, sc.key_hash, sc.pos, sc.store_timestamp, base,
                                  start, stop)  # fmt: skip
-                res.index_keys += self.index.build_index_batch(batch)
+                try:
+                    res.index_keys += self.index.build_index_batch(batch)
+                except StoreIOError:
+                    self._drop_split_keys(self._at)
+                    raise
             start = stop + 1
 
     def _bad_topic(self, topic: str) -> bool:

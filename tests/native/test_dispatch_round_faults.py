@@ -1,0 +1,221 @@
+"""The dispatcher's C round (`plain_c=True`) and its Python path (`plain_c=False`) on a
+bad day: the file a roll needs -- the next consume-queue file or the next index file --
+cannot be made (ENOSPC, EIO), through the store's one fault seam (`fileio.set_fault`
+on `fallocate`, which every new queue and index file asks for space with).
+
+Two ways on from the failed roll, as the dispatcher process takes them:
+
+* ENOSPC: the dispatcher waits for space and dispatches again from the same offset
+  (`workers.dispatcher.round_or_wait_for_space`);
+* EIO: the store turns read-only, the dispatcher is halted; the next start closes every
+  file and recovery re-dispatches what the queues or the index lack
+  (`engine.redispatch`), then the dispatcher goes on from the queues' end.
+
+Either way, once the cause is gone, every message must be pullable exactly once from its
+queue (dense queue offsets, no pre-blank where no filler was) and found by every key it
+has, and the files must be the bytes a run without the fault writes (queue files by name;
+index files in log order, their names being creation times).
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mqstore.engine import fileio
+from mqstore.engine.checkpoint import CheckpointFields
+from mqstore.engine.commitlog import CommitLog
+from mqstore.engine.consumequeue_store import ConsumeQueueStore
+from mqstore.engine.dispatch import Dispatcher, DispatchResult, DispatchStop
+from mqstore.engine.indexservice import IndexService
+from mqstore.engine.record import Message
+from mqstore.engine.redispatch import Holdings, redispatch
+
+SEGMENT = 1 << 20
+SLOTS = 16
+T0 = 1_700_000_000_000
+QUEUES = [("T", 0), ("T", 1), ("U", 0)]
+N = 300
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.ms = T0
+
+    def __call__(self) -> int:
+        self.ms += 7
+        return self.ms
+
+
+def _keys(i: int) -> list[str]:
+    """Record i's KEYS tokens (1-4, with its UNIQ_KEY 2-5 keys a record: an index file's
+    63 keys end inside a record, or with one)."""
+    return [f"k{i}", f"j{i}", f"h{i}", f"g{i}"][: 1 + i % 4]
+
+
+def _write_log(path: Path) -> tuple[CommitLog, list[tuple[str, int, int, list[str]]]]:
+    """N messages over QUEUES; (topic, queue id, physical offset, keys) of each."""
+    log = CommitLog.open(path, SEGMENT, clock_ms=_Clock())
+    out = []
+    for i in range(N):
+        topic, q = QUEUES[i % 7 % 3]
+        keys = _keys(i)
+        props = {"KEYS": " ".join(keys), "TAGS": "t", "UNIQ_KEY": f"U{i:06d}"}
+        msg = Message(topic, b"b" * (i % 50), props, queue_id=q, born_timestamp=T0,
+                      born_host="10.0.0.1:5000", store_host="10.0.0.2:10911")  # fmt: skip
+        got = log.append(msg)
+        assert got.ok, got
+        out.append((topic, q, got.wrote_offset, [f"U{i:06d}", *keys]))
+    return log, out
+
+
+def _open(store: Path, log: CommitLog, plain_c: bool, geo: tuple[int, int]) -> Dispatcher:
+    """A dispatcher as a (re)started process opens one: queues loaded and recovered,
+    index loaded."""
+    cq_file, entries = geo
+    cqs = ConsumeQueueStore(store, cq_file).load()
+    cqs.recover()
+    idx = IndexService(store, SLOTS, entries, clock_ms=_Clock())
+    idx.load()
+    return Dispatcher(log, cqs, idx, checkpoint=CheckpointFields(), plain_c=plain_c)
+
+
+def _close(d: Dispatcher) -> None:
+    d.queues.close()
+    assert d.index is not None
+    d.index.close()
+
+
+def _fault(err: int, after: int) -> None:
+    def factory() -> BaseException:
+        return OSError(err, f"injected {errno.errorcode[err]} in fallocate")
+
+    fileio.set_fault("fallocate", factory, after=after)
+
+
+@pytest.fixture(autouse=True)
+def _no_faults_left() -> Iterator[None]:
+    yield
+    fileio.clear_faults()
+
+
+def _run(
+    store: Path, log: CommitLog, plain_c: bool, geo: tuple[int, int], rounds: int, fail: list[int],
+    err: int,
+) -> tuple[Dispatcher, int, int]:
+    """Dispatch the whole log in rounds of `rounds` records; the fallocate after each
+    count in `fail` (successful ones, counted from the last failure) fails with `err`.
+    Returns the dispatcher, the failures met and the C round's calls before the first."""
+    d = _open(store, log, plain_c, geo)
+    todo = list(fail)
+    if todo:
+        _fault(err, todo.pop(0))
+    failures = c_rounds = 0
+    off, end = d.resume_offset(), log.max_offset()
+    published = off  # Positions.dispatched: the end of the last round that returned
+    while off < end:
+        try:
+            res = d.dispatch(off, end, max_records=rounds)
+        except fileio.StoreIOError as e:
+            failures += 1
+            if failures == 1:
+                c_rounds = d.plain_rounds
+            fileio.clear_faults()  # space freed, or the disk replaced: the cause is gone
+            if err == errno.ENOSPC:
+                assert fileio.is_no_space(e), e
+                # the dispatcher process waits and dispatches again from the same offset
+            else:
+                # read-only, halted; the next start: recovery re-dispatches what the
+                # queues or the index lack, the dispatcher goes on from the queues' end
+                _close(d)
+                d = _open(store, log, plain_c, geo)
+                res = DispatchResult(0, 0, DispatchStop.END_OF_DATA)
+                assert d.index is not None
+                redispatch(log, Holdings(d.queues, d.index), d, res, (0, end))
+                off = published = d.resume_offset()
+            if todo:
+                _fault(err, todo.pop(0))
+            continue
+        assert res.next_offset > off, res
+        off = published = res.next_offset
+    assert published == end
+    return d, failures, c_rounds
+
+
+def _files(store: Path) -> tuple[dict[str, bytes], list[bytes]]:
+    cq = {
+        str(p.relative_to(store)): p.read_bytes()
+        for p in sorted((store / "consumequeue").rglob("*"))
+        if p.is_file()
+    }
+    # in log order (a restarted test clock names files from T0 again)
+    index = sorted(p.read_bytes() for p in (store / "index").iterdir() if p.is_file())
+    return cq, sorted(index, key=lambda b: (b[16:24], b[0:8]))  # begin offset, time
+
+
+def _check_end_state(d: Dispatcher, records: list[tuple[str, int, int, list[str]]]) -> None:
+    """Every message pullable exactly once, in order, from its queue; every key found."""
+    for topic, q in QUEUES:
+        cq = d.queues.get(topic, q)
+        assert cq is not None
+        want = [phys for t, qq, phys, _k in records if (t, qq) == (topic, q)]
+        got = []
+        for qo in range(cq.min_offset(), cq.max_offset()):
+            unit = cq.get(qo)
+            assert unit is not None and not unit.is_pre_blank, (topic, q, qo, unit)
+            got.append(unit.physical_offset)
+        assert got == want, (topic, q)
+    assert d.index is not None
+    for topic, _q, phys, keys in records:
+        for k in keys:
+            found = d.index.query_offsets(topic, k, 64, 0, 1 << 62).phy_offsets
+            assert found.count(phys) == 1, (topic, k, phys, found)
+
+
+# (consume-queue file bytes, index entries a file): which roll the faults meet
+GEOMETRY = {
+    # 63 keys an index file, a record's 2-4 keys often straddle two; queue files never roll
+    "index": (20 * 1000, 64),
+    # queue files of 10 units roll; one index file holds every key
+    "queue": (20 * 10, 4096),
+}
+# fallocates let through before each failure: the first four make the queues' first
+# files, the first index file and the first batch's rolls (Python), then rolls
+FAILS = [[12, 1, 3], [13], [14, 0, 2, 5]]
+
+
+@pytest.mark.parametrize("fail", FAILS, ids=["12-1-3", "13", "14-0-2-5"])
+@pytest.mark.parametrize("rounds", [1, 7, 64])
+@pytest.mark.parametrize("err", [errno.ENOSPC, errno.EIO], ids=["ENOSPC", "EIO"])
+@pytest.mark.parametrize("roll", sorted(GEOMETRY))
+def test_a_failed_roll_loses_nothing_and_leaves_the_bytes_of_no_fault(
+    tmp_path: Path, roll: str, err: int, rounds: int, fail: list[int]
+) -> None:
+    geo = GEOMETRY[roll]
+    log, records = _write_log(tmp_path / "log")
+    try:
+        ref, none, _c = _run(tmp_path / "ref", log, False, geo, rounds, [], err)
+        _close(ref)
+        assert none == 0
+        want = _files(tmp_path / "ref")
+        for plain_c in (True, False):
+            store = tmp_path / ("c" if plain_c else "py")
+            d, failures, c_rounds = _run(store, log, plain_c, geo, rounds, fail, err)
+            try:
+                # EIO: recovery re-dispatches the rest of the log, with the next fault
+                # set after it; ENOSPC: the last faults may come after the last roll
+                assert 1 <= failures <= (len(fail) if err == errno.ENOSPC else 1), failures
+                _check_end_state(d, records)
+                assert (c_rounds > 0) is plain_c, c_rounds  # the C round met the fault
+            finally:
+                _close(d)
+            cq, index = _files(store)
+            assert cq == want[0], plain_c
+            assert len(index) == len(want[1]), plain_c
+            for k, (a, b) in enumerate(zip(index, want[1], strict=True)):
+                assert a == b, (plain_c, k)
+    finally:
+        log.close()
