@@ -116,7 +116,12 @@ WAYS = {
 
 
 def _run(
-    store: Path, log: CommitLog, plain_c: bool, geo: tuple[int, int], rounds: int, fail: list[int],
+    store: Path,
+    log: CommitLog,
+    plain_c: bool,
+    geo: tuple[int, int],
+    rounds: int,
+    fail: list[int],
     way: str,
 ) -> tuple[Dispatcher, int, int]:
     """Dispatch the whole log in rounds of `rounds` records; the fallocate after each
