@@ -54,7 +54,7 @@ round writes record by record: a queue roll that fails is handed to the Python p
 (which fails the same way and cuts back what it wrote); an index roll that fails cuts
 only the unit of the record whose keys did not fit (the records before it went in
 whole). Either path drops that record's keys from the full index file
-(`_drop_split_keys`): left there, the record would count as indexed and its other keys
+(`drop_split_keys`): left there, the record would count as indexed and its other keys
 would never be put. So a record is never held by its queue and lacked by the index: a
 normal start (after a store stopped while the dispatcher waited for space) re-dispatches
 from the queues' end only, and would leave it unfindable by key. From there the
@@ -62,8 +62,10 @@ dispatcher waits for space and dispatches again from the round's start (units it
 come back ALREADY_BUILT, the index skips what it holds), or, after an EIO (read-only),
 the next start's recovery re-dispatches what the queues or the index lack; every way,
 both paths end with the bytes a run without the fault writes
-(tests/native/test_dispatch_round_faults.py). A kill between a record's first keys and
-the roll (no exception, nothing dropped) still leaves that record's other keys out.
+(tests/native/test_dispatch_round_faults.py). A dispatcher killed between a record's
+first keys and the roll (no exception, nothing dropped) leaves the split record for its
+successor, which drops it at its start (`drop_split_keys` from where it resumes) and
+dispatches it again whole.
 
 For every record:
 
@@ -510,7 +512,7 @@ class Dispatcher:
                 k = self.index.file_for_keys().put_hashes(one, k)
         except StoreIOError:
             self._cursors.clear()
-            self._drop_split_keys(phys)
+            self.drop_split_keys(phys)
             h = check_record(buf, phys - base, check_crc=False, read_body=False)
             cq = self.queues.get(h.topic, h.queue_id)  # a plain message's: it has one
             if cq is not None and cq.max_offset() > h.queue_offset:
@@ -518,7 +520,7 @@ class Dispatcher:
             raise
         return True
 
-    def _drop_split_keys(self, first: int) -> None:
+    def drop_split_keys(self, first: int) -> None:
         """An index roll failed (the next file could not be made) while the record at the
         full last file's end, at or past log offset `first`, had keys left to put: drop
         the keys of that record the full file took (`IndexFile.truncate`), so that the
@@ -529,7 +531,11 @@ class Dispatcher:
         restart's recovery re-dispatches what the index lacks), it goes in whole, the
         bytes a run without the fault writes. A record whose keys all fit is dropped
         too (harmless: it is dispatched again as well); one before `first` is never
-        touched (it was indexed whole before this batch: nothing dispatches it again)."""
+        touched (it was indexed whole before this batch: nothing dispatches it again).
+
+        The dispatcher process also calls it at its start with where it resumes: a
+        dispatcher killed between a record's first keys and the roll (no exception, so
+        nothing dropped) left the same split record, and it dispatches it again."""
         index = self.index
         if index is None or not index.files:
             return
@@ -849,7 +855,7 @@ class Dispatcher:
                 try:
                     res.index_keys += self.index.build_index_batch(batch)
                 except StoreIOError:
-                    self._drop_split_keys(self._at)
+                    self.drop_split_keys(self._at)
                     raise
             start = stop + 1
 

@@ -178,6 +178,9 @@ class DispatchService(Service):
         # The supervisor seeds the dispatched position with the recovered end at boot; a
         # restarted dispatcher finds there the end of the last round it finished.
         self.offset = disp.resume_offset(self.pos.dispatched)
+        # A predecessor killed inside an index roll may have left a record's keys split
+        # at the full file's end; it is dispatched again from here, whole.
+        disp.drop_split_keys(self.offset)
         self.segment_size = disp.log.queue.segment_size_bytes
         disp.log.queue.release_before(self.offset)
         self.pos.set_dispatched(self.offset)

@@ -22,6 +22,7 @@ index files in name order, not by name: names are creation times).
 from __future__ import annotations
 
 import errno
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -242,5 +243,64 @@ def test_a_failed_roll_loses_nothing_and_leaves_the_bytes_of_no_fault(
             assert len(index) == len(want[1]), plain_c
             for k, (a, b) in enumerate(zip(index, want[1], strict=True)):
                 assert a == b, (plain_c, k)
+    finally:
+        log.close()
+
+
+@pytest.mark.parametrize("plain_c", [True, False], ids=["C", "Python"])
+def test_a_dispatcher_killed_inside_an_index_roll_leaves_no_key_out(
+    tmp_path: Path, plain_c: bool
+) -> None:
+    """The state a dispatcher killed between a record's first keys and the index roll
+    leaves (built here from a run without faults, as STYLE.md's example 10 asks): the record's first keys
+    at the full file's end, no next file, the queues through that record, the
+    dispatched position at a round's start before it. Its successor
+    (`DispatchService`: `resume_offset(published)`, then `drop_split_keys` from there)
+    must put every key of that record, and end with the bytes of the run without the
+    kill."""
+    geo = GEOMETRY["index"]
+    log, records = _write_log(tmp_path / "log")
+    try:
+        ref, _n, _c = _run(tmp_path / "ref", log, plain_c, geo, 7, [], "wait")
+        _close(ref)
+        want = _files(tmp_path / "ref")
+        store = tmp_path / "killed"
+        shutil.copytree(tmp_path / "ref", store)
+        index_dir = store / "index"
+        names = sorted(p.name for p in index_dir.iterdir())
+        clock = _Clock()
+        clock.ms = T0 + 10_000_000  # later than every name made before the kill
+        d = _open(store, log, plain_c, geo, clock)
+        assert d.index is not None
+        # the first file whose last record has keys in the next file too
+        by_phys = {phys: (i, len(keys)) for i, (_t, _q, phys, keys) in enumerate(records)}
+        split = next(
+            k
+            for k, f in enumerate(d.index.files[:-1])
+            if sum(e[2] == f.end_phy_offset for e in f.entries()) < by_phys[f.end_phy_offset][1]
+        )
+        r = d.index.files[split].end_phy_offset
+        i = by_phys[r][0]
+        _close(d)
+        for name in names[split + 1 :]:  # the roll never made the next file
+            (index_dir / name).unlink()
+        d = _open(store, log, plain_c, geo, clock)
+        end_r = records[i + 1][2] if i + 1 < len(records) else log.max_offset()
+        for cq in d.queues:  # the queues through the record (C: its unit went in first)
+            cq.truncate_dirty(end_r)
+        published = records[max(i - 3, 0)][2]  # the killed round began before it
+        off = d.resume_offset(published)
+        assert off <= r
+        d.drop_split_keys(off)
+        while off < log.max_offset():
+            off = d.dispatch(off, log.max_offset(), max_records=7).next_offset
+        try:
+            _check_end_state(d, records)
+        finally:
+            _close(d)
+        got = _files(store)
+        assert got[0] == want[0]
+        assert [b[:40] for b in got[1]] == [b[:40] for b in want[1]]  # headers first
+        assert got[1] == want[1]
     finally:
         log.close()
