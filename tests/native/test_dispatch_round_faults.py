@@ -252,8 +252,8 @@ def test_a_dispatcher_killed_inside_an_index_roll_leaves_no_key_out(
     tmp_path: Path, plain_c: bool
 ) -> None:
     """The state a dispatcher killed between a record's first keys and the index roll
-    leaves (built here from a run without faults, as STYLE.md's example 10 asks): the record's first keys
-    at the full file's end, no next file, the queues through that record, the
+    leaves, built from a run without faults (STYLE.md's example 10): the record's first
+    keys at the full file's end, no next file, the queues through that record, the
     dispatched position at a round's start before it. Its successor
     (`DispatchService`: `resume_offset(published)`, then `drop_split_keys` from there)
     must put every key of that record, and end with the bytes of the run without the
