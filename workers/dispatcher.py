@@ -192,6 +192,7 @@ class DispatchService(Service):
         self.dispatched = 0
         # the Python path's batches since boot: a restarted dispatcher goes on from them
         self.python_batches_before = self.stats.python_batches
+        self.python_batches_seen = 0
         self.idle_wait = BUSY_WAIT_S
         self.round_records = 0  # records the last round dispatched
         # The next wait is a sleep until the limit can move, after a pause of this many
@@ -260,7 +261,8 @@ class DispatchService(Service):
             self.hist.store_dispatch_lag(self.lag, disp.lag_sum_ms)
         # after the histogram: a reader that sees the records counted sees their lags
         self.stats.set_dispatched_records(self.dispatched)
-        if disp.python_batches:
+        if disp.python_batches != self.python_batches_seen:  # seldom: no store a round
+            self.python_batches_seen = disp.python_batches
             self.stats.set_python_batches(self.python_batches_before + disp.python_batches)
         self.pos.set_dispatched(self.offset)
         self.registry.update(disp)
