@@ -3,7 +3,7 @@ bad day: the file a roll needs -- the next consume-queue file or the next index 
 cannot be made (ENOSPC, EIO), through the store's one fault seam (`fileio.set_fault`
 on `fallocate`, which every new queue and index file asks for space with).
 
-Three ways on from the failed roll, as the store takes them (`WAYS`):
+Four ways on from the failed roll, as the store takes them (`WAYS`):
 
 * wait (ENOSPC): the dispatcher waits for space and dispatches again from the same
   offset (`workers.dispatcher.round_or_wait_for_space`);
@@ -11,9 +11,12 @@ Three ways on from the failed roll, as the store takes them (`WAYS`):
   normal recovery and the dispatcher resume from the queues' end;
 * recover (EIO): the store turns read-only, the dispatcher is halted; the next start
   closes every file and recovery re-dispatches what the queues or the index lack
-  (`engine.redispatch`), then the dispatcher goes on from the queues' end.
+  (`engine.redispatch`), then the dispatcher goes on from the queues' end;
+* recover-full (ENOSPC): as recover, but a roll of the recovery's re-dispatch fails too:
+  it defers the rest to the dispatcher (`Dispatcher.defer_on_no_space`), which resumes
+  from the queues' end.
 
-Either way, once the cause is gone, every message must be pullable exactly once from its
+Every way, once the cause is gone, every message must be pullable exactly once from its
 queue (dense queue offsets, no pre-blank where no filler was) and found by every key it
 has, and the files must be the bytes a run without the fault writes (queue files by name;
 index files in name order, not by name: names are creation times).
@@ -113,6 +116,10 @@ WAYS = {
     "wait": errno.ENOSPC,  # waits for space, dispatches again from the round's start
     "stop": errno.ENOSPC,  # stopped while it waited; a clean start resumes at the queues' end
     "recover": errno.EIO,  # read-only; the next start's recovery re-dispatches
+    # as recover, on a full disk: the recovery's own roll fails too (it defers the rest
+    # to the dispatcher, `Dispatcher.defer_on_no_space`), then the dispatcher resumes
+    # from the queues' end
+    "recover-full": errno.ENOSPC,
 }
 
 
@@ -161,7 +168,15 @@ def _run(
                 d = _open(store, log, plain_c, geo, clock)
                 res = DispatchResult(0, 0, DispatchStop.END_OF_DATA)
                 assert d.index is not None
+                if way == "recover-full":
+                    d.defer_on_no_space = True
+                    _fault(err, 1)  # the second file recovery makes: a roll
                 redispatch(log, Holdings(d.queues, d.index), d, res, (0, end))
+                if way == "recover-full":
+                    assert d.deferred, "the recovery met no roll"
+                    fileio.clear_faults()
+                    _close(d)  # the dispatcher process: its own files, from the queues' end
+                    d = _open(store, log, plain_c, geo, clock)
                 off = published = d.resume_offset()
             if todo:
                 _fault(err, todo.pop(0))
@@ -233,6 +248,7 @@ def test_a_failed_roll_loses_nothing_and_leaves_the_bytes_of_no_fault(
             try:
                 # recover: recovery re-dispatches the rest of the log, with the next
                 # fault set after it; else the last faults may come after the last roll
+                # (recover-full: the dispatcher meets the rest after the deferral)
                 assert 1 <= failures <= (1 if way == "recover" else len(fail)), failures
                 _check_end_state(d, records)
                 assert (c_rounds > 0) is plain_c, c_rounds  # the C round met the fault
