@@ -535,11 +535,22 @@ class Dispatcher:
 
         The dispatcher process also calls it at its start with where it resumes: a
         dispatcher killed between a record's first keys and the roll (no exception, so
-        nothing dropped) left the same split record, and it dispatches it again."""
+        nothing dropped) left the same split record, and it dispatches it again. Killed
+        just after the roll made the next file, before a key went in, it left that file
+        empty, its header saying the split record is indexed: the file goes (it holds
+        nothing; the roll makes one again). Raises StoreIOError (that unlink)."""
         index = self.index
         if index is None or not index.files:
             return
-        last = index.files[-1]
+        files = index.files
+        if (
+            len(files) > 1
+            and files[-1].index_count <= 1
+            and files[-2].is_write_full()
+            and files[-2].end_phy_offset >= first
+        ):
+            files.pop().destroy()
+        last = files[-1]
         end = last.end_phy_offset
         if last.is_write_full() and end >= first:
             last.truncate(end)

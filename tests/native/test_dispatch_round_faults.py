@@ -263,9 +263,10 @@ def test_a_failed_roll_loses_nothing_and_leaves_the_bytes_of_no_fault(
         log.close()
 
 
+@pytest.mark.parametrize("made_next", [False, True], ids=["before-file", "after-file"])
 @pytest.mark.parametrize("plain_c", [True, False], ids=["C", "Python"])
 def test_a_dispatcher_killed_inside_an_index_roll_leaves_no_key_out(
-    tmp_path: Path, plain_c: bool
+    tmp_path: Path, plain_c: bool, made_next: bool
 ) -> None:
     """The state a dispatcher killed between a record's first keys and the index roll
     leaves, built from a run without faults (STYLE.md's example 10): the record's first
@@ -273,7 +274,7 @@ def test_a_dispatcher_killed_inside_an_index_roll_leaves_no_key_out(
     dispatched position at a round's start before it. Its successor
     (`DispatchService`: `resume_offset(published)`, then `drop_split_keys` from there)
     must put every key of that record, and end with the bytes of the run without the
-    kill."""
+    kill. `made_next`: killed after the roll made the next file, before a key went in."""
     geo = GEOMETRY["index"]
     log, records = _write_log(tmp_path / "log")
     try:
@@ -301,6 +302,12 @@ def test_a_dispatcher_killed_inside_an_index_roll_leaves_no_key_out(
         for name in names[split + 1 :]:  # the roll never made the next file
             (index_dir / name).unlink()
         d = _open(store, log, plain_c, geo, clock)
+        if made_next:  # or made it (empty, its header at the split record), then died
+            assert d.index is not None
+            d.index.file_for_keys()
+            assert len(d.index.files) == split + 2
+            _close(d)
+            d = _open(store, log, plain_c, geo, clock)
         end_r = records[i + 1][2] if i + 1 < len(records) else log.max_offset()
         for cq in d.queues:  # the queues through the record (C: its unit went in first)
             cq.truncate_dirty(end_r)
