@@ -44,6 +44,29 @@ of each new queue; file rolls and fillers were the rest before the round took th
 `Dispatcher(plain_c=False)` keeps every batch on the Python path: the reference that
 tests/native/test_dispatch_round_diff.py compares the C round with.
 
+A roll that fails (the next consume-queue or index file cannot be made: ENOSPC, EIO)
+raises StoreIOError out of `dispatch`, and the two paths leave different files by
+design; what they share is the rule that the queues and the index then both end before
+the same record (records without keys aside), whatever way the store goes on. The
+Python path writes a batch queue by queue, then its keys: it cuts the units back to
+the first record of the batch that its queue or the index lacks (`_cut_back`). The C
+round writes record by record: a queue roll that fails is handed to the Python path
+(which fails the same way and cuts back what it wrote); an index roll that fails cuts
+only the unit of the record whose keys did not fit (the records before it went in
+whole). Either path drops that record's keys from the full index file
+(`drop_split_keys`): left there, the record would count as indexed and its other keys
+would never be put. So a record is never held by its queue and lacked by the index: a
+normal start (after a store stopped while the dispatcher waited for space) re-dispatches
+from the queues' end only, and would leave it unfindable by key. From there the
+dispatcher waits for space and dispatches again from the round's start (units it finds
+come back ALREADY_BUILT, the index skips what it holds), or, after an EIO (read-only),
+the next start's recovery re-dispatches what the queues or the index lack; every way,
+both paths end with the bytes a run without the fault writes
+(tests/native/test_dispatch_round_faults.py). A dispatcher killed between a record's
+first keys and the roll (no exception, nothing dropped) leaves the split record for its
+successor, which drops it at its start (`drop_split_keys` from where it resumes) and
+dispatches it again whole.
+
 For every record:
 
 * BLANK (end of segment): hop to the next segment (the walk does it);
@@ -432,7 +455,7 @@ class Dispatcher:
             pos = stop_pos
             if left > 0:
                 left -= count
-            if more is not None and not self._roll(more):
+            if more is not None and not self._roll(more, buf, base):
                 break
             if stop >= 0:
                 return total, ScanStop(stop), stop_pos
@@ -452,14 +475,18 @@ class Dispatcher:
             known = self._index_target = (last, (last.mm, last.hash_slot_num, last.index_num))
         return known[1]
 
-    def _roll(self, more: ConsumeQueue | tuple[bytes, int, int] | bool) -> bool:
+    def _roll(
+        self, more: ConsumeQueue | tuple[bytes, int, int] | bool, buf: memoryview, base: int
+    ) -> bool:
         """What the C round asked for before its next call, as the Python path does it:
         the next file of a queue whose last file is full (`SegmentQueue.get_last`: a
         prepared file renamed in, or a new one), the next index file with the keys of
         the last record taken that did not fit in the full one, or (True) the first
         index file. False: the queue's file
         could not be made; the Python path takes the rest (and says why, or defers).
-        Raises StoreIOError (the index roll)."""
+        Raises StoreIOError (the index roll), after dropping that record's keys from the
+        full file and its unit from its queue (the module doc: the queues and the index
+        then both end before it; `buf`, from log offset `base`, holds it)."""
         if isinstance(more, ConsumeQueue):
             q = more.queue
             last = q.last()
@@ -485,8 +512,48 @@ class Dispatcher:
                 k = self.index.file_for_keys().put_hashes(one, k)
         except StoreIOError:
             self._cursors.clear()
+            self.drop_split_keys(phys)
+            h = check_record(buf, phys - base, check_crc=False, read_body=False)
+            cq = self.queues.get(h.topic, h.queue_id)  # a plain message's: it has one
+            if cq is not None and cq.max_offset() > h.queue_offset:
+                cq.cut_at(h.queue_offset)
             raise
         return True
+
+    def drop_split_keys(self, first: int) -> None:
+        """An index roll failed (the next file could not be made) while the record at the
+        full last file's end, at or past log offset `first`, had keys left to put: drop
+        the keys of that record the full file took (`IndexFile.truncate`), so that the
+        index holds whole records only. Otherwise the record, at the file's end, would
+        count as indexed (`build_index_batch` and recovery's `Holdings` skip it) and the
+        keys that did not fit would never be put: lost to `query`. Dispatched again
+        (the dispatcher waits for space and starts over from the round's start; a
+        restart's recovery re-dispatches what the index lacks), it goes in whole, the
+        bytes a run without the fault writes. A record whose keys all fit is dropped
+        too (harmless: it is dispatched again as well); one before `first` is never
+        touched (it was indexed whole before this batch: nothing dispatches it again).
+
+        The dispatcher process also calls it at its start with where it resumes: a
+        dispatcher killed between a record's first keys and the roll (no exception, so
+        nothing dropped) left the same split record, and it dispatches it again. Killed
+        just after the roll made the next file, before a key went in, it left that file
+        empty, its header saying the split record is indexed: the file goes (it holds
+        nothing; the roll makes one again). Raises StoreIOError (that unlink)."""
+        index = self.index
+        if index is None or not index.files:
+            return
+        files = index.files
+        if (
+            len(files) > 1
+            and files[-1].index_count <= 1
+            and files[-2].is_write_full()
+            and files[-2].end_phy_offset >= first
+        ):
+            files.pop().destroy()
+        last = files[-1]
+        end = last.end_phy_offset
+        if last.is_write_full() and end >= first:
+            last.truncate(end)
 
     def _learn_known_queues(self) -> None:
         """A cursor for each queue the store holds (opened and recovered with the
@@ -555,7 +622,11 @@ class Dispatcher:
         prefix of the log: a queue whose file could not be made (a full disk) would
         otherwise lose the records that other queues' units already passed. `_at` first
         moves back to the batch's first record that its queue lacks: the queue that
-        failed may come after another in the batch whose units it did not reach."""
+        failed may come after another in the batch whose units it did not reach; then to
+        its first record with keys that the index lacks (the keys go in after the
+        units): a normal recovery re-dispatches from the queues' end only, so a record
+        the queues hold and the index lacks (a store stopped while the dispatcher waited
+        for space) would never get its keys."""
         first: dict[QueueKey, int] = {}
         topics = self._topics(buf, sc)
         ends: dict[QueueKey, int] = {}
@@ -570,6 +641,7 @@ class Dispatcher:
                 if base + sc.pos[i] + sc.size[i] > ends[key]:
                     self._at = base + sc.pos[i]
                     break
+        self._at = min(self._at, self._first_unindexed(base, sc))
         for i in range(sc.count):
             if base + sc.pos[i] >= self._at and sc.queue_id[i] >= 0:
                 first.setdefault((topics[i], sc.queue_id[i]), sc.queue_offset[i])
@@ -577,6 +649,24 @@ class Dispatcher:
             cq = self.queues.get(*key)
             if cq is not None and cq.max_offset() > qo:
                 cq.cut_at(qo)
+
+    def _first_unindexed(self, base: int, sc: RecordScan) -> int:
+        """The log offset of the batch's first record with keys that the index does not
+        hold (past the newest file's end, or at it with no keys there: `Holdings`' rule);
+        past the log when there is none (or no index). O(records), on a failure only."""
+        index = self.index
+        if index is None:
+            return 1 << 62
+        end, has_end = -1, False
+        if index.files:
+            last = index.files[-1]
+            end, has_end = last.end_phy_offset, last.end_timestamp > 0
+        kf, pos = sc.key_first, sc.pos
+        for i in range(sc.count):
+            off = base + pos[i]
+            if kf[i + 1] > kf[i] and (off > end or (off == end and not has_end)):
+                return off
+        return 1 << 62
 
     def _topics(self, buf: memoryview, sc: RecordScan) -> list[str]:
         """Each record's topic (decoded as check_record does; cached by its bytes)."""
@@ -773,7 +863,11 @@ class Dispatcher:
                 self._at = base + sc.pos[start]
                 batch = KeyBatch(sc.key_first, sc.key_hash, sc.pos, sc.store_timestamp, base,
                                  start, stop)  # fmt: skip
-                res.index_keys += self.index.build_index_batch(batch)
+                try:
+                    res.index_keys += self.index.build_index_batch(batch)
+                except StoreIOError:
+                    self.drop_split_keys(self._at)
+                    raise
             start = stop + 1
 
     def _bad_topic(self, topic: str) -> bool:

@@ -86,6 +86,9 @@ histograms, as `ipc.commit`'s references `sync_round_py` and `flush_and_wake_py`
 | 480 | nonce            | supervisor, once at create (`.nonce`): random, also in   |
 |     |                  | `.mqstore-ipc.json`; clients refuse a block without it   |
 |     |                  | (`ipc.session`; the rules: `ipc.access`)                 |
+| 488 | python_batches   | dispatcher: `DispatchStats.set_python_batches`, batches  |
+|     |                  | its C round declined (engine.dispatch's Python path)     |
+|     |                  | since boot, continued by a restarted dispatcher          |
 
 Native area at 2048 (layout version 4), owned by the C core (`ipc/native/mqs_layout.h`
 mirrors these offsets; `ipc.reservation` and `ipc/native/mqs_futex.h` say how they are used):
@@ -227,6 +230,7 @@ OFF_DISPATCHED_TS: Final = 456
 OFF_DISPATCHED_RECORDS: Final = 464
 OFF_DISPATCH_LAG_SUM_MS: Final = 472
 OFF_NONCE: Final = 480
+OFF_PYTHON_BATCHES: Final = 488
 OFF_DISPATCH_LAG_HIST: Final = 1024
 DISPATCH_LAG_BUCKETS: Final = 18
 # The native area (2048..2303), see the module docstring.

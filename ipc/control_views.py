@@ -335,6 +335,13 @@ class DispatchStats(_View):
         """The dispatcher only, after the round's lags: records dispatched since boot."""
         self._set(c.OFF_DISPATCHED_RECORDS, n)
 
+    python_batches = _Field(c.OFF_PYTHON_BATCHES)
+
+    def set_python_batches(self, n: int) -> None:
+        """The dispatcher only, after a round: batches its C round declined since boot
+        (the Python path's: a new queue's first, rare record types, re-dispatches)."""
+        self._set(c.OFF_PYTHON_BATCHES, n)
+
     topics_deleted = _Field(c.OFF_TOPICS_DELETED)
 
     def count_topic_deleted(self) -> None:
@@ -377,4 +384,5 @@ WRITERS: Final[dict[str, tuple[str, ...]]] = {
     "store_dispatch_lag": ("workers/dispatcher.py",),
     "set_last_dispatched_ts": ("workers/dispatcher.py",),
     "set_dispatched_records": ("workers/dispatcher.py",),
+    "set_python_batches": ("workers/dispatcher.py",),
 }

@@ -178,6 +178,9 @@ class DispatchService(Service):
         # The supervisor seeds the dispatched position with the recovered end at boot; a
         # restarted dispatcher finds there the end of the last round it finished.
         self.offset = disp.resume_offset(self.pos.dispatched)
+        # A predecessor killed inside an index roll may have left a record's keys split
+        # at the full file's end; it is dispatched again from here, whole.
+        disp.drop_split_keys(self.offset)
         self.segment_size = disp.log.queue.segment_size_bytes
         disp.log.queue.release_before(self.offset)
         self.pos.set_dispatched(self.offset)
@@ -187,6 +190,9 @@ class DispatchService(Service):
         disp.lag_hist = self.lag
         disp.lag_sum_ms = self.hist.dispatch_lag_sum_ms
         self.dispatched = 0
+        # the Python path's batches since boot: a restarted dispatcher goes on from them
+        self.python_batches_before = self.stats.python_batches
+        self.python_batches_seen = 0
         self.idle_wait = BUSY_WAIT_S
         self.round_records = 0  # records the last round dispatched
         # The next wait is a sleep until the limit can move, after a pause of this many
@@ -255,6 +261,9 @@ class DispatchService(Service):
             self.hist.store_dispatch_lag(self.lag, disp.lag_sum_ms)
         # after the histogram: a reader that sees the records counted sees their lags
         self.stats.set_dispatched_records(self.dispatched)
+        if disp.python_batches != self.python_batches_seen:  # seldom: no store a round
+            self.python_batches_seen = disp.python_batches
+            self.stats.set_python_batches(self.python_batches_before + disp.python_batches)
         self.pos.set_dispatched(self.offset)
         self.registry.update(disp)
         return moved

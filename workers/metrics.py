@@ -276,6 +276,11 @@ def _counters(cb: c.ControlBlock, totals: stats.Totals) -> Iterator[Metric]:
     m = CounterMetricFamily("mqstore_dispatched_records", "records dispatched since boot")
     m.add_metric([], DispatchStats(cb).records)
     yield m
+    m = CounterMetricFamily(
+        "mqstore_dispatch_python_batches", "dispatch batches the C round left to Python"
+    )
+    m.add_metric([], DispatchStats(cb).python_batches)
+    yield m
     restarts = CounterMetricFamily("mqstore_worker_restarts", "worker restarts", labels=["worker"])
     for i in range(c.MAX_WORKERS):
         name, _pid, _hb, n, _state = cb.worker(i)

@@ -177,6 +177,7 @@ def build(
         "flush_lag_bytes": committed - flushed,
         "dispatch_lag_bytes": max(0, committed - pos.dispatched),
         "dispatched_records": DispatchStats(cb).records,
+        "dispatch_python_batches": DispatchStats(cb).python_batches,
         "pool": {
             "enabled": pool > 0,
             "buffers": pool,

@@ -168,9 +168,9 @@ def _run(
     rolls = {"queue": 0, "index": 0}
     roll = a._roll
 
-    def counted(more: object) -> bool:
+    def counted(more: object, *at: object) -> bool:
         rolls["queue" if isinstance(more, ConsumeQueue) else "index"] += 1
-        return roll(more)  # type: ignore[arg-type]
+        return roll(more, *at)  # type: ignore[arg-type]
 
     a._roll = counted  # type: ignore[method-assign]
     b, cp_b = _open(tmp / "b", log, False)

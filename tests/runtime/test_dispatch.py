@@ -60,6 +60,8 @@ def test_queues_and_index_follow_a_sync_store(make_store: StoreFactory) -> None:
     wait_for(lambda: _dispatched_up_to_flushed(st), 30, "the dispatcher to catch up")
     doc = st.status()
     assert doc["dispatch_lag_bytes"] == 0 and doc["dispatched_records"] >= 40
+    # new queues: their first batch is the Python path's, the rest the C round's
+    assert 1 <= doc["dispatch_python_batches"] < doc["dispatched_records"], doc
     for qid in (0, 1):
         got = _pull_all(st.path, "orders", qid)
         want = [r for r in rs if r.queue_id == qid]

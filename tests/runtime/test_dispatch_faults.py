@@ -1,0 +1,126 @@
+"""A roll of the dispatcher process's C round fails -- the next consume-queue or index
+file cannot be renamed into place (`MQSTORE_FAULTS=rename:...` for the dispatcher only,
+the one fault seam, `engine.fileio`) -- in a real store under a producer; then the
+store is restarted without the fault (the disk replaced, space freed) and recovery
+re-dispatches what the queues and the index lack.
+
+EIO turns the store read-only; ENOSPC is waited out (the dispatcher says so once, puts
+go on) until the restart. Either way, after it every acknowledged message is pulled
+exactly once from its queue, at dense queue offsets, and found by every one of its keys.
+Small files (queue files of 32 units, index files of 127 keys, a message's 2-3 keys
+straddling two of them) make the rolls the C round takes (`engine.dispatch`) frequent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from mqstore import PutMessageStatus, StoreClient
+from tests.runtime.conftest import StoreFactory
+from tests.runtime.harness import Store, wait_for
+
+CONFIG: dict[str, Any] = {
+    "consume_queue_file_size_bytes": 20 * 32,
+    "max_hash_slot_num": 64,
+    "max_index_num": 128,
+    "heartbeat_timeout_ms": 20_000,  # a busy CI machine is not what this tests
+}
+QUEUES = [("ta", 0), ("ta", 1), ("tb", 0)]
+
+
+class Producer:
+    """Puts with keys over QUEUES, keeping every acknowledged put and its keys."""
+
+    def __init__(self, client: StoreClient) -> None:
+        self.client = client
+        self.acked: list[tuple[str, int, int, int, list[str]]] = []  # topic, q, qo, phys
+        self.n = 0
+
+    def put(self) -> Any:
+        i = self.n
+        self.n += 1
+        topic, q = QUEUES[i % 7 % 3]
+        keys = [f"k{i}", f"j{i}"][: 1 + i % 2]
+        r = self.client.put(topic, b"%d:" % i + b"m" * (i % 90), keys=keys, queue_id=q)
+        if r.status is PutMessageStatus.PUT_OK:
+            self.acked.append((topic, q, r.queue_offset, r.physical_offset, keys))
+        return r
+
+
+def _caught_up(st: Store) -> bool:
+    pos = st.status()["positions"]
+    return bool(pos["dispatched"] == pos["flushed"] == pos["reserved"])
+
+
+def _check_every_ack(st: Store, acked: list[tuple[str, int, int, int, list[str]]]) -> None:
+    with StoreClient.attach(st.path) as client:
+        for topic, q in QUEUES:
+            want = [(qo, phys) for t, qq, qo, phys, _k in acked if (t, qq) == (topic, q)]
+            got: list[tuple[int, int]] = []
+            offset = 0
+            while True:
+                res = client.pull(topic, q, offset, 32)
+                if not res.messages:
+                    break
+                got.extend((m.queue_offset, m.physical_offset) for m in res.messages)
+                offset = res.next_offset
+            # every put written was acknowledged (SYNC_FLUSH; a refused put writes
+            # nothing): the queue holds exactly the acknowledged puts, in order
+            assert got == want, (topic, q, len(got), len(want))
+            assert [qo for qo, _p in got] == list(range(len(got))), (topic, q)
+        for topic, _q, _qo, phys, keys in acked:
+            for k in keys:
+                found = [m.physical_offset for m in client.query(topic, k, max_count=64)]
+                assert found.count(phys) == 1, (topic, k, phys, found)
+
+
+@pytest.mark.parametrize(
+    ("err", "after"),
+    [
+        ("EIO", 12),
+        ("ENOSPC", 12),
+        pytest.param("EIO", 30, marks=pytest.mark.slow),
+        pytest.param("ENOSPC", 30, marks=pytest.mark.slow),
+    ],
+)
+def test_a_failed_roll_loses_no_acknowledged_message(
+    make_store: StoreFactory, err: str, after: int
+) -> None:
+    env = {
+        "MQSTORE_FAULTS": f"rename:{err}",
+        "MQSTORE_FAULTS_AFTER": str(after),  # the queues' first files, then rolls
+        "MQSTORE_FAULTS_FOR": "dispatcher",
+    }
+    st = make_store(CONFIG, env=env)
+    with StoreClient.attach(st.path) as client:
+        prod = Producer(client)
+
+        def failed() -> str | None:
+            for _ in range(20):
+                prod.put()
+            doc = st.status()
+            if err == "EIO":
+                ro = doc.get("read_only")
+                return None if not ro else str(ro["message"])
+            waits = [ln for ln in st.output().splitlines() if "for space on the disk" in ln]
+            return waits[0] if waits else None
+
+        said: str = wait_for(failed, 120, f"the dispatcher's rename to fail with {err}")
+        # a roll's file (a queue's next file, the next index file), not topics.json
+        assert "/consumequeue/" in said or "/index/" in said, said
+        for _ in range(100):  # and more puts while it is failed
+            prod.put()
+    assert prod.acked
+    st.stop()
+    st.start()  # without the fault: recovery re-dispatches what is missing
+    wait_for(lambda: _caught_up(st), 60, "the dispatcher to catch up after the restart")
+    _check_every_ack(st, prod.acked)
+    with StoreClient.attach(st.path) as client:  # and the store takes puts again
+        prod.client = client
+        for _ in range(50):
+            assert prod.put().status is PutMessageStatus.PUT_OK
+    wait_for(lambda: _caught_up(st), 60, "the dispatcher to catch up")
+    _check_every_ack(st, prod.acked)
+    assert st.stop() == 0
