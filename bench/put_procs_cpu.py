@@ -32,22 +32,18 @@ from pathlib import Path
 
 import psutil
 
+from bench.callgrind_put_shapes import SHAPES_SRC
 from bench.store_run import running_store
 
-CLIENT = r"""
+CLIENT = (
+    r"""
 import sys, time
 from mqstore import StoreClient
 store, n = sys.argv[1], int(sys.argv[2])
-pad = b"x" * 1000
-bodies = [b"%023d|" % i + pad for i in range(n)]
-keys = ["k%d" % i for i in range(n)]
-shapes = {
-    "str_key": lambda c, i: c.put("t", bodies[i], tags="t", keys=keys[i]),
-    "readme": lambda c, i: c.put("t", bodies[i], tags="t", keys=[keys[i]]),
-    "two_keys": lambda c, i: c.put("t", bodies[i], tags="t", keys=[keys[i], "order"]),
-    "properties": lambda c, i: c.put("t", bodies[i], tags="t", keys=keys[i],
-                                     properties={"source": "web", "trace": keys[i]}),
-}
+count = n
+"""
+    + SHAPES_SRC
+    + r"""
 with StoreClient.attach(store) as c:
     for i in range(2000):
         c.put("warm", pad)
@@ -61,6 +57,7 @@ with StoreClient.attach(store) as c:
                 bad += 1
         print("done %f %d" % (time.perf_counter() - t0, bad), flush=True)
 """
+)
 
 
 def proc_name(p: psutil.Process) -> str:
