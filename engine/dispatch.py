@@ -559,27 +559,32 @@ class Dispatcher:
         """A cursor for each queue the store holds (opened and recovered with the
         dispatcher, or kept after `forget_topic`), by `_learn_cursors`' rules, so that
         the first batches after a start go through the C round too."""
-        cursors, deleted = self._cursors, self.deleted
+        cursors = self._cursors
         for cq in self.queues:
             topic, q = cq.key
-            if q < 0 or topic in deleted or self._bad_topic(topic):
+            if not self._may_take(topic, q):
                 continue
             try:
                 cursors[(topic.encode("utf-8"), q)] = cq
             except UnicodeEncodeError:  # not the bytes of any record: no cursor
                 continue
 
+    def _may_take(self, topic: str, queue_id: int) -> bool:
+        """Whether the C round may write queue (`topic`, `queue_id`): a good topic, not
+        deleted, a queue id >= 0 (the rule of both ways a cursor is learnt)."""
+        return queue_id >= 0 and topic not in self.deleted and not self._bad_topic(topic)
+
     def _learn_cursors(self, buf: memoryview, sc: RecordScan) -> None:
-        """A cursor for each queue of the batch that the C round may write: a good topic,
-        not deleted, a queue id >= 0, a queue that exists."""
-        cursors, deleted = self._cursors, self.deleted
+        """A cursor for each queue of the batch that the C round may write (`_may_take`)
+        and that exists."""
+        cursors = self._cursors
         tp, tl = sc.topic_pos, sc.topic_len
         rows = zip(tp, tl, sc.queue_id, strict=True)
         for raw, q in {(bytes(buf[p : p + n]), q) for p, n, q in rows}:
             if (raw, q) in cursors or q < 0:
                 continue
             name = self._topic_name(raw)
-            if name in deleted or self._bad_topic(name):
+            if not self._may_take(name, q):
                 continue
             cq = self.queues.get(name, q)
             if cq is not None:
