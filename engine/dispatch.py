@@ -553,7 +553,7 @@ class Dispatcher:
         last = files[-1]
         end = last.end_phy_offset
         if last.is_write_full() and end >= first:
-            last.truncate(end)
+            last.truncate(end, self.log.store_time_of)
 
     def _learn_known_queues(self) -> None:
         """A cursor for each queue the store holds (opened and recovered with the

@@ -23,7 +23,7 @@ from typing import Final
 
 from mqstore.engine import fileio
 from mqstore.engine.findings import Finding, Severity
-from mqstore.engine.indexfile import IndexFile, KeyBatch, build_key, key_hash
+from mqstore.engine.indexfile import IndexFile, KeyBatch, StoreTimeOf, build_key, key_hash
 from mqstore.engine.record import transaction_type
 from mqstore.engine.segment import ClockMs, now_ms
 
@@ -232,13 +232,14 @@ class IndexService:
                 break
         return QueryOffsetResult(out, last_ts, last_phy)
 
-    def truncate_dirty(self, phy_offset: int) -> int:
+    def truncate_dirty(self, phy_offset: int, store_time_of: StoreTimeOf) -> int:
         """Drop entries at or past commit-log `phy_offset`: newer files whose entries
-        all are go, the newest remaining one is truncated. Returns entries dropped."""
+        all are go, the newest remaining one is truncated (`IndexFile.truncate`: its
+        end time is `store_time_of` its last record kept). Returns entries dropped."""
         dropped = 0
         while self.files:
             f = self.files[-1]
-            n = f.truncate(phy_offset)
+            n = f.truncate(phy_offset, store_time_of)
             dropped += n
             if f.index_count <= 1 and (n or len(self.files) > 1):
                 self.files.pop()

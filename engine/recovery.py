@@ -587,7 +587,7 @@ def apply(
     end = cuts.end_offset
     if plan.start_index < 0:  # no commit-log segment: every unit and entry points at nothing
         report.queues_truncated = {_qkey(k): n for k, n in cqs.truncate_dirty(0).items()}
-        report.index_entries_truncated = index.truncate_dirty(0)
+        report.index_entries_truncated = index.truncate_dirty(0, log.store_time_of)
         return {}
     disp = Dispatcher(log, cqs, st.built_index, checkpoint=st.cp_fields, delay_ms=st.delay_ms)
     disp.defer_on_no_space = True  # boot needs no new space: see Dispatcher
@@ -600,7 +600,7 @@ def apply(
     # consume queues and index past the end
     if st.queues_max_phy > end or st.queues_max_phy < 0 or cqs.max_physical_offset() > end:
         report.queues_truncated = {_qkey(k): n for k, n in cqs.truncate_dirty(end).items()}
-    report.index_entries_truncated = index.truncate_dirty(end)
+    report.index_entries_truncated = index.truncate_dirty(end, log.store_time_of)
     _rebuild_damaged_queues(report, st, plan, disp, res, end, progress)
     report.dispatch_deferred = disp.deferred
     report.records_redispatched = res.units_written
