@@ -380,3 +380,32 @@ def test_a_failed_index_roll_leaves_the_index_of_a_run_to_the_split_record(
     finally:
         log.close()
 
+
+@pytest.mark.parametrize("fail", [11, 20])
+@pytest.mark.parametrize("way", sorted(WAYS))
+@pytest.mark.parametrize("plain_c", [True, False], ids=["C", "Python"])
+def test_a_record_with_more_keys_than_an_index_file_loses_none_on_a_failed_roll(
+    tmp_path: Path, plain_c: bool, way: str, fail: int
+) -> None:
+    """Index files of 3 keys, records of 2-5: a record's keys fill a whole file and go on
+    into the next. A failed roll after such a file leaves it holding nothing but that
+    record's keys: `drop_split_keys` removes it, and the record's keys in the file before
+    (left, the emptied file's header would say the record is indexed, and its keys from
+    there on would never be put)."""
+    geo = (20 * 1000, 4)
+    log, records = _write_log(tmp_path / "log")
+    try:
+        ref, _n, _c = _run(tmp_path / "ref", log, False, geo, 7, [], way)
+        _close(ref)
+        want = _files(tmp_path / "ref")
+        d, failures, _c = _run(tmp_path / "f", log, plain_c, geo, 7, [fail], way)
+        try:
+            assert failures == 1
+            _check_end_state(d, records)
+        finally:
+            _close(d)
+        got = _files(tmp_path / "f")
+        assert got[0] == want[0]
+        assert got[1] == want[1]
+    finally:
+        log.close()
