@@ -160,7 +160,13 @@ def test_a_store_killed_inside_an_index_roll_loses_no_key(
     file; `index-roll-made` with the next file made and empty), with puts acknowledged
     after it. The next start is an abnormal recovery: every acknowledged put is pulled
     exactly once and found by every one of its keys. Rolls 2 and 3 split a record (127
-    keys a file, 2 and 3 keys a put in turn; roll 1 falls between two records)."""
+    keys a file, 2 and 3 keys a put in turn; roll 1 falls between two records).
+
+    At roll 3 the record roll 2 split has its last keys in the newest file, which
+    recovery destroys (newer than the checkpoint, which the flushed second file's end
+    reached), and its first keys at the kept second file's end: before recovery cut
+    them (`recovery.load_store`), the record counted as indexed and lost its last keys
+    (j101 or k101)."""
     st = make_store(CONFIG, env={"MQSTORE_CRASHPOINT": f"{point}:stop:{nth}"})
     disp = next(w["pid"] for w in st.status()["workers"] if w["name"] == "dispatcher")
     with StoreClient.attach(st.path) as client:
