@@ -568,6 +568,12 @@ class CommitLog:
             return b""
         return seg.read_bytes(physical_offset - seg.start_offset, size)
 
+    def store_time_of(self, physical_offset: int) -> int | None:
+        """The store time (ms) of the message record at `physical_offset`, read from its
+        fixed header (`record.peek_store_timestamp`: no CRC, no body); None when no
+        readable segment holds a message record there. O(1)."""
+        return record.peek_store_timestamp(self.read_bytes(physical_offset, 80))
+
     def scan(
         self,
         from_offset: int | None = None,

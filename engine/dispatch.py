@@ -552,8 +552,19 @@ class Dispatcher:
             files.pop().destroy()
         last = files[-1]
         end = last.end_phy_offset
-        if last.is_write_full() and end >= first:
-            last.truncate(end)
+        if not (last.is_write_full() and end >= first):
+            return
+        # The header goes back to the last record kept, its store time in ms read from
+        # the log (`IndexFile.truncate`). A file left holding nothing (all its keys the
+        # record's: a record with more keys than a file) goes, and the record's keys
+        # before it too: its header would say the record is indexed.
+        while files and files[-1].truncate(end, self.log.store_time_of):
+            if files[-1].index_count > 1:
+                break
+            gone = files.pop()
+            if gone in index.rolled:
+                index.rolled.remove(gone)
+            gone.destroy()
 
     def _learn_known_queues(self) -> None:
         """A cursor for each queue the store holds (opened and recovered with the

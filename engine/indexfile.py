@@ -33,9 +33,11 @@ entries; a file of another size is read with slots = (size - 40) / 84 and entrie
 4 * slots when that divides (RocketMQ's 5M x 20M, mqstore's 500k x 2M and rocketmq-rust's
 32 x 128 all have that ratio), else `IndexGeometryError`.
 
-Beyond RocketMQ: `IndexFile.truncate(phy)` drops entries of messages at or past a
-commit-log offset (abnormal recovery cuts the log; RocketMQ instead destroys whole files
-newer than the checkpoint's index timestamp, which it also does at load).
+Beyond RocketMQ: `IndexFile.truncate(phy, store_time_of)` drops entries of messages at
+or past a commit-log offset (abnormal recovery cuts the log; RocketMQ instead destroys
+whole files newer than the checkpoint's index timestamp, which it also does at load), and
+leaves the header RocketMQ's puts of the entries kept wrote (the end time in ms, read
+from the commit log).
 
 This module is one file: its layout, the key hash, the put (`put_hashes` is the Python
 twin of the C put), lookups and truncation. A store's set of index files (load, rolls,
@@ -60,7 +62,7 @@ import struct
 import sys
 import time
 from array import array
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final, NamedTuple, TypeAlias
 
@@ -84,6 +86,9 @@ _I64_UNPACK: Final = _I64.unpack
 _INT_MAX: Final = 2_147_483_647
 _ONE_KEY: Final = array("i", [0, 1])  # key_first of a single record with one key
 IntColumn: TypeAlias = "memoryview | array[int]"  # a scan column (engine.scan), or an array
+# The store time (ms) of the record at a commit-log offset; None: not in the log
+# (`CommitLog.store_time_of`).
+StoreTimeOf: TypeAlias = Callable[[int], "int | None"]
 
 
 class IndexGeometryError(ValueError):
@@ -444,10 +449,15 @@ class IndexFile:
 
     # --- truncation, flush, lifecycle -------------------------------------------------
 
-    def truncate(self, phy_offset: int) -> int:
+    def truncate(self, phy_offset: int, store_time_of: StoreTimeOf) -> int:
         """Drop the entries of messages at or past commit-log `phy_offset` (entries are
         in log order): chains are re-pointed past them, their bytes zeroed and the
-        header rewound. Returns entries dropped. Recovery only. O(entries dropped)."""
+        header rewound to the last entry kept, as its put wrote it: its offset and its
+        store time in ms, `store_time_of(its offset)` (an entry keeps only whole seconds
+        past the file's begin; None, a record no longer in the log: those seconds).
+        Every entry dropped, the end fields become the begin ones, and the file holds
+        nothing: its caller destroys it (`IndexService.truncate_dirty`). Returns entries
+        dropped. Recovery and the dispatcher's failed roll only. O(entries dropped)."""
         mm = self._mm
         begin_ts, _e, begin_phy, _ep, slot_count, count = _HEADER.unpack_from(mm, 0)
         k = count
@@ -475,14 +485,17 @@ class IndexFile:
         mm[start : self._entries_at + count * 20] = bytes((count - k) * 20)
         if k > 1:
             _h, last_phy, last_diff, _p = _ENTRY.unpack_from(mm, self._entries_at + (k - 1) * 20)
+            ts = store_time_of(last_phy)
             self._set_header(
                 end_phy_offset=last_phy,
-                end_timestamp=begin_ts + last_diff * 1000,
+                end_timestamp=begin_ts + last_diff * 1000 if ts is None else ts,
                 hash_slot_count=max(slot_count, 0),
                 index_count=k,
             )
         else:
-            self._set_header(end_phy_offset=begin_phy, hash_slot_count=0, index_count=1)
+            self._set_header(
+                end_phy_offset=begin_phy, end_timestamp=begin_ts, hash_slot_count=0, index_count=1
+            )
         return dropped
 
     def rechain(self) -> int:

@@ -21,9 +21,10 @@ from collections.abc import Callable
 from dataclasses import KW_ONLY, InitVar, dataclass, field
 from typing import Final
 
+from mqstore._native import crash_point
 from mqstore.engine import fileio
 from mqstore.engine.findings import Finding, Severity
-from mqstore.engine.indexfile import IndexFile, KeyBatch, build_key, key_hash
+from mqstore.engine.indexfile import IndexFile, KeyBatch, StoreTimeOf, build_key, key_hash
 from mqstore.engine.record import transaction_type
 from mqstore.engine.segment import ClockMs, now_ms
 
@@ -131,6 +132,8 @@ class IndexService:
         last = self.files[-1] if self.files else None
         if last is not None and not last.is_write_full():
             return last
+        if last is not None:
+            crash_point("index-roll")  # a test's kill: the full file, no next one yet
         prev_phy = last.end_phy_offset if last is not None else 0
         prev_ts = last.end_timestamp if last is not None else 0
         tmp, self.prepared = self.prepared, None
@@ -152,6 +155,8 @@ class IndexService:
             self.rolls_in_place += last is not None
         f.start_after(prev_phy, prev_ts)
         self.files.append(f)
+        if last is not None:
+            crash_point("index-roll-made")  # a test's kill: the next file made, empty
         if last is not None and self.defer_roll_flush:
             self.rolled.append(last)
         elif last is not None:
@@ -232,13 +237,14 @@ class IndexService:
                 break
         return QueryOffsetResult(out, last_ts, last_phy)
 
-    def truncate_dirty(self, phy_offset: int) -> int:
+    def truncate_dirty(self, phy_offset: int, store_time_of: StoreTimeOf) -> int:
         """Drop entries at or past commit-log `phy_offset`: newer files whose entries
-        all are go, the newest remaining one is truncated. Returns entries dropped."""
+        all are go, the newest remaining one is truncated (`IndexFile.truncate`: its
+        end time is `store_time_of` its last record kept). Returns entries dropped."""
         dropped = 0
         while self.files:
             f = self.files[-1]
-            n = f.truncate(phy_offset)
+            n = f.truncate(phy_offset, store_time_of)
             dropped += n
             if f.index_count <= 1 and (n or len(self.files) > 1):
                 self.files.pop()

@@ -218,6 +218,7 @@ def recover_store(
         clock = clock_ms or now_ms
         st = load_store(stack, d, geo, s, read_only=dry_run, abnormal=abnormal, clock_ms=clock)
         report.index_files_destroyed = st.index_files_destroyed
+        report.index_entries_truncated = st.index_entries_cut
         plan = plan_recovery(
             st,
             abnormal=abnormal,
@@ -260,6 +261,8 @@ class LoadedStore:
     index_files_destroyed: list[str]  # by the index's load (after an abnormal exit)
     # the store's delay table (`message_delay_level`): the schedule topic's tags codes
     delay_ms: tuple[int, ...] = DELAY_LEVEL_MS
+    # entries of kept files cut at load: a record that straddled into a destroyed file
+    index_entries_cut: int = 0
 
     @property
     def cp_fields(self) -> CheckpointFields:
@@ -312,6 +315,13 @@ def load_store(
         last_exit_ok=not abnormal,
         index_msg_timestamp=(cp or CheckpointFields()).index_msg_timestamp,
     )
+    cut = 0
+    if index.min_destroyed_begin_phy is not None:
+        # The first file destroyed began with the record re-dispatch starts from. When
+        # that record's first keys are at a kept file's end (it straddled the roll), they
+        # go too: left there, the record would count as indexed (`Holdings`: at the kept
+        # file's end) and never be re-dispatched, its keys in the destroyed file lost.
+        cut = index.truncate_dirty(index.min_destroyed_begin_phy, log.store_time_of)
     return LoadedStore(
         log,
         cp,
@@ -321,6 +331,7 @@ def load_store(
         queues_max_phy,
         destroyed,
         parse_delay_levels(s.message_delay_level),
+        cut,
     )
 
 
@@ -587,7 +598,7 @@ def apply(
     end = cuts.end_offset
     if plan.start_index < 0:  # no commit-log segment: every unit and entry points at nothing
         report.queues_truncated = {_qkey(k): n for k, n in cqs.truncate_dirty(0).items()}
-        report.index_entries_truncated = index.truncate_dirty(0)
+        report.index_entries_truncated += index.truncate_dirty(0, log.store_time_of)
         return {}
     disp = Dispatcher(log, cqs, st.built_index, checkpoint=st.cp_fields, delay_ms=st.delay_ms)
     disp.defer_on_no_space = True  # boot needs no new space: see Dispatcher
@@ -600,7 +611,7 @@ def apply(
     # consume queues and index past the end
     if st.queues_max_phy > end or st.queues_max_phy < 0 or cqs.max_physical_offset() > end:
         report.queues_truncated = {_qkey(k): n for k, n in cqs.truncate_dirty(end).items()}
-    report.index_entries_truncated = index.truncate_dirty(end)
+    report.index_entries_truncated += index.truncate_dirty(end, log.store_time_of)
     _rebuild_damaged_queues(report, st, plan, disp, res, end, progress)
     report.dispatch_deferred = disp.deferred
     report.records_redispatched = res.units_written

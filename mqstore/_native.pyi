@@ -97,6 +97,10 @@ def backlog_full(
     """(wait, since): the put's commit-backlog rule (C mqs_backlog_full) for one producer
     whose state is `since`; `now` CLOCK_MONOTONIC ns (read only when backlog >= bound)."""
 
+def crash_point(point: str, /) -> None:
+    """SIGKILL or SIGSTOP this process if MQSTORE_CRASHPOINT arms `point` and this is its
+    nth hit (docs/crash-points.md); else nothing. ValueError: no point of that name."""
+
 class Appender:
     """One producer's put path over a control block (and its pool, or None)."""
 

@@ -399,7 +399,32 @@ static PyObject *backlog_full(PyObject *Py_UNUSED(m), PyObject *const *args, Py_
     return Py_BuildValue("(OL)", wait ? Py_True : Py_False, (long long)v[0]);
 }
 
+/* crash_point(point: str) -> None: mqs_crashpoint_hit at a point the Python code reaches
+ * (the dispatcher's index roll), by its name. */
+static PyObject *crash_point(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    if (!PyUnicode_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "crash_point() argument 'point' must be str, not %.50s",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (name == NULL)
+        return NULL;
+    int p = mqs_crashpoint_lookup(name);
+    if (p < 0) {
+        PyErr_Format(PyExc_ValueError, "crash_point(): no crash point named %R", arg);
+        return NULL;
+    }
+    mqs_crashpoint_hit((enum mqs_point)p);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef ipc_methods[] = {
+    {"crash_point", crash_point, METH_O,
+     "crash_point(point): SIGKILL or SIGSTOP this process if MQSTORE_CRASHPOINT arms `point` "
+     "and this is its nth hit (docs/crash-points.md); no-op otherwise."},
     {"backlog_full", (PyCFunction)(void (*)(void))backlog_full, METH_FASTCALL,
      "backlog_full(since, backlog, bound, grace_ns, now) -> (wait, since): the put's commit "
      "backlog rule (mqs_append.h: mqs_backlog_full), for tests."},

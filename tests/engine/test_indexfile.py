@@ -125,11 +125,17 @@ def test_keys_rules_and_rollback(tmp_path: Path) -> None:
     svc.close()
 
 
+def _store_times(times: dict[int, int]) -> Callable[[int], int | None]:
+    """A commit log's `store_time_of` for the records (offset -> store time) it holds."""
+    return times.get
+
+
 def test_truncate_repairs_chains(tmp_path: Path) -> None:
     svc = IndexService(tmp_path, 4, 10, clock_ms=Clock())
     for i in range(20):
         svc.build_index("T", f"k{i % 3}", None, i * 100, T0 + i * 1000, 0)
-    assert svc.truncate_dirty(1050) == 9  # messages 11..19
+    times = {i * 100: T0 + i * 1000 for i in range(20)}
+    assert svc.truncate_dirty(1050, _store_times(times)) == 9  # messages 11..19
     assert svc.query_offsets("T", "k1", 64, *ALL).phy_offsets == [1000, 700, 400, 100]
     assert svc.check() == []
     # re-dispatching the rest rebuilds the same answers
@@ -138,7 +144,57 @@ def test_truncate_repairs_chains(tmp_path: Path) -> None:
     assert svc.query_offsets("T", "k1", 64, *ALL).phy_offsets == [
         1900, 1600, 1300, 1000, 700, 400, 100
     ]  # fmt: skip
-    assert svc.truncate_dirty(0) == 20 and svc.files == []
+    assert svc.truncate_dirty(0, _store_times(times)) == 20 and svc.files == []
+    svc.close()
+
+
+# Store times not on whole seconds past the file's begin (T0 + 123), the last kept record
+# earlier than the one before it (the clock stepped back): (key, offset, store time).
+_PUTS = [("a", 0, T0 + 123), ("b", 100, T0 + 5_456), ("c", 200, T0 + 4_789), ("d", 300, T0 + 6_001)]
+
+
+@pytest.mark.parametrize("keep", [1, 2, 3])
+def test_truncate_leaves_the_header_the_kept_puts_wrote(tmp_path: Path, keep: int) -> None:
+    """The header after a truncation is RocketMQ's after the puts of the entries kept:
+    the file's bytes are those of a file that only took them, the end time in ms (an
+    entry keeps whole seconds past the begin only; the log has the ms)."""
+    files = []
+    for name, puts in (("cut", _PUTS), ("kept", _PUTS[:keep])):
+        f = IndexFile.create(tmp_path / name, 16, 64, now_ms_value=T0)
+        for key, phy, ts in puts:
+            assert f.put_key(f"T#{key}", phy, ts)
+        files.append(f)
+    cut, kept = files
+    times = {phy: ts for _k, phy, ts in _PUTS}
+    assert cut.truncate(_PUTS[keep][1], _store_times(times)) == len(_PUTS) - keep
+    assert cut.header() == kept.header()
+    assert cut.end_timestamp == _PUTS[keep - 1][2]
+    assert bytes(cut.mm) == bytes(kept.mm)
+    for f in files:
+        f.close()
+
+
+def test_truncate_of_a_record_gone_from_the_log_keeps_the_entry_time(tmp_path: Path) -> None:
+    f = IndexFile.create(tmp_path, 16, 64, now_ms_value=T0)
+    for key, phy, ts in _PUTS:
+        f.put_key(f"T#{key}", phy, ts)
+    assert f.truncate(200, _store_times({})) == 2
+    assert f.end_timestamp == T0 + 123 + 5_000  # the entry's own lookup time
+    f.close()
+
+
+def test_a_truncated_file_is_found_by_a_query_at_its_last_records_time(tmp_path: Path) -> None:
+    """The query a truncation in whole seconds lost: from the kept last record's store
+    time on, where an earlier record has a later store time (the clock stepped back).
+    With the end in whole seconds (T0 + 4_123) the file seemed to end before the query's
+    begin (`IndexFile.is_time_matched`), and "b" (T0 + 5_456) was not found."""
+    svc = IndexService(tmp_path, 16, 64, clock_ms=Clock())
+    for key, phy, ts in _PUTS:
+        svc.build_index("T", key, None, phy, ts, 0)
+    times = {phy: ts for _k, phy, ts in _PUTS}
+    assert svc.truncate_dirty(300, _store_times(times)) == 1
+    begin = T0 + 4_789  # "c"'s store time: the file's end, as "c"'s put wrote it
+    assert svc.query_offsets("T", "b", 64, begin, ALL[1]).phy_offsets == [100]
     svc.close()
 
 

@@ -6,6 +6,7 @@ dry runs, the report, and I/O faults."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import os
 import random
@@ -26,7 +27,7 @@ from mqstore.engine.dispatch import Dispatcher
 from mqstore.engine.findings import errors
 from mqstore.engine.indexservice import IndexService
 from mqstore.engine.reader import Geometry, GetStatus, StoreReader
-from mqstore.engine.record import decode, encode_properties
+from mqstore.engine.record import Message, decode, encode_properties
 from mqstore.engine.recovery import (
     RecoveryReport,
     apply,
@@ -727,3 +728,55 @@ def test_a_stop_while_recovering_leaves_a_store_the_next_recovery_finishes(
     for part in ("consumequeue", "index"):
         assert _built(tmp_path, part) == built[part], part
     assert _pull_all(tmp_path, queues=3) == [r.wrote_offset for r in results]
+
+
+def test_a_record_straddling_a_kept_and_a_destroyed_index_file_keeps_every_key(
+    tmp_path: Path,
+) -> None:
+    """Messages of 2 and 3 keys in turn, 63 a file: message 25 has its first key at the
+    first file's end and its others in the second. A crash once the first file was
+    forced (the checkpoint's index time at its end, as the dispatcher's flush thread
+    leaves it after the roll): abnormal recovery destroys the second file (newer than
+    the checkpoint) and keeps the first. Message 25's key there must go too, or it counts
+    as indexed and is never re-dispatched, its other keys lost; the index then is the
+    bytes of a run without the crash."""
+    n = 40
+
+    def msg(i: int) -> Message:
+        m = message(i, queue_id=i % 2)
+        keys = f"key{i}" + (" common" if i % 2 else "")
+        return dataclasses.replace(m, properties={**m.properties, "KEYS": keys})
+
+    def build(store: Path) -> list[AppendResult]:
+        log = open_log(store)
+        results = [log.append(msg(i)) for i in range(n)]
+        cqs = ConsumeQueueStore(store, CQ_FILE)
+        idx = IndexService(store, SLOTS, ENTRIES)
+        Dispatcher(log, cqs, idx).dispatch(0, log.max_offset())
+        log.queue.flush_all()
+        cqs.flush_all()
+        idx.flush()
+        first = idx.files[0]
+        assert len(idx.files) == 2 and first.end_phy_offset == results[25].wrote_offset
+        assert sum(e[2] == first.end_phy_offset for e in first.entries()) == 1  # of 3
+        cp = StoreCheckpoint(store / "checkpoint")
+        cp.index_msg_timestamp = first.end_timestamp
+        cp.flush()
+        cp.close()
+        for closing in (log, cqs, idx):
+            closing.close()
+        return results
+
+    results = build(tmp_path / "crashed")
+    build(tmp_path / "ref")
+    _crash(tmp_path / "crashed")
+    rep = _recover(tmp_path / "crashed")
+    assert rep.mode == "abnormal" and len(rep.index_files_destroyed) == 1
+    with StoreReader(tmp_path / "crashed", GEO) as r:
+        for i in range(n):
+            keys = [*msg(i).properties["KEYS"].split(), f"U{i:08d}"]
+            for k in keys:
+                hits = [h.physical_offset for h in r.query_by_key("T", k, 64)]
+                assert results[i].wrote_offset in hits, (i, k, hits)
+    assert rep.index_entries_truncated == 1  # message 25's key in the kept file
+    assert _built(tmp_path / "crashed", "index") == _built(tmp_path / "ref", "index")

@@ -6,6 +6,7 @@ ASan/UBSan too (`make sanitize`)."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -232,3 +233,25 @@ def test_a_malformed_crash_point_is_an_error_at_import(value: str) -> None:
         env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert proc.returncode != 0 and "expected <point>:<kill|stop>[:<nth>]" in proc.stderr
+
+
+def test_a_crash_point_python_reaches_acts_at_its_nth_hit_only() -> None:
+    """`_native.crash_point`: the dispatcher's index roll (Python) at the points the C
+    table names; others and earlier hits are no-ops; a name it lacks is a ValueError."""
+    code = (
+        "from mqstore import _native\n"
+        "_native.crash_point('index-roll'); _native.crash_point('copy-half')\n"
+        "print('first', flush=True)\n"
+        "_native.crash_point('index-roll')\n"
+        "print('after')\n"
+    )
+    env = {**os.environ, "MQSTORE_CRASHPOINT": "index-roll:kill:2"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == -signal.SIGKILL and proc.stdout == "first\n", proc
+    _native.crash_point("index-roll-made")  # not armed here: nothing
+    with pytest.raises(ValueError, match="no crash point named 'nowhere'"):
+        _native.crash_point("nowhere")
+    with pytest.raises(TypeError, match="'point' must be str"):
+        _native.crash_point(1)  # type: ignore[arg-type]

@@ -327,3 +327,85 @@ def test_a_dispatcher_killed_inside_an_index_roll_leaves_no_key_out(
         assert got[1] == want[1]
     finally:
         log.close()
+
+
+# fallocates let through before a failed index roll that leaves a record's keys split
+# over the full file's end, on both paths (each truncates the full file)
+SPLIT_FAILS = [12, 14, 16, 18]
+
+
+@pytest.mark.parametrize("fail", SPLIT_FAILS)
+@pytest.mark.parametrize("plain_c", [True, False], ids=["C", "Python"])
+def test_a_failed_index_roll_leaves_the_index_of_a_run_to_the_split_record(
+    tmp_path: Path, plain_c: bool, fail: int
+) -> None:
+    """Right after a failed index roll, before anything is dispatched again: the index
+    ends before the record whose keys straddled the full file, and its bytes are those
+    of a run without the fault that dispatched the log up to that record -- the header's
+    end time too, the last kept record's store time in ms (`IndexFile.truncate`; store
+    times here are 7 ms apart, not on whole seconds). The queues hold no record past it
+    (the C round's end exactly there; the Python path's cut-back may go back to the
+    round's start: `Dispatcher._cut_back`)."""
+    geo = GEOMETRY["index"]
+    log, records = _write_log(tmp_path / "log")
+    try:
+        d = _open(tmp_path / "fault", log, plain_c, geo, _Clock())
+        _fault(errno.ENOSPC, fail)
+        off, end = d.resume_offset(), log.max_offset()
+        with pytest.raises(fileio.StoreIOError):
+            while off < end:
+                off = d.dispatch(off, end, max_records=7).next_offset
+        fileio.clear_faults()
+        assert (d.plain_rounds > 0) is plain_c, d.plain_rounds  # the C round met it
+        assert d.index is not None
+        last = d.index.files[-1]
+        assert not last.is_write_full(), "nothing was cut"
+        kept = last.end_phy_offset
+        split = next(phys for _t, _q, phys, _k in records if phys > kept)
+        assert last.end_timestamp == log.store_time_of(kept)
+        assert (last.end_timestamp - last.begin_timestamp) % 1000, "on a whole second"
+        ends = {cq.key: cq.max_physical_offset for cq in d.queues}
+        assert max(ends.values()) <= split, ends
+        _close(d)
+        ref = _open(tmp_path / "ref", log, plain_c, geo, _Clock())
+        off = ref.resume_offset()
+        while off < split:
+            off = ref.dispatch(off, split, max_records=7).next_offset
+        _close(ref)
+        got, want = _files(tmp_path / "fault"), _files(tmp_path / "ref")
+        assert [b[:40] for b in got[1]] == [b[:40] for b in want[1]]  # headers first
+        assert got[1] == want[1]
+        if plain_c:
+            assert got[0] == want[0]
+    finally:
+        log.close()
+
+
+@pytest.mark.parametrize("fail", [11, 20])
+@pytest.mark.parametrize("way", sorted(WAYS))
+@pytest.mark.parametrize("plain_c", [True, False], ids=["C", "Python"])
+def test_a_record_with_more_keys_than_an_index_file_loses_none_on_a_failed_roll(
+    tmp_path: Path, plain_c: bool, way: str, fail: int
+) -> None:
+    """Index files of 3 keys, records of 2-5: a record's keys fill a whole file and go on
+    into the next. A failed roll after such a file leaves it holding nothing but that
+    record's keys: `drop_split_keys` removes it, and the record's keys in the file before
+    (left, the emptied file's header would say the record is indexed, and its keys from
+    there on would never be put)."""
+    geo = (20 * 1000, 4)
+    log, records = _write_log(tmp_path / "log")
+    try:
+        ref, _n, _c = _run(tmp_path / "ref", log, False, geo, 7, [], way)
+        _close(ref)
+        want = _files(tmp_path / "ref")
+        d, failures, _c = _run(tmp_path / "f", log, plain_c, geo, 7, [fail], way)
+        try:
+            assert failures == 1
+            _check_end_state(d, records)
+        finally:
+            _close(d)
+        got = _files(tmp_path / "f")
+        assert got[0] == want[0]
+        assert got[1] == want[1]
+    finally:
+        log.close()

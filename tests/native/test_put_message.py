@@ -515,10 +515,16 @@ def test_a_backlog_wait_goes_on_while_the_committer_moves_up_to_the_cap(
     put: Callable[..., Put],
 ) -> None:
     """Flow control is not a fault: a committer that moves, however slowly, keeps the put
-    waiting past the busy timeout (50 ms) until the backlog is under the bound (here,
-    0.3 s); one that never brings it under is refused at the sync flush timeout's cap
-    (1 s here), saying it moved."""
-    p = put(backlog_bytes=4096, backlog_grace_ns=0)
+    waiting past the busy timeout (0.4 s here) until the backlog is under the bound (here,
+    after 1 s); one that never brings it under is refused at the sync flush timeout's cap
+    (2 s here), saying it moved.
+
+    The committer steps every 20 ms; the busy timeout is 20 steps, so only a committer
+    thread left unscheduled for 0.4 s makes the put see one that stood still. (With the
+    default 50 ms, 2.5 steps, 6 spinners on the 2 cores failed it 1 run in 10.)"""
+    busy_s, cap_s = 0.4, 2.0
+    p = put(backlog_bytes=4096, backlog_grace_ns=0, busy_ns=int(busy_s * 1e9),
+            sync_timeout_ns=int(cap_s * 1e9))  # fmt: skip
     p.cb.set(c.OFF_RESERVED, 1 << 20)
     stop = threading.Event()
 
@@ -531,7 +537,7 @@ def test_a_backlog_wait_goes_on_while_the_committer_moves_up_to_the_cap(
         if not stop.is_set():
             p.cb.set(c.OFF_COMMITTED, upto)
 
-    t = threading.Thread(target=committer, args=(time.monotonic() + 0.3, 1 << 20))
+    t = threading.Thread(target=committer, args=(time.monotonic() + 2.5 * busy_s, 1 << 20))
     t0 = time.monotonic()
     t.start()
     try:
@@ -540,7 +546,7 @@ def test_a_backlog_wait_goes_on_while_the_committer_moves_up_to_the_cap(
         stop.set()
         t.join()
     assert r.status is OK and r.physical_offset == 1 << 20, r
-    assert time.monotonic() - t0 >= 0.25
+    assert time.monotonic() - t0 >= 2.4 * busy_s  # well past the busy timeout
     stop.clear()
     p.cb.set(c.OFF_COMMITTED, 0)
     t = threading.Thread(target=committer, args=(time.monotonic() + 60, 0))
@@ -555,9 +561,9 @@ def test_a_backlog_wait_goes_on_while_the_committer_moves_up_to_the_cap(
     assert (r.status, r.reason) == (
         PutMessageStatus.OS_PAGECACHE_BUSY,
         "the commit backlog did not come under its bound (commit_backlog_max_bytes, 4096 "
-        "bytes) within 1000 ms (syncFlushTimeout), though the committer moved",
+        "bytes) within 2000 ms (syncFlushTimeout), though the committer moved",
     )
-    assert 0.95 <= took < 30, took
+    assert cap_s - 0.05 <= took < 30, took
 
 
 def test_a_backlog_burst_within_the_grace_is_not_held_back(put: Callable[..., Put]) -> None:

@@ -62,6 +62,13 @@ def test_queues_and_index_follow_a_sync_store(make_store: StoreFactory) -> None:
     assert doc["dispatch_lag_bytes"] == 0 and doc["dispatched_records"] >= 40
     # new queues: their first batch is the Python path's, the rest the C round's
     assert 1 <= doc["dispatch_python_batches"] < doc["dispatched_records"], doc
+    table = subprocess.run(
+        [sys.executable, "-m", "mqstore", "status", str(st.path)],
+        capture_output=True, text=True, cwd=str(REPO), timeout=60,
+    )  # fmt: skip
+    assert table.returncode == 0, table.stderr
+    row = [ln for ln in table.stdout.splitlines() if "dispatch batches by the Python path" in ln]
+    assert len(row) == 1 and row[0].split()[-2] == f"{doc['dispatch_python_batches']:,}", row
     for qid in (0, 1):
         got = _pull_all(st.path, "orders", qid)
         want = [r for r in rs if r.queue_id == qid]

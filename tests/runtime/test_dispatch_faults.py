@@ -13,11 +13,16 @@ straddling two of them) make the rolls the C round takes (`engine.dispatch`) fre
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 from typing import Any
 
 import pytest
 
 from mqstore import PutMessageStatus, StoreClient
+from mqstore.engine.indexservice import IndexService
+from mqstore.ipc.commit import pid_alive
 from tests.runtime.conftest import StoreFactory
 from tests.runtime.harness import Store, wait_for
 
@@ -122,5 +127,78 @@ def test_a_failed_roll_loses_no_acknowledged_message(
         for _ in range(50):
             assert prod.put().status is PutMessageStatus.PUT_OK
     wait_for(lambda: _caught_up(st), 60, "the dispatcher to catch up")
+    _check_every_ack(st, prod.acked)
+    assert st.stop() == 0
+
+
+def _stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rpartition(")")[2].split()[0] == "T"
+
+
+def _kill_whole_store(st: Store) -> None:
+    """SIGKILL to the supervisor and every worker at once, as kill -9 of the group."""
+    assert st.proc is not None
+    group = [st.proc.pid] + [w["pid"] for w in st.status()["workers"] if w["pid"]]
+    for pid in group:
+        os.kill(pid, signal.SIGKILL)
+    st.proc.wait()
+    st.proc = None
+    st._log.close()
+    wait_for(lambda: not any(pid_alive(p) for p in group), 30, "the store's processes to die")
+
+
+@pytest.mark.parametrize(
+    ("point", "nth"), [("index-roll", 2), ("index-roll", 3), ("index-roll-made", 2)]
+)
+def test_a_store_killed_inside_an_index_roll_loses_no_key(
+    make_store: StoreFactory, point: str, nth: int
+) -> None:
+    """The whole store SIGKILLed while its dispatcher is inside an index roll
+    (`MQSTORE_CRASHPOINT=<point>:stop:<nth>`, the real roll of `IndexService._last_file`:
+    `index-roll` with the full file's last record's keys only partly in it and no next
+    file; `index-roll-made` with the next file made and empty), with puts acknowledged
+    after it. The next start is an abnormal recovery: every acknowledged put is pulled
+    exactly once and found by every one of its keys. Rolls 2 and 3 split a record (127
+    keys a file, 2 and 3 keys a put in turn; roll 1 falls between two records).
+
+    At roll 3 the record roll 2 split has its last keys in the newest file, which
+    recovery destroys (newer than the checkpoint, which the flushed second file's end
+    reached), and its first keys at the kept second file's end: before recovery cut
+    them (`recovery.load_store`), the record counted as indexed and lost its last keys
+    (j101 or k101)."""
+    st = make_store(CONFIG, env={"MQSTORE_CRASHPOINT": f"{point}:stop:{nth}"})
+    disp = next(w["pid"] for w in st.status()["workers"] if w["name"] == "dispatcher")
+    with StoreClient.attach(st.path) as client:
+        prod = Producer(client)
+
+        def in_roll() -> bool:
+            for _ in range(10):
+                prod.put()
+            return _stopped(disp)
+
+        wait_for(in_roll, 120, f"the dispatcher to stop at {point} #{nth}")
+        for _ in range(50):  # acknowledged after the roll began: the flusher goes on
+            assert prod.put().status is PutMessageStatus.PUT_OK
+    _kill_whole_store(st)
+    # what the kill left: a full index file whose last record has keys it lacks
+    idx = IndexService(st.path, CONFIG["max_hash_slot_num"], CONFIG["max_index_num"],
+                       read_only=True)  # fmt: skip
+    idx.load()
+    try:
+        files = idx.files
+        if point == "index-roll-made":
+            assert files[-1].index_count == 1, files
+            files = files[:-1]
+        assert len(files) == nth and files[-1].is_write_full(), files
+        split = files[-1].end_phy_offset
+        keys = next(k for _t, _q, _qo, phys, k in prod.acked if phys == split)
+        put = sum(phys == split for _n, _h, phys, _d, _p in files[-1].entries())
+        assert 0 < put < len(keys) + 1, (put, keys)  # its UNIQ_KEY, then its keys
+    finally:
+        idx.close()
+    st.start()  # without the crash point
+    assert json.loads((st.path / "recovery.json").read_text())["mode"] == "abnormal"
+    wait_for(lambda: _caught_up(st), 60, "the dispatcher to catch up after recovery")
     _check_every_ack(st, prod.acked)
     assert st.stop() == 0

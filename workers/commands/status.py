@@ -125,6 +125,9 @@ def _summary_rows(doc: dict[str, Any]) -> _Rows:
         "dispatch lag",
         f"{doc['dispatch_lag_bytes']:,} B ({doc['dispatched_records']:,} records dispatched)",
     )
+    # batches the dispatcher's C round declined (docs/metrics.md): a count that keeps
+    # up with the records says the dispatcher is off its fast path
+    t1.add_row("dispatch batches by the Python path", f"{doc['dispatch_python_batches']:,}")
     pool = doc["pool"]
     t1.add_row(
         "pool buffers free",
