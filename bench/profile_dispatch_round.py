@@ -65,7 +65,7 @@ def _child(
     finally:
         disp.close()
         shutil.rmtree(work, ignore_errors=True)
-    print(f"rounds {rounds}")
+    print(f"rounds {rounds} records {records}")
     return 0
 
 
@@ -101,11 +101,21 @@ def _files_md5(store_dir: Path, work: Path, size: int, plain_c: bool) -> tuple[i
 
 
 def _instructions(
-    store_dir: Path, work: Path, size: int, part: float, messages: int, plain_c: bool = True
-) -> tuple[int, int]:
-    """(instructions, rounds) of one child under callgrind."""
-    out = work.with_suffix(".callgrind")
-    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(REPO)}
+    store_dir: Path,
+    work: Path,
+    size: int,
+    part: float,
+    messages: int,
+    plain_c: bool = True,
+    keep: Path | None = None,
+) -> tuple[int, int, int]:
+    """(instructions, rounds, records) of one child under callgrind; `keep`: its output goes there
+    (for `callgrind_annotate`) instead of being deleted."""
+    out = keep if keep is not None else work.with_suffix(".callgrind")
+    # One BLAS thread: numpy (imported by bench.procs) otherwise starts OpenBLAS worker
+    # threads whose spinning callgrind counts, about 1k instructions a record of noise.
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(REPO),
+           "OPENBLAS_NUM_THREADS": "1"}  # fmt: skip
     r = subprocess.run(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
          "-m", "bench.profile_dispatch_round", "--child", str(store_dir), str(work), str(size),
@@ -114,12 +124,13 @@ def _instructions(
     )  # fmt: skip
     if r.returncode != 0:
         raise SystemExit(f"callgrind child (rounds of {size}): {r.stderr[-2000:]}")
-    got = re.search(r"rounds (\d+)", r.stdout)
+    got = re.search(r"rounds (\d+) records (\d+)", r.stdout)
     total = re.search(r"^totals: (\d+)", out.read_text(), re.M)
-    out.unlink()
+    if keep is None:
+        out.unlink()
     if got is None or total is None:
         raise SystemExit(f"callgrind child (rounds of {size}) said: {r.stdout[-500:]}")
-    return int(total.group(1)), int(got.group(1))
+    return int(total.group(1)), int(got.group(1)), int(got.group(2))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,6 +145,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--callgrind", action="store_true", help="instructions a round (valgrind)")
     ap.add_argument("--python-round", action="store_true", help="no C plain round (A/B)")
     ap.add_argument("--compare", action="store_true", help="md5 of the files, C and Python")
+    ap.add_argument(
+        "--keep",
+        help="with --callgrind: keep the callgrind outputs as KEEP.<size> and KEEP.<size>.half",
+    )
     args = ap.parse_args(argv)
     sizes = [int(x) for x in args.rounds.split(",")]
     if args.callgrind and shutil.which("valgrind") is None:
@@ -159,12 +174,20 @@ def main(argv: list[str] | None = None) -> int:
                 msgs = args.messages
                 for n, size in enumerate(sizes):
                     c, sd = not args.python_round, run.store_dir
-                    whole, rounds = _instructions(sd, root / f"cg{n}", size, 1.0, msgs, c)
-                    half, first = _instructions(sd, root / f"cg{n}h", size, 0.5, msgs, c)
+                    keep = Path(f"{args.keep}.{size}") if args.keep else None
+                    whole, rounds, recs = _instructions(
+                        sd, root / f"cg{n}", size, 1.0, msgs, c, keep
+                    )
+                    keep_half = keep.with_suffix(keep.suffix + ".half") if keep else None
+                    half, first, first_recs = _instructions(
+                        sd, root / f"cg{n}h", size, 0.5, msgs, c, keep_half
+                    )
                     per = (whole - half) // max(rounds - first, 1)
+                    per_record = (whole - half) // max(recs - first_recs, 1)
                     print(
-                        f"{size:5d} records a round: {per:,} instructions a round "
-                        f"(callgrind, over the {rounds - first} rounds of the log's second half)"
+                        f"{size:5d} records a round: {per:,} instructions a round, "
+                        f"{per_record:,} a record (callgrind, over the {rounds - first} "
+                        "rounds of the log's second half)"
                     )
             if args.compare:
                 for n, size in enumerate(sizes):

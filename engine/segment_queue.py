@@ -42,7 +42,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Unpack
+from typing import NoReturn, Unpack
 
 from sortedcontainers import SortedDict
 
@@ -99,6 +99,34 @@ class TruncateResult:
     bytes_zeroed: int
 
 
+class _Segments(SortedDict):  # type: ignore[misc]
+    """start offset -> Segment, the newest kept in `last`: `SegmentQueue.last()` is an
+    attribute read, not SortedDict's `peekitem(-1)` (~4k instructions; the dispatcher's C
+    round asks it once per queue per round: issue 23). Only these three change it; the
+    SortedDict methods that would change it another way are refused."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last: Segment | None = None
+
+    def __setitem__(self, start: int, seg: Segment) -> None:
+        super().__setitem__(start, seg)
+        self.last = self.peekitem(-1)[1]
+
+    def __delitem__(self, start: int) -> None:
+        super().__delitem__(start)
+        self.last = self.peekitem(-1)[1] if self else None
+
+    def clear(self) -> None:
+        super().clear()
+        self.last = None
+
+    def _refused(self, *args: object, **kwargs: object) -> NoReturn:
+        raise TypeError("a segment map changes only by [start] = seg, del [start], clear()")
+
+    pop = popitem = setdefault = update = __ior__ = copy = _refused
+
+
 class SegmentQueue:
     """An ordered chain of equal-sized segments in one directory. See the module doc."""
 
@@ -120,7 +148,7 @@ class SegmentQueue:
         self._allocator: Allocator = options.pop("allocator", None) or self._create_in_place
         self._options: MapOptions = options  # what is left: the segments' options
         self._clock_ms = options.get("clock_ms", now_ms)
-        self._segments: SortedDict = SortedDict()  # start offset -> Segment
+        self._segments = _Segments()  # start offset -> Segment
         self.committed_where = 0
         self.flushed_where = 0
         self.store_timestamp = 0
@@ -256,10 +284,7 @@ class SegmentQueue:
 
     def last(self) -> Segment | None:
         """The newest segment; None when the queue is empty."""
-        if not self._segments:
-            return None
-        seg: Segment = self._segments.peekitem(-1)[1]
-        return seg
+        return self._segments.last
 
     def find(self, offset: int, *, first_if_not_found: bool = False) -> Segment | None:
         """The segment whose `[start, start + size)` holds `offset`; O(log n).

@@ -15,6 +15,7 @@
 
 #define HEADER_SIZE 40
 #define ENTRY_SIZE 20
+#define INDEX_PREFETCH 8 /* keys ahead whose slot is asked for */
 
 /* A store of a field a lookup in another process may be loading (a slot head, a header
  * field): mqs_publish, one whole released store. A buffer that is not 8-aligned is no
@@ -102,6 +103,13 @@ int64_t mqs_index_put_keys(const struct mqs_index_batch *b, int64_t rec_from, in
     int64_t k = key_from, r = rec_from;
     int64_t end = b->key_first[rec_to];
     while (k < end) {
+        /* The slots are random writes into hash_slot_num * 4 bytes (20 MB by default), a
+         * miss each: ask for a later key's slot now, so that it arrives while the keys
+         * between are put (a prefetch never faults; a negative hash is refused below). */
+        if (k + INDEX_PREFETCH < end && b->key_hash[k + INDEX_PREFETCH] >= 0)
+            __builtin_prefetch(b->file + HEADER_SIZE +
+                                   (b->key_hash[k + INDEX_PREFETCH] % b->slots) * 4,
+                               1);
         while (r < rec_to && b->key_first[r + 1] <= k)
             r++;
         if (b->pos[r] < 0 || b->base > INT64_MAX - b->pos[r]) {

@@ -37,10 +37,25 @@ static uint32_t jcode_point(uint32_t h, uint32_t cp)
     return jstep(jstep(h, 0xD800 + (cp >> 10)), 0xDC00 + (cp & 0x3FF));
 }
 
+/* 31^k mod 2^32, k = 8 .. 1 */
+static const uint32_t POW31[8] = {2487512833u, 1742810335u, 887503681u, 28629151u,
+                                  923521u,     29791u,      961u,       31u};
+
 uint32_t mqs_java_hash_utf8(uint32_t h, const uint8_t *s, size_t n)
 {
     size_t i = 0;
     while (i < n) {
+        uint64_t w;
+        if (i + 8 <= n && (memcpy(&w, s + i, 8), (w & 0x8080808080808080u) == 0)) {
+            /* 8 ASCII bytes: the 8 steps 31h + c, unrolled (mod 2^32, the same sum), so
+             * that the multiplications do not wait on each other (most keys are ASCII,
+             * and a UNIQ_KEY is 32 bytes: issue 23's dispatcher CPU) */
+            const uint8_t *c = s + i;
+            h = h * POW31[0] + c[0] * POW31[1] + c[1] * POW31[2] + c[2] * POW31[3] +
+                c[3] * POW31[4] + c[4] * POW31[5] + c[5] * POW31[6] + c[6] * POW31[7] + c[7];
+            i += 8;
+            continue;
+        }
         uint8_t c = s[i];
         if (c < 0x80) {
             h = jstep(h, c);
@@ -91,16 +106,17 @@ static int grow(void **p, int64_t cap, size_t width)
     return 0;
 }
 
-static int reserve_row(struct mqs_scan *s)
+/* Room for a row past the current one; the first allocation has `first` rows. */
+static int reserve_row(struct mqs_scan *s, int64_t first)
 {
     if (s->key_first == NULL) {
-        if (grow((void **)&s->key_first, 1024, sizeof(int32_t)) < 0)
+        if (grow((void **)&s->key_first, first, sizeof(int32_t)) < 0)
             return -1;
         s->key_first[0] = 0;
     }
     if (s->count + 1 < s->cap)
         return 0;
-    int64_t cap = s->cap ? 2 * s->cap : 1024;
+    int64_t cap = s->cap ? 2 * s->cap : first;
     for (int c = 0; c < MQS_NCOLS; c++)
         if (grow(&s->col[c], cap, MQS_SCAN_WIDTH[c]) < 0)
             return -1;
@@ -424,7 +440,16 @@ int mqs_scan_run(struct mqs_scan *s, const uint8_t *buf, int64_t pos, int64_t en
                  int64_t max_records)
 {
     s->stop = MQS_SCAN_LIMIT;
-    if (reserve_row(s) < 0)
+    /* First rows: 1024, or for a capped walk (the dispatcher's rounds) as many as it can
+     * take (at most 64Ki), so that a round of 1,024-4,096 records does not copy its
+     * columns as they double (~100 instructions a record; issue 23) */
+    int64_t first = 1024;
+    if (max_records > 0) {
+        int64_t fit = (end - pos) / MQS_MIN_RECORD + 1;
+        first = (max_records < fit ? max_records : fit) + 1;
+        first = first < 16 ? 16 : first > 65536 ? 65536 : first;
+    }
+    if (reserve_row(s, first) < 0)
         return -1;
     int64_t start = pos, ahead = pos;
     while (pos < end && s->count != max_records) {
@@ -439,7 +464,7 @@ int mqs_scan_run(struct mqs_scan *s, const uint8_t *buf, int64_t pos, int64_t en
                 s->blank_size = (int32_t)l.total;
             return 0;
         }
-        if (reserve_row(s) < 0 || add_row(s, buf, pos, &l) < 0)
+        if (reserve_row(s, first) < 0 || add_row(s, buf, pos, &l) < 0)
             return -1;
         pos += l.total;
     }

@@ -8,12 +8,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from mqstore.engine import fileio
 from mqstore.engine.findings import Severity, errors
 from mqstore.engine.record import BLANK_MAGIC_CODE
 from mqstore.engine.segment import Segment, SegmentSizeError, segment_file_name
-from mqstore.engine.segment_queue import SegmentAllocationError, SegmentQueue
+from mqstore.engine.segment_queue import SegmentAllocationError, SegmentQueue, _Segments
 from tests.engine.extents import dir_flags
 
 SIZE = 1024
@@ -325,3 +327,33 @@ def test_a_new_queue_directory_is_made_in_a_parent_that_spreads_its_subdirectori
     SegmentQueue(str(store / "commitlog"), SIZE)
     assert (store / "commitlog").is_dir()
     assert dir_flags(store) & fileio.FS_TOPDIR_FL
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("set"), st.integers(0, 20)),
+            st.tuples(st.just("del"), st.integers(0, 20)),
+            st.tuples(st.just("clear"), st.just(0)),
+        ),
+        max_size=40,
+    )
+)
+def test_the_segment_maps_last_is_always_its_highest_starts_segment(
+    ops: list[tuple[str, int]],
+) -> None:
+    """`SegmentQueue.last()` reads `_Segments.last`, kept by the three ways the queue
+    changes its map; a plain dict is the reference."""
+    got, want = _Segments(), {}
+    for op, start in ops:
+        if op == "set":
+            got[start] = want[start] = object()  # type: ignore[assignment]
+        elif op == "del" and start in want:
+            del got[start], want[start]
+        elif op == "clear":
+            got.clear()
+            want.clear()
+        assert got.last is (want[max(want)] if want else None)
+    for refused in ("pop", "popitem", "setdefault", "update", "copy"):
+        with pytest.raises(TypeError):
+            getattr(got, refused)(0)
