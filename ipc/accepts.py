@@ -37,7 +37,6 @@ _DEFAULT_MESSAGE: Final = Message(topic="", body=b"")  # every other field at it
 # A field of `engine.record.Message` left at its default is "unset": the client fills it
 # in (born time: now; store host: the store's). Any other value is written as given or
 # the put is refused.
-UNSET_BORN_TIMESTAMP: Final = _DEFAULT_MESSAGE.born_timestamp
 UNSET_STORE_HOST: Final = _DEFAULT_MESSAGE.store_host
 _I32: Final = (-(2**31), 2**31 - 1)
 _I64: Final = (-(2**63), 2**63 - 1)

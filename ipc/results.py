@@ -58,10 +58,6 @@ class PutResult(NamedTuple):
         return self
 
 
-def failed(status: PutMessageStatus, reason: str) -> PutResult:
-    return PutResult(status, reason)
-
-
 class PutError(Exception):
     """A put ended with a status other than PUT_OK; raised only on request
     (`PutResult.raise_for_status()`, or `StoreClient.attach(..., raise_on_status=True)`).
