@@ -78,7 +78,7 @@ static void repair(uint8_t *ctl, int64_t ctl_len)
 static int locked(uint8_t *ctl, int64_t ctl_len, int rc, int64_t now)
 {
     if (rc == 0) {
-        if (load(ctl, MQS_OFF_CS_PID) != 0) { /* a holder raised inside (Python path) */
+        if (load(ctl, MQS_OFF_CS_PID) != 0) { /* an intent left without EOWNERDEAD (scribbled) */
             repair(ctl, ctl_len);
             now = 0;
         }

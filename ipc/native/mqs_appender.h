@@ -1,6 +1,6 @@
 /* The Appender object (mqs_ipc_py.c) as the put entry points in mqs_put.c see it: one
- * producer's view of the control block, and what its common-case put needs from the
- * client (ipc/producer.py hands it over with `configure`). */
+ * producer's view of the control block, and what its put needs from the client
+ * (ipc/producer.py hands it over with `configure`). */
 #ifndef MQS_APPENDER_H
 #define MQS_APPENDER_H
 

@@ -68,7 +68,7 @@ struct mqs_fields {
      * answer (ASCII and fine, or the checked pass is to run), and whether a name was
      * UNIQ_KEY. */
     int props_done, uniq_named;
-    /* A delayed message (delay_level > 0, mqs_delay_rewrite): its real topic's lane,
+    /* A delayed message (delay_level > 0, delay_rewrite in mqs_fields.c): its real topic's lane,
      * whose round robin it took, once `lane` is the schedule topic's. */
     PyObject *real_lane;
 };

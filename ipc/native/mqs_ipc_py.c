@@ -269,24 +269,21 @@ static PyObject *appender_configure_compression(Appender *self, PyObject *const 
     return mqs_compress_configure(&self->c.z, args, nargs);
 }
 
-/* A METH_FASTCALL entry of a method table. */
-#define FAST(name, fn, doc) {name, (PyCFunction)(void (*)(void))(fn), METH_FASTCALL, doc}
-
 static PyMethodDef appender_methods[] = {
     {"lock", (PyCFunction)appender_lock, METH_O,
      "lock(timeout_ns) -> int: take the reservation lock (0) or a code (< 0)."},
-    FAST("lock_held", appender_lock_held,
+    MQS_FASTCALL("lock_held", appender_lock_held,
          "lock_held(hold_ns, cap_ns) -> 0 | LOCK_TIMEOUT | LOCK_QUEUED: the put's wait."),
     {"unlock", (PyCFunction)appender_unlock, METH_NOARGS, "unlock(): release it."},
-    FAST("complete", appender_complete,
+    MQS_FASTCALL("complete", appender_complete,
          "complete(first, n) -> 0 | FENCED: a reservation of n slots from first, all written: "
          "DONE all or nothing, then published."),
-    FAST("wait_flushed", appender_wait_flushed,
+    MQS_FASTCALL("wait_flushed", appender_wait_flushed,
          "wait_flushed(end, timeout_ns) -> 0 flushed | 1 timed out | 2 flush failed | 3 the "
          "generation ended (fenced) without flushing it."),
     MQS_PUT_METHODS
     MQS_UNIQ_METHODS
-    FAST("configure_compression", appender_configure_compression,
+    MQS_FASTCALL("configure_compression", appender_configure_compression,
          "configure_compression(fn, over, flag): compress each body of at least `over` bytes "
          "with fn (None: off) and mark its sysFlag with `flag` (mqs_compress.c)."),
     {"close", (PyCFunction)appender_close, METH_NOARGS, "Release the shared buffers."},
