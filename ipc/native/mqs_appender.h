@@ -68,8 +68,4 @@ typedef struct {
  * handler raised. */
 int mqs_wait_flushed(Appender *self, int64_t end, int64_t timeout_ns);
 
-/* One put call into a statistics row: v = n, nbytes, status index, ok, sync, latency,
- * lock wait (< 0: never reserved), append, flush (ns). */
-void mqs_count(int64_t *st, const int64_t v[9]);
-
 #endif

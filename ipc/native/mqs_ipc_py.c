@@ -220,45 +220,6 @@ static PyObject *appender_wait_flushed(Appender *self, PyObject *const *args, Py
     return rc < 0 ? NULL : PyLong_FromLong(rc);
 }
 
-/* log2-µs bucket: bit_length(ns / 1000), capped at `top`. */
-static int64_t bucket(int64_t ns, int64_t top)
-{
-    uint64_t us = ns > 0 ? (uint64_t)ns / 1000 : 0;
-    int64_t b = us ? 64 - __builtin_clzll(us) : 0;
-    return b < top ? b : top;
-}
-
-static void count_phase(int64_t *st, int phase, int64_t ns)
-{
-    int64_t *p = st + MQS_CF_PHASES + phase * (MQS_PHASE_BUCKETS + 1);
-    p[MQS_PHASE_BUCKETS] += ns;
-    p[bucket(ns, MQS_PHASE_BUCKETS - 1)] += 1;
-}
-
-void mqs_count(int64_t *st, const int64_t v[9])
-{
-    int64_t n = v[0], nbytes = v[1], status = v[2], ok = v[3], sync = v[4], lat = v[5];
-    if (v[6] >= 0) {
-        count_phase(st, 0, v[6]);
-        count_phase(st, 1, v[7]);
-        if (sync)
-            count_phase(st, 2, v[8]);
-    }
-    if (ok) {
-        st[MQS_CF_PUTS] += n;
-        st[MQS_CF_BYTES] += nbytes;
-    } else {
-        st[MQS_CF_ERRORS] += n;
-    }
-    st[MQS_CF_STATUS + status] += n;
-    if (lat > st[MQS_CF_LAT_MAX_NS])
-        st[MQS_CF_LAT_MAX_NS] = lat;
-    st[MQS_CF_LAT_SUM_NS] += lat;
-    if (sync)
-        st[MQS_CF_SYNC_PUTS] += n;
-    st[MQS_CF_HIST + bucket(lat, MQS_HIST_BUCKETS - 1)] += 1;
-}
-
 static PyObject *appender_configure_compression(Appender *self, PyObject *const *args,
                                                 Py_ssize_t nargs)
 {

@@ -87,7 +87,7 @@
 #define MQS_QROW 160
 #define MQS_QROW_NEXT 8
 
-/* A client's statistics row (ipc/control.py: CF_*), counted by the C put (mqs_count);
+/* A client's statistics row (ipc/control.py: CF_*), counted by the C put (mqs_put.c: count);
  * the rows start at MQS_CLIENTS_OFF. */
 #define MQS_CLIENTS_OFF 4096
 #define MQS_CF_PUTS 1

@@ -355,13 +355,47 @@ static PyObject *cached_int(PyObject **obj, int64_t *was, int64_t v)
     return Py_NewRef(*obj);
 }
 
+/* log2-µs bucket: bit_length(ns / 1000), capped at `top`. */
+static int64_t bucket(int64_t ns, int64_t top)
+{
+    uint64_t us = ns > 0 ? (uint64_t)ns / 1000 : 0;
+    int64_t b = us ? 64 - __builtin_clzll(us) : 0;
+    return b < top ? b : top;
+}
+
+static void count_phase(int64_t *st, int phase, int64_t ns)
+{
+    int64_t *p = st + MQS_CF_PHASES + phase * (MQS_PHASE_BUCKETS + 1);
+    p[MQS_PHASE_BUCKETS] += ns;
+    p[bucket(ns, MQS_PHASE_BUCKETS - 1)] += 1;
+}
+
 /* Count one call into the statistics row; a copy into the control block every
  * STATS_EVERY calls. v = n, nbytes, status, ok, sync, latency, lock wait (< 0: never
  * reserved), append, flush (ns). */
 static void count(Appender *self, const int64_t v[9])
 {
     struct mqs_client *c = &self->c;
-    mqs_count(c->stats.buf, v);
+    int64_t *st = c->stats.buf, n = v[0], status = v[2], sync = v[4], lat = v[5];
+    if (v[6] >= 0) {
+        count_phase(st, 0, v[6]);
+        count_phase(st, 1, v[7]);
+        if (sync)
+            count_phase(st, 2, v[8]);
+    }
+    if (v[3]) { /* ok */
+        st[MQS_CF_PUTS] += n;
+        st[MQS_CF_BYTES] += v[1];
+    } else {
+        st[MQS_CF_ERRORS] += n;
+    }
+    st[MQS_CF_STATUS + status] += n;
+    if (lat > st[MQS_CF_LAT_MAX_NS])
+        st[MQS_CF_LAT_MAX_NS] = lat;
+    st[MQS_CF_LAT_SUM_NS] += lat;
+    if (sync)
+        st[MQS_CF_SYNC_PUTS] += n;
+    st[MQS_CF_HIST + bucket(lat, MQS_HIST_BUCKETS - 1)] += 1;
     if (++c->since_stats >= STATS_EVERY) {
         c->since_stats = 0;
         memcpy(self->a.ctl + c->stats_off, c->stats.buf, MQS_CLIENT_FIELDS * 8);
