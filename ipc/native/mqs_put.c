@@ -488,71 +488,66 @@ static int find_rows(Appender *self, struct mqs_fields *m, struct mqs_item *item
 static int reserve_refusal(Appender *self, int rc, int after_wait, struct mqs_refusal *why)
 {
     long long ms = (long long)(self->c.busy_ns / 1000000);
-    if (rc == MQS_LOCK_TIMEOUT)
-        return mqs_fields_refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
-                      PyUnicode_FromFormat("the reservation lock was held by one producer "
-                                           "longer than osPageCacheBusyTimeOutMills (%lld ms)",
-                                           ms));
-    if (rc == MQS_LOCK_QUEUED)
-        return mqs_fields_refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
-                      PyUnicode_FromFormat("the reservation lock was not free within %lld ms "
-                                           "(syncFlushTimeout), though no producer held it "
-                                           "longer than osPageCacheBusyTimeOutMills (%lld ms)",
-                                           (long long)(lock_cap_ns(self) / 1000000), ms));
-    if (rc == MQS_LOCK_BROKEN)
-        return mqs_fields_refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
-                      PyUnicode_FromString("the reservation lock is unrecoverable (a producer "
-                                           "died while repairing it); restart the store"));
-    if (rc == MQS_REFUSED) {
+    long long cap_ms = (long long)(lock_cap_ns(self) / 1000000);
+    long long backlog = (long long)self->a.backlog_max;
+    int status = MQS_ST_SERVICE_NOT_AVAILABLE;
+    PyObject *reason;
+    if (rc == MQS_LOCK_BROKEN) {
+        reason = PyUnicode_FromString("the reservation lock is unrecoverable (a producer died "
+                                      "while repairing it); restart the store");
+    } else if (rc == MQS_REFUSED) {
         int64_t flags = __atomic_load_n(mqs_i64(self->a.ctl, MQS_OFF_FLAGS), __ATOMIC_ACQUIRE);
-        return mqs_fields_refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
-                      PyUnicode_FromString(flags & MQS_FLAG_READ_ONLY
-                                               ? "the store is read-only after a failed fsync"
-                                               : "the store is stopping or not running; writes "
-                                                 "are refused"));
-    }
-    if (rc == MQS_IDEM_INFLIGHT)
-        return mqs_fields_refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
-                      PyUnicode_FromString("a put with this UNIQ_KEY is still in progress (its "
-                                           "producer has not completed it); put it again"));
-    if (rc == MQS_BAD_POSITIONS)
-        return mqs_fields_refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
-                      PyUnicode_FromString("the control block's positions are out of range"));
-    if (rc == MQS_DISK_FULL) {
+        reason = PyUnicode_FromString(flags & MQS_FLAG_READ_ONLY
+                                          ? "the store is read-only after a failed fsync"
+                                          : "the store is stopping or not running; writes are "
+                                            "refused");
+    } else if (rc == MQS_IDEM_INFLIGHT) {
+        reason = PyUnicode_FromString("a put with this UNIQ_KEY is still in progress (its "
+                                      "producer has not completed it); put it again");
+    } else if (rc == MQS_BAD_POSITIONS) {
+        reason = PyUnicode_FromString("the control block's positions are out of range");
+    } else if (rc == MQS_DISK_FULL) {
         int64_t word = __atomic_load_n(mqs_i64(self->a.ctl, MQS_OFF_DISK_STATE), __ATOMIC_ACQUIRE);
         char used[32];
         snprintf(used, sizeof used, "%.1f%%", (double)(word >> 16) / 10.0);
-        return mqs_fields_refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
-                      PyUnicode_FromFormat("the disk is full (%s used); writes resume by "
-                                           "themselves once the cleaner has freed space",
-                                           used));
+        reason = PyUnicode_FromFormat("the disk is full (%s used); writes resume by themselves "
+                                      "once the cleaner has freed space",
+                                      used);
+    } else if (rc == MQS_WAIT_FILE) {
+        status = MQS_ST_CREATE_MAPPED_FILE_FAILED;
+        reason = PyUnicode_FromFormat("the allocator did not have the next segment file ready "
+                                      "in %lld ms",
+                                      ms);
+    } else {
+        status = MQS_ST_OS_PAGECACHE_BUSY; /* the lock or the room, not there in time */
+        if (rc == MQS_LOCK_TIMEOUT)
+            reason = PyUnicode_FromFormat("the reservation lock was held by one producer "
+                                          "longer than osPageCacheBusyTimeOutMills (%lld ms)",
+                                          ms);
+        else if (rc == MQS_LOCK_QUEUED)
+            reason = PyUnicode_FromFormat("the reservation lock was not free within %lld ms "
+                                          "(syncFlushTimeout), though no producer held it "
+                                          "longer than osPageCacheBusyTimeOutMills (%lld ms)",
+                                          cap_ms, ms);
+        else if (rc == MQS_WAIT_BACKLOG && after_wait == 2)
+            reason = PyUnicode_FromFormat("the commit backlog did not come under its bound "
+                                          "(commit_backlog_max_bytes, %lld bytes) within %lld "
+                                          "ms (syncFlushTimeout), though the committer moved",
+                                          backlog, cap_ms);
+        else if (rc == MQS_WAIT_BACKLOG)
+            reason = PyUnicode_FromFormat("the commit backlog stayed at its bound "
+                                          "(commit_backlog_max_bytes, %lld bytes) and the "
+                                          "committer did not move for %lld ms",
+                                          backlog, ms);
+        else if (rc == MQS_WAIT_POOL && !after_wait)
+            reason = PyUnicode_FromString("no free write-pool buffer");
+        else
+            reason = PyUnicode_FromFormat("no free %s within %lld ms",
+                                          rc == MQS_WAIT_POOL ? "write-pool buffer"
+                                                              : "reservation slot",
+                                          ms);
     }
-    if (rc == MQS_WAIT_FILE)
-        return mqs_fields_refuse(why, MQS_ST_CREATE_MAPPED_FILE_FAILED,
-                      PyUnicode_FromFormat("the allocator did not have the next segment file "
-                                           "ready in %lld ms",
-                                           ms));
-    if (rc == MQS_WAIT_BACKLOG && after_wait == 2)
-        return mqs_fields_refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
-                      PyUnicode_FromFormat("the commit backlog did not come under its bound "
-                                           "(commit_backlog_max_bytes, %lld bytes) within %lld ms "
-                                           "(syncFlushTimeout), though the committer moved",
-                                           (long long)self->a.backlog_max,
-                                           (long long)(lock_cap_ns(self) / 1000000)));
-    if (rc == MQS_WAIT_BACKLOG)
-        return mqs_fields_refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
-                      PyUnicode_FromFormat("the commit backlog stayed at its bound "
-                                           "(commit_backlog_max_bytes, %lld bytes) and the "
-                                           "committer did not move for %lld ms",
-                                           (long long)self->a.backlog_max, ms));
-    if (rc == MQS_WAIT_POOL && !after_wait)
-        return mqs_fields_refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
-                      PyUnicode_FromString("no free write-pool buffer"));
-    return mqs_fields_refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
-                  PyUnicode_FromFormat("no free %s within %lld ms",
-                                       rc == MQS_WAIT_POOL ? "write-pool buffer"
-                                                           : "reservation slot",
-                                       ms));
+    return mqs_fields_refuse(why, status, reason);
 }
 
 /* One try under the lock: MQS_OK, a code of mqs_reserve or the lock, a refusal, ERR.
