@@ -860,6 +860,12 @@ static PyObject *duplicates(Appender *self, struct mqs_item *items, int n, int b
     return out;
 }
 
+static void body_crcs(struct mqs_item *items, int n)
+{
+    for (int i = 0; i < n; i++)
+        items[i].msg.body_crc = mqs_body_crc(items[i].msg.body, items[i].msg.body_len);
+}
+
 /* Reserve, copy, wait (sync), count and answer the checked messages. */
 static PyObject *append(Appender *self, struct mqs_fields *m, struct mqs_item *items, int n,
                         int batch, int sync, int64_t t0)
@@ -877,12 +883,10 @@ static PyObject *append(Appender *self, struct mqs_fields *m, struct mqs_item *i
         bytes += (int64_t)items[i].msg.body_len;
     }
     if (bytes >= MQS_NOGIL_BYTES) {
-        Py_BEGIN_ALLOW_THREADS for (int i = 0; i < n; i++) items[i].msg.body_crc =
-            mqs_body_crc(items[i].msg.body, items[i].msg.body_len);
+        Py_BEGIN_ALLOW_THREADS body_crcs(items, n);
         Py_END_ALLOW_THREADS
     } else {
-        for (int i = 0; i < n; i++)
-            items[i].msg.body_crc = mqs_body_crc(items[i].msg.body, items[i].msg.body_len);
+        body_crcs(items, n);
     }
     int rc = reserve(self, m, items, n, qoffs, &r, &took, &why, t0);
     if (rc == MQS_IDEM_DUP) {
