@@ -1004,16 +1004,22 @@ done:
     return out;
 }
 
-/* Whether the call can run now (else None: the client acts first), and the lock. */
-static int ready(Appender *self, PyObject *wait, int held, int64_t t0)
+/* `call` under the client's lock (`held`: the client holds it already), or None when it
+ * cannot run now (closed, forked, not a bool `wait`, due for the supervisor check, the
+ * lock taken): the client acts first. */
+static inline __attribute__((always_inline)) PyObject *
+locked_call(Appender *self, PyObject *list, PyObject *const *args, PyObject *delay,
+            PyObject *wait, int held, int redelivered, int64_t t0)
 {
     struct mqs_client *c = &self->c;
     if (!self->open || !c->configured || c->fork_gen != fork_gen ||
-        (wait != Py_True && wait != Py_False))
-        return 0;
-    if (held)
-        return 1;
-    return t0 < c->stale_at_ns && putlock_try((PutLock *)c->lock);
+        (wait != Py_True && wait != Py_False) ||
+        (!held && (t0 >= c->stale_at_ns || !putlock_try((PutLock *)c->lock))))
+        Py_RETURN_NONE;
+    PyObject *out = call(self, list, args, delay, c->sync && wait == Py_True, redelivered, t0);
+    if (!held)
+        putlock_release_held((PutLock *)c->lock);
+    return out;
 }
 
 PyObject *mqs_put_message(Appender *self, PyObject *const *args, Py_ssize_t nargs)
@@ -1025,14 +1031,8 @@ PyObject *mqs_put_message(Appender *self, PyObject *const *args, Py_ssize_t narg
         return NULL;
     }
     int64_t t0 = mqs_mono_ns();
-    int held = nargs >= 8 && args[7] == Py_True;
-    if (!ready(self, args[6], held, t0))
-        Py_RETURN_NONE;
-    PyObject *out = call(self, NULL, args, nargs == 9 ? args[8] : NULL,
-                         self->c.sync && args[6] == Py_True, 0, t0);
-    if (!held)
-        putlock_release_held((PutLock *)self->c.lock);
-    return out;
+    return locked_call(self, NULL, args, nargs == 9 ? args[8] : NULL, args[6],
+                       nargs >= 8 && args[7] == Py_True, 0, t0);
 }
 
 PyObject *mqs_put_batch_messages(Appender *self, PyObject *const *args, Py_ssize_t nargs)
@@ -1044,17 +1044,10 @@ PyObject *mqs_put_batch_messages(Appender *self, PyObject *const *args, Py_ssize
         return NULL;
     }
     int64_t t0 = mqs_mono_ns();
-    int held = nargs >= 3 && args[2] == Py_True;
-    int redelivered = nargs == 4 && args[3] == Py_True;
     if (!PyList_CheckExact(args[0]) || PyList_GET_SIZE(args[0]) > INT32_MAX)
         Py_RETURN_NONE;
     if (PyList_GET_SIZE(args[0]) == 0)
         return PyList_New(0);
-    if (!ready(self, args[1], held, t0))
-        Py_RETURN_NONE;
-    PyObject *out = call(self, args[0], NULL, NULL, self->c.sync && args[1] == Py_True,
-                         redelivered, t0);
-    if (!held)
-        putlock_release_held((PutLock *)self->c.lock);
-    return out;
+    return locked_call(self, args[0], NULL, NULL, args[1], nargs >= 3 && args[2] == Py_True,
+                       nargs == 4 && args[3] == Py_True, t0);
 }
