@@ -5,10 +5,6 @@
 
 #include "mqs_layout.h"
 
-/* A lane (ipc.producer: `Lanes.new`): [topic bytes, queue count, round-robin modulus,
- * round-robin counter, queue-table row per queue id (-1: not known yet)]. */
-enum { L_TOPIC, L_QUEUES, L_RR_N, L_RR, L_QSLOTS, LANE_FIELDS };
-
 #define MAX_PROPERTIES 32767
 #define TOPIC_MAX_CHARS 127
 #define TOPIC_RULE "only letters, digits, '%', '|', '_' and '-' (RocketMQ's ^[%|a-zA-Z0-9_-]+$)"
@@ -579,12 +575,12 @@ static PyObject *lane_of(PyObject *lanes, PyObject *new_lane, PyObject *topic)
         lane = PyObject_CallOneArg(new_lane, topic);
     if (lane == NULL)
         return NULL;
-    PyObject **l = PyList_CheckExact(lane) && PyList_GET_SIZE(lane) == LANE_FIELDS
+    PyObject **l = PyList_CheckExact(lane) && PyList_GET_SIZE(lane) == MQS_LANE_FIELDS
                        ? &PyList_GET_ITEM(lane, 0)
                        : NULL;
-    if (l == NULL || !PyBytes_CheckExact(l[L_TOPIC]) || !PyLong_CheckExact(l[L_QUEUES]) ||
-        !PyLong_CheckExact(l[L_RR_N]) || !PyLong_CheckExact(l[L_RR]) ||
-        !PyList_CheckExact(l[L_QSLOTS])) {
+    if (l == NULL || !PyBytes_CheckExact(l[MQS_LANE_TOPIC]) ||
+        !PyLong_CheckExact(l[MQS_LANE_QUEUES]) || !PyLong_CheckExact(l[MQS_LANE_RR_N]) ||
+        !PyLong_CheckExact(l[MQS_LANE_RR]) || !PyList_CheckExact(l[MQS_LANE_QSLOTS])) {
         Py_DECREF(lane);
         PyErr_SetString(PyExc_TypeError, "a lane is [bytes, int, int, int, list]");
         return NULL;
@@ -596,7 +592,7 @@ static PyObject *lane_of(PyObject *lanes, PyObject *new_lane, PyObject *topic)
  * its reservation (-1). */
 static int to_queue(struct mqs_item *it, PyObject *lane, long long qid)
 {
-    PyObject *qslots = PyList_GET_ITEM(lane, L_QSLOTS);
+    PyObject *qslots = PyList_GET_ITEM(lane, MQS_LANE_QSLOTS);
     long qs = qid < PyList_GET_SIZE(qslots) ? PyLong_AsLong(PyList_GET_ITEM(qslots, qid)) : -1;
     if (PyErr_Occurred())
         return MQS_FIELDS_ERROR;
@@ -610,20 +606,20 @@ static int to_queue(struct mqs_item *it, PyObject *lane, long long qid)
 static int queue(struct mqs_fields *m, struct mqs_item *it, struct mqs_refusal *why)
 {
     PyObject **l = &PyList_GET_ITEM(m->lane, 0), *qid_o = m->f[MQS_F_QID];
-    long queues = PyLong_AsLong(l[L_QUEUES]);
+    long queues = PyLong_AsLong(l[MQS_LANE_QUEUES]);
     long long qid;
     int overflow = 0;
     if (qid_o == NULL || qid_o == Py_None) {
-        long n = PyLong_AsLong(l[L_RR_N]);
-        long long rr = PyLong_AsLongLong(l[L_RR]);
+        long n = PyLong_AsLong(l[MQS_LANE_RR_N]);
+        long long rr = PyLong_AsLongLong(l[MQS_LANE_RR]);
         if (PyErr_Occurred())
             return MQS_FIELDS_ERROR;
         qid = n > 0 ? rr % n : 0;
         PyObject *next = PyLong_FromLongLong(n > 0 ? (qid + 1) % n : 0); /* a small int */
         if (next == NULL)
             return MQS_FIELDS_ERROR;
-        m->rr_before = Py_NewRef(l[L_RR]);
-        PyList_SetItem(m->lane, L_RR, next);
+        m->rr_before = Py_NewRef(l[MQS_LANE_RR]);
+        PyList_SetItem(m->lane, MQS_LANE_RR, next);
         qid_o = NULL;
     } else {
         qid = PyLong_AsLongLongAndOverflow(qid_o, &overflow);
@@ -753,7 +749,7 @@ static int delay_rewrite(struct mqs_fields *m, struct mqs_item *it, struct mqs_a
     m->real_lane = m->lane;
     m->lane = lane;
     PyObject **l = &PyList_GET_ITEM(lane, 0);
-    long queues = PyLong_AsLong(l[L_QUEUES]), qid = (long)level - 1;
+    long queues = PyLong_AsLong(l[MQS_LANE_QUEUES]), qid = (long)level - 1;
     if (PyErr_Occurred())
         return MQS_FIELDS_ERROR;
     if (qid >= queues)
@@ -803,7 +799,7 @@ int mqs_fields_check(struct mqs_fields *m, struct mqs_item *it, struct mqs_arena
     if (m->f[MQS_F_DELAY] && m->f[MQS_F_DELAY] != Py_None &&
         (rc = delay_rewrite(m, it, arena, why, c)) != MQS_FIELDS_OK)
         return rc;
-    PyObject *topic_b = PyList_GET_ITEM(m->lane, L_TOPIC);
+    PyObject *topic_b = PyList_GET_ITEM(m->lane, MQS_LANE_TOPIC);
     msg->topic = (const uint8_t *)PyBytes_AS_STRING(topic_b);
     msg->topic_len = (size_t)PyBytes_GET_SIZE(topic_b);
     msg->props_len = arena->len - m->props_off; /* msg->props: once the arena is done */
@@ -823,7 +819,7 @@ void mqs_fields_undo(struct mqs_fields *m)
 {
     PyObject *lane = m->real_lane ? m->real_lane : m->lane;
     if (m->rr_before && lane)
-        PyList_SetItem(lane, L_RR, Py_NewRef(m->rr_before));
+        PyList_SetItem(lane, MQS_LANE_RR, Py_NewRef(m->rr_before));
     Py_CLEAR(m->rr_before);
 }
 

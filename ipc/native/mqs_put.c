@@ -455,11 +455,11 @@ static int find_rows(Appender *self, struct mqs_fields *m, struct mqs_item *item
     for (int i = 0; i < n; i++) {
         if (items[i].qslot >= 0 || !items[i].takes_offset)
             continue;
-        PyObject *qslots = PyList_GET_ITEM(m[i].lane, 4), *topic_b = PyList_GET_ITEM(m[i].lane, 0);
+        PyObject **lane = &PyList_GET_ITEM(m[i].lane, 0), *qslots = lane[MQS_LANE_QSLOTS];
         Py_ssize_t qid = items[i].msg.queue_id;
         long row = qid < PyList_GET_SIZE(qslots) ? PyLong_AsLong(PyList_GET_ITEM(qslots, qid)) : -1;
         if (row < 0) {
-            PyObject *got = PyObject_CallFunction(self->c.find_row, "On", topic_b, qid);
+            PyObject *got = PyObject_CallFunction(self->c.find_row, "On", lane[MQS_LANE_TOPIC], qid);
             if (got == NULL)
                 return ERR;
             row = PyLong_AsLong(got);
