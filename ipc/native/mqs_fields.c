@@ -182,9 +182,10 @@ static int tags_keys_ascii(struct mqs_arena *a, PyObject *tags, PyObject *keys)
 
 /* ---- step 1: types ------------------------------------------------------------------ */
 
-static int is_str_or_none(PyObject *o)
+/* A field given: not absent (NULL) and not None; else NULL. */
+static inline PyObject *given(PyObject *o)
 {
-    return o == NULL || o == Py_None || PyUnicode_Check(o);
+    return o == Py_None ? NULL : o;
 }
 
 static int str_items(PyObject *seq)
@@ -201,7 +202,7 @@ static int str_items(PyObject *seq)
  * (props_ascii); NULL (a batch's message) checks them only. */
 static int types(struct mqs_fields *m, struct mqs_arena *a)
 {
-    PyObject **f = m->f, *o;
+    PyObject **f = m->f, *o, *tags = given(f[MQS_F_TAGS]), *keys = given(f[MQS_F_KEYS]);
     if (f[MQS_F_TOPIC] && !PyUnicode_Check(f[MQS_F_TOPIC]))
         return MQS_FIELDS_TYPES;
     if ((o = f[MQS_F_BODY]) != NULL && !PyBytes_Check(o)) {
@@ -212,18 +213,17 @@ static int types(struct mqs_fields *m, struct mqs_arena *a)
             return MQS_FIELDS_TYPES;
         }
     }
-    if (!is_str_or_none(f[MQS_F_TAGS]))
+    if (tags && !PyUnicode_Check(tags))
         return MQS_FIELDS_TYPES;
-    if ((o = f[MQS_F_KEYS]) != NULL && o != Py_None && !PyUnicode_Check(o) &&
-        !((PyList_Check(o) || PyTuple_Check(o)) && str_items(o)))
+    if (keys && !PyUnicode_Check(keys) &&
+        !((PyList_Check(keys) || PyTuple_Check(keys)) && str_items(keys)))
         return MQS_FIELDS_TYPES;
-    if ((o = f[MQS_F_PROPS]) != NULL && o != Py_None) {
+    if ((o = given(f[MQS_F_PROPS])) != NULL) {
         if (!PyDict_CheckExact(o))
             return MQS_FIELDS_TYPES;
         if (a != NULL) {
             m->props_off = a->len;
-            int rc = props_ascii(a, o, f[MQS_F_TAGS] && f[MQS_F_TAGS] != Py_None,
-                                 f[MQS_F_KEYS] && f[MQS_F_KEYS] != Py_None, &m->uniq_named);
+            int rc = props_ascii(a, o, tags != NULL, keys != NULL, &m->uniq_named);
             if (rc < 0)
                 return rc == MQS_FIELDS_TYPES ? rc : MQS_FIELDS_ERROR;
             m->props_done = 1 + rc;
@@ -235,10 +235,9 @@ static int types(struct mqs_fields *m, struct mqs_arena *a)
                     return MQS_FIELDS_TYPES;
         }
     }
-    if ((o = f[MQS_F_QID]) != NULL && o != Py_None && (!PyLong_Check(o) || PyBool_Check(o)))
-        return MQS_FIELDS_TYPES;
-    if ((o = f[MQS_F_DELAY]) != NULL && o != Py_None && (!PyLong_Check(o) || PyBool_Check(o)))
-        return MQS_FIELDS_TYPES;
+    for (int i = MQS_F_QID; i <= MQS_F_DELAY; i++) /* int or None; a bool is no int here */
+        if ((o = given(f[i])) != NULL && (!PyLong_Check(o) || PyBool_Check(o)))
+            return MQS_FIELDS_TYPES;
     return MQS_FIELDS_OK;
 }
 
@@ -495,13 +494,8 @@ static int add_keys(struct mqs_arena *a, PyObject *keys, struct mqs_refusal *why
  * named as the reference names it. */
 static int properties(struct mqs_fields *m, struct mqs_arena *a, struct mqs_refusal *why)
 {
-    PyObject *props = m->f[MQS_F_PROPS], *tags = m->f[MQS_F_TAGS], *keys = m->f[MQS_F_KEYS];
-    if (props == Py_None)
-        props = NULL;
-    if (tags == Py_None)
-        tags = NULL;
-    if (keys == Py_None)
-        keys = NULL;
+    PyObject *props = given(m->f[MQS_F_PROPS]), *tags = given(m->f[MQS_F_TAGS]);
+    PyObject *keys = given(m->f[MQS_F_KEYS]);
     PyObject *k, *v;
     Py_ssize_t pos = 0;
     int rc = 1;
@@ -609,7 +603,7 @@ static int queue(struct mqs_fields *m, struct mqs_item *it, struct mqs_refusal *
     long queues = PyLong_AsLong(l[MQS_LANE_QUEUES]);
     long long qid;
     int overflow = 0;
-    if (qid_o == NULL || qid_o == Py_None) {
+    if (given(qid_o) == NULL) {
         long n = PyLong_AsLong(l[MQS_LANE_RR_N]);
         long long rr = PyLong_AsLongLong(l[MQS_LANE_RR]);
         if (PyErr_Occurred())
@@ -715,7 +709,7 @@ static int delay_rewrite(struct mqs_fields *m, struct mqs_item *it, struct mqs_a
                       PyUnicode_FromString("delay_level given but messageDelayLevel has no levels"));
     if (overflow || level > c->max_delay)
         level = c->max_delay;
-    for (int i = 0; props && props != Py_None && i < 3; i++) {
+    for (int i = 0; given(props) && i < 3; i++) {
         PyObject *k = PyUnicode_FromString(owned[i]);
         int twice = k ? PyDict_Contains(props, k) : -1;
         Py_XDECREF(k);
@@ -796,8 +790,7 @@ int mqs_fields_check(struct mqs_fields *m, struct mqs_item *it, struct mqs_arena
         return MQS_FIELDS_ERROR;
     if ((rc = queue(m, it, why)) != MQS_FIELDS_OK)
         return rc;
-    if (m->f[MQS_F_DELAY] && m->f[MQS_F_DELAY] != Py_None &&
-        (rc = delay_rewrite(m, it, arena, why, c)) != MQS_FIELDS_OK)
+    if (given(m->f[MQS_F_DELAY]) && (rc = delay_rewrite(m, it, arena, why, c)) != MQS_FIELDS_OK)
         return rc;
     PyObject *topic_b = PyList_GET_ITEM(m->lane, MQS_LANE_TOPIC);
     msg->topic = (const uint8_t *)PyBytes_AS_STRING(topic_b);
