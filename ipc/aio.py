@@ -62,7 +62,15 @@ from mqstore.ipc.client import StoreClient
 from mqstore.ipc.consumer import ConsumedMessage, Consumer, ConsumerClosed
 from mqstore.ipc.control_views import Flags, Positions
 from mqstore.ipc.reads import ClientReads, for_client
-from mqstore.ipc.results import PutError, PutMessageStatus, PutResult, error_for, raise_if_failed
+from mqstore.ipc.results import (
+    FSYNC_FAILED,
+    PutError,
+    PutMessageStatus,
+    PutResult,
+    error_for,
+    flush_timed_out,
+    raise_if_failed,
+)
 from mqstore.ipc.session import check_attach_types
 
 _WATCH_S: Final = 0.05  # the longest futex sleep: deadlines and closing are seen this soon
@@ -210,10 +218,7 @@ class _FlushWaits:
             elif gone:
                 settled = (TIMED_OUT, _RESTARTED)
             elif failed:
-                settled = (
-                    PutMessageStatus.FLUSH_DISK_FAILED,
-                    "fsync failed: the store is read-only",
-                )
+                settled = (PutMessageStatus.FLUSH_DISK_FAILED, FSYNC_FAILED)
             elif ended:  # as the blocking put's fenced wait (outcome 3)
                 settled = (
                     TIMED_OUT,
@@ -221,8 +226,7 @@ class _FlushWaits:
                     "before the record was known flushed",
                 )
             elif now >= deadline:
-                timeout_ms = self._client.sync_timeout_s * 1000
-                settled = (TIMED_OUT, f"not flushed within syncFlushTimeout ({timeout_ms:.0f} ms)")
+                settled = (TIMED_OUT, flush_timed_out(self._client.sync_timeout_s))
             else:
                 break
             pending.popleft()
