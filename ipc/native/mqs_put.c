@@ -956,10 +956,7 @@ static PyObject *call(Appender *self, PyObject *list, PyObject *const *args, PyO
                     PyUnicode_FromFormat("batch of %d messages; at most %lld per batch", n,
                                          (long long)(self->a.slot_count / 2)));
     } else {
-        int64_t born = 0, total = 0;
-        struct timespec now;
-        clock_gettime(CLOCK_REALTIME, &now);
-        born = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+        int64_t born = mqs_wall_ms(), total = 0;
         for (i = 0; i < n && rc == MQS_FIELDS_OK; i++) {
             rc = mqs_fields_check(&m[i], &items[i], &arena, &why, c, self->a.seg_size, born);
             if (rc == MQS_FIELDS_OK)
