@@ -402,7 +402,8 @@ static void count(Appender *self, const int64_t v[9])
     }
 }
 
-/* A call that wrote nothing: one PutResult(status, reason) (a list of n for a batch). */
+/* A call that wrote nothing: one PutResult(status, reason) (a list of n for a batch).
+ * Takes why->reason. */
 static PyObject *refused(Appender *self, struct mqs_refusal *why, int n, int batch, int64_t t0)
 {
     int64_t v[9] = {n, 0, why->status, 0, 0, mqs_mono_ns() - t0, -1, 0, 0};
@@ -417,6 +418,7 @@ static PyObject *refused(Appender *self, struct mqs_refusal *why, int n, int bat
         out = Py_XNewRef(one);
     Py_XDECREF(one);
     Py_XDECREF(zero);
+    Py_CLEAR(why->reason);
     return out;
 }
 
@@ -774,17 +776,13 @@ static long long generation(Appender *self)
  * generation, never PUT_OK. */
 static PyObject *fenced(Appender *self, int n, int batch, int64_t t0)
 {
-    long long gen = generation(self);
-    struct mqs_refusal why = {MQS_ST_SERVICE_NOT_AVAILABLE, NULL};
-    why.reason = PyUnicode_FromFormat("the store was stopped or restarted while this put was "
-                                      "in progress (generation %lld is over); it was not "
-                                      "stored: put it again",
-                                      gen);
-    if (why.reason == NULL)
-        return NULL;
-    PyObject *out = refused(self, &why, n, batch, t0);
-    Py_DECREF(why.reason);
-    return out;
+    struct mqs_refusal why = {
+        MQS_ST_SERVICE_NOT_AVAILABLE,
+        PyUnicode_FromFormat("the store was stopped or restarted while this put was in "
+                             "progress (generation %lld is over); it was not stored: put it "
+                             "again",
+                             generation(self))};
+    return why.reason ? refused(self, &why, n, batch, t0) : NULL;
 }
 
 /* One PutResult per message (a list for a batch) with `reason` (borrowed): at the
@@ -893,7 +891,6 @@ static PyObject *append(Appender *self, struct mqs_fields *m, struct mqs_item *i
         out = duplicates(self, items, n, batch, sync, qoffs, t0, took);
     } else if (rc == MQS_FIELDS_REFUSED) {
         out = refused(self, &why, n, batch, t0);
-        Py_DECREF(why.reason);
     } else if (rc == MQS_OK && (rc = copy(self, items, n, qoffs, &r, bytes)) == MQS_FENCED) {
         out = fenced(self, n, batch, t0);
     } else if (rc == MQS_OK) {
@@ -980,7 +977,6 @@ static PyObject *call(Appender *self, PyObject *list, PyObject *const *args, PyO
     }
     if (rc == MQS_FIELDS_REFUSED) {
         out = refused(self, &why, n, batch, t0);
-        Py_DECREF(why.reason);
     } else if (rc == MQS_FIELDS_OK) {
         for (i = 0; i < n; i++)
             items[i].msg.props = arena.buf + m[i].props_off;
