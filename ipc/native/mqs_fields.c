@@ -387,8 +387,8 @@ static PyObject *keys_problem(PyObject *keys)
     return Py_NewRef(Py_None);
 }
 
-/* A problem found (refused, reason set), none (0), or an error (-1). */
-static int found(PyObject *why_o, struct mqs_refusal *why, int status)
+/* A problem found (refused MESSAGE_ILLEGAL, reason set), none (0), or an error (-1). */
+static int found(PyObject *why_o, struct mqs_refusal *why)
 {
     if (why_o == NULL)
         return MQS_FIELDS_ERROR;
@@ -396,7 +396,7 @@ static int found(PyObject *why_o, struct mqs_refusal *why, int status)
         Py_DECREF(why_o);
         return MQS_FIELDS_OK;
     }
-    return mqs_fields_refuse(why, status, why_o);
+    return mqs_fields_refuse(why, MQS_ST_MESSAGE_ILLEGAL, why_o);
 }
 
 int mqs_arena_grow(struct mqs_arena *a, size_t n)
@@ -531,15 +531,13 @@ static int properties(struct mqs_fields *m, struct mqs_arena *a, struct mqs_refu
                                          twice_tags ? name_tags : name_keys));
         }
         while (props && PyDict_Next(props, &pos, &k, &v))
-            if ((rc = found(property_problem(k, v), why, MQS_ST_MESSAGE_ILLEGAL)) !=
-                MQS_FIELDS_OK)
+            if ((rc = found(property_problem(k, v), why)) != MQS_FIELDS_OK)
                 return rc;
-        if (tags && (rc = found(property_problem(name_tags, tags), why,
-                                MQS_ST_MESSAGE_ILLEGAL)) != MQS_FIELDS_OK)
+        if (tags && (rc = found(property_problem(name_tags, tags), why)) != MQS_FIELDS_OK)
             return rc;
         if (keys && (rc = found(PyUnicode_Check(keys) ? property_problem(name_keys, keys)
                                                        : keys_problem(keys),
-                                why, MQS_ST_MESSAGE_ILLEGAL)) != MQS_FIELDS_OK)
+                                why)) != MQS_FIELDS_OK)
             return rc;
         pos = 0;
         while (rc == MQS_FIELDS_OK && props && PyDict_Next(props, &pos, &k, &v))
@@ -772,7 +770,7 @@ int mqs_fields_check(struct mqs_fields *m, struct mqs_item *it, struct mqs_arena
     if (m->message && (rc = message_fields(m, msg, &it->takes_offset, why)) != MQS_FIELDS_OK)
         return rc;
     PyObject *topic = m->f[MQS_F_TOPIC];
-    if ((rc = found(topic_problem(topic), why, MQS_ST_MESSAGE_ILLEGAL)) != MQS_FIELDS_OK ||
+    if ((rc = found(topic_problem(topic), why)) != MQS_FIELDS_OK ||
         (rc = properties(m, arena, why)) != MQS_FIELDS_OK)
         return rc;
     if (m->body.obj) {
