@@ -43,7 +43,7 @@ from mqstore import _native
 from mqstore.conf.settings import parse_delay_levels
 from mqstore.engine import fileio
 from mqstore.engine.record import SCHEDULE_TOPIC, Message
-from mqstore.engine.recordcodes import DELAY_LEVEL_MS, parse_host
+from mqstore.engine.recordcodes import parse_host
 from mqstore.engine.topics import QueueCounts
 from mqstore.ipc import control as c
 from mqstore.ipc.accepts import (
@@ -82,7 +82,7 @@ class Lanes:
         counts: QueueCounts,
         topic_queue_nums: Mapping[str, int],
         default_queues: int,
-        delay_levels: int = len(DELAY_LEVEL_MS),
+        delay_levels: int,
     ) -> None:
         self.lanes: dict[str, list[Any]] = {}
         self._counts = counts
