@@ -49,9 +49,8 @@ static int appender_init(Appender *self, PyObject *args, PyObject *kw)
         return -1;
     uint8_t *c = self->ctl.buf;
     if (self->ctl.len < MQS_SLOTS_OFF || *mqs_i64(c, 0) != MQS_MAGIC_VERSION) {
-        PyBuffer_Release(&self->ctl);
         PyErr_SetString(PyExc_ValueError, "ctl is not a control block of layout version 4");
-        return -1;
+        goto fail;
     }
     self->a.ctl = c;
     self->a.seg_size = *mqs_i64(c, MQS_OFF_SEGMENT_SIZE);
@@ -61,31 +60,29 @@ static int appender_init(Appender *self, PyObject *args, PyObject *kw)
     self->a.backlog_max = 0; /* configure sets it */
     int64_t need = self->a.qtable_off + *mqs_i64(c, MQS_OFF_QCAP) * MQS_QROW;
     if (self->ctl.len < need || self->a.seg_size <= 0 || self->a.slot_count <= 0) {
-        PyBuffer_Release(&self->ctl);
         PyErr_SetString(PyExc_ValueError, "ctl is shorter than its geometry says");
-        return -1;
+        goto fail;
     }
     self->a.pool = NULL;
     if (pool != Py_None) {
-        if (mqs_arg_wbuffer(pool, "pool", &self->pool) < 0) {
-            PyBuffer_Release(&self->ctl);
-            return -1;
-        }
+        if (mqs_arg_wbuffer(pool, "pool", &self->pool) < 0)
+            goto fail;
         if (self->a.pool_n <= 0 || self->pool.len < self->a.pool_n * self->a.seg_size) {
-            PyBuffer_Release(&self->ctl);
             PyBuffer_Release(&self->pool);
             PyErr_SetString(PyExc_ValueError, "pool is shorter than pool_buffers segments");
-            return -1;
+            goto fail;
         }
         self->a.pool = self->pool.buf;
         self->has_pool = 1;
     } else if (self->a.pool_n != 0) {
-        PyBuffer_Release(&self->ctl);
         PyErr_SetString(PyExc_ValueError, "the control block has a pool: pass it");
-        return -1;
+        goto fail;
     }
     self->open = 1;
     return 0;
+fail:
+    PyBuffer_Release(&self->ctl);
+    return -1;
 }
 
 static PyObject *appender_close(Appender *self, PyObject *Py_UNUSED(a))
