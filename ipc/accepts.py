@@ -31,14 +31,12 @@ from mqstore.engine.recordcodes import format_host
 Host = tuple[bytes, int, bool]  # engine.recordcodes.parse_host: address bytes, port, is IPv6
 _BORN_V6: Final = int(record.SysFlag.BORNHOST_V6)
 _STORE_V6: Final = int(record.SysFlag.STOREHOST_V6)
-_DEFAULT_MESSAGE: Final = Message(topic="", body=b"")  # every other field at its default
 
 
 # A field of `engine.record.Message` left at its default is "unset": the client fills it
 # in (born time: now; store host: the store's). Any other value is written as given or
 # the put is refused.
-UNSET_BORN_TIMESTAMP: Final = _DEFAULT_MESSAGE.born_timestamp
-UNSET_STORE_HOST: Final = _DEFAULT_MESSAGE.store_host
+UNSET_STORE_HOST: Final = Message(topic="", body=b"").store_host
 _I32: Final = (-(2**31), 2**31 - 1)
 _I64: Final = (-(2**63), 2**63 - 1)
 _INT_FIELDS: Final = (

@@ -41,12 +41,10 @@ Only the public client API is used: `StoreClient.put` / `put_batch`, `wait_flush
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator as AsyncIteratorType
 from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Concatenate, Final, Generic, Literal, ParamSpec, TypeVar, cast
@@ -58,11 +56,19 @@ from mqstore.engine.retry import DEFAULT_MAX_RECONSUME_TIMES, send_back_message
 from mqstore.ipc import channel, retry
 from mqstore.ipc import control as c
 from mqstore.ipc.accepts import check_send_back
+from mqstore.ipc.aio_consumer import AsyncConsumer
 from mqstore.ipc.client import StoreClient
-from mqstore.ipc.consumer import ConsumedMessage, Consumer, ConsumerClosed
 from mqstore.ipc.control_views import Flags, Positions
 from mqstore.ipc.reads import ClientReads, for_client
-from mqstore.ipc.results import PutError, PutMessageStatus, PutResult, error_for, raise_if_failed
+from mqstore.ipc.results import (
+    FSYNC_FAILED,
+    PutError,
+    PutMessageStatus,
+    PutResult,
+    error_for,
+    flush_timed_out,
+    raise_if_failed,
+)
 from mqstore.ipc.session import check_attach_types
 
 _WATCH_S: Final = 0.05  # the longest futex sleep: deadlines and closing are seen this soon
@@ -210,10 +216,7 @@ class _FlushWaits:
             elif gone:
                 settled = (TIMED_OUT, _RESTARTED)
             elif failed:
-                settled = (
-                    PutMessageStatus.FLUSH_DISK_FAILED,
-                    "fsync failed: the store is read-only",
-                )
+                settled = (PutMessageStatus.FLUSH_DISK_FAILED, FSYNC_FAILED)
             elif ended:  # as the blocking put's fenced wait (outcome 3)
                 settled = (
                     TIMED_OUT,
@@ -221,8 +224,7 @@ class _FlushWaits:
                     "before the record was known flushed",
                 )
             elif now >= deadline:
-                timeout_ms = self._client.sync_timeout_s * 1000
-                settled = (TIMED_OUT, f"not flushed within syncFlushTimeout ({timeout_ms:.0f} ms)")
+                settled = (TIMED_OUT, flush_timed_out(self._client.sync_timeout_s))
             else:
                 break
             pending.popleft()
@@ -544,8 +546,8 @@ class AsyncStoreClient:
         retry: bool = True,
     ) -> _Opening[AsyncConsumer]:
         """`StoreClient.consumer` for asyncio: `async with store.consumer(g, topics) as c`
-        or `c = await store.consumer(...)` (then `await c.close()`). The member has a
-        `StoreClient` of its own."""
+        or `c = await store.consumer(...)` (then `await c.close()`). The member
+        (`ipc.aio_consumer.AsyncConsumer`) has a `StoreClient` of its own."""
         store_dir, timeout_s = self.store_dir, self._timeout_s
 
         def make() -> AsyncConsumer:
@@ -611,83 +613,3 @@ class AsyncStoreClient:
     async def positions(self) -> dict[str, int]:
         """The control block's positions (reserved, published, committed, flushed)."""
         return self._loop_client().positions()
-
-
-class AsyncConsumer:
-    """A consumer-group member for asyncio (`AsyncStoreClient.consumer`): the blocking
-    `ipc.consumer.Consumer` (its own `StoreClient`), its waits off the loop.
-
-        async with store.consumer("billing", ["orders"]) as consumer:
-            async for msg in consumer:    # the next message acks this one
-                await handle(msg.body)    # an exception leaving the loop nacks it
-
-    `poll` and `nack` (a put that may wait for the disk) run on threads of the
-    consumer's own; `ack` is a few memory writes and runs on the loop."""
-
-    def __init__(self, consumer: Consumer, client: StoreClient, pool: ThreadPoolExecutor) -> None:
-        self._consumer = consumer
-        self._client = client
-        self._pool = pool
-        self._current: ConsumedMessage | None = None
-
-    @property
-    def member_id(self) -> str | None:
-        return self._consumer.member_id
-
-    @property
-    def group(self) -> str:
-        return self._consumer.group
-
-    def assignment(self) -> list[tuple[str, int]]:
-        return self._consumer.assignment()
-
-    async def poll(self, max_count: int = 32, timeout: float = 1.0) -> list[ConsumedMessage]:
-        """`Consumer.poll`, waiting off the loop."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self._consumer.poll, max_count, timeout)
-
-    def ack(self, msg: ConsumedMessage) -> bool:
-        return self._consumer.ack(msg)
-
-    async def nack(self, msg: ConsumedMessage, delay_level: int = 0) -> PutResult:
-        """`Consumer.nack` (the send-back put) off the loop."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self._consumer.nack, msg, delay_level)
-
-    async def __aiter__(self) -> AsyncIteratorType[ConsumedMessage]:
-        """Messages one at a time until closed; asking for the next acks the one
-        before; an exception leaving the loop inside `async with` nacks it."""
-        buffered: deque[ConsumedMessage] = deque()
-        while True:
-            cur = self._current
-            if cur is not None and not cur.done:
-                self.ack(cur)
-            self._current = None
-            if not buffered:
-                try:
-                    buffered.extend(await self.poll(self._consumer.pull_batch, 0.5))
-                except ConsumerClosed:
-                    return
-                continue
-            self._current = buffered.popleft()
-            yield self._current
-
-    async def close(self) -> None:
-        """Leave the group (`Consumer.close`) and detach."""
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._pool, self._consumer.close)
-        await loop.run_in_executor(self._pool, self._client.close)
-        self._pool.shutdown(wait=False)
-
-    async def __aenter__(self) -> AsyncConsumer:
-        return self
-
-    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
-        cur = self._current
-        if cur is not None and not cur.done:
-            if exc is not None:
-                with contextlib.suppress(Exception):
-                    await self.nack(cur)
-            else:
-                self.ack(cur)
-        await self.close()

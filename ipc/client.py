@@ -44,7 +44,7 @@ from mqstore.engine.geometry import Geometry
 from mqstore.engine.record import Message
 from mqstore.engine.retry import DEFAULT_MAX_RECONSUME_TIMES, send_back_message
 from mqstore.ipc import retry
-from mqstore.ipc.accepts import check_send_back
+from mqstore.ipc.accepts import BOOL, check_send_back, check_types
 from mqstore.ipc.producer import PutPath
 from mqstore.ipc.results import (
     PutError,
@@ -257,10 +257,7 @@ class StoreClient:
         put's result and store nothing).
         """
         puts = self._puts
-        if not isinstance(redelivered, bool):
-            raise TypeError(
-                f"put_batch() argument 'redelivered' must be bool, not {type(redelivered).__name__}"
-            )
+        check_types("put_batch", redelivered=(redelivered, BOOL))
         results: list[PutResult] | None = puts.app.put_batch_messages(
             messages, wait_store, False, redelivered
         )

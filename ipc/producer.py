@@ -43,7 +43,7 @@ from mqstore import _native
 from mqstore.conf.settings import parse_delay_levels
 from mqstore.engine import fileio
 from mqstore.engine.record import SCHEDULE_TOPIC, Message
-from mqstore.engine.recordcodes import DELAY_LEVEL_MS, parse_host
+from mqstore.engine.recordcodes import parse_host
 from mqstore.engine.topics import QueueCounts
 from mqstore.ipc import control as c
 from mqstore.ipc.accepts import (
@@ -58,7 +58,7 @@ from mqstore.ipc.accepts import (
     hosts_problem,
     int_fields_problem,
 )
-from mqstore.ipc.results import PutMessageStatus, PutResult
+from mqstore.ipc.results import FSYNC_FAILED, PutMessageStatus, PutResult, flush_timed_out
 from mqstore.ipc.session import _STALE_CHECK_NS, Attached, Session
 
 OK: Final = PutMessageStatus.PUT_OK
@@ -82,7 +82,7 @@ class Lanes:
         counts: QueueCounts,
         topic_queue_nums: Mapping[str, int],
         default_queues: int,
-        delay_levels: int = len(DELAY_LEVEL_MS),
+        delay_levels: int,
     ) -> None:
         self.lanes: dict[str, list[Any]] = {}
         self._counts = counts
@@ -153,13 +153,6 @@ class _MessageFields:
         )  # fmt: skip
 
 
-def _flush_reason(a: Attached, code: int) -> str:
-    """The reason of a sync wait that ended with `code` 1 (timed out) or 2 (failed)."""
-    if code == 1:
-        return f"not flushed within syncFlushTimeout ({a.sync_timeout_s * 1000:.0f} ms)"
-    return "fsync failed: the store is read-only"
-
-
 def _configure_compression(app: _native.Appender, a: Attached) -> None:
     """The store's body compression (`compress_type`, `compress_level`,
     `compress_msg_body_over_howmuch_bytes`) into the C put: the codec's C function."""
@@ -221,20 +214,16 @@ def _plain_item(m: Any) -> Any:
     return d
 
 
-_HOST_IP: list[bytes] = []
-
-
+@functools.cache
 def host_ip() -> bytes:
     """This host's IPv4 address for message ids (RocketMQ's UtilAll.getIP: the first
     address that is not loopback): the source address of a route out, found without
     sending anything; 127.0.0.1 without one. Once per process."""
-    if not _HOST_IP:
-        ip = b"\x7f\x00\x00\x01"
-        with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect(("192.0.2.1", 9))  # TEST-NET-1: a connect of UDP sends nothing
-            ip = socket.inet_aton(s.getsockname()[0])
-        _HOST_IP.append(ip)
-    return _HOST_IP[0]
+    ip = b"\x7f\x00\x00\x01"
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("192.0.2.1", 9))  # TEST-NET-1: a connect of UDP sends nothing
+        ip = socket.inet_aton(s.getsockname()[0])
+    return ip
 
 
 class PutPath:
@@ -266,10 +255,8 @@ class PutPath:
     def attached(self, a: Attached) -> None:
         cb = a.cb
         addr, port, _v6 = parse_host(a.store_host)
-        self.delay_levels = parse_delay_levels(a.settings.message_delay_level)
-        self._lanes = Lanes(
-            self._counts, self.topic_queue_nums, a.default_queues, len(self.delay_levels)
-        )
+        delay_levels = len(parse_delay_levels(a.settings.message_delay_level))
+        self._lanes = Lanes(self._counts, self.topic_queue_nums, a.default_queues, delay_levels)
         self._stats = array.array("q", bytes(8 * c.CLIENT_FIELDS))  # counted in C
         self._stats[c.CF_PID] = a.pid
         seg_size = cb.segment_size
@@ -290,7 +277,7 @@ class PutPath:
             stats_off=cb.client_off(a.client_index),
             result_type=PutResult,
             statuses=tuple(PutMessageStatus),
-            flush_reasons=(_flush_reason(a, 1), _flush_reason(a, 2)),
+            flush_reasons=(flush_timed_out(a.sync_timeout_s), FSYNC_FAILED),
             msg_id_prefix=(addr + struct.pack(">i", port)).hex().upper(),
             sync=a.sync,
             sync_timeout_ns=int(a.sync_timeout_s * 1e9),
@@ -299,7 +286,7 @@ class PutPath:
             max_body=a.max_body,
             store_addr=addr,
             store_port=port,
-            max_delay_level=len(self.delay_levels),
+            max_delay_level=delay_levels,
             backlog_bytes=a.settings.commit_backlog_max_bytes if cb.pool_buffers else 0,
             backlog_grace_ns=a.settings.commit_backlog_grace_ms * 1_000_000,
         )

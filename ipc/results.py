@@ -11,7 +11,7 @@ family (`FlushError`, `ServiceUnavailableError`, `MessageIllegalError`).
 from __future__ import annotations
 
 import enum
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 
 class PutMessageStatus(enum.Enum):
@@ -58,8 +58,12 @@ class PutResult(NamedTuple):
         return self
 
 
-def failed(status: PutMessageStatus, reason: str) -> PutResult:
-    return PutResult(status, reason)
+FSYNC_FAILED: Final = "fsync failed: the store is read-only"  # FLUSH_DISK_FAILED's reason
+
+
+def flush_timed_out(sync_timeout_s: float) -> str:
+    """FLUSH_DISK_TIMEOUT's reason, after `sync_timeout_s` (the attach's syncFlushTimeout)."""
+    return f"not flushed within syncFlushTimeout ({sync_timeout_s * 1000:.0f} ms)"
 
 
 class PutError(Exception):

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from mqstore.engine.segment import SegmentNameError, SegmentSizeError
     from mqstore.engine.storedir import StoreDirError
     from mqstore.ipc.access import StoreAccessDenied
-    from mqstore.ipc.aio import AsyncConsumer, AsyncStoreClient
+    from mqstore.ipc.aio import AsyncStoreClient
+    from mqstore.ipc.aio_consumer import AsyncConsumer
     from mqstore.ipc.channel import SupervisorUnavailable, WorkersNotUp
     from mqstore.ipc.client import StoreClient
     from mqstore.ipc.consumer import ConsumedMessage, Consumer, ConsumerClosed
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
     __version__: str
 
 _WHERE = {
-    "AsyncConsumer": "mqstore.ipc.aio",
+    "AsyncConsumer": "mqstore.ipc.aio_consumer",
     "AsyncStoreClient": "mqstore.ipc.aio",
     "CheckpointError": "mqstore.engine.checkpoint",
     "ClientReads": "mqstore.ipc.reads",

@@ -9,6 +9,9 @@
 
 #include "mqs_record.h"
 
+/* A METH_FASTCALL entry of a method table. */
+#define MQS_FASTCALL(name, fn, doc) {name, (PyCFunction)(void (*)(void))(fn), METH_FASTCALL, doc}
+
 /* Copies and CRCs of at least this many bytes run with the GIL released. */
 #define MQS_NOGIL_BYTES (64 * 1024)
 
@@ -21,7 +24,7 @@ int mqs_arg_host(PyObject *addr, PyObject *port, const char *name, struct mqs_ho
 int mqs_arg_buffer(PyObject *o, const char *name, Py_buffer *view);
 /* A writable contiguous buffer; release with PyBuffer_Release. */
 int mqs_arg_wbuffer(PyObject *o, const char *name, Py_buffer *view);
-/* Fill m's topic, properties and hosts from bytes objects (borrowed: keep them alive). */
+/* A bytes object's data and length (borrowed: keep the object alive). */
 int mqs_arg_bytes(PyObject *o, const char *name, const uint8_t **p, size_t *len);
 
 #endif

@@ -22,7 +22,6 @@
 
 static uint32_t table[8][256];
 static int tables_ready;
-static int have_pclmul = -1, have_vpclmul = -1;
 
 static void make_tables(void)
 {
@@ -73,7 +72,8 @@ uint32_t mqs_crc32_slice8(uint32_t crc, const uint8_t *buf, size_t len)
 }
 
 #if defined(__x86_64__)
-/* `len` >= 64 and a multiple of 16; `c` is the raw (inverted) running CRC. */
+static int have_pclmul = -1, have_vpclmul = -1;
+
 /* Fold constants for a distance of D bits: (x^(D+32) mod P, x^(D-32) mod P), bit-reflected
  * and shifted left by one, low and high 64-bit halves. */
 #define K_512 0x01c6e41596LL, 0x0154442bd4LL  /* D = 512: four 128-bit lanes */
@@ -161,6 +161,8 @@ fold_raw_512(uint32_t c, const uint8_t *buf, size_t len)
                      len);
 }
 
+/* Four 128-bit lanes folded 64 bytes at a time. `len` >= 64 and a multiple of 16; `c`
+ * is the raw (inverted) running CRC. */
 __attribute__((target("pclmul,sse4.1"))) static uint32_t fold_raw(uint32_t c,
                                                                   const uint8_t *buf,
                                                                   size_t len)
@@ -198,38 +200,32 @@ __attribute__((target("pclmul,sse4.1"))) static uint32_t fold_raw(uint32_t c,
     }
     return fold_tail(x1, x2, x3, x4, buf, len);
 }
-#endif
 
-int mqs_crc32_uses_pclmul(void)
+/* 1 when mqs_crc32 folds with PCLMULQDQ on this CPU, 0 when it uses slicing-by-8. */
+static int uses_pclmul(void)
 {
     int h = __atomic_load_n(&have_pclmul, __ATOMIC_RELAXED);
     if (h < 0) {
-#if defined(__x86_64__)
         __builtin_cpu_init();
         h = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
-#else
-        h = 0;
-#endif
         __atomic_store_n(&have_pclmul, h, __ATOMIC_RELAXED);
     }
     return h;
 }
 
-int mqs_crc32_uses_vpclmul(void)
+/* 1 when it folds inputs of 256 bytes or more with VPCLMULQDQ (AVX-512) too. */
+static int uses_vpclmul(void)
 {
     int h = __atomic_load_n(&have_vpclmul, __ATOMIC_RELAXED);
     if (h < 0) {
-#if defined(__x86_64__)
         __builtin_cpu_init();
-        h = mqs_crc32_uses_pclmul() && __builtin_cpu_supports("avx512f") &&
+        h = uses_pclmul() && __builtin_cpu_supports("avx512f") &&
             __builtin_cpu_supports("vpclmulqdq");
-#else
-        h = 0;
-#endif
         __atomic_store_n(&have_vpclmul, h, __ATOMIC_RELAXED);
     }
     return h;
 }
+#endif
 
 uint32_t mqs_crc32(uint32_t crc, const uint8_t *buf, size_t len)
 {
@@ -237,10 +233,9 @@ uint32_t mqs_crc32(uint32_t crc, const uint8_t *buf, size_t len)
         make_tables();
     uint32_t c = ~crc;
 #if defined(__x86_64__)
-    if (len >= 64 && mqs_crc32_uses_pclmul()) {
+    if (len >= 64 && uses_pclmul()) {
         size_t chunk = len & ~(size_t)15;
-        c = len >= 256 && mqs_crc32_uses_vpclmul() ? fold_raw_512(c, buf, chunk)
-                                                   : fold_raw(c, buf, chunk);
+        c = len >= 256 && uses_vpclmul() ? fold_raw_512(c, buf, chunk) : fold_raw(c, buf, chunk);
         buf += chunk;
         len -= chunk;
     }

@@ -12,10 +12,4 @@ uint32_t mqs_crc32(uint32_t crc, const uint8_t *buf, size_t len);
 /* The portable slicing-by-8 path alone (tests compare it with the dispatching one). */
 uint32_t mqs_crc32_slice8(uint32_t crc, const uint8_t *buf, size_t len);
 
-/* 1 when mqs_crc32 folds with PCLMULQDQ on this CPU, 0 when it uses slicing-by-8. */
-int mqs_crc32_uses_pclmul(void);
-
-/* 1 when it folds inputs of 256 bytes or more with VPCLMULQDQ (AVX-512) too. */
-int mqs_crc32_uses_vpclmul(void);
-
 #endif

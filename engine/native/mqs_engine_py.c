@@ -15,9 +15,6 @@
 #include "mqs_scan_py.h"
 #include "mqs_verify_py.h"
 
-/* A METH_FASTCALL entry of a method table. */
-#define FAST(name, fn, doc) {name, (PyCFunction)(void (*)(void))(fn), METH_FASTCALL, doc}
-
 static PyObject *py_crc32(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs < 1 || nargs > 2) {
@@ -238,11 +235,11 @@ static PyMethodDef engine_methods[] = {
     MQS_CQ_METHODS
     MQS_DISPATCH_ROUND_METHODS
     MQS_PULL_METHODS
-    FAST("crc32", py_crc32,
+    MQS_FASTCALL("crc32", py_crc32,
          "crc32(data, value=0) -> int: zlib.crc32, folded with PCLMULQDQ where the CPU has it."),
     {"crc32_slice8", py_crc32_slice8, METH_O,
      "crc32_slice8(data) -> int: the portable slicing-by-8 CRC alone (for tests)."},
-    FAST("record_step", py_record_step,
+    MQS_FASTCALL("record_step", py_record_step,
          "record_step(buf, pos, limit, want) -> int: the first record boundary at or past "
          "want from pos, or the last one reached (engine.scan.record_step_py is its twin)."),
     {"scan_records", (PyCFunction)(void (*)(void))mqs_py_scan_records,
@@ -251,20 +248,20 @@ static PyMethodDef engine_methods[] = {
      "(count, stop, "
      "stop_pos, blank_size, columns, fixups): the record scanner (engine/native/mqs_scan.c; "
      "engine.scan.scan_records is its door)."},
-    FAST("scan_summary", mqs_py_scan_summary,
+    MQS_FASTCALL("scan_summary", mqs_py_scan_summary,
          "scan_summary(store_timestamp, bits, sys_flag, queue_id, now_ms, buckets) -> (flags, "
          "lag_sum_ms, counts): engine.scan.scan_summary_py, in C."),
-    FAST("verify_units", mqs_py_verify_units,
+    MQS_FASTCALL("verify_units", mqs_py_verify_units,
          "verify_units(units, first_queue_offset, queue_id, prev_end, log_min, log_end, "
          "headers_from, segments, segments_base, segment_size) -> (bad_queue_offset, prev_end): "
          "recovery's consume-queue check (engine/native/mqs_verify.c; engine.verify is its door)."),
-    FAST("queue_last_ends", mqs_py_queue_last_ends,
+    MQS_FASTCALL("queue_last_ends", mqs_py_queue_last_ends,
          "queue_last_ends(buf, start, pos, size, queue_id, topic_pos, topic_len) -> dict: each "
          "queue's last scanned record's end (engine.verify.queue_last_ends is its door)."),
     {"encode", (PyCFunction)(void (*)(void))py_encode, METH_VARARGS | METH_KEYWORDS,
      "encode(topic, body, properties, *, ...) -> bytes: one V1 record, as "
      "engine.record.encode lays it out (the inputs already validated)."},
-    FAST("write_record", py_write_record,
+    MQS_FASTCALL("write_record", py_write_record,
          "write_record(target, pos, prep, queue_offset, physical_offset, store_timestamp): "
          "one record into a writable buffer (engine.commitlog)."),
     {NULL, NULL, 0, NULL},

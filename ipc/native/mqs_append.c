@@ -78,7 +78,7 @@ static void repair(uint8_t *ctl, int64_t ctl_len)
 static int locked(uint8_t *ctl, int64_t ctl_len, int rc, int64_t now)
 {
     if (rc == 0) {
-        if (load(ctl, MQS_OFF_CS_PID) != 0) { /* a holder raised inside (Python path) */
+        if (load(ctl, MQS_OFF_CS_PID) != 0) { /* an intent left without EOWNERDEAD (scribbled) */
             repair(ctl, ctl_len);
             now = 0;
         }
@@ -157,13 +157,6 @@ void mqs_unlock(uint8_t *ctl)
     pthread_mutex_unlock(mutex_of(ctl));
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 int mqs_backlog_full(int64_t *since, int64_t backlog, int64_t bound, int64_t grace_ns,
                      int64_t now)
 {
@@ -225,7 +218,7 @@ int mqs_reserve(struct mqs_appender *a, const struct mqs_item *items, int n, int
     /* The intent record first: a holder that dies from here on is repaired. */
     store(ctl, MQS_OFF_CS_SEQ, seq);
     store(ctl, MQS_OFF_CS_PID, a->pid);
-    int64_t ts = now_ms();
+    int64_t ts = mqs_wall_ms();
     if (blank) {
         uint8_t *row = ctl + MQS_SLOTS_OFF + (seq % a->slot_count) * MQS_SLOT_ROW;
         *mqs_i64(row, MQS_SLOT_OFFSET) = reserved;
@@ -338,9 +331,7 @@ int mqs_complete(uint8_t *ctl, int64_t slot_count, int64_t seq, int64_t n)
         return MQS_OK;
     int64_t t0 = 0, fence;
     while ((fence = mqs_fence_seq(ctl)) < 0) { /* the fencer stores it next */
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        int64_t now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+        int64_t now = mqs_mono_ns();
         if (t0 == 0)
             t0 = now;
         else if (now - t0 > 50 * 1000000) /* it died between the two: nothing drains */

@@ -1,6 +1,6 @@
 /* The Appender object (mqs_ipc_py.c) as the put entry points in mqs_put.c see it: one
- * producer's view of the control block, and what its common-case put needs from the
- * client (ipc/producer.py hands it over with `configure`). */
+ * producer's view of the control block, and what its put needs from the client
+ * (ipc/producer.py hands it over with `configure`). */
 #ifndef MQS_APPENDER_H
 #define MQS_APPENDER_H
 
@@ -67,9 +67,5 @@ typedef struct {
  * (fsync failed), 3 the generation ended without flushing it (fenced), -1 a signal
  * handler raised. */
 int mqs_wait_flushed(Appender *self, int64_t end, int64_t timeout_ns);
-
-/* One put call into a statistics row: v = n, nbytes, status index, ok, sync, latency,
- * lock wait (< 0: never reserved), append, flush (ns). */
-void mqs_count(int64_t *st, const int64_t v[9]);
 
 #endif

@@ -5,10 +5,6 @@
 
 #include "mqs_layout.h"
 
-/* A lane (ipc.producer: `Lanes.new`): [topic bytes, queue count, round-robin modulus,
- * round-robin counter, queue-table row per queue id (-1: not known yet)]. */
-enum { L_TOPIC, L_QUEUES, L_RR_N, L_RR, L_QSLOTS, LANE_FIELDS };
-
 #define MAX_PROPERTIES 32767
 #define TOPIC_MAX_CHARS 127
 #define TOPIC_RULE "only letters, digits, '%', '|', '_' and '-' (RocketMQ's ^[%|a-zA-Z0-9_-]+$)"
@@ -186,9 +182,10 @@ static int tags_keys_ascii(struct mqs_arena *a, PyObject *tags, PyObject *keys)
 
 /* ---- step 1: types ------------------------------------------------------------------ */
 
-static int is_str_or_none(PyObject *o)
+/* A field given: not absent (NULL) and not None; else NULL. */
+static inline PyObject *given(PyObject *o)
 {
-    return o == NULL || o == Py_None || PyUnicode_Check(o);
+    return o == Py_None ? NULL : o;
 }
 
 static int str_items(PyObject *seq)
@@ -205,7 +202,7 @@ static int str_items(PyObject *seq)
  * (props_ascii); NULL (a batch's message) checks them only. */
 static int types(struct mqs_fields *m, struct mqs_arena *a)
 {
-    PyObject **f = m->f, *o;
+    PyObject **f = m->f, *o, *tags = given(f[MQS_F_TAGS]), *keys = given(f[MQS_F_KEYS]);
     if (f[MQS_F_TOPIC] && !PyUnicode_Check(f[MQS_F_TOPIC]))
         return MQS_FIELDS_TYPES;
     if ((o = f[MQS_F_BODY]) != NULL && !PyBytes_Check(o)) {
@@ -216,18 +213,17 @@ static int types(struct mqs_fields *m, struct mqs_arena *a)
             return MQS_FIELDS_TYPES;
         }
     }
-    if (!is_str_or_none(f[MQS_F_TAGS]))
+    if (tags && !PyUnicode_Check(tags))
         return MQS_FIELDS_TYPES;
-    if ((o = f[MQS_F_KEYS]) != NULL && o != Py_None && !PyUnicode_Check(o) &&
-        !((PyList_Check(o) || PyTuple_Check(o)) && str_items(o)))
+    if (keys && !PyUnicode_Check(keys) &&
+        !((PyList_Check(keys) || PyTuple_Check(keys)) && str_items(keys)))
         return MQS_FIELDS_TYPES;
-    if ((o = f[MQS_F_PROPS]) != NULL && o != Py_None) {
+    if ((o = given(f[MQS_F_PROPS])) != NULL) {
         if (!PyDict_CheckExact(o))
             return MQS_FIELDS_TYPES;
         if (a != NULL) {
             m->props_off = a->len;
-            int rc = props_ascii(a, o, f[MQS_F_TAGS] && f[MQS_F_TAGS] != Py_None,
-                                 f[MQS_F_KEYS] && f[MQS_F_KEYS] != Py_None, &m->uniq_named);
+            int rc = props_ascii(a, o, tags != NULL, keys != NULL, &m->uniq_named);
             if (rc < 0)
                 return rc == MQS_FIELDS_TYPES ? rc : MQS_FIELDS_ERROR;
             m->props_done = 1 + rc;
@@ -239,10 +235,9 @@ static int types(struct mqs_fields *m, struct mqs_arena *a)
                     return MQS_FIELDS_TYPES;
         }
     }
-    if ((o = f[MQS_F_QID]) != NULL && o != Py_None && (!PyLong_Check(o) || PyBool_Check(o)))
-        return MQS_FIELDS_TYPES;
-    if ((o = f[MQS_F_DELAY]) != NULL && o != Py_None && (!PyLong_Check(o) || PyBool_Check(o)))
-        return MQS_FIELDS_TYPES;
+    for (int i = MQS_F_QID; i <= MQS_F_DELAY; i++) /* int or None; a bool is no int here */
+        if ((o = given(f[i])) != NULL && (!PyLong_Check(o) || PyBool_Check(o)))
+            return MQS_FIELDS_TYPES;
     return MQS_FIELDS_OK;
 }
 
@@ -392,8 +387,8 @@ static PyObject *keys_problem(PyObject *keys)
     return Py_NewRef(Py_None);
 }
 
-/* A problem found (refused, reason set), none (0), or an error (-1). */
-static int found(PyObject *why_o, struct mqs_refusal *why, int status)
+/* A problem found (refused MESSAGE_ILLEGAL, reason set), none (0), or an error (-1). */
+static int found(PyObject *why_o, struct mqs_refusal *why)
 {
     if (why_o == NULL)
         return MQS_FIELDS_ERROR;
@@ -401,7 +396,7 @@ static int found(PyObject *why_o, struct mqs_refusal *why, int status)
         Py_DECREF(why_o);
         return MQS_FIELDS_OK;
     }
-    return mqs_fields_refuse(why, status, why_o);
+    return mqs_fields_refuse(why, MQS_ST_MESSAGE_ILLEGAL, why_o);
 }
 
 int mqs_arena_grow(struct mqs_arena *a, size_t n)
@@ -499,13 +494,8 @@ static int add_keys(struct mqs_arena *a, PyObject *keys, struct mqs_refusal *why
  * named as the reference names it. */
 static int properties(struct mqs_fields *m, struct mqs_arena *a, struct mqs_refusal *why)
 {
-    PyObject *props = m->f[MQS_F_PROPS], *tags = m->f[MQS_F_TAGS], *keys = m->f[MQS_F_KEYS];
-    if (props == Py_None)
-        props = NULL;
-    if (tags == Py_None)
-        tags = NULL;
-    if (keys == Py_None)
-        keys = NULL;
+    PyObject *props = given(m->f[MQS_F_PROPS]), *tags = given(m->f[MQS_F_TAGS]);
+    PyObject *keys = given(m->f[MQS_F_KEYS]);
     PyObject *k, *v;
     Py_ssize_t pos = 0;
     int rc = 1;
@@ -541,15 +531,13 @@ static int properties(struct mqs_fields *m, struct mqs_arena *a, struct mqs_refu
                                          twice_tags ? name_tags : name_keys));
         }
         while (props && PyDict_Next(props, &pos, &k, &v))
-            if ((rc = found(property_problem(k, v), why, MQS_ST_MESSAGE_ILLEGAL)) !=
-                MQS_FIELDS_OK)
+            if ((rc = found(property_problem(k, v), why)) != MQS_FIELDS_OK)
                 return rc;
-        if (tags && (rc = found(property_problem(name_tags, tags), why,
-                                MQS_ST_MESSAGE_ILLEGAL)) != MQS_FIELDS_OK)
+        if (tags && (rc = found(property_problem(name_tags, tags), why)) != MQS_FIELDS_OK)
             return rc;
         if (keys && (rc = found(PyUnicode_Check(keys) ? property_problem(name_keys, keys)
                                                        : keys_problem(keys),
-                                why, MQS_ST_MESSAGE_ILLEGAL)) != MQS_FIELDS_OK)
+                                why)) != MQS_FIELDS_OK)
             return rc;
         pos = 0;
         while (rc == MQS_FIELDS_OK && props && PyDict_Next(props, &pos, &k, &v))
@@ -579,12 +567,12 @@ static PyObject *lane_of(PyObject *lanes, PyObject *new_lane, PyObject *topic)
         lane = PyObject_CallOneArg(new_lane, topic);
     if (lane == NULL)
         return NULL;
-    PyObject **l = PyList_CheckExact(lane) && PyList_GET_SIZE(lane) == LANE_FIELDS
+    PyObject **l = PyList_CheckExact(lane) && PyList_GET_SIZE(lane) == MQS_LANE_FIELDS
                        ? &PyList_GET_ITEM(lane, 0)
                        : NULL;
-    if (l == NULL || !PyBytes_CheckExact(l[L_TOPIC]) || !PyLong_CheckExact(l[L_QUEUES]) ||
-        !PyLong_CheckExact(l[L_RR_N]) || !PyLong_CheckExact(l[L_RR]) ||
-        !PyList_CheckExact(l[L_QSLOTS])) {
+    if (l == NULL || !PyBytes_CheckExact(l[MQS_LANE_TOPIC]) ||
+        !PyLong_CheckExact(l[MQS_LANE_QUEUES]) || !PyLong_CheckExact(l[MQS_LANE_RR_N]) ||
+        !PyLong_CheckExact(l[MQS_LANE_RR]) || !PyList_CheckExact(l[MQS_LANE_QSLOTS])) {
         Py_DECREF(lane);
         PyErr_SetString(PyExc_TypeError, "a lane is [bytes, int, int, int, list]");
         return NULL;
@@ -596,7 +584,7 @@ static PyObject *lane_of(PyObject *lanes, PyObject *new_lane, PyObject *topic)
  * its reservation (-1). */
 static int to_queue(struct mqs_item *it, PyObject *lane, long long qid)
 {
-    PyObject *qslots = PyList_GET_ITEM(lane, L_QSLOTS);
+    PyObject *qslots = PyList_GET_ITEM(lane, MQS_LANE_QSLOTS);
     long qs = qid < PyList_GET_SIZE(qslots) ? PyLong_AsLong(PyList_GET_ITEM(qslots, qid)) : -1;
     if (PyErr_Occurred())
         return MQS_FIELDS_ERROR;
@@ -610,20 +598,20 @@ static int to_queue(struct mqs_item *it, PyObject *lane, long long qid)
 static int queue(struct mqs_fields *m, struct mqs_item *it, struct mqs_refusal *why)
 {
     PyObject **l = &PyList_GET_ITEM(m->lane, 0), *qid_o = m->f[MQS_F_QID];
-    long queues = PyLong_AsLong(l[L_QUEUES]);
+    long queues = PyLong_AsLong(l[MQS_LANE_QUEUES]);
     long long qid;
     int overflow = 0;
-    if (qid_o == NULL || qid_o == Py_None) {
-        long n = PyLong_AsLong(l[L_RR_N]);
-        long long rr = PyLong_AsLongLong(l[L_RR]);
+    if (given(qid_o) == NULL) {
+        long n = PyLong_AsLong(l[MQS_LANE_RR_N]);
+        long long rr = PyLong_AsLongLong(l[MQS_LANE_RR]);
         if (PyErr_Occurred())
             return MQS_FIELDS_ERROR;
         qid = n > 0 ? rr % n : 0;
         PyObject *next = PyLong_FromLongLong(n > 0 ? (qid + 1) % n : 0); /* a small int */
         if (next == NULL)
             return MQS_FIELDS_ERROR;
-        m->rr_before = Py_NewRef(l[L_RR]);
-        PyList_SetItem(m->lane, L_RR, next);
+        m->rr_before = Py_NewRef(l[MQS_LANE_RR]);
+        PyList_SetItem(m->lane, MQS_LANE_RR, next);
         qid_o = NULL;
     } else {
         qid = PyLong_AsLongLongAndOverflow(qid_o, &overflow);
@@ -719,7 +707,7 @@ static int delay_rewrite(struct mqs_fields *m, struct mqs_item *it, struct mqs_a
                       PyUnicode_FromString("delay_level given but messageDelayLevel has no levels"));
     if (overflow || level > c->max_delay)
         level = c->max_delay;
-    for (int i = 0; props && props != Py_None && i < 3; i++) {
+    for (int i = 0; given(props) && i < 3; i++) {
         PyObject *k = PyUnicode_FromString(owned[i]);
         int twice = k ? PyDict_Contains(props, k) : -1;
         Py_XDECREF(k);
@@ -753,7 +741,7 @@ static int delay_rewrite(struct mqs_fields *m, struct mqs_item *it, struct mqs_a
     m->real_lane = m->lane;
     m->lane = lane;
     PyObject **l = &PyList_GET_ITEM(lane, 0);
-    long queues = PyLong_AsLong(l[L_QUEUES]), qid = (long)level - 1;
+    long queues = PyLong_AsLong(l[MQS_LANE_QUEUES]), qid = (long)level - 1;
     if (PyErr_Occurred())
         return MQS_FIELDS_ERROR;
     if (qid >= queues)
@@ -782,7 +770,7 @@ int mqs_fields_check(struct mqs_fields *m, struct mqs_item *it, struct mqs_arena
     if (m->message && (rc = message_fields(m, msg, &it->takes_offset, why)) != MQS_FIELDS_OK)
         return rc;
     PyObject *topic = m->f[MQS_F_TOPIC];
-    if ((rc = found(topic_problem(topic), why, MQS_ST_MESSAGE_ILLEGAL)) != MQS_FIELDS_OK ||
+    if ((rc = found(topic_problem(topic), why)) != MQS_FIELDS_OK ||
         (rc = properties(m, arena, why)) != MQS_FIELDS_OK)
         return rc;
     if (m->body.obj) {
@@ -800,10 +788,9 @@ int mqs_fields_check(struct mqs_fields *m, struct mqs_item *it, struct mqs_arena
         return MQS_FIELDS_ERROR;
     if ((rc = queue(m, it, why)) != MQS_FIELDS_OK)
         return rc;
-    if (m->f[MQS_F_DELAY] && m->f[MQS_F_DELAY] != Py_None &&
-        (rc = delay_rewrite(m, it, arena, why, c)) != MQS_FIELDS_OK)
+    if (given(m->f[MQS_F_DELAY]) && (rc = delay_rewrite(m, it, arena, why, c)) != MQS_FIELDS_OK)
         return rc;
-    PyObject *topic_b = PyList_GET_ITEM(m->lane, L_TOPIC);
+    PyObject *topic_b = PyList_GET_ITEM(m->lane, MQS_LANE_TOPIC);
     msg->topic = (const uint8_t *)PyBytes_AS_STRING(topic_b);
     msg->topic_len = (size_t)PyBytes_GET_SIZE(topic_b);
     msg->props_len = arena->len - m->props_off; /* msg->props: once the arena is done */
@@ -823,7 +810,7 @@ void mqs_fields_undo(struct mqs_fields *m)
 {
     PyObject *lane = m->real_lane ? m->real_lane : m->lane;
     if (m->rr_before && lane)
-        PyList_SetItem(lane, L_RR, Py_NewRef(m->rr_before));
+        PyList_SetItem(lane, MQS_LANE_RR, Py_NewRef(m->rr_before));
     Py_CLEAR(m->rr_before);
 }
 

@@ -48,6 +48,11 @@ struct mqs_arena {
 };
 #define MQS_ARENA_INIT(a) ((a).buf = (a).local, (a).len = 0, (a).cap = sizeof(a).local)
 
+/* A lane (ipc.producer: `Lanes.new`): [topic bytes, queue count, round-robin modulus,
+ * round-robin counter, queue-table row per queue id (-1: not known yet)]. */
+enum { MQS_LANE_TOPIC, MQS_LANE_QUEUES, MQS_LANE_RR_N, MQS_LANE_RR, MQS_LANE_QSLOTS,
+       MQS_LANE_FIELDS };
+
 enum { MQS_F_TOPIC, MQS_F_BODY, MQS_F_TAGS, MQS_F_KEYS, MQS_F_PROPS, MQS_F_QID, MQS_F_DELAY,
        MQS_FIELDS };
 
@@ -68,7 +73,7 @@ struct mqs_fields {
      * answer (ASCII and fine, or the checked pass is to run), and whether a name was
      * UNIQ_KEY. */
     int props_done, uniq_named;
-    /* A delayed message (delay_level > 0, mqs_delay_rewrite): its real topic's lane,
+    /* A delayed message (delay_level > 0, delay_rewrite in mqs_fields.c): its real topic's lane,
      * whose round robin it took, once `lane` is the schedule topic's. */
     PyObject *real_lane;
 };

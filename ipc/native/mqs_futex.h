@@ -16,6 +16,7 @@
 #define MQS_FUTEX_H
 
 #include <stdint.h>
+#include <time.h>
 
 enum { MQS_FLUSHED = 0, MQS_WAIT_AGAIN = 1, MQS_FLUSH_FAILED = 2, MQS_WAIT_FENCED = 3 };
 #define MQS_WAKE_ANY 0xFFFFFFFFu
@@ -23,6 +24,14 @@ enum { MQS_FLUSHED = 0, MQS_WAIT_AGAIN = 1, MQS_FLUSH_FAILED = 2, MQS_WAIT_FENCE
 
 /* CLOCK_MONOTONIC in ns (time.monotonic_ns, time.perf_counter_ns on Linux). */
 int64_t mqs_mono_ns(void);
+
+/* CLOCK_REALTIME in ms (Java's System.currentTimeMillis): born and store timestamps. */
+static inline int64_t mqs_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 /* The bit a waiter for flushed_pos >= `end` sleeps with. */
 uint32_t mqs_wait_bits(int64_t end);

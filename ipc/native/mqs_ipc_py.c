@@ -49,9 +49,8 @@ static int appender_init(Appender *self, PyObject *args, PyObject *kw)
         return -1;
     uint8_t *c = self->ctl.buf;
     if (self->ctl.len < MQS_SLOTS_OFF || *mqs_i64(c, 0) != MQS_MAGIC_VERSION) {
-        PyBuffer_Release(&self->ctl);
         PyErr_SetString(PyExc_ValueError, "ctl is not a control block of layout version 4");
-        return -1;
+        goto fail;
     }
     self->a.ctl = c;
     self->a.seg_size = *mqs_i64(c, MQS_OFF_SEGMENT_SIZE);
@@ -61,31 +60,29 @@ static int appender_init(Appender *self, PyObject *args, PyObject *kw)
     self->a.backlog_max = 0; /* configure sets it */
     int64_t need = self->a.qtable_off + *mqs_i64(c, MQS_OFF_QCAP) * MQS_QROW;
     if (self->ctl.len < need || self->a.seg_size <= 0 || self->a.slot_count <= 0) {
-        PyBuffer_Release(&self->ctl);
         PyErr_SetString(PyExc_ValueError, "ctl is shorter than its geometry says");
-        return -1;
+        goto fail;
     }
     self->a.pool = NULL;
     if (pool != Py_None) {
-        if (mqs_arg_wbuffer(pool, "pool", &self->pool) < 0) {
-            PyBuffer_Release(&self->ctl);
-            return -1;
-        }
+        if (mqs_arg_wbuffer(pool, "pool", &self->pool) < 0)
+            goto fail;
         if (self->a.pool_n <= 0 || self->pool.len < self->a.pool_n * self->a.seg_size) {
-            PyBuffer_Release(&self->ctl);
             PyBuffer_Release(&self->pool);
             PyErr_SetString(PyExc_ValueError, "pool is shorter than pool_buffers segments");
-            return -1;
+            goto fail;
         }
         self->a.pool = self->pool.buf;
         self->has_pool = 1;
     } else if (self->a.pool_n != 0) {
-        PyBuffer_Release(&self->ctl);
         PyErr_SetString(PyExc_ValueError, "the control block has a pool: pass it");
-        return -1;
+        goto fail;
     }
     self->open = 1;
     return 0;
+fail:
+    PyBuffer_Release(&self->ctl);
+    return -1;
 }
 
 static PyObject *appender_close(Appender *self, PyObject *Py_UNUSED(a))
@@ -220,45 +217,6 @@ static PyObject *appender_wait_flushed(Appender *self, PyObject *const *args, Py
     return rc < 0 ? NULL : PyLong_FromLong(rc);
 }
 
-/* log2-µs bucket: bit_length(ns / 1000), capped at `top`. */
-static int64_t bucket(int64_t ns, int64_t top)
-{
-    uint64_t us = ns > 0 ? (uint64_t)ns / 1000 : 0;
-    int64_t b = us ? 64 - __builtin_clzll(us) : 0;
-    return b < top ? b : top;
-}
-
-static void count_phase(int64_t *st, int phase, int64_t ns)
-{
-    int64_t *p = st + MQS_CF_PHASES + phase * (MQS_PHASE_BUCKETS + 1);
-    p[MQS_PHASE_BUCKETS] += ns;
-    p[bucket(ns, MQS_PHASE_BUCKETS - 1)] += 1;
-}
-
-void mqs_count(int64_t *st, const int64_t v[9])
-{
-    int64_t n = v[0], nbytes = v[1], status = v[2], ok = v[3], sync = v[4], lat = v[5];
-    if (v[6] >= 0) {
-        count_phase(st, 0, v[6]);
-        count_phase(st, 1, v[7]);
-        if (sync)
-            count_phase(st, 2, v[8]);
-    }
-    if (ok) {
-        st[MQS_CF_PUTS] += n;
-        st[MQS_CF_BYTES] += nbytes;
-    } else {
-        st[MQS_CF_ERRORS] += n;
-    }
-    st[MQS_CF_STATUS + status] += n;
-    if (lat > st[MQS_CF_LAT_MAX_NS])
-        st[MQS_CF_LAT_MAX_NS] = lat;
-    st[MQS_CF_LAT_SUM_NS] += lat;
-    if (sync)
-        st[MQS_CF_SYNC_PUTS] += n;
-    st[MQS_CF_HIST + bucket(lat, MQS_HIST_BUCKETS - 1)] += 1;
-}
-
 static PyObject *appender_configure_compression(Appender *self, PyObject *const *args,
                                                 Py_ssize_t nargs)
 {
@@ -269,24 +227,21 @@ static PyObject *appender_configure_compression(Appender *self, PyObject *const 
     return mqs_compress_configure(&self->c.z, args, nargs);
 }
 
-/* A METH_FASTCALL entry of a method table. */
-#define FAST(name, fn, doc) {name, (PyCFunction)(void (*)(void))(fn), METH_FASTCALL, doc}
-
 static PyMethodDef appender_methods[] = {
     {"lock", (PyCFunction)appender_lock, METH_O,
      "lock(timeout_ns) -> int: take the reservation lock (0) or a code (< 0)."},
-    FAST("lock_held", appender_lock_held,
+    MQS_FASTCALL("lock_held", appender_lock_held,
          "lock_held(hold_ns, cap_ns) -> 0 | LOCK_TIMEOUT | LOCK_QUEUED: the put's wait."),
     {"unlock", (PyCFunction)appender_unlock, METH_NOARGS, "unlock(): release it."},
-    FAST("complete", appender_complete,
+    MQS_FASTCALL("complete", appender_complete,
          "complete(first, n) -> 0 | FENCED: a reservation of n slots from first, all written: "
          "DONE all or nothing, then published."),
-    FAST("wait_flushed", appender_wait_flushed,
+    MQS_FASTCALL("wait_flushed", appender_wait_flushed,
          "wait_flushed(end, timeout_ns) -> 0 flushed | 1 timed out | 2 flush failed | 3 the "
          "generation ended (fenced) without flushing it."),
     MQS_PUT_METHODS
     MQS_UNIQ_METHODS
-    FAST("configure_compression", appender_configure_compression,
+    MQS_FASTCALL("configure_compression", appender_configure_compression,
          "configure_compression(fn, over, flag): compress each body of at least `over` bytes "
          "with fn (None: off) and mark its sysFlag with `flag` (mqs_compress.c)."),
     {"close", (PyCFunction)appender_close, METH_NOARGS, "Release the shared buffers."},
@@ -306,61 +261,25 @@ static PyTypeObject AppenderType = {
 
 /* Every offset and size C uses, by ipc/control.py's name (tests/runtime/test_control.py
  * compares them). */
+#define ROW(name) {#name, (long long)MQS_##name},
 static const struct {
     const char *name;
     long long value;
 } layout[] = {
-    {"MAGIC_VERSION", (long long)MQS_MAGIC_VERSION},
-    {"OFF_RESERVED", (long long)MQS_OFF_RESERVED},
-    {"OFF_SEQ", (long long)MQS_OFF_SEQ},
-    {"OFF_PUBLISHED_SEQ", (long long)MQS_OFF_PUBLISHED_SEQ},
-    {"OFF_COMMITTED", (long long)MQS_OFF_COMMITTED},
-    {"OFF_FLUSHED", (long long)MQS_OFF_FLUSHED},
-    {"OFF_FLAGS", (long long)MQS_OFF_FLAGS},
-    {"OFF_ALLOCATED", (long long)MQS_OFF_ALLOCATED},
-    {"OFF_CS_PID", (long long)MQS_OFF_CS_PID},
-    {"OFF_CS_SEQ", (long long)MQS_OFF_CS_SEQ},
-    {"OFF_DISK_STATE", (long long)MQS_OFF_DISK_STATE},
-    {"OFF_RESERVE_MUTEX", (long long)MQS_OFF_RESERVE_MUTEX},
-    {"OFF_FLUSH_SEQ", (long long)MQS_OFF_FLUSH_SEQ},
-    {"OFF_FLUSHER_WAKE", (long long)MQS_OFF_FLUSHER_WAKE},
-    {"OFF_FLUSHER_SLEEPS", (long long)MQS_OFF_FLUSHER_SLEEPS},
-    {"CLIENT_FIELDS", (long long)MQS_CLIENT_FIELDS},
-    {"CF_HIST", (long long)MQS_CF_HIST},
-    {"CF_PHASES", (long long)MQS_CF_PHASES},
-    {"PHASE_BUCKETS", (long long)MQS_PHASE_BUCKETS},
-    {"OFF_SYNC_REQUEST", (long long)MQS_OFF_SYNC_REQUEST},
-    {"OFF_LOCK_TIMEOUTS", (long long)MQS_OFF_LOCK_TIMEOUTS},
-    {"OFF_OWNER_DEAD", (long long)MQS_OFF_OWNER_DEAD},
-    {"OFF_GATHER_WANT", (long long)MQS_OFF_GATHER_WANT},
-    {"OFF_FENCE_SEQ", (long long)MQS_OFF_FENCE_SEQ},
-    {"OFF_IDLE_WAKE", (long long)MQS_OFF_IDLE_WAKE},
-    {"OFF_IDLE_SLEEPS", (long long)MQS_OFF_IDLE_SLEEPS},
-    {"OFF_LOCK_SINCE", (long long)MQS_OFF_LOCK_SINCE},
-    {"OFF_LOCK_QUEUED", (long long)MQS_OFF_LOCK_QUEUED},
-    {"OFF_ROOM_TIMEOUTS", (long long)MQS_OFF_ROOM_TIMEOUTS},
-    {"FLAG_FENCED", (long long)MQS_FLAG_FENCED},
-    {"STATE_FILLING", (long long)MQS_STATE_FILLING},
-    {"STATE_JOINED", (long long)MQS_STATE_JOINED},
-    {"SLOTS_OFF", (long long)MQS_SLOTS_OFF},
-    {"SLOT_ROW", (long long)MQS_SLOT_ROW},
-    {"OFF_FSYNC_COUNT", (long long)MQS_OFF_FSYNC_COUNT},
-    {"OFF_FSYNC_MSGS", (long long)MQS_OFF_FSYNC_MSGS},
-    {"OFF_PUBLISHED_TS", (long long)MQS_OFF_PUBLISHED_TS},
-    {"OFF_COMMITTED_TS", (long long)MQS_OFF_COMMITTED_TS},
-    {"OFF_FLUSHED_TS", (long long)MQS_OFF_FLUSHED_TS},
-    {"OFF_FLUSHED_SEQ", (long long)MQS_OFF_FLUSHED_SEQ},
-    {"OFF_FSYNC_NS", (long long)MQS_OFF_FSYNC_NS},
-    {"OFF_COMMITTED_SEQ", (long long)MQS_OFF_COMMITTED_SEQ},
-    {"OFF_FSYNC_HIST", (long long)MQS_OFF_FSYNC_HIST},
-    {"FSYNC_HIST_BUCKETS", (long long)MQS_FSYNC_HIST_BUCKETS},
-    {"FSYNC_HIST_SHIFT", (long long)MQS_FSYNC_HIST_SHIFT},
-    {"OFF_GROUP_HIST", (long long)MQS_OFF_GROUP_HIST},
-    {"GROUP_HIST_BUCKETS", (long long)MQS_GROUP_HIST_BUCKETS},
-    {"OFF_SEGMENT_SIZE", (long long)MQS_OFF_SEGMENT_SIZE},
-    {"OFF_POOL_BUFFERS", (long long)MQS_OFF_POOL_BUFFERS},
-    {"OFF_SLOT_COUNT", (long long)MQS_OFF_SLOT_COUNT},
+    ROW(MAGIC_VERSION) ROW(OFF_RESERVED) ROW(OFF_SEQ) ROW(OFF_PUBLISHED_SEQ) ROW(OFF_COMMITTED)
+    ROW(OFF_FLUSHED) ROW(OFF_FLAGS) ROW(OFF_ALLOCATED) ROW(OFF_CS_PID) ROW(OFF_CS_SEQ)
+    ROW(OFF_DISK_STATE) ROW(OFF_RESERVE_MUTEX) ROW(OFF_FLUSH_SEQ) ROW(OFF_FLUSHER_WAKE)
+    ROW(OFF_FLUSHER_SLEEPS) ROW(CLIENT_FIELDS) ROW(CF_HIST) ROW(CF_PHASES) ROW(PHASE_BUCKETS)
+    ROW(OFF_SYNC_REQUEST) ROW(OFF_LOCK_TIMEOUTS) ROW(OFF_OWNER_DEAD) ROW(OFF_GATHER_WANT)
+    ROW(OFF_FENCE_SEQ) ROW(OFF_IDLE_WAKE) ROW(OFF_IDLE_SLEEPS) ROW(OFF_LOCK_SINCE)
+    ROW(OFF_LOCK_QUEUED) ROW(OFF_ROOM_TIMEOUTS) ROW(FLAG_FENCED) ROW(STATE_FILLING)
+    ROW(STATE_JOINED) ROW(SLOTS_OFF) ROW(SLOT_ROW) ROW(OFF_FSYNC_COUNT) ROW(OFF_FSYNC_MSGS)
+    ROW(OFF_PUBLISHED_TS) ROW(OFF_COMMITTED_TS) ROW(OFF_FLUSHED_TS) ROW(OFF_FLUSHED_SEQ)
+    ROW(OFF_FSYNC_NS) ROW(OFF_COMMITTED_SEQ) ROW(OFF_FSYNC_HIST) ROW(FSYNC_HIST_BUCKETS)
+    ROW(FSYNC_HIST_SHIFT) ROW(OFF_GROUP_HIST) ROW(GROUP_HIST_BUCKETS) ROW(OFF_SEGMENT_SIZE)
+    ROW(OFF_POOL_BUFFERS) ROW(OFF_SLOT_COUNT)
 };
+#undef ROW
 
 static int add_layout(PyObject *m)
 {

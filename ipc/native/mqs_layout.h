@@ -1,6 +1,6 @@
 /* The control block as C sees it. The one table of every field is ipc/control.py's
  * module docstring (layout version 4); these offsets mirror it and
- * tests/native/test_append.py checks that both sides agree (`_native.LAYOUT`).
+ * tests/runtime/test_control.py checks that both sides agree (`_native.LAYOUT`).
  * All fields are little-endian and naturally aligned. */
 #ifndef MQS_LAYOUT_H
 #define MQS_LAYOUT_H
@@ -87,8 +87,8 @@
 #define MQS_QROW 160
 #define MQS_QROW_NEXT 8
 
-/* A client's statistics row (ipc/control.py: CF_*), counted by Appender.count; the rows
- * start at MQS_CLIENTS_OFF. */
+/* A client's statistics row (ipc/control.py: CF_*), counted by the C put (mqs_put.c: count);
+ * the rows start at MQS_CLIENTS_OFF. */
 #define MQS_CLIENTS_OFF 4096
 #define MQS_CF_PUTS 1
 #define MQS_CF_ERRORS 2

@@ -355,20 +355,55 @@ static PyObject *cached_int(PyObject **obj, int64_t *was, int64_t v)
     return Py_NewRef(*obj);
 }
 
+/* log2-µs bucket: bit_length(ns / 1000), capped at `top`. */
+static int64_t bucket(int64_t ns, int64_t top)
+{
+    uint64_t us = ns > 0 ? (uint64_t)ns / 1000 : 0;
+    int64_t b = us ? 64 - __builtin_clzll(us) : 0;
+    return b < top ? b : top;
+}
+
+static void count_phase(int64_t *st, int phase, int64_t ns)
+{
+    int64_t *p = st + MQS_CF_PHASES + phase * (MQS_PHASE_BUCKETS + 1);
+    p[MQS_PHASE_BUCKETS] += ns;
+    p[bucket(ns, MQS_PHASE_BUCKETS - 1)] += 1;
+}
+
 /* Count one call into the statistics row; a copy into the control block every
  * STATS_EVERY calls. v = n, nbytes, status, ok, sync, latency, lock wait (< 0: never
  * reserved), append, flush (ns). */
 static void count(Appender *self, const int64_t v[9])
 {
     struct mqs_client *c = &self->c;
-    mqs_count(c->stats.buf, v);
+    int64_t *st = c->stats.buf, n = v[0], status = v[2], sync = v[4], lat = v[5];
+    if (v[6] >= 0) {
+        count_phase(st, 0, v[6]);
+        count_phase(st, 1, v[7]);
+        if (sync)
+            count_phase(st, 2, v[8]);
+    }
+    if (v[3]) { /* ok */
+        st[MQS_CF_PUTS] += n;
+        st[MQS_CF_BYTES] += v[1];
+    } else {
+        st[MQS_CF_ERRORS] += n;
+    }
+    st[MQS_CF_STATUS + status] += n;
+    if (lat > st[MQS_CF_LAT_MAX_NS])
+        st[MQS_CF_LAT_MAX_NS] = lat;
+    st[MQS_CF_LAT_SUM_NS] += lat;
+    if (sync)
+        st[MQS_CF_SYNC_PUTS] += n;
+    st[MQS_CF_HIST + bucket(lat, MQS_HIST_BUCKETS - 1)] += 1;
     if (++c->since_stats >= STATS_EVERY) {
         c->since_stats = 0;
         memcpy(self->a.ctl + c->stats_off, c->stats.buf, MQS_CLIENT_FIELDS * 8);
     }
 }
 
-/* A call that wrote nothing: one PutResult(status, reason) (a list of n for a batch). */
+/* A call that wrote nothing: one PutResult(status, reason) (a list of n for a batch).
+ * Takes why->reason. */
 static PyObject *refused(Appender *self, struct mqs_refusal *why, int n, int batch, int64_t t0)
 {
     int64_t v[9] = {n, 0, why->status, 0, 0, mqs_mono_ns() - t0, -1, 0, 0};
@@ -383,6 +418,7 @@ static PyObject *refused(Appender *self, struct mqs_refusal *why, int n, int bat
         out = Py_XNewRef(one);
     Py_XDECREF(one);
     Py_XDECREF(zero);
+    Py_CLEAR(why->reason);
     return out;
 }
 
@@ -421,11 +457,11 @@ static int find_rows(Appender *self, struct mqs_fields *m, struct mqs_item *item
     for (int i = 0; i < n; i++) {
         if (items[i].qslot >= 0 || !items[i].takes_offset)
             continue;
-        PyObject *qslots = PyList_GET_ITEM(m[i].lane, 4), *topic_b = PyList_GET_ITEM(m[i].lane, 0);
+        PyObject **lane = &PyList_GET_ITEM(m[i].lane, 0), *qslots = lane[MQS_LANE_QSLOTS];
         Py_ssize_t qid = items[i].msg.queue_id;
         long row = qid < PyList_GET_SIZE(qslots) ? PyLong_AsLong(PyList_GET_ITEM(qslots, qid)) : -1;
         if (row < 0) {
-            PyObject *got = PyObject_CallFunction(self->c.find_row, "On", topic_b, qid);
+            PyObject *got = PyObject_CallFunction(self->c.find_row, "On", lane[MQS_LANE_TOPIC], qid);
             if (got == NULL)
                 return ERR;
             row = PyLong_AsLong(got);
@@ -454,71 +490,66 @@ static int find_rows(Appender *self, struct mqs_fields *m, struct mqs_item *item
 static int reserve_refusal(Appender *self, int rc, int after_wait, struct mqs_refusal *why)
 {
     long long ms = (long long)(self->c.busy_ns / 1000000);
-    if (rc == MQS_LOCK_TIMEOUT)
-        return mqs_fields_refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
-                      PyUnicode_FromFormat("the reservation lock was held by one producer "
-                                           "longer than osPageCacheBusyTimeOutMills (%lld ms)",
-                                           ms));
-    if (rc == MQS_LOCK_QUEUED)
-        return mqs_fields_refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
-                      PyUnicode_FromFormat("the reservation lock was not free within %lld ms "
-                                           "(syncFlushTimeout), though no producer held it "
-                                           "longer than osPageCacheBusyTimeOutMills (%lld ms)",
-                                           (long long)(lock_cap_ns(self) / 1000000), ms));
-    if (rc == MQS_LOCK_BROKEN)
-        return mqs_fields_refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
-                      PyUnicode_FromString("the reservation lock is unrecoverable (a producer "
-                                           "died while repairing it); restart the store"));
-    if (rc == MQS_REFUSED) {
+    long long cap_ms = (long long)(lock_cap_ns(self) / 1000000);
+    long long backlog = (long long)self->a.backlog_max;
+    int status = MQS_ST_SERVICE_NOT_AVAILABLE;
+    PyObject *reason;
+    if (rc == MQS_LOCK_BROKEN) {
+        reason = PyUnicode_FromString("the reservation lock is unrecoverable (a producer died "
+                                      "while repairing it); restart the store");
+    } else if (rc == MQS_REFUSED) {
         int64_t flags = __atomic_load_n(mqs_i64(self->a.ctl, MQS_OFF_FLAGS), __ATOMIC_ACQUIRE);
-        return mqs_fields_refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
-                      PyUnicode_FromString(flags & MQS_FLAG_READ_ONLY
-                                               ? "the store is read-only after a failed fsync"
-                                               : "the store is stopping or not running; writes "
-                                                 "are refused"));
-    }
-    if (rc == MQS_IDEM_INFLIGHT)
-        return mqs_fields_refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
-                      PyUnicode_FromString("a put with this UNIQ_KEY is still in progress (its "
-                                           "producer has not completed it); put it again"));
-    if (rc == MQS_BAD_POSITIONS)
-        return mqs_fields_refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
-                      PyUnicode_FromString("the control block's positions are out of range"));
-    if (rc == MQS_DISK_FULL) {
+        reason = PyUnicode_FromString(flags & MQS_FLAG_READ_ONLY
+                                          ? "the store is read-only after a failed fsync"
+                                          : "the store is stopping or not running; writes are "
+                                            "refused");
+    } else if (rc == MQS_IDEM_INFLIGHT) {
+        reason = PyUnicode_FromString("a put with this UNIQ_KEY is still in progress (its "
+                                      "producer has not completed it); put it again");
+    } else if (rc == MQS_BAD_POSITIONS) {
+        reason = PyUnicode_FromString("the control block's positions are out of range");
+    } else if (rc == MQS_DISK_FULL) {
         int64_t word = __atomic_load_n(mqs_i64(self->a.ctl, MQS_OFF_DISK_STATE), __ATOMIC_ACQUIRE);
         char used[32];
         snprintf(used, sizeof used, "%.1f%%", (double)(word >> 16) / 10.0);
-        return mqs_fields_refuse(why, MQS_ST_SERVICE_NOT_AVAILABLE,
-                      PyUnicode_FromFormat("the disk is full (%s used); writes resume by "
-                                           "themselves once the cleaner has freed space",
-                                           used));
+        reason = PyUnicode_FromFormat("the disk is full (%s used); writes resume by themselves "
+                                      "once the cleaner has freed space",
+                                      used);
+    } else if (rc == MQS_WAIT_FILE) {
+        status = MQS_ST_CREATE_MAPPED_FILE_FAILED;
+        reason = PyUnicode_FromFormat("the allocator did not have the next segment file ready "
+                                      "in %lld ms",
+                                      ms);
+    } else {
+        status = MQS_ST_OS_PAGECACHE_BUSY; /* the lock or the room, not there in time */
+        if (rc == MQS_LOCK_TIMEOUT)
+            reason = PyUnicode_FromFormat("the reservation lock was held by one producer "
+                                          "longer than osPageCacheBusyTimeOutMills (%lld ms)",
+                                          ms);
+        else if (rc == MQS_LOCK_QUEUED)
+            reason = PyUnicode_FromFormat("the reservation lock was not free within %lld ms "
+                                          "(syncFlushTimeout), though no producer held it "
+                                          "longer than osPageCacheBusyTimeOutMills (%lld ms)",
+                                          cap_ms, ms);
+        else if (rc == MQS_WAIT_BACKLOG && after_wait == 2)
+            reason = PyUnicode_FromFormat("the commit backlog did not come under its bound "
+                                          "(commit_backlog_max_bytes, %lld bytes) within %lld "
+                                          "ms (syncFlushTimeout), though the committer moved",
+                                          backlog, cap_ms);
+        else if (rc == MQS_WAIT_BACKLOG)
+            reason = PyUnicode_FromFormat("the commit backlog stayed at its bound "
+                                          "(commit_backlog_max_bytes, %lld bytes) and the "
+                                          "committer did not move for %lld ms",
+                                          backlog, ms);
+        else if (rc == MQS_WAIT_POOL && !after_wait)
+            reason = PyUnicode_FromString("no free write-pool buffer");
+        else
+            reason = PyUnicode_FromFormat("no free %s within %lld ms",
+                                          rc == MQS_WAIT_POOL ? "write-pool buffer"
+                                                              : "reservation slot",
+                                          ms);
     }
-    if (rc == MQS_WAIT_FILE)
-        return mqs_fields_refuse(why, MQS_ST_CREATE_MAPPED_FILE_FAILED,
-                      PyUnicode_FromFormat("the allocator did not have the next segment file "
-                                           "ready in %lld ms",
-                                           ms));
-    if (rc == MQS_WAIT_BACKLOG && after_wait == 2)
-        return mqs_fields_refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
-                      PyUnicode_FromFormat("the commit backlog did not come under its bound "
-                                           "(commit_backlog_max_bytes, %lld bytes) within %lld ms "
-                                           "(syncFlushTimeout), though the committer moved",
-                                           (long long)self->a.backlog_max,
-                                           (long long)(lock_cap_ns(self) / 1000000)));
-    if (rc == MQS_WAIT_BACKLOG)
-        return mqs_fields_refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
-                      PyUnicode_FromFormat("the commit backlog stayed at its bound "
-                                           "(commit_backlog_max_bytes, %lld bytes) and the "
-                                           "committer did not move for %lld ms",
-                                           (long long)self->a.backlog_max, ms));
-    if (rc == MQS_WAIT_POOL && !after_wait)
-        return mqs_fields_refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
-                      PyUnicode_FromString("no free write-pool buffer"));
-    return mqs_fields_refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
-                  PyUnicode_FromFormat("no free %s within %lld ms",
-                                       rc == MQS_WAIT_POOL ? "write-pool buffer"
-                                                           : "reservation slot",
-                                       ms));
+    return mqs_fields_refuse(why, status, reason);
 }
 
 /* One try under the lock: MQS_OK, a code of mqs_reserve or the lock, a refusal, ERR.
@@ -745,17 +776,13 @@ static long long generation(Appender *self)
  * generation, never PUT_OK. */
 static PyObject *fenced(Appender *self, int n, int batch, int64_t t0)
 {
-    long long gen = generation(self);
-    struct mqs_refusal why = {MQS_ST_SERVICE_NOT_AVAILABLE, NULL};
-    why.reason = PyUnicode_FromFormat("the store was stopped or restarted while this put was "
-                                      "in progress (generation %lld is over); it was not "
-                                      "stored: put it again",
-                                      gen);
-    if (why.reason == NULL)
-        return NULL;
-    PyObject *out = refused(self, &why, n, batch, t0);
-    Py_DECREF(why.reason);
-    return out;
+    struct mqs_refusal why = {
+        MQS_ST_SERVICE_NOT_AVAILABLE,
+        PyUnicode_FromFormat("the store was stopped or restarted while this put was in "
+                             "progress (generation %lld is over); it was not stored: put it "
+                             "again",
+                             generation(self))};
+    return why.reason ? refused(self, &why, n, batch, t0) : NULL;
 }
 
 /* One PutResult per message (a list for a batch) with `reason` (borrowed): at the
@@ -831,6 +858,12 @@ static PyObject *duplicates(Appender *self, struct mqs_item *items, int n, int b
     return out;
 }
 
+static void body_crcs(struct mqs_item *items, int n)
+{
+    for (int i = 0; i < n; i++)
+        items[i].msg.body_crc = mqs_body_crc(items[i].msg.body, items[i].msg.body_len);
+}
+
 /* Reserve, copy, wait (sync), count and answer the checked messages. */
 static PyObject *append(Appender *self, struct mqs_fields *m, struct mqs_item *items, int n,
                         int batch, int sync, int64_t t0)
@@ -848,19 +881,16 @@ static PyObject *append(Appender *self, struct mqs_fields *m, struct mqs_item *i
         bytes += (int64_t)items[i].msg.body_len;
     }
     if (bytes >= MQS_NOGIL_BYTES) {
-        Py_BEGIN_ALLOW_THREADS for (int i = 0; i < n; i++) items[i].msg.body_crc =
-            mqs_body_crc(items[i].msg.body, items[i].msg.body_len);
+        Py_BEGIN_ALLOW_THREADS body_crcs(items, n);
         Py_END_ALLOW_THREADS
     } else {
-        for (int i = 0; i < n; i++)
-            items[i].msg.body_crc = mqs_body_crc(items[i].msg.body, items[i].msg.body_len);
+        body_crcs(items, n);
     }
     int rc = reserve(self, m, items, n, qoffs, &r, &took, &why, t0);
     if (rc == MQS_IDEM_DUP) {
         out = duplicates(self, items, n, batch, sync, qoffs, t0, took);
     } else if (rc == MQS_FIELDS_REFUSED) {
         out = refused(self, &why, n, batch, t0);
-        Py_DECREF(why.reason);
     } else if (rc == MQS_OK && (rc = copy(self, items, n, qoffs, &r, bytes)) == MQS_FENCED) {
         out = fenced(self, n, batch, t0);
     } else if (rc == MQS_OK) {
@@ -923,10 +953,7 @@ static PyObject *call(Appender *self, PyObject *list, PyObject *const *args, PyO
                     PyUnicode_FromFormat("batch of %d messages; at most %lld per batch", n,
                                          (long long)(self->a.slot_count / 2)));
     } else {
-        int64_t born = 0, total = 0;
-        struct timespec now;
-        clock_gettime(CLOCK_REALTIME, &now);
-        born = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+        int64_t born = mqs_wall_ms(), total = 0;
         for (i = 0; i < n && rc == MQS_FIELDS_OK; i++) {
             rc = mqs_fields_check(&m[i], &items[i], &arena, &why, c, self->a.seg_size, born);
             if (rc == MQS_FIELDS_OK)
@@ -950,7 +977,6 @@ static PyObject *call(Appender *self, PyObject *list, PyObject *const *args, PyO
     }
     if (rc == MQS_FIELDS_REFUSED) {
         out = refused(self, &why, n, batch, t0);
-        Py_DECREF(why.reason);
     } else if (rc == MQS_FIELDS_OK) {
         for (i = 0; i < n; i++)
             items[i].msg.props = arena.buf + m[i].props_off;
@@ -971,16 +997,22 @@ done:
     return out;
 }
 
-/* Whether the call can run now (else None: the client acts first), and the lock. */
-static int ready(Appender *self, PyObject *wait, int held, int64_t t0)
+/* `call` under the client's lock (`held`: the client holds it already), or None when it
+ * cannot run now (closed, forked, not a bool `wait`, due for the supervisor check, the
+ * lock taken): the client acts first. */
+static inline __attribute__((always_inline)) PyObject *
+locked_call(Appender *self, PyObject *list, PyObject *const *args, PyObject *delay,
+            PyObject *wait, int held, int redelivered, int64_t t0)
 {
     struct mqs_client *c = &self->c;
     if (!self->open || !c->configured || c->fork_gen != fork_gen ||
-        (wait != Py_True && wait != Py_False))
-        return 0;
-    if (held)
-        return 1;
-    return t0 < c->stale_at_ns && putlock_try((PutLock *)c->lock);
+        (wait != Py_True && wait != Py_False) ||
+        (!held && (t0 >= c->stale_at_ns || !putlock_try((PutLock *)c->lock))))
+        Py_RETURN_NONE;
+    PyObject *out = call(self, list, args, delay, c->sync && wait == Py_True, redelivered, t0);
+    if (!held)
+        putlock_release_held((PutLock *)c->lock);
+    return out;
 }
 
 PyObject *mqs_put_message(Appender *self, PyObject *const *args, Py_ssize_t nargs)
@@ -992,14 +1024,8 @@ PyObject *mqs_put_message(Appender *self, PyObject *const *args, Py_ssize_t narg
         return NULL;
     }
     int64_t t0 = mqs_mono_ns();
-    int held = nargs >= 8 && args[7] == Py_True;
-    if (!ready(self, args[6], held, t0))
-        Py_RETURN_NONE;
-    PyObject *out = call(self, NULL, args, nargs == 9 ? args[8] : NULL,
-                         self->c.sync && args[6] == Py_True, 0, t0);
-    if (!held)
-        putlock_release_held((PutLock *)self->c.lock);
-    return out;
+    return locked_call(self, NULL, args, nargs == 9 ? args[8] : NULL, args[6],
+                       nargs >= 8 && args[7] == Py_True, 0, t0);
 }
 
 PyObject *mqs_put_batch_messages(Appender *self, PyObject *const *args, Py_ssize_t nargs)
@@ -1011,17 +1037,10 @@ PyObject *mqs_put_batch_messages(Appender *self, PyObject *const *args, Py_ssize
         return NULL;
     }
     int64_t t0 = mqs_mono_ns();
-    int held = nargs >= 3 && args[2] == Py_True;
-    int redelivered = nargs == 4 && args[3] == Py_True;
     if (!PyList_CheckExact(args[0]) || PyList_GET_SIZE(args[0]) > INT32_MAX)
         Py_RETURN_NONE;
     if (PyList_GET_SIZE(args[0]) == 0)
         return PyList_New(0);
-    if (!ready(self, args[1], held, t0))
-        Py_RETURN_NONE;
-    PyObject *out = call(self, args[0], NULL, NULL, self->c.sync && args[1] == Py_True,
-                         redelivered, t0);
-    if (!held)
-        putlock_release_held((PutLock *)self->c.lock);
-    return out;
+    return locked_call(self, args[0], NULL, NULL, args[1], nargs >= 3 && args[2] == Py_True,
+                       nargs == 4 && args[3] == Py_True, t0);
 }

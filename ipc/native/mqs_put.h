@@ -18,10 +18,10 @@ int mqs_put_ready(void);
 int mqs_put_add(PyObject *m);
 
 #define MQS_PUT_METHODS                                                                        \
-    {"put_message", (PyCFunction)(void (*)(void))mqs_put_message, METH_FASTCALL,                \
-     "put_message(topic, body, tags, keys, properties, queue_id, wait_store, held=False, "      \
-     "delay_level=None) -> PutResult | None: the whole put; None: nothing done, the client acts first (re-attach, "  \
-     "its lock, a type to refuse or make plain)."},                                             \
+    {"put_message", (PyCFunction)(void (*)(void))mqs_put_message, METH_FASTCALL,               \
+     "put_message(topic, body, tags, keys, properties, queue_id, wait_store, held=False, "    \
+     "delay_level=None) -> PutResult | None: the whole put; None: nothing done, the client "  \
+     "acts first (re-attach, its lock, a type to refuse or make plain)."},                    \
         {"put_batch_messages", (PyCFunction)(void (*)(void))mqs_put_batch_messages,            \
          METH_FASTCALL,                                                                        \
          "put_batch_messages(messages, wait_store, held=False, redelivered=False) -> "        \
@@ -33,7 +33,8 @@ int mqs_put_add(PyObject *m);
          "configure(lock, lanes, new_lane, find_row, map_segment, message_type, "              \
          "message_fields, stats, stats_off, result_type, statuses, flush_reasons, "            \
          "msg_id_prefix, sync, sync_timeout_ns, busy_ns, fast_fail, max_body, store_addr, "    \
-         "store_port, max_delay_level=18): what put_message needs from the client."},                              \
+         "store_port, max_delay_level=18, backlog_bytes=0, backlog_grace_ns=0): what "        \
+         "put_message needs from the client."},                                                \
         {"checked", (PyCFunction)mqs_put_checked, METH_O,                                      \
          "checked(stale_after_ns): the client checked its supervisor; put_message answers "    \
          "None once this long has passed, so that it checks again."},

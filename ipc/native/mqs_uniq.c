@@ -12,6 +12,7 @@
 #endif
 
 #include "mqs_args.h"
+#include "mqs_futex.h"
 #include "mqs_layout.h"
 
 #define IDEM_MAX_AGE_MS (24LL * 3600 * 1000) /* an entry older than this is not matched */
@@ -39,11 +40,7 @@ static PyTypeObject UniqIdsType;
 
 static int64_t now_ms(const UniqIds *s)
 {
-    if (s->fixed_ms >= 0)
-        return s->fixed_ms;
-    struct timespec t;
-    clock_gettime(CLOCK_REALTIME, &t);
-    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+    return s->fixed_ms >= 0 ? s->fixed_ms : mqs_wall_ms();
 }
 
 /* MessageClientIDSetter.setStartTime: the local month's first ms, and the next's. */
@@ -448,13 +445,6 @@ static uint8_t *find_entry(uint8_t *row, uint64_t seq)
     return NULL;
 }
 
-static int64_t wall_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_REALTIME, &t);
-    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
 /* The stored entry of a retry key: DONE (a duplicate), PENDING still in flight, or
  * NULL (never stored, forgotten, too old, or its reservation was filled). */
 static uint8_t *stored(struct mqs_uniq_client *u, uint8_t *t, const uint8_t k16[16], int64_t now,
@@ -484,7 +474,7 @@ int mqs_idem_check(struct mqs_uniq_client *u, struct mqs_appender *a, int64_t ct
     uint8_t *t = given ? table_of(a->ctl, a->qtable_off, ctl_len) : NULL;
     if (t == NULL)
         return MQS_OK;
-    int64_t now = wall_ms();
+    int64_t now = mqs_wall_ms();
     int64_t published = __atomic_load_n(mqs_i64(a->ctl, MQS_OFF_PUBLISHED_SEQ), __ATOMIC_ACQUIRE);
     int dups = 0, inflight;
     for (int i = 0; i < n; i++) {
