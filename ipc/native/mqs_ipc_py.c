@@ -339,6 +339,7 @@ static const struct {
     {"OFF_LOCK_SINCE", (long long)MQS_OFF_LOCK_SINCE},
     {"OFF_LOCK_QUEUED", (long long)MQS_OFF_LOCK_QUEUED},
     {"OFF_ROOM_TIMEOUTS", (long long)MQS_OFF_ROOM_TIMEOUTS},
+    {"OFF_COMMIT_DRAIN", (long long)MQS_OFF_COMMIT_DRAIN},
     {"FLAG_FENCED", (long long)MQS_FLAG_FENCED},
     {"STATE_FILLING", (long long)MQS_STATE_FILLING},
     {"STATE_JOINED", (long long)MQS_STATE_JOINED},
@@ -381,27 +382,29 @@ static int add_layout(PyObject *m)
     return rc;
 }
 
-/* backlog_full(since, backlog, bound, grace_ns, now) -> (wait, since): mqs_backlog_full
- * for the differential test against its Python twin. */
+/* backlog_full(since, backlog, bound, grace_ns, drain, now) -> (wait, since):
+ * mqs_backlog_full for the differential test against its Python twin. */
 static PyObject *backlog_full(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs)
 {
-    static const char *names[] = {"since", "backlog", "bound", "grace_ns", "now"};
-    int64_t v[5];
-    if (nargs != 5) {
+    static const char *names[] = {"since", "backlog", "bound", "grace_ns", "drain", "now"};
+    int64_t v[6];
+    if (nargs != 6) {
         PyErr_SetString(PyExc_TypeError,
-                        "backlog_full(since, backlog, bound, grace_ns, now) takes 5 arguments");
+                        "backlog_full(since, backlog, bound, grace_ns, drain, now) takes 6 "
+                        "arguments");
         return NULL;
     }
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
         if (mqs_arg_i64(args[i], names[i], &v[i]) < 0)
             return NULL;
-    int wait = mqs_backlog_full(&v[0], v[1], v[2], v[3], v[4]);
+    int wait = mqs_backlog_full(&v[0], v[1], v[2], v[3], v[4], v[5]);
     return Py_BuildValue("(OL)", wait ? Py_True : Py_False, (long long)v[0]);
 }
 
 static PyMethodDef ipc_methods[] = {
     {"backlog_full", (PyCFunction)(void (*)(void))backlog_full, METH_FASTCALL,
-     "backlog_full(since, backlog, bound, grace_ns, now) -> (wait, since): the put's commit "
+     "backlog_full(since, backlog, bound, grace_ns, drain, now) -> (wait, since): the put's "
+     "commit "
      "backlog rule (mqs_append.h: mqs_backlog_full), for tests."},
     MQS_CONTROL_METHODS
     MQS_GROUP_ACK_METHODS

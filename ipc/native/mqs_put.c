@@ -498,19 +498,32 @@ static int reserve_refusal(Appender *self, int rc, int after_wait, struct mqs_re
                       PyUnicode_FromFormat("the allocator did not have the next segment file "
                                            "ready in %lld ms",
                                            ms));
-    if (rc == MQS_WAIT_BACKLOG && after_wait == 2)
-        return mqs_fields_refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
-                      PyUnicode_FromFormat("the commit backlog did not come under its bound "
-                                           "(commit_backlog_max_bytes, %lld bytes) within %lld ms "
-                                           "(syncFlushTimeout), though the committer moved",
-                                           (long long)self->a.backlog_max,
-                                           (long long)(lock_cap_ns(self) / 1000000)));
-    if (rc == MQS_WAIT_BACKLOG)
-        return mqs_fields_refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
-                      PyUnicode_FromFormat("the commit backlog stayed at its bound "
-                                           "(commit_backlog_max_bytes, %lld bytes) and the "
-                                           "committer did not move for %lld ms",
-                                           (long long)self->a.backlog_max, ms));
+    if (rc == MQS_WAIT_BACKLOG) {
+        /* The bound it waited at: the fixed one, or the committer's drain bytes when it
+         * has published them (mqs_backlog_full). */
+        int64_t drain = __atomic_load_n(mqs_i64(self->a.ctl, MQS_OFF_COMMIT_DRAIN),
+                                        __ATOMIC_ACQUIRE);
+        PyObject *bound =
+            drain > 0 ? PyUnicode_FromFormat("commit_backlog_max_bytes, %lld bytes, or "
+                                             "commit_backlog_drain_ms of the committer's "
+                                             "recent pace, %lld bytes",
+                                             (long long)self->a.backlog_max, (long long)drain)
+                      : PyUnicode_FromFormat("commit_backlog_max_bytes, %lld bytes",
+                                             (long long)self->a.backlog_max);
+        if (bound == NULL)
+            return mqs_fields_refuse(why, MQS_ST_OS_PAGECACHE_BUSY, NULL);
+        PyObject *text =
+            after_wait == 2
+                ? PyUnicode_FromFormat("the commit backlog did not come under its bound (%U) "
+                                       "within %lld ms (syncFlushTimeout), though the "
+                                       "committer moved",
+                                       bound, (long long)(lock_cap_ns(self) / 1000000))
+                : PyUnicode_FromFormat("the commit backlog stayed at its bound (%U) and the "
+                                       "committer did not move for %lld ms",
+                                       bound, ms);
+        Py_DECREF(bound);
+        return mqs_fields_refuse(why, MQS_ST_OS_PAGECACHE_BUSY, text);
+    }
     if (rc == MQS_WAIT_POOL && !after_wait)
         return mqs_fields_refuse(why, MQS_ST_OS_PAGECACHE_BUSY,
                       PyUnicode_FromString("no free write-pool buffer"));
