@@ -458,6 +458,7 @@ def test_a_stopped_committer_holds_producers_at_its_drain_bytes_within_the_grace
             wait_for(lambda: pos.committed >= last.physical_offset + last.size)
             drain = pos.commit_drain
             assert 4 << 20 <= drain < bound, drain
+            assert st.status()["commit_drain_bytes"] == drain  # `mqstore status` shows it
             os.kill(committer["pid"], signal.SIGSTOP)
             try:
                 for _ in range(bound // 1000):
