@@ -63,6 +63,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     # 0: no bound, no grace; a backlog never exceeds the pool (at most 1024 x 2 GiB)
     "commit_backlog_max_bytes": (0, 2**41),
     "commit_backlog_grace_ms": (0, _INT32_MAX),
+    "commit_backlog_drain_ms": (0, _INT32_MAX),
 }
 # RocketMQ 5.x also reads the two disk ratios as plain config keys, in percent (90, 85).
 RMQ_TO_FIELD.update(

@@ -64,6 +64,7 @@ class StoreSettings:
     sync_flush_zero_segments: bool = True
     commit_backlog_max_bytes: int = 32 * MIB
     commit_backlog_grace_ms: int = 1000
+    commit_backlog_drain_ms: int = 50
     max_message_size_bytes: int = 4 * MIB
     check_crc_on_recover: bool = True
     compress_type: str = "NONE"
@@ -186,6 +187,14 @@ _TABLE: tuple[tuple[str, str | None, str, bool, str], ...] = (
               "wait for it: a burst shorter than this fills the pool at the producer's speed "
               "(each producer counts from when it saw the bound; the count starts again once "
               "the backlog is under half the bound)"),
+    ("commit_backlog_drain_ms", None, "ms",
+     SIGHUP, "Pool on, with commit_backlog_max_bytes > 0: the committer publishes the bytes it "
+             "commits in this many ms at its recent copy pace, and a put waits at a commit "
+             "backlog that large (at least 4 MiB), grace or not, so a committer that slows "
+             "down (new page-cache pages that cost a host fault each, late in a run on a VM "
+             "that reports free memory) throttles producers and readers trail it by about "
+             "this long, not by what a grace let through (docs/tuning.md). 0: no such bound, "
+             "only commit_backlog_max_bytes and its grace"),
     ("max_message_size_bytes", "maxMessageSize", "bytes",
      SIGHUP, "Max message"),
     ("check_crc_on_recover", "checkCRCOnRecover", "bool",

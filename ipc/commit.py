@@ -52,6 +52,7 @@ from mqstore.engine import fileio, storedir
 from mqstore.engine.filler import INTERNAL_TOPIC, write_filler
 from mqstore.engine.segment import OS_PAGE_SIZE, Segment, segment_file_name
 from mqstore.ipc import control as c
+from mqstore.ipc.commit_pace import CommitPace
 from mqstore.ipc.control_views import (
     FlushStats,
     Histograms,
@@ -152,6 +153,8 @@ class LogFiles:
         self._fds_at = -1  # the `first` of the last `_seg_fds`, and its answer
         self._fds_tuple: tuple[int, ...] = ()
         self._live = LiveTable(store_dir)
+        # The committer's (`ipc.commit_pace`): notes each pool commit step's bytes and time.
+        self.pace: CommitPace | None = None
 
     def segment(self, index: int) -> Segment:
         seg = self._segs.get(index)
@@ -313,6 +316,7 @@ class LogFiles:
                 seg, view = self.segment(index), cb.pool_view(index)
                 try:
                     while com < seg_end:  # COMMIT_STEP: why steps, and where they end
+                        t0 = time.monotonic_ns()
                         end = seg_end
                         if seg_end - com > 2 * COMMIT_STEP:
                             end = base + _native.record_step(
@@ -321,6 +325,8 @@ class LogFiles:
                             if end <= com:  # no size to follow (never for published bytes)
                                 end = seg_end
                         seg.commit_range(view, com - base, end - base)
+                        if self.pace is not None:
+                            self.pace.note(end - com, time.monotonic_ns() - t0)
                         com = end
                         pos.advance_committed(com)
                 finally:

@@ -121,6 +121,10 @@ mirrors these offsets; `ipc.reservation` and `ipc/native/mqs_futex.h` say how th
 |      |                  | flush timeout) with no holder over the busy timeout      |
 | 2192 | room_timeouts    | producers: puts refused after waiting the busy timeout   |
 |      |                  | for room (the next file, a pool buffer, slots)           |
+| 2200 | commit_drain     | committer: `Positions.set_commit_drain`, the bytes it    |
+|      |                  | commits in `commit_backlog_drain_ms` at its recent pace  |
+|      |                  | (0: not measured yet, or no such bound); producers wait  |
+|      |                  | at a backlog that large (C `mqs_backlog_full`)           |
 
 Workers table at 512: 8 rows of 64 bytes (pid, heartbeat_ms, restarts, state, name 32s),
 written by the worker (heartbeat) and the supervisor (pid, restarts, state). heartbeat_ms
@@ -249,6 +253,7 @@ OFF_IDLE_SLEEPS: Final = 2172
 OFF_LOCK_SINCE: Final = 2176
 OFF_LOCK_QUEUED: Final = 2184
 OFF_ROOM_TIMEOUTS: Final = 2192
+OFF_COMMIT_DRAIN: Final = 2200
 
 
 def bucket_of(value: int, shift: int, buckets: int) -> int:

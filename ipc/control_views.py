@@ -111,6 +111,7 @@ class Positions(_View):
     )
     flushed, flushed_seq, flushed_ts = _fields(c.OFF_FLUSHED, c.OFF_FLUSHED_SEQ, c.OFF_FLUSHED_TS)
     dispatched, allocated = _Field(c.OFF_DISPATCHED), _Field(c.OFF_ALLOCATED)
+    commit_drain = _Field(c.OFF_COMMIT_DRAIN)
 
     def reserved_and_seq(self) -> tuple[int, int]:
         """`reserved_pos` and `seq` in one load: the commit point writes them in one."""
@@ -139,6 +140,12 @@ class Positions(_View):
         """The commit step only (`ipc.commit.LogFiles.commit`, under the commit lock):
         everything below `pos` is in the files."""
         self._set(c.OFF_COMMITTED, pos)
+
+    def set_commit_drain(self, nbytes: int) -> None:
+        """The committer only (`ipc.commit_pace.CommitPace`): the bytes it commits in
+        `commit_backlog_drain_ms` at its recent pace, 0 for no such bound. A put waits
+        at a commit backlog that large (C `mqs_backlog_full`)."""
+        self._set(c.OFF_COMMIT_DRAIN, nbytes)
 
     def stamp_committed(self, ts: int, seq: int) -> None:
         """The commit step only, after its last `advance_committed`: the store time and
@@ -356,6 +363,7 @@ WRITERS: Final[dict[str, tuple[str, ...]]] = {
     "seed_positions": ("workers/supervisor.py",),
     "advance_committed": ("ipc/commit.py",),
     "stamp_committed": ("ipc/commit.py",),
+    "set_commit_drain": ("ipc/commit_pace.py",),
     "advance_flushed": ("ipc/commit.py",),
     "set_dispatched": ("workers/dispatcher.py",),
     "count_topic_deleted": ("workers/topic_delete.py",),

@@ -92,10 +92,11 @@ def idem_find(ctl: Buffer, uniq_key: str, /) -> tuple[int, int, int, int, int, i
     """(state 1 pending / 2 stored, offset, size, queue id, queue offset, store time)."""
 
 def backlog_full(
-    since: int, backlog: int, bound: int, grace_ns: int, now: int, /
+    since: int, backlog: int, bound: int, grace_ns: int, drain: int, now: int, /
 ) -> tuple[bool, int]:
     """(wait, since): the put's commit-backlog rule (C mqs_backlog_full) for one producer
-    whose state is `since`; `now` CLOCK_MONOTONIC ns (read only when backlog >= bound)."""
+    whose state is `since`; `drain` the committer's published drain bytes (0: none);
+    `now` CLOCK_MONOTONIC ns (read only when backlog >= bound)."""
 
 def crash_point(point: str, /) -> None:
     """SIGKILL or SIGSTOP this process if MQSTORE_CRASHPOINT arms `point` and this is its

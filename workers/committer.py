@@ -14,8 +14,11 @@ to dispatch, after the last put (`../shared/perf/dispatch_lag.py`: 0.6-1.9 s).
 After a commit that moved data it wakes the flusher if it sleeps (a futex word in the
 control block, `mqstore._native.flusher_wake`), at most once per `commit_interval_ms`:
 the flusher's fsyncs keep the pace they had when the committer ran at that interval
-(an ASYNC_FLUSH flusher flushes when woken). A pool buffer
-is free again as soon as its segment is fully committed (producers check that).
+(an ASYNC_FLUSH flusher flushes when woken). Each pool commit step is timed
+(`ipc.commit_pace`): the committer publishes the bytes it commits in
+`commit_backlog_drain_ms` at its recent pace, and producers wait at a backlog that large,
+so readers trail a slowed committer by about that long. A pool buffer is free again as
+soon as its segment is fully committed (producers check that).
 Drain on stop: fence the generation if the supervisor did not (it died: `ipc.fence`, so
 no put completes after this drain unseen), then commit everything below the fence,
 bounded in time; orphaned, fill what is left unfinished below the fence and commit the
@@ -31,6 +34,7 @@ from typing import Final
 from mqstore import _native
 from mqstore.conf.settings import FlushDiskType
 from mqstore.ipc.commit import LogFiles
+from mqstore.ipc.commit_pace import CommitPace
 from mqstore.ipc.control_views import Positions
 from mqstore.ipc.fence import fence
 from mqstore.workers.base import WorkerContext
@@ -59,6 +63,7 @@ class Committer(Service):
         super().__init__(ctx)
         self.files = LogFiles(ctx.store_dir, ctx.cb, ctx.settings.store_host)
         self.pos = Positions(ctx.cb)
+        self.pace = self.files.pace = CommitPace(self.pos, ctx.settings.commit_backlog_drain_ms)
         self.last_thorough = self.last_wake = time.monotonic()
         self.seen = self.pos.committed  # the published position the last tick found
         self.fence_seq = -1
@@ -82,6 +87,7 @@ class Committer(Service):
 
     def tick(self) -> float:
         s = self.ctx.settings
+        self.pace.set_drain_ms(s.commit_backlog_drain_ms)
         now = time.monotonic()
         pressure = self._pressure()
         pub = self.pos.published

@@ -174,6 +174,9 @@ def build(
             "dispatched": pos.dispatched,
         },
         "commit_lag_bytes": published - committed,
+        # what the committer commits in commit_backlog_drain_ms at its recent pace, the
+        # backlog producers wait at (0: not measured yet, or no such bound)
+        "commit_drain_bytes": pos.commit_drain,
         "flush_lag_bytes": committed - flushed,
         "dispatch_lag_bytes": max(0, committed - pos.dispatched),
         "dispatched_records": DispatchStats(cb).records,

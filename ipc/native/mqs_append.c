@@ -158,19 +158,19 @@ void mqs_unlock(uint8_t *ctl)
 }
 
 int mqs_backlog_full(int64_t *since, int64_t backlog, int64_t bound, int64_t grace_ns,
-                     int64_t now)
+                     int64_t drain, int64_t now)
 {
     if (bound <= 0)
         return 0;
     if (backlog < bound - bound / 2) { /* caught up (half the bound): a new burst may come */
         *since = 0;
-        return 0;
+        return drain > 0 && backlog >= drain;
     }
     if (backlog < bound)
-        return 0;
+        return drain > 0 && backlog >= drain;
     if (*since == 0)
         *since = now > 0 ? now : 1;
-    return now - *since >= grace_ns;
+    return now - *since >= grace_ns || (drain > 0 && backlog >= drain);
 }
 
 int mqs_reserve(struct mqs_appender *a, const struct mqs_item *items, int n, int64_t *qoffs,
@@ -210,6 +210,7 @@ int mqs_reserve(struct mqs_appender *a, const struct mqs_item *items, int n, int
         int64_t backlog = reserved - committed;
         if (a->backlog_max > 0 &&
             mqs_backlog_full(&a->backlog_since, backlog, a->backlog_max, a->backlog_grace_ns,
+                             load(ctl, MQS_OFF_COMMIT_DRAIN),
                              backlog >= a->backlog_max ? mqs_mono_ns() : 0))
             return MQS_WAIT_BACKLOG;
     }

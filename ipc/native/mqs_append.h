@@ -39,14 +39,18 @@ struct mqs_appender {
 };
 
 /* The commit backlog's rule, for one producer (`*since`: its state, 0 at first): 1 when
- * the reservation must wait. A backlog (reserved - committed) at or over `bound` has to
- * have been seen there for `grace_ns` (a burst the pool absorbs is not held back), and a
- * producer that once waited keeps waiting at the bound until the backlog has fallen
- * under half of it (then `*since` is 0 again). `now`: CLOCK_MONOTONIC ns, read by the
- * caller only when backlog >= bound. Twin: tests/native/put_reference.py's
+ * the reservation must wait. A backlog (reserved - committed) at or over `drain` (> 0:
+ * the bytes the committer commits in commit_backlog_drain_ms at its recent pace, which
+ * it publishes at MQS_OFF_COMMIT_DRAIN; 0: not known) waits at once, grace or not, so a
+ * committer that slows down throttles producers instead of building a tail readers wait
+ * out. Otherwise a backlog at or over `bound` has to have been seen there for
+ * `grace_ns` (a burst the pool absorbs is not held back), and a producer that once
+ * waited keeps waiting at the bound until the backlog has fallen under half of it (then
+ * `*since` is 0 again). `now`: CLOCK_MONOTONIC ns, read by the caller only when
+ * backlog >= bound. No bound (0): never waits. Twin: tests/native/put_reference.py's
  * `backlog_reference`. */
 int mqs_backlog_full(int64_t *since, int64_t backlog, int64_t bound, int64_t grace_ns,
-                     int64_t now);
+                     int64_t drain, int64_t now);
 
 /* Supervisor, once, on a zeroed control block: make the mutex robust and shared. */
 int mqs_mutex_init(uint8_t *ctl);

@@ -272,7 +272,8 @@ static const struct {
     ROW(OFF_FLUSHER_SLEEPS) ROW(CLIENT_FIELDS) ROW(CF_HIST) ROW(CF_PHASES) ROW(PHASE_BUCKETS)
     ROW(OFF_SYNC_REQUEST) ROW(OFF_LOCK_TIMEOUTS) ROW(OFF_OWNER_DEAD) ROW(OFF_GATHER_WANT)
     ROW(OFF_FENCE_SEQ) ROW(OFF_IDLE_WAKE) ROW(OFF_IDLE_SLEEPS) ROW(OFF_LOCK_SINCE)
-    ROW(OFF_LOCK_QUEUED) ROW(OFF_ROOM_TIMEOUTS) ROW(FLAG_FENCED) ROW(STATE_FILLING)
+    ROW(OFF_LOCK_QUEUED) ROW(OFF_ROOM_TIMEOUTS) ROW(OFF_COMMIT_DRAIN)
+    ROW(FLAG_FENCED) ROW(STATE_FILLING)
     ROW(STATE_JOINED) ROW(SLOTS_OFF) ROW(SLOT_ROW) ROW(OFF_FSYNC_COUNT) ROW(OFF_FSYNC_MSGS)
     ROW(OFF_PUBLISHED_TS) ROW(OFF_COMMITTED_TS) ROW(OFF_FLUSHED_TS) ROW(OFF_FLUSHED_SEQ)
     ROW(OFF_FSYNC_NS) ROW(OFF_COMMITTED_SEQ) ROW(OFF_FSYNC_HIST) ROW(FSYNC_HIST_BUCKETS)
@@ -300,21 +301,22 @@ static int add_layout(PyObject *m)
     return rc;
 }
 
-/* backlog_full(since, backlog, bound, grace_ns, now) -> (wait, since): mqs_backlog_full
- * for the differential test against its Python twin. */
+/* backlog_full(since, backlog, bound, grace_ns, drain, now) -> (wait, since):
+ * mqs_backlog_full for the differential test against its Python twin. */
 static PyObject *backlog_full(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs)
 {
-    static const char *names[] = {"since", "backlog", "bound", "grace_ns", "now"};
-    int64_t v[5];
-    if (nargs != 5) {
+    static const char *names[] = {"since", "backlog", "bound", "grace_ns", "drain", "now"};
+    int64_t v[6];
+    if (nargs != 6) {
         PyErr_SetString(PyExc_TypeError,
-                        "backlog_full(since, backlog, bound, grace_ns, now) takes 5 arguments");
+                        "backlog_full(since, backlog, bound, grace_ns, drain, now) takes 6 "
+                        "arguments");
         return NULL;
     }
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
         if (mqs_arg_i64(args[i], names[i], &v[i]) < 0)
             return NULL;
-    int wait = mqs_backlog_full(&v[0], v[1], v[2], v[3], v[4]);
+    int wait = mqs_backlog_full(&v[0], v[1], v[2], v[3], v[4], v[5]);
     return Py_BuildValue("(OL)", wait ? Py_True : Py_False, (long long)v[0]);
 }
 
@@ -345,7 +347,8 @@ static PyMethodDef ipc_methods[] = {
      "crash_point(point): SIGKILL or SIGSTOP this process if MQSTORE_CRASHPOINT arms `point` "
      "and this is its nth hit (docs/crash-points.md); no-op otherwise."},
     {"backlog_full", (PyCFunction)(void (*)(void))backlog_full, METH_FASTCALL,
-     "backlog_full(since, backlog, bound, grace_ns, now) -> (wait, since): the put's commit "
+     "backlog_full(since, backlog, bound, grace_ns, drain, now) -> (wait, since): the put's "
+     "commit "
      "backlog rule (mqs_append.h: mqs_backlog_full), for tests."},
     MQS_CONTROL_METHODS
     MQS_GROUP_ACK_METHODS

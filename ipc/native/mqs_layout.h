@@ -64,6 +64,7 @@
 #define MQS_OFF_LOCK_SINCE 2176    /* i64: CLOCK_MONOTONIC ns the lock's holder took it (0: free) */
 #define MQS_OFF_LOCK_QUEUED 2184   /* i64: put lock waits refused at their cap, no holder too long */
 #define MQS_OFF_ROOM_TIMEOUTS 2192 /* i64: puts refused after the busy timeout waiting for room */
+#define MQS_OFF_COMMIT_DRAIN 2200  /* i64: bytes the committer commits in commit_backlog_drain_ms */
 #define MQS_NATIVE_END 2304
 
 /* Reservation slots: row `seq % slot_count`. */

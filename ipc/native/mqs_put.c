@@ -484,6 +484,32 @@ static int find_rows(Appender *self, struct mqs_fields *m, struct mqs_item *item
     return MQS_OK;
 }
 
+/* Why a put that waited at the commit backlog gave up. The bound it waited at is the fixed
+ * one, or the committer's drain bytes when it has published them (mqs_backlog_full). */
+static PyObject *backlog_reason(Appender *self, int after_wait, long long ms, long long cap_ms)
+{
+    int64_t drain = __atomic_load_n(mqs_i64(self->a.ctl, MQS_OFF_COMMIT_DRAIN), __ATOMIC_ACQUIRE);
+    long long fixed = (long long)self->a.backlog_max;
+    PyObject *bound =
+        drain > 0 ? PyUnicode_FromFormat("commit_backlog_max_bytes, %lld bytes, or "
+                                         "commit_backlog_drain_ms of the committer's recent "
+                                         "pace, %lld bytes",
+                                         fixed, (long long)drain)
+                  : PyUnicode_FromFormat("commit_backlog_max_bytes, %lld bytes", fixed);
+    if (bound == NULL)
+        return NULL;
+    PyObject *text =
+        after_wait == 2
+            ? PyUnicode_FromFormat("the commit backlog did not come under its bound (%U) within "
+                                   "%lld ms (syncFlushTimeout), though the committer moved",
+                                   bound, cap_ms)
+            : PyUnicode_FromFormat("the commit backlog stayed at its bound (%U) and the "
+                                   "committer did not move for %lld ms",
+                                   bound, ms);
+    Py_DECREF(bound);
+    return text;
+}
+
 /* Why a reservation that could not be made is refused (`rc`: mqs_reserve's or the
  * lock's code; `after_wait`: it waited the busy timeout for room, 2: a backlog wait that
  * reached lock_cap_ns while the committer moved). */
@@ -491,7 +517,6 @@ static int reserve_refusal(Appender *self, int rc, int after_wait, struct mqs_re
 {
     long long ms = (long long)(self->c.busy_ns / 1000000);
     long long cap_ms = (long long)(lock_cap_ns(self) / 1000000);
-    long long backlog = (long long)self->a.backlog_max;
     int status = MQS_ST_SERVICE_NOT_AVAILABLE;
     PyObject *reason;
     if (rc == MQS_LOCK_BROKEN) {
@@ -531,16 +556,8 @@ static int reserve_refusal(Appender *self, int rc, int after_wait, struct mqs_re
                                           "(syncFlushTimeout), though no producer held it "
                                           "longer than osPageCacheBusyTimeOutMills (%lld ms)",
                                           cap_ms, ms);
-        else if (rc == MQS_WAIT_BACKLOG && after_wait == 2)
-            reason = PyUnicode_FromFormat("the commit backlog did not come under its bound "
-                                          "(commit_backlog_max_bytes, %lld bytes) within %lld "
-                                          "ms (syncFlushTimeout), though the committer moved",
-                                          backlog, cap_ms);
         else if (rc == MQS_WAIT_BACKLOG)
-            reason = PyUnicode_FromFormat("the commit backlog stayed at its bound "
-                                          "(commit_backlog_max_bytes, %lld bytes) and the "
-                                          "committer did not move for %lld ms",
-                                          backlog, ms);
+            reason = backlog_reason(self, after_wait, ms, cap_ms);
         else if (rc == MQS_WAIT_POOL && !after_wait)
             reason = PyUnicode_FromString("no free write-pool buffer");
         else

@@ -287,20 +287,23 @@ def delay_reference(
 
 
 def backlog_reference(
-    since: int, backlog: int, bound: int, grace_ns: int, now: int
+    since: int, backlog: int, bound: int, grace_ns: int, drain: int, now: int
 ) -> tuple[bool, int]:
     """The Python twin of `_native.backlog_full` (C `mqs_backlog_full`, the put's flow
     control with the pool on): (whether the reservation waits, the producer's new
-    `since`). No bound (0): never. Under half the bound: caught up, `since` forgotten.
-    Under the bound: go on, `since` kept. At or over it: `since` noted at the first such
-    look (`now`, or 1 when the clock says 0), and the put waits once `grace_ns` has passed
-    since then, and at every later look at the bound until the backlog falls under half."""
+    `since`). No bound (0): never. At or over `drain` (> 0, the committer's drain bytes):
+    wait, whatever the grace; `since` kept as the rest of the rule leaves it. Under half
+    the bound: caught up, `since` forgotten. Under the bound: go on, `since` kept. At or
+    over it: `since` noted at the first such look (`now`, or 1 when the clock says 0),
+    and the put waits once `grace_ns` has passed since then, and at every later look at
+    the bound until the backlog falls under half."""
     if bound <= 0:
         return False, since
+    over_drain = drain > 0 and backlog >= drain
     if backlog < bound - bound // 2:
-        return False, 0
+        return over_drain, 0
     if backlog < bound:
-        return False, since
+        return over_drain, since
     if since == 0:
         since = now if now > 0 else 1
-    return now - since >= grace_ns, since
+    return now - since >= grace_ns or over_drain, since

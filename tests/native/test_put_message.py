@@ -440,21 +440,25 @@ _NS = st.integers(0, 2**62)
 @given(
     bound=st.integers(-2, 1 << 30),
     grace=st.integers(0, 2**40),
-    looks=st.lists(st.tuples(st.integers(0, 1 << 31), st.integers(0, 2**36)), max_size=40),
+    looks=st.lists(
+        st.tuples(st.integers(0, 1 << 31), st.integers(0, 2**36), st.integers(-1, 1 << 31)),
+        max_size=40,
+    ),
     since=st.one_of(st.just(0), _NS),
 )
 def test_the_backlog_rule_matches_its_reference(
-    bound: int, grace: int, looks: list[tuple[int, int]], since: int
+    bound: int, grace: int, looks: list[tuple[int, int, int]], since: int
 ) -> None:
     """C `mqs_backlog_full` against `backlog_reference`, look after look of one producer
-    (backlog, time moving on), the state carried from each look to the next."""
+    (backlog, time moving on, the committer's drain bytes changing), the state carried
+    from each look to the next."""
     c_since, ref_since, now = since, since, since
-    for backlog, step in looks:
+    for backlog, step, drain in looks:
         now += step
         at = now if backlog >= bound else 0  # the C reserve reads the clock only then
-        got = _native.backlog_full(c_since, backlog, bound, grace, at)
-        want = backlog_reference(ref_since, backlog, bound, grace, at)
-        assert got == want, (backlog, bound, grace, at, c_since)
+        got = _native.backlog_full(c_since, backlog, bound, grace, drain, at)
+        want = backlog_reference(ref_since, backlog, bound, grace, drain, at)
+        assert got == want, (backlog, bound, grace, drain, at, c_since)
         c_since, ref_since = got[1], want[1]
 
 
@@ -462,15 +466,29 @@ def test_the_backlog_rule_waits_after_the_grace_until_under_half() -> None:
     """The rule's story: a burst under the grace goes on; once the grace has passed it
     waits at the bound, goes on under it, and forgets the grace only under half."""
     full, bound, grace = _native.backlog_full, 1000, 50
-    assert full(0, 999, bound, grace, 0) == (False, 0)
-    assert full(0, 1000, bound, grace, 100) == (False, 100)  # seen at the bound: noted
-    assert full(100, 2000, bound, grace, 149) == (False, 100)  # still within the grace
-    assert full(100, 2000, bound, grace, 150) == (True, 100)  # the grace is over: wait
-    assert full(100, 700, bound, grace, 0) == (False, 100)  # under the bound: go on
-    assert full(100, 1000, bound, grace, 151) == (True, 100)  # at it again: no new grace
-    assert full(100, 499, bound, grace, 0) == (False, 0)  # under half: caught up
-    assert full(0, 10**9, 0, 0, 5) == (False, 0)  # no bound
-    assert full(0, 1, 1, 0, 7) == (True, 7)  # a 1-byte bound, no grace: waits at once
+    assert full(0, 999, bound, grace, 0, 0) == (False, 0)
+    assert full(0, 1000, bound, grace, 0, 100) == (False, 100)  # seen at the bound: noted
+    assert full(100, 2000, bound, grace, 0, 149) == (False, 100)  # still within the grace
+    assert full(100, 2000, bound, grace, 0, 150) == (True, 100)  # the grace is over: wait
+    assert full(100, 700, bound, grace, 0, 0) == (False, 100)  # under the bound: go on
+    assert full(100, 1000, bound, grace, 0, 151) == (True, 100)  # at it again: no new grace
+    assert full(100, 499, bound, grace, 0, 0) == (False, 0)  # under half: caught up
+    assert full(0, 10**9, 0, 0, 0, 5) == (False, 0)  # no bound
+    assert full(0, 1, 1, 0, 0, 7) == (True, 7)  # a 1-byte bound, no grace: waits at once
+
+
+def test_the_drain_bound_waits_whatever_the_grace() -> None:
+    """The committer's drain bytes bound the backlog with no grace: within the grace a
+    burst goes on only up to them, and under the fixed bound too when they are smaller
+    (a slowed committer); 0 (not measured, or commit_backlog_drain_ms 0) changes nothing."""
+    full, bound, grace = _native.backlog_full, 1000, 50
+    assert full(0, 1500, bound, grace, 2000, 100) == (False, 100)  # in the grace, under it
+    assert full(100, 2000, bound, grace, 2000, 120) == (True, 100)  # in the grace, at it
+    assert full(100, 1999, bound, grace, 2000, 121) == (False, 100)  # back under: go on
+    assert full(0, 600, bound, grace, 600, 0) == (True, 0)  # slow committer: under the bound
+    assert full(0, 400, bound, grace, 600, 0) == (False, 0)
+    assert full(0, 2000, bound, grace, 0, 100) == (False, 100)  # no drain bytes: the grace
+    assert full(0, 10**9, 0, 0, 600, 5) == (False, 0)  # no bound at all: none either
 
 
 def test_a_put_waits_for_the_commit_backlog_then_says_why(put: Callable[..., Put]) -> None:
@@ -495,6 +513,29 @@ def test_a_put_waits_for_the_commit_backlog_then_says_why(put: Callable[..., Put
     r = p.app.put_message("TopicA", b"y" * MAX_BODY, None, None, None, 0, False)
     assert r.status is OK and r.physical_offset == 65536, r
     assert p.cb.get(c.OFF_RESERVED) - p.cb.get(c.OFF_COMMITTED) > 65536  # a put may pass it
+
+
+def test_a_put_waits_at_the_committers_drain_bytes_within_the_grace(
+    put: Callable[..., Put],
+) -> None:
+    """Pool on, bound 1 MiB with a long grace: a put 8 KiB past the committed position
+    waits once the committer's published drain bytes (here 8 KiB) say it cannot work that
+    off in time, and is OS_PAGECACHE_BUSY naming both bounds when the committer does not
+    move; with the word back at 0 the same put goes through within the grace."""
+    p = put(backlog_bytes=1 << 20, backlog_grace_ns=10**12)
+    p.cb.set(c.OFF_RESERVED, 8192)
+    p.cb.set(c.OFF_COMMIT_DRAIN, 8192)
+    r = p.app.put_message("TopicA", b"x", None, None, None, 0, False)
+    assert (r.status, r.reason) == (
+        PutMessageStatus.OS_PAGECACHE_BUSY,
+        "the commit backlog stayed at its bound (commit_backlog_max_bytes, 1048576 bytes, or "
+        "commit_backlog_drain_ms of the committer's recent pace, 8192 bytes) and the "
+        "committer did not move for 50 ms",
+    )
+    assert (p.cb.get(c.OFF_RESERVED), p.cb.get(c.OFF_SEQ)) == (8192, 0)
+    p.cb.set(c.OFF_COMMIT_DRAIN, 0)
+    r = p.app.put_message("TopicA", b"y", None, None, None, 0, False)
+    assert r.status is OK and r.physical_offset == 8192, r
 
 
 def test_a_put_waiting_on_the_backlog_goes_on_when_the_commit_moves(

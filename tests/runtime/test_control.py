@@ -43,7 +43,8 @@ def test_layout_regions_do_not_overlap() -> None:
     assert c.OFF_IDLE_SLEEPS + 4 <= c.OFF_LOCK_SINCE
     assert c.OFF_LOCK_SINCE + 8 == c.OFF_LOCK_QUEUED
     assert c.OFF_LOCK_QUEUED + 8 == c.OFF_ROOM_TIMEOUTS
-    assert c.OFF_ROOM_TIMEOUTS + 8 <= c.CLIENTS_OFF
+    assert c.OFF_ROOM_TIMEOUTS + 8 == c.OFF_COMMIT_DRAIN
+    assert c.OFF_COMMIT_DRAIN + 8 <= c.CLIENTS_OFF
 
 
 def test_the_c_core_uses_the_same_layout() -> None:

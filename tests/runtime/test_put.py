@@ -409,6 +409,89 @@ def test_a_stopped_committer_holds_producers_at_the_backlog_bound(
     check_chain(recs, 1 << 20)
 
 
+def test_a_stopped_committer_holds_producers_at_its_drain_bytes_within_the_grace(
+    make_store: StoreFactory,
+) -> None:
+    """The drain bound (`commit_backlog_drain_ms`, `ipc.commit_pace`): the committer
+    times its commit steps and publishes what it commits in that many ms (at least
+    4 MiB). With a fixed bound of 24 MiB and a grace of 10 minutes, a committer that
+    stops still holds producers at its published drain bytes, not at the pool's end:
+    the put that reaches them waits the busy timeout and is OS_PAGECACHE_BUSY naming
+    both bounds; after SIGCONT puts go on, and the log holds every acknowledged put."""
+    import signal
+    import time
+
+    from mqstore.ipc import control as c
+    from mqstore.ipc.access import read_names
+    from mqstore.ipc.control_views import Positions
+
+    seg, bound = 8 << 20, 24 << 20
+    st = make_store(
+        {
+            "flush_disk_type": "ASYNC_FLUSH",
+            "segment_size_bytes": seg,
+            "transient_store_pool_size": 4,
+            "os_page_cache_busy_timeout_ms": 300,
+            "commit_backlog_max_bytes": bound,
+            "commit_backlog_grace_ms": 600_000,
+            "commit_backlog_drain_ms": 1,
+        }
+    )
+    st.wait_workers_running()
+    committer = next(w for w in st.status()["workers"] if w["name"] == "committer")
+    names = read_names(str(st.path))
+    cb = c.ControlBlock.attach(names["ctl"], names.get("pool") or "")
+    pos = Positions(cb)
+    try:
+        with StoreClient.attach(st.path) as client:
+            oks: list[PutResult] = []
+
+            def measured() -> bool:  # puts until the committer has timed enough steps
+                for _ in range(2000):
+                    r = client.put("drain", b"m" * 1000, wait_store=False)
+                    assert r.status is OK, r
+                    oks.append(r)
+                return pos.commit_drain > 0
+
+            wait_for(measured, 60, "the committer to publish its drain bytes")
+            last = oks[-1]
+            wait_for(lambda: pos.committed >= last.physical_offset + last.size)
+            drain = pos.commit_drain
+            assert 4 << 20 <= drain < bound, drain
+            assert st.status()["commit_drain_bytes"] == drain  # `mqstore status` shows it
+            os.kill(committer["pid"], signal.SIGSTOP)
+            try:
+                for _ in range(bound // 1000):
+                    t0 = time.monotonic()
+                    r = client.put("drain", b"z" * 1000, wait_store=False)
+                    if r.status is not OK:
+                        break
+                    oks.append(r)
+                took = time.monotonic() - t0
+                assert r.status is PutMessageStatus.OS_PAGECACHE_BUSY, r
+                assert r.reason == (
+                    f"the commit backlog stayed at its bound (commit_backlog_max_bytes, {bound} "
+                    "bytes, or commit_backlog_drain_ms of the committer's recent pace, "
+                    f"{drain} bytes) and the committer did not move for 300 ms"
+                )
+                assert 0.25 <= took < 30, took
+                backlog = pos.reserved - pos.committed
+                assert drain <= backlog < drain + oks[-1].size, (backlog, drain)
+            finally:
+                os.kill(committer["pid"], signal.SIGCONT)
+            after = wait_for(
+                lambda: (x := client.put("drain", b"again", wait_store=False)).status is OK and x,
+                30,
+                "the committer to work the backlog off",
+            )
+            oks.append(after)
+    finally:
+        cb.close()
+    assert st.stop() == 0
+    recs = [r for r in st.read_log(keep_fillers=True) if r.topic == "drain"]
+    assert len(recs) == len(oks)
+
+
 def test_sync_puts_and_a_one_byte_backlog_bound_do_not_wait_on_each_other(
     make_store: StoreFactory,
 ) -> None:

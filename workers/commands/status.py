@@ -120,6 +120,8 @@ def _summary_rows(doc: dict[str, Any]) -> _Rows:
     for k in ("reserved", "published", "committed", "flushed", "dispatched", "allocated_upto"):
         t1.add_row(f"{k} offset", f"{pos[k]:,}")
     t1.add_row("commit lag", f"{doc['commit_lag_bytes']:,} B")
+    if doc.get("commit_drain_bytes"):
+        t1.add_row("commit drain bound", f"{doc['commit_drain_bytes']:,} B")
     t1.add_row("flush lag", f"{doc['flush_lag_bytes']:,} B")
     t1.add_row(
         "dispatch lag",
