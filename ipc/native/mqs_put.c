@@ -501,7 +501,8 @@ static PyObject *backlog_reason(Appender *self, int after_wait, long long ms, lo
     PyObject *text =
         after_wait == 2
             ? PyUnicode_FromFormat("the commit backlog did not come under its bound (%U) within "
-                                   "%lld ms (syncFlushTimeout), though the committer moved",
+                                   "%lld ms (the longer of syncFlushTimeout and "
+                                   "osPageCacheBusyTimeOutMills), though the committer moved",
                                    bound, cap_ms)
             : PyUnicode_FromFormat("the commit backlog stayed at its bound (%U) and the "
                                    "committer did not move for %lld ms",
@@ -553,8 +554,10 @@ static int reserve_refusal(Appender *self, int rc, int after_wait, struct mqs_re
                                           ms);
         else if (rc == MQS_LOCK_QUEUED)
             reason = PyUnicode_FromFormat("the reservation lock was not free within %lld ms "
-                                          "(syncFlushTimeout), though no producer held it "
-                                          "longer than osPageCacheBusyTimeOutMills (%lld ms)",
+                                          "(the longer of syncFlushTimeout and "
+                                          "osPageCacheBusyTimeOutMills), though no producer "
+                                          "held it longer than osPageCacheBusyTimeOutMills "
+                                          "(%lld ms)",
                                           cap_ms, ms);
         else if (rc == MQS_WAIT_BACKLOG)
             reason = backlog_reason(self, after_wait, ms, cap_ms);

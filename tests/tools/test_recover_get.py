@@ -99,3 +99,14 @@ def test_get_by_a_malformed_msg_id_says_what_an_id_looks_like(
     assert "0A00000100002A9F00000000000000AC" in out.stderr  # an example
     assert "fromhex" not in out.stderr and "non-hexadecimal" not in out.stderr
     assert len(out.stderr.splitlines()) == 1
+
+
+def test_get_by_time_alone_says_it_needs_a_topic_and_queue(
+    real_store_copy: StoreCopy, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The refusal listed `--time` as enough on its own; a time is looked up in one queue."""
+    d = real_store_copy("broker-4.2-unit-store")
+    assert main(["get", str(d), "--time", "1700000000000"]) == 2
+    err = capsys.readouterr().err
+    assert "or --topic and --queue with --offset or --time" in err, err
+    assert "--uniq-key, --time or" not in err

@@ -145,8 +145,8 @@ def _run(r: StoreReader, args: argparse.Namespace) -> int:
     else:
         if args.topic is None or args.queue is None:
             return _bad(
-                "give --msg-id, --physical-offset, --key, --uniq-key, --time or "
-                "--topic/--queue/--offset"
+                "give --msg-id, --physical-offset, --key, --uniq-key, or --topic and "
+                "--queue with --offset or --time"
             )
         offset = args.offset
         if args.time is not None:
