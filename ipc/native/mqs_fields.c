@@ -670,8 +670,17 @@ static int message_fields(struct mqs_fields *m, struct mqs_message *msg, int *ta
     if (!PyArg_ParseTuple(t, "SiiiiLL:message_fields", &addr, &port, &msg->sys_flag, &msg->flag,
                           &msg->reconsume_times, &msg->prepared_offset, &msg->born_timestamp))
         return MQS_FIELDS_ERROR;
+    /* the record takes 4 or 16 bytes of it (mqs_record.c: host): no other length is read */
+    Py_ssize_t addr_len = PyBytes_GET_SIZE(addr);
+    if (addr_len != 4 && addr_len != 16) {
+        PyErr_Format(PyExc_ValueError,
+                     "message_fields: the born address must be 4 (IPv4) or 16 (IPv6) bytes, "
+                     "not %zd",
+                     addr_len);
+        return MQS_FIELDS_ERROR;
+    }
     msg->born.addr = (const uint8_t *)PyBytes_AS_STRING(addr);
-    msg->born.addr_len = PyBytes_GET_SIZE(addr) == 16 ? 16 : 4;
+    msg->born.addr_len = (int)addr_len;
     msg->born.port = port;
     int tx = msg->sys_flag & 0xC;
     *takes_offset = tx == 0 || tx == 0x8;

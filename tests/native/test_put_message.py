@@ -335,6 +335,28 @@ def test_types_the_c_put_does_not_read_are_left_to_the_client(put: Callable[...,
     assert p.cb.get(c.OFF_SEQ) == 0 and not p.lanes
 
 
+def test_a_born_address_hook_answer_of_neither_4_nor_16_bytes_is_a_value_error(
+    put: Callable[..., Put],
+) -> None:
+    """The born address from the client's `message_fields` hook is copied into the record
+    as 4 (IPv4) or 16 (IPv6) bytes: any other length raises ValueError, nothing written
+    (the C put read 4 bytes of a 0-3 byte address: past the end of its bytes object)."""
+    for addr in (b"", b"\x7f", b"\x7f\x00", b"\x7f\x00\x00", b"\x7f\x00\x00\x01\x00", bytes(17)):
+        p = put(message_fields=lambda _i, _m, a=addr: (a, 1, 0, 0, 0, -1, 0))
+        msg = Message("TopicA", b"x", {}, store_host=STORE_HOST)
+        with pytest.raises(ValueError) as e:
+            p.app.put_batch_messages([msg], False)
+        assert str(e.value) == (
+            f"message_fields: the born address must be 4 (IPv4) or 16 (IPv6) bytes, not {len(addr)}"
+        )
+        assert p.cb.get(c.OFF_SEQ) == 0, addr
+    for addr in (b"\x7f\x00\x00\x01", bytes(16)):  # the two lengths a host has
+        p = put(message_fields=lambda _i, _m, a=addr: (a, 1, 0, 0, 0, -1, 0))
+        msg = Message("TopicA", b"x", {}, store_host=STORE_HOST)
+        (r,) = p.app.put_batch_messages([msg], False)
+        assert r.status is OK, r
+
+
 def test_a_batch_dict_is_read_alike_whatever_its_keys_are(put: Callable[..., Put]) -> None:
     """Keys equal to the field names but other objects (not the interned names a literal
     has) give the same record; unknown and missing fields are refused by name."""
