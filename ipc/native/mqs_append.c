@@ -162,15 +162,16 @@ int mqs_backlog_full(int64_t *since, int64_t backlog, int64_t bound, int64_t gra
 {
     if (bound <= 0)
         return 0;
+    int over_drain = drain > 0 && backlog >= drain; /* waits whatever the grace */
     if (backlog < bound - bound / 2) { /* caught up (half the bound): a new burst may come */
         *since = 0;
-        return drain > 0 && backlog >= drain;
+        return over_drain;
     }
     if (backlog < bound)
-        return drain > 0 && backlog >= drain;
+        return over_drain;
     if (*since == 0)
         *since = now > 0 ? now : 1;
-    return now - *since >= grace_ns || (drain > 0 && backlog >= drain);
+    return now - *since >= grace_ns || over_drain;
 }
 
 int mqs_reserve(struct mqs_appender *a, const struct mqs_item *items, int n, int64_t *qoffs,
