@@ -310,13 +310,15 @@ class LogFiles:
             return 0
         start = com
         if self.pool:
+            # steps are timed only while the drain bound is on (`commit_backlog_drain_ms`)
+            pace = self.pace if self.pace is not None and self.pace.drain_ms > 0 else None
             while com < pub:
                 index = com // size
                 base, seg_end = index * size, min(pub, (index + 1) * size)
                 seg, view = self.segment(index), cb.pool_view(index)
                 try:
                     while com < seg_end:  # COMMIT_STEP: why steps, and where they end
-                        t0 = time.monotonic_ns()
+                        t0 = time.monotonic_ns() if pace is not None else 0
                         end = seg_end
                         if seg_end - com > 2 * COMMIT_STEP:
                             end = base + _native.record_step(
@@ -325,8 +327,8 @@ class LogFiles:
                             if end <= com:  # no size to follow (never for published bytes)
                                 end = seg_end
                         seg.commit_range(view, com - base, end - base)
-                        if self.pace is not None:
-                            self.pace.note(end - com, time.monotonic_ns() - t0)
+                        if pace is not None:
+                            pace.note(end - com, time.monotonic_ns() - t0)
                         com = end
                         pos.advance_committed(com)
                 finally:
