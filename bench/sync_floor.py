@@ -71,7 +71,8 @@ COUNTER_NAMES = ("rounds", "sleeps", "rescued", "covered", "wake_ns", "gathered"
 ANN, COV = 1024, 2048
 MAX_WORKERS = (COV - ANN) // 4
 SIZE = 4096
-KINDS = ("null", "fdatasync", "fdatasync+gather")  # the acknowledger's rounds
+# The acknowledger's rounds: no I/O or a 1 KiB fdatasync; the flusher's gather and poll.
+KINDS = ("null", "null+poll", "fdatasync", "fdatasync+gather", "fdatasync+gather+poll")
 ACK_TIMEOUT_NS = 1_000_000  # a wake lost to a store-load race costs at most this (counted)
 
 # harness.CLIENT_SNIPPET with `StoreClient` the null client, and the client's own CPU
@@ -226,13 +227,13 @@ def _syscall() -> Any:
     return ctypes.CDLL(None, use_errno=True).syscall
 
 
-def acknowledge(shm: str, workers: int, sync_file: str, gather: bool) -> None:
+def acknowledge(shm: str, workers: int, sync_file: str, kind: str) -> None:
     """The acknowledger's loop (its own process): while some slot announced more than is
     covered, a round: [gather: while fewer puts wait than the last round covered, sleep
     the flusher's gather time once], snapshot, [1 KiB pwrite + fdatasync], publish the
-    snapshot as covered, wake the round's sleepers with one FUTEX_WAKE_BITSET; else sleep
-    on its own word until a client wakes it. (The flusher's poll before sleeping, a
-    yield loop, was tried: on 2 cores it took more CPU than the wake-ups it saved.)"""
+    snapshot as covered, wake the round's sleepers with one FUTEX_WAKE_BITSET; else
+    [poll: as the flusher, look again for up to its POLL_NS, yielding the CPU between
+    looks, after a round] sleep on its own word until a client wakes it."""
     from mqstore.conf.settings import StoreSettings
     from mqstore.workers import flusher, priority
 
@@ -259,6 +260,7 @@ def acknowledge(shm: str, workers: int, sync_file: str, gather: bool) -> None:
     ctypes.c_uint32.from_buffer(mm, READY).value = 1
     c = dict.fromkeys(COUNTER_NAMES, 0)
     clock, mono, group, fsync_ns = time.thread_time_ns, time.monotonic_ns, 0, 0
+    gather, poll, polled = "gather" in kind, "poll" in kind, True
     gather_ts, gather_addr = (ctypes.c_long * 2)(0, 0), ctypes.c_void_p(base + GATHER)
     while not stop.value:
         snap = mm[ann]
@@ -290,6 +292,12 @@ def acknowledge(shm: str, workers: int, sync_file: str, gather: bool) -> None:
             call(SYS_FUTEX, done_addr, FUTEX_WAKE_BITSET, INT_MAX, None, None, 1 << (r & 31))
             c["wake_ns"] += clock() - t0
             c["rounds"] += 1
+            polled = not poll
+            continue
+        if not polled:  # the flusher's poll before sleeping, once after a round
+            polled, end = True, mono() + flusher.POLL_NS
+            while mm[ann] == mm[cov] and mono() < end and not stop.value:
+                os.sched_yield()
             continue
         seen = wake.value
         sleeps.value = 1
@@ -361,10 +369,10 @@ def null_run(root: Path, producers: int, n: int, kind: str) -> NullRun:
         mm = mmap.mmap(fd, SIZE)
         (d / "shm").write_text(shm)
         (d / "client.py").write_text(CLIENT)
-        sync_file = str(d / "round.log") if kind != "null" else ""
+        sync_file = str(d / "round.log") if kind.startswith("fdatasync") else ""
         ack = subprocess.Popen(
             [sys.executable, "-m", "bench.sync_floor", "--ack", shm, str(producers), sync_file,
-             "gather" if kind.endswith("gather") else ""],
+             kind],
             cwd=REPO, start_new_session=True,
         )  # fmt: skip
         ready = ctypes.c_uint32.from_buffer(mm, READY)
@@ -529,7 +537,7 @@ def describe(run: NullRun, call_us: float, naive: float) -> list[str]:
     ct = run.ctypes_calls() * call_us
     rate, cpu = without_ctypes(run.rate, run.cpu_us, ct)
     return [
-        f"  {run.kind:16} {run.rate:9,.0f}/s (load {run.load:.2f}): ratio "
+        f"  {run.kind:21} {run.rate:9,.0f}/s (load {run.load:.2f}): ratio "
         f"{run.rate / naive:.2f}; without ctypes {rate:9,.0f}/s: ratio {rate / naive:.2f}; "
         f"CPU ceiling {CORES}e6/{cpu:.1f} = {CORES * 1e6 / cpu:,.0f}/s: ratio "
         f"{CORES * 1e6 / cpu / naive:.2f}",
@@ -543,7 +551,11 @@ def describe(run: NullRun, call_us: float, naive: float) -> list[str]:
         f"acknowledger scheduled in {run.ack_runs:.2f} per round, slept {run.ack_sleeps:,} "
         f"times, {run.rescued} sleeps ended by the timeout with work waiting; {run.gathered:,} "
         f"rounds gathered first; a round's wake {run.wake_us:.1f} µs CPU"
-        + (f", its fdatasync {run.fsync_us:.0f} µs mean wall" if run.kind != "null" else ""),
+        + (
+            f", its fdatasync {run.fsync_us:.0f} µs mean wall"
+            if run.kind.startswith("fdatasync")
+            else ""
+        ),
     ]
 
 
@@ -601,7 +613,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kind", default="null", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.ack:
-        acknowledge(args.ack[0], int(args.ack[1]), args.ack[2], bool(args.ack[3]))
+        acknowledge(args.ack[0], int(args.ack[1]), args.ack[2], args.ack[3])
         return 0
     root = Path(tempfile.mkdtemp(prefix="sync-floor-", dir=args.dir))
     try:
