@@ -47,6 +47,7 @@ import errno
 import json
 import mmap
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -565,7 +566,45 @@ def describe(run: NullRun, call_us: float, naive: float) -> list[str]:
     ]
 
 
-def measure(root: Path, producers: list[int], n: int, reps: int, perf: bool) -> str:
+def store_figures(profile: str) -> tuple[float, float, float]:
+    """From `bench.profile_sync_check`'s text of one run: the check's rate, and the CPU µs
+    per put of the clients' loops and of the store's processes."""
+    rate = re.search(r"check's rate ([\d,]+) puts/s", profile)
+    cpu = re.search(
+        r"clients' loops ([\d.]+) .*?store's processes over the whole run ([\d.]+)", profile
+    )
+    if not rate or not cpu:
+        raise ValueError(f"not a profile_sync_check run: {profile[:200]!r}")
+    return float(rate[1].replace(",", "")), float(cpu[1]), float(cpu[2])
+
+
+def _store_run(root: Path, w: int, n: int) -> tuple[float, float, float, str, float]:
+    """The real store in the checks' shape (`bench.profile_sync_check.run_one`, pool on):
+    its rate, CPU per put of the clients' loops and of the store, its rounds, the load."""
+    from bench.profile_sync_check import run_one
+
+    load = os.getloadavg()[0]
+    text = run_one(root, w, True, False, n)
+    rounds = next((ln.strip() for ln in text.splitlines() if ln.startswith("  flusher: ")), "")
+    return (*store_figures(text), rounds, load)
+
+
+def _store_lines(fig: tuple[float, float, float, str, float], naive: float) -> list[str]:
+    rate, loops, store, rounds, load = fig
+    cpu = loops + store
+    return [
+        f"  {'mqstore, pool on':21} {rate:9,.0f}/s (load {load:.2f}): ratio {rate / naive:.2f}",
+        f"      CPU per put: clients' loops {loops:.1f} + store's processes {store:.1f} = "
+        f"{cpu:.1f} µs: CPU ceiling {CORES}e6/{cpu:.1f} = {CORES * 1e6 / cpu:,.0f}/s, ratio "
+        f"{CORES * 1e6 / cpu / naive:.2f}",
+        f"      {rounds}",
+    ]
+
+
+def measure(
+    root: Path, producers: list[int], n: int, reps: int, perf: bool,
+    kinds: tuple[str, ...] = KINDS, with_store: bool = False,
+) -> str:  # fmt: skip
     from bench.profile_sync_check import naive_peer
 
     call_us, put_us = ctypes_call_us(), null_put_us()
@@ -580,16 +619,21 @@ def measure(root: Path, producers: list[int], n: int, reps: int, perf: bool) -> 
         best: dict[str, float] = {}
         ceil: dict[str, float] = {}
         for rep in range(reps):
-            order = [*KINDS, "naive"]
+            order = [*kinds, *(["mqstore"] if with_store else []), "naive"]
+            store: tuple[float, float, float, str, float] | None = None
             runs: dict[str, NullRun] = {}
             naive, naive_load = 0.0, 0.0
             for kind in order if rep % 2 == 0 else order[::-1]:
                 if kind == "naive":
                     naive = naive_peer(root, w, nw)[0]
                     naive_load = os.getloadavg()[0]
+                elif kind == "mqstore":
+                    store = _store_run(root, w, nw)
                 else:
                     runs[kind] = null_run(root, w, nw, kind)
             lines.append(f"  rep {rep + 1}: naive peer {naive:,.0f}/s (load {naive_load:.2f})")
+            if store:
+                lines += _store_lines(store, naive)
             for run in runs.values():
                 lines += describe(run, call_us, naive)
                 ct = run.ctypes_calls() * call_us
@@ -602,14 +646,16 @@ def measure(root: Path, producers: list[int], n: int, reps: int, perf: bool) -> 
             "  best of each kind, without ctypes (ratio; CPU ceiling's ratio): "
             + ", ".join(f"{k} {r:.2f} ({ceil[k]:.2f})" for k, r in best.items())
         )
-        for title, kinds in (
+        for title, group in (
             ("a store's floor (a null store that fdatasyncs a round)", FSYNC_KINDS),
             ("the hand-off alone (no I/O at all)", NULL_KINDS),
         ):
-            r = max(best[k] for k in kinds)
+            if not set(group) & set(best):
+                continue
+            r = max(best[k] for k in group if k in best)
             lines.append(f"  {title}: " + (verdict(r, goal) if goal else f"{r:.2f}"))
         if perf:
-            lines += [perf_counts(root, w, nw, k) for k in KINDS]
+            lines += [perf_counts(root, w, nw, k) for k in kinds]
     lines.append(f"load at end {os.getloadavg()[0]:.2f}")
     return "\n".join(lines)
 
@@ -620,6 +666,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=0, help="puts per client (default: the check's)")
     ap.add_argument("--reps", type=int, default=2, help="pairs per W (default 2)")
     ap.add_argument("--perf", action="store_true", help="and one run of each under perf stat")
+    ap.add_argument("--kinds", default=",".join(KINDS), help="the null stores to run")
+    ap.add_argument(
+        "--with-store", action="store_true",
+        help="and mqstore itself in each repetition (bench.profile_sync_check, pool on)",
+    )  # fmt: skip
     ap.add_argument("--save", action="store_true", help=f"append to {RESULT.name}")
     ap.add_argument("--dir", type=Path, default=None, help="scratch directory (default /tmp)")
     ap.add_argument("--ack", nargs=4, help=argparse.SUPPRESS)  # the acknowledger's process
@@ -636,7 +687,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{run.rate:,.0f}/s")
             return 0
         producers = [int(w) for w in args.producers.split(",")]
-        text = measure(root, producers, args.n, args.reps, args.perf)
+        kinds = tuple(args.kinds.split(","))
+        if set(kinds) - set(KINDS):
+            ap.error(f"--kinds: one or more of {','.join(KINDS)}")
+        text = measure(root, producers, args.n, args.reps, args.perf, kinds, args.with_store)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     if args.save:

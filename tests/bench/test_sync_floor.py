@@ -78,3 +78,15 @@ def test_a_null_run_refuses_an_unknown_kind_and_too_many_clients(tmp_path: Path)
     with pytest.raises(ValueError, match="producers"):
         sync_floor.null_run(tmp_path, sync_floor.MAX_WORKERS + 1, 10, "null")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_store_figures_reads_a_profile_sync_check_run() -> None:
+    text = (
+        "== 16 clients x 2000 puts, pool on, load at start 15.63, at end 15.66\n"
+        "  check's rate 29,568 puts/s (slowest loop 1.08 s); not PUT_OK 0; shm left 0\n"
+        "  CPU per put (µs): clients' loops 33.6 (run-queue delay 224.1, switches 1.33); "
+        "store's processes over the whole run 19.4:\n"
+    )
+    assert sync_floor.store_figures(text) == (29568.0, 33.6, 19.4)
+    with pytest.raises(ValueError, match="not a profile_sync_check run"):
+        sync_floor.store_figures("== 16 clients x 2000 puts\n")
