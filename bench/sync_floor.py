@@ -221,10 +221,10 @@ def changed_slots(snap: bytes, old: bytes) -> list[int]:
 
 
 def verdict(ratio: float, goal: float) -> str:
-    """What a null store's ratio says of the goal."""
+    """What a null store's best ratio says of the goal."""
     if ratio < goal:
-        return f"{ratio:.2f} < {goal}: no store can meet the goal on this machine in this shape"
-    return f"{ratio:.2f} >= {goal}: a store could, with {ratio / goal:.2f}x the goal's rate at most"
+        return f"{ratio:.2f} < {goal}: not even this null store meets the goal here"
+    return f"{ratio:.2f} >= {goal}: this null store meets it, by {ratio / goal:.2f}x"
 
 
 # --- the acknowledger ---------------------------------------------------------------

@@ -48,11 +48,11 @@ def test_changed_slots_refuses_slots_of_other_sizes() -> None:
         sync_floor.changed_slots(bytes(6), bytes(6))
 
 
-def test_verdict_says_whether_a_store_can_meet_the_goal() -> None:
-    assert sync_floor.verdict(1.97, 2.5).startswith("1.97 < 2.5: no store can meet")
-    assert sync_floor.verdict(3.0, 2.5) == (
-        "3.00 >= 2.5: a store could, with 1.20x the goal's rate at most"
+def test_verdict_says_whether_the_null_store_meets_the_goal() -> None:
+    assert sync_floor.verdict(1.97, 2.5) == (
+        "1.97 < 2.5: not even this null store meets the goal here"
     )
+    assert sync_floor.verdict(3.0, 2.5) == "3.00 >= 2.5: this null store meets it, by 1.20x"
 
 
 def test_puts_for_is_the_checks_n() -> None:
