@@ -213,7 +213,7 @@ def without_ctypes(rate: float, cpu_us: float, ctypes_us: float) -> tuple[float,
 
 def changed_slots(snap: bytes, old: bytes) -> list[int]:
     """The clients whose slot (4 bytes each) differs between two copies of the slots: the
-    ones a round covers, each woken on its own word."""
+    puts a round covers (one a client: a client has one put outstanding)."""
     if len(snap) != len(old) or len(snap) % 4:
         raise ValueError(f"slots of {len(snap)} and {len(old)} bytes")
     a, b = memoryview(snap).cast("I"), memoryview(old).cast("I")
