@@ -10,12 +10,11 @@ store). At each window's start and end the producer reads the control block's po
 and the CPU time of itself and of every store process (`/proc/<pid>/task/*/schedstat`);
 the parent samples the positions every millisecond meanwhile. Per window it prints:
 
-* the rate, and the producer's CPU per put;
-* `commit@start`, `dispatch@start`: bytes published but not yet committed (pool on),
-  and committed but not yet dispatched, when the window opened: its predecessor's
-  backlog;
-* `commit caught`, `dispatch caught`: when, in ms from the window's start, the committer
-  and dispatcher reached where the log stood at that start (0: no backlog);
+* the rate;
+* `at start`: the bytes published but not yet committed (pool on), and committed but
+  not yet dispatched, when the window opened: its predecessor's backlog;
+* `caught at`: when, in ms from the window's start, the committer and the dispatcher
+  reached where the log stood at that start (0 or so: no backlog);
 * the committer's and dispatcher's CPU in the window, in ms; the committer's also per KiB
   it had to copy (a record taken as `RECORD_KIB`): about 0.5 us on memory the VM has
   not given back to its host, 2-12 on memory it has (docs/tuning.md, "The committer's
