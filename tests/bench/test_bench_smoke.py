@@ -480,3 +480,37 @@ def test_put_procs_cpu_counts_every_process_and_cleans_up(
             assert row["producer"] > 0 and row["rate"] > 0
     assert [p.name for p in tmp_path.iterdir()] == ["rows.json"]
     assert _no_children() == []
+
+
+def test_put_shapes_windows_reports_every_window_and_cleans_up(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`bench.put_shapes_windows`: a line per shape per round in the order asked, with the
+    backlog at its start and the committer's CPU in it, the best-of-rounds ratios, and
+    nothing left behind."""
+    from bench import put_shapes_windows
+
+    argv = ["--n", "500", "--rounds", "2", "--order", "readme,str_key", "--dir", str(tmp_path)]
+    assert put_shapes_windows.main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("run 1: load"), lines
+    windows = [ln.split()[:2] for ln in lines[1:-1]]
+    assert windows == [["r0", "readme"], ["r0", "str_key"], ["r1", "readme"], ["r1", "str_key"]]
+    for ln in lines[1:-1]:
+        assert "at start: commit" in ln and "CPU ms in window: committer" in ln, ln
+    assert lines[-1].strip().startswith("best of rounds, ratio to str_key: readme"), lines[-1]
+    assert "str_key" in lines[-1] and "(1.00)" in lines[-1]
+    assert list(tmp_path.iterdir()) == []
+    assert _no_children() == []
+
+
+def test_put_shapes_windows_times_a_stage_catching_up() -> None:
+    """`_caught`: the first sample at or after the window's start whose column reached
+    the target, in ms from the start; never reached is infinite."""
+    from bench.put_shapes_windows import _caught
+
+    samples = [(10.0, 100, 50, 40), (10.002, 120, 90, 60), (10.005, 150, 120, 100)]
+    assert _caught(samples, 10.0, 2, 50) == 0.0
+    assert abs(_caught(samples, 10.0, 2, 100) - 5.0) < 1e-6
+    assert abs(_caught(samples, 10.001, 3, 60) - 1.0) < 1e-6
+    assert _caught(samples, 10.0, 3, 101) == float("inf")
