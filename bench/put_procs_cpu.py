@@ -2,6 +2,9 @@
 
     python -m bench.put_procs_cpu [--rounds 6] [--n 100000] [--shapes readme,properties]
 
+Shapes: put_shapes.py's (str_key, readme, two_keys, properties) and batch128,
+batch_1m.py's put_batch of 128 dicts with tags and a str key.
+
 One ASYNC_FLUSH store with the write pool and 1 GiB segments, as `../shared/perf/
 put_shapes.py` starts it; one producer process attached to it making ASYNC puts of 1 KiB
 bodies in that check's call shapes (the README's `keys=[k]`, tags; and the others by
@@ -44,6 +47,21 @@ count = n
 """
     + SHAPES_SRC
     + r"""
+# batch_1m.py's call: put_batch of 128 dicts (tags, a str key), each result's status read.
+# One step of the shape per 128 puts (`--n` a multiple of 128).
+batches = [[{"topic": "t", "body": bodies[j * 128 + i], "tags": "t", "keys": keys[j * 128 + i]}
+            for i in range(128)] for j in range(count // 128)]
+class _Ok:
+    class status:
+        name = "PUT_OK"
+def _batch128(c, i):
+    if i % 128:
+        return _Ok
+    for r in c.put_batch(batches[i // 128]):
+        if r.status.name != "PUT_OK":
+            return r
+    return _Ok
+shapes["batch128"] = _batch128
 with StoreClient.attach(store) as c:
     for i in range(2000):
         c.put("warm", pad)
@@ -107,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     a = ap.parse_args(argv)
     shapes = a.shapes.split(",")
+    if "batch128" in shapes and a.n % 128:
+        ap.error("--n must be a multiple of 128 with the batch128 shape")
     load0 = os.getloadavg()
     rows: dict[str, list[dict[str, float]]] = {s: [] for s in shapes}
     with tempfile.TemporaryDirectory(prefix="mqs-procs-cpu-", dir=a.dir) as tmp:

@@ -467,12 +467,13 @@ def test_put_procs_cpu_counts_every_process_and_cleans_up(
     from bench import put_procs_cpu
 
     out_json = tmp_path / "rows.json"
-    argv = ["--rounds", "2", "--n", "500", "--shapes", "readme,properties", "--settle", "0"]
+    shapes = ("readme", "properties", "batch128")
+    argv = ["--rounds", "2", "--n", "512", "--shapes", ",".join(shapes), "--settle", "0"]
     assert put_procs_cpu.main([*argv, "--dir", str(tmp_path), "--json", str(out_json)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [ln.split(":")[0] for ln in lines[1:]] == ["readme", "properties"]
+    assert [ln.split(":")[0] for ln in lines[1:]] == list(shapes)
     rows = json.loads(out_json.read_text())
-    for shape in ("readme", "properties"):
+    for shape in shapes:
         assert len(rows[shape]) == 2
         for row in rows[shape]:
             for name in ("producer", "supervisor", "committer", "dispatcher", "flusher"):
