@@ -33,6 +33,8 @@ message from the retry topic reads as its original topic (`msg.topic`, RocketMQ'
 from __future__ import annotations
 
 import contextlib
+import os
+import select
 import socket
 import struct
 import threading
@@ -46,7 +48,7 @@ from mqstore import _native
 from mqstore.engine import compression, pull, record, record_decode
 from mqstore.engine.names import check_group, check_topic
 from mqstore.engine.record_decode import DecodedRecord, RecordFields
-from mqstore.ipc import channel, group_slots
+from mqstore.ipc import access, channel, group_slots
 from mqstore.ipc.read_results import GetMessageStatus
 from mqstore.ipc.reads import POLL_MAX_STEP_S, POLL_STEP_S, ClientReads, LiveAttach, for_client
 from mqstore.ipc.results import PutMessageStatus, PutResult
@@ -295,6 +297,10 @@ class Consumer:
         self._redo: deque[tuple[float, ConsumedMessage]] = deque()
         self._rr = 0
         self._slots: group_slots.Slots | None = None
+        # the process of the supervisor whose grants this member holds (its pidfd,
+        # polled): once it exited, its leases are void (`_run_ended`)
+        self._run: select.poll | None = None
+        self._run_fd = -1
         self._closed = False
         self._joined = threading.Event()
         self._join_error: BaseException | None = None
@@ -340,9 +346,32 @@ class Consumer:
                 first = False
             finally:
                 sock.close()
-            self._drop_all()  # a new connection is a new member: what we held is gone
+                self._drop_all()  # a new connection is a new member: what we held is gone
+                self._watch_run(None)
             if not self._closed:
                 self._beat_now.wait(_RECONNECT_S)
+
+    def _watch_run(self, sock: socket.socket | None) -> None:
+        """Watch the process of the supervisor at the other end of `sock` (None: stop
+        watching), which this session's grants come from. Raises OSError."""
+        run, fd = None, -1
+        if sock is not None:
+            fd = os.pidfd_open(access.peer_pid(sock))
+            run = select.poll()
+            run.register(fd, select.POLLIN)
+        with self._lock:  # `_run_ended` runs under it: it never polls a closed pidfd
+            old_fd = self._run_fd
+            self._run, self._run_fd = run, fd
+        if old_fd >= 0:
+            os.close(old_fd)
+
+    def _run_ended(self) -> bool:
+        """(Lock held.) The supervisor that granted this member's leases has exited (a pidfd polls
+        readable then). Its leases are void however long they have left: the next run
+        hands the queues out after its grace, and the slot file they write to is no
+        longer read (a new run makes a new one)."""
+        run = self._run
+        return run is not None and bool(run.poll(0))
 
     def _fail_join(self, e: BaseException) -> None:
         self._join_error = e
@@ -362,6 +391,7 @@ class Consumer:
             # the member this one was, whose queues `_drop_all` dropped: the supervisor
             # frees what it held now (`group_coord._forget_previous`)
             join["previous"] = self.member_id
+        self._watch_run(sock)
         t_send, reply = self._exchange(sock, buf, join)
         if "error" in reply:
             if first:
@@ -591,7 +621,9 @@ class Consumer:
         its messages are taken, and once more for the whole batch as the last step
         before it is returned, so that a stop (SIGSTOP, a long deschedule) inside this
         method cannot hand over messages of a lease that ended meanwhile: those are
-        dropped (not delivered, not acked; the queue's next owner delivers them). What
+        dropped (not delivered, not acked; the queue's next owner delivers them). That
+        last step also drops the batch when the supervisor that granted the leases has
+        exited (`_run_ended`): a new run may have granted the queues again. What
         remains is the return itself: a stop between the last check and the caller's
         use of the batch hands it over late (docs/consumers.md, "At least once")."""
         out: list[ConsumedMessage] = []
@@ -627,6 +659,10 @@ class Consumer:
                 earliest = min(earliest, q.deadline)
             if out and time.monotonic() >= earliest:  # a lease ended while taking
                 out = self._drop_lapsed(out)
+            if out and self._run_ended():  # the supervisor died: every lease is void
+                for m in out:
+                    self._lapse(m._q)
+                out = []
         return out
 
     def _drop_lapsed(self, out: list[ConsumedMessage]) -> list[ConsumedMessage]:
