@@ -33,6 +33,7 @@ message from the retry topic reads as its original topic (`msg.topic`, RocketMQ'
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import select
 import socket
@@ -81,6 +82,20 @@ class LockLike(Protocol):
     def locked(self) -> bool: ...
 
 
+_SERIALS: Final = itertools.count(1)  # one per Consumer: whose a delivered message is
+
+
+def _ours(consumer: Consumer, msg: object) -> ConsumedMessage:
+    """`msg`, when this consumer delivered it; else TypeError (not a delivered message)
+    or ValueError (another consumer's): an ack must not mark another consumer's message
+    done nor store its queue's offset into this group's slots."""
+    if type(msg) is not ConsumedMessage:
+        raise TypeError(f"expected a ConsumedMessage, not {type(msg).__name__}")
+    if msg._q.owner != consumer._serial:
+        raise ValueError(f"{msg!r} was not delivered by this consumer")
+    return msg
+
+
 class ConsumerClosed(Exception):
     """The consumer was closed."""
 
@@ -104,6 +119,7 @@ class _Queue:
     # the next commit (each message's `done` says it was acked or nacked)
     inflight: deque[ConsumedMessage] = field(default_factory=deque)
     word: int = 0  # the slot word's tag bits (`group_slots.pack` of offset 0)
+    owner: int = 0  # the `Consumer._serial` of the consumer it was granted to
 
     def __post_init__(self) -> None:
         self.word = (self.tag & group_slots.TAG_MASK) << group_slots.OFFSET_BITS
@@ -284,6 +300,7 @@ class Consumer:
         self.session_ms = session_ms
         self.pull_batch = pull_batch
         self._client = client
+        self._serial = next(_SERIALS)
         self._reads: ClientReads = for_client(client)
         self._lock = threading.Lock()
         self._changed = threading.Event()  # grants changed: a waiting poll looks again
@@ -468,7 +485,7 @@ class Consumer:
                         self._lapse(q)
                     changed = True
                 elif q is None:
-                    q = _Queue(t, qid, tag, slot, start, t_send + left)
+                    q = _Queue(t, qid, tag, slot, start, t_send + left, owner=self._serial)
                     q.next_fetch = start
                     self._queues[tag] = q
                     changed = True
@@ -706,7 +723,10 @@ class Consumer:
     def ack(self, msg: ConsumedMessage) -> bool:
         """Done with `msg`: its queue's committed offset may pass it (stored in the
         group's slot before this returns). False when the queue is no longer this
-        member's (the next owner delivers it again)."""
+        member's (the next owner delivers it again). TypeError when `msg` is not a
+        message, ValueError when another consumer delivered it: nothing changes."""
+        if type(msg) is not ConsumedMessage or msg._q.owner != self._serial:
+            _ours(self, msg)  # raises (inline above: this is the hot path)
         slots = self._slots
         if slots is not None:  # in one C call while the lock is free (`group_ack_py`)
             got = group_ack(msg, self._lock, slots.words)
@@ -727,7 +747,9 @@ class Consumer:
 
     def ack_many(self, msgs: Sequence[ConsumedMessage]) -> int:
         """`ack` each of `msgs`, under one lock and with one slot store per queue: how
-        many were accepted (the others' queues are no longer this member's)."""
+        many were accepted (the others' queues are no longer this member's). TypeError or
+        ValueError (as `ack`) when one of `msgs` is not this consumer's: nothing changes."""
+        msgs = [_ours(self, m) for m in msgs]
         done = 0
         with self._lock:
             now = time.monotonic()
@@ -777,7 +799,9 @@ class Consumer:
         `%RETRY%<group>` with the next delay level, or `%DLQ%<group>` after
         `max_reconsume_times`), then ack it here. When the send-back fails, the message
         is delivered again by this member after `LOCAL_RETRY_S` (RocketMQ's client does
-        the same) and the failed result is returned."""
+        the same) and the failed result is returned. TypeError or ValueError (as `ack`)
+        when `msg` is not this consumer's: nothing is sent back."""
+        _ours(self, msg)
         res = self._client.send_back(
             msg.record,
             self.group,
