@@ -122,46 +122,64 @@ def compressor(codec: Codec, level: int) -> Callable[[bytes | memoryview], bytes
     return zstandard.ZstdCompressor(level=level).compress
 
 
-def _inflate_zstd(body: bytes | memoryview) -> bytes:
-    # A stream decompressor: RocketMQ's ZstdOutputStream frames carry no content size.
-    d = zstandard.ZstdDecompressor().decompressobj()
-    out = d.decompress(body)
-    if not d.eof:
-        raise zstandard.ZstdError("truncated zstd frame")
+INFLATE_LIMIT: Final = 1 << 30
+"""The most any body is inflated to, whatever the caller's bound: a flagged body set by
+its caller can be a bomb (4 MiB of zstd inflate to over 100 GiB), and every reader,
+the scheduler (a store process) among them, inflates what it reads."""
+
+
+def _too_big(limit: int) -> ValueError:
+    return ValueError(f"inflates past {limit} bytes")
+
+
+def _inflate_zstd(body: bytes | memoryview, limit: int) -> bytes:
+    # RocketMQ's ZstdOutputStream frames carry no content size: the output is bounded
+    # by `max_output_size` (allocated lazily); a header that names a size is checked.
+    if zstandard.frame_content_size(body) > limit:
+        raise _too_big(limit)
+    out: bytes = zstandard.ZstdDecompressor().decompress(body, max_output_size=limit)
     return out
 
 
-def _inflate_lz4(body: bytes | memoryview) -> bytes:
+def _inflate_lz4(body: bytes | memoryview, limit: int) -> bytes:
     d = lz4.frame.LZ4FrameDecompressor()
-    out: bytes = d.decompress(body)
+    out: bytes = d.decompress(body, max_length=limit + 1)
+    if len(out) > limit:
+        raise _too_big(limit)
     if not d.eof:
         raise RuntimeError("truncated LZ4 frame")
     return out
 
 
-def _inflate_zlib(body: bytes | memoryview) -> bytes:
+def _inflate_zlib(body: bytes | memoryview, limit: int) -> bytes:
     d = zlib.decompressobj()
-    out = d.decompress(body)
+    out = d.decompress(body, limit + 1)
+    if len(out) > limit:
+        raise _too_big(limit)
     if not d.eof:
         raise zlib.error("truncated zlib stream")
     return out
 
 
-_INFLATE: Final[dict[Codec, Callable[[bytes | memoryview], bytes]]] = {
+_INFLATE: Final[dict[Codec, Callable[[bytes | memoryview, int], bytes]]] = {
     Codec.ZLIB: _inflate_zlib,
     Codec.LZ4: _inflate_lz4,
     Codec.ZSTD: _inflate_zstd,
 }
 
 
-def decompress(body: bytes | memoryview, sys_flag: int) -> bytes | memoryview:
+def decompress(
+    body: bytes | memoryview, sys_flag: int, limit: int = INFLATE_LIMIT
+) -> bytes | memoryview:
     """The original bytes of a record's body (the body itself when it is not flagged
-    compressed). Raises CompressedBodyError when it does not inflate."""
+    compressed). Raises CompressedBodyError when it does not inflate, or inflates past
+    `limit` bytes (at most INFLATE_LIMIT): no producer's put stores such a body
+    compressed, mqstore's and RocketMQ's both bound the body before they compress it."""
     codec = codec_of(sys_flag)
     if codec is None:
         return body
     try:
-        return _INFLATE[codec](body)
+        return _INFLATE[codec](body, min(limit, INFLATE_LIMIT))
     except Exception as e:  # each codec raises its own error type
         raise CompressedBodyError(
             f"{codec.name.lower()} body does not inflate: {type(e).__name__}: {e}"

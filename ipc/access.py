@@ -64,6 +64,11 @@ def peer_uid(conn: socket.socket) -> int:
     return _peercred(conn)[1]
 
 
+def peer_pid(conn: socket.socket) -> int:
+    """The process id of the process at the other end of the Unix socket `conn`."""
+    return _peercred(conn)[0]
+
+
 def peer_refusal(conn: socket.socket, store_dir: str, allow_group: bool) -> str:
     """Why the peer of `conn` may not use the store ("" when it may): the store's owner
     and root may; with `allow_group`, members of the store directory's group too."""

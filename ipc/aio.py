@@ -521,7 +521,8 @@ class AsyncStoreClient:
         timeout_s: float | None = 60.0,
     ) -> list[PutResult]:
         """`StoreClient.put_batch_until_ok` on the loop, as `put_until_ok` (each message
-        keeps its UNIQ_KEY across tries; a batch is recognised as stored only whole)."""
+        keeps its UNIQ_KEY across tries; a batch is recognised as stored only whole).
+        ValueError for more than `_native.IDEM_WINDOW` messages (as the blocking one)."""
         batch = retry.keyed_batch(messages, self._loop_client().new_uniq_key)
 
         async def attempt() -> list[PutResult]:

@@ -322,7 +322,8 @@ class StoreClient:
         timeout_s: float | None = 60.0,
     ) -> list[PutResult]:
         """`put_batch`, retried as `put_until_ok` retries a put (each message keeps its
-        UNIQ_KEY across tries; a batch is recognised as stored only whole)."""
+        UNIQ_KEY across tries; a batch is recognised as stored only whole). ValueError
+        for more than `_native.IDEM_WINDOW` messages: a retry of more stores them again."""
         batch = retry.keyed_batch(messages, self.new_uniq_key)
 
         def attempt() -> list[PutResult]:

@@ -33,6 +33,9 @@ message from the retry topic reads as its original topic (`msg.topic`, RocketMQ'
 from __future__ import annotations
 
 import contextlib
+import itertools
+import os
+import select
 import socket
 import struct
 import threading
@@ -46,7 +49,7 @@ from mqstore import _native
 from mqstore.engine import compression, pull, record, record_decode
 from mqstore.engine.names import check_group, check_topic
 from mqstore.engine.record_decode import DecodedRecord, RecordFields
-from mqstore.ipc import channel, group_slots
+from mqstore.ipc import access, channel, group_slots
 from mqstore.ipc.read_results import GetMessageStatus
 from mqstore.ipc.reads import POLL_MAX_STEP_S, POLL_STEP_S, ClientReads, LiveAttach, for_client
 from mqstore.ipc.results import PutMessageStatus, PutResult
@@ -79,6 +82,20 @@ class LockLike(Protocol):
     def locked(self) -> bool: ...
 
 
+_SERIALS: Final = itertools.count(1)  # one per Consumer: whose a delivered message is
+
+
+def _ours(consumer: Consumer, msg: object) -> ConsumedMessage:
+    """`msg`, when this consumer delivered it; else TypeError (not a delivered message)
+    or ValueError (another consumer's): an ack must not mark another consumer's message
+    done nor store its queue's offset into this group's slots."""
+    if type(msg) is not ConsumedMessage:
+        raise TypeError(f"expected a ConsumedMessage, not {type(msg).__name__}")
+    if msg._q.owner != consumer._serial:
+        raise ValueError(f"{msg!r} was not delivered by this consumer")
+    return msg
+
+
 class ConsumerClosed(Exception):
     """The consumer was closed."""
 
@@ -102,6 +119,7 @@ class _Queue:
     # the next commit (each message's `done` says it was acked or nacked)
     inflight: deque[ConsumedMessage] = field(default_factory=deque)
     word: int = 0  # the slot word's tag bits (`group_slots.pack` of offset 0)
+    owner: int = 0  # the `Consumer._serial` of the consumer it was granted to
 
     def __post_init__(self) -> None:
         self.word = (self.tag & group_slots.TAG_MASK) << group_slots.OFFSET_BITS
@@ -282,6 +300,7 @@ class Consumer:
         self.session_ms = session_ms
         self.pull_batch = pull_batch
         self._client = client
+        self._serial = next(_SERIALS)
         self._reads: ClientReads = for_client(client)
         self._lock = threading.Lock()
         self._changed = threading.Event()  # grants changed: a waiting poll looks again
@@ -295,6 +314,10 @@ class Consumer:
         self._redo: deque[tuple[float, ConsumedMessage]] = deque()
         self._rr = 0
         self._slots: group_slots.Slots | None = None
+        # the process of the supervisor whose grants this member holds (its pidfd,
+        # polled): once it exited, its leases are void (`_run_ended`)
+        self._run: select.poll | None = None
+        self._run_fd = -1
         self._closed = False
         self._joined = threading.Event()
         self._join_error: BaseException | None = None
@@ -340,9 +363,32 @@ class Consumer:
                 first = False
             finally:
                 sock.close()
-            self._drop_all()  # a new connection is a new member: what we held is gone
+                self._drop_all()  # a new connection is a new member: what we held is gone
+                self._watch_run(None)
             if not self._closed:
                 self._beat_now.wait(_RECONNECT_S)
+
+    def _watch_run(self, sock: socket.socket | None) -> None:
+        """Watch the process of the supervisor at the other end of `sock` (None: stop
+        watching), which this session's grants come from. Raises OSError."""
+        run, fd = None, -1
+        if sock is not None:
+            fd = os.pidfd_open(access.peer_pid(sock))
+            run = select.poll()
+            run.register(fd, select.POLLIN)
+        with self._lock:  # `_run_ended` runs under it: it never polls a closed pidfd
+            old_fd = self._run_fd
+            self._run, self._run_fd = run, fd
+        if old_fd >= 0:
+            os.close(old_fd)
+
+    def _run_ended(self) -> bool:
+        """(Lock held.) The supervisor that granted this member's leases has exited (a pidfd polls
+        readable then). Its leases are void however long they have left: the next run
+        hands the queues out after its grace, and the slot file they write to is no
+        longer read (a new run makes a new one)."""
+        run = self._run
+        return run is not None and bool(run.poll(0))
 
     def _fail_join(self, e: BaseException) -> None:
         self._join_error = e
@@ -362,6 +408,7 @@ class Consumer:
             # the member this one was, whose queues `_drop_all` dropped: the supervisor
             # frees what it held now (`group_coord._forget_previous`)
             join["previous"] = self.member_id
+        self._watch_run(sock)
         t_send, reply = self._exchange(sock, buf, join)
         if "error" in reply:
             if first:
@@ -438,7 +485,7 @@ class Consumer:
                         self._lapse(q)
                     changed = True
                 elif q is None:
-                    q = _Queue(t, qid, tag, slot, start, t_send + left)
+                    q = _Queue(t, qid, tag, slot, start, t_send + left, owner=self._serial)
                     q.next_fetch = start
                     self._queues[tag] = q
                     changed = True
@@ -591,7 +638,9 @@ class Consumer:
         its messages are taken, and once more for the whole batch as the last step
         before it is returned, so that a stop (SIGSTOP, a long deschedule) inside this
         method cannot hand over messages of a lease that ended meanwhile: those are
-        dropped (not delivered, not acked; the queue's next owner delivers them). What
+        dropped (not delivered, not acked; the queue's next owner delivers them). That
+        last step also drops the batch when the supervisor that granted the leases has
+        exited (`_run_ended`): a new run may have granted the queues again. What
         remains is the return itself: a stop between the last check and the caller's
         use of the batch hands it over late (docs/consumers.md, "At least once")."""
         out: list[ConsumedMessage] = []
@@ -627,6 +676,10 @@ class Consumer:
                 earliest = min(earliest, q.deadline)
             if out and time.monotonic() >= earliest:  # a lease ended while taking
                 out = self._drop_lapsed(out)
+            if out and self._run_ended():  # the supervisor died: every lease is void
+                for m in out:
+                    self._lapse(m._q)
+                out = []
         return out
 
     def _drop_lapsed(self, out: list[ConsumedMessage]) -> list[ConsumedMessage]:
@@ -670,7 +723,10 @@ class Consumer:
     def ack(self, msg: ConsumedMessage) -> bool:
         """Done with `msg`: its queue's committed offset may pass it (stored in the
         group's slot before this returns). False when the queue is no longer this
-        member's (the next owner delivers it again)."""
+        member's (the next owner delivers it again). TypeError when `msg` is not a
+        message, ValueError when another consumer delivered it: nothing changes."""
+        if type(msg) is not ConsumedMessage or msg._q.owner != self._serial:
+            _ours(self, msg)  # raises (inline above: this is the hot path)
         slots = self._slots
         if slots is not None:  # in one C call while the lock is free (`group_ack_py`)
             got = group_ack(msg, self._lock, slots.words)
@@ -691,7 +747,9 @@ class Consumer:
 
     def ack_many(self, msgs: Sequence[ConsumedMessage]) -> int:
         """`ack` each of `msgs`, under one lock and with one slot store per queue: how
-        many were accepted (the others' queues are no longer this member's)."""
+        many were accepted (the others' queues are no longer this member's). TypeError or
+        ValueError (as `ack`) when one of `msgs` is not this consumer's: nothing changes."""
+        msgs = [_ours(self, m) for m in msgs]
         done = 0
         with self._lock:
             now = time.monotonic()
@@ -741,7 +799,9 @@ class Consumer:
         `%RETRY%<group>` with the next delay level, or `%DLQ%<group>` after
         `max_reconsume_times`), then ack it here. When the send-back fails, the message
         is delivered again by this member after `LOCAL_RETRY_S` (RocketMQ's client does
-        the same) and the failed result is returned."""
+        the same) and the failed result is returned. TypeError or ValueError (as `ack`)
+        when `msg` is not this consumer's: nothing is sent back."""
+        _ours(self, msg)
         res = self._client.send_back(
             msg.record,
             self.group,

@@ -5,6 +5,8 @@
 | ---------------------------------- | ------------------------------------------------- |
 | `.mqstore-groups/<group>.slots`    | the supervisor creates it (a fresh inode per run); |
 |                                    | a queue's owner writes the slot of its grant       |
+| `.mqstore-groups/longest-session-ms` | the supervisor: the longest `session_ms` its run |
+|                                    | granted, read by the next run after a crash        |
 
 `SLOTS` 64-bit words. The supervisor (`workers.group_coord`) gives each grant of a queue
 to a member a slot and a tag (24 bits, new per grant); the member stores `tag << 40 |
@@ -23,6 +25,7 @@ import contextlib
 import ctypes
 import mmap
 import os
+import stat
 from typing import Final
 
 from mqstore.engine import jsonconfig
@@ -34,6 +37,50 @@ SIZE: Final = SLOTS * 8
 OFFSET_BITS: Final = 40
 OFFSET_MASK: Final = (1 << OFFSET_BITS) - 1
 TAG_MASK: Final = (1 << 24) - 1
+
+
+LONGEST_SESSION: Final = "longest-session-ms"
+_LONGEST_UNKNOWN_MS: Final = 60_000  # an unreadable record: the longest session allowed
+
+
+def longest_session_path(store_dir: str | os.PathLike[str]) -> str:
+    return os.path.join(os.fspath(store_dir), GROUPS_DIR, LONGEST_SESSION)
+
+
+def read_longest_session(store_dir: str | os.PathLike[str]) -> int:
+    """The longest session (ms) the last run granted a member: 0 when it recorded none
+    (no member joined), the longest allowed when the record cannot be read or is not a
+    plain file holding a session (never followed through a link, never waited on)."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(longest_session_path(store_dir), flags)
+    except FileNotFoundError:
+        return 0
+    except OSError:
+        return _LONGEST_UNKNOWN_MS
+    try:
+        text = os.read(fd, 32) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    except OSError:
+        text = b""
+    finally:
+        os.close(fd)
+    ms = int(text) if text.isdigit() else 0
+    return ms if 0 < ms <= _LONGEST_UNKNOWN_MS else _LONGEST_UNKNOWN_MS
+
+
+def write_longest_session(store_dir: str | os.PathLike[str], session_ms: int, mode: int) -> None:
+    """Record `session_ms` as the longest this run granted (atomically: a crash leaves
+    the old record or the new). No fsync: what it guards against, a member outliving
+    its supervisor, cannot outlive the machine. Raises OSError."""
+    path = longest_session_path(store_dir)
+    tmp = f"{path}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
+    try:
+        os.fchmod(fd, mode)
+        os.write(fd, str(session_ms).encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
 
 
 def slots_path(store_dir: str | os.PathLike[str], group: str) -> str:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
+from mqstore import _native
 from mqstore.engine.record import PROPERTY_UNIQ_KEY, Message
 from mqstore.ipc.results import PutMessageStatus, PutResult
 
@@ -45,7 +46,10 @@ def with_key(properties: Mapping[str, str] | None, new_key: Callable[[], str]) -
 def keyed_batch(
     messages: Iterable[Mapping[str, Any] | Message], new_key: Callable[[], str]
 ) -> list[Any]:
-    """A batch whose every message has its UNIQ_KEY (a dict's `properties`, a Message's)."""
+    """A batch whose every message has its UNIQ_KEY (a dict's `properties`, a Message's).
+    ValueError for more than `_native.IDEM_WINDOW` messages: the store remembers that
+    many puts of a producer, so a retry of a longer batch would find its first keys
+    gone and store the whole batch again."""
     import dataclasses  # here: a producer's import does not load it
 
     out: list[Any] = []
@@ -56,6 +60,12 @@ def keyed_batch(
             d = dict(m)
             d["properties"] = with_key(d.get("properties"), new_key)
             out.append(d)
+        if len(out) > _native.IDEM_WINDOW:
+            raise ValueError(
+                f"a batch retried until PUT_OK holds at most {_native.IDEM_WINDOW} messages "
+                "(the puts of a producer the store remembers): a retry of a longer one "
+                "would store it again; split it"
+            )
     return out
 
 

@@ -30,8 +30,10 @@ with SIGSTOP, or whose beats stopped). A lease over is never renewed (a member d
 queue whose lease ran out on its side and releases it). A member whose beat round trip
 (`rtt_ms`, reported by each beat) reaches half a session is *slow*: it is left out of
 the allocation until its round trips are under a quarter of a session. A new supervisor
-grants nothing for `session` seconds after it starts (`GRACE_S`), so a member of the run
-before has stopped by then.
+grants nothing, after a run that did not stop cleanly, for the longest session that run
+granted a member (`group_slots.LONGEST_SESSION`, written before the join that raised it
+is answered; at least the default session), so every lease of the run before has ended
+by then.
 
 **Offsets.** The owner keeps each queue's consumed offset (lowest unacked) in its grant's
 slot (`ipc.group_slots`); the coordinator reads the slot when the grant ends and hands the
@@ -53,8 +55,6 @@ import os
 import queue
 import select
 import selectors
-import socket
-import struct
 import threading
 import time
 from collections import deque
@@ -65,7 +65,7 @@ from typing import Any, Final, Literal
 from mqstore.engine import deleted_topics, topics
 from mqstore.engine.names import group_problem, topic_problem
 from mqstore.engine.offsets import NO_OFFSET, ConsumerOffsets
-from mqstore.ipc import group_slots
+from mqstore.ipc import access, group_slots
 from mqstore.workers.control_socket import Conn
 
 BEAT_S: Final = 0.1  # how often members beat (told in the join reply)
@@ -207,12 +207,6 @@ class _Persister:
         self._thread.join()
 
 
-def _peer_pid(sock: socket.socket) -> int:
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    pid: int = struct.unpack("3i", creds)[0]
-    return pid
-
-
 def _exited(pidfd: int) -> bool:
     """The process of `pidfd` has exited (a pidfd polls readable then). poll, not
     select: a descriptor past 1023 is fine."""
@@ -249,10 +243,14 @@ class Coordinator:
         self._started = clock()
         # A run that did not stop cleanly left slot files: a member of that run may
         # believe for up to its session that it owns queues; grant nothing until then.
+        # Its longest session stays the floor of this run's (a crash within the grace
+        # leaves those leases as they were).
+        self._longest_ms = 0
         left = os.path.join(store_dir, group_slots.GROUPS_DIR)
         with contextlib.suppress(OSError):
             if any(n.endswith(".slots") for n in os.listdir(left)):
-                self._started += DEFAULT_SESSION_MS / 1000
+                self._longest_ms = group_slots.read_longest_session(store_dir)
+                self._started += max(DEFAULT_SESSION_MS, self._longest_ms) / 1000
         self._grace_until = self._started
         # Topics deleted while running (`mqstore topic DIR delete T`): seen through
         # `config/deletedTopics.json` (`_check_deletions`); `_unsure` holds those whose
@@ -355,8 +353,14 @@ class Coordinator:
             except (OSError, ValueError) as e:
                 return {"error": f"cannot create the group's slot file: {e}"}
             g = self.groups[name] = Group(name, slots)
+        if session_ms > self._longest_ms:  # before any grant of this session's length
+            try:
+                group_slots.write_longest_session(self.store_dir, session_ms, self._file_mode())
+            except OSError as e:
+                return {"error": f"cannot record the member's session: {e}"}
+            self._longest_ms = session_ms
         try:
-            pid = _peer_pid(conn.sock)
+            pid = access.peer_pid(conn.sock)
             pidfd = os.pidfd_open(pid)
         except OSError as e:
             return {"error": f"cannot watch the member's process: {e}"}
@@ -771,6 +775,8 @@ class Coordinator:
             g.slots.close()
             with contextlib.suppress(OSError):  # a clean stop: no grace at the next start
                 os.unlink(group_slots.slots_path(self.store_dir, g.name))
+        with contextlib.suppress(OSError):
+            os.unlink(group_slots.longest_session_path(self.store_dir))
 
     # --- views --------------------------------------------------------------------------
 

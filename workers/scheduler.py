@@ -22,9 +22,10 @@ queue offset>}}`), written only up to re-puts the flusher has made durable, at m
 Exactly once across a crash: a crash between a re-put and the progress write would have
 a restart deliver again what the file does not cover yet. So at start, before the first
 round, `recover_progress` reads, for each level, the entries after the file's offset that
-were due, and looks for their re-puts in their real queues (records stored since the
-earliest of those due times, less `RECHECK_SLACK_MS`, matched on what a re-put keeps:
-born time and host, body, properties, flag, reconsume count). A level's re-puts are
+were due, and looks for their re-puts in their real queues (each queue's records stored
+since the earliest due time of any level's entry bound for it, less `RECHECK_SLACK_MS`,
+matched on what a re-put keeps: born time and host, body, properties, flag, reconsume
+count). A level's re-puts are
 ordered and its batches all or nothing, so what was delivered is a prefix of its
 entries: the progress moves past the prefix that is found, and delivery goes on after.
 """
@@ -345,14 +346,17 @@ class Scheduler(Service):
                 due[level] = got
         if not due:
             return
-        seen: dict[tuple[str, int], Counter[Hashable]] = {}
+        # Each real queue is read once, from the earliest due time of any level's entry
+        # bound for it: a level read first may fall due after another's re-puts.
+        earliest: dict[tuple[str, int], int] = {}
         for level, recs in due.items():
             delay = self.delays[level - 1]
             for rec in recs:
                 m = timeup_message(rec)
-                if m is not None and (m.topic, m.queue_id) not in seen:
-                    since = min(due_ms(r, delay, now) for r in recs) - RECHECK_SLACK_MS
-                    seen[(m.topic, m.queue_id)] = self._reputs_since(m, since)
+                if m is not None:
+                    q, at = (m.topic, m.queue_id), due_ms(rec, delay, now)
+                    earliest[q] = min(at, earliest.get(q, at))
+        seen = {q: self._reputs_since(q, at - RECHECK_SLACK_MS) for q, at in earliest.items()}
         moved = 0
         for level, recs in due.items():
             for rec in recs:
@@ -372,12 +376,14 @@ class Scheduler(Service):
             write_progress(self.ctx.store_dir, self.durable)
             self.saved = dict(self.durable)
 
-    def _reputs_since(self, m: Message, since_ms: int) -> Counter[Hashable]:
-        """The signatures of (m.topic, m.queue_id)'s records stored since `since_ms`."""
+    def _reputs_since(self, queue: tuple[str, int], since_ms: int) -> Counter[Hashable]:
+        """The signatures of the records of `queue` (topic, queue id) stored since
+        `since_ms`."""
+        topic, queue_id = queue
         out: Counter[Hashable] = Counter()
-        offset = self.reads.offset_for_time(m.topic, m.queue_id, max(0, since_ms))
+        offset = self.reads.offset_for_time(topic, queue_id, max(0, since_ms))
         while True:
-            res = self.reads.pull(m.topic, m.queue_id, offset, 256)
+            res = self.reads.pull(topic, queue_id, offset, 256)
             if res.status is not GetStatus.FOUND:
                 return out
             for r in res.messages:

@@ -4,9 +4,12 @@ compressors (which mqstore inflates), the sysFlag bits, and the reference's rule
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 
+import lz4.frame
 import pytest
+import zstandard
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -84,3 +87,40 @@ def test_the_reference_rule(body: bytes, codec: Codec | None, over: int, flag: i
         assert len(got) < len(body)
         assert got_flag == (flag & ~0x700) | codec.flag
         assert compression.decompress(got, got_flag) == body
+
+
+def _bomb(codec: Codec, size: int) -> bytes:
+    """`size` zero bytes as the codec's stream, made a MiB at a time (a flagged body of
+    a caller's own: the put takes it as compressed already)."""
+    zero = bytes(1 << 20)
+    if codec is Codec.ZLIB:
+        z = zlib.compressobj(9)
+        return b"".join(z.compress(zero) for _ in range(size >> 20)) + z.flush()
+    if codec is Codec.LZ4:
+        c = lz4.frame.LZ4FrameCompressor(block_size=lz4.frame.BLOCKSIZE_MAX4MB)
+        return c.begin() + b"".join(c.compress(zero) for _ in range(size >> 20)) + c.flush()
+    w = zstandard.ZstdCompressor(level=1, write_content_size=False).compressobj()
+    return b"".join(w.compress(zero) for _ in range(size >> 20)) + w.flush()
+
+
+@pytest.mark.parametrize("codec", list(Codec))
+def test_a_body_that_inflates_past_the_limit_is_an_error_not_an_allocation(
+    codec: Codec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A body whose caller set the compressed flag can be a bomb (a few KiB of any codec
+    inflating to GiBs), and every reader inflates what it reads: the scheduler, a store
+    process, inflates each delayed message. Nothing inflates past INFLATE_LIMIT (1 GiB;
+    4 MiB here) or a caller's lower limit: CompressedBodyError, and a read gives the
+    body as stored. (Before, it inflated whatever the stream held.)"""
+    limit = 4 << 20
+    monkeypatch.setattr(compression, "INFLATE_LIMIT", limit, raising=False)
+    assert len(compression.decompress(_bomb(codec, limit), codec.flag)) == limit
+    bomb = _bomb(codec, 64 << 20)
+    assert len(bomb) < 1 << 20
+    with pytest.raises(CompressedBodyError):  # zstd's own words: not the full frame
+        compression.decompress(bomb, codec.flag)
+    with pytest.raises(CompressedBodyError):
+        compression.decompress(_bomb(codec, limit), codec.flag, 1 << 20)
+    stored = record.decode(golden.record_path(codec).read_bytes(), 0)
+    rec = dataclasses.replace(stored, body=bomb)
+    assert compression.inflate(rec) is rec  # a read gives it as stored

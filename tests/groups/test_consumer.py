@@ -15,8 +15,9 @@ import pytest
 
 from mqstore import StoreClient
 from mqstore.engine.offsets import ConsumerOffsets
+from mqstore.engine.record import SCHEDULE_TOPIC
 from mqstore.ipc import channel
-from mqstore.ipc.consumer import ConsumerClosed
+from mqstore.ipc.consumer import ConsumedMessage, ConsumerClosed
 from mqstore.workers.group_coord import allocate_averagely
 from tests.groups.helpers import (
     Member,
@@ -514,3 +515,43 @@ def test_ack_many_commits_the_lowest_unacked_of_each_queue(make_store: object) -
             "both queues at 10",
         )
         c.close()
+
+
+def test_an_ack_or_nack_of_what_this_consumer_did_not_deliver_changes_nothing(
+    make_store: object,
+) -> None:
+    """A message another consumer delivered (of another group here) is refused by
+    `ack`, `ack_many` and `nack` with ValueError, anything that is not a delivered
+    message with TypeError, and neither changes a thing: the consumer that delivered the
+    message still acks it, and no retry is sent back. (Before, `ack` of the other
+    consumer's message returned True: it marked that message done, so its own consumer's
+    ack returned False, and stored the other queue's offset into this group's slot file;
+    `nack` sent it back to this group's retry topic; a non-message got AttributeError.)"""
+    store: Store = make_store({"default_topic_queue_nums": 1})  # type: ignore[operator]
+    with StoreClient.attach(store.path) as client:
+        for i in range(4):
+            client.put("t", b"%d" % i, queue_id=0)
+        c1 = client.consumer("g1", "t", retry=False)
+        c2 = client.consumer("g2", "t", retry=False)
+        got1: list[ConsumedMessage] = []
+        got2: list[ConsumedMessage] = []
+        while len(got1) < 4:
+            got1 += c1.poll(64, 1.0)
+        while len(got2) < 4:
+            got2 += c2.poll(64, 1.0)
+        foreign = got2[0]
+        for call in (c1.ack, c1.nack, lambda m: c1.ack_many([got1[0], m])):
+            with pytest.raises(ValueError, match="not delivered by this consumer"):
+                call(foreign)
+        for bad in (None, 1, "m", foreign.record):
+            for call in (c1.ack, c1.nack, lambda m: c1.ack_many([m])):
+                with pytest.raises(TypeError, match="expected a ConsumedMessage"):
+                    call(bad)
+        assert c2.ack_many(got2) == 4
+        assert c1.ack_many(got1) == 4
+        for g in ("g1", "g2"):
+            wait_for(lambda g=g: [q["offset"] for q in info(store.path, g)["queues"]] == [4],
+                     10, f"{g} at offset 4")  # fmt: skip
+        assert client.max_offset(SCHEDULE_TOPIC, 2) == 0  # nothing sent back
+        c1.close()
+        c2.close()

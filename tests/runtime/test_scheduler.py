@@ -85,6 +85,34 @@ def test_a_restart_after_a_lost_progress_write_delivers_nothing_twice(
     assert "were re-put before the last stop without their progress saved" in st.output()
 
 
+def test_a_lost_progress_write_finds_every_levels_re_puts_to_a_shared_queue(
+    make_store: StoreFactory,
+) -> None:
+    """Two levels re-put to one queue, the level read first due last: the restarted
+    scheduler must look for the queue's re-puts from the earliest due time of any level.
+    It looked from the first level's (less 2 s) only, missed level 2's re-put made 4 s
+    before that and delivered it again. Levels need not grow ("5s 1s" is a valid
+    messageDelayLevel); with growing ones the same happens to a level 1 message put
+    more than its level's delay + 2 s after a level 2 one, both in one unsaved window."""
+    st = make_store({"message_delay_level": "5s 1s"})
+    st.wait_workers_running()  # not scheduler_ready: its level 1 probe, due first, would
+    # have the restarted scheduler look back far enough
+    with StoreClient.attach(st.path) as client:
+        for body, level in ((b"short", 2), (b"long", 1)):
+            assert client.put("Mixed", body, queue_id=0, delay_level=level).status is OK
+        assert {_await(client, "Mixed", 0).body, _await(client, "Mixed", 1).body} == {
+            b"short", b"long",
+        }  # fmt: skip
+    assert st.stop() == 0
+    (st.path / "config" / "delayOffset.json").write_text('{"offsetTable": {"1": 0, "2": 0}}')
+    st.start()
+    wait_for(lambda: _offsets(st.path) == {"1": 1, "2": 1}, 60, "the recovered progress")
+    with StoreClient.attach(st.path) as client:
+        got = client.pull("Mixed", 0, 0, 8).messages
+    assert sorted(bytes(m.body) for m in got) == [b"long", b"short"], "delivered twice"
+    assert "2 delayed messages were re-put before the last stop" in st.output()
+
+
 def test_delivery_goes_on_across_a_stop(make_store: StoreFactory) -> None:
     st = make_store(CONFIG)
     sent = Sent()
