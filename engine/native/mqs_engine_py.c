@@ -1,7 +1,7 @@
 /* engine's C, as Python sees it (`mqstore._native`, typed in mqstore/_native.pyi): the
  * CRC, the V1 record encoder and writer (mqs_crc32.c, mqs_record.c), and the tables of
- * the scanner, the pull walk, the consume-queue and index helpers and recovery's check
- * (their *_py.c / .h files). Argument checks name the parameter (mqs_args.c). */
+ * the scanner (with the committer's record_step), the pull walk, the consume-queue and
+ * index helpers and recovery's check (their *_py.c / .h files). Argument checks name the parameter (mqs_args.c). */
 #include "mqs_engine_py.h"
 
 #include "mqs_args.h"
@@ -46,44 +46,6 @@ static PyObject *py_crc32_slice8(PyObject *Py_UNUSED(m), PyObject *arg)
     uint32_t c = mqs_crc32_slice8(0, v.buf, (size_t)v.len);
     PyBuffer_Release(&v);
     return PyLong_FromUnsignedLong(c);
-}
-
-/* engine.scan.record_step_py in C: from the record boundary `pos`, follow each record's
- * TOTALSIZE (big-endian, its first 4 bytes) to the first boundary at or past `want`; stop
- * at the last boundary reached when a size is not positive or the record runs past
- * `limit`. O(records), a load each: the committer's step end (ipc.commit). */
-static int64_t record_step(const uint8_t *buf, int64_t pos, int64_t limit, int64_t want)
-{
-    while (pos < want && limit - pos >= 4) {
-        int64_t size = (int32_t)mqs_rd32(buf + pos);
-        if (size <= 0 || size > limit - pos)
-            break;
-        pos += size;
-    }
-    return pos;
-}
-
-static PyObject *py_record_step(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "record_step(buf, pos, limit, want) takes 4 arguments");
-        return NULL;
-    }
-    int64_t pos, limit, want;
-    if (mqs_arg_i64(args[1], "pos", &pos) < 0 || mqs_arg_i64(args[2], "limit", &limit) < 0 ||
-        mqs_arg_i64(args[3], "want", &want) < 0)
-        return NULL;
-    Py_buffer v;
-    if (mqs_arg_buffer(args[0], "buf", &v) < 0)
-        return NULL;
-    if (pos < 0 || pos > limit || limit > v.len) {
-        PyBuffer_Release(&v);
-        PyErr_SetString(PyExc_ValueError, "record_step: need 0 <= pos <= limit <= len(buf)");
-        return NULL;
-    }
-    int64_t end = record_step(v.buf, pos, limit, want);
-    PyBuffer_Release(&v);
-    return PyLong_FromLongLong(end);
 }
 
 /* Fill `m` from encode()'s keyword arguments. The body view is left for the caller to
@@ -239,25 +201,8 @@ static PyMethodDef engine_methods[] = {
          "crc32(data, value=0) -> int: zlib.crc32, folded with PCLMULQDQ where the CPU has it."),
     {"crc32_slice8", py_crc32_slice8, METH_O,
      "crc32_slice8(data) -> int: the portable slicing-by-8 CRC alone (for tests)."},
-    MQS_FASTCALL("record_step", py_record_step,
-         "record_step(buf, pos, limit, want) -> int: the first record boundary at or past "
-         "want from pos, or the last one reached (engine.scan.record_step_py is its twin)."),
-    {"scan_records", (PyCFunction)(void (*)(void))mqs_py_scan_records,
-     METH_VARARGS | METH_KEYWORDS,
-     "scan_records(buf, pos, limit, *, check_crc=True, max_records=-1, delay_ms=None) -> "
-     "(count, stop, "
-     "stop_pos, blank_size, columns, fixups): the record scanner (engine/native/mqs_scan.c; "
-     "engine.scan.scan_records is its door)."},
-    MQS_FASTCALL("scan_summary", mqs_py_scan_summary,
-         "scan_summary(store_timestamp, bits, sys_flag, queue_id, now_ms, buckets) -> (flags, "
-         "lag_sum_ms, counts): engine.scan.scan_summary_py, in C."),
-    MQS_FASTCALL("verify_units", mqs_py_verify_units,
-         "verify_units(units, first_queue_offset, queue_id, prev_end, log_min, log_end, "
-         "headers_from, segments, segments_base, segment_size) -> (bad_queue_offset, prev_end): "
-         "recovery's consume-queue check (engine/native/mqs_verify.c; engine.verify is its door)."),
-    MQS_FASTCALL("queue_last_ends", mqs_py_queue_last_ends,
-         "queue_last_ends(buf, start, pos, size, queue_id, topic_pos, topic_len) -> dict: each "
-         "queue's last scanned record's end (engine.verify.queue_last_ends is its door)."),
+    MQS_SCAN_METHODS
+    MQS_VERIFY_METHODS
     {"encode", (PyCFunction)(void (*)(void))py_encode, METH_VARARGS | METH_KEYWORDS,
      "encode(topic, body, properties, *, ...) -> bytes: one V1 record, as "
      "engine.record.encode lays it out (the inputs already validated)."},
