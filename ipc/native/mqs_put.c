@@ -113,10 +113,8 @@ static PyObject *putlock_release(PutLock *self, PyObject *Py_UNUSED(a))
 static PyObject *putlock_exit(PutLock *self, PyObject *Py_UNUSED(args))
 {
     PyObject *r = putlock_release(self, NULL);
-    if (r == NULL)
-        return NULL;
-    Py_DECREF(r);
-    Py_RETURN_FALSE;
+    Py_XDECREF(r); /* None */
+    return r ? Py_NewRef(Py_False) : NULL;
 }
 
 static PyObject *putlock_locked(PutLock *self, PyObject *Py_UNUSED(a))
