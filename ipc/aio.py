@@ -92,18 +92,15 @@ def _answer(
 ) -> None:
     """Resolve `fut` with a put's results `got` under the flush `status` (`raises`: a
     status but PUT_OK as its `PutError`, the client's `raise_on_status`)."""
-    if status is OK:
-        fut.set_result(got)
-        return
-    if isinstance(got, list):
-        got = [r._replace(status=status, reason=reason) for r in got]
+    if status is not OK:
+        if isinstance(got, list):
+            got = [r._replace(status=status, reason=reason) for r in got]
+            error = error_for(got[0], tuple(got))
+        else:
+            got = got._replace(status=status, reason=reason)
+            error = error_for(got)
         if raises:
-            fut.set_exception(error_for(got[0], tuple(got)))
-            return
-    else:
-        got = got._replace(status=status, reason=reason)
-        if raises:
-            fut.set_exception(error_for(got))
+            fut.set_exception(error)
             return
     fut.set_result(got)
 

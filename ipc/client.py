@@ -78,22 +78,10 @@ class _Constructor(Generic[P]):
         return cast("Callable[P, T]", owner)
 
 
-def _in_process(
-    read: Callable[Concatenate[ClientReads, P], R],
-) -> Callable[Concatenate[StoreClient, P], R]:
-    """`StoreClient.<name>`: `ClientReads.<name>` (its signature, checks and docstring),
-    run on this process's `ClientReads`."""
-
-    def method(self: StoreClient, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        return read(self._read_side(), *args, **kwargs)
-
-    return _named(method, read)
-
-
 class _Read:
     """`StoreClient.<name>` before its first use: on the first lookup, on the class or an
     instance, it imports the read side (`ipc.reads` and its result types, ~13M
-    instructions a producer's import does not pay), puts `_in_process(ClientReads.<name>)`
+    instructions a producer's import does not pay), puts `_on(_reads, ClientReads.<name>)`
     in its place on `StoreClient` and answers as that does from then on."""
 
     def __set_name__(self, owner: type[StoreClient], name: str) -> None:
@@ -102,7 +90,7 @@ class _Read:
     def __get__(self, obj: StoreClient | None, owner: type[StoreClient]) -> Any:
         from mqstore.ipc.reads import ClientReads
 
-        method = _in_process(getattr(ClientReads, self._name))
+        method = _on(_reads, getattr(ClientReads, self._name))
         setattr(StoreClient, self._name, method)
         return method.__get__(obj, owner)
 
@@ -131,6 +119,10 @@ def _puts(client: StoreClient) -> PutPath:
 
 def _session(client: StoreClient) -> Session:
     return client._puts.session
+
+
+def _reads(client: StoreClient) -> ClientReads:
+    return client._read_side()
 
 
 class StoreClient:
@@ -397,15 +389,15 @@ class StoreClient:
         return got[1]
 
     if TYPE_CHECKING:
-        pull = _in_process(ClientReads.pull)
-        get = _in_process(ClientReads.get)
-        get_by_msg_id = _in_process(ClientReads.get_by_msg_id)
-        query = _in_process(ClientReads.query)
-        offset_for_time = _in_process(ClientReads.offset_for_time)
-        min_offset = _in_process(ClientReads.min_offset)
-        max_offset = _in_process(ClientReads.max_offset)
-        commit_offset = _in_process(ClientReads.commit_offset)
-        committed_offset = _in_process(ClientReads.committed_offset)
+        pull = _on(_reads, ClientReads.pull)
+        get = _on(_reads, ClientReads.get)
+        get_by_msg_id = _on(_reads, ClientReads.get_by_msg_id)
+        query = _on(_reads, ClientReads.query)
+        offset_for_time = _on(_reads, ClientReads.offset_for_time)
+        min_offset = _on(_reads, ClientReads.min_offset)
+        max_offset = _on(_reads, ClientReads.max_offset)
+        commit_offset = _on(_reads, ClientReads.commit_offset)
+        committed_offset = _on(_reads, ClientReads.committed_offset)
     else:  # the same, made on first use (`_Read`)
         pull = _Read()
         get = _Read()

@@ -319,9 +319,4 @@ class Session:
     def positions(self) -> dict[str, int]:
         """The control block's positions (reserved, published, committed, flushed)."""
         pos = Positions(self.current().cb)
-        return {
-            "reserved": pos.reserved,
-            "published": pos.published,
-            "committed": pos.committed,
-            "flushed": pos.flushed,
-        }
+        return {k: getattr(pos, k) for k in ("reserved", "published", "committed", "flushed")}
