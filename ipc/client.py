@@ -175,7 +175,7 @@ class StoreClient:
     @property
     def sync_timeout_s(self) -> float:
         """How long a SYNC_FLUSH put waits for the flusher (the last attach's)."""
-        return self._puts.session.current().sync_timeout_s
+        return self._puts.session.current().settings.sync_flush_timeout_ms / 1000
 
     @property
     def raise_on_status(self) -> bool:
