@@ -1,24 +1,14 @@
 """`PutPath`: the puts of a `StoreClient`, in the caller's process, in one C call.
 
-`StoreClient.put` and `put_batch` hand their arguments to `mqstore._native.Appender.put_message` /
-`put_batch_messages` (`ipc/native/mqs_put.c`), which does the whole put: it reads and
-checks every documented shape (`keys` as a str or a sequence of str, `properties` as a
-mapping, tags, queue id, dicts and `Message`s in batches, subclasses of str and bytes,
-bytearray and memoryview bodies; `ipc/native/mqs_fields.c`), refuses what cannot be
-stored with RocketMQ's status and the reason, takes the topic's round robin, reserves
-(a new queue-table row, a segment roll with its BLANK, waits for the next file, a pool
-buffer or slots), encodes each record into the pool buffer or the segment's mapping,
-publishes, waits under SYNC_FLUSH with `wait_store` until the flusher's flushed
-position covers the record, counts the statistics row and answers `PutResult`s.
-
-It answers None, having done nothing, only when this side must act first: the session
-is due for its supervisor check (every 10 ms, `ipc.session`) or must re-attach, another
-thread of this client puts (its lock, `_native.PutLock`, which the C call takes too),
-or an argument's type is one the C call does not read: `ipc.accepts` then raises the
-TypeError naming the parameter, or the arguments are passed again in plain types
-(`_plain`). The Python reference of the put is tests/native/put_reference.py
-(`engine.record.encode` and the reservation protocol, `ipc.reservation`), which the
-differential tests compare with the C put.
+`StoreClient.put` and `put_batch` hand their arguments to `mqstore._native.Appender`'s
+`put_message` / `put_batch_messages`, which does the whole put of every documented shape
+(`ipc/native/mqs_put.c` names each step). It answers None, having done nothing, only
+when this side must act first (`put_held`): the session is due for its supervisor check
+(every 10 ms, `ipc.session`) or must re-attach, another thread of this client puts (its
+lock, `_native.PutLock`, which the C call takes too), or an argument's type is one the
+C call does not read: `ipc.accepts` then raises the TypeError naming the parameter, or
+the arguments are passed again in plain types (`_plain`). The put's Python reference,
+tests/native/put_reference.py, is what the differential tests compare the C put with.
 
 What the C put asks of this side, through `Appender.configure`: a topic's lane on its
 first put (`Lanes.new`: its queue count and round-robin counter), a queue-table row
