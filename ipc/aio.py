@@ -390,29 +390,31 @@ class AsyncStoreClient:
             raise RuntimeError("the AsyncStoreClient is closed")
         return client
 
+    def _on_loop(self, wait_store: object) -> StoreClient | None:
+        """The loop's client when this put does not wait for its fsync (ASYNC_FLUSH, or
+        not `wait_store`: it is done when the C call returns), else None."""
+        client = self._loop_client()
+        if wait_store is not True or client.settings.flush_disk_type is not _SYNC:
+            return client
+        return None
+
     def _resolved(self, got: Outcome) -> asyncio.Future[Any]:
         fut = self._new_future()
         fut.set_result(got)
         return fut
 
-    def _submit(
-        self, put: Callable[[StoreClient, Any], Outcome], wait_store: object
-    ) -> asyncio.Future[Any]:
-        """`put(client, wait_store)` on the loop's client, its future resolved at once,
-        unless it waits for its fsync (SYNC_FLUSH with `wait_store`): then `put(client,
-        False)` and its flush wait on the control block it went into: the block as
-        checked live just before the put (re-checked only after 10 ms, so the put writes
-        into it; were it detached in between, the wait answers FLUSH_DISK_TIMEOUT, never a
-        PUT_OK from another block)."""
-        client, waits = self._loop_client(), self._waits
-        if wait_store is not True or client.settings.flush_disk_type is not _SYNC:
-            return self._resolved(put(client, wait_store))
-        assert waits is not None
+    def _waited(self, put: Callable[[StoreClient], Outcome]) -> asyncio.Future[Any]:
+        """`put` (with `wait_store=False`) then its flush wait on the control block it
+        went into: the block as checked live just before the put (re-checked only after
+        10 ms, so the put writes into it; were it detached in between, the wait answers
+        FLUSH_DISK_TIMEOUT, never a PUT_OK from another block)."""
+        client, waits = self._client, self._waits
+        assert client is not None and waits is not None
         try:
             cb: c.ControlBlock | None = client.live_control_block()
         except channel.SupervisorUnavailable:
             cb = None  # the put says so, in its shape (or the store is back: see below)
-        got = put(client, False)
+        got = put(client)
         rs = got if isinstance(got, list) else [got]
         if not rs or rs[0].status is not OK:
             return self._resolved(got)
@@ -439,12 +441,19 @@ class AsyncStoreClient:
         for its fsync (SYNC_FLUSH with `wait_store`). TypeError for an argument of the
         wrong type (and, with `raise_on_status`, the `PutError` of a status known at
         once) at the call."""
-        return self._submit(
-            lambda cl, ws: cl.put(
+        client = self._on_loop(wait_store)
+        if client is not None:
+            return self._resolved(
+                client.put(
+                    topic, body, tags=tags, keys=keys, properties=properties,
+                    queue_id=queue_id, wait_store=wait_store, delay_level=delay_level,
+                )
+            )  # fmt: skip
+        return self._waited(
+            lambda cl: cl.put(
                 topic, body, tags=tags, keys=keys, properties=properties, queue_id=queue_id,
-                wait_store=ws, delay_level=delay_level,
+                wait_store=False, delay_level=delay_level,
             ),
-            wait_store,
         )  # fmt: skip
 
     def put_batch(
@@ -456,9 +465,13 @@ class AsyncStoreClient:
     ) -> asyncio.Future[list[PutResult]]:
         """`StoreClient.put_batch` on the loop (all or nothing, one reservation), as
         `put`: a future of its results."""
-        return self._submit(
-            lambda cl, ws: cl.put_batch(messages, wait_store=ws, redelivered=redelivered),
-            wait_store,
+        client = self._on_loop(wait_store)
+        if client is not None:
+            return self._resolved(
+                client.put_batch(messages, wait_store=wait_store, redelivered=redelivered)
+            )
+        return self._waited(
+            lambda cl: cl.put_batch(messages, wait_store=False, redelivered=redelivered)
         )
 
     async def put_until_ok(
@@ -552,8 +565,11 @@ class AsyncStoreClient:
         back = send_back_message(
             message, group, delay_level=delay_level, max_reconsume_times=max_reconsume_times
         )
-        return self._submit(
-            lambda cl, ws: cl.put_batch([back.message], wait_store=ws, redelivered=True)[0], True
+        client = self._on_loop(True)
+        if client is not None:
+            return self._resolved(client.put_batch([back.message], redelivered=True)[0])
+        return self._waited(
+            lambda cl: cl.put_batch([back.message], wait_store=False, redelivered=True)[0]
         )
 
     # --- reads ----------------------------------------------------------------------------
