@@ -45,7 +45,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Concatenate, Final, Generic, Literal, ParamSpec, TypeVar, cast
 
@@ -494,15 +494,21 @@ class AsyncStoreClient:
         message is stored once. Returns the last result; raises as `put` does."""
         props = retry.with_key(properties, self._loop_client().new_uniq_key)
 
-        async def one() -> list[PutResult]:
-            return [
-                await self.put(
-                    topic, body, tags=tags, keys=keys, properties=props, queue_id=queue_id,
-                    wait_store=wait_store, delay_level=delay_level,
-                )
-            ]  # fmt: skip
+        async def attempt() -> list[PutResult]:
+            try:
+                return [
+                    await self.put(
+                        topic, body, tags=tags, keys=keys, properties=props,
+                        queue_id=queue_id, wait_store=wait_store, delay_level=delay_level,
+                    )
+                ]  # fmt: skip
+            except PutError as e:  # raise_on_status: the status decides, as without
+                return [e.result]
 
-        return (await self._until_ok(one, timeout_s))[0]
+        last = (await retry.retry_async(attempt, timeout_s))[0]
+        if last.status is not OK and self.raise_on_status:
+            raise error_for(last)
+        return last
 
     async def put_batch_until_ok(
         self,
@@ -514,16 +520,11 @@ class AsyncStoreClient:
         """`StoreClient.put_batch_until_ok` on the loop, as `put_until_ok` (each message
         keeps its UNIQ_KEY across tries; a batch is recognised as stored only whole)."""
         batch = retry.keyed_batch(messages, self._loop_client().new_uniq_key)
-        return await self._until_ok(lambda: self.put_batch(batch, wait_store=wait_store), timeout_s)
-
-    async def _until_ok(
-        self, put: Callable[[], Awaitable[list[PutResult]]], timeout_s: float | None
-    ) -> list[PutResult]:
-        """`StoreClient._until_ok` on the loop."""
 
         async def attempt() -> list[PutResult]:
             try:
-                return await put()
+                got: list[PutResult] = await self.put_batch(batch, wait_store=wait_store)
+                return got
             except PutError as e:
                 return list(e.results)
 

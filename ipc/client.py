@@ -289,15 +289,22 @@ class StoreClient:
         (`ipc.retry`; a delayed one once in SCHEDULE_TOPIC_XXXX). Returns the last result;
         raises as `put` does."""
         props = retry.with_key(properties, self.new_uniq_key)
-        return self._until_ok(
-            lambda: [
-                self.put(
-                    topic, body, tags=tags, keys=keys, properties=props, queue_id=queue_id,
-                    wait_store=wait_store, delay_level=delay_level,
-                )
-            ],
-            timeout_s,
-        )[0]  # fmt: skip
+
+        def attempt() -> tuple[PutResult]:
+            try:
+                return (
+                    self.put(
+                        topic, body, tags=tags, keys=keys, properties=props,
+                        queue_id=queue_id, wait_store=wait_store, delay_level=delay_level,
+                    ),
+                )  # fmt: skip
+            except PutError as e:  # raise_on_status: the status decides, as without
+                return (e.result,)
+
+        last = retry.retry(attempt, timeout_s)[0]
+        if last[0] is not OK and self._puts.raise_on_status:
+            raise error_for(last)
+        return last
 
     def put_batch_until_ok(
         self,
@@ -309,16 +316,10 @@ class StoreClient:
         """`put_batch`, retried as `put_until_ok` retries a put (each message keeps its
         UNIQ_KEY across tries; a batch is recognised as stored only whole)."""
         batch = retry.keyed_batch(messages, self.new_uniq_key)
-        return self._until_ok(lambda: self.put_batch(batch, wait_store=wait_store), timeout_s)
-
-    def _until_ok(
-        self, put: Callable[[], list[PutResult]], timeout_s: float | None
-    ) -> list[PutResult]:
-        """`put` retried (`ipc.retry`): a try's `PutError` is its results (raise_on_status)."""
 
         def attempt() -> list[PutResult]:
             try:
-                return put()
+                return self.put_batch(batch, wait_store=wait_store)
             except PutError as e:
                 return list(e.results)
 
