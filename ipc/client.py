@@ -81,8 +81,9 @@ class _Constructor(Generic[P]):
 class _Read:
     """`StoreClient.<name>` before its first use: on the first lookup, on the class or an
     instance, it imports the read side (`ipc.reads` and its result types, ~13M
-    instructions a producer's import does not pay), puts `_on(_reads, ClientReads.<name>)`
-    in its place on `StoreClient` and answers as that does from then on."""
+    instructions a producer's import does not pay), puts `ClientReads.<name>` on this
+    process's reads (`_on`) in its place on `StoreClient` and answers as that does from
+    then on."""
 
     def __set_name__(self, owner: type[StoreClient], name: str) -> None:
         self._name = name
@@ -90,7 +91,7 @@ class _Read:
     def __get__(self, obj: StoreClient | None, owner: type[StoreClient]) -> Any:
         from mqstore.ipc.reads import ClientReads
 
-        method = _on(_reads, getattr(ClientReads, self._name))
+        method = _on(StoreClient._read_side, getattr(ClientReads, self._name))
         setattr(StoreClient, self._name, method)
         return method.__get__(obj, owner)
 
@@ -119,10 +120,6 @@ def _puts(client: StoreClient) -> PutPath:
 
 def _session(client: StoreClient) -> Session:
     return client._puts.session
-
-
-def _reads(client: StoreClient) -> ClientReads:
-    return client._read_side()
 
 
 class StoreClient:
@@ -389,15 +386,15 @@ class StoreClient:
         return got[1]
 
     if TYPE_CHECKING:
-        pull = _on(_reads, ClientReads.pull)
-        get = _on(_reads, ClientReads.get)
-        get_by_msg_id = _on(_reads, ClientReads.get_by_msg_id)
-        query = _on(_reads, ClientReads.query)
-        offset_for_time = _on(_reads, ClientReads.offset_for_time)
-        min_offset = _on(_reads, ClientReads.min_offset)
-        max_offset = _on(_reads, ClientReads.max_offset)
-        commit_offset = _on(_reads, ClientReads.commit_offset)
-        committed_offset = _on(_reads, ClientReads.committed_offset)
+        pull = _on(_read_side, ClientReads.pull)
+        get = _on(_read_side, ClientReads.get)
+        get_by_msg_id = _on(_read_side, ClientReads.get_by_msg_id)
+        query = _on(_read_side, ClientReads.query)
+        offset_for_time = _on(_read_side, ClientReads.offset_for_time)
+        min_offset = _on(_read_side, ClientReads.min_offset)
+        max_offset = _on(_read_side, ClientReads.max_offset)
+        commit_offset = _on(_read_side, ClientReads.commit_offset)
+        committed_offset = _on(_read_side, ClientReads.committed_offset)
     else:  # the same, made on first use (`_Read`)
         pull = _Read()
         get = _Read()
