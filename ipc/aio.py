@@ -106,18 +106,13 @@ def _answer(
 
 
 class _FlushWaits:
-    """The flush waits of one client's sync puts, without a thread per put. Puts on the
-    loop append in reservation order, so the ends (and deadlines) of `_pending` ascend.
-    One thread of its own sleeps in the futex wait for the first end (GIL released;
-    asking the flusher for the furthest), takes every entry the flushed position now
-    covers, and has the loop answer them in one `call_soon_threadsafe`.
-
-    The thread (started at the first wait) sleeps through a `StoreClient` of its own
-    (`sleeper`, attached there by `make_sleeper`), so that no wait is ever under way in
-    the putting client's appender when a put re-attaches it. Only
-    the flushed position of the control block a record was written into (the putting
-    client's, read here) answers it PUT_OK; a block that client has since detached
-    from (the supervisor restarted) can no longer say: FLUSH_DISK_TIMEOUT."""
+    """The flush waits of one client's sync puts, answered as the module doc says. Puts
+    on the loop append in reservation order, so the ends (and deadlines) of `_pending`
+    ascend: the thread waits for the first end, asking the flusher for the furthest. It
+    sleeps through a `StoreClient` of its own (`sleeper`, attached there by
+    `make_sleeper`), so that no wait is ever under way in the putting client's appender
+    when a put re-attaches it. A block the putting client has since detached from (the
+    supervisor restarted) can no longer say: FLUSH_DISK_TIMEOUT."""
 
     def __init__(
         self,
