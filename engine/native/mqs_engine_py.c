@@ -28,12 +28,7 @@ static PyObject *py_crc32(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssiz
     if (mqs_arg_buffer(args[0], "data", &v) < 0)
         return NULL;
     uint32_t c;
-    if (v.len >= MQS_NOGIL_BYTES) {
-        Py_BEGIN_ALLOW_THREADS c = mqs_crc32((uint32_t)start, v.buf, (size_t)v.len);
-        Py_END_ALLOW_THREADS
-    } else {
-        c = mqs_crc32((uint32_t)start, v.buf, (size_t)v.len);
-    }
+    MQS_NOGIL_IF_BIG(v.len, c = mqs_crc32((uint32_t)start, v.buf, (size_t)v.len));
     PyBuffer_Release(&v);
     return PyLong_FromUnsignedLong(c);
 }

@@ -143,12 +143,7 @@ PyObject *mqs_py_write_record(PyObject *Py_UNUSED(m), PyObject *const *args, Py_
         return NULL;
     }
     msg.body_crc = mqs_body_crc(msg.body, msg.body_len);
-    if (msg.body_len >= MQS_NOGIL_BYTES) {
-        Py_BEGIN_ALLOW_THREADS mqs_record_write((uint8_t *)t.buf + pos, &msg, qo, po, sts);
-        Py_END_ALLOW_THREADS
-    } else {
-        mqs_record_write((uint8_t *)t.buf + pos, &msg, qo, po, sts);
-    }
+    MQS_NOGIL_IF_BIG(msg.body_len, mqs_record_write((uint8_t *)t.buf + pos, &msg, qo, po, sts));
     PyBuffer_Release(&t);
     Py_RETURN_NONE;
 }
