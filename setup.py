@@ -17,6 +17,7 @@ SOURCES = [
     "engine/native/mqs_args.c",
     "engine/native/mqs_crc32.c",
     "engine/native/mqs_record.c",
+    "engine/native/mqs_record_py.c",
     "ipc/native/mqs_ipc_py.c",
     "ipc/native/mqs_append.c",
     "ipc/native/mqs_crashpoint.c",

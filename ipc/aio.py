@@ -56,7 +56,7 @@ from mqstore.engine.retry import DEFAULT_MAX_RECONSUME_TIMES, send_back_message
 from mqstore.ipc import channel, retry
 from mqstore.ipc import control as c
 from mqstore.ipc.accepts import check_send_back
-from mqstore.ipc.aio_consumer import AsyncConsumer
+from mqstore.ipc.aio_consumer import AsyncConsumer, open_consumer
 from mqstore.ipc.client import StoreClient
 from mqstore.ipc.control_views import Flags, Positions
 from mqstore.ipc.reads import ClientReads, for_client
@@ -92,35 +92,27 @@ def _answer(
 ) -> None:
     """Resolve `fut` with a put's results `got` under the flush `status` (`raises`: a
     status but PUT_OK as its `PutError`, the client's `raise_on_status`)."""
-    if status is OK:
-        fut.set_result(got)
-        return
-    if isinstance(got, list):
-        got = [r._replace(status=status, reason=reason) for r in got]
+    if status is not OK:
+        if isinstance(got, list):
+            got = [r._replace(status=status, reason=reason) for r in got]
+            error = error_for(got[0], tuple(got))
+        else:
+            got = got._replace(status=status, reason=reason)
+            error = error_for(got)
         if raises:
-            fut.set_exception(error_for(got[0], tuple(got)))
-            return
-    else:
-        got = got._replace(status=status, reason=reason)
-        if raises:
-            fut.set_exception(error_for(got))
+            fut.set_exception(error)
             return
     fut.set_result(got)
 
 
 class _FlushWaits:
-    """The flush waits of one client's sync puts, without a thread per put. Puts on the
-    loop append in reservation order, so the ends (and deadlines) of `_pending` ascend.
-    One thread of its own sleeps in the futex wait for the first end (GIL released;
-    asking the flusher for the furthest), takes every entry the flushed position now
-    covers, and has the loop answer them in one `call_soon_threadsafe`.
-
-    The thread (started at the first wait) sleeps through a `StoreClient` of its own
-    (`sleeper`, attached there by `make_sleeper`), so that no wait is ever under way in
-    the putting client's appender when a put re-attaches it. Only
-    the flushed position of the control block a record was written into (the putting
-    client's, read here) answers it PUT_OK; a block that client has since detached
-    from (the supervisor restarted) can no longer say: FLUSH_DISK_TIMEOUT."""
+    """The flush waits of one client's sync puts, answered as the module doc says. Puts
+    on the loop append in reservation order, so the ends (and deadlines) of `_pending`
+    ascend: the thread waits for the first end, asking the flusher for the furthest. It
+    sleeps through a `StoreClient` of its own (`sleeper`, attached there by
+    `make_sleeper`), so that no wait is ever under way in the putting client's appender
+    when a put re-attaches it. A block the putting client has since detached from (the
+    supervisor restarted) can no longer say: FLUSH_DISK_TIMEOUT."""
 
     def __init__(
         self,
@@ -549,27 +541,13 @@ class AsyncStoreClient:
         """`StoreClient.consumer` for asyncio: `async with store.consumer(g, topics) as c`
         or `c = await store.consumer(...)` (then `await c.close()`). The member
         (`ipc.aio_consumer.AsyncConsumer`) has a `StoreClient` of its own."""
-        store_dir, timeout_s = self.store_dir, self._timeout_s
-
-        def make() -> AsyncConsumer:
-            client = StoreClient.attach(store_dir, timeout_s=timeout_s)
-            try:
-                consumer = client.consumer(
-                    group,
-                    topics,
-                    from_where=from_where,
-                    max_reconsume_times=max_reconsume_times,
-                    session_ms=session_ms,
-                    pull_batch=pull_batch,
-                    retry=retry,
-                )
-            except BaseException:
-                client.close()
-                raise
-            pool = ThreadPoolExecutor(2, thread_name_prefix="mqstore-aio-consumer")
-            return AsyncConsumer(consumer, client, pool)
-
-        return _Opening(lambda: asyncio.to_thread(make))
+        return _Opening(
+            lambda: asyncio.to_thread(
+                open_consumer, self.store_dir, self._timeout_s, group, topics,
+                from_where=from_where, max_reconsume_times=max_reconsume_times,
+                session_ms=session_ms, pull_batch=pull_batch, retry=retry,
+            )
+        )  # fmt: skip
 
     def send_back(
         self,

@@ -7,8 +7,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from mqstore.ipc.client import StoreClient
 from mqstore.ipc.consumer import ConsumedMessage, Consumer, ConsumerClosed
@@ -93,3 +94,19 @@ class AsyncConsumer:
             else:
                 self.ack(cur)
         await self.close()
+
+
+def open_consumer(
+    store_dir: str, timeout_s: float, group: str, topics: str | Sequence[str], **options: Any
+) -> AsyncConsumer:
+    """`AsyncStoreClient.consumer`'s member, made off the loop: `StoreClient.consumer`
+    (`options` are its keywords) on a `StoreClient` of its own."""
+    client = StoreClient.attach(store_dir, timeout_s=timeout_s)
+    try:
+        consumer = client.consumer(group, topics, **options)
+    except BaseException:
+        client.close()
+        raise
+    return AsyncConsumer(
+        consumer, client, ThreadPoolExecutor(2, thread_name_prefix="mqstore-aio-consumer")
+    )

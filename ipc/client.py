@@ -78,23 +78,12 @@ class _Constructor(Generic[P]):
         return cast("Callable[P, T]", owner)
 
 
-def _in_process(
-    read: Callable[Concatenate[ClientReads, P], R],
-) -> Callable[Concatenate[StoreClient, P], R]:
-    """`StoreClient.<name>`: `ClientReads.<name>` (its signature, checks and docstring),
-    run on this process's `ClientReads`."""
-
-    def method(self: StoreClient, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        return read(self._read_side(), *args, **kwargs)
-
-    return _named(method, read)
-
-
 class _Read:
     """`StoreClient.<name>` before its first use: on the first lookup, on the class or an
     instance, it imports the read side (`ipc.reads` and its result types, ~13M
-    instructions a producer's import does not pay), puts `_in_process(ClientReads.<name>)`
-    in its place on `StoreClient` and answers as that does from then on."""
+    instructions a producer's import does not pay), puts `ClientReads.<name>` on this
+    process's reads (`_on`) in its place on `StoreClient` and answers as that does from
+    then on."""
 
     def __set_name__(self, owner: type[StoreClient], name: str) -> None:
         self._name = name
@@ -102,7 +91,7 @@ class _Read:
     def __get__(self, obj: StoreClient | None, owner: type[StoreClient]) -> Any:
         from mqstore.ipc.reads import ClientReads
 
-        method = _in_process(getattr(ClientReads, self._name))
+        method = _on(StoreClient._read_side, getattr(ClientReads, self._name))
         setattr(StoreClient, self._name, method)
         return method.__get__(obj, owner)
 
@@ -183,7 +172,7 @@ class StoreClient:
     @property
     def sync_timeout_s(self) -> float:
         """How long a SYNC_FLUSH put waits for the flusher (the last attach's)."""
-        return self._puts.session.current().sync_timeout_s
+        return self._puts.session.current().settings.sync_flush_timeout_ms / 1000
 
     @property
     def raise_on_status(self) -> bool:
@@ -398,15 +387,15 @@ class StoreClient:
         return got[1]
 
     if TYPE_CHECKING:
-        pull = _in_process(ClientReads.pull)
-        get = _in_process(ClientReads.get)
-        get_by_msg_id = _in_process(ClientReads.get_by_msg_id)
-        query = _in_process(ClientReads.query)
-        offset_for_time = _in_process(ClientReads.offset_for_time)
-        min_offset = _in_process(ClientReads.min_offset)
-        max_offset = _in_process(ClientReads.max_offset)
-        commit_offset = _in_process(ClientReads.commit_offset)
-        committed_offset = _in_process(ClientReads.committed_offset)
+        pull = _on(_read_side, ClientReads.pull)
+        get = _on(_read_side, ClientReads.get)
+        get_by_msg_id = _on(_read_side, ClientReads.get_by_msg_id)
+        query = _on(_read_side, ClientReads.query)
+        offset_for_time = _on(_read_side, ClientReads.offset_for_time)
+        min_offset = _on(_read_side, ClientReads.min_offset)
+        max_offset = _on(_read_side, ClientReads.max_offset)
+        commit_offset = _on(_read_side, ClientReads.commit_offset)
+        committed_offset = _on(_read_side, ClientReads.committed_offset)
     else:  # the same, made on first use (`_Read`)
         pull = _Read()
         get = _Read()

@@ -1,24 +1,14 @@
 """`PutPath`: the puts of a `StoreClient`, in the caller's process, in one C call.
 
-`StoreClient.put` and `put_batch` hand their arguments to `mqstore._native.Appender.put_message` /
-`put_batch_messages` (`ipc/native/mqs_put.c`), which does the whole put: it reads and
-checks every documented shape (`keys` as a str or a sequence of str, `properties` as a
-mapping, tags, queue id, dicts and `Message`s in batches, subclasses of str and bytes,
-bytearray and memoryview bodies; `ipc/native/mqs_fields.c`), refuses what cannot be
-stored with RocketMQ's status and the reason, takes the topic's round robin, reserves
-(a new queue-table row, a segment roll with its BLANK, waits for the next file, a pool
-buffer or slots), encodes each record into the pool buffer or the segment's mapping,
-publishes, waits under SYNC_FLUSH with `wait_store` until the flusher's flushed
-position covers the record, counts the statistics row and answers `PutResult`s.
-
-It answers None, having done nothing, only when this side must act first: the session
-is due for its supervisor check (every 10 ms, `ipc.session`) or must re-attach, another
-thread of this client puts (its lock, `_native.PutLock`, which the C call takes too),
-or an argument's type is one the C call does not read: `ipc.accepts` then raises the
-TypeError naming the parameter, or the arguments are passed again in plain types
-(`_plain`). The Python reference of the put is tests/native/put_reference.py
-(`engine.record.encode` and the reservation protocol, `ipc.reservation`), which the
-differential tests compare with the C put.
+`StoreClient.put` and `put_batch` hand their arguments to `mqstore._native.Appender`'s
+`put_message` / `put_batch_messages`, which does the whole put of every documented shape
+(`ipc/native/mqs_put.c` names each step). It answers None, having done nothing, only
+when this side must act first (`put_held`): the session is due for its supervisor check
+(every 10 ms, `ipc.session`) or must re-attach, another thread of this client puts (its
+lock, `_native.PutLock`, which the C call takes too), or an argument's type is one the
+C call does not read: `ipc.accepts` then raises the TypeError naming the parameter, or
+the arguments are passed again in plain types (`_plain`). The put's Python reference,
+tests/native/put_reference.py, is what the differential tests compare the C put with.
 
 What the C put asks of this side, through `Appender.configure`: a topic's lane on its
 first put (`Lanes.new`: its queue count and round-robin counter), a queue-table row
@@ -40,7 +30,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from mqstore import _native
-from mqstore.conf.settings import parse_delay_levels
+from mqstore.conf.settings import FlushDiskType, parse_delay_levels
 from mqstore.engine import fileio
 from mqstore.engine.record import SCHEDULE_TOPIC, Message
 from mqstore.engine.recordcodes import parse_host
@@ -253,13 +243,14 @@ class PutPath:
     # --- the session's rider ------------------------------------------------------------
 
     def attached(self, a: Attached) -> None:
-        cb = a.cb
-        addr, port, _v6 = parse_host(a.store_host)
-        delay_levels = len(parse_delay_levels(a.settings.message_delay_level))
-        self._lanes = Lanes(self._counts, self.topic_queue_nums, a.default_queues, delay_levels)
+        cb, s = a.cb, a.settings
+        addr, port, _v6 = parse_host(s.store_host)
+        delay_levels = len(parse_delay_levels(s.message_delay_level))
+        queues = s.default_topic_queue_nums
+        self._lanes = Lanes(self._counts, self.topic_queue_nums, queues, delay_levels)
         self._stats = array.array("q", bytes(8 * c.CLIENT_FIELDS))  # counted in C
         self._stats[c.CF_PID] = a.pid
-        seg_size = cb.segment_size
+        sync_timeout_s = s.sync_flush_timeout_ms / 1000
         self.app = _native.Appender(cb.buf, cb.pool_buf, a.pid)
         self.app.configure(
             lock=self.session.lock,
@@ -269,26 +260,26 @@ class PutPath:
             map_segment=(
                 None
                 if cb.pool_buffers
-                else functools.partial(_map_segment, self.session.store_dir, seg_size)
+                else functools.partial(_map_segment, self.session.store_dir, cb.segment_size)
             ),
             message_type=Message,
-            message_fields=_MessageFields(a.store_host),
+            message_fields=_MessageFields(s.store_host),
             stats=self._stats,
             stats_off=cb.client_off(a.client_index),
             result_type=PutResult,
             statuses=tuple(PutMessageStatus),
-            flush_reasons=(flush_timed_out(a.sync_timeout_s), FSYNC_FAILED),
+            flush_reasons=(flush_timed_out(sync_timeout_s), FSYNC_FAILED),
             msg_id_prefix=(addr + struct.pack(">i", port)).hex().upper(),
-            sync=a.sync,
-            sync_timeout_ns=int(a.sync_timeout_s * 1e9),
-            busy_ns=int(a.busy_timeout_s * 1e9),
-            fast_fail=a.fast_fail,
-            max_body=a.max_body,
+            sync=s.flush_disk_type is FlushDiskType.SYNC_FLUSH,
+            sync_timeout_ns=int(sync_timeout_s * 1e9),
+            busy_ns=int(s.os_page_cache_busy_timeout_ms / 1000 * 1e9),
+            fast_fail=s.fast_fail_if_no_buffer_in_store_pool,
+            max_body=s.max_message_size_bytes,
             store_addr=addr,
             store_port=port,
             max_delay_level=delay_levels,
-            backlog_bytes=a.settings.commit_backlog_max_bytes if cb.pool_buffers else 0,
-            backlog_grace_ns=a.settings.commit_backlog_grace_ms * 1_000_000,
+            backlog_bytes=s.commit_backlog_max_bytes if cb.pool_buffers else 0,
+            backlog_grace_ns=s.commit_backlog_grace_ms * 1_000_000,
         )
         self.app.use_ids(self.ids, self.idempotence)
         _configure_compression(self.app, a)

@@ -126,13 +126,6 @@ class Attached(NamedTuple):
     pid: int  # the process that attached
     fork_gen: int  # `_FORKS` at attach: a put notices a fork without getpid()
     client_index: int  # this client's statistics row
-    sync: bool  # SYNC_FLUSH
-    sync_timeout_s: float  # how long a SYNC_FLUSH put waits for the flusher
-    busy_timeout_s: float  # osPageCacheBusyTimeOutMills
-    fast_fail: bool  # fastFailIfNoBufferInStorePool
-    max_body: int  # maxMessageSize
-    default_queues: int  # defaultTopicQueueNums
-    store_host: str  # the store's host, in every record and message id
     settings: StoreSettings  # the running store's settings
     geometry: Geometry  # its file sizes
 
@@ -215,13 +208,6 @@ class Session:
             pid=os.getpid(),
             fork_gen=_FORKS[0],
             client_index=int(info["client_index"]),
-            sync=info["flush_disk_type"] == "SYNC_FLUSH",
-            sync_timeout_s=int(info["sync_flush_timeout_ms"]) / 1000,
-            busy_timeout_s=int(info["os_page_cache_busy_timeout_ms"]) / 1000,
-            fast_fail=bool(info["fast_fail_if_no_buffer_in_store_pool"]),
-            max_body=int(info["max_message_size_bytes"]),
-            default_queues=int(info["default_topic_queue_nums"]),
-            store_host=str(info["store_host"]),
             settings=settings_from_doc(info["settings"]),
             geometry=Geometry(**info["geometry"]),
         )
@@ -319,9 +305,4 @@ class Session:
     def positions(self) -> dict[str, int]:
         """The control block's positions (reserved, published, committed, flushed)."""
         pos = Positions(self.current().cb)
-        return {
-            "reserved": pos.reserved,
-            "published": pos.published,
-            "committed": pos.committed,
-            "flushed": pos.flushed,
-        }
+        return {k: getattr(pos, k) for k in ("reserved", "published", "committed", "flushed")}

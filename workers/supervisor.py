@@ -605,15 +605,8 @@ class Supervisor:
                 "pool": cb.pool_name,
                 "generation": cb.generation,
                 "client_index": row,
-                "flush_disk_type": s.flush_disk_type.value,
-                "sync_flush_timeout_ms": s.sync_flush_timeout_ms,
-                "os_page_cache_busy_timeout_ms": s.os_page_cache_busy_timeout_ms,
-                "fast_fail_if_no_buffer_in_store_pool": s.fast_fail_if_no_buffer_in_store_pool,
-                "max_message_size_bytes": s.max_message_size_bytes,
-                "default_topic_queue_nums": s.default_topic_queue_nums,
-                "store_host": s.store_host,
-                # Everything a client's reads must know, so it never guesses from defaults
-                # or from the files present (`ipc.reads.AttachedStore`).
+                # Everything a client must know, so it never guesses from defaults or
+                # from the files present (its put path, `ipc.reads.AttachedStore`).
                 "settings": settings_doc(s),
                 "geometry": dataclasses.asdict(self.geometry),
             }

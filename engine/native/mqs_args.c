@@ -57,24 +57,22 @@ int mqs_arg_host(PyObject *addr, PyObject *port, const char *name, struct mqs_ho
     return mqs_arg_i32(port, name, &out->port);
 }
 
+static int get_buffer(PyObject *o, const char *name, Py_buffer *view, int flags)
+{
+    if (PyObject_GetBuffer(o, view, flags) == 0)
+        return 0;
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError, "%s must be a %sbytes-like object, not %.100s", name,
+                 flags & PyBUF_WRITABLE ? "writable " : "", Py_TYPE(o)->tp_name);
+    return -1;
+}
+
 int mqs_arg_buffer(PyObject *o, const char *name, Py_buffer *view)
 {
-    if (PyObject_GetBuffer(o, view, PyBUF_SIMPLE) < 0) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "%s must be a bytes-like object, not %.100s", name,
-                     Py_TYPE(o)->tp_name);
-        return -1;
-    }
-    return 0;
+    return get_buffer(o, name, view, PyBUF_SIMPLE);
 }
 
 int mqs_arg_wbuffer(PyObject *o, const char *name, Py_buffer *view)
 {
-    if (PyObject_GetBuffer(o, view, PyBUF_WRITABLE) < 0) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "%s must be a writable bytes-like object, not %.100s",
-                     name, Py_TYPE(o)->tp_name);
-        return -1;
-    }
-    return 0;
+    return get_buffer(o, name, view, PyBUF_WRITABLE);
 }

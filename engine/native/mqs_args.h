@@ -12,8 +12,12 @@
 /* A METH_FASTCALL entry of a method table. */
 #define MQS_FASTCALL(name, fn, doc) {name, (PyCFunction)(void (*)(void))(fn), METH_FASTCALL, doc}
 
-/* Copies and CRCs of at least this many bytes run with the GIL released. */
+/* Copies and CRCs of at least this many bytes run with the GIL released: `stmt`, on
+ * `bytes` bytes, runs under MQS_NOGIL_IF_BIG. */
 #define MQS_NOGIL_BYTES (64 * 1024)
+#define MQS_NOGIL_IF_BIG(bytes, stmt)                                                        \
+    do { if ((bytes) >= MQS_NOGIL_BYTES) { Py_BEGIN_ALLOW_THREADS stmt; Py_END_ALLOW_THREADS } \
+         else { stmt; } } while (0)
 
 /* 0 on success; -1 with an exception set. */
 int mqs_arg_i64(PyObject *o, const char *name, int64_t *out);

@@ -1,7 +1,7 @@
 /* engine's C, as Python sees it (`mqstore._native`, typed in mqstore/_native.pyi): the
- * CRC, the V1 record encoder and writer (mqs_crc32.c, mqs_record.c), and the tables of
- * the scanner, the pull walk, the consume-queue and index helpers and recovery's check
- * (their *_py.c / .h files). Argument checks name the parameter (mqs_args.c). */
+ * CRC (mqs_crc32.c), and the tables of the V1 record encoder and writer, the scanner
+ * (with the committer's record_step), the pull walk, the consume-queue and index helpers
+ * and recovery's check (their *_py.c / .h files). Argument checks name the parameter (mqs_args.c). */
 #include "mqs_engine_py.h"
 
 #include "mqs_args.h"
@@ -11,7 +11,7 @@
 #include "mqs_dispatch_round.h"
 #include "mqs_index.h"
 #include "mqs_pull_py.h"
-#include "mqs_record.h"
+#include "mqs_record_py.h"
 #include "mqs_scan_py.h"
 #include "mqs_verify_py.h"
 
@@ -28,12 +28,7 @@ static PyObject *py_crc32(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssiz
     if (mqs_arg_buffer(args[0], "data", &v) < 0)
         return NULL;
     uint32_t c;
-    if (v.len >= MQS_NOGIL_BYTES) {
-        Py_BEGIN_ALLOW_THREADS c = mqs_crc32((uint32_t)start, v.buf, (size_t)v.len);
-        Py_END_ALLOW_THREADS
-    } else {
-        c = mqs_crc32((uint32_t)start, v.buf, (size_t)v.len);
-    }
+    MQS_NOGIL_IF_BIG(v.len, c = mqs_crc32((uint32_t)start, v.buf, (size_t)v.len));
     PyBuffer_Release(&v);
     return PyLong_FromUnsignedLong(c);
 }
@@ -48,188 +43,6 @@ static PyObject *py_crc32_slice8(PyObject *Py_UNUSED(m), PyObject *arg)
     return PyLong_FromUnsignedLong(c);
 }
 
-/* engine.scan.record_step_py in C: from the record boundary `pos`, follow each record's
- * TOTALSIZE (big-endian, its first 4 bytes) to the first boundary at or past `want`; stop
- * at the last boundary reached when a size is not positive or the record runs past
- * `limit`. O(records), a load each: the committer's step end (ipc.commit). */
-static int64_t record_step(const uint8_t *buf, int64_t pos, int64_t limit, int64_t want)
-{
-    while (pos < want && limit - pos >= 4) {
-        int64_t size = (int32_t)mqs_rd32(buf + pos);
-        if (size <= 0 || size > limit - pos)
-            break;
-        pos += size;
-    }
-    return pos;
-}
-
-static PyObject *py_record_step(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "record_step(buf, pos, limit, want) takes 4 arguments");
-        return NULL;
-    }
-    int64_t pos, limit, want;
-    if (mqs_arg_i64(args[1], "pos", &pos) < 0 || mqs_arg_i64(args[2], "limit", &limit) < 0 ||
-        mqs_arg_i64(args[3], "want", &want) < 0)
-        return NULL;
-    Py_buffer v;
-    if (mqs_arg_buffer(args[0], "buf", &v) < 0)
-        return NULL;
-    if (pos < 0 || pos > limit || limit > v.len) {
-        PyBuffer_Release(&v);
-        PyErr_SetString(PyExc_ValueError, "record_step: need 0 <= pos <= limit <= len(buf)");
-        return NULL;
-    }
-    int64_t end = record_step(v.buf, pos, limit, want);
-    PyBuffer_Release(&v);
-    return PyLong_FromLongLong(end);
-}
-
-/* Fill `m` from encode()'s keyword arguments. The body view is left for the caller to
- * release. */
-static const char *encode_kw[] = {
-    "topic", "body", "properties", "queue_id", "flag", "sys_flag", "born_timestamp",
-    "born_addr", "born_port", "store_addr", "store_port", "reconsume_times",
-    "prepared_offset", "queue_offset", "physical_offset", "store_timestamp", NULL,
-};
-
-static PyObject *py_encode(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kw)
-{
-    PyObject *o[16] = {0};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|$OOOOOOOOOOOOO:encode", (char **)encode_kw,
-                                     &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
-                                     &o[8], &o[9], &o[10], &o[11], &o[12], &o[13], &o[14],
-                                     &o[15]))
-        return NULL;
-    static const uint8_t loopback[4] = {127, 0, 0, 1};
-    struct mqs_message msg = {0};
-    int64_t qo = 0, po = 0, sts = 0;
-    msg.born.addr = msg.store.addr = loopback;
-    msg.born.addr_len = msg.store.addr_len = 4;
-    msg.store.port = 10911;
-    if (mqs_arg_bytes(o[0], "topic", &msg.topic, &msg.topic_len) < 0 ||
-        mqs_arg_bytes(o[2], "properties", &msg.props, &msg.props_len) < 0)
-        return NULL;
-    if (msg.topic_len < 1 || msg.topic_len > 127) {
-        PyErr_Format(PyExc_ValueError, "topic must be 1 to 127 bytes, not %zu", msg.topic_len);
-        return NULL;
-    }
-    if (msg.props_len > 32767) {
-        PyErr_Format(PyExc_ValueError, "properties must be at most 32767 bytes, not %zu",
-                     msg.props_len);
-        return NULL;
-    }
-    if ((o[3] && mqs_arg_i32(o[3], "queue_id", &msg.queue_id) < 0) ||
-        (o[4] && mqs_arg_i32(o[4], "flag", &msg.flag) < 0) ||
-        (o[5] && mqs_arg_i32(o[5], "sys_flag", &msg.sys_flag) < 0) ||
-        (o[6] && mqs_arg_i64(o[6], "born_timestamp", &msg.born_timestamp) < 0) ||
-        (o[11] && mqs_arg_i32(o[11], "reconsume_times", &msg.reconsume_times) < 0) ||
-        (o[12] && mqs_arg_i64(o[12], "prepared_offset", &msg.prepared_offset) < 0) ||
-        (o[13] && mqs_arg_i64(o[13], "queue_offset", &qo) < 0) ||
-        (o[14] && mqs_arg_i64(o[14], "physical_offset", &po) < 0) ||
-        (o[15] && mqs_arg_i64(o[15], "store_timestamp", &sts) < 0))
-        return NULL;
-    if ((o[7] || o[8]) &&
-        (!o[7] || !o[8] || mqs_arg_host(o[7], o[8], "born_addr", &msg.born) < 0)) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "born_addr and born_port go together");
-        return NULL;
-    }
-    if ((o[9] || o[10]) &&
-        (!o[9] || !o[10] || mqs_arg_host(o[9], o[10], "store_addr", &msg.store) < 0)) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "store_addr and store_port go together");
-        return NULL;
-    }
-    Py_buffer body;
-    if (mqs_arg_buffer(o[1], "body", &body) < 0)
-        return NULL;
-    msg.body = body.buf;
-    msg.body_len = (size_t)body.len;
-    msg.body_crc = mqs_body_crc(msg.body, msg.body_len);
-    size_t total = mqs_record_length(&msg);
-    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
-    if (out != NULL)
-        mqs_record_write((uint8_t *)PyBytes_AS_STRING(out), &msg, qo, po, sts);
-    PyBuffer_Release(&body);
-    return out;
-}
-
-
-/* A validated message, as engine.commitlog prepares it (`_native.Prep`):
- * (size, queue_id, flag, sys_flag, born_ts, body, topic, properties, takes_offset,
- *  reconsume_times, prepared_offset, born_addr, born_port, store_addr, store_port) */
-#define PREP_FIELDS 15
-
-static int parse_prep(PyObject *t, struct mqs_message *m, int64_t *size_out)
-{
-    if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != PREP_FIELDS) {
-        PyErr_SetString(PyExc_TypeError, "prep must be a tuple of 15 fields (_native.Prep)");
-        return -1;
-    }
-    PyObject **f = &PyTuple_GET_ITEM(t, 0);
-    int64_t size;
-    if (mqs_arg_i64(f[0], "size", &size) < 0 || mqs_arg_i32(f[1], "queue_id", &m->queue_id) < 0 ||
-        mqs_arg_i32(f[2], "flag", &m->flag) < 0 || mqs_arg_i32(f[3], "sys_flag", &m->sys_flag) < 0 ||
-        mqs_arg_i64(f[4], "born_timestamp", &m->born_timestamp) < 0 ||
-        mqs_arg_bytes(f[5], "body", &m->body, &m->body_len) < 0 ||
-        mqs_arg_bytes(f[6], "topic", &m->topic, &m->topic_len) < 0 ||
-        mqs_arg_bytes(f[7], "properties", &m->props, &m->props_len) < 0 ||
-        mqs_arg_i32(f[9], "reconsume_times", &m->reconsume_times) < 0 ||
-        mqs_arg_i64(f[10], "prepared_offset", &m->prepared_offset) < 0 ||
-        mqs_arg_host(f[11], f[12], "born_addr", &m->born) < 0 ||
-        mqs_arg_host(f[13], f[14], "store_addr", &m->store) < 0)
-        return -1;
-    if (m->topic_len < 1 || m->topic_len > 127 || m->props_len > 32767) {
-        PyErr_SetString(PyExc_ValueError, "topic or properties out of range (validate first)");
-        return -1;
-    }
-    *size_out = (int64_t)mqs_record_length(m);
-    if (*size_out != size) {
-        PyErr_Format(PyExc_ValueError, "prep says %lld bytes, the record is %lld",
-                     (long long)size, (long long)*size_out);
-        return -1;
-    }
-    return 0;
-}
-
-/* write_record(target, pos, prep, queue_offset, physical_offset, store_timestamp): one
- * record into any writable buffer (engine.commitlog's single-process appender). */
-static PyObject *py_write_record(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t n)
-{
-    if (n != 6) {
-        PyErr_SetString(PyExc_TypeError, "write_record(target, pos, prep, queue_offset, "
-                                         "physical_offset, store_timestamp) takes 6 arguments");
-        return NULL;
-    }
-    int64_t pos, qo, po, sts;
-    struct mqs_message msg = {0};
-    int64_t size;
-    if (mqs_arg_i64(args[1], "pos", &pos) < 0 || parse_prep(args[2], &msg, &size) < 0 ||
-        mqs_arg_i64(args[3], "queue_offset", &qo) < 0 ||
-        mqs_arg_i64(args[4], "physical_offset", &po) < 0 ||
-        mqs_arg_i64(args[5], "store_timestamp", &sts) < 0)
-        return NULL;
-    Py_buffer t;
-    if (mqs_arg_wbuffer(args[0], "target", &t) < 0)
-        return NULL;
-    if (pos < 0 || pos + size > t.len) {
-        PyBuffer_Release(&t);
-        PyErr_SetString(PyExc_ValueError, "the record does not fit the target at pos");
-        return NULL;
-    }
-    msg.body_crc = mqs_body_crc(msg.body, msg.body_len);
-    if (msg.body_len >= MQS_NOGIL_BYTES) {
-        Py_BEGIN_ALLOW_THREADS mqs_record_write((uint8_t *)t.buf + pos, &msg, qo, po, sts);
-        Py_END_ALLOW_THREADS
-    } else {
-        mqs_record_write((uint8_t *)t.buf + pos, &msg, qo, po, sts);
-    }
-    PyBuffer_Release(&t);
-    Py_RETURN_NONE;
-}
-
 static PyMethodDef engine_methods[] = {
     MQS_INDEX_METHODS
     MQS_CQ_METHODS
@@ -239,31 +52,9 @@ static PyMethodDef engine_methods[] = {
          "crc32(data, value=0) -> int: zlib.crc32, folded with PCLMULQDQ where the CPU has it."),
     {"crc32_slice8", py_crc32_slice8, METH_O,
      "crc32_slice8(data) -> int: the portable slicing-by-8 CRC alone (for tests)."},
-    MQS_FASTCALL("record_step", py_record_step,
-         "record_step(buf, pos, limit, want) -> int: the first record boundary at or past "
-         "want from pos, or the last one reached (engine.scan.record_step_py is its twin)."),
-    {"scan_records", (PyCFunction)(void (*)(void))mqs_py_scan_records,
-     METH_VARARGS | METH_KEYWORDS,
-     "scan_records(buf, pos, limit, *, check_crc=True, max_records=-1, delay_ms=None) -> "
-     "(count, stop, "
-     "stop_pos, blank_size, columns, fixups): the record scanner (engine/native/mqs_scan.c; "
-     "engine.scan.scan_records is its door)."},
-    MQS_FASTCALL("scan_summary", mqs_py_scan_summary,
-         "scan_summary(store_timestamp, bits, sys_flag, queue_id, now_ms, buckets) -> (flags, "
-         "lag_sum_ms, counts): engine.scan.scan_summary_py, in C."),
-    MQS_FASTCALL("verify_units", mqs_py_verify_units,
-         "verify_units(units, first_queue_offset, queue_id, prev_end, log_min, log_end, "
-         "headers_from, segments, segments_base, segment_size) -> (bad_queue_offset, prev_end): "
-         "recovery's consume-queue check (engine/native/mqs_verify.c; engine.verify is its door)."),
-    MQS_FASTCALL("queue_last_ends", mqs_py_queue_last_ends,
-         "queue_last_ends(buf, start, pos, size, queue_id, topic_pos, topic_len) -> dict: each "
-         "queue's last scanned record's end (engine.verify.queue_last_ends is its door)."),
-    {"encode", (PyCFunction)(void (*)(void))py_encode, METH_VARARGS | METH_KEYWORDS,
-     "encode(topic, body, properties, *, ...) -> bytes: one V1 record, as "
-     "engine.record.encode lays it out (the inputs already validated)."},
-    MQS_FASTCALL("write_record", py_write_record,
-         "write_record(target, pos, prep, queue_offset, physical_offset, store_timestamp): "
-         "one record into a writable buffer (engine.commitlog)."),
+    MQS_SCAN_METHODS
+    MQS_VERIFY_METHODS
+    MQS_RECORD_METHODS
     {NULL, NULL, 0, NULL},
 };
 

@@ -3,6 +3,7 @@
 #include "mqs_scan_py.h"
 
 #include "mqs_args.h"
+#include "mqs_be.h"
 #include "mqs_scan.h"
 
 #include <string.h>
@@ -167,4 +168,42 @@ done:
     while (held-- > 0)
         PyBuffer_Release(&v[held]);
     return out;
+}
+
+/* engine.scan.record_step_py in C: from the record boundary `pos`, follow each record's
+ * TOTALSIZE (big-endian, its first 4 bytes) to the first boundary at or past `want`; stop
+ * at the last boundary reached when a size is not positive or the record runs past
+ * `limit`. O(records), a load each: the committer's step end (ipc.commit). */
+static int64_t record_step(const uint8_t *buf, int64_t pos, int64_t limit, int64_t want)
+{
+    while (pos < want && limit - pos >= 4) {
+        int64_t size = (int32_t)mqs_rd32(buf + pos);
+        if (size <= 0 || size > limit - pos)
+            break;
+        pos += size;
+    }
+    return pos;
+}
+
+PyObject *mqs_py_record_step(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "record_step(buf, pos, limit, want) takes 4 arguments");
+        return NULL;
+    }
+    int64_t pos, limit, want;
+    if (mqs_arg_i64(args[1], "pos", &pos) < 0 || mqs_arg_i64(args[2], "limit", &limit) < 0 ||
+        mqs_arg_i64(args[3], "want", &want) < 0)
+        return NULL;
+    Py_buffer v;
+    if (mqs_arg_buffer(args[0], "buf", &v) < 0)
+        return NULL;
+    if (pos < 0 || pos > limit || limit > v.len) {
+        PyBuffer_Release(&v);
+        PyErr_SetString(PyExc_ValueError, "record_step: need 0 <= pos <= limit <= len(buf)");
+        return NULL;
+    }
+    int64_t end = record_step(v.buf, pos, limit, want);
+    PyBuffer_Release(&v);
+    return PyLong_FromLongLong(end);
 }

@@ -98,10 +98,7 @@ static int locked(uint8_t *ctl, int64_t ctl_len, int rc, int64_t now)
         __atomic_store_n(mqs_u32(ctl, MQS_OFF_LOCK_BROKEN), 1, __ATOMIC_RELEASE);
         return MQS_LOCK_BROKEN;
     }
-    if (rc == ETIMEDOUT || rc == EBUSY) {
-        return MQS_LOCK_TIMEOUT;
-    }
-    return MQS_LOCK_BROKEN;
+    return rc == ETIMEDOUT || rc == EBUSY ? MQS_LOCK_TIMEOUT : MQS_LOCK_BROKEN;
 }
 
 static struct timespec mono_ts(int64_t ns)
@@ -174,6 +171,21 @@ int mqs_backlog_full(int64_t *since, int64_t backlog, int64_t bound, int64_t gra
     return now - *since >= grace_ns || over_drain;
 }
 
+/* Write slot `seq`'s row, then its state RESERVED (with `joined`) last. */
+static inline void reserve_slot(const struct mqs_appender *a, int64_t seq, int64_t off,
+                                int64_t qo, int64_t ts, int64_t size, int32_t qslot,
+                                int32_t joined)
+{
+    uint8_t *row = a->ctl + MQS_SLOTS_OFF + (seq % a->slot_count) * MQS_SLOT_ROW;
+    *mqs_i64(row, MQS_SLOT_OFFSET) = off;
+    *mqs_i64(row, MQS_SLOT_QO) = qo;
+    *mqs_i64(row, MQS_SLOT_TS) = ts;
+    *mqs_i32(row, MQS_SLOT_SIZE) = (int32_t)size;
+    *mqs_i32(row, MQS_SLOT_PID) = a->pid;
+    *mqs_i32(row, MQS_SLOT_QSLOT) = qslot;
+    __atomic_store_n(mqs_i32(row, MQS_SLOT_STATE), MQS_STATE_RESERVED | joined, __ATOMIC_RELEASE);
+}
+
 int mqs_reserve(struct mqs_appender *a, const struct mqs_item *items, int n, int64_t *qoffs,
                 struct mqs_reservation *r)
 {
@@ -221,16 +233,8 @@ int mqs_reserve(struct mqs_appender *a, const struct mqs_item *items, int n, int
     store(ctl, MQS_OFF_CS_SEQ, seq);
     store(ctl, MQS_OFF_CS_PID, a->pid);
     int64_t ts = mqs_wall_ms();
-    if (blank) {
-        uint8_t *row = ctl + MQS_SLOTS_OFF + (seq % a->slot_count) * MQS_SLOT_ROW;
-        *mqs_i64(row, MQS_SLOT_OFFSET) = reserved;
-        *mqs_i64(row, MQS_SLOT_QO) = 0;
-        *mqs_i64(row, MQS_SLOT_TS) = ts;
-        *mqs_i32(row, MQS_SLOT_SIZE) = (int32_t)blank;
-        *mqs_i32(row, MQS_SLOT_PID) = a->pid;
-        *mqs_i32(row, MQS_SLOT_QSLOT) = -1;
-        __atomic_store_n(mqs_i32(row, MQS_SLOT_STATE), MQS_STATE_RESERVED, __ATOMIC_RELEASE);
-    }
+    if (blank)
+        reserve_slot(a, seq, reserved, 0, ts, blank, -1, 0);
     int64_t at = start;
     for (int i = 0; i < n; i++) {
         int64_t qo = 0;
@@ -246,15 +250,8 @@ int mqs_reserve(struct mqs_appender *a, const struct mqs_item *items, int n, int
                         : load(ctl, a->qtable_off + items[i].qslot * MQS_QROW + MQS_QROW_NEXT);
         }
         qoffs[i] = qo;
-        uint8_t *row = ctl + MQS_SLOTS_OFF + ((seq + b + i) % a->slot_count) * MQS_SLOT_ROW;
-        *mqs_i64(row, MQS_SLOT_OFFSET) = at;
-        *mqs_i64(row, MQS_SLOT_QO) = qo;
-        *mqs_i64(row, MQS_SLOT_TS) = ts;
-        *mqs_i32(row, MQS_SLOT_SIZE) = (int32_t)items[i].size;
-        *mqs_i32(row, MQS_SLOT_PID) = a->pid;
-        *mqs_i32(row, MQS_SLOT_QSLOT) = items[i].takes_offset ? items[i].qslot : -2;
-        __atomic_store_n(mqs_i32(row, MQS_SLOT_STATE),
-                         MQS_STATE_RESERVED | (i || b ? MQS_STATE_JOINED : 0), __ATOMIC_RELEASE);
+        reserve_slot(a, seq + b + i, at, qo, ts, items[i].size,
+                     items[i].takes_offset ? items[i].qslot : -2, i || b ? MQS_STATE_JOINED : 0);
         at += items[i].size;
     }
     /* The commit point: the space and the slots are this producer's. */
@@ -272,10 +269,15 @@ int mqs_reserve(struct mqs_appender *a, const struct mqs_item *items, int n, int
     return MQS_OK;
 }
 
+static int32_t *state_of(uint8_t *ctl, int64_t slot_count, int64_t seq)
+{
+    return mqs_i32(ctl, MQS_SLOTS_OFF + (seq % slot_count) * MQS_SLOT_ROW + MQS_SLOT_STATE);
+}
+
 void mqs_abandon(uint8_t *ctl, int64_t slot_count, int64_t seq, int64_t n)
 {
     for (int64_t s = seq; s < seq + n; s++) {
-        int32_t *st = mqs_i32(ctl, MQS_SLOTS_OFF + (s % slot_count) * MQS_SLOT_ROW + MQS_SLOT_STATE);
+        int32_t *st = state_of(ctl, slot_count, s);
         int32_t want = __atomic_load_n(st, __ATOMIC_SEQ_CST);
         if ((want & MQS_STATE_MASK) == MQS_STATE_RESERVED) /* keeps JOINED: one reservation */
             __atomic_compare_exchange_n(st, &want, MQS_STATE_ABANDONED | (want & MQS_STATE_JOINED),
@@ -299,11 +301,6 @@ void mqs_copy(uint8_t *dst, const struct mqs_message *m, int64_t queue_offset,
     memcpy(dst + h + half, m->body + half, m->body_len - half);
     mqs_record_write_tail(dst + h + m->body_len, m);
     mqs_crashpoint_hit(MQS_CP_BEFORE_DONE);
-}
-
-static int32_t *state_of(uint8_t *ctl, int64_t slot_count, int64_t seq)
-{
-    return mqs_i32(ctl, MQS_SLOTS_OFF + (seq % slot_count) * MQS_SLOT_ROW + MQS_SLOT_STATE);
 }
 
 /* RESERVED -> DONE (keeping the JOINED bit), or 0 when the filler had it first. */
@@ -398,16 +395,6 @@ static void store_max(uint8_t *ctl, int64_t off, int64_t v)
         ;
 }
 
-static int64_t publish_done(uint8_t *ctl, int64_t slot_count);
-
-int64_t mqs_publish(uint8_t *ctl, int64_t slot_count)
-{
-    int64_t advanced = publish_done(ctl, slot_count);
-    if (advanced > 0)
-        mqs_idle_wake(ctl); /* one load, unless an idle committer or dispatcher sleeps */
-    return advanced;
-}
-
 static int64_t publish_done(uint8_t *ctl, int64_t slot_count)
 {
     int64_t advanced = 0;
@@ -441,4 +428,12 @@ static int64_t publish_done(uint8_t *ctl, int64_t slot_count)
                                         __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
             advanced++;
     }
+}
+
+int64_t mqs_publish(uint8_t *ctl, int64_t slot_count)
+{
+    int64_t advanced = publish_done(ctl, slot_count);
+    if (advanced > 0)
+        mqs_idle_wake(ctl); /* one load, unless an idle committer or dispatcher sleeps */
+    return advanced;
 }

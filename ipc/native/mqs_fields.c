@@ -335,13 +335,6 @@ static PyObject *topic_problem(PyObject *t)
 static int has_separator(PyObject *s)
 {
     Py_ssize_t n = PyUnicode_GET_LENGTH(s);
-    if (PyUnicode_IS_ASCII(s)) {
-        const Py_UCS1 *d = PyUnicode_1BYTE_DATA(s);
-        for (Py_ssize_t i = 0; i < n; i++)
-            if (d[i] == 1 || d[i] == 2)
-                return 1;
-        return 0;
-    }
     return PyUnicode_FindChar(s, 1, 0, n, 1) >= 0 || PyUnicode_FindChar(s, 2, 0, n, 1) >= 0;
 }
 

@@ -85,30 +85,31 @@ fail:
     return -1;
 }
 
+/* Drop the client's side and the shared buffers (close, dealloc). */
+static void release(Appender *self)
+{
+    mqs_put_clear(self);
+    if (self->open) {
+        PyBuffer_Release(&self->ctl);
+        if (self->has_pool)
+            PyBuffer_Release(&self->pool);
+    }
+    self->open = self->has_pool = 0;
+}
+
 static PyObject *appender_close(Appender *self, PyObject *Py_UNUSED(a))
 {
     if (self->busy) {
         PyErr_SetString(PyExc_BufferError, "the appender is in use by another thread");
         return NULL;
     }
-    if (self->open) {
-        mqs_put_clear(self);
-        PyBuffer_Release(&self->ctl);
-        if (self->has_pool)
-            PyBuffer_Release(&self->pool);
-        self->open = self->has_pool = 0;
-    }
+    release(self);
     Py_RETURN_NONE;
 }
 
 static void appender_dealloc(Appender *self)
 {
-    if (self->open) {
-        PyBuffer_Release(&self->ctl);
-        if (self->has_pool)
-            PyBuffer_Release(&self->pool);
-    }
-    mqs_put_clear(self);
+    release(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 

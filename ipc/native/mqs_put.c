@@ -113,10 +113,8 @@ static PyObject *putlock_release(PutLock *self, PyObject *Py_UNUSED(a))
 static PyObject *putlock_exit(PutLock *self, PyObject *Py_UNUSED(args))
 {
     PyObject *r = putlock_release(self, NULL);
-    if (r == NULL)
-        return NULL;
-    Py_DECREF(r);
-    Py_RETURN_FALSE;
+    Py_XDECREF(r); /* None */
+    return r ? Py_NewRef(Py_False) : NULL;
 }
 
 static PyObject *putlock_locked(PutLock *self, PyObject *Py_UNUSED(a))
@@ -769,12 +767,7 @@ static int copy(Appender *self, struct mqs_item *items, int n, const int64_t *qo
     int rc = ERR;
     if (ok) {
         self->busy++;
-        if (bytes >= MQS_NOGIL_BYTES) {
-            Py_BEGIN_ALLOW_THREADS rc = copy_all(self, blank_dst, dst, items, n, qoffs, r);
-            Py_END_ALLOW_THREADS
-        } else {
-            rc = copy_all(self, blank_dst, dst, items, n, qoffs, r);
-        }
+        MQS_NOGIL_IF_BIG(bytes, rc = copy_all(self, blank_dst, dst, items, n, qoffs, r));
         self->busy--;
     } else {
         mqs_abandon(self->a.ctl, self->a.slot_count, r->seq, n + (r->blank ? 1 : 0));
@@ -900,12 +893,7 @@ static PyObject *append(Appender *self, struct mqs_fields *m, struct mqs_item *i
         total += items[i].size;
         bytes += (int64_t)items[i].msg.body_len;
     }
-    if (bytes >= MQS_NOGIL_BYTES) {
-        Py_BEGIN_ALLOW_THREADS body_crcs(items, n);
-        Py_END_ALLOW_THREADS
-    } else {
-        body_crcs(items, n);
-    }
+    MQS_NOGIL_IF_BIG(bytes, body_crcs(items, n));
     int rc = reserve(self, m, items, n, qoffs, &r, &took, &why, t0);
     if (rc == MQS_IDEM_DUP) {
         out = duplicates(self, items, n, batch, sync, qoffs, t0, took);

@@ -103,3 +103,35 @@ def test_async_client_raise_on_status(make_store: StoreFactory) -> None:
 
     assert asyncio.run(main()) == [MessageIllegalError, FlushError, ServiceUnavailableError]
     assert st.stop() == 5
+
+
+def test_until_ok_with_raise_on_status_raises_the_last_try(store: Store) -> None:
+    """A status no retry changes ends `put_until_ok` and `put_batch_until_ok` at its first
+    try; with `raise_on_status` they raise that try's `PutError` (all of its results), from
+    the blocking and the asyncio client alike; without, they return it."""
+    bad_batch = [{"topic": "ok", "body": b"1"}, {"topic": "a/b", "body": b"2"}]
+    with StoreClient.attach(store.path, raise_on_status=True) as client:
+        with pytest.raises(MessageIllegalError) as one:
+            client.put_until_ok("", b"x")
+        assert one.value.results == (one.value.result,) and one.value.result.reason
+        with pytest.raises(MessageIllegalError) as batch:
+            client.put_batch_until_ok(bad_batch)
+        assert len(batch.value.results) == 2 and batch.value.result is batch.value.results[0]
+        assert client.put_until_ok("ok", b"fine").status is PutMessageStatus.PUT_OK
+    with StoreClient.attach(store.path) as plain:
+        assert plain.put_until_ok("", b"x").status is PutMessageStatus.MESSAGE_ILLEGAL
+        got = plain.put_batch_until_ok(bad_batch)
+        assert [r.status for r in got] == [PutMessageStatus.MESSAGE_ILLEGAL] * 2
+
+    async def main() -> tuple[PutError, PutError, PutResult]:
+        async with AsyncStoreClient.attach(store.path, raise_on_status=True) as aio:
+            with pytest.raises(MessageIllegalError) as one:
+                await aio.put_until_ok("", b"x")
+            with pytest.raises(MessageIllegalError) as batch:
+                await aio.put_batch_until_ok(bad_batch)
+            return one.value, batch.value, await aio.put_until_ok("ok", b"async")
+
+    one_a, batch_a, ok = asyncio.run(main())
+    assert one_a.results == (one_a.result,) and len(batch_a.results) == 2
+    assert ok.status is PutMessageStatus.PUT_OK
+    assert [r.body for r in store.read_log()] == [b"fine", b"async"]
