@@ -19,7 +19,7 @@ import pytest
 from mqstore.engine.get_result import GetStatus
 from mqstore.engine.reader import StoreReader
 from tests.retention.helpers import HOUR_MS, SEG, Clock, set_mtime
-from tests.retention.test_with_dispatcher import CQ_FILE, S, _dispatch, _store
+from tests.retention.test_with_dispatcher import CQ_FILE, S, _dispatched_store
 
 REPO = Path(__file__).resolve().parents[2]
 CONF = (
@@ -67,12 +67,7 @@ def test_a_clean_cut_short_then_abnormal_recovery_reads_only_what_is_left(
     tmp_path: Path, cut: str
 ) -> None:
     store = tmp_path / "store"
-    log = _store(store, 6)
-    paths = [s.path for s in log.queue.segments]
-    end = log.max_offset()
-    log.queue.flush_all()
-    log.close()
-    _dispatch(store, end)
+    paths = _dispatched_store(store, 6)
     (store / "mqstore.toml").write_text(CONF)
     before = _written(store)
     assert len(before) > 30
