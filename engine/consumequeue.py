@@ -330,24 +330,33 @@ class ConsumeQueue:
         return None
 
     def correct_min_offset(self, log_min_offset: int) -> None:
-        """RocketMQ's correctMinOffset: the min becomes the first unit of the first file
-        that points at or past `log_min_offset`; if none does, the end of that file's
-        units. Pre-blanks never count. Recovery and cleaner. O(units of the first file)."""
-        first = self.queue.first()
-        if first is None:
+        """RocketMQ's correctMinOffset: the min becomes the first unit that points at or
+        past `log_min_offset`; if none does, the end of the units. Pre-blanks never count.
+        Recovery and cleaner.
+
+        RocketMQ 4.9.8 scans the first file only: after its deleteExpiredFile the first
+        file left always holds such a unit. A cleaner that died between deleting
+        segments and the queue files they emptied leaves whole files below the log, and
+        their end is no min (its unit points into a deleted segment): the walk goes on
+        through the next files, as 5.x's does. O(units of the files below the log's
+        min, plus one file's)."""
+        if self.queue.first() is None:
             self.min_logic_offset = 0
             return
-        end = first.read_position
-        with first.select(0, end) as sl:
-            if sl.status is not ReadStatus.OK:
-                return
-            pos = 0
-            for off, size, _t in UNIT.iter_unpack(sl.view):
-                if off >= 0 and 0 < size != PRE_BLANK_SIZE and off >= log_min_offset:
-                    self.min_logic_offset = first.start_offset + pos
+        for f in self.queue.segments:
+            end = f.read_position
+            with f.select(0, end) as sl:
+                if sl.status is not ReadStatus.OK:
                     return
-                pos += 20
-        self.min_logic_offset = max(self.min_logic_offset, first.start_offset + end)
+                pos = 0
+                for off, size, _t in UNIT.iter_unpack(sl.view):
+                    if off >= 0 and 0 < size != PRE_BLANK_SIZE and off >= log_min_offset:
+                        self.min_logic_offset = f.start_offset + pos
+                        return
+                    pos += 20
+            self.min_logic_offset = max(self.min_logic_offset, f.start_offset + end)
+            if end < f.size_bytes:  # a file not full: the queue's last
+                return
 
     # --- writing ----------------------------------------------------------------------
 

@@ -207,6 +207,9 @@ class DispatchResult:
     last_store_timestamp: int = 0
     put_statuses: Counter[PutStatus] = field(default_factory=Counter)
     refused: list[tuple[QueueKey, int, int]] = field(default_factory=list)  # key, qo, phys
+    # queues a unit came to past their end: pre-blanks filled the gap (recovery re-dispatches
+    # such a queue from its end, `engine.recovery`)
+    gaps_filled: set[QueueKey] = field(default_factory=set)
     seconds: float = 0.0
 
 
@@ -856,6 +859,8 @@ class Dispatcher:
                     last = max(last, i)
                 elif phys >= 0 and st is PutStatus.REFUSED_GAP:
                     refused.append((key, q_off, phys))
+                if st is PutStatus.GAP_FILLED:
+                    res.gaps_filled.add(key)
         res.refused.extend(sorted(refused, key=lambda r: r[2]))
         return last
 

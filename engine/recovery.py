@@ -604,9 +604,11 @@ def apply(
     disp.defer_on_no_space = True  # boot needs no new space: see Dispatcher
     res = DispatchResult(plan.dispatch_from, plan.dispatch_from, DispatchStop.END_OF_DATA)
     spans = [(plan.dispatch_from, min(plan.start_offset, end)), (cuts.lacking_from, end)]
+    held = {cq.key: cq.max_offset() for cq in cqs}
     for span in spans:
         if span[0] < span[1]:
             redispatch(log, Holdings(cqs, st.built_index), disp, res, span, progress)
+    _refill_gaps(report, st, disp, res, held, end, progress)
     _cut_log(log.queue, end, cuts, plan.start_index)
     # consume queues and index past the end
     if st.queues_max_phy > end or st.queues_max_phy < 0 or cqs.max_physical_offset() > end:
@@ -626,6 +628,38 @@ def apply(
     if st.cp is not None:
         _write_checkpoint(st.cp, cuts.last_store_timestamp, index)
     return disp.deferred_next
+
+
+def _refill_gaps(
+    report: RecoveryReport,
+    st: LoadedStore,
+    disp: Dispatcher,
+    res: DispatchResult,
+    held: dict[QueueKey, int],
+    end: int,
+    progress: Progress | None,
+) -> None:
+    """A queue the re-dispatch filled a gap in (a unit came past its end) lacks records
+    below where the re-dispatch started: a checkpoint ahead of the queues (damaged, or
+    stamped before a clock step back) starts abnormal recovery past them, and their units
+    would stay pre-blanks, the messages never served. Cut such a queue back to where it
+    ended and re-dispatch from its last record's end: what the log holds of it comes
+    back; a gap the log has too (retention deleted the records) is filled again."""
+    log, cqs = st.log, st.cqs
+    redos = []
+    for key in sorted(res.gaps_filled):
+        cq = cqs.get(*key)
+        if cq is None or key not in held:
+            continue
+        cq.cut_at(held[key])
+        report.queues_rebuilt[_qkey(key)] = held[key]
+        redos.append(max(cq.max_physical_offset, log.min_offset(), 0))
+    res.gaps_filled.clear()
+    redos = [r for r in redos if r < end]
+    if redos:
+        redo = min(redos)
+        redispatch(log, Holdings(cqs, st.built_index), disp, res, (redo, end), progress)
+        report.dispatch_from = min(report.dispatch_from, redo)
 
 
 def _cut_log(q: SegmentQueue, end: int, cuts: Cuts, start_i: int) -> None:

@@ -356,8 +356,8 @@ def delete_consume_queue_files(
             if os.path.isdir(qdir):
                 raise
             continue  # its topic was deleted meanwhile (`workers.topic_delete`)
-            if interval_ms > 0:
-                sleep_ms(interval_ms)
+        if expired and interval_ms > 0:
+            sleep_ms(interval_ms)
     return deleted
 
 

@@ -22,6 +22,9 @@ whole-file read). Under `include_corrupt`, the split that owns the first bad byt
 yields one row for the unreadable range, up to the next sync point, or to the end of the
 readable bytes unless they are all zeros (the unwritten end of the last segment is not
 damage). A record cut by a live store's flushed offset is not damage: it is not there yet.
+A damaged record reached from the split before, with no sync point between that split's
+end and it (a torn last record), is found by no walk of the split it lies in: the split
+that walked into it reports it (`_orphaned`), so the range is one row whatever the splits.
 
 Walking. `engine.scan.scan_records` (the record scanner, in C) walks up to `batch_rows`
 records at a time and checks each one as `engine.record.check_record` does, body CRC
@@ -48,7 +51,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from mqstore.engine import record as rec
-from mqstore.engine.scan import ScanStop, scan_records
+from mqstore.engine.scan import RecordScan, ScanStop, scan_records
 from mqstore.pipeline import columnar, storefs
 from mqstore.pipeline.columnar import NO_FILTER, RecordFilter
 from mqstore.pipeline.schema import COLUMN_NAMES
@@ -170,6 +173,29 @@ def _bad_crc_record(w: Window, pos: int, max_record: int) -> columnar.Columns | 
     return cols if sc.count == 1 and _sound(w, cols, max_record).all() else None
 
 
+def _orphaned(w: Window, sc: RecordScan, at: int, end: int, opts: ScanOptions) -> bool:
+    """The chain broke at `at`, past the split's end: will the split that owns `at` not
+    find it? That split walks from its first sync point, and the record at `at` is none
+    (not sound, not cut by this split's read alone, no record whose only fault is its
+    CRC). Reached by a chain from before
+    its begin, it is that split's only when its walk starts there too: in a file's last
+    `blank_bound` bytes, from the first sync point there, which the chain's record
+    before `at` is when it starts there. Otherwise the split that walked into it reports
+    it, so the range is one row whatever the split boundaries."""
+    if sc.stop is not ScanStop.CORRUPT or w.find_sync(at, at + 1) is not None:
+        return False
+    if _runs_past(w.buf, at, opts.max_record_bytes) and (
+        w.file_pos + len(w.buf) < w.spec.readable_bytes
+    ):
+        return False  # cut by this split's read only: the owner reads it whole
+    if _bad_crc_record(w, at, opts.max_record_bytes) is not None:
+        return False
+    tail_from = w.spec.file_size_bytes - opts.blank_bound  # file position
+    if w.file_pos + end >= tail_from and sc.count:
+        return w.file_pos + int(sc.pos[sc.count - 1]) < tail_from
+    return True
+
+
 def read_run(w: Window, pos: int, end: int, opts: ScanOptions) -> Run:
     """Up to `batch_rows` sound records from `pos` that start before `end`."""
     buf = w.buf
@@ -184,7 +210,7 @@ def read_run(w: Window, pos: int, end: int, opts: ScanOptions) -> Run:
             columnar.take(cols, slice(0, k)), at, Stop.OWNED_END if at >= end else Stop.BROKEN
         )
     at = sc.stop_pos
-    if at >= end:
+    if at >= end and not _orphaned(w, sc, at, end, opts):
         return Run(cols, at, Stop.OWNED_END)
     if sc.stop is ScanStop.BLANK:
         return Run(cols, at, Stop.BLANK)

@@ -416,6 +416,40 @@ def test_abnormal_recovery_catches_up_queues_behind_the_checkpoint(tmp_path: Pat
     assert _pull_all(tmp_path) == [r.wrote_offset for r in results]
 
 
+def test_one_queue_behind_a_checkpoint_ahead_of_it_gets_its_units_not_pre_blanks(
+    tmp_path: Path,
+) -> None:
+    """Queue 0 holds every record, queue 1 lost its last 20 units (some of their records
+    are in older segments than the one the checkpoint picks): the queues' common end is
+    past them, so only queue 1's next offset after them shows the hole. On the code
+    before, its re-dispatch filled the hole with pre-blanks: acknowledged messages no
+    pull served, while the queue's max offset counted them."""
+    build_store(tmp_path, 60)
+    cqs = ConsumeQueueStore(tmp_path, CQ_FILE).load()
+    q1 = cqs.get("T", 1)
+    assert q1 is not None and q1.max_offset() == 30
+    assert q1.cut_at(10) == 20
+    cqs.flush_all()
+    cqs.close()
+    log = open_log(tmp_path)
+    segs = [s.start_offset for s in log.queue.segments]
+    log.close()
+    offsets = _pull_all(tmp_path)
+    assert len(offsets) == 40 and len(segs) >= 3
+    with StoreCheckpoint.open_in(tmp_path) as cp:  # claims the queues hold everything
+        cp.physic_msg_timestamp = cp.logics_msg_timestamp = now_ms() + 10**7
+        cp.flush()
+    _crash(tmp_path)
+    rep = _recover(tmp_path)
+    assert rep.start_offset == segs[-1] and rep.queue_offsets == {"T/0": 30, "T/1": 30}
+    with StoreReader(tmp_path, GEO) as r:
+        got = r.get_messages("T", 1, 0, 1000, max_bytes=1 << 30)
+        assert [m.queue_offset for m in got.messages] == list(range(30))
+    assert len(_pull_all(tmp_path)) == 60
+    assert rep.queues_rebuilt == {"T/1": 10}
+    _assert_consistent(tmp_path)
+
+
 def test_last_file_truncated_mid_record(tmp_path: Path) -> None:
     results, _end = build_store(tmp_path, 30)
     torn = results[27]

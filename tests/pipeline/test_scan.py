@@ -193,6 +193,38 @@ def test_corrupt_records_are_skipped_by_default_and_reported_under_include_corru
         assert bad[1]["physical_offset"] + bad[1]["size"] == offsets[251]
 
 
+@pytest.mark.parametrize("torn_at", [9, 30, 120])
+def test_a_torn_last_record_is_one_unreadable_range_whatever_the_splits(
+    tmp_path: Path, torn_at: int
+) -> None:
+    """A crash tore the last record of a stopped store's last segment (zeros from byte
+    `torn_at` of it on). Every split layout gives the sound records, and under
+    `includeCorrupt` one row for the torn range. On the code before, a layout whose
+    split boundary fell between the torn record and the record before it had no row:
+    the split the record before starts in stopped at its end, and the next split found
+    no sync point to walk from."""
+    root = tmp_path / "torn"
+    msgs = [rec.Message(topic="T", body=b"m%d " % i * (i % 40 + 1)) for i in range(300)]
+    offsets = storegen.write_store(root, msgs, segment_bytes=16384)
+    sound = expected(root)
+    last = sound[-1]
+    assert last["physical_offset"] == offsets[-1]
+    _damage(root, offsets[-1], torn_at, bytes(last["size"] - torn_at))
+    want = sound[:-1]
+    seg = storefs.open_store(str(root)).segments[-1]
+    torn = offsets[-1] - seg.start_offset
+    assert torn > 1000  # split boundaries fall before it, between it and the record before
+    whole = read_rows(root, 16384, max_record_bytes=4096, include_corrupt=True)
+    whole = [r for r in whole if r["problem"]]
+    assert [(r["physical_offset"], r["topic"]) for r in whole] == [(offsets[-1], None)]
+    # every boundary from 600 bytes before the torn record to the record itself
+    for split in sorted({torn - d for d in range(1, 600, 7)} | {257, 1000, 4096}):
+        assert by_offset(read_rows(root, split, max_record_bytes=4096)) == want, split
+        audit = read_rows(root, split, max_record_bytes=4096, include_corrupt=True)
+        assert [r for r in audit if r["problem"]] == whole, split
+        assert by_offset([r for r in audit if not r["problem"]]) == want, split
+
+
 # what queries read: one column, the cheapest, a few of each kind (gathered from the header,
 # built from the properties, the problem of a corrupt row), in any order, and all of them
 COLUMN_SETS = [

@@ -49,6 +49,17 @@ def _dispatch(tmp_path: Path, limit: int) -> None:
         d.close()
 
 
+def _dispatched_store(store: Path, segments: int) -> list[str]:
+    """`_store` flushed, closed and wholly dispatched; its segments' paths."""
+    log = _store(store, segments)
+    paths = [s.path for s in log.queue.segments]
+    end = log.max_offset()
+    log.queue.flush_all()
+    log.close()
+    _dispatch(store, end)
+    return paths
+
+
 def test_dispatched_bound_from_files_protects_undispatched_segments(tmp_path: Path) -> None:
     log = _store(tmp_path, 6)
     paths = [s.path for s in log.queue.segments]
@@ -69,12 +80,7 @@ def test_dispatched_bound_from_files_protects_undispatched_segments(tmp_path: Pa
 def test_queues_and_index_below_the_minimum_go_and_the_store_still_loads(
     tmp_path: Path,
 ) -> None:
-    log = _store(tmp_path, 6)
-    paths = [s.path for s in log.queue.segments]
-    end = log.max_offset()
-    log.queue.flush_all()
-    log.close()
-    _dispatch(tmp_path, end)
+    paths = _dispatched_store(tmp_path, 6)
     cq_before = {q: sorted(os.listdir(tmp_path / "consumequeue" / "T" / q)) for q in ("0", "1")}
     idx_before = sorted(os.listdir(tmp_path / "index"))
     assert len(idx_before) > 2 and all(len(v) > 3 for v in cq_before.values())
