@@ -17,12 +17,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from mqstore.engine import indexfile, pull, record, recordcodes
-from mqstore.engine.record_decode import RecordFields
 from mqstore.engine.record import Message
+from mqstore.engine.record_decode import RecordFields
 from mqstore.engine.scan import scan_records
 from tests.engine.scanlog import to_v2
 
@@ -146,3 +146,55 @@ def test_a_topic_of_any_bytes_reads_as_the_jdk_decodes_it(jdk: Jdk, topic: bytes
     unit = struct.pack(">qiq", 0, len(v2b), 0)
     pull.pull_units(unit, 0, bytes(v2b), 0, len(v2b), None, None, 1, len(v2b), 0, False, out)
     assert len(out) == 1 and out[0].topic == text
+
+
+def _string2message_properties(s: str) -> dict[str, str]:
+    """RocketMQ's `MessageDecoder.string2messageProperties`, over the str Java decoded."""
+    out: dict[str, str] = {}
+    index = 0
+    while index < len(s):
+        new_index = s.find("\x02", index)
+        if new_index < 0:
+            new_index = len(s)
+        if new_index - index >= 3:
+            kv = s.find("\x01", index)
+            if index < kv < new_index - 1:
+                out[s[index:kv]] = s[kv + 1 : new_index]
+        index = new_index + 1
+    return out
+
+
+_prop_bytes = st.lists(
+    st.one_of(_values, st.sampled_from([b"\x01", b"\x02", b" ", b"TAGS\x01", b"KEYS\x01"])),
+    max_size=12,
+).map(b"".join)
+
+
+@settings(max_examples=200, deadline=None)
+@given(props=_prop_bytes)
+def test_properties_split_after_decoding_as_java_splits_them(jdk: Jdk, props: bytes) -> None:
+    """Java decodes the whole properties, then splits on 0x02 and 0x01 (and KEYS on
+    spaces); mqstore's readers split the bytes first: the same pairs, keys and hashes.
+    Properties ending in a zero byte are left out: check_record takes them for a write
+    torn at their end (a RocketMQ 4.9.x value ending in U+0000 reads so too)."""
+    assume(not props.endswith(b"\x00"))
+    text, _ = jdk.decode(props)
+    want = _string2message_properties(text)
+    assert record.decode_properties(props) == want
+    data = bytearray(to_v2(record.encode(Message("T", b"", {})).data))
+    data[-2:] = struct.pack(">h", len(props)) + props
+    struct.pack_into(">i", data, 0, len(data))
+    out: list[RecordFields] = []
+    unit = struct.pack(">qiq", 0, len(data), 0)
+    pull.pull_units(unit, 0, bytes(data), 0, len(data), None, None, 1, len(data), 0, False, out)
+    assert len(out) == 1 and (out[0].properties or {}) == want
+    scan = scan_records(bytes(data), 0, -1)
+    assert scan.count == 1
+    tags = want.get("TAGS")
+    assert scan.tags_code[0] == (recordcodes.java_string_hash(tags) if tags else 0)
+    keys = [k for k in want.get("KEYS", "").split(" ") if k]  # Java: keys.split(" ")
+    want_hashes = []
+    for k in keys:
+        _, h = jdk.decode(("T#" + k).encode("utf-8", "surrogatepass"))
+        want_hashes.append(0 if h == -(2**31) else abs(h))
+    assert list(scan.key_hash) == want_hashes
