@@ -342,7 +342,7 @@ PyObject *mqs_uniq_str(const struct mqs_item *it)
             memcpy(PyUnicode_1BYTE_DATA(s), v, MQS_UNIQ_HEX);
         return s;
     }
-    return mqs_str_utf8(v, (size_t)it->uniq_len);
+    return PyUnicode_DecodeUTF8((const char *)v, it->uniq_len, "replace");
 }
 
 /* ---- the idempotence table ----------------------------------------------------------- */
