@@ -130,7 +130,7 @@ from mqstore.engine.record import (
     check_record,
     takes_queue_offset,
 )
-from mqstore.engine.recordcodes import DELAY_LEVEL_MS
+from mqstore.engine.recordcodes import DELAY_LEVEL_MS, decode_utf8
 from mqstore.engine.scan import (
     BIT_FILLER,
     RecordScan,
@@ -828,7 +828,7 @@ class Dispatcher:
         """A topic's bytes decoded as check_record does (cached)."""
         name = self._topic_cache.get(raw)
         if name is None:
-            name = self._topic_cache[raw] = raw.decode("utf-8", errors="replace")
+            name = self._topic_cache[raw] = decode_utf8(raw)
         return name
 
     def _write_units(

@@ -23,7 +23,7 @@ from typing import Final, NamedTuple
 from mqstore.engine.findings import Finding, Severity
 from mqstore.engine.record import CheckStatus, RecordHeader, check_record
 from mqstore.engine.record_decode import DecodedRecord, decode
-from mqstore.engine.recordcodes import DELAY_LEVEL_MS
+from mqstore.engine.recordcodes import DELAY_LEVEL_MS, decode_utf8
 from mqstore.engine.scan import RecordScan as ScannedColumns
 from mqstore.engine.scan import ScanStop as RecordStop
 from mqstore.engine.scan import scan_records
@@ -280,7 +280,7 @@ def _check_chunk(
             raw = view[sc.topic_pos[i] : sc.topic_pos[i] + sc.topic_len[i]].tobytes()
             topic = topics.get(raw)
             if topic is None:
-                topic = topics[raw] = raw.decode("utf-8", errors="replace")
+                topic = topics[raw] = decode_utf8(raw)
             if offset < deleted.get(topic, -1):
                 continue
             key, qo = (topic, sc.queue_id[i]), sc.queue_offset[i]

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from mqstore.engine.recordcodes import (
     DELAY_LEVEL_MS,
+    decode_utf8,
     delivery_time_ms,
     parse_host,
     tags_code,
@@ -198,12 +199,13 @@ def decode_properties(raw: Buffer) -> dict[str, str]:
 
     Splits on 0x02; keeps a segment only if it is at least 3 characters long and its
     first 0x01 is neither its first nor its last character (so pairs with an empty key
-    or an empty value are dropped). Invalid UTF-8 becomes U+FFFD, as in Java.
+    or an empty value are dropped). Invalid UTF-8 becomes U+FFFD, as in Java
+    (`recordcodes.decode_utf8`).
     """
     out: dict[str, str] = {}
     if not raw:
         return out
-    text = bytes(raw).decode("utf-8", errors="replace")
+    text = decode_utf8(bytes(raw))
     for kv in text.split("\x02"):
         if len(kv) >= 3:
             i = kv.find("\x01")
@@ -539,7 +541,7 @@ def check_record(
             body_len = 0
         topic_len = _I8.unpack_from(buf, p)[0] if tl == 1 else _I16.unpack_from(buf, p)[0]
         p += tl
-        topic = bytes(buf[p : p + max(topic_len, 0)]).decode("utf-8", errors="replace")
+        topic = decode_utf8(bytes(buf[p : p + max(topic_len, 0)]))
         p += max(topic_len, 0)
         props_len = _I16.unpack_from(buf, p)[0]
         p += 2

@@ -3,8 +3,10 @@ message, hosts as strings, and message ids (spec §1.2, §3.2).
 
 The record layout itself is `engine.record`'s; what is here needs nothing of it:
 
-- `java_string_hash` (Java's `String.hashCode`) and `tags_code`, the consume-queue tag
-  code of a TAGS value; `delivery_time_ms`, the schedule topic's tag code;
+- `decode_utf8` (Java's `new String(bytes, UTF_8)`, which RocketMQ's `MessageDecoder`
+  reads a record's topic and properties with), `java_string_hash` (Java's
+  `String.hashCode`) and `tags_code`, the consume-queue tag code of a TAGS value;
+  `delivery_time_ms`, the schedule topic's tag code;
 - `parse_host` / `format_host`: `ip:port` (IPv6 `[ip]:port`) to and from the address
   bytes and port the record stores;
 - `make_msg_id` / `parse_msg_id`: RocketMQ's offset message id (store host and
@@ -13,6 +15,7 @@ The record layout itself is `engine.record`'s; what is here needs nothing of it:
 
 from __future__ import annotations
 
+import codecs
 import operator
 import socket
 import struct
@@ -29,6 +32,33 @@ DELAY_LEVEL_MS = (
 _POW_N: Final = 256
 _POW_DESC: Final = [pow(31, _POW_N - 1 - i, 1 << 32) for i in range(_POW_N)]
 _mul: Final = operator.mul
+
+
+def _java_replace(e: UnicodeError) -> tuple[str, int]:
+    """The U+FFFD and where decoding goes on, for one malformed part, as Java's decoder
+    does: Python's "replace" and Java agree (one U+FFFD per maximal invalid subpart) but
+    on an encoded surrogate, ED A0..BF: Python gives one U+FFFD per byte, Java one for
+    the lead, that byte and a continuation byte after them if there is one (JDK 8-21
+    `String.decodeUTF8` / `UTF_8.Decoder`: `isSurrogate` after a 3-byte read,
+    `malformed3` of 2, or the end of input). The tags code and the index hashes of such a
+    value are Java's hash of what Java decodes."""
+    if not isinstance(e, UnicodeDecodeError):
+        raise e
+    b, at = e.object, e.start
+    if b[at] == 0xED and at + 1 < len(b) and 0xA0 <= b[at + 1] <= 0xBF:
+        return "\ufffd", at + 3 if at + 2 < len(b) and 0x80 <= b[at + 2] <= 0xBF else at + 2
+    return "\ufffd", e.end
+
+
+JAVA_UTF8_ERRORS: Final = "mqstore.java-replace"
+codecs.register_error(JAVA_UTF8_ERRORS, _java_replace)
+
+
+def decode_utf8(raw: bytes) -> str:
+    """Java's `new String(raw, UTF_8)`: `raw.decode("utf-8", "replace")` but for an
+    encoded surrogate (`_java_replace`). Costs nothing more on valid UTF-8 (the handler
+    runs only at a malformed part)."""
+    return raw.decode("utf-8", JAVA_UTF8_ERRORS)
 
 
 def java_string_hash(s: str) -> int:

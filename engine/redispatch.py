@@ -28,6 +28,7 @@ from mqstore.engine.consumequeue_store import ConsumeQueueStore
 from mqstore.engine.dispatch import Dispatcher, DispatchResult
 from mqstore.engine.indexservice import IndexService
 from mqstore.engine.logwalk import ChunkScan
+from mqstore.engine.recordcodes import decode_utf8
 from mqstore.engine.recovery_progress import REDISPATCHING, Progress, Step
 from mqstore.engine.scan import RecordScan
 from mqstore.engine.verify import queue_last_ends
@@ -93,7 +94,7 @@ class Holdings:
         """The max physical offset of the queue of (topic bytes, queue id); -1 if none."""
         cq = self._cq_cache.get(key)
         if cq is None:
-            cq = self._cqs.get(key[0].decode("utf-8", errors="replace"), key[1])
+            cq = self._cqs.get(decode_utf8(key[0]), key[1])
             if cq is None:
                 return -1
             self._cq_cache[key] = cq

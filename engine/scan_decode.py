@@ -33,7 +33,7 @@ from mqstore.engine.record import (
     decode_properties,
 )
 from mqstore.engine.record_decode import DecodedRecord, RecordFields, RecordView
-from mqstore.engine.recordcodes import format_host
+from mqstore.engine.recordcodes import decode_utf8, format_host
 from mqstore.engine.scan import BIT_BODY_CRC_OK, RecordScan, scan_records
 from mqstore.engine.segment import ReadStatus, Segment
 from mqstore.engine.segment_queue import SegmentQueue
@@ -81,7 +81,7 @@ def _topic(raw: memoryview) -> str:
     key = bytes(raw)
     got = _topics.get(key)
     if got is None:
-        got = _cached(_topics, key, key.decode("utf-8", errors="replace"))
+        got = _cached(_topics, key, decode_utf8(key))
     return got
 
 

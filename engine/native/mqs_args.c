@@ -1,5 +1,7 @@
 #include "mqs_args.h"
 
+#include <string.h>
+
 int mqs_arg_i64(PyObject *o, const char *name, int64_t *out)
 {
     if (!PyLong_Check(o)) {
@@ -75,4 +77,50 @@ int mqs_arg_buffer(PyObject *o, const char *name, Py_buffer *view)
 int mqs_arg_wbuffer(PyObject *o, const char *name, Py_buffer *view)
 {
     return get_buffer(o, name, view, PyBUF_WRITABLE);
+}
+
+/* Where the next encoded surrogate (ED A0..BF) starts in p[0, n), or n. */
+static size_t next_surrogate(const uint8_t *p, size_t n)
+{
+    for (const uint8_t *q = p; (q = memchr(q, 0xED, n - (size_t)(q - p))) != NULL; q++) {
+        if ((size_t)(q - p) + 1 < n && q[1] >= 0xA0 && q[1] <= 0xBF)
+            return (size_t)(q - p);
+    }
+    return n;
+}
+
+PyObject *mqs_str_utf8(const uint8_t *p, size_t n)
+{
+    size_t at = next_surrogate(p, n);
+    if (at == n) /* no encoded surrogate: Python's "replace" is Java's decoding */
+        return PyUnicode_DecodeUTF8((const char *)p, (Py_ssize_t)n, "replace");
+    /* Decoded around each encoded surrogate: 0xED is never a continuation byte, so a part
+     * decodes alone as it does within the whole; each surrogate is one U+FFFD. */
+    PyObject *parts = PyList_New(0);
+    if (parts == NULL)
+        return NULL;
+    size_t from = 0;
+    while (from < n) {
+        PyObject *part = PyUnicode_DecodeUTF8((const char *)p + from, (Py_ssize_t)(at - from),
+                                              "replace");
+        int rc = part == NULL ? -1 : PyList_Append(parts, part);
+        Py_XDECREF(part);
+        if (rc == 0 && at < n) {
+            part = PyUnicode_FromOrdinal(0xFFFD);
+            rc = part == NULL ? -1 : PyList_Append(parts, part);
+            Py_XDECREF(part);
+            at += at + 2 < n && (p[at + 2] & 0xC0) == 0x80 ? 3 : 2;
+        }
+        if (rc < 0) {
+            Py_DECREF(parts);
+            return NULL;
+        }
+        from = at;
+        at = from + next_surrogate(p + from, n - from);
+    }
+    PyObject *sep = PyUnicode_New(0, 127);
+    PyObject *s = sep == NULL ? NULL : PyUnicode_Join(sep, parts);
+    Py_XDECREF(sep);
+    Py_DECREF(parts);
+    return s;
 }

@@ -31,4 +31,9 @@ int mqs_arg_wbuffer(PyObject *o, const char *name, Py_buffer *view);
 /* A bytes object's data and length (borrowed: keep the object alive). */
 int mqs_arg_bytes(PyObject *o, const char *name, const uint8_t **p, size_t *len);
 
+/* A record's topic or property text as a str: engine.recordcodes.decode_utf8 (Java's
+ * `new String(bytes, UTF_8)`, which differs from Python's "replace" only at an encoded
+ * surrogate). New reference, or NULL with an exception set. */
+PyObject *mqs_str_utf8(const uint8_t *p, size_t n);
+
 #endif

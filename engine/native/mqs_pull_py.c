@@ -222,7 +222,7 @@ static PyObject *topic_str(struct builder *b, const uint8_t *p, int64_t n)
 {
     if (b->topic != NULL && b->topic_n == n && memcmp(b->topic_p, p, (size_t)n) == 0)
         return Py_NewRef(b->topic);
-    PyObject *s = PyUnicode_DecodeUTF8((const char *)p, (Py_ssize_t)n, "replace");
+    PyObject *s = mqs_str_utf8(p, (size_t)n);
     if (s == NULL)
         return NULL;
     b->topic_p = p;
@@ -255,7 +255,7 @@ static PyObject *name_str(const uint8_t *p, size_t n)
         if (strlen(COMMON_NAMES[k]) == n && memcmp(COMMON_NAMES[k], p, n) == 0)
             return Py_NewRef(reg.common[k]);
     }
-    return PyUnicode_DecodeUTF8((const char *)p, (Py_ssize_t)n, "replace");
+    return mqs_str_utf8(p, (size_t)n);
 }
 
 /* engine.record.decode_properties (the pairs it keeps: mqs_props_next); the last pair of
@@ -269,8 +269,7 @@ static PyObject *props_dict(const uint8_t *p, int64_t n)
     for (const uint8_t *end = p + n; mqs_props_next(&p, end, &name, &value);) {
         PyObject *k = name_str(name.p, name.n);
         PyObject *v = k == NULL ? NULL
-                                : PyUnicode_DecodeUTF8((const char *)value.p,
-                                                       (Py_ssize_t)value.n, "replace");
+                                : mqs_str_utf8(value.p, value.n);
         int rc = v == NULL ? -1 : PyDict_SetItem(d, k, v);
         Py_XDECREF(k);
         Py_XDECREF(v);

@@ -89,8 +89,9 @@ int mqs_props_next(const uint8_t **at, const uint8_t *end, struct mqs_span *name
 int mqs_scan_is_filler(const uint8_t *r, const struct mqs_layout *l);
 
 /* Java's String.hashCode, continued from `h`, over the UTF-16 code units of `s` decoded
- * as Python's bytes.decode("utf-8", "replace") decodes it (U+FFFD per maximal invalid
- * subpart, surrogate pairs above U+FFFF). */
+ * as Java decodes it (engine.recordcodes.decode_utf8: U+FFFD per maximal invalid subpart
+ * but one for an encoded surrogate, ED A0..BF and a continuation byte; surrogate pairs
+ * above U+FFFF). */
 uint32_t mqs_java_hash_utf8(uint32_t h, const uint8_t *s, size_t n);
 
 /* What the dispatcher asks of every record of a scanned batch, in one pass (the twin of

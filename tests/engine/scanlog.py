@@ -108,7 +108,7 @@ def assert_matches_walk(
         assert scan.tags_code[i] == (h.tags_code + (1 << 63)) % (1 << 64) - (1 << 63)
         assert (scan.body_pos[i], scan.body_len[i]) == (h.body_pos, h.body_len)
         topic = buf[scan.topic_pos[i] : scan.topic_pos[i] + scan.topic_len[i]]
-        assert topic.decode("utf-8", errors="replace") == h.topic
+        assert recordcodes.decode_utf8(topic) == h.topic
         props = buf[scan.props_pos[i] : scan.props_pos[i] + scan.props_len[i]]
         assert record.decode_properties(props) == h.properties
         assert scan.props_pos[i] + scan.props_len[i] == p + h.size
