@@ -2,6 +2,8 @@
 
 #include <string.h>
 
+#include "mqs_scan.h"
+
 int mqs_arg_i64(PyObject *o, const char *name, int64_t *out)
 {
     if (!PyLong_Check(o)) {
@@ -83,7 +85,7 @@ int mqs_arg_wbuffer(PyObject *o, const char *name, Py_buffer *view)
 static size_t next_surrogate(const uint8_t *p, size_t n)
 {
     for (const uint8_t *q = p; (q = memchr(q, 0xED, n - (size_t)(q - p))) != NULL; q++) {
-        if ((size_t)(q - p) + 1 < n && q[1] >= 0xA0 && q[1] <= 0xBF)
+        if (mqs_java_surrogate_len(p, (size_t)(q - p), n))
             return (size_t)(q - p);
     }
     return n;
@@ -109,7 +111,7 @@ PyObject *mqs_str_utf8(const uint8_t *p, size_t n)
             part = PyUnicode_FromOrdinal(0xFFFD);
             rc = part == NULL ? -1 : PyList_Append(parts, part);
             Py_XDECREF(part);
-            at += at + 2 < n && (p[at + 2] & 0xC0) == 0x80 ? 3 : 2;
+            at += mqs_java_surrogate_len(p, at, n);
         }
         if (rc < 0) {
             Py_DECREF(parts);

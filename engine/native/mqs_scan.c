@@ -62,12 +62,10 @@ uint32_t mqs_java_hash_utf8(uint32_t h, const uint8_t *s, size_t n)
             i++;
             continue;
         }
-        if (c == 0xED && i + 1 < n && s[i + 1] >= 0xA0 && s[i + 1] <= 0xBF) {
-            /* an encoded surrogate: one U+FFFD for the lead, this byte and a continuation
-             * byte after them if there is one, as Java decodes it (engine.recordcodes.
-             * _java_replace), where Python's "replace" gives one per byte */
+        size_t surrogate = mqs_java_surrogate_len(s, i, n);
+        if (surrogate) { /* one U+FFFD, as Java decodes it */
             h = jstep(h, 0xFFFD);
-            i += i + 2 < n && (s[i + 2] & 0xC0) == 0x80 ? 3 : 2;
+            i += surrogate;
             continue;
         }
         size_t need;

@@ -88,6 +88,17 @@ int mqs_props_next(const uint8_t **at, const uint8_t *end, struct mqs_span *name
 /* engine.filler.is_filler of the record `r` that mqs_scan_check accepted with `l`. */
 int mqs_scan_is_filler(const uint8_t *r, const struct mqs_layout *l);
 
+/* 0 unless s[i] starts an encoded surrogate (ED A0..BF), which Java's UTF-8 decoder makes
+ * one U+FFFD of where Python's "replace" makes one per byte (engine.recordcodes.
+ * _java_replace); else that U+FFFD's bytes: the lead, the second byte and a continuation
+ * byte after them if there is one. `i` < `n`. */
+static inline size_t mqs_java_surrogate_len(const uint8_t *s, size_t i, size_t n)
+{
+    if (s[i] != 0xED || i + 1 >= n || s[i + 1] < 0xA0 || s[i + 1] > 0xBF)
+        return 0;
+    return i + 2 < n && (s[i + 2] & 0xC0) == 0x80 ? 3 : 2;
+}
+
 /* Java's String.hashCode, continued from `h`, over the UTF-16 code units of `s` decoded
  * as Java decodes it (engine.recordcodes.decode_utf8: U+FFFD per maximal invalid subpart
  * but one for an encoded surrogate, ED A0..BF and a continuation byte; surrogate pairs
