@@ -88,10 +88,8 @@ static int have_pclmul = -1, have_vpclmul = -1;
  * on the Intel Xeon VM of stop 37 a 1 KiB CRC then took 357 ns instead of 16, and every
  * legacy-SSE instruction the process ran afterwards (CPython's, the put's) paid for the
  * dirty state too (bench/results/crc.md). */
-__attribute__((target("pclmul,sse4.1"), always_inline)) static inline uint32_t fold_tail(__m128i x1, __m128i x2,
-                                                                   __m128i x3, __m128i x4,
-                                                                   const uint8_t *buf,
-                                                                   size_t len)
+__attribute__((target("pclmul,sse4.1"), always_inline)) static inline uint32_t
+fold_tail(__m128i x1, __m128i x2, __m128i x3, __m128i x4, const uint8_t *buf, size_t len)
 {
     const __m128i k3k4 = _mm_set_epi64x(0x00ccaa009eLL, 0x01751997d0LL);
     const __m128i k5k0 = _mm_set_epi64x(0, 0x0163cd6124LL);

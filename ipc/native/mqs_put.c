@@ -113,8 +113,10 @@ static PyObject *putlock_release(PutLock *self, PyObject *Py_UNUSED(a))
 static PyObject *putlock_exit(PutLock *self, PyObject *Py_UNUSED(args))
 {
     PyObject *r = putlock_release(self, NULL);
-    Py_XDECREF(r); /* None */
-    return r ? Py_NewRef(Py_False) : NULL;
+    if (r == NULL)
+        return NULL;
+    Py_DECREF(r);
+    Py_RETURN_FALSE;
 }
 
 static PyObject *putlock_locked(PutLock *self, PyObject *Py_UNUSED(a))
