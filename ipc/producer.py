@@ -250,7 +250,6 @@ class PutPath:
         self._lanes = Lanes(self._counts, self.topic_queue_nums, queues, delay_levels)
         self._stats = array.array("q", bytes(8 * c.CLIENT_FIELDS))  # counted in C
         self._stats[c.CF_PID] = a.pid
-        sync_timeout_s = s.sync_flush_timeout_ms / 1000
         self.app = _native.Appender(cb.buf, cb.pool_buf, a.pid)
         self.app.configure(
             lock=self.session.lock,
@@ -268,11 +267,11 @@ class PutPath:
             stats_off=cb.client_off(a.client_index),
             result_type=PutResult,
             statuses=tuple(PutMessageStatus),
-            flush_reasons=(flush_timed_out(sync_timeout_s), FSYNC_FAILED),
+            flush_reasons=(flush_timed_out(s.sync_flush_timeout_ms / 1000), FSYNC_FAILED),
             msg_id_prefix=(addr + struct.pack(">i", port)).hex().upper(),
             sync=s.flush_disk_type is FlushDiskType.SYNC_FLUSH,
-            sync_timeout_ns=int(sync_timeout_s * 1e9),
-            busy_ns=int(s.os_page_cache_busy_timeout_ms / 1000 * 1e9),
+            sync_timeout_ns=s.sync_flush_timeout_ms * 1_000_000,
+            busy_ns=s.os_page_cache_busy_timeout_ms * 1_000_000,
             fast_fail=s.fast_fail_if_no_buffer_in_store_pool,
             max_body=s.max_message_size_bytes,
             store_addr=addr,
