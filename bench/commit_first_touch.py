@@ -54,7 +54,9 @@ def _writer(ring: mmap.mmap, pub: mmap.mmap, size: int, rate_mb: float) -> None:
                 time.sleep(0.0002)
 
 
-def _reported_kib() -> int:
+def reported_kib() -> int:
+    """The VM's free page reporting counter (KiB given back to the host since boot,
+    docs/tuning.md), or -1 on a machine without one."""
     try:
         return int(REPORTED.read_text())
     except OSError:
@@ -71,7 +73,7 @@ def run_once(
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         os.posix_fallocate(fd, 0, size)
-        rep0 = _reported_kib()
+        rep0 = reported_kib()
         c0 = time.process_time()
         if mode in ("pages", "folios"):
             rfd = os.open(path, os.O_RDONLY)
@@ -107,7 +109,7 @@ def run_once(
             "copy_us_per_kib": copy_s * 1e6 / kib,
             "fill_us_per_kib": fill_s * 1e6 / kib,
             "calls": calls,
-            "reported_mib": (_reported_kib() - rep0) / 1024 if rep0 >= 0 else -1,
+            "reported_mib": (reported_kib() - rep0) / 1024 if rep0 >= 0 else -1,
         }
     finally:
         os.close(fd)

@@ -44,6 +44,7 @@ from typing import Any
 import psutil
 
 from bench.callgrind_put_shapes import SHAPES_SRC
+from bench.commit_first_touch import reported_kib
 from bench.put_procs_cpu import proc_name
 from bench.store_run import running_store
 
@@ -237,12 +238,12 @@ def main(argv: list[str] | None = None) -> int:
         k, _, v = kv.partition("=")
         extra[k] = json.loads(v)
     for i in range(a.runs):
-        rk = _reported_kib()
+        rk = reported_kib()
         load = os.getloadavg()[0]
         rows, boot_s = one_run(a, extra)
         print(
             f"run {i + 1}: load {load:.1f} -> {os.getloadavg()[0]:.1f},"
-            f" store start {boot_s:.1f} s, reported_kib {rk} -> {_reported_kib()},"
+            f" store start {boot_s:.1f} s, reported_kib {_kib(rk)} -> {_kib(reported_kib())},"
             f" settings {extra}, settle {a.settle}"
         )
         for line in report(rows, a.n):
@@ -250,12 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _reported_kib() -> str:
-    """The VM's free page reporting counter (docs/tuning.md), or '-' without one."""
-    try:
-        return Path("/sys/module/page_reporting/parameters/reported_kib").read_text().strip()
-    except OSError:
-        return "-"
+def _kib(kib: int) -> str:
+    return str(kib) if kib >= 0 else "-"  # -1: no free page reporting here
 
 
 if __name__ == "__main__":
