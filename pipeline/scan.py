@@ -177,11 +177,11 @@ def _orphaned(w: Window, sc: RecordScan, at: int, end: int, opts: ScanOptions) -
     """The chain broke at `at`, past the split's end: will the split that owns `at` not
     find it? That split walks from its first sync point, and the record at `at` is none
     (not sound, not cut by this split's read alone, no record whose only fault is its
-    CRC). Reached by a chain from before
-    its begin, it is that split's only when its walk starts there too: in a file's last
-    `blank_bound` bytes, from the first sync point there, which the chain's record
-    before `at` is when it starts there. Otherwise the split that walked into it reports
-    it, so the range is one row whatever the split boundaries."""
+    CRC). Reached by a chain from before its begin, it is that split's only when its
+    walk starts there too: in a file's last `blank_bound` bytes, from the first sync
+    point there, which the chain's record before `at` is when it starts there. Otherwise
+    the split that walked into it reports it, so the range is one row whatever the split
+    boundaries."""
     if sc.stop is not ScanStop.CORRUPT or w.find_sync(at, at + 1) is not None:
         return False
     if _runs_past(w.buf, at, opts.max_record_bytes) and (
